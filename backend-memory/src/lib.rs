@@ -1,0 +1,287 @@
+//! # backend-memory
+//!
+//! An in-process [`LeaseStore`]: every operation is one critical section
+//! under a mutex, so it is atomic across tasks and threads of one process.
+//! Nothing survives the process, so it suits tests, single-process
+//! deployments and the conformance kit's reference runs.
+//!
+//! Its clock is injectable ([`MemoryStore::with_clock`]): tests move time
+//! with a [`ManualClock`](lease_core::ManualClock), or with tokio's paused
+//! clock through a [`TokioClock`](lease_core::TokioClock).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! use std::time::Duration;
+//! use backend_memory::MemoryStore;
+//! use lease_core::{AdmitRequest, LeaseStore, Renewal};
+//!
+//! let store = MemoryStore::new();
+//! let admission = store
+//!     .admit(&AdmitRequest::new("job-1", "worker-a").scope("thread:42").ttl(Duration::from_secs(30)))
+//!     .await?;
+//! let claim = admission.admitted().and_then(|record| record.claim()).expect("admitted");
+//! assert!(matches!(store.renew(&claim, Duration::from_secs(30)).await?, Renewal::Renewed { .. }));
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::rules::{self, AdmissionPlan};
+use lease_core::{
+    validate, Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
+    LeaseStore, Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
+    Transition,
+};
+
+/// The in-memory store. Cloning shares the same records.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: HashMap<String, LeaseRecord>,
+    /// Active holder (record id) of each held scope.
+    holders: HashMap<String, String>,
+    last_fence: u64,
+}
+
+impl State {
+    fn next_fence(&mut self) -> u64 {
+        self.last_fence += 1;
+        self.last_fence
+    }
+
+    fn release_scopes(&mut self, record: &LeaseRecord) {
+        for scope in &record.scopes {
+            if self.holders.get(scope) == Some(&record.id) {
+                self.holders.remove(scope);
+            }
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store reading time from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            state: Arc::new(Mutex::new(State::default())),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-applied
+        // operation: every operation decides before it mutates.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        let metadata = validate::admit(request)?.clone();
+        let now = self.now();
+        let mut state = self.lock();
+        if state.records.contains_key(&request.id) {
+            return Err(Error::already_exists(&request.id));
+        }
+        let holders: Vec<LeaseRecord> = request
+            .scopes
+            .iter()
+            .filter_map(|scope| state.holders.get(scope))
+            .filter_map(|id| state.records.get(id))
+            .cloned()
+            .collect();
+        let interrupt = match rules::plan_admission(request, &holders, now) {
+            AdmissionPlan::Conflict {
+                holder,
+                retry_after,
+            } => {
+                return Ok(Admission::Conflict {
+                    holder,
+                    retry_after,
+                })
+            }
+            AdmissionPlan::Proceed { interrupt } => interrupt,
+        };
+        let mut interrupted = Vec::with_capacity(interrupt.len());
+        for id in interrupt {
+            let fence = state.next_fence();
+            let mut holder = state.records[&id].clone();
+            state.release_scopes(&holder);
+            rules::interrupt(&mut holder, &request.owner, fence, now);
+            state.records.insert(id, holder.clone());
+            interrupted.push(holder);
+        }
+        let fence = state.next_fence();
+        let record = rules::new_record(request, metadata, fence, now);
+        for scope in &record.scopes {
+            state.holders.insert(scope.clone(), record.id.clone());
+        }
+        state.records.insert(record.id.clone(), record.clone());
+        Ok(Admission::Admitted {
+            record,
+            interrupted,
+        })
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        validate::claim(claim)?;
+        validate::ttl(ttl)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let record = state.records.get_mut(&claim.id);
+        if let Err(reason) = rules::judge_renewal(record.as_deref(), claim) {
+            return Ok(Renewal::Lost(reason));
+        }
+        let record = record.expect("judged present");
+        Ok(Renewal::Renewed {
+            expires_at: rules::renew(record, ttl, now),
+        })
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        validate::claims(claims)?;
+        validate::ttl(ttl)?;
+        let now = self.now();
+        let mut state = self.lock();
+        Ok(claims
+            .iter()
+            .map(|claim| {
+                let record = state.records.get_mut(&claim.id);
+                match rules::judge_renewal(record.as_deref(), claim) {
+                    Err(reason) => Renewal::Lost(reason),
+                    Ok(()) => Renewal::Renewed {
+                        expires_at: rules::renew(record.expect("judged present"), ttl, now),
+                    },
+                }
+            })
+            .collect())
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        validate::claim(claim)?;
+        validate::status_change(change)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let Some(record) = state.records.get(&claim.id) else {
+            return Ok(Transition::Rejected(
+                lease_core::TransitionRejection::Missing,
+            ));
+        };
+        if let Err(rejection) = rules::judge_transition(Some(record), claim, change.status) {
+            return Ok(Transition::Rejected(rejection));
+        }
+        let mut record = record.clone();
+        rules::transition(&mut record, change, now);
+        if !record.is_active() {
+            state.release_scopes(&record);
+        }
+        state.records.insert(record.id.clone(), record.clone());
+        Ok(Transition::Applied(record))
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        validate::takeover(request)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let Some(record) = state.records.get(&request.id) else {
+            return Ok(Takeover::NotTaken(lease_core::NotTakenReason::Missing));
+        };
+        if let Err(reason) = rules::judge_takeover(Some(record), request.grace, now) {
+            return Ok(Takeover::NotTaken(reason));
+        }
+        let mut record = record.clone();
+        let fence = state.next_fence();
+        rules::take_over(&mut record, &request.claimer, &request.action, fence, now);
+        if !record.is_active() {
+            state.release_scopes(&record);
+        }
+        state.records.insert(record.id.clone(), record.clone());
+        Ok(Takeover::Taken(record))
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        validate::expired_query(query)?;
+        let now = self.now();
+        let state = self.lock();
+        let mut records: Vec<LeaseRecord> = state
+            .records
+            .values()
+            .filter(|record| rules::matches_expired(record, query.grace, query.created_before, now))
+            .cloned()
+            .collect();
+        records.sort_by(|a, b| rules::expired_order(a).cmp(&rules::expired_order(b)));
+        records.truncate(query.limit);
+        Ok(ExpiredScan {
+            records,
+            skipped: Vec::new(),
+        })
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        validate::lease_id(id)?;
+        Ok(self.lock().records.get(id).cloned())
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        validate::scope(scope)?;
+        let mut records: Vec<LeaseRecord> = self
+            .lock()
+            .records
+            .values()
+            .filter(|record| record.scopes.contains(scope))
+            .cloned()
+            .collect();
+        records.sort_by(|a, b| rules::newest_first(a).cmp(&rules::newest_first(b)));
+        Ok(records)
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let mut records: Vec<LeaseRecord> = self
+            .lock()
+            .records
+            .values()
+            .filter(|record| record.is_active())
+            .cloned()
+            .collect();
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(records)
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        Ok(MemoryStore::now(self))
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        validate::retention(terminal_older_than)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let before = state.records.len();
+        state
+            .records
+            .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
+        Ok((before - state.records.len()) as u64)
+    }
+}

@@ -1,0 +1,168 @@
+//! The stored lease record and the claim a worker holds on it (SPEC §1).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::error::Error;
+
+/// The label given to records admitted without an explicit kind.
+pub const DEFAULT_KIND: &str = "run";
+
+/// Lifecycle state of a lease record.
+///
+/// `Pending` and `Running` are **active**: they hold their scopes.
+/// `Interrupted` is neither active nor terminal (it may still be finalised as
+/// `Failed`). `Succeeded` and `Failed` are **terminal** and never change again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Status {
+    /// Admitted, work not started yet. Active.
+    Pending,
+    /// Work in progress. Active.
+    Running,
+    /// Stopped by another admission or by its owner; releases its scopes.
+    Interrupted,
+    /// Finished well. Terminal.
+    Succeeded,
+    /// Finished badly. Terminal.
+    Failed,
+}
+
+impl Status {
+    /// Every status, in lifecycle order.
+    pub const ALL: [Status; 5] = [
+        Status::Pending,
+        Status::Running,
+        Status::Interrupted,
+        Status::Succeeded,
+        Status::Failed,
+    ];
+
+    /// True for `Pending` and `Running`: the record holds its scopes.
+    pub fn is_active(self) -> bool {
+        matches!(self, Status::Pending | Status::Running)
+    }
+
+    /// True for `Succeeded` and `Failed`: the record never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Succeeded | Status::Failed)
+    }
+
+    /// Stable lower-case name, the form stores persist.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Running => "running",
+            Status::Interrupted => "interrupted",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+        }
+    }
+
+    /// Whether the state machine allows `self → to` (SPEC §2, transition).
+    pub fn can_become(self, to: Status) -> bool {
+        use Status::*;
+        matches!(
+            (self, to),
+            (Pending, Running)
+                | (Pending, Succeeded)
+                | (Pending, Failed)
+                | (Running, Succeeded)
+                | (Running, Failed)
+                | (Running, Interrupted)
+                | (Interrupted, Failed)
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Status {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == text)
+            .ok_or_else(|| Error::corrupt(format!("unknown lease status {text:?}")))
+    }
+}
+
+/// One stored lease: "worker `owner` runs operation `id` until
+/// `lease_expires_at`, holding `scopes`, under fencing token `fence`".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    /// Unique id of the operation.
+    pub id: String,
+    /// Admission keys held exclusively while the record is active.
+    pub scopes: BTreeSet<String>,
+    /// Free-form label, [`DEFAULT_KIND`] unless given.
+    pub kind: String,
+    /// Lifecycle state.
+    pub status: Status,
+    /// The worker holding the lease, if any.
+    pub owner: Option<String>,
+    /// Fencing token: grows at every change of owner, drawn from one
+    /// store-wide sequence.
+    pub fence: u64,
+    /// End of the owner's lease in store time; `None` means no lease
+    /// (always reclaimable).
+    pub lease_expires_at: Option<Timestamp>,
+    /// When the record was admitted (store time).
+    pub created_at: Timestamp,
+    /// When the record last changed (store time).
+    pub updated_at: Timestamp,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// Why it stopped, when it was stopped.
+    pub stop_reason: Option<String>,
+    /// Caller data, opaque to the store; always a JSON object.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+impl LeaseRecord {
+    /// True while the record holds its scopes (`Pending` or `Running`).
+    pub fn is_active(&self) -> bool {
+        self.status.is_active()
+    }
+
+    /// The claim of the current owner, if the record has one.
+    pub fn claim(&self) -> Option<Claim> {
+        self.owner.as_ref().map(|owner| Claim {
+            id: self.id.clone(),
+            owner: owner.clone(),
+            fence: self.fence,
+        })
+    }
+}
+
+/// What a worker holds after it wins a lease: the proof of ownership every
+/// fenced write must present.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Claim {
+    /// The lease id.
+    pub id: String,
+    /// The worker that holds it.
+    pub owner: String,
+    /// The fencing token current when ownership was won.
+    pub fence: u64,
+}
+
+impl Claim {
+    /// A claim from its parts.
+    pub fn new(id: impl Into<String>, owner: impl Into<String>, fence: u64) -> Self {
+        Claim {
+            id: id.into(),
+            owner: owner.into(),
+            fence,
+        }
+    }
+}

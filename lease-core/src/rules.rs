@@ -1,0 +1,256 @@
+//! The contract's decisions as pure functions (SPEC §2).
+//!
+//! Backends that read records into Rust and decide there (memory, SQLite,
+//! PostgreSQL's read paths) call these, so every backend judges validity,
+//! loss reasons and admission the same way. Backends that must decide inside
+//! the server (Redis Lua scripts) mirror them, and the conformance kit checks
+//! that they agree.
+
+use std::time::Duration;
+
+use crate::clock::{self, Timestamp};
+use crate::outcome::{LossReason, NotTakenReason, TransitionRejection};
+use crate::record::{Claim, LeaseRecord, Status};
+use crate::request::{AdmitRequest, AdmitStrategy, StatusChange, TakeoverAction};
+
+/// True when `record`'s owner still holds a valid lease at `now`:
+/// active, with an expiry, and `expiry + grace > now`.
+pub fn lease_valid(record: &LeaseRecord, grace: Duration, now: Timestamp) -> bool {
+    record.is_active()
+        && record
+            .lease_expires_at
+            .is_some_and(|expires| clock::add(expires, grace) > now)
+}
+
+/// True when `record` may be reclaimed at `now`: active, and its lease is
+/// none or ended at least `grace` ago.
+pub fn reclaimable(record: &LeaseRecord, grace: Duration, now: Timestamp) -> bool {
+    record.is_active() && !lease_valid(record, grace, now)
+}
+
+/// How long until `record`'s lease (plus grace) ends, when it is valid.
+pub fn retry_after(record: &LeaseRecord, grace: Duration, now: Timestamp) -> Option<Duration> {
+    if !lease_valid(record, grace, now) {
+        return None;
+    }
+    record
+        .lease_expires_at
+        .map(|expires| clock::until(now, clock::add(expires, grace)))
+}
+
+/// Whether `claim` still holds `record` (renew's check), else why not.
+pub fn judge_renewal(record: Option<&LeaseRecord>, claim: &Claim) -> Result<(), LossReason> {
+    let record = record.ok_or(LossReason::Missing)?;
+    match record.status {
+        status if status.is_terminal() => Err(LossReason::Terminal(status)),
+        Status::Interrupted => Err(LossReason::Interrupted),
+        _ if record.owner.as_deref() != Some(claim.owner.as_str()) => Err(LossReason::OwnerChanged),
+        _ if record.fence != claim.fence => Err(LossReason::FenceChanged),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `claim` may move `record` to `to`, else why not.
+pub fn judge_transition(
+    record: Option<&LeaseRecord>,
+    claim: &Claim,
+    to: Status,
+) -> Result<(), TransitionRejection> {
+    let record = record.ok_or(TransitionRejection::Missing)?;
+    if record.status.is_terminal() {
+        return Err(TransitionRejection::Terminal(record.status));
+    }
+    if record.owner.as_deref() != Some(claim.owner.as_str()) || record.fence != claim.fence {
+        return Err(TransitionRejection::Stale);
+    }
+    if !record.status.can_become(to) {
+        return Err(TransitionRejection::NotAllowed {
+            from: record.status,
+            to,
+        });
+    }
+    Ok(())
+}
+
+/// Whether `record` may be taken over at `now`, else why not.
+pub fn judge_takeover(
+    record: Option<&LeaseRecord>,
+    grace: Duration,
+    now: Timestamp,
+) -> Result<(), NotTakenReason> {
+    let record = record.ok_or(NotTakenReason::Missing)?;
+    match record.status {
+        status if status.is_terminal() => Err(NotTakenReason::Terminal(status)),
+        Status::Interrupted => Err(NotTakenReason::Interrupted),
+        _ => match retry_after(record, grace, now) {
+            Some(retry_after) => Err(NotTakenReason::LeaseValid { retry_after }),
+            None => Ok(()),
+        },
+    }
+}
+
+/// What `admit` must do, decided before anything is written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AdmissionPlan {
+    /// Answer `Conflict` with this holder; write nothing.
+    Conflict {
+        /// The blocking record.
+        holder: LeaseRecord,
+        /// When its lease (plus grace) ends, if valid.
+        retry_after: Option<Duration>,
+    },
+    /// Interrupt these holders (ids, deduplicated), then insert.
+    Proceed {
+        /// Ids of the holders to interrupt.
+        interrupt: Vec<String>,
+    },
+}
+
+/// Decides an admission from the active holders of the requested scopes.
+///
+/// `holders` is every active record holding one of `request.scopes`, in any
+/// order; the first blocking holder in scope order is reported.
+pub fn plan_admission(
+    request: &AdmitRequest,
+    holders: &[LeaseRecord],
+    now: Timestamp,
+) -> AdmissionPlan {
+    let mut ordered: Vec<&LeaseRecord> = Vec::new();
+    for scope in &request.scopes {
+        for holder in holders.iter().filter(|h| h.scopes.contains(scope)) {
+            if !ordered.iter().any(|seen| seen.id == holder.id) {
+                ordered.push(holder);
+            }
+        }
+    }
+    let blocking = ordered.iter().find(|holder| match request.strategy {
+        AdmitStrategy::Reject => true,
+        AdmitStrategy::Interrupt => {
+            holder.owner.as_deref() != Some(request.owner.as_str())
+                && lease_valid(holder, request.grace, now)
+        }
+    });
+    match blocking {
+        Some(holder) => AdmissionPlan::Conflict {
+            holder: (*holder).clone(),
+            retry_after: retry_after(holder, request.grace, now),
+        },
+        None => AdmissionPlan::Proceed {
+            interrupt: ordered.iter().map(|holder| holder.id.clone()).collect(),
+        },
+    }
+}
+
+/// The record `admit` inserts.
+pub fn new_record(
+    request: &AdmitRequest,
+    metadata: serde_json::Map<String, serde_json::Value>,
+    fence: u64,
+    now: Timestamp,
+) -> LeaseRecord {
+    LeaseRecord {
+        id: request.id.clone(),
+        scopes: request.scopes.clone(),
+        kind: request.kind.clone(),
+        status: Status::Pending,
+        owner: Some(request.owner.clone()),
+        fence,
+        lease_expires_at: request.ttl.map(|ttl| clock::add(now, ttl)),
+        created_at: now,
+        updated_at: now,
+        error: None,
+        stop_reason: None,
+        metadata,
+    }
+}
+
+/// The stop reason stored on records interrupted by an admission.
+pub const INTERRUPTED_BY_ADMISSION: &str = "interrupted_by_admission";
+
+/// Applies an admission's interrupt to a holder: `Interrupted`, owner :=
+/// the requester, new fence.
+pub fn interrupt(holder: &mut LeaseRecord, requester: &str, fence: u64, now: Timestamp) {
+    holder.status = Status::Interrupted;
+    holder.owner = Some(requester.to_owned());
+    holder.fence = fence;
+    holder.stop_reason = Some(INTERRUPTED_BY_ADMISSION.to_owned());
+    holder.updated_at = now;
+}
+
+/// Applies a renewal.
+pub fn renew(record: &mut LeaseRecord, ttl: Duration, now: Timestamp) -> Timestamp {
+    let expires_at = clock::add(now, ttl);
+    record.lease_expires_at = Some(expires_at);
+    record.updated_at = now;
+    expires_at
+}
+
+/// Applies a status write.
+pub fn transition(record: &mut LeaseRecord, change: &StatusChange, now: Timestamp) {
+    record.status = change.status;
+    if change.error.is_some() {
+        record.error.clone_from(&change.error);
+    }
+    if change.stop_reason.is_some() {
+        record.stop_reason.clone_from(&change.stop_reason);
+    }
+    record.updated_at = now;
+}
+
+/// Applies a won takeover.
+pub fn take_over(
+    record: &mut LeaseRecord,
+    claimer: &str,
+    action: &TakeoverAction,
+    fence: u64,
+    now: Timestamp,
+) {
+    record.owner = Some(claimer.to_owned());
+    record.fence = fence;
+    record.updated_at = now;
+    match action {
+        TakeoverAction::Fail { error, stop_reason } => {
+            record.status = Status::Failed;
+            record.error = Some(error.clone());
+            if stop_reason.is_some() {
+                record.stop_reason.clone_from(stop_reason);
+            }
+        }
+        TakeoverAction::Adopt { ttl } => {
+            record.status = Status::Running;
+            record.lease_expires_at = ttl.map(|ttl| clock::add(now, ttl));
+        }
+    }
+}
+
+/// Sort key of [`ExpiredScan::records`](crate::ExpiredScan): records with no
+/// lease first, then by expiry, then by id.
+pub fn expired_order(record: &LeaseRecord) -> (Option<Timestamp>, &str) {
+    (record.lease_expires_at, record.id.as_str())
+}
+
+/// Whether `record` belongs in a `list_expired` answer.
+pub fn matches_expired(
+    record: &LeaseRecord,
+    grace: Duration,
+    created_before: Option<Timestamp>,
+    now: Timestamp,
+) -> bool {
+    reclaimable(record, grace, now)
+        && created_before.is_none_or(|cutoff| record.created_at <= cutoff)
+}
+
+/// Whether a terminal `record` is old enough for `purge`.
+pub fn purgeable(record: &LeaseRecord, older_than: Duration, now: Timestamp) -> bool {
+    record.status.is_terminal() && clock::add(record.updated_at, older_than) <= now
+}
+
+/// Sort key of `list_by_scope`: newest first (by creation, then by fence).
+pub fn newest_first(
+    record: &LeaseRecord,
+) -> (std::cmp::Reverse<Timestamp>, std::cmp::Reverse<u64>) {
+    (
+        std::cmp::Reverse(record.created_at),
+        std::cmp::Reverse(record.fence),
+    )
+}

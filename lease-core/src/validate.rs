@@ -1,0 +1,246 @@
+//! Input validation shared by every backend.
+//!
+//! Each [`LeaseStore`](crate::LeaseStore) operation calls the matching
+//! function here before touching its store, so bad input gets the same typed
+//! [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) error, naming
+//! the field, on every backend, and changes nothing.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::record::{Claim, Status};
+use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverAction, TakeoverRequest};
+
+/// Longest id, owner, scope or kind, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Most scopes one record may hold.
+pub const MAX_SCOPES: usize = 64;
+/// Shortest lease: stores keep microseconds, leases are counted in milliseconds.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// Longest lease (30 days); longer is almost certainly a unit mistake.
+pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Longest grace, the same bound as [`MAX_TTL`].
+pub const MAX_GRACE: Duration = MAX_TTL;
+/// Longest retention accepted by `purge` (100 years).
+pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+/// Largest metadata object, serialised as JSON.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+/// Longest error or stop-reason text, in bytes.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// Largest `limit` of a listing.
+pub const MAX_LIST_LIMIT: usize = 10_000;
+/// Most claims in one `renew_many` call.
+pub const MAX_BATCH: usize = 100_000;
+
+/// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
+/// characters (stores cannot all keep them, logs would mangle them).
+fn name(field: &'static str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid_input(field, "must not be empty"));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(Error::invalid_input(
+            field,
+            format_args!("is {} bytes, at most {MAX_NAME_BYTES} allowed", value.len()),
+        ));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid_input(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A lease id.
+pub fn lease_id(id: &str) -> Result<()> {
+    name("id", id)
+}
+
+/// A scope.
+pub fn scope(scope: &str) -> Result<()> {
+    name("scope", scope)
+}
+
+/// A worker id: a name with no whitespace at all (e.g. `host:pid:random`).
+pub fn owner(field: &'static str, owner: &str) -> Result<()> {
+    name(field, owner)?;
+    if owner.chars().any(char::is_whitespace) {
+        return Err(Error::invalid_input(
+            field,
+            "worker ids must not contain whitespace (expected a shape like `host:pid:random`)",
+        ));
+    }
+    Ok(())
+}
+
+/// A lease length.
+pub fn ttl(ttl: Duration) -> Result<()> {
+    if ttl < MIN_TTL {
+        return Err(Error::invalid_input(
+            "ttl",
+            format_args!("{ttl:?} is shorter than the minimum {MIN_TTL:?}"),
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::invalid_input(
+            "ttl",
+            format_args!("{ttl:?} is longer than the maximum {MAX_TTL:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A grace period.
+pub fn grace(grace: Duration) -> Result<()> {
+    if grace > MAX_GRACE {
+        return Err(Error::invalid_input(
+            "grace",
+            format_args!("{grace:?} is longer than the maximum {MAX_GRACE:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn text(field: &'static str, value: Option<&str>) -> Result<()> {
+    let Some(value) = value else { return Ok(()) };
+    if value.len() > MAX_TEXT_BYTES {
+        return Err(Error::invalid_input(
+            field,
+            format_args!("is {} bytes, at most {MAX_TEXT_BYTES} allowed", value.len()),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid_input(
+            field,
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Metadata: a JSON object of at most [`MAX_METADATA_BYTES`], with no NUL
+/// character in any key or string (PostgreSQL `jsonb` cannot store one).
+pub fn metadata(
+    metadata: &serde_json::Value,
+) -> Result<&serde_json::Map<String, serde_json::Value>> {
+    let serde_json::Value::Object(object) = metadata else {
+        return Err(Error::invalid_input("metadata", "must be a JSON object"));
+    };
+    let encoded = metadata.to_string();
+    if encoded.len() > MAX_METADATA_BYTES {
+        return Err(Error::invalid_input(
+            "metadata",
+            format_args!(
+                "is {} bytes as JSON, at most {MAX_METADATA_BYTES} allowed",
+                encoded.len()
+            ),
+        ));
+    }
+    if encoded.contains("\\u0000") {
+        return Err(Error::invalid_input(
+            "metadata",
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(object)
+}
+
+/// Everything in an [`AdmitRequest`]; answers its metadata object.
+pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_json::Value>> {
+    lease_id(&request.id)?;
+    owner("owner", &request.owner)?;
+    name("kind", &request.kind)?;
+    if request.scopes.len() > MAX_SCOPES {
+        return Err(Error::invalid_input(
+            "scopes",
+            format_args!(
+                "{} scopes, at most {MAX_SCOPES} allowed",
+                request.scopes.len()
+            ),
+        ));
+    }
+    for each in &request.scopes {
+        scope(each)?;
+    }
+    if let Some(lease) = request.ttl {
+        ttl(lease)?;
+    }
+    grace(request.grace)?;
+    metadata(&request.metadata)
+}
+
+/// A claim.
+pub fn claim(claim: &Claim) -> Result<()> {
+    lease_id(&claim.id)?;
+    owner("owner", &claim.owner)?;
+    if claim.fence == 0 {
+        return Err(Error::invalid_input(
+            "fence",
+            "fences start at 1; 0 is never handed out",
+        ));
+    }
+    Ok(())
+}
+
+/// A batch of claims for `renew_many`.
+pub fn claims(claims: &[Claim]) -> Result<()> {
+    if claims.len() > MAX_BATCH {
+        return Err(Error::invalid_input(
+            "claims",
+            format_args!("{} claims, at most {MAX_BATCH} per call", claims.len()),
+        ));
+    }
+    claims.iter().try_for_each(claim)
+}
+
+/// A status write.
+pub fn status_change(change: &StatusChange) -> Result<()> {
+    if change.status == Status::Pending {
+        return Err(Error::invalid_input(
+            "status",
+            "no record can go back to pending",
+        ));
+    }
+    text("error", change.error.as_deref())?;
+    text("stop_reason", change.stop_reason.as_deref())
+}
+
+/// A takeover.
+pub fn takeover(request: &TakeoverRequest) -> Result<()> {
+    lease_id(&request.id)?;
+    owner("claimer", &request.claimer)?;
+    grace(request.grace)?;
+    match &request.action {
+        TakeoverAction::Fail { error, stop_reason } => {
+            text("error", Some(error))?;
+            text("stop_reason", stop_reason.as_deref())
+        }
+        TakeoverAction::Adopt { ttl: Some(lease) } => ttl(*lease),
+        TakeoverAction::Adopt { ttl: None } => Ok(()),
+    }
+}
+
+/// An expired-lease scan.
+pub fn expired_query(query: &ExpiredQuery) -> Result<()> {
+    grace(query.grace)?;
+    if query.limit == 0 || query.limit > MAX_LIST_LIMIT {
+        return Err(Error::invalid_input(
+            "limit",
+            format_args!("{} is outside 1..={MAX_LIST_LIMIT}", query.limit),
+        ));
+    }
+    Ok(())
+}
+
+/// A purge retention.
+pub fn retention(older_than: Duration) -> Result<()> {
+    if older_than > MAX_RETENTION {
+        return Err(Error::invalid_input(
+            "terminal_older_than",
+            format_args!("{older_than:?} is longer than the maximum {MAX_RETENTION:?}"),
+        ));
+    }
+    Ok(())
+}
