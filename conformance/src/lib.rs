@@ -1,1 +1,158 @@
-//! placeholder
+//! # conformance
+//!
+//! One suite every [`LeaseStore`] backend runs, so "implements the trait" and
+//! "honours the contract" (SPEC.md) mean the same thing. Bring your own
+//! backend: implement [`Factory`] (a fresh, isolated store per case), then
+//! either
+//!
+//! * run every case as its own named test:
+//!
+//!   ```ignore
+//!   conformance::tenure_conformance!(MyFactory::default());
+//!   ```
+//!
+//! * or run them all from your own code and read the [`Report`]:
+//!
+//!   ```no_run
+//!   # #[tokio::main] async fn main() {
+//!   // `MemoryFactory` is the kit's reference factory; see `memory.rs` for
+//!   // the dozen lines a factory takes.
+//!   let report = conformance::run_all(&conformance::memory::MemoryFactory).await;
+//!   assert!(report.all_passed(), "{report}");
+//!   # }
+//!   ```
+//!
+//! Both forms come from one list of cases, so names never drift. A case that
+//! cannot run (its server is not configured) is reported as skipped, never as
+//! passed; with `TENURE_REQUIRE_SERVICES=1` it fails instead.
+
+mod harness;
+
+pub mod cases;
+pub mod memory;
+
+#[doc(hidden)]
+pub use harness::run_named_case;
+pub use harness::{
+    run_case, service_url, services_required, Case, CaseFuture, CaseOutcome, CaseReport,
+    CaseResult, ClockControl, Ctx, Factory, Failure, Report, Subject, CASE_TIMEOUT,
+    REQUIRE_SERVICES_VAR,
+};
+
+use lease_core::LeaseStore;
+
+/// Runs every case against fresh stores from `factory` and reports each.
+pub async fn run_all<F: Factory>(factory: &F) -> Report {
+    let mut report = Report::default();
+    for case in cases::<F::Store>() {
+        let outcome = run_case(factory, case).await;
+        report.cases.push(CaseReport {
+            name: case.name,
+            outcome,
+        });
+    }
+    report
+}
+
+// `$d` carries a literal `$` into the generated macro, so it can declare its
+// own metavariables.
+macro_rules! define_cases {
+    ($d:tt $($module:ident :: $name:ident),* $(,)?) => {
+        /// Every case of the kit, in order.
+        pub fn cases<S: LeaseStore + 'static>() -> Vec<Case<S>> {
+            vec![$(Case {
+                name: stringify!($name),
+                run: |ctx| Box::pin(cases::$module::$name(ctx)),
+            }),*]
+        }
+
+        /// Expands to one `#[test]` per conformance case, named after the
+        /// case, each running it on a fresh store from the factory
+        /// expression (evaluated once per test).
+        ///
+        /// ```ignore
+        /// mod memory {
+        ///     conformance::tenure_conformance!(my_crate::tests::MemoryFactory::default());
+        /// }
+        /// ```
+        #[macro_export]
+        macro_rules! tenure_conformance {
+            ($d factory:expr $d(,)?) => {
+                $(
+                    #[test]
+                    fn $name() {
+                        $d crate::run_named_case($d factory, ::core::stringify!($name));
+                    }
+                )*
+            };
+        }
+    };
+}
+
+define_cases! {$
+admit::admit_creates_pending_record,
+admit::admit_without_ttl_has_no_lease,
+admit::admit_duplicate_id_is_already_exists,
+admit::admit_reject_conflicts_with_any_active_holder,
+admit::admit_reject_ignores_finished_holders,
+admit::admit_interrupt_blocked_by_valid_lease_of_other,
+admit::admit_interrupt_blocked_within_grace,
+admit::admit_interrupt_takes_expired_holder,
+admit::admit_interrupt_takes_no_lease_holder,
+admit::admit_interrupt_takes_own_holder,
+admit::admit_interrupt_rollback_blocker_first,
+admit::admit_interrupt_rollback_blocker_middle,
+admit::admit_interrupt_rollback_blocker_last,
+admit::admit_multi_scope_all_or_nothing,
+admit::admit_empty_scopes_never_conflict,
+admit::admit_interrupt_releases_every_scope_of_holder,
+admit::admit_kind_is_carried_through_answers,
+admit::race_admissions_one_scope_exactly_one_admitted,
+admit::race_admissions_opposite_scope_orders_never_deadlock,
+admit::race_interrupt_admissions_answer_admitted_or_conflict,
+renew::renew_extends_lease,
+renew::renew_pending_record,
+renew::renew_wrong_owner_is_owner_changed,
+renew::renew_wrong_fence_is_fence_changed,
+renew::renew_terminal_is_terminal,
+renew::renew_interrupted_is_interrupted,
+renew::renew_missing_is_missing,
+renew::renew_after_expiry_until_taken,
+renew::renew_many_answers_per_claim,
+transition::transition_pending_running_succeeded,
+transition::transition_pending_to_terminal,
+transition::transition_terminal_is_immutable,
+transition::transition_interrupted_only_to_failed,
+transition::transition_disallowed_edges_rejected,
+transition::transition_stale_claim_rejected,
+transition::transition_terminal_releases_scopes,
+transition::transition_no_late_success_after_takeover,
+takeover::takeover_expired_lease_fail,
+takeover::takeover_expired_lease_adopt,
+takeover::takeover_valid_lease_not_taken,
+takeover::takeover_within_grace_not_taken,
+takeover::takeover_no_lease_taken,
+takeover::takeover_terminal_not_taken,
+takeover::takeover_missing_not_taken,
+takeover::takeover_interrupted_not_taken,
+takeover::takeover_renewal_between_scan_and_claim_wins,
+takeover::takeover_fail_releases_scopes,
+takeover::race_takeovers_exactly_one_taken,
+fence::fence_increases_across_takeover_chain,
+fence::fence_increases_across_readmissions_and_purge,
+fence::fence_is_store_wide,
+listing::list_expired_respects_grace,
+listing::list_expired_includes_no_lease,
+listing::list_expired_created_before_is_a_timestamp,
+listing::list_expired_limit_and_order,
+listing::list_expired_excludes_inactive,
+listing::list_by_scope_newest_first_with_finished,
+listing::list_active_only_active,
+listing::purge_removes_old_terminal_only,
+listing::timestamps_round_trip_at_microseconds,
+listing::metadata_round_trips,
+listing::verbatim_ids_and_scopes_never_collide,
+input::invalid_admit_is_rejected_and_changes_nothing,
+input::invalid_claims_are_rejected_and_change_nothing,
+input::invalid_takeover_and_queries_are_rejected,
+model::model_based_random_operations,}

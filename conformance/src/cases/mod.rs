@@ -1,0 +1,11 @@
+//! The kit's cases, one module per area of SPEC §2 and §6.
+
+pub mod admit;
+pub mod fence;
+pub mod input;
+pub mod listing;
+pub mod model;
+pub mod renew;
+pub mod takeover;
+pub mod transition;
+pub mod util;

@@ -1,0 +1,353 @@
+//! Running cases: fresh store per case, clock control, failures, the report.
+
+use std::fmt;
+use std::future::Future;
+use std::io::Write as _;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{LeaseStore, ManualClock, Timestamp};
+
+/// The environment variable that turns "service not configured" from a skip
+/// into a failure (CI sets it).
+pub const REQUIRE_SERVICES_VAR: &str = "TENURE_REQUIRE_SERVICES";
+
+/// How long one case may run before it counts as hung.
+pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Creates a fresh, isolated store for each case and removes it afterwards.
+///
+/// A backend's test file implements this once and hands it to
+/// [`tenure_conformance!`](crate::tenure_conformance) or [`run_all`](crate::run_all).
+#[async_trait]
+pub trait Factory: Send + Sync + 'static {
+    /// The store under test.
+    type Store: LeaseStore + 'static;
+
+    /// Why this factory cannot run here (e.g. its server URL is not set), or
+    /// `None` when it can. Cases are then reported as skipped, unless
+    /// `TENURE_REQUIRE_SERVICES=1`, which makes them fail.
+    fn unavailable_reason(&self) -> Option<String> {
+        None
+    }
+
+    /// A new store with its own namespace (schema, key prefix, file...),
+    /// sharing nothing with any other case.
+    async fn create(&self) -> lease_core::Result<Subject<Self::Store>>;
+
+    /// Removes what [`create`](Factory::create) made. Runs after every case,
+    /// passed or failed.
+    async fn teardown(&self, store: &Self::Store) -> lease_core::Result<()> {
+        let _ = store;
+        Ok(())
+    }
+}
+
+/// A store created for one case, and how the kit can move its clock.
+#[derive(Debug)]
+pub struct Subject<S> {
+    /// The store under test.
+    pub store: S,
+    /// How its clock moves.
+    pub clock: ClockControl,
+}
+
+/// How the kit moves a store's clock past a deadline.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ClockControl {
+    /// The store reads this clock: the kit advances it, no waiting.
+    Manual(Arc<ManualClock>),
+    /// The store reads a clock nobody can move (a server's): the kit waits
+    /// until the store's own `now()` has passed the deadline. Cases keep
+    /// such waits to fractions of a second.
+    Real,
+}
+
+/// A case's failure: what was expected and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<lease_core::Error> for Failure {
+    fn from(error: lease_core::Error) -> Self {
+        Failure(format!("unexpected store error: {error}"))
+    }
+}
+
+/// What a case answers.
+pub type CaseResult = Result<(), Failure>;
+
+/// Fails the case with a formatted message unless `cond` holds.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($message:tt)+) => {
+        if !$cond {
+            return ::core::result::Result::Err($crate::Failure(::std::format!(
+                "{} (at {}:{}: `{}`)",
+                ::std::format!($($message)+),
+                ::core::file!(),
+                ::core::line!(),
+                ::core::stringify!($cond),
+            )));
+        }
+    };
+}
+
+/// Fails the case unless `left == right`, showing both.
+#[macro_export]
+macro_rules! ensure_eq {
+    ($left:expr, $right:expr $(,)?) => {
+        $crate::ensure_eq!($left, $right, "values differ")
+    };
+    ($left:expr, $right:expr, $($message:tt)+) => {
+        match (&$left, &$right) {
+            (left, right) => {
+                if !(*left == *right) {
+                    return ::core::result::Result::Err($crate::Failure(::std::format!(
+                        "{}\n  left: {:?}\n right: {:?}\n (at {}:{}: `{} == {}`)",
+                        ::std::format!($($message)+),
+                        left,
+                        right,
+                        ::core::file!(),
+                        ::core::line!(),
+                        ::core::stringify!($left),
+                        ::core::stringify!($right),
+                    )));
+                }
+            }
+        }
+    };
+}
+
+/// What a case gets: the store under test, shareable across tasks, and the
+/// means to move its clock.
+pub struct Ctx<S> {
+    /// The store under test.
+    pub store: Arc<S>,
+    clock: ClockControl,
+}
+
+impl<S> Clone for Ctx<S> {
+    fn clone(&self) -> Self {
+        Ctx {
+            store: Arc::clone(&self.store),
+            clock: self.clock.clone(),
+        }
+    }
+}
+
+impl<S: LeaseStore> Ctx<S> {
+    /// A context for `store` whose clock moves as `clock` says.
+    pub fn new(store: Arc<S>, clock: ClockControl) -> Self {
+        Ctx { store, clock }
+    }
+
+    /// How this store's clock moves.
+    pub fn clock(&self) -> &ClockControl {
+        &self.clock
+    }
+
+    /// Moves the store's clock until its `now()` is strictly after `instant`.
+    pub async fn advance_past(&self, instant: Timestamp) -> Result<(), Failure> {
+        match &self.clock {
+            ClockControl::Manual(clock) => {
+                clock.advance_to(lease_core::clock::add(instant, Duration::from_millis(1)));
+                Ok(())
+            }
+            ClockControl::Real => loop {
+                let now = self.store.now().await?;
+                if now > instant {
+                    return Ok(());
+                }
+                let wait = lease_core::clock::until(now, instant) + Duration::from_millis(2);
+                tokio::time::sleep(wait).await;
+            },
+        }
+    }
+
+    /// Moves the store's clock by at least `by`.
+    pub async fn advance(&self, by: Duration) -> Result<(), Failure> {
+        let now = self.store.now().await?;
+        self.advance_past(lease_core::clock::add(now, by)).await
+    }
+}
+
+/// The boxed future a case returns.
+pub type CaseFuture = Pin<Box<dyn Future<Output = CaseResult> + Send>>;
+
+/// One named case of the kit.
+pub struct Case<S> {
+    /// Its name, which is also its test name under [`tenure_conformance!`](crate::tenure_conformance).
+    pub name: &'static str,
+    /// What it checks.
+    pub run: fn(Ctx<S>) -> CaseFuture,
+}
+
+impl<S> Clone for Case<S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S> Copy for Case<S> {}
+
+/// The result of one case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CaseOutcome {
+    /// The backend behaved as the contract says.
+    Passed,
+    /// It did not; why.
+    Failed(String),
+    /// The case could not run here; why. Never counted as passed.
+    Skipped(String),
+}
+
+/// One line of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseReport {
+    /// The case's name.
+    pub name: &'static str,
+    /// What happened.
+    pub outcome: CaseOutcome,
+}
+
+/// What [`run_all`](crate::run_all) found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Every case, in kit order.
+    pub cases: Vec<CaseReport>,
+}
+
+impl Report {
+    fn count(&self, wanted: fn(&CaseOutcome) -> bool) -> usize {
+        self.cases
+            .iter()
+            .filter(|case| wanted(&case.outcome))
+            .count()
+    }
+
+    /// How many passed.
+    pub fn passed(&self) -> usize {
+        self.count(|outcome| matches!(outcome, CaseOutcome::Passed))
+    }
+
+    /// The failed cases.
+    pub fn failures(&self) -> Vec<&CaseReport> {
+        self.cases
+            .iter()
+            .filter(|case| matches!(case.outcome, CaseOutcome::Failed(_)))
+            .collect()
+    }
+
+    /// How many were skipped.
+    pub fn skipped(&self) -> usize {
+        self.count(|outcome| matches!(outcome, CaseOutcome::Skipped(_)))
+    }
+
+    /// True when every case ran and passed.
+    pub fn all_passed(&self) -> bool {
+        self.passed() == self.cases.len()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for case in &self.cases {
+            match &case.outcome {
+                CaseOutcome::Passed => writeln!(f, "pass  {}", case.name)?,
+                CaseOutcome::Failed(why) => writeln!(f, "FAIL  {}: {why}", case.name)?,
+                CaseOutcome::Skipped(why) => writeln!(f, "skip  {}: {why}", case.name)?,
+            }
+        }
+        write!(
+            f,
+            "{} passed, {} failed, {} skipped",
+            self.passed(),
+            self.failures().len(),
+            self.skipped()
+        )
+    }
+}
+
+/// Whether `TENURE_REQUIRE_SERVICES=1` is set.
+pub fn services_required() -> bool {
+    std::env::var(REQUIRE_SERVICES_VAR).is_ok_and(|value| value == "1")
+}
+
+/// Reads a service URL from the environment variable `var`; `None` (and the
+/// factory reports itself unavailable) when unset or empty.
+pub fn service_url(var: &str) -> Option<String> {
+    std::env::var(var)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
+
+/// Runs one case on a fresh store from `factory`: create, run (bounded by
+/// [`CASE_TIMEOUT`]), tear down.
+pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutcome {
+    if let Some(reason) = factory.unavailable_reason() {
+        return if services_required() {
+            CaseOutcome::Failed(format!(
+                "{reason}, but {REQUIRE_SERVICES_VAR}=1 requires it"
+            ))
+        } else {
+            CaseOutcome::Skipped(reason)
+        };
+    }
+    let subject = match factory.create().await {
+        Ok(subject) => subject,
+        Err(error) => {
+            return CaseOutcome::Failed(format!("factory could not create a store: {error}"))
+        }
+    };
+    let store = Arc::new(subject.store);
+    let ctx = Ctx::new(Arc::clone(&store), subject.clock);
+    // Spawned so that a panicking case is a failure, not a crashed run.
+    let outcome = match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx))).await {
+        Ok(Ok(Ok(()))) => CaseOutcome::Passed,
+        Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
+        Ok(Err(join_error)) => CaseOutcome::Failed(format!("case panicked: {join_error}")),
+        Err(_) => CaseOutcome::Failed(format!("case did not finish within {CASE_TIMEOUT:?}")),
+    };
+    if let Err(error) = factory.teardown(&store).await {
+        let note = format!("teardown failed: {error}");
+        return match outcome {
+            CaseOutcome::Failed(why) => CaseOutcome::Failed(format!("{why}; {note}")),
+            _ => CaseOutcome::Failed(note),
+        };
+    }
+    outcome
+}
+
+/// The body of each test [`tenure_conformance!`](crate::tenure_conformance)
+/// generates: runs the case called `name` on its own runtime and panics
+/// when it fails. A skip prints one line to stderr, past the test harness's
+/// output capture, so it is seen in a plain `cargo test`.
+#[doc(hidden)]
+pub fn run_named_case<F: Factory>(factory: F, name: &str) {
+    let case = crate::cases::<F::Store>()
+        .into_iter()
+        .find(|case| case.name == name)
+        .unwrap_or_else(|| panic!("no conformance case named {name}"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime for the conformance case");
+    match runtime.block_on(run_case(&factory, case)) {
+        CaseOutcome::Passed => {}
+        CaseOutcome::Failed(why) => panic!("conformance case {name} failed: {why}"),
+        CaseOutcome::Skipped(why) => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
+        }
+    }
+}

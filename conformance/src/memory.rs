@@ -1,0 +1,27 @@
+//! The reference factory: the kit run against `backend-memory` on a manual
+//! clock. It is also the smallest template for a factory of your own.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use backend_memory::MemoryStore;
+use lease_core::ManualClock;
+
+use crate::harness::{ClockControl, Factory, Subject};
+
+/// Creates a fresh [`MemoryStore`] on its own [`ManualClock`] per case.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryFactory;
+
+#[async_trait]
+impl Factory for MemoryFactory {
+    type Store = MemoryStore;
+
+    async fn create(&self) -> lease_core::Result<Subject<MemoryStore>> {
+        let clock = Arc::new(ManualClock::starting_now());
+        Ok(Subject {
+            store: MemoryStore::with_clock(clock.clone()),
+            clock: ClockControl::Manual(clock),
+        })
+    }
+}
