@@ -1,1 +1,54 @@
-//! placeholder
+//! # tenure
+//!
+//! Distributed **leases**, **fencing tokens** and **claim-for-takeover** for
+//! workers (pods, processes, cron hosts) that must agree who owns a run, a job
+//! or a thread, and recover safely when an owner dies, stalls or is cut off.
+//!
+//! This facade re-exports the core contract ([`LeaseStore`], the typed
+//! outcomes, [`FenceGate`], ...) and each backend behind a Cargo feature:
+//!
+//! | feature    | module       | store |
+//! |------------|--------------|-------|
+//! | `memory` (default) | [`memory`] | in-process, for tests and single-process use |
+//! | `sqlite`   | `sqlite`     | embedded file, several processes on one host |
+//! | `postgres` | `postgres`   | PostgreSQL via sqlx |
+//! | `redis`    | `redis`      | Redis via Lua scripts |
+//! | `full`     | all of them  | |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+//! use std::time::Duration;
+//! use tenure::memory::MemoryStore;
+//! use tenure::{Admission, AdmitRequest, LeaseStore, StatusChange, Transition};
+//!
+//! let store = MemoryStore::new();
+//! let request = AdmitRequest::new("invoice-run-42", "worker-a")
+//!     .scope("account:42")
+//!     .ttl(Duration::from_secs(30));
+//! let Admission::Admitted { record, .. } = store.admit(&request).await? else {
+//!     return Ok(()); // someone else holds account:42
+//! };
+//! let claim = record.claim().expect("an admitted record has an owner");
+//! store.renew(&claim, Duration::from_secs(30)).await?;
+//! let done = store.transition(&claim, &StatusChange::succeeded()).await?;
+//! assert!(matches!(done, Transition::Applied(_)));
+//! # Ok(()) }
+//! ```
+
+pub use lease_core::*;
+
+/// The in-memory backend.
+#[cfg(feature = "memory")]
+pub use backend_memory as memory;
+
+/// The SQLite backend.
+#[cfg(feature = "sqlite")]
+pub use backend_sqlite as sqlite;
+
+/// The PostgreSQL backend.
+#[cfg(feature = "postgres")]
+pub use backend_postgres as postgres;
+
+/// The Redis backend.
+#[cfg(feature = "redis")]
+pub use backend_redis as redis;

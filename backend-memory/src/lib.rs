@@ -254,7 +254,7 @@ impl LeaseStore for MemoryStore {
             .filter(|record| record.scopes.contains(scope))
             .cloned()
             .collect();
-        records.sort_by(|a, b| rules::newest_first(a).cmp(&rules::newest_first(b)));
+        records.sort_by_key(rules::newest_first);
         Ok(records)
     }
 

@@ -30,12 +30,14 @@ pub fn from_micros(micros: i64) -> Option<Timestamp> {
     DateTime::from_timestamp_micros(micros)
 }
 
-/// `instant + duration`, saturating at chrono's maximum instant.
+/// `instant + duration` truncated to microseconds (the precision every store
+/// keeps), saturating at chrono's maximum instant.
 pub fn add(instant: Timestamp, duration: Duration) -> Timestamp {
-    chrono::Duration::from_std(duration)
+    let sum = chrono::Duration::from_std(duration)
         .ok()
         .and_then(|d| instant.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    truncate_to_micros(sum)
 }
 
 /// `later - earlier` as a [`Duration`], zero when `later` is not later.
@@ -82,7 +84,7 @@ impl ManualClock {
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
-        *now = truncate_to_micros(add(*now, by));
+        *now = add(*now, by);
     }
 
     /// Sets the clock to `instant`, if that is later than its current time.
@@ -130,6 +132,6 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now(&self) -> Timestamp {
-        truncate_to_micros(add(self.base, self.start.elapsed()))
+        add(self.base, self.start.elapsed())
     }
 }

@@ -119,6 +119,7 @@ pub enum TransitionRejection {
 }
 
 /// The answer of [`transition`](crate::LeaseStore::transition).
+#[allow(clippy::large_enum_variant)] // see `Takeover`
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Transition {
@@ -156,6 +157,9 @@ pub enum NotTakenReason {
 }
 
 /// The answer of [`claim_for_takeover`](crate::LeaseStore::claim_for_takeover).
+// Answered once per call and matched at once: boxing the record would cost an
+// allocation per takeover and clumsier patterns for no gain.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Takeover {

@@ -90,6 +90,7 @@ pub fn judge_takeover(
 }
 
 /// What `admit` must do, decided before anything is written.
+#[allow(clippy::large_enum_variant)] // short-lived, matched at once
 #[derive(Debug, Clone, PartialEq)]
 pub enum AdmissionPlan {
     /// Answer `Conflict` with this holder; write nothing.

@@ -1,77 +1,811 @@
-//! Conformance cases: listing.
+//! Conformance cases: the read side (`list_expired`, `get`, `list_by_scope`,
+//! `list_active`), `purge`, and what must survive a trip through any store
+//! unchanged: timestamps, metadata, ids and scopes (SPEC §1, §2, §6.7).
+//!
+//! Every case must also hold on a store whose clock only moves in real time,
+//! so leases are crossed with [`SHORT_TTL`] and waits stay in the hundreds of
+//! milliseconds; records meant to have distinct creation times are admitted a
+//! few milliseconds of store time apart.
+
+use std::time::Duration;
+
+use chrono::{FixedOffset, TimeZone, Timelike, Utc};
+use lease_core::{
+    clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
+    StatusChange, TakeoverRequest, Timestamp,
+};
+use serde_json::json;
+
+use super::util::{
+    admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, snapshot, take_over,
+    LONG_GRACE, LONG_TTL, SHORT_TTL,
+};
 use crate::harness::{CaseResult, Ctx, Failure};
-use lease_core::LeaseStore;
+use crate::{ensure, ensure_eq};
 
-/// TODO: describe.
+/// Store time between admissions that must have distinct creation times.
+const TICK: Duration = Duration::from_millis(3);
+
+/// The ids `list_expired` answers for `query`, in order; fails the case when
+/// the scan skipped anything (every record here is well-formed).
+async fn expired_ids<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    query: ExpiredQuery,
+) -> Result<Vec<String>, Failure> {
+    let scan = ctx.store.list_expired(&query).await?;
+    ensure!(
+        scan.skipped.is_empty(),
+        "no record is undecodable, yet {:?} were skipped",
+        scan.skipped
+    );
+    Ok(scan.records.into_iter().map(|record| record.id).collect())
+}
+
+/// The ids of `records`, in order.
+fn ids_of(records: &[LeaseRecord]) -> Vec<&str> {
+    records.iter().map(|record| record.id.as_str()).collect()
+}
+
+/// Fails the case unless every record in `records` reads back equal by `get`.
+async fn ensure_read_back<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    records: &[LeaseRecord],
+    source: &str,
+) -> CaseResult {
+    for record in records {
+        ensure_eq!(
+            get(ctx, &record.id).await?,
+            *record,
+            "{source} answers the record as get reads it"
+        );
+    }
+    Ok(())
+}
+
+/// A lease is listed once it ended at least `grace` ago: expired beyond the
+/// grace is listed, expired within it is not, a valid lease never is.
 pub async fn list_expired_respects_grace<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    const GRACE: Duration = Duration::from_millis(200);
+    let long_ago = admit(
+        &ctx,
+        AdmitRequest::new("expired-long-ago", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    // Past expiry + grace with room to spare, so a real clock cannot make the
+    // second lease's grace run out too before the scan.
+    expire(&ctx, &long_ago, GRACE + GRACE / 2).await?;
+    let just_now = admit(
+        &ctx,
+        AdmitRequest::new("expired-just-now", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    admit(&ctx, AdmitRequest::new("valid", "worker-a").ttl(LONG_TTL)).await?;
+    expire(&ctx, &just_now, Duration::ZERO).await?;
+
+    ensure_eq!(
+        expired_ids(&ctx, ExpiredQuery::new(GRACE)).await?,
+        vec!["expired-long-ago"],
+        "only the lease that ended more than the grace ago is listed"
+    );
+    ensure_eq!(
+        expired_ids(&ctx, ExpiredQuery::new(Duration::ZERO)).await?,
+        vec!["expired-long-ago", "expired-just-now"],
+        "with no grace both ended leases are listed, earliest expiry first"
+    );
+    ensure_eq!(
+        expired_ids(&ctx, ExpiredQuery::new(LONG_GRACE)).await?,
+        Vec::<&str>::new(),
+        "within a long grace no lease counts as expired"
+    );
+    Ok(())
 }
 
-/// TODO: describe.
+/// A record with no lease is always reclaimable: listed whatever the grace,
+/// pending or running, while a valid lease is not.
 pub async fn list_expired_includes_no_lease<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    admit(&ctx, AdmitRequest::new("no-lease-pending", "worker-a")).await?;
+    let running = admit(&ctx, AdmitRequest::new("no-lease-running", "worker-b")).await?;
+    apply_transition(&ctx, &claim_of(&running)?, &StatusChange::running()).await?;
+    admit(&ctx, AdmitRequest::new("valid", "worker-a").ttl(LONG_TTL)).await?;
+
+    for grace in [Duration::ZERO, LONG_GRACE, lease_core::validate::MAX_GRACE] {
+        let scan = ctx.store.list_expired(&ExpiredQuery::new(grace)).await?;
+        ensure_eq!(
+            ids_of(&scan.records),
+            vec!["no-lease-pending", "no-lease-running"],
+            "records without a lease are listed with a grace of {grace:?}"
+        );
+        ensure_read_back(&ctx, &scan.records, "list_expired").await?;
+    }
+    Ok(())
 }
 
-/// TODO: describe.
+/// `created_before` is an inclusive cut-off compared as instants at
+/// microsecond precision, whatever its text form would be (whole seconds,
+/// another offset, a five-digit year).
 pub async fn list_expired_created_before_is_a_timestamp<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let mut records = Vec::new();
+    for id in ["created-1", "created-2", "created-3"] {
+        if !records.is_empty() {
+            ctx.advance(TICK).await?;
+        }
+        // No lease: listed at any grace, so only the cut-off decides.
+        records.push(admit(&ctx, AdmitRequest::new(id, "worker-a")).await?);
+    }
+    let [first, second, third] = [&records[0], &records[1], &records[2]];
+    ensure!(
+        first.created_at < second.created_at && second.created_at < third.created_at,
+        "records admitted apart in store time have increasing created_at"
+    );
+    let micro = chrono::Duration::microseconds(1);
+    let listed_until = |cutoff: Timestamp| {
+        let ctx = ctx.clone();
+        async move {
+            expired_ids(
+                &ctx,
+                ExpiredQuery::new(Duration::ZERO).created_before(cutoff),
+            )
+            .await
+        }
+    };
+
+    ensure_eq!(
+        listed_until(second.created_at).await?,
+        vec!["created-1", "created-2"],
+        "the cut-off is inclusive"
+    );
+    ensure_eq!(
+        listed_until(second.created_at - micro).await?,
+        vec!["created-1"],
+        "one microsecond before a creation excludes it"
+    );
+    ensure_eq!(
+        listed_until(second.created_at + micro).await?,
+        vec!["created-1", "created-2"],
+        "one microsecond after a creation includes it"
+    );
+    ensure_eq!(
+        listed_until(first.created_at - micro).await?,
+        Vec::<&str>::new(),
+        "a cut-off before every creation lists nothing"
+    );
+    ensure_eq!(
+        listed_until(third.created_at).await?,
+        vec!["created-1", "created-2", "created-3"],
+        "a cut-off at the last creation lists all"
+    );
+
+    // The same instants written at other offsets: as text they sort after
+    // (+05:30) or before (-09:00) the UTC creation times.
+    let east = FixedOffset::east_opt(5 * 3600 + 30 * 60)
+        .ok_or_else(|| Failure("+05:30 is a valid offset".into()))?;
+    let west = FixedOffset::west_opt(9 * 3600)
+        .ok_or_else(|| Failure("-09:00 is a valid offset".into()))?;
+    let in_east = second.created_at.with_timezone(&east);
+    let in_west = (second.created_at - micro).with_timezone(&west);
+    ensure_eq!(
+        listed_until(in_east.with_timezone(&Utc)).await?,
+        vec!["created-1", "created-2"],
+        "the cut-off {in_east} is the instant of created-2"
+    );
+    ensure_eq!(
+        listed_until(in_west.with_timezone(&Utc)).await?,
+        vec!["created-1"],
+        "the cut-off {in_west} is just before created-2"
+    );
+
+    // A whole second prints without a fraction ("…:56Z"), which sorts after
+    // "…:56.123456Z" as text though it is earlier in time.
+    let whole_second = second
+        .created_at
+        .with_nanosecond(0)
+        .ok_or_else(|| Failure("zero nanoseconds is valid".into()))?;
+    let expected: Vec<&str> = records
+        .iter()
+        .filter(|record| record.created_at <= whole_second)
+        .map(|record| record.id.as_str())
+        .collect();
+    ensure!(
+        whole_second == second.created_at || !expected.contains(&"created-2"),
+        "created-2 is after its whole second"
+    );
+    ensure_eq!(
+        listed_until(whole_second).await?,
+        expected,
+        "a cut-off on the whole second {whole_second} compares as an instant"
+    );
+
+    // Year 10000 prints as "+10000-…", which sorts before "2…" as text.
+    let far_future = Utc
+        .with_ymd_and_hms(10_000, 1, 1, 0, 0, 0)
+        .single()
+        .ok_or_else(|| Failure("year 10000 is a valid instant".into()))?;
+    ensure_eq!(
+        listed_until(far_future).await?,
+        vec!["created-1", "created-2", "created-3"],
+        "a cut-off in year 10000 is after every creation"
+    );
+    Ok(())
 }
 
-/// TODO: describe.
+/// `limit` is honoured after ordering: records with no lease first, then by
+/// expiry, then by id, whatever the order of creation or of ids.
 pub async fn list_expired_limit_and_order<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    // Ids, creation order and expiry order all disagree.
+    let requests = [
+        AdmitRequest::new("z-no-lease", "worker-a"),
+        AdmitRequest::new("a-slowest", "worker-a").ttl(SHORT_TTL * 3),
+        AdmitRequest::new("b-fastest", "worker-a").ttl(SHORT_TTL),
+        AdmitRequest::new("c-middle", "worker-a").ttl(SHORT_TTL * 2),
+        AdmitRequest::new("y-no-lease", "worker-a"),
+    ];
+    let mut expected = Vec::new();
+    for request in requests {
+        expected.push(admit(&ctx, request).await?);
+    }
+    admit(&ctx, AdmitRequest::new("valid", "worker-a").ttl(LONG_TTL)).await?;
+    let last_expiry = expected
+        .iter()
+        .filter_map(|record| record.lease_expires_at)
+        .max()
+        .ok_or_else(|| Failure("some records have a lease".into()))?;
+    ctx.advance_past(last_expiry).await?;
+
+    expected.sort_by(|a, b| (a.lease_expires_at, &a.id).cmp(&(b.lease_expires_at, &b.id)));
+    let expected = ids_of(&expected);
+    ensure_eq!(
+        expected[..2],
+        ["y-no-lease", "z-no-lease"],
+        "records without a lease sort first, by id"
+    );
+    for limit in [
+        1,
+        2,
+        3,
+        expected.len(),
+        lease_core::validate::MAX_LIST_LIMIT,
+    ] {
+        let listed = expired_ids(&ctx, ExpiredQuery::new(Duration::ZERO).limit(limit)).await?;
+        ensure_eq!(
+            listed,
+            expected[..limit.min(expected.len())],
+            "the first {limit} in (no lease, expiry, id) order"
+        );
+    }
+    Ok(())
 }
 
-/// TODO: describe.
+/// Only active records are listed: terminal and interrupted ones never are,
+/// however long ago their lease ended or if they never had one.
 pub async fn list_expired_excludes_inactive<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let succeeded = admit(&ctx, AdmitRequest::new("succeeded", "worker-a")).await?;
+    apply_transition(&ctx, &claim_of(&succeeded)?, &StatusChange::succeeded()).await?;
+    let failed = admit(&ctx, AdmitRequest::new("failed", "worker-a")).await?;
+    apply_transition(&ctx, &claim_of(&failed)?, &StatusChange::failed("boom")).await?;
+    let stopped = admit(&ctx, AdmitRequest::new("interrupted-by-owner", "worker-a")).await?;
+    let claim = claim_of(&stopped)?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("interrupted-by-admission", "worker-a").scope("thread:1"),
+    )
+    .await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("interrupter", "worker-b")
+            .scope("thread:1")
+            .ttl(LONG_TTL)
+            .strategy(AdmitStrategy::Interrupt),
+    )
+    .await?;
+    let finished_early = admit(
+        &ctx,
+        AdmitRequest::new("finished-then-expired", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    apply_transition(
+        &ctx,
+        &claim_of(&finished_early)?,
+        &StatusChange::succeeded(),
+    )
+    .await?;
+    let orphan = admit(
+        &ctx,
+        AdmitRequest::new("taken-and-failed", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    admit(&ctx, AdmitRequest::new("still-active", "worker-a")).await?;
+    expire(&ctx, &orphan, Duration::ZERO).await?;
+    take_over(
+        &ctx,
+        &TakeoverRequest::fail("taken-and-failed", "reaper", "lease expired"),
+    )
+    .await?;
+    ensure_eq!(
+        get(&ctx, "interrupted-by-admission").await?.status,
+        Status::Interrupted
+    );
+
+    for grace in [Duration::ZERO, LONG_GRACE] {
+        ensure_eq!(
+            expired_ids(&ctx, ExpiredQuery::new(grace)).await?,
+            vec!["still-active"],
+            "only the active record is listed with a grace of {grace:?}"
+        );
+    }
+    Ok(())
 }
 
-/// TODO: describe.
+/// `list_by_scope` answers every record naming the scope, finished and
+/// interrupted ones included, newest first (ties: greater fence first).
 pub async fn list_by_scope_newest_first_with_finished<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let first = admit(&ctx, AdmitRequest::new("first", "worker-a").scope("shared")).await?;
+    apply_transition(&ctx, &claim_of(&first)?, &StatusChange::succeeded()).await?;
+    ctx.advance(TICK).await?;
+    let second = admit(
+        &ctx,
+        AdmitRequest::new("second", "worker-a").scopes(["shared", "other"]),
+    )
+    .await?;
+    apply_transition(&ctx, &claim_of(&second)?, &StatusChange::failed("boom")).await?;
+    ctx.advance(TICK).await?;
+    let third = admit(
+        &ctx,
+        AdmitRequest::new("third", "worker-a")
+            .scope("shared")
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    apply_transition(&ctx, &claim_of(&third)?, &StatusChange::running()).await?;
+    ctx.advance(TICK).await?;
+    // Two admissions with no pause: on a clock that did not move they share
+    // a creation time, and the greater fence (the later one) comes first.
+    for id in ["fourth", "fifth"] {
+        admit(
+            &ctx,
+            AdmitRequest::new(id, "worker-a")
+                .scope("shared")
+                .ttl(LONG_TTL)
+                .strategy(AdmitStrategy::Interrupt),
+        )
+        .await?;
+    }
+    admit(
+        &ctx,
+        AdmitRequest::new("unrelated", "worker-a").scope("elsewhere"),
+    )
+    .await?;
+
+    let shared = ctx.store.list_by_scope("shared").await?;
+    ensure_eq!(
+        ids_of(&shared),
+        vec!["fifth", "fourth", "third", "second", "first"],
+        "newest first, finished and interrupted records included"
+    );
+    ensure_read_back(&ctx, &shared, "list_by_scope").await?;
+    ensure_eq!(
+        ids_of(&ctx.store.list_by_scope("other").await?),
+        vec!["second"],
+        "a finished record is still found by each scope it named"
+    );
+    ensure_eq!(
+        ctx.store.list_by_scope("nobody-named-this").await?,
+        Vec::<LeaseRecord>::new(),
+        "a scope nobody named lists nothing"
+    );
+    Ok(())
 }
 
-/// TODO: describe.
+/// `list_active` answers exactly the pending and running records (an expired
+/// lease is still active until taken), ordered by id.
 pub async fn list_active_only_active<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    admit(
+        &ctx,
+        AdmitRequest::new("m-pending", "worker-a").ttl(LONG_TTL),
+    )
+    .await?;
+    let running = admit(
+        &ctx,
+        AdmitRequest::new("c-running", "worker-a").ttl(LONG_TTL),
+    )
+    .await?;
+    apply_transition(&ctx, &claim_of(&running)?, &StatusChange::running()).await?;
+    let succeeded = admit(&ctx, AdmitRequest::new("x-succeeded", "worker-a")).await?;
+    apply_transition(&ctx, &claim_of(&succeeded)?, &StatusChange::succeeded()).await?;
+    let failed = admit(&ctx, AdmitRequest::new("a-failed", "worker-a")).await?;
+    apply_transition(&ctx, &claim_of(&failed)?, &StatusChange::failed("boom")).await?;
+    let stopped = admit(&ctx, AdmitRequest::new("k-interrupted", "worker-a")).await?;
+    let claim = claim_of(&stopped)?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+    let expired = admit(
+        &ctx,
+        AdmitRequest::new("b-pending-expired", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    admit(&ctx, AdmitRequest::new("z-no-lease", "worker-b")).await?;
+    expire(&ctx, &expired, Duration::ZERO).await?;
+
+    let active = ctx.store.list_active().await?;
+    ensure_eq!(
+        ids_of(&active),
+        vec!["b-pending-expired", "c-running", "m-pending", "z-no-lease"],
+        "pending and running records only, by id"
+    );
+    ensure_read_back(&ctx, &active, "list_active").await?;
+    Ok(())
 }
 
-/// TODO: describe.
+/// `purge` deletes terminal records last updated at least the retention ago
+/// and counts them; younger terminal, active and interrupted records stay.
 pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    const RETENTION: Duration = Duration::from_millis(200);
+    let old_succeeded = admit(
+        &ctx,
+        AdmitRequest::new("old-succeeded", "worker-a").scope("purged-scope"),
+    )
+    .await?;
+    apply_transition(&ctx, &claim_of(&old_succeeded)?, &StatusChange::succeeded()).await?;
+    let old_failed = admit(&ctx, AdmitRequest::new("old-failed", "worker-a")).await?;
+    let old_failed =
+        apply_transition(&ctx, &claim_of(&old_failed)?, &StatusChange::failed("boom")).await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("old-active", "worker-a").scope("kept-scope"),
+    )
+    .await?;
+    let stopped = admit(&ctx, AdmitRequest::new("old-interrupted", "worker-a")).await?;
+    let claim = claim_of(&stopped)?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+    ctx.advance_past(clock::add(old_failed.updated_at, RETENTION))
+        .await?;
+    let young = admit(&ctx, AdmitRequest::new("young-succeeded", "worker-a")).await?;
+    apply_transition(&ctx, &claim_of(&young)?, &StatusChange::succeeded()).await?;
+    let kept = ["young-succeeded", "old-active", "old-interrupted"];
+    let before = snapshot(&ctx, &kept).await?;
+
+    ensure_eq!(
+        ctx.store.purge(RETENTION).await?,
+        2,
+        "both old terminal records are purged"
+    );
+    for id in ["old-succeeded", "old-failed"] {
+        ensure_eq!(ctx.store.get(id).await?, None, "{id} was purged");
+    }
+    ensure_eq!(
+        ctx.store.list_by_scope("purged-scope").await?,
+        Vec::<LeaseRecord>::new(),
+        "a purged record is gone from its scope"
+    );
+    ensure_eq!(
+        snapshot(&ctx, &kept).await?,
+        before,
+        "young terminal, active and interrupted records are untouched"
+    );
+    ensure_eq!(
+        ctx.store.purge(RETENTION).await?,
+        0,
+        "a second purge finds nothing more"
+    );
+    ensure_eq!(
+        ctx.store.purge(Duration::ZERO).await?,
+        1,
+        "with no retention every terminal record goes"
+    );
+    ensure_eq!(ctx.store.get("young-succeeded").await?, None);
+    ensure_eq!(
+        ids_of(&ctx.store.list_active().await?),
+        vec!["old-active"],
+        "purge never touches active records"
+    );
+    ensure_eq!(
+        get(&ctx, "old-interrupted").await?.status,
+        Status::Interrupted,
+        "purge never touches interrupted records"
+    );
+    Ok(())
 }
 
-/// TODO: describe.
+/// Fails the case unless every timestamp of `record` is a whole microsecond.
+fn ensure_whole_micros(record: &LeaseRecord, source: &str) -> CaseResult {
+    let stamps = [
+        ("created_at", Some(record.created_at)),
+        ("updated_at", Some(record.updated_at)),
+        ("lease_expires_at", record.lease_expires_at),
+    ];
+    for (field, stamp) in stamps {
+        if let Some(stamp) = stamp {
+            ensure_eq!(
+                stamp.nanosecond() % 1_000,
+                0,
+                "{field} {stamp} of {:?} from {source} has sub-microsecond digits",
+                record.id
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Timestamps in every answer (admit, renew, transition, takeover) are whole
+/// microseconds and equal what `get` reads back, even for a ttl with
+/// sub-microsecond digits.
 pub async fn timestamps_round_trip_at_microseconds<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let ttl = LONG_TTL + Duration::from_nanos(1_999);
+    let now = ctx.store.now().await?;
+    ensure_eq!(
+        now.nanosecond() % 1_000,
+        0,
+        "now() {now} is whole microseconds"
+    );
+
+    let admitted = admit(
+        &ctx,
+        AdmitRequest::new("stamped", "worker-a")
+            .scope("stamp")
+            .ttl(ttl),
+    )
+    .await?;
+    ensure_whole_micros(&admitted, "admit")?;
+    ensure_eq!(
+        get(&ctx, "stamped").await?,
+        admitted,
+        "get reads the admitted record"
+    );
+    let claim = claim_of(&admitted)?;
+
+    ctx.advance(TICK).await?;
+    let outcome = ctx.store.renew(&claim, ttl).await?;
+    let Renewal::Renewed { expires_at } = outcome else {
+        return Err(Failure(format!("a fresh claim renews, got {outcome:?}")));
+    };
+    ensure_eq!(
+        expires_at.nanosecond() % 1_000,
+        0,
+        "renewed expiry {expires_at} is whole microseconds"
+    );
+    let renewed = get(&ctx, "stamped").await?;
+    ensure_whole_micros(&renewed, "get after renew")?;
+    ensure_eq!(
+        renewed.lease_expires_at,
+        Some(expires_at),
+        "get reads the renewed expiry"
+    );
+
+    ctx.advance(TICK).await?;
+    let running = apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    ensure_whole_micros(&running, "transition")?;
+
+    admit(
+        &ctx,
+        AdmitRequest::new("unleased", "worker-a").scope("stamp-2"),
+    )
+    .await?;
+    ctx.advance(TICK).await?;
+    let adopted = take_over(
+        &ctx,
+        &TakeoverRequest::adopt("unleased", "worker-b", Some(ttl)),
+    )
+    .await?;
+    ensure_whole_micros(&adopted, "claim_for_takeover")?;
+
+    for record in ctx.store.list_active().await? {
+        ensure_whole_micros(&record, "list_active")?;
+        ensure_eq!(
+            get(&ctx, &record.id).await?,
+            record,
+            "list_active reads as get"
+        );
+    }
+    for record in ctx.store.list_by_scope("stamp").await? {
+        ensure_eq!(
+            get(&ctx, &record.id).await?,
+            record,
+            "list_by_scope reads as get"
+        );
+    }
+    Ok(())
 }
 
-/// TODO: describe.
+/// Metadata is opaque: nested objects, arrays, unicode, extreme integers,
+/// floats, booleans, null and empty containers read back equal everywhere.
 pub async fn metadata_round_trips<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let metadata = json!({
+        "nested": { "deeper": { "deepest": [1, { "x": "y" }, []] } },
+        "array": [1, "two", 3.5, null, true, { "k": "v" }, [[]]],
+        "unicode": "héllo wörld, Привет, 你好, 🦀🚀",
+        "ключ 🔑": "unicode key",
+        "": "empty key",
+        "escapes": "quote \" backslash \\ slash / tab \t newline \n bell \u{7}",
+        "max_u64": u64::MAX,
+        "min_i64": i64::MIN,
+        "negative": -42,
+        "zero": 0,
+        "float": 0.1,
+        "negative_float": -2.5e-8,
+        "huge_float": 1.5e300,
+        "true": true,
+        "false": false,
+        "null": null,
+        "empty_object": {},
+        "empty_array": [],
+        "empty_string": "",
+    });
+    let serde_json::Value::Object(expected) = metadata.clone() else {
+        return Err(Failure("the metadata literal is an object".into()));
+    };
+    let admitted = admit(
+        &ctx,
+        AdmitRequest::new("rich", "worker-a")
+            .scope("meta")
+            .ttl(LONG_TTL)
+            .metadata(metadata),
+    )
+    .await?;
+    ensure_eq!(
+        admitted.metadata,
+        expected,
+        "admit answers the metadata as given"
+    );
+    ensure_eq!(
+        get(&ctx, "rich").await?.metadata,
+        expected,
+        "get reads it back"
+    );
+    let by_scope = ctx.store.list_by_scope("meta").await?;
+    ensure_eq!(
+        by_scope.first().map(|record| &record.metadata),
+        Some(&expected),
+        "list_by_scope reads it back"
+    );
+    let running = apply_transition(&ctx, &claim_of(&admitted)?, &StatusChange::running()).await?;
+    ensure_eq!(
+        running.metadata,
+        expected,
+        "a status write leaves metadata alone"
+    );
+
+    let empty = admit(
+        &ctx,
+        AdmitRequest::new("bare", "worker-a").metadata(json!({})),
+    )
+    .await?;
+    ensure!(
+        empty.metadata.is_empty(),
+        "empty metadata is an empty object"
+    );
+    ensure_eq!(get(&ctx, "bare").await?, empty, "empty metadata reads back");
+    Ok(())
 }
 
-/// TODO: describe.
+/// Ids and scopes that break naive key, pattern or query schemes, with pairs
+/// built to collide (`"a:b"+"c"` vs `"a"+"b:c"`), each `(id, scopes)`.
+const TRICKY_RECORDS: &[(&str, &[&str])] = &[
+    ("a:b", &["c"]),
+    ("a", &["b:c"]),
+    ("x{y}", &["x"]),
+    ("x", &["x{y}", "{x}"]),
+    ("%", &["%"]),
+    ("anything", &["anything", "any"]),
+    ("_", &["a_c"]),
+    ("abc", &["abc"]),
+    ("s*", &["s*"]),
+    ("start", &["start"]),
+    ("q?", &["q?"]),
+    ("qq", &["qq"]),
+    ("[ab]", &["[ab]"]),
+    ("plain", &["a", "b"]),
+    ("it's", &["it's"]),
+    ("say \"hi\"", &["say \"hi\""]),
+    ("x'; DROP TABLE leases; --", &["x'; DROP TABLE leases; --"]),
+    ("back\\slash", &["back\\slash", "back\\\\slash"]),
+    ("ключ ünïcödé 🦀", &["ключ 🦀"]),
+    ("with space", &["with space"]),
+    ("trailing ", &["trailing "]),
+    ("trailing", &["trailing"]),
+    ("Case", &["Case"]),
+    ("case", &["case"]),
+    ("caf\u{e9}", &["caf\u{e9}"]),
+    ("cafe\u{301}", &["cafe\u{301}"]),
+];
+
+/// Tricky ids and scopes are kept verbatim and never collide: each reads back
+/// as given, each scope lists exactly its record, and holding one never
+/// blocks another.
 pub async fn verbatim_ids_and_scopes_never_collide<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let _ = ctx;
-    Err(Failure("not written yet".into()))
+    let longest_id = "i".repeat(lease_core::validate::MAX_NAME_BYTES);
+    let longest_scope = "s".repeat(lease_core::validate::MAX_NAME_BYTES);
+    let records: Vec<(&str, Vec<&str>)> = TRICKY_RECORDS
+        .iter()
+        .map(|(id, scopes)| (*id, scopes.to_vec()))
+        .chain([(longest_id.as_str(), vec![longest_scope.as_str()])])
+        .collect();
+
+    // Every scope is distinct, so a Reject admission of each succeeds only if
+    // no other record's scope is mistaken for its own.
+    let mut admitted = Vec::new();
+    for (id, scopes) in &records {
+        let record = admit(
+            &ctx,
+            AdmitRequest::new(*id, "worker-a")
+                .scopes(scopes.iter().copied())
+                .ttl(LONG_TTL),
+        )
+        .await?;
+        ensure_eq!(record.id, *id, "admit answers the id verbatim");
+        ensure_eq!(
+            record.scopes.iter().map(String::as_str).collect::<Vec<_>>(),
+            {
+                let mut sorted = scopes.clone();
+                sorted.sort_unstable();
+                sorted
+            },
+            "admit answers the scopes of {id:?} verbatim"
+        );
+        admitted.push(record);
+    }
+    for record in &admitted {
+        ensure_eq!(
+            get(&ctx, &record.id).await?,
+            *record,
+            "get reads {:?} verbatim",
+            record.id
+        );
+        for scope in &record.scopes {
+            ensure_eq!(
+                ids_of(&ctx.store.list_by_scope(scope).await?),
+                vec![record.id.as_str()],
+                "scope {scope:?} lists exactly its own record"
+            );
+        }
+    }
+    let mut all_ids: Vec<&str> = records.iter().map(|(id, _)| *id).collect();
+    all_ids.sort_unstable();
+    ensure_eq!(
+        ids_of(&ctx.store.list_active().await?),
+        all_ids,
+        "list_active finds every record once"
+    );
+
+    // Contention lands on exactly the right holder.
+    for (scope, holder) in [("%", "%"), ("b:c", "a"), ("x{y}", "x"), ("a_c", "_")] {
+        ensure_scope_held_by(&ctx, scope, holder).await?;
+    }
+    // Finishing one record frees its scope and nothing that looks like it.
+    apply_transition(&ctx, &claim_of(&admitted[0])?, &StatusChange::succeeded()).await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("a:b-again", "worker-b")
+            .scope("c")
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    ensure_scope_held_by(&ctx, "b:c", "a").await?;
+    ensure_eq!(
+        get(&ctx, "a").await?.status,
+        Status::Pending,
+        "finishing \"a:b\" leaves \"a\" alone"
+    );
+    match ctx
+        .store
+        .admit(&AdmitRequest::new("a:b", "worker-b").scope("fresh"))
+        .await
+    {
+        Err(error) if error.kind() == lease_core::ErrorKind::AlreadyExists => {}
+        other => {
+            return Err(Failure(format!(
+                "re-admitting the id \"a:b\" is AlreadyExists, got {other:?}"
+            )))
+        }
+    }
+    Ok(())
 }

@@ -67,3 +67,130 @@ pub async fn expire<S: LeaseStore>(
     ctx.advance_past(lease_core::clock::add(expires, grace))
         .await
 }
+
+/// Renews `claim` for `ttl`, failing the case unless it is `Renewed` with an
+/// expiry of store `now + ttl` (between the clock reads just before and just
+/// after) that `get` then reads back; answers that expiry.
+pub async fn renew_confirmed<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    claim: &Claim,
+    ttl: Duration,
+) -> Result<lease_core::Timestamp, Failure> {
+    let before = ctx.store.now().await?;
+    let outcome = ctx.store.renew(claim, ttl).await?;
+    let after = ctx.store.now().await?;
+    let lease_core::Renewal::Renewed { expires_at } = outcome else {
+        return Err(Failure(format!(
+            "expected {claim:?} to be renewed, got {outcome:?}"
+        )));
+    };
+    crate::ensure!(
+        lease_core::clock::add(before, ttl) <= expires_at
+            && expires_at <= lease_core::clock::add(after, ttl),
+        "renewed expiry {expires_at} is not store now + {ttl:?} (now was {before} .. {after})"
+    );
+    crate::ensure_eq!(
+        get(ctx, &claim.id).await?.lease_expires_at,
+        Some(expires_at),
+        "get reads the expiry renew answered"
+    );
+    Ok(expires_at)
+}
+
+/// Renews `claim`, failing the case unless it is `Lost(reason)` and the
+/// record (or its absence) reads the same before and after.
+pub async fn expect_lost<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    claim: &Claim,
+    reason: lease_core::LossReason,
+) -> Result<(), Failure> {
+    let before = snapshot(ctx, &[&claim.id]).await?;
+    let outcome = ctx.store.renew(claim, LONG_TTL).await?;
+    crate::ensure_eq!(
+        outcome,
+        lease_core::Renewal::Lost(reason),
+        "renewing {claim:?}"
+    );
+    crate::ensure_eq!(
+        snapshot(ctx, &[&claim.id]).await?,
+        before,
+        "a lost renewal changes nothing"
+    );
+    Ok(())
+}
+
+/// Writes `change` with `claim`, failing the case unless it is `Applied`
+/// with the record `get` then reads; answers that record.
+pub async fn apply_transition<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    claim: &Claim,
+    change: &lease_core::StatusChange,
+) -> Result<LeaseRecord, Failure> {
+    match ctx.store.transition(claim, change).await? {
+        lease_core::Transition::Applied(record) => {
+            crate::ensure_eq!(
+                get(ctx, &claim.id).await?,
+                record,
+                "get reads the record transition answered"
+            );
+            Ok(record)
+        }
+        other => Err(Failure(format!(
+            "expected {change:?} with {claim:?} to be applied, got {other:?}"
+        ))),
+    }
+}
+
+/// Claims a record for takeover, failing the case unless it is `Taken` with
+/// the record `get` then reads; answers that record.
+pub async fn take_over<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    request: &lease_core::TakeoverRequest,
+) -> Result<LeaseRecord, Failure> {
+    match ctx.store.claim_for_takeover(request).await? {
+        lease_core::Takeover::Taken(record) => {
+            crate::ensure_eq!(
+                get(ctx, &request.id).await?,
+                record,
+                "get reads the record the takeover answered"
+            );
+            Ok(record)
+        }
+        other => Err(Failure(format!(
+            "expected {request:?} to be taken, got {other:?}"
+        ))),
+    }
+}
+
+/// Fails the case unless a `Reject` admission of a new record `probe_id` on
+/// `scopes` is admitted, i.e. no active record holds any of them.
+pub async fn ensure_scopes_free<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    probe_id: &str,
+    scopes: &[&str],
+) -> Result<(), Failure> {
+    admit(
+        ctx,
+        AdmitRequest::new(probe_id, "probe-worker")
+            .scopes(scopes.iter().copied())
+            .ttl(LONG_TTL),
+    )
+    .await
+    .map(drop)
+}
+
+/// Fails the case unless a `Reject` admission on `scope` conflicts with the
+/// record `holder_id`, i.e. that record still holds the scope.
+pub async fn ensure_scope_held_by<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    scope: &str,
+    holder_id: &str,
+) -> Result<(), Failure> {
+    let probe = AdmitRequest::new(format!("probe-of-{holder_id}"), "probe-worker").scope(scope);
+    match ctx.store.admit(&probe).await? {
+        Admission::Conflict { holder, .. } if holder.id == holder_id => Ok(()),
+        other => Err(Failure(format!(
+            "expected scope {scope:?} to be held by {holder_id:?}, admission answered {other:?}"
+        ))),
+    }
+}
