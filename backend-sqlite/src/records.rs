@@ -1,0 +1,241 @@
+//! Lease records to and from rows: decoding, and the statements that read
+//! and write single records inside an operation's transaction.
+//!
+//! A record is read with one statement: its `leases` row plus its scopes
+//! aggregated as a JSON array, so every read sees one consistent snapshot.
+//! Decoding never panics: a value written by hand (an unknown status, a
+//! timestamp that is not an integer) becomes an [`Undecodable`] naming the
+//! record and the column.
+
+use std::collections::BTreeSet;
+
+use lease_core::clock::{from_micros, to_micros};
+use lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
+use rusqlite::types::FromSql;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::error::map_sqlite_error;
+
+/// `SELECT` of whole records (table alias `l`), followed by the given
+/// clauses; columns in the order [`decode_record`] reads them.
+macro_rules! select_records {
+    ($($clause:expr),* $(,)?) => {
+        concat!(
+            "SELECT l.id, l.kind, l.status, l.owner, l.fence, l.lease_expires_at, \
+             l.created_at, l.updated_at, l.error, l.stop_reason, l.metadata, \
+             (SELECT json_group_array(s.scope) FROM lease_scopes s WHERE s.lease_id = l.id) \
+             FROM leases l ",
+            $($clause),*
+        )
+    };
+}
+pub(crate) use select_records;
+
+/// The record with id `?1`.
+pub(crate) const LOAD: &str = select_records!("WHERE l.id = ?1");
+
+/// A stored record that could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Undecodable {
+    /// Its id, as far as it could be read.
+    pub(crate) id: String,
+    /// Which column was wrong, and how.
+    pub(crate) reason: String,
+}
+
+impl Undecodable {
+    /// The [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt) error of
+    /// an operation that needed this record.
+    pub(crate) fn into_error(self) -> Error {
+        Error::corrupt(format!(
+            "stored lease {:?} cannot be decoded ({}); it needs an operator's attention",
+            self.id, self.reason
+        ))
+    }
+}
+
+/// Decodes a row selected by [`select_records!`].
+pub(crate) fn decode_record(row: &Row<'_>) -> Result<LeaseRecord, Undecodable> {
+    decode_fields(row).map_err(|reason| Undecodable {
+        id: row
+            .get_ref(0)
+            .ok()
+            .and_then(|value| value.as_str().ok())
+            .unwrap_or("<unreadable id>")
+            .to_owned(),
+        reason,
+    })
+}
+
+fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
+    let status: String = column(row, 2, "status")?;
+    let fence: i64 = column(row, 4, "fence")?;
+    let metadata: String = column(row, 10, "metadata")?;
+    let scopes: String = column(row, 11, "scopes")?;
+    Ok(LeaseRecord {
+        id: column(row, 0, "id")?,
+        kind: column(row, 1, "kind")?,
+        status: status
+            .parse::<Status>()
+            .map_err(|error| format!("column status: {}", error.message()))?,
+        owner: column(row, 3, "owner")?,
+        fence: u64::try_from(fence).map_err(|_| format!("column fence: {fence} is negative"))?,
+        lease_expires_at: column::<Option<i64>>(row, 5, "lease_expires_at")?
+            .map(|micros| timestamp(micros, "lease_expires_at"))
+            .transpose()?,
+        created_at: timestamp(column(row, 6, "created_at")?, "created_at")?,
+        updated_at: timestamp(column(row, 7, "updated_at")?, "updated_at")?,
+        error: column(row, 8, "error")?,
+        stop_reason: column(row, 9, "stop_reason")?,
+        metadata: serde_json::from_str(&metadata)
+            .map_err(|error| format!("column metadata: not a JSON object: {error}"))?,
+        scopes: serde_json::from_str::<BTreeSet<String>>(&scopes)
+            .map_err(|error| format!("scopes: not a JSON array of strings: {error}"))?,
+    })
+}
+
+fn column<T: FromSql>(row: &Row<'_>, index: usize, name: &str) -> Result<T, String> {
+    row.get(index)
+        .map_err(|error| format!("column {name}: {error}"))
+}
+
+fn timestamp(micros: i64, name: &str) -> Result<Timestamp, String> {
+    from_micros(micros)
+        .ok_or_else(|| format!("column {name}: {micros} microseconds is out of range"))
+}
+
+fn fence_value(record: &LeaseRecord) -> Result<i64> {
+    i64::try_from(record.fence).map_err(|_| {
+        Error::corrupt(format!(
+            "fence {} of lease {:?} does not fit SQLite's integers",
+            record.fence, record.id
+        ))
+    })
+}
+
+fn metadata_text(record: &LeaseRecord) -> Result<String> {
+    serde_json::to_string(&record.metadata).map_err(|error| Error::invalid_input("metadata", error))
+}
+
+/// The record with this id, if any; [`ErrorKind::Corrupt`] when it cannot
+/// be decoded.
+///
+/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
+pub(crate) fn load(connection: &Connection, id: &str) -> Result<Option<LeaseRecord>> {
+    let mut statement = connection.prepare_cached(LOAD).map_err(map_sqlite_error)?;
+    statement
+        .query_row([id], |row| Ok(decode_record(row)))
+        .optional()
+        .map_err(map_sqlite_error)?
+        .transpose()
+        .map_err(Undecodable::into_error)
+}
+
+/// Whether a record with this id exists, decodable or not.
+pub(crate) fn exists(connection: &Connection, id: &str) -> Result<bool> {
+    let mut statement = connection
+        .prepare_cached("SELECT 1 FROM leases WHERE id = ?1")
+        .map_err(map_sqlite_error)?;
+    statement.exists([id]).map_err(map_sqlite_error)
+}
+
+/// The id of the active record holding `scope`, if any.
+pub(crate) fn holder_of(connection: &Connection, scope: &str) -> Result<Option<String>> {
+    let mut statement = connection
+        .prepare_cached("SELECT lease_id FROM held_scopes WHERE scope = ?1")
+        .map_err(map_sqlite_error)?;
+    statement
+        .query_row([scope], |row| row.get(0))
+        .optional()
+        .map_err(map_sqlite_error)
+}
+
+/// Draws the next value of the store-wide fence sequence.
+pub(crate) fn next_fence(connection: &Connection) -> Result<u64> {
+    let mut statement = connection
+        .prepare_cached(
+            "UPDATE fence_counter SET last_fence = last_fence + 1 WHERE singleton = 1 \
+             RETURNING last_fence",
+        )
+        .map_err(map_sqlite_error)?;
+    let fence: Option<i64> = statement
+        .query_row([], |row| row.get(0))
+        .optional()
+        .map_err(map_sqlite_error)?;
+    let fence = fence.ok_or_else(|| Error::corrupt("the fence counter row is missing"))?;
+    u64::try_from(fence)
+        .map_err(|_| Error::corrupt(format!("the fence counter holds {fence}, below zero")))
+}
+
+/// Inserts a new record with its scopes; an active one also takes them in
+/// `held_scopes`, whose primary key refuses a second active holder.
+pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()> {
+    let mut statement = connection
+        .prepare_cached(
+            "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, created_at, \
+             updated_at, error, stop_reason, metadata) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(map_sqlite_error)?;
+    statement
+        .execute(params![
+            record.id,
+            record.kind,
+            record.status.as_str(),
+            record.owner,
+            fence_value(record)?,
+            record.lease_expires_at.map(to_micros),
+            to_micros(record.created_at),
+            to_micros(record.updated_at),
+            record.error,
+            record.stop_reason,
+            metadata_text(record)?,
+        ])
+        .map_err(map_sqlite_error)?;
+    let mut named = connection
+        .prepare_cached("INSERT INTO lease_scopes (lease_id, scope) VALUES (?1, ?2)")
+        .map_err(map_sqlite_error)?;
+    let mut held = connection
+        .prepare_cached("INSERT INTO held_scopes (scope, lease_id) VALUES (?1, ?2)")
+        .map_err(map_sqlite_error)?;
+    for scope in &record.scopes {
+        named
+            .execute(params![record.id, scope])
+            .map_err(map_sqlite_error)?;
+        if record.is_active() {
+            held.execute(params![scope, record.id])
+                .map_err(map_sqlite_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes back every field an operation may change, and releases the
+/// record's scopes once it is no longer active.
+pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> {
+    let mut statement = connection
+        .prepare_cached(
+            "UPDATE leases SET status = ?2, owner = ?3, fence = ?4, lease_expires_at = ?5, \
+             updated_at = ?6, error = ?7, stop_reason = ?8 WHERE id = ?1",
+        )
+        .map_err(map_sqlite_error)?;
+    statement
+        .execute(params![
+            record.id,
+            record.status.as_str(),
+            record.owner,
+            fence_value(record)?,
+            record.lease_expires_at.map(to_micros),
+            to_micros(record.updated_at),
+            record.error,
+            record.stop_reason,
+        ])
+        .map_err(map_sqlite_error)?;
+    if !record.is_active() {
+        let mut release = connection
+            .prepare_cached("DELETE FROM held_scopes WHERE lease_id = ?1")
+            .map_err(map_sqlite_error)?;
+        release.execute([&record.id]).map_err(map_sqlite_error)?;
+    }
+    Ok(())
+}

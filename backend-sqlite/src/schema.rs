@@ -1,0 +1,171 @@
+//! Opening the file: connection settings and the versioned schema.
+//!
+//! The schema version lives in `PRAGMA user_version`. Opening creates the
+//! schema in an empty file and migrates an older one forward, inside one
+//! `BEGIN IMMEDIATE` transaction so that processes opening the same file at
+//! once never both create it. A file written by a newer version of this
+//! crate is refused ([`ErrorKind::Incompatible`]), never downgraded.
+
+use lease_core::{Error, ErrorKind, Result};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::config::SqliteConfig;
+use crate::error::map_sqlite_error;
+
+/// The schema version this crate writes and understands.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Statuses of records that no longer hold their scopes. Queries for active
+/// records say `status NOT IN (...)` with exactly this list, so SQLite can
+/// use the partial indexes below, and so rows with an unknown status (edited
+/// by hand) are still seen and reported as undecodable rather than ignored.
+macro_rules! finished_statuses {
+    () => {
+        "('interrupted', 'succeeded', 'failed')"
+    };
+}
+pub(crate) use finished_statuses;
+
+/// Version 1: the whole schema.
+///
+/// * `leases`: one row per record; timestamps are INTEGER microseconds since
+///   the Unix epoch, metadata is JSON text, status is its lower-case name.
+/// * `lease_scopes`: every (lease, scope) pair, kept until the record is
+///   purged, for `list_by_scope` and for reading a record's scopes.
+/// * `held_scopes`: one row per scope held by an active record, deleted when
+///   the record stops being active. Its primary key is the "one active
+///   record per scope" rule, enforced by SQLite itself.
+/// * `fence_counter`: the one-row store-wide fence sequence, never reset by
+///   purge.
+const SCHEMA_V1: &str = concat!(
+    "CREATE TABLE leases (
+        id TEXT PRIMARY KEY NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        owner TEXT,
+        fence INTEGER NOT NULL,
+        lease_expires_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        error TEXT,
+        stop_reason TEXT,
+        metadata TEXT NOT NULL
+    );
+    CREATE INDEX leases_unfinished_by_expiry ON leases (lease_expires_at, id)
+        WHERE status NOT IN ",
+    finished_statuses!(),
+    ";
+    CREATE INDEX leases_terminal_by_update ON leases (updated_at)
+        WHERE status IN ('succeeded', 'failed');
+    CREATE TABLE lease_scopes (
+        lease_id TEXT NOT NULL REFERENCES leases (id) ON DELETE CASCADE,
+        scope TEXT NOT NULL,
+        PRIMARY KEY (lease_id, scope)
+    ) WITHOUT ROWID;
+    CREATE INDEX lease_scopes_by_scope ON lease_scopes (scope, lease_id);
+    CREATE TABLE held_scopes (
+        scope TEXT PRIMARY KEY NOT NULL,
+        lease_id TEXT NOT NULL REFERENCES leases (id) ON DELETE CASCADE
+    ) WITHOUT ROWID;
+    CREATE INDEX held_scopes_by_lease ON held_scopes (lease_id);
+    CREATE TABLE fence_counter (
+        singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+        last_fence INTEGER NOT NULL
+    );
+    INSERT INTO fence_counter (singleton, last_fence) VALUES (1, 0);"
+);
+
+/// Statements that bring a file from version `index` to `index + 1`.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1];
+
+/// Opens (creating if needed) the file, applies the connection settings and
+/// brings the schema to [`SCHEMA_VERSION`].
+pub(crate) fn open(config: &SqliteConfig) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut connection = Connection::open_with_flags(&config.path, flags).map_err(|error| {
+        Error::new(
+            ErrorKind::Config,
+            format!("cannot open SQLite file {}", config.path.display()),
+        )
+        .with_source(error)
+    })?;
+    connection
+        .busy_timeout(config.busy_timeout)
+        .map_err(map_sqlite_error)?;
+    let journal_mode: String = connection
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(map_sqlite_error)?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "SQLite file {} cannot use write-ahead logging (journal mode stays {journal_mode:?}); \
+                 use a file on a local file system",
+                config.path.display()
+            ),
+        ));
+    }
+    connection
+        .pragma_update(None, "synchronous", config.durability.synchronous_pragma())
+        .map_err(map_sqlite_error)?;
+    connection
+        .pragma_update(None, "foreign_keys", "ON")
+        .map_err(map_sqlite_error)?;
+    connection.set_prepared_statement_cache_capacity(32);
+    migrate(&mut connection, config)?;
+    Ok(connection)
+}
+
+fn migrate(connection: &mut Connection, config: &SqliteConfig) -> Result<()> {
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(map_sqlite_error)?;
+    let on_disk: i64 = transaction
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(map_sqlite_error)?;
+    if on_disk > SCHEMA_VERSION {
+        return Err(Error::new(
+            ErrorKind::Incompatible,
+            format!(
+                "SQLite file {} has schema version {on_disk}, newer than the {SCHEMA_VERSION} \
+                 this version of tenure knows; upgrade tenure, or use another file",
+                config.path.display()
+            ),
+        ));
+    }
+    let start = usize::try_from(on_disk).map_err(|_| {
+        Error::new(
+            ErrorKind::Incompatible,
+            format!(
+                "SQLite file {} has a negative schema version {on_disk}; it is not a tenure store",
+                config.path.display()
+            ),
+        )
+    })?;
+    for (index, statements) in MIGRATIONS.iter().enumerate().skip(start) {
+        transaction.execute_batch(statements).map_err(|error| {
+            let mapped = map_sqlite_error(error);
+            if mapped.is_retryable() {
+                return mapped;
+            }
+            Error::new(
+                ErrorKind::Incompatible,
+                format!(
+                    "cannot bring SQLite file {} to schema version {} (does it belong to \
+                     another application?)",
+                    config.path.display(),
+                    index + 1
+                ),
+            )
+            .with_source(mapped)
+        })?;
+    }
+    if start < MIGRATIONS.len() {
+        transaction
+            .pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(map_sqlite_error)?;
+    }
+    transaction.commit().map_err(map_sqlite_error)
+}

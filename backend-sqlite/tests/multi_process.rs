@@ -1,0 +1,379 @@
+//! Several OS processes racing on one file.
+//!
+//! The test re-invokes its own binary as child processes (selected by an
+//! environment variable). Each child opens the file, says it is ready, waits
+//! for the parent's "go" on stdin, then races the others: admissions on a
+//! few scopes (each winner finishes its record at once), takeovers of
+//! orphans that exactly one claimer may win, and a chain of adoptions of one
+//! orphan. Every answer is printed as a JSON line; the parent checks mutual
+//! exclusion, single winners and fence monotonicity from the answers and from
+//! the file.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use backend_sqlite::{SqliteConfig, SqliteStore};
+use lease_core::{
+    Admission, AdmitRequest, LeaseRecord, LeaseStore, Status, StatusChange, Takeover,
+    TakeoverRequest, Transition,
+};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+const TEST_NAME: &str = "processes_race_on_one_file";
+const CHILD_WORKER_VAR: &str = "TENURE_SQLITE_RACE_WORKER";
+const CHILD_FILE_VAR: &str = "TENURE_SQLITE_RACE_FILE";
+const ANSWER_MARK: &str = "tenure-answer ";
+const READY_MARK: &str = "tenure-ready";
+
+const PROCESSES: usize = 3;
+const ROUNDS: usize = 15;
+const SCOPES: [&str; 3] = ["scope-a", "scope-b", "scope-c"];
+const FAIL_ORPHANS: usize = 4;
+const CHAIN_ORPHAN: &str = "orphan-chain";
+const LONG_TTL: Duration = Duration::from_secs(600);
+
+fn fail_orphan(index: usize) -> String {
+    format!("orphan-fail-{index}")
+}
+
+fn config(path: &Path) -> SqliteConfig {
+    // Generous: three processes commit one fsync after another.
+    SqliteConfig::new(path).busy_timeout(Duration::from_secs(60))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+#[test]
+fn processes_race_on_one_file() {
+    match std::env::var(CHILD_WORKER_VAR) {
+        Ok(worker) => {
+            let path = std::env::var(CHILD_FILE_VAR).expect("the parent names the file");
+            race_as_child(&worker, Path::new(&path));
+        }
+        Err(_) => check_race_as_parent(),
+    }
+}
+
+fn answer(value: Value) {
+    println!("{ANSWER_MARK}{value}");
+}
+
+fn race_as_child(worker: &str, path: &Path) {
+    let runtime = runtime();
+    let store = runtime
+        .block_on(SqliteStore::open(config(path)))
+        .expect("the child opens the file");
+    println!("{READY_MARK}");
+    let mut go = String::new();
+    std::io::stdin()
+        .read_line(&mut go)
+        .expect("the parent says go");
+    runtime.block_on(async {
+        for round in 0..ROUNDS {
+            for scope in SCOPES {
+                admit_and_finish(&store, worker, scope, round).await;
+            }
+            for index in 0..FAIL_ORPHANS {
+                let request = TakeoverRequest::fail(fail_orphan(index), worker, "orphaned");
+                let outcome = store.claim_for_takeover(&request).await.expect("takeover");
+                answer(json!({
+                    "op": "takeover_fail",
+                    "id": request.id,
+                    "taken": matches!(outcome, Takeover::Taken(_)),
+                    "fence": taken_fence(&outcome),
+                }));
+            }
+            let request = TakeoverRequest::adopt(CHAIN_ORPHAN, worker, None);
+            let outcome = store.claim_for_takeover(&request).await.expect("takeover");
+            answer(json!({
+                "op": "takeover_chain",
+                "id": CHAIN_ORPHAN,
+                "taken": matches!(outcome, Takeover::Taken(_)),
+                "fence": taken_fence(&outcome),
+            }));
+        }
+    });
+}
+
+fn taken_fence(outcome: &Takeover) -> Option<u64> {
+    match outcome {
+        Takeover::Taken(record) => Some(record.fence),
+        _ => None,
+    }
+}
+
+async fn admit_and_finish(store: &SqliteStore, worker: &str, scope: &str, round: usize) {
+    let request = AdmitRequest::new(format!("{worker}-{scope}-{round}"), worker)
+        .scope(scope)
+        .ttl(LONG_TTL);
+    match store.admit(&request).await.expect("admit") {
+        Admission::Admitted { record, .. } => {
+            answer(json!({
+                "op": "admit",
+                "id": record.id,
+                "scope": scope,
+                "admitted": true,
+                "fence": record.fence,
+            }));
+            let claim = record.claim().expect("an owned record");
+            let finished = store
+                .transition(&claim, &StatusChange::succeeded())
+                .await
+                .expect("transition");
+            assert!(
+                matches!(finished, Transition::Applied(_)),
+                "the holder finishes its own record: {finished:?}"
+            );
+        }
+        Admission::Conflict { holder, .. } => answer(json!({
+            "op": "admit",
+            "id": request.id,
+            "scope": scope,
+            "admitted": false,
+            "holder": holder.id,
+        })),
+        other => panic!("unexpected admission {other:?}"),
+    }
+}
+
+struct ChildAnswers {
+    worker: String,
+    answers: Vec<Value>,
+}
+
+fn spawn_child(worker: &str, path: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD_WORKER_VAR, worker)
+        .env(CHILD_FILE_VAR, path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn a child process")
+}
+
+fn check_race_as_parent() {
+    let directory = TempDir::new().expect("a temporary directory");
+    let path = directory.path().join("leases.db");
+    let runtime = runtime();
+    let store = runtime
+        .block_on(SqliteStore::open(config(&path)))
+        .expect("the parent creates the file");
+    runtime.block_on(async {
+        for id in (0..FAIL_ORPHANS)
+            .map(fail_orphan)
+            .chain([CHAIN_ORPHAN.to_owned()])
+        {
+            let admitted = store
+                .admit(&AdmitRequest::new(id, "crashed-worker"))
+                .await
+                .expect("admit an orphan");
+            assert!(admitted.admitted().is_some());
+        }
+    });
+
+    let mut children: Vec<(String, Child, BufReader<std::process::ChildStdout>)> = (0..PROCESSES)
+        .map(|index| {
+            let worker = format!("worker-{index}");
+            let mut child = spawn_child(&worker, &path);
+            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+            (worker, child, stdout)
+        })
+        .collect();
+    for (worker, _, stdout) in &mut children {
+        wait_for_ready(worker, stdout);
+    }
+    for (_, child, _) in &mut children {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        stdin.write_all(b"go\n").expect("say go");
+    }
+    let results: Vec<ChildAnswers> = children
+        .into_iter()
+        .map(|(worker, mut child, stdout)| {
+            let answers = stdout
+                .lines()
+                .map(|line| line.expect("child output"))
+                .filter_map(|line| {
+                    line.split_once(ANSWER_MARK).map(|(_, json)| {
+                        serde_json::from_str::<Value>(json).expect("a JSON answer")
+                    })
+                })
+                .collect();
+            let status = child.wait().expect("the child exits");
+            assert!(status.success(), "{worker} failed: {status}");
+            ChildAnswers { worker, answers }
+        })
+        .collect();
+
+    runtime.block_on(check_results(&store, &results));
+}
+
+fn wait_for_ready(worker: &str, stdout: &mut impl BufRead) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = stdout.read_line(&mut line).expect("child output");
+        assert!(read > 0, "{worker} exited before it was ready");
+        if line.contains(READY_MARK) {
+            return;
+        }
+    }
+}
+
+fn field<'a>(answer: &'a Value, name: &str) -> &'a Value {
+    answer
+        .get(name)
+        .unwrap_or_else(|| panic!("answer {answer} has no {name}"))
+}
+
+fn ops<'a>(results: &'a [ChildAnswers], op: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    results
+        .iter()
+        .flat_map(|child| child.answers.iter())
+        .filter(move |answer| field(answer, "op") == op)
+}
+
+async fn check_results(store: &SqliteStore, results: &[ChildAnswers]) {
+    for child in results {
+        let expected = ROUNDS * (SCOPES.len() + FAIL_ORPHANS + 1);
+        assert_eq!(
+            child.answers.len(),
+            expected,
+            "{} answered every operation",
+            child.worker
+        );
+        let fences: Vec<u64> = child
+            .answers
+            .iter()
+            .filter_map(|answer| answer.get("fence").and_then(Value::as_u64))
+            .collect();
+        assert!(
+            fences.windows(2).all(|pair| pair[0] < pair[1]),
+            "fences handed to one process grow in the order it got them: {fences:?} ({})",
+            child.worker
+        );
+    }
+    let all_fences: Vec<u64> = results
+        .iter()
+        .flat_map(|child| child.answers.iter())
+        .filter_map(|answer| answer.get("fence").and_then(Value::as_u64))
+        .collect();
+    let distinct: BTreeSet<u64> = all_fences.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        all_fences.len(),
+        "no fence is handed out twice"
+    );
+
+    let conflicts = ops(results, "admit")
+        .filter(|answer| field(answer, "admitted") == false)
+        .count();
+    eprintln!(
+        "{PROCESSES} processes: {} fences handed out, {conflicts} admission conflicts",
+        all_fences.len()
+    );
+    check_admissions(store, results).await;
+    check_fail_takeovers(store, results).await;
+    check_takeover_chain(store, results).await;
+}
+
+async fn check_admissions(store: &SqliteStore, results: &[ChildAnswers]) {
+    let mut admitted: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for answer in ops(results, "admit").filter(|answer| field(answer, "admitted") == true) {
+        let scope = SCOPES
+            .iter()
+            .find(|scope| field(answer, "scope") == **scope)
+            .expect("a known scope");
+        let id = field(answer, "id").as_str().expect("an id").to_owned();
+        let fence = field(answer, "fence").as_u64().expect("a fence");
+        admitted.entry(scope).or_default().insert(id, fence);
+    }
+    for scope in SCOPES {
+        let mut history: Vec<LeaseRecord> = store.list_by_scope(scope).await.expect("history");
+        history.reverse();
+        let stored: BTreeMap<String, u64> = history
+            .iter()
+            .map(|record| (record.id.clone(), record.fence))
+            .collect();
+        assert_eq!(
+            Some(&stored),
+            admitted.get(scope),
+            "{scope}: the file holds exactly the records the processes were told were admitted"
+        );
+        for pair in history.windows(2) {
+            let (earlier, later) = (&pair[0], &pair[1]);
+            assert_eq!(earlier.status, Status::Succeeded);
+            assert!(
+                earlier.updated_at <= later.created_at,
+                "{scope}: {} was admitted at {} while {} was active until {}",
+                later.id,
+                later.created_at,
+                earlier.id,
+                earlier.updated_at
+            );
+            assert!(
+                earlier.fence < later.fence,
+                "{scope}: fences grow in creation order ({} then {})",
+                earlier.fence,
+                later.fence
+            );
+        }
+    }
+}
+
+async fn check_fail_takeovers(store: &SqliteStore, results: &[ChildAnswers]) {
+    for index in 0..FAIL_ORPHANS {
+        let id = fail_orphan(index);
+        let winners: Vec<(&str, u64)> = results
+            .iter()
+            .flat_map(|child| {
+                child
+                    .answers
+                    .iter()
+                    .filter(|answer| field(answer, "op") == "takeover_fail")
+                    .filter(|answer| field(answer, "id") == id.as_str())
+                    .filter(|answer| field(answer, "taken") == true)
+                    .map(|answer| {
+                        (
+                            child.worker.as_str(),
+                            field(answer, "fence").as_u64().expect("a fence"),
+                        )
+                    })
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "{id}: exactly one takeover wins");
+        let record = store.get(&id).await.expect("get").expect("the orphan");
+        assert_eq!(record.status, Status::Failed);
+        assert_eq!(record.owner.as_deref(), Some(winners[0].0));
+        assert_eq!(record.fence, winners[0].1);
+    }
+}
+
+async fn check_takeover_chain(store: &SqliteStore, results: &[ChildAnswers]) {
+    let fences: Vec<u64> = ops(results, "takeover_chain")
+        .filter(|answer| field(answer, "taken") == true)
+        .map(|answer| field(answer, "fence").as_u64().expect("a fence"))
+        .collect();
+    assert_eq!(
+        fences.len(),
+        PROCESSES * ROUNDS,
+        "a record with no lease is always taken"
+    );
+    let record = store
+        .get(CHAIN_ORPHAN)
+        .await
+        .expect("get")
+        .expect("the chain");
+    assert_eq!(Some(record.fence), fences.iter().copied().max());
+    assert_eq!(record.status, Status::Running);
+}
