@@ -1,0 +1,84 @@
+//! Redis errors as tenure errors, decided in one place.
+
+use lease_core::{Error, ErrorKind};
+use redis::{RedisError, ServerErrorKind};
+
+/// The error code scripts raise when a stored record cannot be judged.
+const CORRUPT_CODE: &str = "TENURE_CORRUPT";
+
+/// Classifies a Redis error:
+/// * I/O failures, dropped or refused connections, a server that is loading,
+///   read-only (mid-failover) or busy: [`ErrorKind::Unavailable`], retryable
+///   (the connection manager reconnects meanwhile);
+/// * time-outs: [`ErrorKind::Timeout`];
+/// * a record a script could not judge, a key of the namespace holding the
+///   wrong type, an answer of the wrong shape: [`ErrorKind::Corrupt`];
+/// * a script that fails to run on this server: [`ErrorKind::Incompatible`];
+/// * refused credentials or permissions: [`ErrorKind::Config`].
+///
+/// `NOSCRIPT` never reaches here: [`redis::Script`] loads the script and
+/// runs it again.
+pub(crate) fn from_redis(error: RedisError) -> Error {
+    let kind = classify(&error);
+    let message = match error.detail() {
+        Some(detail) => format!("Redis answered {}: {detail}", error.category()),
+        None => format!("Redis call failed: {error}"),
+    };
+    Error::new(kind, message).with_source(error)
+}
+
+fn classify(error: &RedisError) -> ErrorKind {
+    if error.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    if error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal() {
+        return ErrorKind::Unavailable;
+    }
+    match error.kind() {
+        redis::ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ReadOnly
+            | ServerErrorKind::NoScript,
+        ) => ErrorKind::Unavailable,
+        redis::ErrorKind::AuthenticationFailed
+        | redis::ErrorKind::InvalidClientConfig
+        | redis::ErrorKind::Server(ServerErrorKind::NoPerm) => ErrorKind::Config,
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Corrupt,
+        _ => match error.code() {
+            Some(CORRUPT_CODE | "WRONGTYPE") => ErrorKind::Corrupt,
+            Some("ERR") if error.detail().is_some_and(|d| d.contains("user_script")) => {
+                ErrorKind::Incompatible
+            }
+            _ => ErrorKind::Unavailable,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(text: &str) -> RedisError {
+        let (code, detail) = text.split_once(' ').unwrap_or((text, ""));
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+    }
+
+    #[test]
+    fn dropped_connections_are_retryable() {
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(from_redis(dropped).is_retryable());
+        let timed_out = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(from_redis(timed_out).kind(), ErrorKind::Timeout);
+    }
+
+    #[test]
+    fn script_reports_are_classified() {
+        let corrupt = server_error("TENURE_CORRUPT tenure:{ns}:rec:a: unknown status");
+        assert_eq!(from_redis(corrupt).kind(), ErrorKind::Corrupt);
+        let wrong_type = server_error("WRONGTYPE Operation against a key");
+        assert_eq!(from_redis(wrong_type).kind(), ErrorKind::Corrupt);
+    }
+}

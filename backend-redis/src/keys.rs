@@ -1,0 +1,105 @@
+//! The key layout (described in full in `lua/common.lua`).
+//!
+//! Every key of a namespace starts with `tenure:{<namespace>}:`, so all of
+//! them share one hash slot (the namespace is the hash tag, and it never
+//! contains `{` or `}`), and scripts may build keys for ids they discover at
+//! run time from that prefix. Each family of per-id or per-scope keys has its
+//! own fixed prefix ending in `:` and takes the id or scope verbatim as the
+//! rest of the key, while the fixed keys have no `:` after the namespace
+//! prefix: no id or scope, whatever characters it holds, can make two keys
+//! collide or leave the namespace.
+
+/// The keys of one namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(namespace: &str) -> Self {
+        Keys {
+            prefix: format!("tenure:{{{namespace}}}:"),
+        }
+    }
+
+    /// The prefix every key of the namespace starts with.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The INCR counter of the fence sequence.
+    pub(crate) fn fence(&self) -> String {
+        self.fixed("fence")
+    }
+
+    /// Active record ids by lease expiry.
+    pub(crate) fn expiry(&self) -> String {
+        self.fixed("expiry")
+    }
+
+    /// Active record ids, ordered by id.
+    pub(crate) fn active(&self) -> String {
+        self.fixed("active")
+    }
+
+    /// Terminal record ids by last update.
+    pub(crate) fn terminal(&self) -> String {
+        self.fixed("terminal")
+    }
+
+    /// The hash of record `id`.
+    pub(crate) fn record(&self, id: &str) -> String {
+        format!("{}rec:{id}", self.prefix)
+    }
+
+    /// The id of the active record holding `scope`.
+    pub(crate) fn holder(&self, scope: &str) -> String {
+        format!("{}holder:{scope}", self.prefix)
+    }
+
+    /// Ids of every record naming `scope`, by creation.
+    pub(crate) fn scope(&self, scope: &str) -> String {
+        format!("{}scope:{scope}", self.prefix)
+    }
+
+    /// A `SCAN MATCH` pattern for every key of the namespace, glob
+    /// characters of the namespace escaped.
+    pub(crate) fn pattern(&self) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + 8);
+        for character in self.prefix.chars() {
+            if matches!(character, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(character);
+        }
+        pattern.push('*');
+        pattern
+    }
+
+    fn fixed(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_never_collide() {
+        let keys = Keys::new("ns");
+        // An id that looks like another family's key stays in its own family.
+        assert_ne!(keys.record("holder:x"), keys.holder("x"));
+        assert_ne!(keys.record(""), keys.fence());
+        assert_eq!(keys.record("a:{b} c"), "tenure:{ns}:rec:a:{b} c");
+        assert_ne!(Keys::new("a").record("b"), Keys::new("a:b").record(""));
+    }
+
+    #[test]
+    fn pattern_escapes_glob_characters() {
+        assert_eq!(
+            Keys::new("a*b?[c]\\").pattern(),
+            "tenure:{a\\*b\\?\\[c\\]\\\\}:*"
+        );
+    }
+}

@@ -1,0 +1,69 @@
+-- admit: creates a record, with per-scope admission (SPEC §2, rules::plan_admission).
+-- KEYS[1] fence counter, KEYS[2] expiry zset, KEYS[3] active zset,
+-- KEYS[4] record hash of the new id,
+-- KEYS[4+i] holder key of scope i, KEYS[4+n+i] scope index of scope i
+--   (i = 1..n, scopes in sorted order).
+-- ARGV[1] key prefix (holders' record keys are found at run time),
+-- ARGV[2] id, ARGV[3] owner, ARGV[4] kind, ARGV[5] ttl in us ('' = no lease),
+-- ARGV[6] 'reject' | 'interrupt', ARGV[7] grace in us (rounded up),
+-- ARGV[8] metadata JSON object, ARGV[9] scopes JSON array,
+-- ARGV[10] stop reason given to interrupted holders.
+-- Reply: { 'exists' }
+--      | { 'conflict', now, holder }
+--      | { 'admitted', record, { interrupted holder, ... } }
+-- where a record is { id, HGETALL pairs } and now is store time in us.
+
+local prefix, id, owner = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return { 'exists' }
+end
+local now = now_us()
+local grace = tonumber(ARGV[7])
+local scope_count = (#KEYS - 4) / 2
+
+-- Active holders of the requested scopes, deduplicated, in scope order.
+local holders, seen = {}, {}
+for i = 1, scope_count do
+  local holder_id = redis.call('GET', KEYS[4 + i])
+  if holder_id and not seen[holder_id] then
+    seen[holder_id] = true
+    local holder = load(prefix .. 'rec:' .. holder_id, holder_id)
+    if holder and ACTIVE[holder.status] then
+      holders[#holders + 1] = holder
+    end
+  end
+end
+
+for _, holder in ipairs(holders) do
+  if ARGV[6] == 'reject' or (holder.owner ~= owner and lease_valid(holder, grace, now)) then
+    return { 'conflict', fmt(now), { holder.id, holder.flat } }
+  end
+end
+
+-- Decided: from here on only writes.
+local interrupted = {}
+for _, holder in ipairs(holders) do
+  local fence = redis.call('INCR', KEYS[1])
+  release(prefix, holder, KEYS[2], KEYS[3])
+  redis.call('HSET', holder.key, 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
+    'stop', ARGV[10], 'updated', fmt(now))
+  interrupted[#interrupted + 1] = reply_record(holder.key, holder.id)
+end
+
+local fence = redis.call('INCR', KEYS[1])
+local fields = { 'kind', ARGV[4], 'status', 'pending', 'owner', owner, 'fence', fmt(fence),
+  'created', fmt(now), 'updated', fmt(now), 'scopes', ARGV[9], 'meta', ARGV[8] }
+local expiry_score = '-inf'
+if ARGV[5] ~= '' then
+  expiry_score = fmt(now + tonumber(ARGV[5]))
+  fields[#fields + 1] = 'expires'
+  fields[#fields + 1] = expiry_score
+end
+redis.call('HSET', KEYS[4], unpack(fields))
+for i = 1, scope_count do
+  redis.call('SET', KEYS[4 + i], id)
+  redis.call('ZADD', KEYS[4 + scope_count + i], fmt(now), id)
+end
+redis.call('ZADD', KEYS[3], 0, id)
+redis.call('ZADD', KEYS[2], expiry_score, id)
+return { 'admitted', reply_record(KEYS[4], id), interrupted }

@@ -1,0 +1,116 @@
+-- Shared prelude: scripts.rs prepends this file to every script of the crate.
+--
+-- Key layout. Every key of a namespace starts with the prefix
+-- `tenure:{<namespace>}:` (namespaces never contain `{` or `}`), so all of
+-- them share one hash slot and a script may build keys at run time from that
+-- prefix, which scripts that need it receive as ARGV[1]:
+--   <prefix>fence            string: INCR counter, the store-wide fence sequence
+--   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
+--   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
+--   <prefix>terminal         zset: terminal ids by updated_at in us
+--   <prefix>rec:<id>         hash: one record (fields below)
+--   <prefix>holder:<scope>   string: id of the active record holding the scope
+--   <prefix>scope:<scope>    zset: ids of every record naming the scope, by created_at
+-- The fixed keys have no `:` after the prefix and each family has its own
+-- fixed prefix ending in `:`, so no id or scope can make two keys collide.
+--
+-- Record hash fields: kind, status, owner, fence, expires (absent: no lease),
+-- created, updated (timestamps as integer microseconds since the epoch),
+-- error, stop (absent: none), scopes (JSON array of strings), meta (JSON object).
+--
+-- Every script reads and judges everything first, then writes: Lua does not
+-- roll back, so no script may fail after its first write.
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Integers as plain decimal text (tostring would switch to exponent form).
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local ACTIVE = { pending = true, running = true }
+local TERMINAL = { succeeded = true, failed = true }
+local KNOWN = { pending = true, running = true, interrupted = true, succeeded = true, failed = true }
+
+local function corrupt(key, why)
+  error({ err = 'TENURE_CORRUPT ' .. key .. ': ' .. why })
+end
+
+local function integer(key, fields, name)
+  local value = fields[name]
+  if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
+    corrupt(key, name .. ' is not an integer')
+  end
+  return tonumber(value)
+end
+
+-- The record stored at `key` as a table (nil when there is none); raises
+-- TENURE_CORRUPT when a field a script judges by cannot be read.
+local function load(key, id)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then
+    return nil
+  end
+  local fields = {}
+  for i = 1, #flat, 2 do
+    fields[flat[i]] = flat[i + 1]
+  end
+  if not KNOWN[fields.status] then
+    corrupt(key, 'unknown status')
+  end
+  if type(fields.fence) ~= 'string' or not string.match(fields.fence, '^%d+$') then
+    corrupt(key, 'fence is not a number')
+  end
+  local record = {
+    id = id,
+    key = key,
+    flat = flat,
+    status = fields.status,
+    owner = fields.owner,
+    fence = fields.fence,
+    created = integer(key, fields, 'created'),
+    updated = integer(key, fields, 'updated'),
+  }
+  if fields.expires ~= nil then
+    record.expires = integer(key, fields, 'expires')
+  end
+  local ok, scopes = pcall(cjson.decode, fields.scopes or '')
+  if not ok or type(scopes) ~= 'table' then
+    corrupt(key, 'scopes are not a JSON array')
+  end
+  for _, scope in ipairs(scopes) do
+    if type(scope) ~= 'string' then
+      corrupt(key, 'scopes are not strings')
+    end
+  end
+  record.scopes = scopes
+  return record
+end
+
+-- rules::lease_valid, with grace rounded up to whole microseconds (which
+-- decides exactly as the nanosecond comparison does on microsecond times).
+local function lease_valid(record, grace, now)
+  return ACTIVE[record.status] and record.expires ~= nil and record.expires + grace > now
+end
+
+-- Drops `record` from every index of active records: the scopes it holds,
+-- the expiry index and the active set.
+local function release(prefix, record, expiry_key, active_key)
+  for _, scope in ipairs(record.scopes) do
+    local holder_key = prefix .. 'holder:' .. scope
+    if redis.call('GET', holder_key) == record.id then
+      redis.call('DEL', holder_key)
+    end
+  end
+  redis.call('ZREM', expiry_key, record.id)
+  redis.call('ZREM', active_key, record.id)
+end
+
+-- A record as replies carry it: { id, HGETALL pairs }.
+local function reply_record(key, id)
+  return { id, redis.call('HGETALL', key) }
+end
+

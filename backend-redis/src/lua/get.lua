@@ -1,0 +1,10 @@
+-- get: one record.
+-- KEYS[1] record hash. ARGV[1] id.
+-- Reply: { record } or {} when there is none, where a record is
+-- { id, HGETALL pairs }.
+
+local flat = redis.call('HGETALL', KEYS[1])
+if #flat == 0 then
+  return {}
+end
+return { { ARGV[1], flat } }

@@ -1,0 +1,41 @@
+-- list_expired: the reaper's scan (SPEC §2, rules::matches_expired).
+-- KEYS[1] expiry zset.
+-- ARGV[1] key prefix (record keys of the ids found in the index),
+-- ARGV[2] grace in us (rounded up), ARGV[3] created_before in us ('' = any),
+-- ARGV[4] limit.
+-- Reply: { now, { record, ... } } where a record is { id, HGETALL pairs },
+-- in index order (no lease first, then by expiry, then by id): up to `limit`
+-- matching records, plus every record met on the way that could not be
+-- judged (the caller reports those as skipped).
+
+local PAGE = 256
+local prefix, limit = ARGV[1], tonumber(ARGV[4])
+local cutoff = nil
+if ARGV[3] ~= '' then
+  cutoff = tonumber(ARGV[3])
+end
+local now = now_us()
+local latest_expiry = fmt(now - tonumber(ARGV[2]))
+
+local found, matched, offset = {}, 0, 0
+while matched < limit do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', latest_expiry, 'LIMIT', offset, PAGE)
+  if #ids == 0 then
+    break
+  end
+  for _, id in ipairs(ids) do
+    local key = prefix .. 'rec:' .. id
+    local ok, record = pcall(load, key, id)
+    if not ok then
+      found[#found + 1] = reply_record(key, id)
+    elseif record and ACTIVE[record.status] and (cutoff == nil or record.created <= cutoff) then
+      found[#found + 1] = { id, record.flat }
+      matched = matched + 1
+      if matched == limit then
+        break
+      end
+    end
+  end
+  offset = offset + #ids
+end
+return { fmt(now), found }

@@ -1,0 +1,49 @@
+-- claim_for_takeover: orphan recovery (SPEC §2, rules::judge_takeover).
+-- KEYS[1] record hash, KEYS[2] fence counter, KEYS[3] expiry zset,
+-- KEYS[4] active zset, KEYS[5] terminal zset.
+-- ARGV[1] key prefix (the record's holder keys are found at run time),
+-- ARGV[2] id, ARGV[3] claimer, ARGV[4] grace in us (rounded up),
+-- ARGV[5] 'fail' | 'adopt', ARGV[6] error (fail),
+-- ARGV[7] '1' when a stop reason is given, ARGV[8] stop reason (fail),
+-- ARGV[9] ttl in us ('' = no lease) (adopt).
+-- Reply: { 'taken', record } | { 'missing' } | { 'terminal', status }
+--      | { 'interrupted' } | { 'lease_valid', now, record }
+-- where a record is { id, HGETALL pairs } and now is store time in us.
+
+local prefix, id = ARGV[1], ARGV[2]
+local record = load(KEYS[1], id)
+if not record then
+  return { 'missing' }
+end
+if TERMINAL[record.status] then
+  return { 'terminal', record.status }
+end
+if record.status == 'interrupted' then
+  return { 'interrupted' }
+end
+local now = now_us()
+if lease_valid(record, tonumber(ARGV[4]), now) then
+  return { 'lease_valid', fmt(now), { id, record.flat } }
+end
+
+local fence = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], 'owner', ARGV[3], 'fence', fmt(fence), 'updated', fmt(now))
+if ARGV[5] == 'fail' then
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[6])
+  if ARGV[7] == '1' then
+    redis.call('HSET', KEYS[1], 'stop', ARGV[8])
+  end
+  release(prefix, record, KEYS[3], KEYS[4])
+  redis.call('ZADD', KEYS[5], fmt(now), id)
+else
+  redis.call('HSET', KEYS[1], 'status', 'running')
+  if ARGV[9] ~= '' then
+    local expires = fmt(now + tonumber(ARGV[9]))
+    redis.call('HSET', KEYS[1], 'expires', expires)
+    redis.call('ZADD', KEYS[3], expires, id)
+  else
+    redis.call('HDEL', KEYS[1], 'expires')
+    redis.call('ZADD', KEYS[3], '-inf', id)
+  end
+end
+return { 'taken', reply_record(KEYS[1], id) }

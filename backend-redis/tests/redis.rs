@@ -1,0 +1,632 @@
+//! Redis-specific behaviour the conformance kit cannot check: undecodable
+//! records, batches larger than one script call, a connection killed in the
+//! middle of a run, fences across a server restart, and a rough throughput
+//! figure.
+//!
+//! Tests that need a shared server read `TENURE_REDIS_URL`; without it each
+//! prints one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`). Each
+//! works in its own namespace and deletes it afterwards.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::future::Future;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backend_redis::{RedisConfig, RedisStore, RENEW_BATCH};
+use lease_core::{
+    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
+    LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest,
+};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const URL_VAR: &str = "TENURE_REDIS_URL";
+const REDIS_SERVER: &str = "/usr/bin/redis-server";
+const TTL: Duration = Duration::from_secs(600);
+
+/// Prints one skip line past the test harness's capture, or panics when
+/// services are required.
+fn skip(test: &str, reason: &str) {
+    if conformance::services_required() {
+        panic!(
+            "{test}: {reason}, but {}=1 requires it",
+            conformance::REQUIRE_SERVICES_VAR
+        );
+    }
+    let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
+}
+
+/// A store in a fresh namespace of the shared server, and a plain connection
+/// to the same server for looking at (and tampering with) the raw keys.
+#[derive(Clone)]
+struct Scratch {
+    store: RedisStore,
+    raw: MultiplexedConnection,
+    prefix: String,
+}
+
+impl Scratch {
+    fn record_key(&self, id: &str) -> String {
+        format!("{}rec:{id}", self.prefix)
+    }
+}
+
+/// Runs `body` on a [`Scratch`] (its store built from `config`), then
+/// deletes the namespace, whether `body` passed or panicked, and checks that
+/// nothing of it is left.
+async fn with_namespace<F, Fut>(
+    test: &str,
+    config: impl FnOnce(RedisConfig) -> RedisConfig,
+    body: F,
+) where
+    F: FnOnce(Scratch) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(url) = conformance::service_url(URL_VAR) else {
+        return skip(test, &format!("{URL_VAR} is not set"));
+    };
+    let namespace = format!("test:{test}:{}", lease_core::generate_id());
+    let store = RedisStore::connect(config(RedisConfig::new(url.clone(), namespace.clone())))
+        .await
+        .expect("connect to TENURE_REDIS_URL");
+    let raw = redis::Client::open(url)
+        .expect("a valid URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a raw connection");
+    let scratch = Scratch {
+        store: store.clone(),
+        raw: raw.clone(),
+        prefix: format!("tenure:{{{namespace}}}:"),
+    };
+    let outcome = tokio::spawn(body(scratch)).await;
+    store
+        .delete_namespace()
+        .await
+        .expect("delete the namespace");
+    let left: Vec<String> =
+        namespace_keys(&mut raw.clone(), &format!("tenure:{{{namespace}}}:")).await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+    assert!(left.is_empty(), "delete_namespace left {left:?}");
+}
+
+/// Every key starting with `prefix` (which holds no glob characters).
+async fn namespace_keys(raw: &mut MultiplexedConnection, prefix: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(raw)
+            .await
+            .expect("SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
+async fn admitted(store: &RedisStore, request: AdmitRequest) -> LeaseRecord {
+    match store.admit(&request).await.expect("admit") {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("{} was not admitted: {other:?}", request.id),
+    }
+}
+
+fn claim(record: &LeaseRecord) -> Claim {
+    record.claim().expect("an owner")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_records_are_skipped_or_corrupt_never_a_panic() {
+    with_namespace(
+        "undecodable_records",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let good = admitted(store, AdmitRequest::new("good", "w").scope("s-good")).await;
+            let bad_status = admitted(
+                store,
+                AdmitRequest::new("bad-status", "w").scope("s-status"),
+            )
+            .await;
+            let bad_fence =
+                admitted(store, AdmitRequest::new("bad-fence", "w").scope("s-fence")).await;
+            let mut raw = scratch.raw.clone();
+            let _: () = raw
+                .hset(scratch.record_key("bad-status"), "status", "bogus")
+                .await
+                .expect("edit status");
+            let _: () = raw
+                .hset(scratch.record_key("bad-fence"), "fence", "abc")
+                .await
+                .expect("edit fence");
+
+            let scan = store
+                .list_expired(&ExpiredQuery::new(Duration::ZERO))
+                .await
+                .expect("list_expired survives undecodable records");
+            assert_eq!(scan.records, vec![good.clone()]);
+            let skipped: HashMap<&str, &str> = scan
+                .skipped
+                .iter()
+                .map(|skipped| (skipped.id.as_str(), skipped.reason.as_str()))
+                .collect();
+            assert_eq!(skipped.len(), 2, "{skipped:?}");
+            assert!(skipped["bad-status"].contains("bogus"), "{skipped:?}");
+            assert!(skipped["bad-fence"].contains("fence"), "{skipped:?}");
+
+            for id in ["bad-status", "bad-fence"] {
+                let error = store.get(id).await.expect_err("an undecodable record");
+                assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            }
+            let error = store
+                .renew(&claim(&bad_status), TTL)
+                .await
+                .expect_err("renew");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            // A batch with one undecodable record renews nothing at all.
+            let error = store
+                .renew_many(&[claim(&good), claim(&bad_fence)], TTL)
+                .await
+                .expect_err("renew_many");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            assert_eq!(store.get("good").await.expect("get"), Some(good.clone()));
+            let error = store
+                .claim_for_takeover(&TakeoverRequest::fail("bad-status", "reaper", "gone"))
+                .await
+                .expect_err("takeover");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            let error = store
+                .admit(
+                    &AdmitRequest::new("newcomer", "w2")
+                        .scopes(["s-good", "s-fence"])
+                        .strategy(AdmitStrategy::Interrupt),
+                )
+                .await
+                .expect_err("admitting over an undecodable holder");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            assert_eq!(
+                store.get("good").await.expect("get"),
+                Some(good),
+                "nothing changed"
+            );
+            assert_eq!(store.get("newcomer").await.expect("get"), None);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_splits_large_batches_and_answers_per_claim() {
+    with_namespace(
+        "renew_many_large",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let count = RENEW_BATCH * 2 + 500;
+            let mut claims = Vec::with_capacity(count);
+            for index in 0..count {
+                let record = admitted(
+                    store,
+                    AdmitRequest::new(format!("op-{index}"), "w").ttl(TTL),
+                )
+                .await;
+                claims.push(claim(&record));
+            }
+            let stale = RENEW_BATCH + 7;
+            claims[stale].fence += 1_000_000;
+            claims.push(Claim::new("never-admitted", "w", 1));
+
+            let outcomes = store.renew_many(&claims, TTL).await.expect("renew_many");
+            assert_eq!(outcomes.len(), claims.len());
+            for (index, outcome) in outcomes.iter().enumerate() {
+                match (index, outcome) {
+                    (index, Renewal::Lost(LossReason::FenceChanged)) if index == stale => {}
+                    (index, Renewal::Lost(LossReason::Missing)) if index == count => {}
+                    (index, Renewal::Renewed { .. }) if index != stale && index != count => {}
+                    (index, other) => panic!("claim {index} answered {other:?}"),
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// The id of the connection named `name`, from `CLIENT LIST`.
+async fn client_id(raw: &mut MultiplexedConnection, name: &str) -> Option<u64> {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(raw)
+        .await
+        .expect("CLIENT LIST");
+    let wanted = format!("name={name}");
+    list.lines()
+        .find(|line| line.split(' ').any(|field| field == wanted))
+        .and_then(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")))
+        .and_then(|id| id.parse().ok())
+}
+
+const WORKERS: usize = 4;
+const SCOPES: usize = 6;
+const KILLS: usize = 3;
+
+/// One worker's run: admissions that interrupt each other over shared
+/// scopes, renewals and transitions, until `stop`. Every `Err` must be
+/// retryable; answers how many there were.
+async fn churn(
+    store: RedisStore,
+    worker: usize,
+    stop: Arc<AtomicBool>,
+    progress: tokio::sync::watch::Sender<usize>,
+) -> usize {
+    let owner = format!("worker-{worker}");
+    let mut errors = 0;
+    let mut round = 0_usize;
+    while !stop.load(Ordering::Acquire) {
+        round += 1;
+        let scopes = [
+            format!("scope-{}", (round + worker) % SCOPES),
+            format!("scope-{}", (round * 7 + worker * 3) % SCOPES),
+        ];
+        let mut request = AdmitRequest::new(format!("{owner}-{round}"), owner.as_str())
+            .scopes(scopes)
+            .strategy(AdmitStrategy::Interrupt);
+        if round % 2 == 1 {
+            request = request.ttl(Duration::from_millis(1));
+        }
+        let mut results = Vec::new();
+        match store.admit(&request).await {
+            Ok(Admission::Admitted { record, .. }) => {
+                let claim = claim(&record);
+                let ttl = Duration::from_millis(1);
+                results.push(store.renew(&claim, ttl).await.map(drop));
+                let running = StatusChange::running();
+                results.push(store.transition(&claim, &running).await.map(drop));
+                if round % 3 == 0 {
+                    let succeeded = StatusChange::succeeded();
+                    results.push(store.transition(&claim, &succeeded).await.map(drop));
+                }
+            }
+            Ok(_) => {}
+            Err(error) => results.push(Err(error)),
+        }
+        for result in results {
+            if let Err(error) = result {
+                assert!(error.is_retryable(), "a non-retryable error: {error}");
+                errors += 1;
+            }
+        }
+        progress.send_modify(|done| *done += 1);
+    }
+    errors
+}
+
+/// Checks the indexes against the records: every active record's scopes
+/// point back to it and it is in the expiry index; every held scope points
+/// to an active record naming it; no fence was handed out twice.
+async fn assert_consistent(scratch: &Scratch) {
+    let mut raw = scratch.raw.clone();
+    let prefix = &scratch.prefix;
+    let active: BTreeSet<String> = raw
+        .zrange(format!("{prefix}active"), 0, -1)
+        .await
+        .expect("active ids");
+    let expiring: BTreeSet<String> = raw
+        .zrange(format!("{prefix}expiry"), 0, -1)
+        .await
+        .expect("expiry index");
+    assert_eq!(
+        active, expiring,
+        "the expiry index holds exactly the active ids"
+    );
+    let listed: BTreeSet<String> = scratch
+        .store
+        .list_active()
+        .await
+        .expect("list_active")
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    assert_eq!(active, listed);
+
+    let mut fences = HashSet::new();
+    let mut records = HashMap::new();
+    for key in namespace_keys(&mut raw, &format!("{prefix}rec:")).await {
+        let id = key[prefix.len() + "rec:".len()..].to_owned();
+        let record = scratch.store.get(&id).await.expect("get").expect("present");
+        assert!(
+            fences.insert(record.fence),
+            "fence {} handed out twice",
+            record.fence
+        );
+        assert_eq!(record.is_active(), active.contains(&id), "{record:?}");
+        records.insert(id, record);
+    }
+    assert!(
+        records
+            .values()
+            .any(|record| record.status == Status::Interrupted),
+        "the run interrupted holders"
+    );
+    for id in &active {
+        for scope in &records[id].scopes {
+            let holder: Option<String> = raw
+                .get(format!("{prefix}holder:{scope}"))
+                .await
+                .expect("holder");
+            assert_eq!(holder.as_ref(), Some(id), "active {id} holds {scope}");
+        }
+    }
+    for key in namespace_keys(&mut raw, &format!("{prefix}holder:")).await {
+        let scope = &key[prefix.len() + "holder:".len()..];
+        let holder: String = raw.get(&key).await.expect("holder");
+        let record = &records[&holder];
+        assert!(
+            record.is_active() && record.scopes.contains(scope),
+            "{scope} -> {record:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connection_is_retryable_and_leaves_nothing_half_applied() {
+    let name = format!("tenure-kill-test-{}", lease_core::generate_id());
+    let config_name = name.clone();
+    with_namespace(
+        "killed_connection_is_retryable_and_leaves_nothing_half_applied",
+        move |config| config.client_name(config_name),
+        |scratch| async move {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (progress, mut watcher) = tokio::sync::watch::channel(0_usize);
+            let workers: Vec<_> = (0..WORKERS)
+                .map(|worker| {
+                    tokio::spawn(churn(
+                        scratch.store.clone(),
+                        worker,
+                        Arc::clone(&stop),
+                        progress.clone(),
+                    ))
+                })
+                .collect();
+            let mut raw = scratch.raw.clone();
+            for kill in 1..=KILLS {
+                // After each kill the store names its new connection at its
+                // next call: wait for progress until the name shows up.
+                let mut target = kill * 50;
+                let id = loop {
+                    watcher
+                        .wait_for(|done| *done >= target)
+                        .await
+                        .expect("workers run");
+                    if let Some(id) = client_id(&mut raw, &name).await {
+                        break id;
+                    }
+                    target += 10;
+                    assert!(
+                        target < kill * 50 + 5000,
+                        "the store's connection never showed up"
+                    );
+                };
+                let killed: u64 = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(id)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("CLIENT KILL");
+                assert_eq!(killed, 1);
+            }
+            let target = *watcher.borrow() + 50;
+            watcher
+                .wait_for(|done| *done >= target)
+                .await
+                .expect("workers run");
+            stop.store(true, Ordering::Release);
+            let mut errors = 0;
+            for worker in workers {
+                errors += worker.await.expect("a worker panicked");
+            }
+            assert!(errors > 0, "killing the connection surfaced no error");
+
+            assert_consistent(&scratch).await;
+            let record = admitted(&scratch.store, AdmitRequest::new("after", "w").ttl(TTL)).await;
+            let renewal = scratch
+                .store
+                .renew(&claim(&record), TTL)
+                .await
+                .expect("renew");
+            assert!(matches!(renewal, Renewal::Renewed { .. }), "{renewal:?}");
+        },
+    )
+    .await;
+}
+
+/// A free TCP port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Starts a private, persistent `redis-server` in `dir` and waits until it
+/// accepts connections (it says so on its log).
+async fn start_server(dir: &Path, port: u16) -> Child {
+    let mut server = Command::new(REDIS_SERVER)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--save",
+            "",
+        ])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start redis-server");
+    let stdout = server.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .expect("read the server's log")
+            .expect("redis-server exited before it was ready");
+        if line.contains("Ready to accept connections") {
+            break;
+        }
+    }
+    // Keep draining the log so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    server
+}
+
+/// `call` until it answers `Ok`, at most a few times, every error retryable
+/// (the first calls after a restart meet the dead connection).
+async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = lease_core::Result<T>>,
+{
+    let mut last = None;
+    for _ in 0..10 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) => {
+                assert!(error.is_retryable(), "{error}");
+                last = Some(error);
+            }
+        }
+    }
+    panic!("still failing after a restart: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_survive_a_restart_with_aof() {
+    const TEST: &str = "fences_survive_a_restart_with_aof";
+    if !Path::new(REDIS_SERVER).exists() {
+        return skip(TEST, &format!("{REDIS_SERVER} is not installed"));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let port = free_port();
+    let mut server = start_server(dir.path(), port).await;
+    let store = RedisStore::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"), "aof"))
+        .await
+        .expect("connect to the private server");
+
+    let first = admitted(&store, AdmitRequest::new("job", "worker-a").scope("s")).await;
+    let Takeover::Taken(adopted) = store
+        .claim_for_takeover(&TakeoverRequest::adopt("job", "worker-b", None))
+        .await
+        .expect("takeover")
+    else {
+        panic!("a record without a lease is taken over");
+    };
+    assert!(adopted.fence > first.fence);
+    let before = store.get("job").await.expect("get");
+
+    server.kill().await.expect("kill redis-server");
+    let mut server = start_server(dir.path(), port).await;
+
+    let after = until_ok(|| store.get("job")).await;
+    assert_eq!(after, before, "the record survived the restart unchanged");
+    let readopt = TakeoverRequest::adopt("job", "worker-c", None);
+    let Takeover::Taken(again) = until_ok(|| store.claim_for_takeover(&readopt)).await else {
+        panic!("a record without a lease is taken over");
+    };
+    assert!(
+        again.fence > adopted.fence,
+        "{} after {}",
+        again.fence,
+        adopted.fence
+    );
+    let newcomer = admitted(&store, AdmitRequest::new("next", "worker-d")).await;
+    assert!(
+        newcomer.fence > again.fence,
+        "{} after {}",
+        newcomer.fence,
+        again.fence
+    );
+    server.kill().await.expect("stop redis-server");
+}
+
+/// A first rough figure of renewals per second. Run with
+/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p backend-redis --release --test redis -- --ignored --nocapture renewal_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn renewal_throughput() {
+    with_namespace(
+        "renewal_throughput",
+        |config| config,
+        |scratch| async move {
+            const LEASES: usize = 1000;
+            const PERIOD: Duration = Duration::from_secs(3);
+            const CONCURRENCY: usize = 32;
+            let store = scratch.store;
+            let mut claims = Vec::with_capacity(LEASES);
+            for index in 0..LEASES {
+                let record = admitted(
+                    &store,
+                    AdmitRequest::new(format!("op-{index}"), "w").ttl(TTL),
+                )
+                .await;
+                claims.push(claim(&record));
+            }
+
+            let started = Instant::now();
+            let mut renewed = 0;
+            while started.elapsed() < PERIOD {
+                renewed += store
+                    .renew_many(&claims, TTL)
+                    .await
+                    .expect("renew_many")
+                    .len();
+            }
+            let batched = renewed as f64 / started.elapsed().as_secs_f64();
+
+            let claims = Arc::new(claims);
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..CONCURRENCY)
+                .map(|task| {
+                    let (store, claims) = (store.clone(), Arc::clone(&claims));
+                    tokio::spawn(async move {
+                        let mut renewed = 0_usize;
+                        while started.elapsed() < PERIOD {
+                            let claim = &claims[(task + renewed * CONCURRENCY) % claims.len()];
+                            store.renew(claim, TTL).await.expect("renew");
+                            renewed += 1;
+                        }
+                        renewed
+                    })
+                })
+                .collect();
+            let mut renewed = 0;
+            for task in tasks {
+                renewed += task.await.expect("a renewal task");
+            }
+            let single = renewed as f64 / started.elapsed().as_secs_f64();
+            println!(
+                "renew_many ({LEASES} claims per call): {batched:.0} renewals/s; \
+             renew ({CONCURRENCY} concurrent callers): {single:.0} renewals/s"
+            );
+        },
+    )
+    .await;
+}
