@@ -39,12 +39,24 @@ pub use harness::{
     REQUIRE_SERVICES_VAR,
 };
 
-use lease_core::LeaseStore;
+use lease_core::{JobQueue, LeaseStore};
 
-/// Runs every case against fresh stores from `factory` and reports each.
+/// Runs every lease case against fresh stores from `factory` and reports each.
 pub async fn run_all<F: Factory>(factory: &F) -> Report {
+    run_cases(factory, cases::<F::Store>()).await
+}
+
+/// Runs every job-queue case against fresh stores from `factory`.
+pub async fn run_queue_all<F: Factory>(factory: &F) -> Report
+where
+    F::Store: JobQueue,
+{
+    run_cases(factory, queue_cases::<F::Store>()).await
+}
+
+async fn run_cases<F: Factory>(factory: &F, cases: Vec<Case<F::Store>>) -> Report {
     let mut report = Report::default();
-    for case in cases::<F::Store>() {
+    for case in cases {
         let outcome = run_case(factory, case).await;
         report.cases.push(CaseReport {
             name: case.name,
@@ -54,11 +66,15 @@ pub async fn run_all<F: Factory>(factory: &F) -> Report {
     report
 }
 
-// `$d` carries a literal `$` into the generated macro, so it can declare its
-// own metavariables.
+// `$d` carries a literal `$` into the generated macros, so they can declare
+// their own metavariables.
 macro_rules! define_cases {
-    ($d:tt $($module:ident :: $name:ident),* $(,)?) => {
-        /// Every case of the kit, in order.
+    (
+        $d:tt
+        leases: [$($module:ident :: $name:ident),* $(,)?]
+        queues: [$($queue_module:ident :: $queue_name:ident),* $(,)?]
+    ) => {
+        /// Every lease case of the kit (SPEC §2, §6), in order.
         pub fn cases<S: LeaseStore + 'static>() -> Vec<Case<S>> {
             vec![$(Case {
                 name: stringify!($name),
@@ -66,8 +82,16 @@ macro_rules! define_cases {
             }),*]
         }
 
-        /// Expands to one `#[test]` per conformance case, named after the
-        /// case, each running it on a fresh store from the factory
+        /// Every job-queue case of the kit (SPEC §3), in order.
+        pub fn queue_cases<S: JobQueue + 'static>() -> Vec<Case<S>> {
+            vec![$(Case {
+                name: stringify!($queue_name),
+                run: |ctx| Box::pin(cases::$queue_module::$queue_name(ctx)),
+            }),*]
+        }
+
+        /// Expands to one `#[test]` per lease case of the kit, named after
+        /// the case, each running it on a fresh store from the factory
         /// expression (evaluated once per test).
         ///
         /// ```ignore
@@ -81,7 +105,29 @@ macro_rules! define_cases {
                 $(
                     #[test]
                     fn $name() {
-                        $d crate::run_named_case($d factory, ::core::stringify!($name));
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($name),
+                            $d crate::cases,
+                        );
+                    }
+                )*
+            };
+        }
+
+        /// Like [`tenure_conformance!`], for the job-queue cases; the
+        /// factory's store must implement `JobQueue`.
+        #[macro_export]
+        macro_rules! tenure_queue_conformance {
+            ($d factory:expr $d(,)?) => {
+                $(
+                    #[test]
+                    fn $queue_name() {
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($queue_name),
+                            $d crate::queue_cases,
+                        );
                     }
                 )*
             };
@@ -90,6 +136,7 @@ macro_rules! define_cases {
 }
 
 define_cases! {$
+    leases: [
 admit::admit_creates_pending_record,
 admit::admit_without_ttl_has_no_lease,
 admit::admit_duplicate_id_is_already_exists,
@@ -155,4 +202,32 @@ listing::verbatim_ids_and_scopes_never_collide,
 input::invalid_admit_is_rejected_and_changes_nothing,
 input::invalid_claims_are_rejected_and_change_nothing,
 input::invalid_takeover_and_queries_are_rejected,
-model::model_based_random_operations,}
+model::model_based_random_operations,
+    ]
+    queues: [
+        queue::queue_enqueue_and_get_round_trip,
+        queue::queue_enqueue_duplicate_is_already_exists,
+        queue::queue_enqueue_batch_all_or_nothing,
+        queue::queue_claim_best_visible_first,
+        queue::queue_claim_skips_future_run_at,
+        queue::queue_capabilities_subset_rule,
+        queue::queue_claim_sets_owner_lease_attempt_fence,
+        queue::race_queue_claimers_never_share_a_job,
+        queue::queue_reclaim_has_greater_fence_and_next_attempt,
+        queue::queue_renew_and_loss_reasons,
+        queue::queue_requeued_job_stops_old_copy_and_is_never_taken_back,
+        queue::queue_reclaimed_job_is_never_taken_back,
+        queue::queue_reaped_last_attempt_is_taken_back_and_completed,
+        queue::queue_operator_retry_beats_take_back,
+        queue::queue_stale_copy_sees_other_claim_as_not_its_own,
+        queue::queue_complete_and_fail_are_fenced,
+        queue::queue_renewal_after_complete_answers_finished,
+        queue::queue_fail_retry_backoff_delays_visibility,
+        queue::queue_fail_dead_letter_and_attempts_exhausted,
+        queue::queue_defer_refunds_attempt_and_stamps_requirement,
+        queue::queue_reap_requeues_or_dead_letters_by_attempts_left,
+        queue::queue_dead_letters_listed_and_retried,
+        queue::queue_invalid_input_rejected_and_changes_nothing,
+        queue::queue_fences_shared_with_leases,
+    ]
+}

@@ -23,6 +23,7 @@ mod error;
 mod fence;
 mod instrument;
 mod outcome;
+pub mod queue;
 mod record;
 mod request;
 pub mod rules;
@@ -37,6 +38,7 @@ pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,
     Transition, TransitionRejection,
 };
+pub use queue::JobQueue;
 pub use record::{Claim, LeaseRecord, Status, DEFAULT_KIND};
 pub use request::{
     generate_id, AdmitRequest, AdmitStrategy, ExpiredQuery, StatusChange, TakeoverAction,

@@ -225,13 +225,7 @@ pub fn takeover(request: &TakeoverRequest) -> Result<()> {
 /// An expired-lease scan.
 pub fn expired_query(query: &ExpiredQuery) -> Result<()> {
     grace(query.grace)?;
-    if query.limit == 0 || query.limit > MAX_LIST_LIMIT {
-        return Err(Error::invalid_input(
-            "limit",
-            format_args!("{} is outside 1..={MAX_LIST_LIMIT}", query.limit),
-        ));
-    }
-    Ok(())
+    limit(query.limit)
 }
 
 /// A purge retention.
@@ -240,6 +234,138 @@ pub fn retention(older_than: Duration) -> Result<()> {
         return Err(Error::invalid_input(
             "terminal_older_than",
             format_args!("{older_than:?} is longer than the maximum {MAX_RETENTION:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A job to enqueue.
+pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
+    use crate::queue::rules::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
+    lease_id(&job.id)?;
+    name("queue", &job.queue)?;
+    if job.max_attempts == 0 || job.max_attempts > MAX_ATTEMPTS {
+        return Err(Error::invalid_input(
+            "max_attempts",
+            format_args!("{} is outside 1..={MAX_ATTEMPTS}", job.max_attempts),
+        ));
+    }
+    capabilities(&job.required_capabilities)?;
+    let encoded = job.payload.to_string();
+    if encoded.len() > MAX_PAYLOAD_BYTES {
+        return Err(Error::invalid_input(
+            "payload",
+            format_args!(
+                "is {} bytes as JSON, at most {MAX_PAYLOAD_BYTES} allowed",
+                encoded.len()
+            ),
+        ));
+    }
+    if encoded.contains("\\u0000") {
+        return Err(Error::invalid_input(
+            "payload",
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(())
+}
+
+/// A batch of jobs to enqueue: each valid, ids distinct.
+pub fn new_jobs(jobs: &[crate::queue::NewJob]) -> Result<()> {
+    if jobs.len() > MAX_LIST_LIMIT {
+        return Err(Error::invalid_input(
+            "jobs",
+            format_args!("{} jobs, at most {MAX_LIST_LIMIT} per batch", jobs.len()),
+        ));
+    }
+    let mut ids = std::collections::HashSet::with_capacity(jobs.len());
+    for job in jobs {
+        new_job(job)?;
+        if !ids.insert(job.id.as_str()) {
+            return Err(Error::invalid_input(
+                "id",
+                format_args!("{:?} appears twice in the batch", job.id),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A set of capabilities: at most [`MAX_SCOPES`], each a valid name.
+pub fn capabilities(capabilities: &std::collections::BTreeSet<String>) -> Result<()> {
+    if capabilities.len() > MAX_SCOPES {
+        return Err(Error::invalid_input(
+            "capabilities",
+            format_args!(
+                "{} capabilities, at most {MAX_SCOPES} allowed",
+                capabilities.len()
+            ),
+        ));
+    }
+    capabilities
+        .iter()
+        .try_for_each(|each| name("capability", each))
+}
+
+/// A claim request.
+pub fn claim_request(request: &crate::queue::ClaimRequest) -> Result<()> {
+    use crate::queue::rules::MAX_CLAIM;
+    name("queue", &request.queue)?;
+    owner("worker", &request.worker)?;
+    capabilities(&request.capabilities)?;
+    ttl(request.ttl)?;
+    if request.limit == 0 || request.limit > MAX_CLAIM {
+        return Err(Error::invalid_input(
+            "limit",
+            format_args!("{} is outside 1..={MAX_CLAIM}", request.limit),
+        ));
+    }
+    Ok(())
+}
+
+/// A job claim.
+pub fn job_claim(claim: &crate::queue::JobClaim) -> Result<()> {
+    lease_id(&claim.id)?;
+    owner("owner", &claim.owner)?;
+    if claim.fence == 0 {
+        return Err(Error::invalid_input(
+            "fence",
+            "fences start at 1; 0 is never handed out",
+        ));
+    }
+    Ok(())
+}
+
+/// A failure write.
+pub fn job_failure(
+    claim: &crate::queue::JobClaim,
+    error: &str,
+    action: crate::queue::FailAction,
+) -> Result<()> {
+    job_claim(claim)?;
+    text("error", Some(error))?;
+    if let crate::queue::FailAction::Retry { backoff } = action {
+        if backoff > MAX_TTL {
+            return Err(Error::invalid_input(
+                "backoff",
+                format_args!("{backoff:?} is longer than the maximum {MAX_TTL:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A queue name.
+pub fn queue(queue: &str) -> Result<()> {
+    name("queue", queue)
+}
+
+/// A listing limit.
+pub fn limit(limit: usize) -> Result<()> {
+    if limit == 0 || limit > MAX_LIST_LIMIT {
+        return Err(Error::invalid_input(
+            "limit",
+            format_args!("{limit} is outside 1..={MAX_LIST_LIMIT}"),
         ));
     }
     Ok(())

@@ -5,6 +5,7 @@ pub mod fence;
 pub mod input;
 pub mod listing;
 pub mod model;
+pub mod queue;
 pub mod renew;
 pub mod takeover;
 pub mod transition;

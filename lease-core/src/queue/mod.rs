@@ -1,0 +1,79 @@
+//! The job queue contract (SPEC §3).
+//!
+//! A queue is a lease store whose records are claimed by whoever comes
+//! first. Jobs share the store's fence sequence with leases, so every claim
+//! (and every re-claim after a requeue) holds a fence greater than any copy
+//! before it, and a stale copy of a worker can always be told apart.
+//!
+//! Like [`LeaseStore`], every operation is atomic, validates its input first
+//! ([`validate`](crate::validate) and this module's checks), and answers
+//! contention as typed outcomes; `Err` means the store could not say.
+
+pub mod rules;
+mod types;
+
+pub use types::{
+    ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
+    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+};
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::store::LeaseStore;
+
+/// A store of jobs (SPEC §3), implemented by the same stores as
+/// [`LeaseStore`] so both share one fence sequence and one clock.
+#[async_trait]
+pub trait JobQueue: LeaseStore {
+    /// Adds a job. A duplicate id is an
+    /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) error.
+    async fn enqueue(&self, job: &NewJob) -> Result<Job>;
+
+    /// Adds several jobs, all or none (one transaction or script).
+    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>>;
+
+    /// Claims up to `limit` visible jobs of a queue, best first (priority
+    /// descending, then `run_at`, then creation, then id), whose required
+    /// capabilities are a subset of the worker's: owner, lease, `attempt + 1`
+    /// and a new fence each. Concurrent claimers never get the same job.
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>>;
+
+    /// Extends a claimed job's lease when the claim still holds it.
+    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal>;
+
+    /// Marks the job completed (fenced by the claim).
+    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle>;
+
+    /// Records a failed attempt: back to the queue after `backoff` when
+    /// attempts are left and the action is `Retry`, else dead-lettered.
+    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle>;
+
+    /// The worker cannot run the job: un-claim it, refund the attempt, add
+    /// `missing` to its required capabilities, visible again at once.
+    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle>;
+
+    /// Jobs whose lease expired beyond `grace`: requeued when attempts are
+    /// left, else dead-lettered with [`DeadReason::LeaseExpired`]. Handles at
+    /// most [`MAX_REAP`](rules::MAX_REAP) jobs per call, oldest expiry first.
+    async fn reap(&self, grace: Duration) -> Result<ReapReport>;
+
+    /// A live copy takes back a job the reaper dead-lettered (a false "dead"
+    /// after an outage longer than the lease): only when the job is still
+    /// dead-lettered by the reaper, nobody claimed it since (same fence), and
+    /// no operator retried it. Answers a new claim with a new fence.
+    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack>;
+
+    /// The job with this id, if any.
+    async fn get_job(&self, id: &str) -> Result<Option<Job>>;
+
+    /// Dead-lettered jobs of a queue, oldest update first, at most `limit`.
+    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>>;
+
+    /// An operator's retry of a dead letter: back to the queue with its
+    /// attempts reset, visible at once.
+    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry>;
+}

@@ -1,0 +1,221 @@
+//! The queue contract's decisions as pure functions (SPEC §3), shared by
+//! every backend that decides in Rust and mirrored by those that cannot
+//! (Redis Lua), as [`crate::rules`] is for leases.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::types::{
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, TakeBackRefusal,
+};
+use crate::clock::{self, Timestamp};
+
+/// Most jobs one `claim` hands out.
+pub const MAX_CLAIM: usize = 1000;
+/// Most jobs one `reap` handles.
+pub const MAX_REAP: usize = 1000;
+/// Largest `max_attempts`.
+pub const MAX_ATTEMPTS: u32 = 1000;
+/// Largest payload, serialised as JSON.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+
+/// The job `enqueue` stores.
+pub fn new_job(new: &NewJob, now: Timestamp) -> Job {
+    Job {
+        id: new.id.clone(),
+        queue: new.queue.clone(),
+        payload: new.payload.clone(),
+        priority: new.priority,
+        run_at: new.run_at.map_or(now, clock::truncate_to_micros),
+        attempt: 0,
+        max_attempts: new.max_attempts,
+        required_capabilities: new.required_capabilities.clone(),
+        state: JobState::Queued,
+        owner: None,
+        fence: 0,
+        lease_expires_at: None,
+        last_error: None,
+        dead_reason: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Whether `claim` still holds `job`, else why not.
+pub fn judge_job(job: Option<&Job>, claim: &JobClaim) -> Result<(), JobLoss> {
+    let job = job.ok_or(JobLoss::Missing)?;
+    match job.state {
+        JobState::Completed | JobState::DeadLettered => Err(JobLoss::Finished(job.state)),
+        JobState::Queued => Err(JobLoss::Requeued),
+        _ if job.owner.as_deref() != Some(claim.owner.as_str()) => Err(JobLoss::OwnerChanged),
+        _ if job.fence != claim.fence => Err(JobLoss::FenceChanged),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a worker with `capabilities` may claim `job` from `queue` at `now`.
+pub fn claimable(job: &Job, queue: &str, capabilities: &BTreeSet<String>, now: Timestamp) -> bool {
+    job.state == JobState::Queued
+        && job.queue == queue
+        && job.run_at <= now
+        && job.required_capabilities.is_subset(capabilities)
+}
+
+/// Sort key of `claim`: priority descending, then `run_at`, creation, id.
+pub fn claim_order(job: &Job) -> (Reverse<i32>, Timestamp, Timestamp, &str) {
+    (
+        Reverse(job.priority),
+        job.run_at,
+        job.created_at,
+        job.id.as_str(),
+    )
+}
+
+/// Applies a claim: owner, lease, `attempt + 1`, the new fence.
+pub fn claim_job(
+    job: &mut Job,
+    worker: &str,
+    ttl: Duration,
+    fence: u64,
+    now: Timestamp,
+) -> JobClaim {
+    job.state = JobState::Claimed;
+    job.owner = Some(worker.to_owned());
+    job.fence = fence;
+    job.attempt += 1;
+    job.lease_expires_at = Some(clock::add(now, ttl));
+    job.dead_reason = None;
+    job.updated_at = now;
+    JobClaim {
+        id: job.id.clone(),
+        owner: worker.to_owned(),
+        fence,
+        attempt: job.attempt,
+    }
+}
+
+/// Applies a renewal; answers the new expiry.
+pub fn renew_job(job: &mut Job, ttl: Duration, now: Timestamp) -> Timestamp {
+    let expires_at = clock::add(now, ttl);
+    job.lease_expires_at = Some(expires_at);
+    job.updated_at = now;
+    expires_at
+}
+
+/// Applies `complete`.
+pub fn complete_job(job: &mut Job, now: Timestamp) {
+    job.state = JobState::Completed;
+    job.lease_expires_at = None;
+    job.updated_at = now;
+}
+
+/// Applies `fail`.
+pub fn fail_job(job: &mut Job, error: &str, action: FailAction, now: Timestamp) {
+    job.last_error = Some(error.to_owned());
+    job.lease_expires_at = None;
+    job.updated_at = now;
+    match action {
+        FailAction::Retry { backoff } if job.attempt < job.max_attempts => {
+            job.state = JobState::Queued;
+            job.run_at = clock::add(now, backoff);
+        }
+        FailAction::Retry { .. } => dead_letter(job, DeadReason::AttemptsExhausted),
+        FailAction::DeadLetter => dead_letter(job, DeadReason::Failed),
+    }
+}
+
+fn dead_letter(job: &mut Job, reason: DeadReason) {
+    job.state = JobState::DeadLettered;
+    job.dead_reason = Some(reason);
+}
+
+/// Applies `defer`: un-claimed, attempt refunded, requirement stamped,
+/// visible at once.
+pub fn defer_job(job: &mut Job, missing: &BTreeSet<String>, now: Timestamp) {
+    job.state = JobState::Queued;
+    job.attempt = job.attempt.saturating_sub(1);
+    job.required_capabilities.extend(missing.iter().cloned());
+    job.run_at = now;
+    job.lease_expires_at = None;
+    job.updated_at = now;
+}
+
+/// Whether the reaper should handle `job` at `now`: claimed, lease expired
+/// beyond `grace`.
+pub fn reapable(job: &Job, grace: Duration, now: Timestamp) -> bool {
+    job.state == JobState::Claimed
+        && job
+            .lease_expires_at
+            .is_some_and(|expires| clock::add(expires, grace) <= now)
+}
+
+/// Sort key of `reap`: oldest expiry first, then id.
+pub fn reap_order(job: &Job) -> (Option<Timestamp>, &str) {
+    (job.lease_expires_at, job.id.as_str())
+}
+
+/// Applies the reaper: requeued (visible at once) when attempts are left,
+/// else dead-lettered with [`DeadReason::LeaseExpired`]. Answers whether it
+/// was requeued. The owner and fence stay, so the live copy can prove it
+/// held the reaped claim in [`judge_take_back`].
+pub fn reap_job(job: &mut Job, now: Timestamp) -> bool {
+    job.lease_expires_at = None;
+    job.updated_at = now;
+    if job.attempt < job.max_attempts {
+        job.state = JobState::Queued;
+        job.run_at = now;
+        true
+    } else {
+        dead_letter(job, DeadReason::LeaseExpired);
+        false
+    }
+}
+
+/// Whether `claim` may take back `job`, else why not.
+pub fn judge_take_back(job: Option<&Job>, claim: &JobClaim) -> Result<(), TakeBackRefusal> {
+    let job = job.ok_or(TakeBackRefusal::Missing)?;
+    if job.state != JobState::DeadLettered {
+        return Err(TakeBackRefusal::NotDeadLettered(job.state));
+    }
+    match job.dead_reason {
+        Some(DeadReason::LeaseExpired) => {}
+        Some(other) => return Err(TakeBackRefusal::NotByReaper(other)),
+        None => return Err(TakeBackRefusal::NotDeadLettered(job.state)),
+    }
+    if job.owner.as_deref() != Some(claim.owner.as_str()) || job.fence != claim.fence {
+        return Err(TakeBackRefusal::NotTheReapedClaim);
+    }
+    Ok(())
+}
+
+/// Applies a take-back: claimed again by the same worker under a new fence,
+/// attempt unchanged.
+pub fn take_back_job(job: &mut Job, ttl: Duration, fence: u64, now: Timestamp) -> JobClaim {
+    job.state = JobState::Claimed;
+    job.dead_reason = None;
+    job.fence = fence;
+    job.lease_expires_at = Some(clock::add(now, ttl));
+    job.updated_at = now;
+    JobClaim {
+        id: job.id.clone(),
+        owner: job.owner.clone().unwrap_or_default(),
+        fence,
+        attempt: job.attempt,
+    }
+}
+
+/// Applies an operator's retry of a dead letter: queued, attempts reset,
+/// visible at once.
+pub fn retry_dead_letter(job: &mut Job, now: Timestamp) {
+    job.state = JobState::Queued;
+    job.dead_reason = None;
+    job.attempt = 0;
+    job.run_at = now;
+    job.updated_at = now;
+}
+
+/// Sort key of `list_dead_letters`: oldest update first, then id.
+pub fn dead_letter_order(job: &Job) -> (Timestamp, &str) {
+    (job.updated_at, job.id.as_str())
+}

@@ -1,0 +1,411 @@
+//! Jobs, claims on them, and the typed answers of queue operations.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::error::Error;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum JobState {
+    /// Waiting in its queue; visible once `run_at` has passed.
+    Queued,
+    /// Held by a worker under a lease.
+    Claimed,
+    /// Finished well. Final.
+    Completed,
+    /// Given up on; inspectable, and an operator may retry it.
+    DeadLettered,
+}
+
+impl JobState {
+    /// Every state.
+    pub const ALL: [JobState; 4] = [
+        JobState::Queued,
+        JobState::Claimed,
+        JobState::Completed,
+        JobState::DeadLettered,
+    ];
+
+    /// Stable lower-case name, the form stores persist.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Claimed => "claimed",
+            JobState::Completed => "completed",
+            JobState::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobState {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == text)
+            .ok_or_else(|| Error::corrupt(format!("unknown job state {text:?}")))
+    }
+}
+
+/// Why a job was dead-lettered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum DeadReason {
+    /// The reaper found its lease expired on the last attempt. The live copy
+    /// may still [`take_back`](super::JobQueue::take_back) such a job.
+    LeaseExpired,
+    /// A worker failed it with `Retry` on its last attempt.
+    AttemptsExhausted,
+    /// A worker failed it with `DeadLetter`.
+    Failed,
+}
+
+impl DeadReason {
+    /// Every reason.
+    pub const ALL: [DeadReason; 3] = [
+        DeadReason::LeaseExpired,
+        DeadReason::AttemptsExhausted,
+        DeadReason::Failed,
+    ];
+
+    /// Stable lower-case name, the form stores persist.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::LeaseExpired => "lease_expired",
+            DeadReason::AttemptsExhausted => "attempts_exhausted",
+            DeadReason::Failed => "failed",
+        }
+    }
+}
+
+impl fmt::Display for DeadReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for DeadReason {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        DeadReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == text)
+            .ok_or_else(|| Error::corrupt(format!("unknown dead-letter reason {text:?}")))
+    }
+}
+
+/// A job to enqueue. Build one with [`NewJob::new`] and the chained setters.
+///
+/// ```
+/// use lease_core::queue::NewJob;
+///
+/// let job = NewJob::new("emails", serde_json::json!({ "to": "a@example.com" }))
+///     .priority(5)
+///     .max_attempts(3)
+///     .require("smtp");
+/// assert_eq!(job.queue, "emails");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// Unique id (generated UUIDv7 unless set).
+    pub id: String,
+    /// The queue it belongs to.
+    pub queue: String,
+    /// What the worker needs to run it; any JSON value.
+    pub payload: serde_json::Value,
+    /// Not visible before this instant; `None` means at once.
+    pub run_at: Option<Timestamp>,
+    /// How many claims it may take in all (1 ..= 1000; default 3).
+    pub max_attempts: u32,
+    /// Higher runs first (default 0).
+    pub priority: i32,
+    /// Capabilities a worker must have to claim it.
+    pub required_capabilities: BTreeSet<String>,
+}
+
+/// Default [`NewJob::max_attempts`].
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+impl NewJob {
+    /// A job for `queue` with `payload`, a generated id, visible at once,
+    /// [`DEFAULT_MAX_ATTEMPTS`], priority 0, no requirements.
+    pub fn new(queue: impl Into<String>, payload: serde_json::Value) -> Self {
+        NewJob {
+            id: crate::request::generate_id(),
+            queue: queue.into(),
+            payload,
+            run_at: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            priority: 0,
+            required_capabilities: BTreeSet::new(),
+        }
+    }
+
+    /// Sets the id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// Sets when it becomes visible.
+    pub fn run_at(mut self, run_at: Timestamp) -> Self {
+        self.run_at = Some(run_at);
+        self
+    }
+
+    /// Sets the number of attempts.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Adds a required capability.
+    pub fn require(mut self, capability: impl Into<String>) -> Self {
+        self.required_capabilities.insert(capability.into());
+        self
+    }
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Unique id.
+    pub id: String,
+    /// Its queue.
+    pub queue: String,
+    /// What the worker needs to run it.
+    pub payload: serde_json::Value,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Not visible before this instant.
+    pub run_at: Timestamp,
+    /// Claims taken so far (a deferral refunds one).
+    pub attempt: u32,
+    /// Claims it may take in all.
+    pub max_attempts: u32,
+    /// Capabilities a worker must have to claim it.
+    pub required_capabilities: BTreeSet<String>,
+    /// Where it is in its life.
+    pub state: JobState,
+    /// The worker holding it (or that last held it), if any.
+    pub owner: Option<String>,
+    /// Fence of the latest claim; 0 before the first.
+    pub fence: u64,
+    /// End of the current claim's lease.
+    pub lease_expires_at: Option<Timestamp>,
+    /// The latest failure's error text.
+    pub last_error: Option<String>,
+    /// Why it was dead-lettered, while it is.
+    pub dead_reason: Option<DeadReason>,
+    /// When it was enqueued (store time).
+    pub created_at: Timestamp,
+    /// When it last changed (store time).
+    pub updated_at: Timestamp,
+}
+
+impl Job {
+    /// The claim of its current holder, when it is claimed.
+    pub fn claim(&self) -> Option<JobClaim> {
+        match (&self.state, &self.owner) {
+            (JobState::Claimed, Some(owner)) => Some(JobClaim {
+                id: self.id.clone(),
+                owner: owner.clone(),
+                fence: self.fence,
+                attempt: self.attempt,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What a worker holds after claiming a job: the proof of ownership every
+/// fenced job write must present.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobClaim {
+    /// The job id.
+    pub id: String,
+    /// The worker holding it.
+    pub owner: String,
+    /// The fence of this claim.
+    pub fence: u64,
+    /// Which attempt this claim is (1 for the first).
+    pub attempt: u32,
+}
+
+/// A job handed to a claimer, with the claim to present for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedJob {
+    /// The job as it now is.
+    pub job: Job,
+    /// The claim on it.
+    pub claim: JobClaim,
+}
+
+/// Input of [`claim`](super::JobQueue::claim).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The queue to claim from.
+    pub queue: String,
+    /// The claiming worker.
+    pub worker: String,
+    /// What the worker can do; jobs requiring more are left alone.
+    pub capabilities: BTreeSet<String>,
+    /// Lease length of each claim.
+    pub ttl: Duration,
+    /// At most this many jobs (1 ..= [`MAX_CLAIM`](super::rules::MAX_CLAIM)).
+    pub limit: usize,
+}
+
+impl ClaimRequest {
+    /// Claim one job of `queue` for `worker`, no capabilities, under `ttl`.
+    pub fn new(queue: impl Into<String>, worker: impl Into<String>, ttl: Duration) -> Self {
+        ClaimRequest {
+            queue: queue.into(),
+            worker: worker.into(),
+            capabilities: BTreeSet::new(),
+            ttl,
+            limit: 1,
+        }
+    }
+
+    /// Adds capabilities.
+    pub fn capabilities<I, S>(mut self, capabilities: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.capabilities
+            .extend(capabilities.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets the limit.
+    pub fn limit(mut self, limit: usize) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// Why a job claim no longer holds its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobLoss {
+    /// No job with that id.
+    Missing,
+    /// The job is completed or dead-lettered.
+    Finished(JobState),
+    /// The job went back to its queue (reaped, retried, deferred).
+    Requeued,
+    /// Another worker holds it now.
+    OwnerChanged,
+    /// Same worker name, newer claim: this copy is stale.
+    FenceChanged,
+}
+
+/// The answer of [`renew_job`](super::JobQueue::renew_job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobRenewal {
+    /// The claim's lease now runs until `expires_at`.
+    Renewed {
+        /// New end of the lease.
+        expires_at: Timestamp,
+    },
+    /// The claim no longer holds the job; stop working on it.
+    Lost(JobLoss),
+}
+
+/// The answer of [`complete`](super::JobQueue::complete),
+/// [`fail`](super::JobQueue::fail) and [`defer`](super::JobQueue::defer).
+#[allow(clippy::large_enum_variant)] // answered once, matched at once
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum JobSettle {
+    /// The write happened; the job as it now is.
+    Settled(Job),
+    /// Nothing changed: the claim no longer holds the job.
+    Rejected(JobLoss),
+}
+
+/// What [`fail`](super::JobQueue::fail) does with the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailAction {
+    /// Back to the queue, visible after `backoff`, when attempts are left;
+    /// dead-lettered ([`DeadReason::AttemptsExhausted`]) otherwise.
+    Retry {
+        /// Delay before it is visible again.
+        backoff: Duration,
+    },
+    /// Dead-letter it now ([`DeadReason::Failed`]).
+    DeadLetter,
+}
+
+/// What [`reap`](super::JobQueue::reap) did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReapReport {
+    /// Jobs put back in their queue (attempts left), as they now are.
+    pub requeued: Vec<Job>,
+    /// Jobs dead-lettered with [`DeadReason::LeaseExpired`], as they now are.
+    pub dead_lettered: Vec<Job>,
+}
+
+/// Why [`take_back`](super::JobQueue::take_back) refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TakeBackRefusal {
+    /// No job with that id.
+    Missing,
+    /// The job is not dead-lettered (requeued, re-claimed, retried by an
+    /// operator, or completed).
+    NotDeadLettered(JobState),
+    /// Dead-lettered, but not by the reaper.
+    NotByReaper(DeadReason),
+    /// The claim is not the one the reaper found (owner or fence differ).
+    NotTheReapedClaim,
+}
+
+/// The answer of [`take_back`](super::JobQueue::take_back).
+#[allow(clippy::large_enum_variant)] // answered once, matched at once
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TakeBack {
+    /// The copy holds the job again, under a new claim.
+    Taken(ClaimedJob),
+    /// Nothing changed; the copy must stop.
+    NotTaken(TakeBackRefusal),
+}
+
+/// The answer of [`retry_dead_letter`](super::JobQueue::retry_dead_letter).
+#[allow(clippy::large_enum_variant)] // answered once, matched at once
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum OperatorRetry {
+    /// Back in its queue with attempts reset, as it now is.
+    Requeued(Job),
+    /// The job is not dead-lettered; nothing changed.
+    NotDeadLettered(JobState),
+    /// No job with that id.
+    Missing,
+}
