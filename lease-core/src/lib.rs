@@ -22,6 +22,7 @@ pub mod clock;
 mod error;
 mod fence;
 mod instrument;
+pub mod keeper;
 mod outcome;
 pub mod queue;
 mod record;
@@ -34,6 +35,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceGate, StaleFence};
 pub use instrument::{Instrumented, LeaseStoreExt};
+pub use keeper::{Keeper, KeeperConfig, RunGuard};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,
     Transition, TransitionRejection,

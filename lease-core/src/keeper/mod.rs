@@ -1,0 +1,707 @@
+//! The keeper: the client-side runtime that holds a worker's leases, keeps
+//! them alive, stops work the moment ownership is gone, and recovers other
+//! workers' orphans (SPEC §4). It needs nothing but a [`LeaseStore`], so it
+//! behaves the same on every backend.
+//!
+//! Why it is shaped this way:
+//! * **Confirmed deadline.** Each lease carries a local monotonic deadline:
+//!   the instant the last *confirmed* renewal was sent, plus the ttl. The
+//!   store set its expiry from a later instant, so while this deadline is
+//!   ahead no peer can have taken the lease over. A renewal answered `Err`
+//!   or not at all keeps the run only while that deadline is ahead
+//!   (fail-stop after it); every renewal call is cut at it, and a success
+//!   landing after it revives nothing.
+//! * **No shared locks.** The heartbeat, the reconciler and the work run in
+//!   separate tasks; the keeper's table and each lease's state are std
+//!   mutexes held for a few field accesses, never across an `.await`. The
+//!   keeper never touches the work's own locks, so a long side effect under
+//!   the work's lock cannot look like a store failure.
+//! * **Few round trips.** Large beats go through
+//!   [`LeaseStore::renew_many`] in chunks, so one worker can hold tens of
+//!   thousands of leases; outcomes stay per lease.
+//! * **Fail closed.** Whoever notices a loss first (heartbeat,
+//!   [`RunGuard::check`], a refused or unconfirmed write) cancels the run's
+//!   token, aborts its registered task and removes the lease, so no later
+//!   write is made for that claim.
+//!
+//! # Metrics
+//!
+//! Recorded through the [`metrics`] facade (install any exporter):
+//!
+//! | name | type | labels |
+//! | --- | --- | --- |
+//! | `tenure_keeper_renewals_total` | counter | `outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |
+//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many` |
+//! | `tenure_keeper_losses_total` | counter | `reason`: a [`LossCause::label`] |
+//! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
+//! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` |
+//! | `tenure_keeper_recovery_failures_total` | counter | |
+//! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
+//! | `tenure_keeper_held_leases` | gauge | |
+//!
+//! Losses, fail-stops, recoveries and failed callbacks are also logged with
+//! `tracing`, with the lease id.
+
+mod config;
+mod guard;
+mod heartbeat;
+mod reconciler;
+mod telemetry;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{KeeperConfig, ReconcileAction};
+pub use guard::{LossCause, OwnershipLost, RunGuard, WriteError};
+pub use reconciler::{
+    ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
+};
+
+use crate::error::{Error, ErrorKind};
+use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
+use crate::record::{LeaseRecord, Status};
+use crate::request::{AdmitRequest, StatusChange};
+use crate::rules;
+use crate::store::LeaseStore;
+use guard::{HeldLease, Phase};
+
+/// The reason written on records stopped by [`Keeper::cancel`].
+pub const CANCELLED: &str = "cancelled";
+
+/// Why a keeper call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeeperError {
+    /// The store failed or did not answer in time; for `admit`, the record
+    /// may or may not exist (if it does, its lease expires unrenewed).
+    #[error(transparent)]
+    Store(#[from] Error),
+    /// [`Keeper::shutdown`] has begun: no new leases.
+    #[error("the keeper is shutting down")]
+    ShuttingDown,
+}
+
+/// The answer of [`Keeper::admit`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AdmitOutcome {
+    /// The record was created and is now held and renewed.
+    Admitted {
+        /// The run's lease.
+        guard: RunGuard,
+        /// Records interrupted to make room, as they now are.
+        interrupted: Vec<LeaseRecord>,
+    },
+    /// A scope is held by another active record; nothing changed.
+    Conflict {
+        /// The blocking record.
+        holder: LeaseRecord,
+        /// When its lease (plus grace) ends, if valid.
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The answer of [`Keeper::cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// This keeper held the run: it was stopped and marked `Interrupted`
+    /// (`Failed` if it had not started), with stop reason [`CANCELLED`].
+    Cancelled,
+    /// An active record not held here whose owner's lease is gone: nobody is
+    /// running it; the reconciler will recover it.
+    NotActiveLocally,
+    /// Another worker runs it under a valid lease; ask again after
+    /// `retry_after` (the holder's expiry plus grace), e.g. HTTP 409 with
+    /// `Retry-After`.
+    LeaseValidElsewhere {
+        /// Time until the holder's lease (plus grace) ends.
+        retry_after: Duration,
+    },
+    /// A peer took the lease over while it was being cancelled here; the
+    /// local copy is stopped, the peer's record untouched.
+    TakenOver,
+    /// Nothing to cancel: the record is finished, interrupted, completing,
+    /// or does not exist (`status: None`).
+    NotCancellable {
+        /// The record's status, when known.
+        status: Option<Status>,
+    },
+    /// The store could not say. A local run is stopped anyway (fail closed).
+    Unknown,
+}
+
+/// What [`Keeper::shutdown`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Every run finished before the deadline.
+    pub drained: bool,
+    /// Runs still going at the deadline, stopped (their leases are left to
+    /// expire).
+    pub stopped_runs: Vec<String>,
+    /// The reconciler (a pass or a callback) had to be cancelled at the
+    /// deadline.
+    pub reconciler_cancelled: bool,
+}
+
+/// State shared by the keeper, its tasks and its guards.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) config: KeeperConfig,
+    pub(crate) worker_id: String,
+    /// How often `check()` may read the store.
+    pub(crate) check_interval: Duration,
+    leases: Mutex<HashMap<String, Arc<HeldLease>>>,
+    held_count: watch::Sender<usize>,
+    accepting: AtomicBool,
+    pub(crate) reconciling: AtomicBool,
+    pub(crate) heartbeat_wake: Notify,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<HeldLease>>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn is_accepting(&self) -> bool {
+        self.accepting.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn claim_reconcile_flight(&self) -> bool {
+        self.reconciling
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.table().contains_key(id)
+    }
+
+    fn lookup(&self, id: &str) -> Option<Arc<HeldLease>> {
+        self.table().get(id).cloned()
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Arc<HeldLease>> {
+        self.table().values().cloned().collect()
+    }
+
+    /// Starts holding `record`, won by a call sent at `sent`.
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        record: &LeaseRecord,
+        sent: Instant,
+    ) -> Result<RunGuard, Error> {
+        let claim = record.claim().ok_or_else(|| {
+            Error::corrupt(format!("record {:?} came back without an owner", record.id))
+        })?;
+        let now = Instant::now();
+        let deadline = self.config.ttl.map(|ttl| sent + ttl);
+        let lease = Arc::new(HeldLease::new(claim, record.status, deadline, now));
+        let replaced = {
+            let mut table = self.table();
+            let replaced = table.insert(record.id.clone(), Arc::clone(&lease));
+            if replaced.is_none() {
+                telemetry::held(1.0);
+            }
+            self.held_count.send_replace(table.len());
+            replaced
+        };
+        if let Some(stale) = replaced {
+            // Only a purged and re-admitted id gets here: the older copy is
+            // stale by definition.
+            self.lose(&stale, LossCause::Lost(LossReason::FenceChanged), true);
+        }
+        self.heartbeat_wake.notify_one();
+        let guard = RunGuard::new(Arc::clone(self), Arc::clone(&lease));
+        if deadline.is_some_and(|deadline| deadline <= now) {
+            self.lose(&lease, LossCause::DeadlinePassed, false);
+        }
+        Ok(guard)
+    }
+
+    /// Stops holding `lease` (after completion or loss).
+    pub(crate) fn release(&self, lease: &HeldLease) {
+        let mut table = self.table();
+        if table
+            .get(&lease.claim.id)
+            .is_some_and(|held| std::ptr::eq(Arc::as_ptr(held), lease))
+        {
+            table.remove(&lease.claim.id);
+            telemetry::held(-1.0);
+            self.held_count.send_replace(table.len());
+        }
+    }
+
+    /// Ends the run's ownership: cancels its token, aborts its task, stops
+    /// renewing. False when the phase did not allow it (already over, or
+    /// settling and `settling_too` is false).
+    pub(crate) fn lose(&self, lease: &HeldLease, cause: LossCause, settling_too: bool) -> bool {
+        let Some(task) = lease.lose(cause, settling_too) else {
+            return false;
+        };
+        lease.token.cancel();
+        if let Some(task) = task {
+            task.abort();
+        }
+        self.release(lease);
+        telemetry::loss(&cause);
+        match cause {
+            LossCause::Cancelled | LossCause::Shutdown => {
+                tracing::info!(lease.id = %lease.claim.id, fence = lease.claim.fence, cause = cause.label(), "run stopped");
+            }
+            _ => {
+                tracing::warn!(lease.id = %lease.claim.id, fence = lease.claim.fence, cause = cause.label(), "run lost its lease and was stopped");
+            }
+        }
+        true
+    }
+
+    /// The earliest confirmed deadline among leases that can still lose by it.
+    pub(crate) fn earliest_deadline(&self) -> Option<Instant> {
+        self.snapshot()
+            .iter()
+            .filter_map(|lease| {
+                let state = lease.state();
+                state.deadline.filter(|_| state.phase == Phase::Held)
+            })
+            .min()
+    }
+
+    /// Fail-stops every held lease whose confirmed deadline has passed.
+    pub(crate) fn fail_stop_overdue(&self, now: Instant) {
+        for lease in self.snapshot() {
+            let overdue = {
+                let state = lease.state();
+                state.phase == Phase::Held && state.deadline.is_some_and(|deadline| deadline <= now)
+            };
+            if overdue {
+                self.lose(&lease, LossCause::DeadlinePassed, false);
+            }
+        }
+    }
+}
+
+/// Builds a [`Keeper`]; see [`Keeper::builder`].
+pub struct KeeperBuilder {
+    store: Arc<dyn LeaseStore>,
+    config: KeeperConfig,
+    on_recovered: Option<RecoveryCallback>,
+}
+
+impl KeeperBuilder {
+    /// Sets the recovery callback, called once per orphan the reconciler
+    /// wins. Required with [`ReconcileAction::Adopt`].
+    pub fn on_recovered<F, Fut, E>(mut self, callback: F) -> Self
+    where
+        F: Fn(Recovered) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<RecoveryError> + 'static,
+    {
+        self.on_recovered = Some(Arc::new(move |recovered| {
+            let work = callback(recovered);
+            Box::pin(async move { work.await.map_err(Into::into) })
+        }));
+        self
+    }
+
+    /// Validates the configuration and starts the heartbeat and the
+    /// reconciler. Must be called inside a tokio runtime.
+    pub fn start(self) -> Result<Keeper, Error> {
+        self.config.validate()?;
+        if self.config.reconcile_action == ReconcileAction::Adopt && self.on_recovered.is_none() {
+            return Err(Error::invalid_input(
+                "on_recovered",
+                "ReconcileAction::Adopt needs a recovery callback to resume the adopted runs",
+            ));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "a Keeper must be started inside a tokio runtime",
+            ));
+        }
+        let worker_id = self
+            .config
+            .worker_id
+            .clone()
+            .unwrap_or_else(config::generate_worker_id);
+        let check_interval = self
+            .config
+            .effective_renew_interval()
+            .unwrap_or(self.config.reconcile_interval)
+            / 10;
+        let shared = Arc::new(Shared {
+            store: self.store,
+            config: self.config,
+            worker_id,
+            check_interval,
+            leases: Mutex::new(HashMap::new()),
+            held_count: watch::Sender::new(0),
+            accepting: AtomicBool::new(true),
+            reconciling: AtomicBool::new(false),
+            heartbeat_wake: Notify::new(),
+        });
+        let stop_heartbeat = CancellationToken::new();
+        let stop_reconciler = CancellationToken::new();
+        let heartbeat = match (shared.config.ttl, shared.config.effective_renew_interval()) {
+            (Some(ttl), Some(beat)) => Some(tokio::spawn(heartbeat::run(
+                Arc::clone(&shared),
+                ttl,
+                beat,
+                stop_heartbeat.clone(),
+            ))),
+            _ => None,
+        };
+        let (reconcile_requests, requests) = mpsc::channel(1);
+        let reconciler = tokio::spawn(reconciler::run(
+            Arc::clone(&shared),
+            self.on_recovered,
+            requests,
+            stop_reconciler.clone(),
+        ));
+        tracing::info!(worker_id = %shared.worker_id, ttl = ?shared.config.ttl, "keeper started");
+        Ok(Keeper {
+            shared,
+            stop_heartbeat,
+            stop_reconciler,
+            heartbeat: Mutex::new(heartbeat),
+            reconciler: Mutex::new(Some(reconciler)),
+            reconcile_requests,
+        })
+    }
+}
+
+/// Holds a worker's leases and keeps them alive (SPEC §4); see the
+/// [module docs](self).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use backend_memory::MemoryStore;
+/// use lease_core::keeper::{AdmitOutcome, Keeper, KeeperConfig, ReconcileAction, WriteError};
+/// use lease_core::StatusChange;
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let config = KeeperConfig::with_ttl(Duration::from_secs(30))
+///     .grace(Duration::from_secs(2))
+///     .reconcile_action(ReconcileAction::Adopt);
+/// let keeper = Keeper::builder(store, config)
+///     // Orphans of crashed workers come back here, already held by this keeper.
+///     .on_recovered(|recovered| async move {
+///         if let Some(guard) = recovered.guard {
+///             // ... resume from the record's checkpoint ...
+///             guard.complete(StatusChange::succeeded()).await?;
+///         }
+///         Ok::<(), WriteError>(())
+///     })
+///     .start()?;
+///
+/// let request = keeper.request("report-2026-11-29").scope("cron:nightly-report");
+/// let AdmitOutcome::Admitted { guard, .. } = keeper.admit(request).await? else {
+///     return Ok(()); // another worker runs it
+/// };
+/// // The keeper renews the lease from now on, pending or running. A loss
+/// // cancels `guard.token()` and aborts the spawned task at once.
+/// let run = guard.spawn(|guard| async move {
+///     guard.mark_running().await?;
+///     for _item in 0..3 {
+///         guard.check().await?; // cheap: reads the store at most every beat / 10
+///         // ... write the item, presenting guard.fence() to the resource ...
+///     }
+///     guard.complete(StatusChange::succeeded()).await?;
+///     Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// });
+/// run.await?.map_err(|error| error.to_string())?;
+///
+/// let report = keeper.shutdown(tokio::time::Instant::now() + Duration::from_secs(10)).await;
+/// assert!(report.drained);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Keeper {
+    shared: Arc<Shared>,
+    stop_heartbeat: CancellationToken,
+    stop_reconciler: CancellationToken,
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
+    reconciler: Mutex<Option<JoinHandle<()>>>,
+    reconcile_requests: mpsc::Sender<reconciler::PassReply>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("worker_id", &self.shared.worker_id)
+            .field("config", &self.shared.config)
+            .field("held", &self.held_count())
+            .finish()
+    }
+}
+
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+impl Keeper {
+    /// A keeper over `store` (any `Arc<impl LeaseStore>` coerces).
+    pub fn builder(store: Arc<dyn LeaseStore>, config: KeeperConfig) -> KeeperBuilder {
+        KeeperBuilder {
+            store,
+            config,
+            on_recovered: None,
+        }
+    }
+
+    /// The worker id this keeper claims leases under.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// The keeper's configuration.
+    pub fn config(&self) -> &KeeperConfig {
+        &self.shared.config
+    }
+
+    /// How many leases it holds right now.
+    pub fn held_count(&self) -> usize {
+        *self.shared.held_count.borrow()
+    }
+
+    /// Whether it holds lease `id`.
+    pub fn holds(&self, id: &str) -> bool {
+        self.shared.holds(id)
+    }
+
+    /// An admission request for `id` carrying this keeper's worker id, ttl
+    /// and grace; add scopes, kind, strategy and metadata to it.
+    pub fn request(&self, id: impl Into<String>) -> AdmitRequest {
+        let request =
+            AdmitRequest::new(id, self.shared.worker_id.clone()).grace(self.shared.config.grace);
+        match self.shared.config.ttl {
+            Some(ttl) => request.ttl(ttl),
+            None => request,
+        }
+    }
+
+    /// Admits a run and, when admitted, holds its lease: renewed from now on
+    /// (also while pending). The request's owner, ttl and grace are the
+    /// keeper's, whatever `request` says.
+    ///
+    /// Runs of this keeper that the admission interrupted are stopped.
+    pub async fn admit(&self, request: AdmitRequest) -> Result<AdmitOutcome, KeeperError> {
+        if !self.shared.is_accepting() {
+            return Err(KeeperError::ShuttingDown);
+        }
+        let request = AdmitRequest {
+            owner: self.shared.worker_id.clone(),
+            ttl: self.shared.config.ttl,
+            grace: self.shared.config.grace,
+            ..request
+        };
+        let sent = Instant::now();
+        let admission = tokio::time::timeout(
+            self.shared.config.store_timeout,
+            self.shared.store.admit(&request),
+        )
+        .await
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::Timeout,
+                "admit got no answer within the keeper's store timeout",
+            )
+        })??;
+        match admission {
+            Admission::Admitted {
+                record,
+                interrupted,
+            } => {
+                for stopped in &interrupted {
+                    if let Some(lease) = self.shared.lookup(&stopped.id) {
+                        self.shared
+                            .lose(&lease, LossCause::Lost(LossReason::Interrupted), false);
+                    }
+                }
+                let guard = self.shared.hold(&record, sent)?;
+                Ok(AdmitOutcome::Admitted { guard, interrupted })
+            }
+            Admission::Conflict {
+                holder,
+                retry_after,
+            } => Ok(AdmitOutcome::Conflict {
+                holder,
+                retry_after,
+            }),
+        }
+    }
+
+    /// Cancels run `id`: stops it here if held here (then writes the fenced
+    /// stop), otherwise says who has it. See [`CancelOutcome`].
+    pub async fn cancel(&self, id: &str) -> CancelOutcome {
+        let shared = &self.shared;
+        if let Some(lease) = shared.lookup(id) {
+            let status = {
+                let state = lease.state();
+                match state.phase {
+                    Phase::Held => Some(state.status),
+                    Phase::Settling | Phase::Finished => {
+                        return CancelOutcome::NotCancellable { status: None }
+                    }
+                    Phase::Lost(_) => None,
+                }
+            };
+            if let Some(status) = status {
+                if shared.lose(&lease, LossCause::Cancelled, false) {
+                    return self.write_cancel(&lease, status).await;
+                }
+            }
+        }
+        self.cancel_elsewhere(id).await
+    }
+
+    async fn write_cancel(&self, lease: &HeldLease, status: Status) -> CancelOutcome {
+        let change = match status {
+            Status::Pending => StatusChange::failed(CANCELLED).stop_reason(CANCELLED),
+            _ => StatusChange::interrupted(CANCELLED),
+        };
+        let answer = tokio::time::timeout(
+            self.shared.config.store_timeout,
+            self.shared.store.transition(&lease.claim, &change),
+        )
+        .await;
+        match answer {
+            Ok(Ok(Transition::Applied(_))) => CancelOutcome::Cancelled,
+            Ok(Ok(Transition::Rejected(TransitionRejection::Stale))) => CancelOutcome::TakenOver,
+            Ok(Ok(Transition::Rejected(TransitionRejection::Terminal(status)))) => {
+                CancelOutcome::NotCancellable {
+                    status: Some(status),
+                }
+            }
+            Ok(Ok(Transition::Rejected(TransitionRejection::NotAllowed { from, .. }))) => {
+                CancelOutcome::NotCancellable { status: Some(from) }
+            }
+            Ok(Ok(Transition::Rejected(_))) => CancelOutcome::NotCancellable { status: None },
+            Ok(Err(error)) => {
+                tracing::warn!(lease.id = %lease.claim.id, %error, "cancel write could not be confirmed; the local run is stopped");
+                CancelOutcome::Unknown
+            }
+            Err(_) => CancelOutcome::Unknown,
+        }
+    }
+
+    async fn cancel_elsewhere(&self, id: &str) -> CancelOutcome {
+        let store = &self.shared.store;
+        let bound = self.shared.config.store_timeout;
+        let read = async { Ok::<_, Error>((store.get(id).await?, store.now().await?)) };
+        match tokio::time::timeout(bound, read).await {
+            Ok(Ok((None, _))) => CancelOutcome::NotCancellable { status: None },
+            Ok(Ok((Some(record), _))) if !record.is_active() => CancelOutcome::NotCancellable {
+                status: Some(record.status),
+            },
+            Ok(Ok((Some(record), now))) => {
+                match rules::retry_after(&record, self.shared.config.grace, now) {
+                    Some(retry_after) => CancelOutcome::LeaseValidElsewhere { retry_after },
+                    None => CancelOutcome::NotActiveLocally,
+                }
+            }
+            Ok(Err(_)) | Err(_) => CancelOutcome::Unknown,
+        }
+    }
+
+    /// Runs one reconciler pass now (in the reconciler's task) and answers
+    /// what it did, once its callbacks have returned. Single-flight: while
+    /// another pass runs this does nothing and answers
+    /// [`ReconcileError::AlreadyRunning`].
+    pub async fn reconcile_now(&self) -> Result<ReconcileReport, ReconcileError> {
+        if !self.shared.is_accepting() {
+            return Err(ReconcileError::Stopped);
+        }
+        if !self.shared.claim_reconcile_flight() {
+            return Err(ReconcileError::AlreadyRunning);
+        }
+        let (reply, answer) = oneshot::channel();
+        if self.reconcile_requests.try_send(reply).is_err() {
+            self.shared.reconciling.store(false, Ordering::Release);
+            return Err(ReconcileError::Stopped);
+        }
+        answer.await.unwrap_or(Err(ReconcileError::Stopped))
+    }
+
+    /// Stops the keeper under one shared `deadline`: no new leases or
+    /// takeovers from now on; running work may finish until the deadline;
+    /// a reconciler pass (or its callback) still running at the deadline is
+    /// cancelled; runs still going are then stopped (token cancelled, task
+    /// aborted, lease left to expire) and the heartbeat ends, aborting any
+    /// renewal in flight.
+    pub async fn shutdown(&self, deadline: Instant) -> ShutdownReport {
+        self.shared.accepting.store(false, Ordering::Release);
+        self.stop_reconciler.cancel();
+        let mut held = self.shared.held_count.subscribe();
+        let drain = tokio::time::timeout_at(deadline, held.wait_for(|count| *count == 0));
+        let reconciler = take(&self.reconciler);
+        let stop_reconciler = async {
+            match reconciler {
+                Some(mut task) => match tokio::time::timeout_at(deadline, &mut task).await {
+                    Ok(_) => false,
+                    Err(_) => {
+                        task.abort();
+                        let _ = task.await;
+                        true
+                    }
+                },
+                None => false,
+            }
+        };
+        let (drained, reconciler_cancelled) = tokio::join!(drain, stop_reconciler);
+        // Consumed here: the watch borrow it carries must be gone before the
+        // stops below update the count.
+        let drained = drained.is_ok_and(|changed| changed.is_ok());
+        let mut stopped_runs = Vec::new();
+        for lease in self.shared.snapshot() {
+            if self.shared.lose(&lease, LossCause::Shutdown, true) {
+                stopped_runs.push(lease.claim.id.clone());
+            }
+        }
+        stopped_runs.sort();
+        self.stop_heartbeat.cancel();
+        if let Some(heartbeat) = take(&self.heartbeat) {
+            heartbeat.abort();
+            let _ = heartbeat.await;
+        }
+        tracing::info!(worker_id = %self.shared.worker_id, drained, stopped = stopped_runs.len(), reconciler_cancelled, "keeper shut down");
+        ShutdownReport {
+            drained,
+            stopped_runs,
+            reconciler_cancelled,
+        }
+    }
+}
+
+impl Drop for Keeper {
+    /// Dropping a keeper without [`shutdown`](Keeper::shutdown) stops it
+    /// like a crash would, minus the surprise: every run is stopped locally
+    /// and nothing more is written.
+    fn drop(&mut self) {
+        self.shared.accepting.store(false, Ordering::Release);
+        self.stop_heartbeat.cancel();
+        self.stop_reconciler.cancel();
+        for task in [take(&self.heartbeat), take(&self.reconciler)]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+        }
+        for lease in self.shared.snapshot() {
+            self.shared.lose(&lease, LossCause::Shutdown, true);
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! The keeper's metric names and the calls that record them, in one place
+//! so the names listed in the [module docs](super) cannot drift.
+
+use std::time::Duration;
+
+use super::guard::LossCause;
+
+pub(crate) const RENEWALS: &str = "tenure_keeper_renewals_total";
+pub(crate) const RENEW_CALLS: &str = "tenure_keeper_renew_calls_total";
+pub(crate) const LOSSES: &str = "tenure_keeper_losses_total";
+pub(crate) const FAIL_STOPS: &str = "tenure_keeper_fail_stops_total";
+pub(crate) const TAKEOVERS: &str = "tenure_keeper_takeovers_total";
+pub(crate) const RECOVERY_FAILURES: &str = "tenure_keeper_recovery_failures_total";
+pub(crate) const TIME_LEFT: &str = "tenure_keeper_lease_time_left_seconds";
+pub(crate) const HELD: &str = "tenure_keeper_held_leases";
+
+/// One renewal answer for one lease: `renewed`, `lost`, `error`, `timeout`
+/// or `late` (a success that landed after the confirmed deadline).
+pub(crate) fn renewal(outcome: &'static str, time_left: Duration) {
+    metrics::counter!(RENEWALS, "outcome" => outcome).increment(1);
+    metrics::histogram!(TIME_LEFT).record(time_left.as_secs_f64());
+}
+
+/// One store round trip of the heartbeat: `renew` or `renew_many`.
+pub(crate) fn renew_call(call: &'static str) {
+    metrics::counter!(RENEW_CALLS, "call" => call).increment(1);
+}
+
+/// A run stopped because its ownership ended or became unknown.
+pub(crate) fn loss(cause: &LossCause) {
+    metrics::counter!(LOSSES, "reason" => cause.label()).increment(1);
+    if matches!(cause, LossCause::DeadlinePassed) {
+        metrics::counter!(FAIL_STOPS).increment(1);
+    }
+}
+
+/// The reconciler won an orphan (`fail` or `adopt`).
+pub(crate) fn takeover(action: &'static str) {
+    metrics::counter!(TAKEOVERS, "action" => action).increment(1);
+}
+
+/// The recovery callback failed for one recovered lease.
+pub(crate) fn recovery_failure() {
+    metrics::counter!(RECOVERY_FAILURES).increment(1);
+}
+
+/// The number of leases held changed by `delta`.
+pub(crate) fn held(delta: f64) {
+    metrics::gauge!(HELD).increment(delta);
+}
