@@ -1,1 +1,234 @@
-//! placeholder
+//! # backend-postgres
+//!
+//! A [`LeaseStore`](lease_core::LeaseStore) on PostgreSQL (12 or newer),
+//! through sqlx with runtime-checked queries: building it needs no database.
+//!
+//! ## Connecting
+//!
+//! From a URL, with [`PgStoreConfig`] (its `Debug` redacts the password):
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! use std::time::Duration;
+//! use backend_postgres::{PgStore, PgStoreConfig};
+//! use lease_core::{AdmitRequest, LeaseStore};
+//!
+//! let config = PgStoreConfig::new("postgres://app:secret@db.internal:5432/jobs")
+//!     .schema("tenure")
+//!     .max_connections(8);
+//! let store = PgStore::connect(&config).await?;
+//! let admission = store
+//!     .admit(&AdmitRequest::new("nightly-report", "worker-a").scope("cron:report").ttl(Duration::from_secs(30)))
+//!     .await?;
+//! println!("{}", admission.label());
+//! # Ok(()) }
+//! ```
+//!
+//! or on a pool the application already has:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! use backend_postgres::PgStore;
+//!
+//! let pool = sqlx::PgPool::connect("postgres://app@db.internal/jobs")
+//!     .await
+//!     .expect("connect");
+//! let store = PgStore::from_pool(pool, "tenure").await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! ## Schema
+//!
+//! All tables live in one schema (default [`DEFAULT_SCHEMA`]), created when
+//! missing. Its name must be a plain identifier (checked, then quoted); every
+//! statement names it explicitly, so the pool's `search_path` does not
+//! matter, and several independent stores can share one database.
+//!
+//! * `leases`: one row per record (`timestamptz` times, `jsonb` metadata,
+//!   `status` text with a `CHECK`);
+//! * `lease_scopes`: every (scope, record) pair, for `list_by_scope`;
+//! * `held_scopes(scope PRIMARY KEY, lease_id)`: one row per scope held by an
+//!   active record, created with the record and deleted in the same
+//!   statement that deactivates it. Its primary key is the "one active record
+//!   per scope" rule, enforced by the server itself; a foreign key on the
+//!   record's activity refuses any write that would leave a finished record
+//!   holding a scope;
+//! * `fence_seq`: the store-wide fence sequence.
+//!
+//! ## Migrations
+//!
+//! The schema is versioned with embedded sqlx migrations
+//! (`backend-postgres/migrations`), applied by [`PgStore::connect`] and
+//! [`PgStore::from_pool`] on a dedicated connection whose `search_path` is
+//! the schema; the versions applied are kept in the schema's own
+//! `_sqlx_migrations` table. sqlx takes a PostgreSQL advisory lock around the
+//! run (one lock per database, so runs on different schemas take turns too),
+//! and schema creation is serialised the same way, so any number of workers
+//! may start at once: one applies, the others wait and find nothing left to
+//! do. A schema written by a newer version of
+//! this crate (unknown or modified migrations) answers
+//! [`ErrorKind::Incompatible`](lease_core::ErrorKind::Incompatible).
+//!
+//! ## TLS
+//!
+//! The crate feature `tls` enables rustls in sqlx; then `sslmode=require`
+//! (or `verify-ca`, `verify-full`, with `sslrootcert=...`) in the URL
+//! encrypts the connection. Without it, use plain TCP on a trusted network
+//! or a Unix socket.
+//!
+//! ## Time
+//!
+//! Every expiry decision is judged by the server's clock alone: `now()`
+//! inside the statement or transaction that acts on it (one instant per
+//! operation), never the worker's clock. [`LeaseStore::now`] answers
+//! `SELECT now()`, microsecond precision like every stored timestamp.
+//!
+//! ## Atomicity and errors
+//!
+//! Every operation is one statement or one transaction. `admit` locks the
+//! holders of its scopes in scope order (`SELECT ... FOR UPDATE`), decides
+//! with [`lease_core::rules::plan_admission`], then writes, all in one
+//! transaction; a race with a concurrent admission (unique violation on
+//! `held_scopes`, serialization failure, deadlock) is retried, at most three
+//! attempts, then answered as `Conflict`. A dropped connection or a server
+//! error mid-transaction rolls the whole transaction back and answers a
+//! retryable error ([`Error::is_retryable`](lease_core::Error::is_retryable)):
+//! the outcome is unknown to the caller, but nothing is half-applied.
+//!
+//! [`LeaseStore::now`]: lease_core::LeaseStore::now
+
+mod config;
+mod decode;
+mod error;
+mod sql;
+mod store;
+
+use std::fmt;
+use std::sync::Arc;
+
+use lease_core::Result;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+pub use config::{PgStoreConfig, DEFAULT_SCHEMA};
+
+use config::SchemaName;
+use error::{migrate_error, store_error};
+use sql::Statements;
+
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+
+/// Advisory-lock key serialising `CREATE SCHEMA IF NOT EXISTS` between
+/// workers (two concurrent creations of one schema can otherwise fail).
+const SCHEMA_CREATION_LOCK: i64 = 0x7465_6e75_7265_0001;
+
+/// The PostgreSQL lease store. Cloning shares the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    schema: SchemaName,
+    sql: Arc<Statements>,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.schema.as_str())
+            .field("pool_size", &self.pool.size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects a pool as `config` says, creates and migrates the schema,
+    /// and answers the store.
+    ///
+    /// A bad URL or schema name is [`ErrorKind::Config`](lease_core::ErrorKind::Config);
+    /// an unreachable server is retryable.
+    pub async fn connect(config: &PgStoreConfig) -> Result<Self> {
+        let schema = SchemaName::parse(config.schema_name())?;
+        let options: sqlx::postgres::PgConnectOptions =
+            config.url().parse().map_err(store_error)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.connection_limit())
+            .acquire_timeout(config.connection_wait())
+            .connect_with(options)
+            .await
+            .map_err(store_error)?;
+        Self::with_schema(pool, schema).await
+    }
+
+    /// Uses an existing pool, keeping the records in `schema`, created and
+    /// migrated if needed. The pool's `search_path` is left alone.
+    pub async fn from_pool(pool: PgPool, schema: &str) -> Result<Self> {
+        Self::with_schema(pool, SchemaName::parse(schema)?).await
+    }
+
+    async fn with_schema(pool: PgPool, schema: SchemaName) -> Result<Self> {
+        let store = PgStore {
+            sql: Arc::new(Statements::new(&schema)),
+            pool,
+            schema,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Creates the schema if missing and applies the migrations it lacks.
+    /// Idempotent, and safe to run from many workers at once.
+    pub async fn migrate(&self) -> Result<()> {
+        // A connection of its own: `search_path` is set for the migrator and
+        // the session (with any advisory lock a failed run left) ends with it.
+        let mut connection = self
+            .pool
+            .connect_options()
+            .connect()
+            .await
+            .map_err(store_error)?;
+        let outcome = self.migrate_on(&mut connection).await;
+        // Closing can only fail if the session is already gone.
+        let _ = connection.close().await;
+        outcome
+    }
+
+    async fn migrate_on(&self, connection: &mut sqlx::PgConnection) -> Result<()> {
+        let schema = self.schema.quoted();
+        let mut creation = connection.begin().await.map_err(store_error)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(SCHEMA_CREATION_LOCK)
+            .execute(&mut *creation)
+            .await
+            .map_err(store_error)?;
+        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            .execute(&mut *creation)
+            .await
+            .map_err(store_error)?;
+        creation.commit().await.map_err(store_error)?;
+        sqlx::query(&format!("SET search_path TO {schema}"))
+            .execute(&mut *connection)
+            .await
+            .map_err(store_error)?;
+        // `run_direct` is `run` minus its `Acquire` bound, whose lifetime
+        // makes `run` unusable in a future that must be `Send` for any
+        // lifetime (sqlx documents it as the way around that).
+        MIGRATOR.run_direct(connection).await.map_err(migrate_error)
+    }
+
+    /// The pool the store runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the records.
+    pub fn schema(&self) -> &str {
+        self.schema.as_str()
+    }
+
+    /// Closes the pool: waits for connections in use to come back, then
+    /// closes them all. Later operations answer
+    /// [`ErrorKind::Unavailable`](lease_core::ErrorKind::Unavailable).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}

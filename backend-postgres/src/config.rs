@@ -1,0 +1,251 @@
+//! How to reach the server and where to keep the records.
+//!
+//! The schema name is the one piece of SQL text a caller controls that cannot
+//! be a bound parameter, so it is checked to be a plain identifier before it
+//! is ever quoted into a statement.
+
+use std::fmt;
+use std::time::Duration;
+
+use lease_core::{Error, ErrorKind, Result};
+
+/// The schema a store uses unless told otherwise.
+pub const DEFAULT_SCHEMA: &str = "tenure";
+
+/// Longest schema name PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
+const MAX_SCHEMA_BYTES: usize = 63;
+
+/// What [`PgStore::connect`](crate::PgStore::connect) needs: the server URL,
+/// the schema, and the pool's bounds.
+///
+/// `Debug` shows the URL with its password replaced by `***`, so a config can
+/// be logged safely.
+///
+/// ```
+/// use std::time::Duration;
+/// use backend_postgres::PgStoreConfig;
+///
+/// let config = PgStoreConfig::new("postgres://app:s3cret@db.internal:5432/jobs")
+///     .schema("tenure_leases")
+///     .max_connections(8)
+///     .acquire_timeout(Duration::from_secs(5));
+/// let shown = format!("{config:?}");
+/// assert!(!shown.contains("s3cret"));
+/// assert!(shown.contains("app:***@db.internal"));
+/// ```
+#[derive(Clone)]
+pub struct PgStoreConfig {
+    url: String,
+    schema: String,
+    max_connections: u32,
+    acquire_timeout: Duration,
+}
+
+impl PgStoreConfig {
+    /// A config for the server at `url` (`postgres://user:password@host:port/database`,
+    /// with any libpq-style query parameters sqlx understands, e.g. `sslmode`),
+    /// schema [`DEFAULT_SCHEMA`], at most 10 connections, 10 s to get one.
+    pub fn new(url: impl Into<String>) -> Self {
+        PgStoreConfig {
+            url: url.into(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Keeps the records in `schema` (created if missing). Must be a plain
+    /// identifier: ASCII letters, digits and `_`, not starting with a digit
+    /// or `pg_`, at most 63 bytes. Checked when connecting.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Opens at most `max` connections (at least 1).
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max.max(1);
+        self
+    }
+
+    /// Waits at most `timeout` for a free connection; past it an operation
+    /// answers [`ErrorKind::Timeout`].
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// The server URL, password included.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The schema name, as given.
+    pub fn schema_name(&self) -> &str {
+        &self.schema
+    }
+
+    /// The pool's connection bound.
+    pub fn connection_limit(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// How long an operation waits for a free connection.
+    pub fn connection_wait(&self) -> Duration {
+        self.acquire_timeout
+    }
+}
+
+impl fmt::Debug for PgStoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStoreConfig")
+            .field("url", &redact_url(&self.url))
+            .field("schema", &self.schema)
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .finish()
+    }
+}
+
+/// `url` with the password of its user-info part and any `password=` query
+/// parameter replaced by `***`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (before_query, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let mut redacted = match before_query.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            let authority = match authority.rsplit_once('@') {
+                Some((user_info, host)) => match user_info.split_once(':') {
+                    Some((user, _password)) => format!("{user}:***@{host}"),
+                    None => authority.to_owned(),
+                },
+                None => authority.to_owned(),
+            };
+            format!("{scheme}://{authority}{path}")
+        }
+        None => before_query.to_owned(),
+    };
+    if let Some(query) = query {
+        let parameters: Vec<String> = query
+            .split('&')
+            .map(|parameter| match parameter.split_once('=') {
+                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                _ => parameter.to_owned(),
+            })
+            .collect();
+        redacted.push('?');
+        redacted.push_str(&parameters.join("&"));
+    }
+    redacted
+}
+
+/// A schema name checked to be a plain identifier, safe to quote into SQL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SchemaName(String);
+
+impl SchemaName {
+    /// Checks `name`; [`ErrorKind::Config`] naming the rule it breaks.
+    pub(crate) fn parse(name: &str) -> Result<Self> {
+        let reject = |why: &str| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!("schema name {name:?} {why}"),
+            ))
+        };
+        let Some(first) = name.chars().next() else {
+            return reject("is empty");
+        };
+        if name.len() > MAX_SCHEMA_BYTES {
+            return reject("is longer than 63 bytes");
+        }
+        if !(first.is_ascii_alphabetic() || first == '_') {
+            return reject("must start with an ASCII letter or `_`");
+        }
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return reject("may contain only ASCII letters, digits and `_`");
+        }
+        if name.to_ascii_lowercase().starts_with("pg_") {
+            return reject("must not start with `pg_` (reserved for system schemas)");
+        }
+        Ok(SchemaName(name.to_owned()))
+    }
+
+    /// The name as given.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name as a quoted SQL identifier. Quoting keeps its case; the
+    /// character check in [`parse`](Self::parse) leaves nothing to escape.
+    pub(crate) fn quoted(&self) -> String {
+        format!("\"{}\"", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_user_info_password() {
+        assert_eq!(
+            redact_url("postgres://app:p%40ss:word@db:5432/jobs?sslmode=require"),
+            "postgres://app:***@db:5432/jobs?sslmode=require"
+        );
+    }
+
+    #[test]
+    fn redacts_password_query_parameter() {
+        assert_eq!(
+            redact_url("postgres://db/jobs?user=app&password=hunter2&sslmode=disable"),
+            "postgres://db/jobs?user=app&password=***&sslmode=disable"
+        );
+    }
+
+    #[test]
+    fn leaves_urls_without_password_alone() {
+        for url in [
+            "postgres://postgres@127.0.0.1:5432/test",
+            "postgres://localhost/test",
+            "postgresql:///test?host=/var/run/postgresql",
+        ] {
+            assert_eq!(redact_url(url), url);
+        }
+    }
+
+    #[test]
+    fn debug_never_prints_the_password() {
+        let config = PgStoreConfig::new("postgres://app:hunter2@db/jobs?password=hunter2");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("schema: \"tenure\""), "{shown}");
+    }
+
+    #[test]
+    fn schema_names_must_be_plain_identifiers() {
+        for good in ["tenure", "Tenure_2", "_x", &"a".repeat(63)] {
+            assert_eq!(
+                SchemaName::parse(good).map(|s| s.quoted()).ok(),
+                Some(format!("\"{good}\""))
+            );
+        }
+        for bad in [
+            "",
+            "1abc",
+            "a-b",
+            "a\"b",
+            "a;drop",
+            "pg_catalog",
+            "PG_x",
+            "ünï",
+            &"a".repeat(64),
+        ] {
+            let error = SchemaName::parse(bad).expect_err(bad);
+            assert_eq!(error.kind(), ErrorKind::Config, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! The `LeaseStore` operations.
+//!
+//! Writes are single conditional statements where the contract allows
+//! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning
+//! path is one round trip, and only a refused write reads the row back to
+//! say why, with the same `lease_core::rules` judgements every backend uses.
+//! `admit` must look before it writes, so it is one transaction that locks
+//! what it looks at.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::rules::{self, AdmissionPlan};
+use lease_core::{
+    validate, Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
+    LeaseStore, NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
+    TakeoverRequest, Timestamp, Transition, TransitionRejection,
+};
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use crate::decode::{self, Undecodable};
+use crate::error::{
+    constraint, sqlstate, store_error, DEADLOCK_DETECTED, SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
+};
+use crate::PgStore;
+
+/// Attempts of one admission before a persistent race is answered `Conflict`.
+const ADMIT_ATTEMPTS: usize = 3;
+
+/// Attempts of a conditional write whose refusal the follow-up read cannot
+/// explain (the row changed between the two statements).
+const WRITE_ATTEMPTS: usize = 3;
+
+/// A fence no row has (the schema keeps fences positive): stands in for a
+/// claimed fence too large for `bigint`, which therefore matches nothing.
+const NO_SUCH_FENCE: i64 = -1;
+
+/// The primary key whose violation means the id is taken.
+const LEASES_PRIMARY_KEY: &str = "leases_pkey";
+
+fn interval(duration: Duration) -> PgInterval {
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: i64::try_from(duration.as_micros()).unwrap_or(i64::MAX),
+    }
+}
+
+fn fence_param(fence: u64) -> i64 {
+    i64::try_from(fence).unwrap_or(NO_SUCH_FENCE)
+}
+
+fn changed_concurrently(operation: &str, id: &str) -> Error {
+    Error::unavailable(format!(
+        "{operation} of {id:?} was refused, but the record read back allowed it: \
+         it changed concurrently {WRITE_ATTEMPTS} times; retry"
+    ))
+}
+
+/// Why one admission attempt did not produce an answer.
+enum AdmitFailure {
+    /// The id exists.
+    Duplicate,
+    /// A concurrent admission touched the same scopes; worth another attempt.
+    Race(sqlx::Error),
+    /// Anything else: the answer.
+    Store(Error),
+}
+
+impl From<sqlx::Error> for AdmitFailure {
+    fn from(error: sqlx::Error) -> Self {
+        match sqlstate(&error).as_deref() {
+            Some(UNIQUE_VIOLATION) if constraint(&error) == Some(LEASES_PRIMARY_KEY) => {
+                AdmitFailure::Duplicate
+            }
+            Some(UNIQUE_VIOLATION | SERIALIZATION_FAILURE | DEADLOCK_DETECTED) => {
+                AdmitFailure::Race(error)
+            }
+            _ => AdmitFailure::Store(store_error(error)),
+        }
+    }
+}
+
+impl From<Error> for AdmitFailure {
+    fn from(error: Error) -> Self {
+        AdmitFailure::Store(error)
+    }
+}
+
+/// The records in `rows`; a corrupt row makes the whole answer `Corrupt`.
+fn records(rows: &[PgRow]) -> Result<Vec<LeaseRecord>> {
+    rows.iter().map(decode::trusted_record).collect()
+}
+
+impl PgStore {
+    async fn admit_once(
+        &self,
+        request: &AdmitRequest,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<Admission, AdmitFailure> {
+        let mut tx = self.pool.begin().await?;
+        let probe = sqlx::query(&self.sql.admit_probe)
+            .bind(&request.id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let now: Timestamp = probe.try_get("store_now")?;
+        if probe.try_get::<bool, _>("taken")? {
+            return Err(AdmitFailure::Duplicate);
+        }
+        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        let holders = if scopes.is_empty() {
+            Vec::new()
+        } else {
+            let rows = sqlx::query(&self.sql.lock_holders)
+                .bind(&scopes)
+                .fetch_all(&mut *tx)
+                .await?;
+            records(&rows)?
+        };
+        let interrupt = match rules::plan_admission(request, &holders, now) {
+            AdmissionPlan::Conflict {
+                holder,
+                retry_after,
+            } => {
+                tx.rollback().await?;
+                return Ok(Admission::Conflict {
+                    holder,
+                    retry_after,
+                });
+            }
+            AdmissionPlan::Proceed { interrupt } => interrupt,
+        };
+        let mut fences: Vec<i64> = sqlx::query_scalar(&self.sql.draw_fences)
+            .bind(interrupt.len() as i64 + 1)
+            .fetch_all(&mut *tx)
+            .await?;
+        // Values of one sequence: ascending order is the order they were drawn.
+        fences.sort_unstable();
+        let Some((&record_fence, interrupt_fences)) = fences.split_last() else {
+            return Err(Error::unavailable("PostgreSQL handed out no fence").into());
+        };
+        let mut interrupted = Vec::with_capacity(interrupt.len());
+        if !interrupt.is_empty() {
+            let rows = sqlx::query(&self.sql.interrupt)
+                .bind(&interrupt)
+                .bind(interrupt_fences)
+                .bind(&request.owner)
+                .bind(rules::INTERRUPTED_BY_ADMISSION)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut by_id: HashMap<String, LeaseRecord> = records(&rows)?
+                .into_iter()
+                .map(|record| (record.id.clone(), record))
+                .collect();
+            for id in &interrupt {
+                let record = by_id.remove(id).ok_or_else(|| {
+                    Error::unavailable(format!("interrupted holder {id:?} vanished mid-admission"))
+                })?;
+                interrupted.push(record);
+            }
+        }
+        let row = sqlx::query(&self.sql.insert)
+            .bind(&request.id)
+            .bind(&scopes)
+            .bind(&request.kind)
+            .bind(&request.owner)
+            .bind(record_fence)
+            .bind(request.ttl.map(interval))
+            .bind(sqlx::types::Json(metadata))
+            .fetch_one(&mut *tx)
+            .await?;
+        let record = decode::trusted_record(&row)?;
+        tx.commit().await?;
+        Ok(Admission::Admitted {
+            record,
+            interrupted,
+        })
+    }
+
+    /// The answer after every attempt lost a race: the current holder, first
+    /// in scope order.
+    async fn conflict_after_races(
+        &self,
+        request: &AdmitRequest,
+        last_race: sqlx::Error,
+    ) -> Result<Admission> {
+        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        let rows = sqlx::query(&self.sql.read_holders)
+            .bind(&scopes)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let now = LeaseStore::now(self).await?;
+        let holders = records(&rows)?;
+        let first = match rules::plan_admission(request, &holders, now) {
+            AdmissionPlan::Conflict {
+                holder,
+                retry_after,
+            } => Some((holder, retry_after)),
+            AdmissionPlan::Proceed { .. } => holders.into_iter().next().map(|holder| {
+                let retry_after = rules::retry_after(&holder, request.grace, now);
+                (holder, retry_after)
+            }),
+        };
+        match first {
+            Some((holder, retry_after)) => Ok(Admission::Conflict {
+                holder,
+                retry_after,
+            }),
+            None => Err(Error::unavailable(format!(
+                "admission of {:?} lost {ADMIT_ATTEMPTS} races on its scopes, \
+                 which are free again; retry",
+                request.id
+            ))
+            .with_source(last_race)),
+        }
+    }
+
+    async fn read_record(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        let row = sqlx::query(&self.sql.get)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        row.as_ref().map(decode::trusted_record).transpose()
+    }
+
+    /// The record as it is now, with the server's clock.
+    async fn read_record_at_now(&self, id: &str) -> Result<Option<(Timestamp, LeaseRecord)>> {
+        let row = sqlx::query(&self.sql.get_with_now)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let Some(row) = row else { return Ok(None) };
+        let now: Timestamp = row.try_get("store_now").map_err(store_error)?;
+        Ok(Some((now, decode::trusted_record(&row)?)))
+    }
+}
+
+#[async_trait]
+impl LeaseStore for PgStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        let metadata = validate::admit(request)?;
+        let mut attempt = 1;
+        loop {
+            match self.admit_once(request, metadata).await {
+                Ok(admission) => return Ok(admission),
+                Err(AdmitFailure::Duplicate) => return Err(Error::already_exists(&request.id)),
+                Err(AdmitFailure::Store(error)) => return Err(error),
+                Err(AdmitFailure::Race(race)) if attempt < ADMIT_ATTEMPTS => {
+                    tracing::debug!(id = %request.id, attempt, error = %race, "admission raced; retrying");
+                    attempt += 1;
+                }
+                Err(AdmitFailure::Race(race)) => {
+                    return self.conflict_after_races(request, race).await
+                }
+            }
+        }
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        validate::claim(claim)?;
+        validate::ttl(ttl)?;
+        for _ in 0..WRITE_ATTEMPTS {
+            let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.renew)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence_param(claim.fence))
+                .bind(interval(ttl))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(expires_at) = renewed {
+                return Ok(Renewal::Renewed { expires_at });
+            }
+            let record = self.read_record(&claim.id).await?;
+            if let Err(reason) = rules::judge_renewal(record.as_ref(), claim) {
+                return Ok(Renewal::Lost(reason));
+            }
+        }
+        Err(changed_concurrently("renewal", &claim.id))
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        validate::claims(claims)?;
+        validate::ttl(ttl)?;
+        // One row per distinct claim: a repeated claim shares its outcome.
+        let mut distinct: Vec<&Claim> = Vec::new();
+        let mut position_of: HashMap<&Claim, usize> = HashMap::new();
+        let slots: Vec<usize> = claims
+            .iter()
+            .map(|claim| {
+                *position_of.entry(claim).or_insert_with(|| {
+                    distinct.push(claim);
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        let ids: Vec<&str> = distinct.iter().map(|claim| claim.id.as_str()).collect();
+        let owners: Vec<&str> = distinct.iter().map(|claim| claim.owner.as_str()).collect();
+        let fences: Vec<i64> = distinct
+            .iter()
+            .map(|claim| fence_param(claim.fence))
+            .collect();
+        let rows = sqlx::query(&self.sql.renew_many)
+            .bind(&ids)
+            .bind(&owners)
+            .bind(&fences)
+            .bind(interval(ttl))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        if rows.len() != distinct.len() {
+            return Err(Error::corrupt(format!(
+                "renew_many sent {} claims and got {} answers",
+                distinct.len(),
+                rows.len()
+            )));
+        }
+        let mut outcomes = Vec::with_capacity(distinct.len());
+        for (claim, row) in distinct.iter().zip(&rows) {
+            let renewed: Option<Timestamp> = row.try_get("renewed_until").map_err(store_error)?;
+            if let Some(expires_at) = renewed {
+                outcomes.push(Renewal::Renewed { expires_at });
+                continue;
+            }
+            let present: Option<String> = row.try_get("id").map_err(store_error)?;
+            let record = match present {
+                Some(_) => Some(decode::trusted_record(row)?),
+                None => None,
+            };
+            match rules::judge_renewal(record.as_ref(), claim) {
+                Err(reason) => outcomes.push(Renewal::Lost(reason)),
+                // Refused by a write that waited for a concurrent change the
+                // statement's snapshot cannot show: ask again on its own.
+                Ok(()) => outcomes.push(self.renew(claim, ttl).await?),
+            }
+        }
+        Ok(slots.into_iter().map(|slot| outcomes[slot]).collect())
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        validate::claim(claim)?;
+        validate::status_change(change)?;
+        let allowed_from: Vec<&str> = Status::ALL
+            .into_iter()
+            .filter(|from| from.can_become(change.status))
+            .map(Status::as_str)
+            .collect();
+        for _ in 0..WRITE_ATTEMPTS {
+            let row = sqlx::query(&self.sql.transition)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence_param(claim.fence))
+                .bind(change.status.as_str())
+                .bind(change.error.as_deref())
+                .bind(change.stop_reason.as_deref())
+                .bind(&allowed_from)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(row) = row {
+                return Ok(Transition::Applied(decode::trusted_record(&row)?));
+            }
+            let record = self.read_record(&claim.id).await?;
+            let Some(record) = record else {
+                return Ok(Transition::Rejected(TransitionRejection::Missing));
+            };
+            if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status) {
+                return Ok(Transition::Rejected(rejection));
+            }
+        }
+        Err(changed_concurrently("transition", &claim.id))
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        validate::takeover(request)?;
+        let (status, error, stop_reason, adopt_ttl) = match &request.action {
+            TakeoverAction::Fail { error, stop_reason } => (
+                Status::Failed,
+                Some(error.as_str()),
+                stop_reason.as_deref(),
+                None,
+            ),
+            TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
+            other => {
+                return Err(Error::invalid_input(
+                    "action",
+                    format_args!("{other:?} is not supported by this store version"),
+                ))
+            }
+        };
+        let adopt = status == Status::Running;
+        for _ in 0..WRITE_ATTEMPTS {
+            let row = sqlx::query(&self.sql.take_over)
+                .bind(&request.id)
+                .bind(&request.claimer)
+                .bind(status.as_str())
+                .bind(error)
+                .bind(stop_reason)
+                .bind(adopt)
+                .bind(adopt_ttl.map(interval))
+                .bind(interval(request.grace))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(row) = row {
+                return Ok(Takeover::Taken(decode::trusted_record(&row)?));
+            }
+            let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
+                return Ok(Takeover::NotTaken(NotTakenReason::Missing));
+            };
+            if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
+                return Ok(Takeover::NotTaken(reason));
+            }
+        }
+        Err(changed_concurrently("takeover", &request.id))
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        validate::expired_query(query)?;
+        let mut scan = ExpiredScan::default();
+        let mut offset: i64 = 0;
+        // Undecodable rows take no place in the answer: page on until the
+        // limit is filled with good records or the matches run out.
+        while scan.records.len() < query.limit {
+            let wanted = query.limit - scan.records.len();
+            let rows = sqlx::query(&self.sql.list_expired)
+                .bind(interval(query.grace))
+                .bind(query.created_before)
+                .bind(wanted as i64)
+                .bind(offset)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            offset += rows.len() as i64;
+            for row in &rows {
+                match decode::record(row) {
+                    Ok(record) => scan.records.push(record),
+                    Err(Undecodable { id, reason }) => {
+                        tracing::warn!(
+                            schema = self.schema(),
+                            id = %id,
+                            reason = %reason,
+                            "list_expired skipped an undecodable lease record"
+                        );
+                        scan.skipped.push(Undecodable { id, reason }.into_skipped());
+                    }
+                }
+            }
+            if rows.len() < wanted {
+                break;
+            }
+        }
+        Ok(scan)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        validate::lease_id(id)?;
+        self.read_record(id).await
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        validate::scope(scope)?;
+        let rows = sqlx::query(&self.sql.list_by_scope)
+            .bind(scope)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        records(&rows)
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let rows = sqlx::query(&self.sql.list_active)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        records(&rows)
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        validate::retention(terminal_older_than)?;
+        let done = sqlx::query(&self.sql.purge)
+            .bind(interval(terminal_older_than))
+            .execute(&self.pool)
+            .await
+            .map_err(store_error)?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,394 @@
+//! PostgreSQL-specific behaviour the conformance kit cannot reach: migrations
+//! racing, schema checks, hostile strings, undecodable rows, and a backend
+//! killed in the middle of an admission.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use backend_postgres::{PgStore, PgStoreConfig};
+use lease_core::{
+    Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
+    Renewal, Status, StatusChange, Transition,
+};
+use sqlx::{Connection, PgConnection};
+
+use support::{fresh_schema, server_url, with_store};
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn admitted(admission: Admission) -> LeaseRecord {
+    match admission {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+/// Runs `sql` against the store's schema on a connection of its own.
+async fn execute(url: &str, store: &PgStore, sql: &str) {
+    let mut connection = PgConnection::connect(url).await.expect("connect");
+    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
+    sqlx::raw_sql(&sql)
+        .execute(&mut connection)
+        .await
+        .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    connection.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn bad_schema_name_is_a_config_error_before_connecting() {
+    // Port 1 on localhost: connecting would fail, so a Config answer proves
+    // the name was refused first.
+    let config = PgStoreConfig::new("postgres://nobody@127.0.0.1:1/none").schema("x\"; DROP");
+    let error = PgStore::connect(&config).await.expect_err("bad schema");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pools_migrate_one_schema_concurrently() {
+    let Some(url) = server_url("two_pools_migrate_one_schema_concurrently") else {
+        return;
+    };
+    let schema = fresh_schema();
+    // One from a URL, one from an application pool whose search_path is
+    // elsewhere: both must end up on the same, fully migrated schema.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("pool");
+    let (from_url, from_pool) = tokio::join!(
+        support::connect(&url, &schema),
+        PgStore::from_pool(pool, &schema)
+    );
+    let (from_url, from_pool) = (from_url.expect("migrate"), from_pool.expect("migrate"));
+    let applied: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\"._sqlx_migrations WHERE success"
+    ))
+    .fetch_one(from_pool.pool())
+    .await
+    .expect("count");
+    let record = admitted(
+        from_url
+            .admit(&AdmitRequest::new("op-1", "worker-a").scope("s"))
+            .await
+            .expect("admit"),
+    );
+    let seen = from_pool.get("op-1").await.expect("get");
+    // Migrating again finds nothing to do.
+    from_pool.migrate().await.expect("re-migrate");
+    support::drop_schema(&from_url).await.expect("drop");
+    from_pool.close().await;
+    assert_eq!(applied, 1);
+    assert_eq!(seen, Some(record));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_and_scopes_are_stored_verbatim() {
+    with_store("hostile_ids_and_scopes_are_stored_verbatim", |store, _| async move {
+        let id = "op'); DROP TABLE leases; -- \\\" $1 %s ünïcødé 🦀";
+        let scope = "scope'; DELETE FROM held_scopes; --\\ \"q\" 名前";
+        let owner = "worker';--\\\"🦀";
+        let record = admitted(
+            store
+                .admit(&AdmitRequest::new(id, owner).scope(scope).ttl(LONG))
+                .await
+                .expect("admit"),
+        );
+        assert_eq!(record.id, id);
+        assert_eq!(record.owner.as_deref(), Some(owner));
+        assert_eq!(record.scopes.iter().next().map(String::as_str), Some(scope));
+        assert_eq!(store.get(id).await.expect("get"), Some(record.clone()));
+        assert_eq!(store.list_by_scope(scope).await.expect("by scope"), vec![record.clone()]);
+        // A neighbouring scope is a different scope; the same one is held.
+        let neighbour = format!("{scope}x");
+        admitted(
+            store
+                .admit(&AdmitRequest::new("other", "worker-b").scope(neighbour.as_str()))
+                .await
+                .expect("admit neighbour"),
+        );
+        let conflict = store
+            .admit(&AdmitRequest::new("third", "worker-b").scope(scope))
+            .await
+            .expect("admit again");
+        assert!(
+            matches!(&conflict, Admission::Conflict { holder, .. } if holder.id == id),
+            "{conflict:?}"
+        );
+        let claim = record.claim().expect("claim");
+        assert!(matches!(
+            store.renew(&claim, LONG).await.expect("renew"),
+            Renewal::Renewed { .. }
+        ));
+        let done = store
+            .transition(&claim, &StatusChange::failed("it's \"broken\"; --"))
+            .await
+            .expect("transition");
+        assert!(
+            matches!(&done, Transition::Applied(r) if r.error.as_deref() == Some("it's \"broken\"; --")),
+            "{done:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_expired_skips_undecodable_rows() {
+    with_store(
+        "list_expired_skips_undecodable_rows",
+        |store, url| async move {
+            for id in ["a", "b", "c", "d"] {
+                // No lease: reclaimable at once, listed in id order.
+                admitted(
+                    store
+                        .admit(&AdmitRequest::new(id, "worker-a"))
+                        .await
+                        .expect("admit"),
+                );
+            }
+            execute(
+                &url,
+                &store,
+                "ALTER TABLE $schema.leases DROP CONSTRAINT leases_status_known; \
+             ALTER TABLE $schema.leases DROP CONSTRAINT leases_metadata_object; \
+             UPDATE $schema.leases SET status = 'bogus' WHERE id = 'b'; \
+             UPDATE $schema.leases SET metadata = '[1, 2]' WHERE id = 'c';",
+            )
+            .await;
+            let scan = store
+                .list_expired(&ExpiredQuery::new(Duration::ZERO).limit(2))
+                .await
+                .expect("scan");
+            let listed: Vec<&str> = scan.records.iter().map(|r| r.id.as_str()).collect();
+            let skipped: Vec<&str> = scan.skipped.iter().map(|s| s.id.as_str()).collect();
+            assert_eq!(listed, ["a", "d"]);
+            assert_eq!(skipped, ["b", "c"]);
+            assert!(
+                scan.skipped[0].reason.contains("status"),
+                "{:?}",
+                scan.skipped
+            );
+            assert!(
+                scan.skipped[1].reason.contains("metadata"),
+                "{:?}",
+                scan.skipped
+            );
+            let error = store.get("b").await.expect_err("undecodable");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_admissions_in_opposite_orders_answer_one_admitted() {
+    with_store(
+        "racing_admissions_in_opposite_orders_answer_one_admitted",
+        |store, _| async move {
+            let racers: Vec<_> = (0..8)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let scopes = if n % 2 == 0 { ["x", "y"] } else { ["y", "x"] };
+                        store
+                            .admit(
+                                &AdmitRequest::new(format!("op-{n}"), format!("worker-{n}"))
+                                    .scopes(scopes)
+                                    .ttl(LONG),
+                            )
+                            .await
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for racer in racers {
+                match racer.await.expect("join").expect("never a raw error") {
+                    Admission::Admitted { .. } => admitted += 1,
+                    Admission::Conflict { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(admitted, 1);
+            assert_eq!(store.list_active().await.expect("active").len(), 1);
+        },
+    )
+    .await;
+}
+
+/// Starts an admission that `blocker_sql` (run in an open transaction on its
+/// own connection) makes wait on a lock, checks the admission waits in the
+/// statement containing `waiting_in`, kills its backend there, and answers
+/// the admission's result once the blocker is gone.
+async fn kill_blocked_admission(
+    url: &str,
+    store: &PgStore,
+    blocker_sql: &str,
+    waiting_in: &str,
+    request: AdmitRequest,
+) -> lease_core::Result<Admission> {
+    let mut blocker = PgConnection::connect(url).await.expect("blocker");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    let blocker_sql = blocker_sql.replace("$schema", &format!("\"{}\"", store.schema()));
+    sqlx::raw_sql(&blocker_sql)
+        .execute(&mut blocker)
+        .await
+        .expect("block");
+
+    let admission = tokio::spawn({
+        let store = store.clone();
+        async move { store.admit(&request).await }
+    });
+
+    let mut watcher = PgConnection::connect(url).await.expect("watcher");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (pid, query): (i32, String) = loop {
+        let waiting: Option<(i32, String)> = sqlx::query_as(
+            "SELECT pid, query FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+             AND state = 'active' AND position($1 in query) > 0 AND pid <> pg_backend_pid()",
+        )
+        .bind(store.schema())
+        .fetch_optional(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if let Some(found) = waiting {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the admission never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut watcher)
+        .await
+        .expect("terminate");
+    assert!(killed);
+    assert!(query.contains(waiting_in), "waiting in {query}");
+    let outcome = admission.await.expect("join");
+    sqlx::query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .expect("rollback");
+    blocker.close().await.expect("close blocker");
+    watcher.close().await.expect("close watcher");
+    outcome
+}
+
+/// Admits the holder both kill tests start from: no lease, so an
+/// `Interrupt` admission will take it.
+async fn admit_interruptible_holder(store: &PgStore) -> LeaseRecord {
+    admitted(
+        store
+            .admit(&AdmitRequest::new("holder", "worker-a").scopes(["s1", "s2"]))
+            .await
+            .expect("admit holder"),
+    )
+}
+
+fn takeover_request() -> AdmitRequest {
+    AdmitRequest::new("newcomer", "worker-b")
+        .scopes(["s2", "s3"])
+        .ttl(LONG)
+        .strategy(AdmitStrategy::Interrupt)
+}
+
+/// After a killed admission: everything exactly as before it, and the store
+/// still admits (taking the holder this time).
+async fn assert_untouched_then_working(
+    store: &PgStore,
+    holder: &LeaseRecord,
+    outcome: lease_core::Result<Admission>,
+) {
+    let error = outcome.expect_err("a killed admission answers Err");
+    assert!(error.is_retryable(), "{error}");
+    assert_eq!(
+        store.get("holder").await.expect("get"),
+        Some(holder.clone())
+    );
+    assert_eq!(store.get("newcomer").await.expect("get"), None);
+    assert_eq!(
+        store.list_active().await.expect("active"),
+        vec![holder.clone()]
+    );
+    for scope in ["s2", "s3"] {
+        let named: Vec<String> = store
+            .list_by_scope(scope)
+            .await
+            .expect("by scope")
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let expected: Vec<&str> = if scope == "s2" {
+            vec!["holder"]
+        } else {
+            vec![]
+        };
+        assert_eq!(named, expected, "{scope}");
+    }
+    match store
+        .admit(&takeover_request())
+        .await
+        .expect("admit after kill")
+    {
+        Admission::Admitted {
+            record,
+            interrupted,
+        } => {
+            assert!(record.fence > holder.fence);
+            assert_eq!(interrupted.len(), 1);
+            assert_eq!(interrupted[0].status, Status::Interrupted);
+        }
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_killed_while_locking_holders_changes_nothing() {
+    with_store(
+        "admission_killed_while_locking_holders_changes_nothing",
+        |store, url| async move {
+            let holder = admit_interruptible_holder(&store).await;
+            let outcome = kill_blocked_admission(
+                &url,
+                &store,
+                "SELECT 1 FROM $schema.leases WHERE id = 'holder' FOR UPDATE",
+                "FOR UPDATE",
+                takeover_request(),
+            )
+            .await;
+            assert_untouched_then_working(&store, &holder, outcome).await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_killed_after_interrupting_rolls_back_whole() {
+    with_store(
+        "admission_killed_after_interrupting_rolls_back_whole",
+        |store, url| async move {
+            let holder = admit_interruptible_holder(&store).await;
+            // An uncommitted row with the newcomer's id: the admission cannot see
+            // it, interrupts the holder (its first write), then waits on this
+            // row's key when it inserts its own record.
+            let outcome = kill_blocked_admission(
+            &url,
+            &store,
+            "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, updated_at) \
+             VALUES ('newcomer', 'run', 'pending', 'intruder', 1, now(), now())",
+            "INSERT INTO",
+            takeover_request(),
+        )
+        .await;
+            assert_untouched_then_working(&store, &holder, outcome).await;
+        },
+    )
+    .await;
+}

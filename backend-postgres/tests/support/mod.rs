@@ -1,0 +1,88 @@
+//! Shared by the server tests: the server URL (or one skip line), a fresh
+//! schema per test, and its removal afterwards.
+//!
+//! Each test binary uses a subset of these helpers.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::io::Write as _;
+use std::panic::AssertUnwindSafe;
+
+use backend_postgres::{PgStore, PgStoreConfig};
+use futures_util::FutureExt as _;
+
+/// The environment variable holding the test server's URL.
+pub const URL_VAR: &str = "TENURE_PG_URL";
+
+/// Connections per test store: the server is shared by concurrent test runs.
+pub const POOL_SIZE: u32 = 4;
+
+/// The server URL, or `None` after printing one skip line for `test` (past
+/// the harness's capture). Panics instead when services are required.
+pub fn server_url(test: &str) -> Option<String> {
+    if let Some(url) = conformance::service_url(URL_VAR) {
+        return Some(url);
+    }
+    if conformance::services_required() {
+        panic!(
+            "{test}: {URL_VAR} is not set, but {}=1 requires it",
+            conformance::REQUIRE_SERVICES_VAR
+        );
+    }
+    let line = format!("SKIPPED {test}: {URL_VAR} is not set\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    None
+}
+
+/// A schema name no other test or run uses.
+pub fn fresh_schema() -> String {
+    format!("tenure_test_{}", lease_core::generate_id().replace('-', ""))
+}
+
+/// A migrated store in `schema`, with a small pool.
+pub async fn connect(url: &str, schema: &str) -> lease_core::Result<PgStore> {
+    PgStore::connect(
+        &PgStoreConfig::new(url)
+            .schema(schema)
+            .max_connections(POOL_SIZE),
+    )
+    .await
+}
+
+/// Drops the store's schema and closes its pool.
+pub async fn drop_schema(store: &PgStore) -> lease_core::Result<()> {
+    let outcome = sqlx::query(&format!(
+        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+        store.schema()
+    ))
+    .execute(store.pool())
+    .await;
+    store.close().await;
+    outcome.map(drop).map_err(|error| {
+        lease_core::Error::unavailable(format!("could not drop schema {}: {error}", store.schema()))
+    })
+}
+
+/// Runs `body` on a store in a fresh schema, dropped afterwards even when
+/// the body panics (the panic is then re-raised). Skips when no server is
+/// configured.
+pub async fn with_store<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce(PgStore, String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(url) = server_url(test) else { return };
+    let store = match connect(&url, &fresh_schema()).await {
+        Ok(store) => store,
+        Err(error) => panic!("{test}: could not create a store: {error}"),
+    };
+    let outcome = AssertUnwindSafe(body(store.clone(), url))
+        .catch_unwind()
+        .await;
+    if let Err(error) = drop_schema(&store).await {
+        panic!("{test}: {error}");
+    }
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
