@@ -1,7 +1,10 @@
 //! # backend-memory
 //!
-//! An in-process [`LeaseStore`]: every operation is one critical section
-//! under a mutex, so it is atomic across tasks and threads of one process.
+//! An in-process [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue):
+//! every operation is one critical section under a mutex, so it is atomic
+//! across tasks and threads of one process. Leases and jobs share that
+//! state and its one fence sequence, so a job claim never reuses a fence a
+//! lease holds, and the reverse.
 //! Nothing survives the process, so it suits tests, single-process
 //! deployments and the conformance kit's reference runs.
 //!
@@ -23,18 +26,43 @@
 //! assert!(matches!(store.renew(&claim, Duration::from_secs(30)).await?, Renewal::Renewed { .. }));
 //! # Ok(()) }
 //! ```
+//!
+//! The same store is a job queue: enqueue, claim with a lease, then settle
+//! the job by presenting the claim.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! use std::time::Duration;
+//! use backend_memory::MemoryStore;
+//! use lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
+//!
+//! let store = MemoryStore::new();
+//! store.enqueue(&NewJob::new("emails", serde_json::json!({ "to": "a@example.com" }))).await?;
+//! let claimed = store
+//!     .claim(&ClaimRequest::new("emails", "worker-a", Duration::from_secs(30)))
+//!     .await?;
+//! assert_eq!(claimed.len(), 1);
+//! match store.complete(&claimed[0].claim).await? {
+//!     JobSettle::Settled(job) => assert_eq!(job.state, JobState::Completed),
+//!     other => panic!("not completed: {other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_core::queue::Job;
 use lease_core::rules::{self, AdmissionPlan};
 use lease_core::{
     validate, Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
     Transition,
 };
+
+mod queue;
 
 /// The in-memory store. Cloning shares the same records.
 #[derive(Debug, Clone)]
@@ -48,6 +76,9 @@ struct State {
     records: HashMap<String, LeaseRecord>,
     /// Active holder (record id) of each held scope.
     holders: HashMap<String, String>,
+    /// Jobs by id; a namespace apart from the records.
+    jobs: HashMap<String, Job>,
+    /// Last fence handed out, to leases and job claims alike.
     last_fence: u64,
 }
 
