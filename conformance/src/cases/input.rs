@@ -14,26 +14,16 @@ use lease_core::validate::{
     MAX_TEXT_BYTES, MAX_TTL,
 };
 use lease_core::{
-    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
-    LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
+    Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, LeaseRecord, LeaseStore, Renewal,
+    Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
 };
 use serde_json::json;
 
-use super::util::{admit, apply_transition, claim_of, expire, snapshot, LONG_TTL, SHORT_TTL};
+use super::util::{
+    admit, apply_transition, claim_of, expect_invalid, expire, snapshot, LONG_TTL, SHORT_TTL,
+};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
-
-/// Fails the case unless `result` is an `InvalidInput` error naming `field`.
-fn expect_invalid<T: Debug>(result: lease_core::Result<T>, field: &str, what: &str) -> CaseResult {
-    match result {
-        Err(error) if error.kind() == ErrorKind::InvalidInput && error.field() == Some(field) => {
-            Ok(())
-        }
-        other => Err(Failure(format!(
-            "{what}: expected an InvalidInput error naming `{field}`, got {other:?}"
-        ))),
-    }
-}
 
 /// What "the store is unchanged" compares: every active record, the records
 /// `ids` names, and every record naming one of `scopes`.

@@ -194,3 +194,23 @@ pub async fn ensure_scope_held_by<S: LeaseStore>(
         ))),
     }
 }
+
+/// Fails the case unless `result` is an `InvalidInput` error naming `field`;
+/// `what` says which bad input it was.
+pub fn expect_invalid<T: std::fmt::Debug>(
+    result: lease_core::Result<T>,
+    field: &str,
+    what: &str,
+) -> Result<(), Failure> {
+    match result {
+        Err(error)
+            if error.kind() == lease_core::ErrorKind::InvalidInput
+                && error.field() == Some(field) =>
+        {
+            Ok(())
+        }
+        other => Err(Failure(format!(
+            "{what}: expected an InvalidInput error naming `{field}`, got {other:?}"
+        ))),
+    }
+}
