@@ -16,7 +16,8 @@ use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 use crate::store::LeaseStore;
 
-/// A store whose every operation is traced. See the [module docs](self).
+/// A store whose every operation is traced: one `tracing` span per
+/// operation with fields `lease.id`, `owner`, `fence` and `outcome`.
 #[derive(Debug, Clone)]
 pub struct Instrumented<S> {
     inner: S,

@@ -35,7 +35,7 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceGate, StaleFence};
 pub use instrument::{Instrumented, LeaseStoreExt};
-pub use keeper::{Keeper, KeeperConfig, RunGuard};
+pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,
     Transition, TransitionRejection,

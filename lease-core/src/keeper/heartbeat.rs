@@ -1,13 +1,15 @@
-//! The heartbeat: renews every held lease each beat and fail-stops leases
-//! whose confirmed deadline passes without a confirmation.
+//! The heartbeat: renews every held run lease and job claim each beat and
+//! fail-stops those whose confirmed deadline passes without a confirmation.
 //!
 //! The loop itself never awaits the store. Each beat spawns its renewal
-//! calls as separate tasks (one per lease for small beats, one per chunk of
-//! `renew_batch_size` for large ones), each bounded by the earliest
-//! confirmed deadline among its leases, so a slow or hung call delays nobody
-//! outside its own call and cannot outlive the leases it carries. A lease
-//! whose renewal is still in flight is skipped by the next beat. Dropping
-//! the loop (shutdown) aborts every call in flight.
+//! calls as separate tasks (runs: one per lease for small beats, one per
+//! chunk of `renew_batch_size` for large ones; jobs: always one per job,
+//! queues having no batch renewal), each bounded by the earliest confirmed
+//! deadline among what it carries, so a slow or hung call delays nobody
+//! outside its own call and cannot outlive its leases. Something whose
+//! renewal is still in flight is skipped by the next beat. Dropping the loop
+//! (shutdown) aborts every call in flight. Both kinds' answers are judged by
+//! one function, [`on_answer`] / [`on_unknown`].
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,9 +19,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{Confirmation, HeldLease, LossCause, Phase};
+use super::guard::LossCause;
+use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::{telemetry, Shared};
 use crate::outcome::Renewal;
+use crate::queue::JobRenewal;
 use crate::record::Claim;
 
 pub(crate) async fn run(
@@ -50,44 +54,91 @@ pub(crate) async fn run(
 }
 
 fn start_beat(shared: &Arc<Shared>, ttl: Duration, renewals: &mut JoinSet<()>) {
-    let mut due: Vec<(Instant, Arc<HeldLease>)> = shared
-        .snapshot()
-        .into_iter()
-        .filter_map(|lease| {
-            let state = lease.state();
-            let renewable = matches!(state.phase, Phase::Held | Phase::Settling);
-            let deadline = state.deadline.filter(|_| renewable)?;
-            drop(state);
-            (!lease.renewing.swap(true, Ordering::AcqRel)).then_some((deadline, lease))
-        })
-        .collect();
-    if due.is_empty() {
+    let mut runs: Vec<(Instant, Arc<HeldRun>)> = Vec::new();
+    for entry in shared.snapshot() {
+        let Some(deadline) = take_for_renewal(entry.core()) else {
+            continue;
+        };
+        match entry {
+            Entry::Run(run) => runs.push((deadline, run)),
+            Entry::Job(job) => {
+                renewals.spawn(renew_job(Arc::clone(shared), deadline, job, ttl));
+            }
+        }
+    }
+    if runs.is_empty() {
         return;
     }
-    due.sort_by_key(|(deadline, _)| *deadline);
-    let solo = due.len() <= shared.config.solo_renewal_limit;
+    runs.sort_by_key(|(deadline, _)| *deadline);
+    let solo = runs.len() <= shared.config.solo_renewal_limit;
     let chunk_size = if solo {
         1
     } else {
         shared.config.renew_batch_size
     };
-    let mut due = due.into_iter().peekable();
-    while due.peek().is_some() {
-        let chunk: Vec<(Instant, Arc<HeldLease>)> = due.by_ref().take(chunk_size).collect();
+    let mut runs = runs.into_iter().peekable();
+    while runs.peek().is_some() {
+        let chunk: Vec<(Instant, Arc<HeldRun>)> = runs.by_ref().take(chunk_size).collect();
         renewals.spawn(renew_chunk(Arc::clone(shared), chunk, ttl, solo));
     }
 }
 
-/// Renews one chunk (sorted by deadline) in one store call and judges each
-/// lease by its own outcome.
+/// The confirmed deadline of `held` when it is due for renewal (held or
+/// settling, has a lease, no renewal in flight), marking it in flight.
+fn take_for_renewal(held: &HeldCore) -> Option<Instant> {
+    let state = held.state();
+    let renewable = matches!(state.phase, Phase::Held | Phase::Settling);
+    let deadline = state.deadline.filter(|_| renewable)?;
+    drop(state);
+    (!held.renewing.swap(true, Ordering::AcqRel)).then_some(deadline)
+}
+
+/// A renewal's answer, whatever the kind.
+enum Answer {
+    Renewed,
+    Lost(LossCause),
+}
+
+/// Renews one job claim, bounded by its own confirmed deadline.
+async fn renew_job(shared: Arc<Shared>, deadline: Instant, job: Arc<HeldJob>, ttl: Duration) {
+    telemetry::renew_call("renew_job");
+    let sent = Instant::now();
+    let answer =
+        tokio::time::timeout_at(deadline, job.item.queue.renew_job(&job.item.claim, ttl)).await;
+    let now = Instant::now();
+    match answer {
+        Ok(Ok(outcome)) => {
+            let answer = match outcome {
+                JobRenewal::Renewed { .. } => Answer::Renewed,
+                JobRenewal::Lost(loss) => Answer::Lost(LossCause::JobLost(loss)),
+            };
+            on_answer(&shared, &job, deadline, answer, sent + ttl, now);
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(job.id = %job.item.claim.id, %error, "job renewal failed; claim kept until its confirmed deadline");
+            on_unknown(&shared, &job, deadline, "error", now);
+        }
+        Err(_) => {
+            tracing::warn!(job.id = %job.item.claim.id, "job renewal got no answer before the confirmed deadline");
+            on_unknown(&shared, &job, deadline, "timeout", now);
+        }
+    }
+    job.renewing.store(false, Ordering::Release);
+}
+
+/// Renews one chunk of runs (sorted by deadline) in one store call and
+/// judges each lease by its own outcome.
 async fn renew_chunk(
     shared: Arc<Shared>,
-    chunk: Vec<(Instant, Arc<HeldLease>)>,
+    chunk: Vec<(Instant, Arc<HeldRun>)>,
     ttl: Duration,
     solo: bool,
 ) {
     let bound = chunk[0].0;
-    let claims: Vec<Claim> = chunk.iter().map(|(_, lease)| lease.claim.clone()).collect();
+    let claims: Vec<Claim> = chunk
+        .iter()
+        .map(|(_, run)| run.item.claim.clone())
+        .collect();
     let sent = Instant::now();
     let answer = if solo {
         telemetry::renew_call("renew");
@@ -101,8 +152,12 @@ async fn renew_chunk(
     let now = Instant::now();
     match answer {
         Ok(Ok(outcomes)) if outcomes.len() == chunk.len() => {
-            for ((deadline, lease), outcome) in chunk.iter().zip(outcomes) {
-                on_answer(&shared, lease, *deadline, outcome, sent + ttl, now);
+            for ((deadline, run), outcome) in chunk.iter().zip(outcomes) {
+                let answer = match outcome {
+                    Renewal::Renewed { .. } => Answer::Renewed,
+                    Renewal::Lost(reason) => Answer::Lost(LossCause::Lost(reason)),
+                };
+                on_answer(&shared, run, *deadline, answer, sent + ttl, now);
             }
         }
         Ok(Ok(outcomes)) => {
@@ -111,14 +166,14 @@ async fn renew_chunk(
                 outcomes = outcomes.len(),
                 "renew_many answered the wrong number of outcomes; treating the batch as unknown"
             );
-            for (deadline, lease) in &chunk {
-                on_unknown(&shared, lease, *deadline, "error", now);
+            for (deadline, run) in &chunk {
+                on_unknown(&shared, run, *deadline, "error", now);
             }
         }
         Ok(Err(error)) => {
             tracing::warn!(%error, claims = chunk.len(), "renewal failed; leases kept until their confirmed deadline");
-            for (deadline, lease) in &chunk {
-                on_unknown(&shared, lease, *deadline, "error", now);
+            for (deadline, run) in &chunk {
+                on_unknown(&shared, run, *deadline, "error", now);
             }
         }
         Err(_) => {
@@ -126,55 +181,58 @@ async fn renew_chunk(
                 claims = chunk.len(),
                 "renewal got no answer before the earliest confirmed deadline"
             );
-            for (deadline, lease) in &chunk {
-                on_unknown(&shared, lease, *deadline, "timeout", now);
+            for (deadline, run) in &chunk {
+                on_unknown(&shared, run, *deadline, "timeout", now);
             }
         }
     }
-    for (_, lease) in &chunk {
-        lease.renewing.store(false, Ordering::Release);
+    for (_, run) in &chunk {
+        run.renewing.store(false, Ordering::Release);
     }
 }
 
+/// Judges a renewal the store answered: `Renewed` extends the confirmed
+/// deadline (unless it landed after it), `Lost` ends ownership at once
+/// unless the terminal write is settling.
 fn on_answer(
     shared: &Shared,
-    lease: &HeldLease,
+    held: &HeldCore,
     deadline: Instant,
-    outcome: Renewal,
+    answer: Answer,
     new_deadline: Instant,
     now: Instant,
 ) {
     let time_left = deadline.saturating_duration_since(now);
-    match outcome {
-        Renewal::Renewed { .. } => match lease.confirm(new_deadline, now) {
+    match answer {
+        Answer::Renewed => match held.confirm(new_deadline, now) {
             Confirmation::Extended { time_left } => telemetry::renewal("renewed", time_left),
             Confirmation::Late => {
                 telemetry::renewal("late", Duration::ZERO);
-                tracing::warn!(lease.id = %lease.claim.id, "renewal succeeded after the confirmed deadline; the lease is not revived");
-                shared.lose(lease, LossCause::DeadlinePassed, false);
+                tracing::warn!(held = %held.key, "renewal succeeded after the confirmed deadline; the lease is not revived");
+                shared.lose(held, LossCause::DeadlinePassed, false);
             }
             Confirmation::Ignored => {}
         },
-        Renewal::Lost(reason) => {
+        Answer::Lost(cause) => {
             telemetry::renewal("lost", time_left);
-            if !shared.lose(lease, LossCause::Lost(reason), false)
-                && lease.phase() == Phase::Settling
-            {
-                tracing::debug!(lease.id = %lease.claim.id, reason = reason.label(), "renewal answered lost while settling: not a loss");
+            if !shared.lose(held, cause, false) && held.phase() == Phase::Settling {
+                tracing::debug!(held = %held.key, cause = cause.label(), "renewal answered lost while settling: not a loss");
             }
         }
     }
 }
 
+/// Judges a renewal the store could not answer: ownership is kept only
+/// while the confirmed deadline is ahead.
 fn on_unknown(
     shared: &Shared,
-    lease: &HeldLease,
+    held: &HeldCore,
     deadline: Instant,
     outcome: &'static str,
     now: Instant,
 ) {
     telemetry::renewal(outcome, deadline.saturating_duration_since(now));
-    if lease.deadline().is_some_and(|confirmed| confirmed <= now) {
-        shared.lose(lease, LossCause::DeadlinePassed, false);
+    if held.deadline().is_some_and(|confirmed| confirmed <= now) {
+        shared.lose(held, LossCause::DeadlinePassed, false);
     }
 }

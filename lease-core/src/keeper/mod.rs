@@ -3,6 +3,11 @@
 //! workers' orphans (SPEC §4). It needs nothing but a [`LeaseStore`], so it
 //! behaves the same on every backend.
 //!
+//! It holds job claims the same way ([`Keeper::claim_jobs`],
+//! [`JobGuard`]): one heartbeat, one confirmed deadline per claim, one loss
+//! path; only the store calls differ (`renew_job` per job, as queues have no
+//! batch renewal, and the fenced `complete` / `fail` / `defer`).
+//!
 //! Why it is shaped this way:
 //! * **Confirmed deadline.** Each lease carries a local monotonic deadline:
 //!   the instant the last *confirmed* renewal was sent, plus the ttl. The
@@ -20,9 +25,9 @@
 //!   [`LeaseStore::renew_many`] in chunks, so one worker can hold tens of
 //!   thousands of leases; outcomes stay per lease.
 //! * **Fail closed.** Whoever notices a loss first (heartbeat,
-//!   [`RunGuard::check`], a refused or unconfirmed write) cancels the run's
-//!   token, aborts its registered task and removes the lease, so no later
-//!   write is made for that claim.
+//!   [`RunGuard::check`] / [`JobGuard::check`], a refused or unconfirmed
+//!   write) cancels the token, aborts the registered task and stops holding
+//!   the claim, so no later write is made for it.
 //!
 //! # Metrics
 //!
@@ -31,20 +36,22 @@
 //! | name | type | labels |
 //! | --- | --- | --- |
 //! | `tenure_keeper_renewals_total` | counter | `outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |
-//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many` |
+//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many`, `renew_job` |
 //! | `tenure_keeper_losses_total` | counter | `reason`: a [`LossCause::label`] |
 //! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
 //! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` |
 //! | `tenure_keeper_recovery_failures_total` | counter | |
 //! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
-//! | `tenure_keeper_held_leases` | gauge | |
+//! | `tenure_keeper_held_leases` | gauge | (runs and jobs) |
 //!
 //! Losses, fail-stops, recoveries and failed callbacks are also logged with
-//! `tracing`, with the lease id.
+//! `tracing`, with the lease (or job) id.
 
 mod config;
 mod guard;
 mod heartbeat;
+mod held;
+mod jobs;
 mod reconciler;
 mod telemetry;
 
@@ -61,17 +68,19 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{KeeperConfig, ReconcileAction};
 pub use guard::{LossCause, OwnershipLost, RunGuard, WriteError};
+pub use jobs::{JobGuard, JobWriteError};
 pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
 };
 
 use crate::error::{Error, ErrorKind};
 use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
-use crate::record::{LeaseRecord, Status};
+use crate::queue::{ClaimedJob, JobLoss, JobQueue};
+use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::{AdmitRequest, StatusChange};
 use crate::rules;
 use crate::store::LeaseStore;
-use guard::{HeldLease, Phase};
+use held::{Entry, HeldCore, HeldKey, HeldRun, Phase};
 
 /// The reason written on records stopped by [`Keeper::cancel`].
 pub const CANCELLED: &str = "cancelled";
@@ -87,6 +96,10 @@ pub enum KeeperError {
     /// [`Keeper::shutdown`] has begun: no new leases.
     #[error("the keeper is shutting down")]
     ShuttingDown,
+    /// Job claims need a lease for the reaper to judge, and this keeper has
+    /// no ttl (single-worker mode).
+    #[error("holding jobs needs a keeper with a ttl")]
+    NoTtl,
 }
 
 /// The answer of [`Keeper::admit`].
@@ -147,6 +160,9 @@ pub struct ShutdownReport {
     /// Runs still going at the deadline, stopped (their leases are left to
     /// expire).
     pub stopped_runs: Vec<String>,
+    /// Jobs still held at the deadline, stopped (their leases are left to
+    /// expire; the reaper requeues them).
+    pub stopped_jobs: Vec<String>,
     /// The reconciler (a pass or a callback) had to be cancelled at the
     /// deadline.
     pub reconciler_cancelled: bool,
@@ -159,7 +175,8 @@ pub(crate) struct Shared {
     pub(crate) worker_id: String,
     /// How often `check()` may read the store.
     pub(crate) check_interval: Duration,
-    leases: Mutex<HashMap<String, Arc<HeldLease>>>,
+    /// Every held run and job.
+    held: Mutex<HashMap<HeldKey, Entry>>,
     held_count: watch::Sender<usize>,
     accepting: AtomicBool,
     pub(crate) reconciling: AtomicBool,
@@ -167,8 +184,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    fn table(&self) -> MutexGuard<'_, HashMap<String, Arc<HeldLease>>> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> MutexGuard<'_, HashMap<HeldKey, Entry>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn is_accepting(&self) -> bool {
@@ -181,15 +198,23 @@ impl Shared {
             .is_ok()
     }
 
+    /// Whether run `id` is held.
     pub(crate) fn holds(&self, id: &str) -> bool {
-        self.table().contains_key(id)
+        self.table().contains_key(&HeldKey::Run(id.to_owned()))
     }
 
-    fn lookup(&self, id: &str) -> Option<Arc<HeldLease>> {
-        self.table().get(id).cloned()
+    fn holds_job(&self, id: &str) -> bool {
+        self.table().contains_key(&HeldKey::Job(id.to_owned()))
     }
 
-    pub(crate) fn snapshot(&self) -> Vec<Arc<HeldLease>> {
+    fn lookup(&self, id: &str) -> Option<Arc<HeldRun>> {
+        match self.table().get(&HeldKey::Run(id.to_owned())) {
+            Some(Entry::Run(run)) => Some(Arc::clone(run)),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<Entry> {
         self.table().values().cloned().collect()
     }
 
@@ -202,88 +227,136 @@ impl Shared {
         let claim = record.claim().ok_or_else(|| {
             Error::corrupt(format!("record {:?} came back without an owner", record.id))
         })?;
-        let now = Instant::now();
         let deadline = self.config.ttl.map(|ttl| sent + ttl);
-        let lease = Arc::new(HeldLease::new(claim, record.status, deadline, now));
+        let core = HeldCore::new(
+            HeldKey::Run(claim.id.clone()),
+            claim.fence,
+            deadline,
+            Instant::now(),
+        );
+        let item = held::RunItem {
+            claim,
+            status: Mutex::new(record.status),
+        };
+        let run = Arc::new(HeldRun::new(item, core));
+        let guard = RunGuard::new(Arc::clone(self), Arc::clone(&run));
+        self.start_holding(Entry::Run(run), LossCause::Lost(LossReason::FenceChanged));
+        Ok(guard)
+    }
+
+    /// Starts holding a claimed job, confirmed until `deadline`.
+    pub(crate) fn hold_job(
+        self: &Arc<Self>,
+        queue: Arc<dyn JobQueue>,
+        claimed: ClaimedJob,
+        deadline: Instant,
+    ) -> JobGuard {
+        let ClaimedJob { job, claim } = claimed;
+        let core = HeldCore::new(
+            HeldKey::Job(claim.id.clone()),
+            claim.fence,
+            Some(deadline),
+            Instant::now(),
+        );
+        let held = Arc::new(held::HeldJob::new(
+            jobs::JobItem { queue, claim, job },
+            core,
+        ));
+        let guard = JobGuard::new(Arc::clone(self), Arc::clone(&held));
+        self.start_holding(Entry::Job(held), LossCause::JobLost(JobLoss::FenceChanged));
+        guard
+    }
+
+    /// Puts `entry` in the table (stopping an older copy of the same key
+    /// with `stale`) and wakes the heartbeat; loses it at once when its
+    /// confirmed deadline has already passed.
+    fn start_holding(&self, entry: Entry, stale: LossCause) {
+        let key = entry.core().key.clone();
         let replaced = {
             let mut table = self.table();
-            let replaced = table.insert(record.id.clone(), Arc::clone(&lease));
+            let replaced = table.insert(key, entry.clone());
             if replaced.is_none() {
                 telemetry::held(1.0);
             }
             self.held_count.send_replace(table.len());
             replaced
         };
-        if let Some(stale) = replaced {
-            // Only a purged and re-admitted id gets here: the older copy is
-            // stale by definition.
-            self.lose(&stale, LossCause::Lost(LossReason::FenceChanged), true);
+        if let Some(older) = replaced {
+            // A purged and re-admitted run, or a job requeued and claimed
+            // again here before the older claim noticed: the store handed
+            // out a newer fence, so the older copy is stale by definition.
+            self.lose(older.core(), stale, true);
         }
         self.heartbeat_wake.notify_one();
-        let guard = RunGuard::new(Arc::clone(self), Arc::clone(&lease));
-        if deadline.is_some_and(|deadline| deadline <= now) {
-            self.lose(&lease, LossCause::DeadlinePassed, false);
+        let core = entry.core();
+        if core
+            .deadline()
+            .is_some_and(|deadline| deadline <= Instant::now())
+        {
+            self.lose(core, LossCause::DeadlinePassed, false);
         }
-        Ok(guard)
     }
 
-    /// Stops holding `lease` (after completion or loss).
-    pub(crate) fn release(&self, lease: &HeldLease) {
+    /// Stops holding `held` (after it settled or was lost).
+    pub(crate) fn release(&self, held: &HeldCore) {
         let mut table = self.table();
         if table
-            .get(&lease.claim.id)
-            .is_some_and(|held| std::ptr::eq(Arc::as_ptr(held), lease))
+            .get(&held.key)
+            .is_some_and(|entry| std::ptr::eq(entry.core(), held))
         {
-            table.remove(&lease.claim.id);
+            table.remove(&held.key);
             telemetry::held(-1.0);
             self.held_count.send_replace(table.len());
         }
     }
 
-    /// Ends the run's ownership: cancels its token, aborts its task, stops
+    /// Ends ownership: cancels the token, aborts the owner task, stops
     /// renewing. False when the phase did not allow it (already over, or
     /// settling and `settling_too` is false).
-    pub(crate) fn lose(&self, lease: &HeldLease, cause: LossCause, settling_too: bool) -> bool {
-        let Some(task) = lease.lose(cause, settling_too) else {
+    pub(crate) fn lose(&self, held: &HeldCore, cause: LossCause, settling_too: bool) -> bool {
+        let Some(task) = held.lose(cause, settling_too) else {
             return false;
         };
-        lease.token.cancel();
+        held.token.cancel();
         if let Some(task) = task {
             task.abort();
         }
-        self.release(lease);
+        self.release(held);
         telemetry::loss(&cause);
+        let (kind, id) = (held.key.kind(), held.key.id());
         match cause {
             LossCause::Cancelled | LossCause::Shutdown => {
-                tracing::info!(lease.id = %lease.claim.id, fence = lease.claim.fence, cause = cause.label(), "run stopped");
+                tracing::info!(kind, lease.id = %id, fence = held.fence, cause = cause.label(), "work stopped");
             }
             _ => {
-                tracing::warn!(lease.id = %lease.claim.id, fence = lease.claim.fence, cause = cause.label(), "run lost its lease and was stopped");
+                tracing::warn!(kind, lease.id = %id, fence = held.fence, cause = cause.label(), "work lost its lease and was stopped");
             }
         }
         true
     }
 
-    /// The earliest confirmed deadline among leases that can still lose by it.
+    /// The earliest confirmed deadline among held things that can still
+    /// lose by it.
     pub(crate) fn earliest_deadline(&self) -> Option<Instant> {
         self.snapshot()
             .iter()
-            .filter_map(|lease| {
-                let state = lease.state();
+            .filter_map(|entry| {
+                let state = entry.core().state();
                 state.deadline.filter(|_| state.phase == Phase::Held)
             })
             .min()
     }
 
-    /// Fail-stops every held lease whose confirmed deadline has passed.
+    /// Fail-stops every held run and job whose confirmed deadline has passed.
     pub(crate) fn fail_stop_overdue(&self, now: Instant) {
-        for lease in self.snapshot() {
+        for entry in self.snapshot() {
+            let core = entry.core();
             let overdue = {
-                let state = lease.state();
+                let state = core.state();
                 state.phase == Phase::Held && state.deadline.is_some_and(|deadline| deadline <= now)
             };
             if overdue {
-                self.lose(&lease, LossCause::DeadlinePassed, false);
+                self.lose(core, LossCause::DeadlinePassed, false);
             }
         }
     }
@@ -343,7 +416,7 @@ impl KeeperBuilder {
             config: self.config,
             worker_id,
             check_interval,
-            leases: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             held_count: watch::Sender::new(0),
             accepting: AtomicBool::new(true),
             reconciling: AtomicBool::new(false),
@@ -472,12 +545,12 @@ impl Keeper {
         &self.shared.config
     }
 
-    /// How many leases it holds right now.
+    /// How many runs and jobs it holds right now.
     pub fn held_count(&self) -> usize {
         *self.shared.held_count.borrow()
     }
 
-    /// Whether it holds lease `id`.
+    /// Whether it holds run `id`.
     pub fn holds(&self, id: &str) -> bool {
         self.shared.holds(id)
     }
@@ -548,34 +621,29 @@ impl Keeper {
     /// stop), otherwise says who has it. See [`CancelOutcome`].
     pub async fn cancel(&self, id: &str) -> CancelOutcome {
         let shared = &self.shared;
-        if let Some(lease) = shared.lookup(id) {
-            let status = {
-                let state = lease.state();
-                match state.phase {
-                    Phase::Held => Some(state.status),
-                    Phase::Settling | Phase::Finished => {
-                        return CancelOutcome::NotCancellable { status: None }
-                    }
-                    Phase::Lost(_) => None,
+        if let Some(run) = shared.lookup(id) {
+            let held = match run.phase() {
+                Phase::Held => true,
+                Phase::Settling | Phase::Finished => {
+                    return CancelOutcome::NotCancellable { status: None }
                 }
+                Phase::Lost(_) => false,
             };
-            if let Some(status) = status {
-                if shared.lose(&lease, LossCause::Cancelled, false) {
-                    return self.write_cancel(&lease, status).await;
-                }
+            if held && shared.lose(&run, LossCause::Cancelled, false) {
+                return self.write_cancel(&run.item.claim, run.item.status()).await;
             }
         }
         self.cancel_elsewhere(id).await
     }
 
-    async fn write_cancel(&self, lease: &HeldLease, status: Status) -> CancelOutcome {
+    async fn write_cancel(&self, claim: &Claim, status: Status) -> CancelOutcome {
         let change = match status {
             Status::Pending => StatusChange::failed(CANCELLED).stop_reason(CANCELLED),
             _ => StatusChange::interrupted(CANCELLED),
         };
         let answer = tokio::time::timeout(
             self.shared.config.store_timeout,
-            self.shared.store.transition(&lease.claim, &change),
+            self.shared.store.transition(claim, &change),
         )
         .await;
         match answer {
@@ -591,7 +659,7 @@ impl Keeper {
             }
             Ok(Ok(Transition::Rejected(_))) => CancelOutcome::NotCancellable { status: None },
             Ok(Err(error)) => {
-                tracing::warn!(lease.id = %lease.claim.id, %error, "cancel write could not be confirmed; the local run is stopped");
+                tracing::warn!(lease.id = %claim.id, %error, "cancel write could not be confirmed; the local run is stopped");
                 CancelOutcome::Unknown
             }
             Err(_) => CancelOutcome::Unknown,
@@ -666,21 +734,28 @@ impl Keeper {
         // stops below update the count.
         let drained = drained.is_ok_and(|changed| changed.is_ok());
         let mut stopped_runs = Vec::new();
-        for lease in self.shared.snapshot() {
-            if self.shared.lose(&lease, LossCause::Shutdown, true) {
-                stopped_runs.push(lease.claim.id.clone());
+        let mut stopped_jobs = Vec::new();
+        for entry in self.shared.snapshot() {
+            if self.shared.lose(entry.core(), LossCause::Shutdown, true) {
+                let stopped = match &entry {
+                    Entry::Run(_) => &mut stopped_runs,
+                    Entry::Job(_) => &mut stopped_jobs,
+                };
+                stopped.push(entry.core().key.id().to_owned());
             }
         }
         stopped_runs.sort();
+        stopped_jobs.sort();
         self.stop_heartbeat.cancel();
         if let Some(heartbeat) = take(&self.heartbeat) {
             heartbeat.abort();
             let _ = heartbeat.await;
         }
-        tracing::info!(worker_id = %self.shared.worker_id, drained, stopped = stopped_runs.len(), reconciler_cancelled, "keeper shut down");
+        tracing::info!(worker_id = %self.shared.worker_id, drained, stopped_runs = stopped_runs.len(), stopped_jobs = stopped_jobs.len(), reconciler_cancelled, "keeper shut down");
         ShutdownReport {
             drained,
             stopped_runs,
+            stopped_jobs,
             reconciler_cancelled,
         }
     }
@@ -700,8 +775,8 @@ impl Drop for Keeper {
         {
             task.abort();
         }
-        for lease in self.shared.snapshot() {
-            self.shared.lose(&lease, LossCause::Shutdown, true);
+        for entry in self.shared.snapshot() {
+            self.shared.lose(entry.core(), LossCause::Shutdown, true);
         }
     }
 }

@@ -21,12 +21,13 @@ pub(crate) fn renewal(outcome: &'static str, time_left: Duration) {
     metrics::histogram!(TIME_LEFT).record(time_left.as_secs_f64());
 }
 
-/// One store round trip of the heartbeat: `renew` or `renew_many`.
+/// One store round trip of the heartbeat: `renew`, `renew_many` or
+/// `renew_job`.
 pub(crate) fn renew_call(call: &'static str) {
     metrics::counter!(RENEW_CALLS, "call" => call).increment(1);
 }
 
-/// A run stopped because its ownership ended or became unknown.
+/// A run or job stopped because its ownership ended or became unknown.
 pub(crate) fn loss(cause: &LossCause) {
     metrics::counter!(LOSSES, "reason" => cause.label()).increment(1);
     if matches!(cause, LossCause::DeadlinePassed) {
@@ -44,7 +45,7 @@ pub(crate) fn recovery_failure() {
     metrics::counter!(RECOVERY_FAILURES).increment(1);
 }
 
-/// The number of leases held changed by `delta`.
+/// The number of runs and jobs held changed by `delta`.
 pub(crate) fn held(delta: f64) {
     metrics::gauge!(HELD).increment(delta);
 }

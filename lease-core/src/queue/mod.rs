@@ -15,6 +15,7 @@ mod types;
 pub use types::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
     JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    DEFAULT_MAX_ATTEMPTS,
 };
 
 use std::collections::BTreeSet;

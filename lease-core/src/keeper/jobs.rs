@@ -1,0 +1,335 @@
+//! Job claims held by the keeper (SPEC §3 and §4): a claimed job's lease is
+//! renewed by the same heartbeat, judged by the same confirmed deadline and
+//! stopped by the same loss path as a run's; only the store calls differ
+//! (`renew_job`, `get_job`, `complete` / `fail` / `defer`).
+//!
+//! Jobs have no batch renewal, so each held job is renewed by its own call,
+//! bounded by its own confirmed deadline: one slow queue call delays no
+//! other job and no run. Why the keeper never takes a job back is on
+//! [`JobGuard`].
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::guard::{LossCause, OwnershipLost};
+use super::held::{HeldJob, SettleFailure};
+use super::{Keeper, KeeperError, Shared};
+use crate::error::{Error, ErrorKind};
+use crate::queue::{
+    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobSettle,
+};
+
+/// A job's item in the keeper's table: where it lives, the claim, and the
+/// job as it was claimed.
+pub(crate) struct JobItem {
+    pub(crate) queue: Arc<dyn JobQueue>,
+    pub(crate) claim: JobClaim,
+    pub(crate) job: Job,
+}
+
+impl fmt::Debug for JobItem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobItem")
+            .field("claim", &self.claim)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a [`JobGuard`] write did not happen, or may not have.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobWriteError {
+    /// The claim had already lost the job; nothing was written.
+    #[error("ownership already lost ({0})")]
+    OwnershipLost(LossCause),
+    /// The queue refused the write: the claim no longer holds the job (the
+    /// reaper requeued or dead-lettered it, a peer claimed it, or it is
+    /// gone). Nothing changed; the job is now marked lost here.
+    #[error("the job was taken away ({0:?})")]
+    TakenAway(JobLoss),
+    /// The queue could not say whether the write happened: the job is
+    /// marked lost here (fail closed); the stored job is as the queue has it.
+    #[error("the write could not be confirmed: {0}")]
+    Unconfirmed(#[source] Error),
+    /// The queue refused the request itself (bad input); nothing changed
+    /// and the job is still held.
+    #[error("invalid write: {0}")]
+    Invalid(#[source] Error),
+    /// The job was already completed, failed or deferred through a guard.
+    #[error("the job is already settling or settled")]
+    AlreadySettled,
+}
+
+/// A claimed job held by the keeper, handed out by
+/// [`Keeper::claim_jobs`] and [`Keeper::hold_job`].
+///
+/// Its lease is renewed every beat until [`complete`](JobGuard::complete),
+/// [`fail`](JobGuard::fail) or [`defer`](JobGuard::defer). A loss (the
+/// reaper requeued it, a renewal failed through the confirmed deadline, an
+/// unconfirmed settle) cancels [`token`](JobGuard::token) and aborts the
+/// registered task at once. Clones share the job; dropping the last one
+/// without settling stops the renewals and leaves the lease to expire, so
+/// the reaper requeues the job.
+///
+/// The keeper never [takes back](JobQueue::take_back) a job the reaper
+/// dead-lettered. The reaper only reaps a claim whose store lease expired,
+/// and the confirmed deadline ends before that store expiry, so by the time
+/// a renewal could answer `Finished(DeadLettered)` the keeper has already
+/// fail-stopped the job (token cancelled, task aborted): taking it back
+/// then would hold a job nobody runs. A worker that wants it back calls
+/// `take_back` with [`claim`](JobGuard::claim) and holds the answer with
+/// [`Keeper::hold_job`], restarting the work under the new fence.
+#[derive(Clone)]
+pub struct JobGuard {
+    inner: Arc<JobGuardInner>,
+}
+
+struct JobGuardInner {
+    shared: Arc<Shared>,
+    job: Arc<HeldJob>,
+}
+
+impl Drop for JobGuardInner {
+    fn drop(&mut self) {
+        if self.shared.lose(&self.job, LossCause::Abandoned, false) {
+            tracing::warn!(
+                job.id = %self.job.item.claim.id,
+                "every guard of the job was dropped without settling it; the lease is left to expire"
+            );
+        }
+    }
+}
+
+impl fmt::Debug for JobGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobGuard")
+            .field("claim", self.claim())
+            .field("phase", &self.held().phase())
+            .finish()
+    }
+}
+
+impl JobGuard {
+    pub(crate) fn new(shared: Arc<Shared>, job: Arc<HeldJob>) -> Self {
+        JobGuard {
+            inner: Arc::new(JobGuardInner { shared, job }),
+        }
+    }
+
+    fn held(&self) -> &HeldJob {
+        &self.inner.job
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The job id.
+    pub fn id(&self) -> &str {
+        &self.claim().id
+    }
+
+    /// The claim every fenced job write presents.
+    pub fn claim(&self) -> &JobClaim {
+        &self.held().item.claim
+    }
+
+    /// The job as it was when claimed (payload, attempt, requirements).
+    pub fn job(&self) -> &Job {
+        &self.held().item.job
+    }
+
+    /// The fencing token of this claim, for downstream resources.
+    pub fn fence(&self) -> u64 {
+        self.claim().fence
+    }
+
+    /// A token cancelled the moment the claim loses the job (never when it
+    /// is settled normally).
+    pub fn token(&self) -> CancellationToken {
+        self.held().token.clone()
+    }
+
+    /// Why the claim lost the job, if it did.
+    pub fn loss(&self) -> Option<LossCause> {
+        self.held().loss()
+    }
+
+    /// The local instant until which the claim is confirmed: the send
+    /// instant of the last confirmed renewal (or of the claim) plus the ttl.
+    pub fn confirmed_deadline(&self) -> Option<Instant> {
+        self.held().deadline()
+    }
+
+    /// Registers the task running the job: aborted the moment the claim is
+    /// lost, or at once if it already is.
+    pub fn register_task(&self, task: AbortHandle) {
+        self.held().register_task(task);
+    }
+
+    /// Spawns the job's work with a clone of this guard and registers it.
+    pub fn spawn<F, Fut>(&self, work: F) -> JoinHandle<Fut::Output>
+    where
+        F: FnOnce(JobGuard) -> Fut,
+        Fut: Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let handle = tokio::spawn(work(self.clone()));
+        self.register_task(handle.abort_handle());
+        handle
+    }
+
+    /// Whether the claim still holds the job; as
+    /// [`RunGuard::check`](super::RunGuard::check), reading the job at most
+    /// every tenth of a beat.
+    pub async fn check(&self) -> Result<(), OwnershipLost> {
+        let item = &self.held().item;
+        self.held()
+            .check(self.shared(), || async move {
+                let job = item.queue.get_job(&item.claim.id).await?;
+                Ok(rules::judge_job(job.as_ref(), &item.claim).map_err(LossCause::JobLost))
+            })
+            .await
+    }
+
+    /// Marks the job completed (fenced by the claim). Answers the job as it
+    /// now is.
+    pub async fn complete(&self) -> Result<Job, JobWriteError> {
+        let item = &self.held().item;
+        self.settle("complete", item.queue.complete(&item.claim))
+            .await
+    }
+
+    /// Records a failed attempt: requeued after the backoff when `action`
+    /// is `Retry` and attempts are left, else dead-lettered.
+    pub async fn fail(&self, error: &str, action: FailAction) -> Result<Job, JobWriteError> {
+        let item = &self.held().item;
+        self.settle("fail", item.queue.fail(&item.claim, error, action))
+            .await
+    }
+
+    /// Hands the job back because this worker lacks `missing`: the attempt
+    /// is refunded and the requirement stamped on the job.
+    pub async fn defer(&self, missing: &BTreeSet<String>) -> Result<Job, JobWriteError> {
+        let item = &self.held().item;
+        self.settle("defer", item.queue.defer(&item.claim, missing))
+            .await
+    }
+
+    /// The settle path shared by the three writes: settling first, then a
+    /// refusal loses the job, an unconfirmed write fails closed.
+    async fn settle(
+        &self,
+        operation: &'static str,
+        write: impl Future<Output = crate::Result<JobSettle>>,
+    ) -> Result<Job, JobWriteError> {
+        let write = async {
+            Ok(match write.await? {
+                JobSettle::Settled(job) => Ok(job),
+                JobSettle::Rejected(loss) => Err(loss),
+            })
+        };
+        let held = self.held();
+        match held.settle(self.shared(), operation, write).await {
+            Ok(Ok(job)) => Ok(job),
+            Ok(Err(loss)) => {
+                self.shared().lose(held, LossCause::JobLost(loss), true);
+                Err(JobWriteError::TakenAway(loss))
+            }
+            Err(SettleFailure::OwnershipLost(cause)) => Err(JobWriteError::OwnershipLost(cause)),
+            Err(SettleFailure::AlreadySettled) => Err(JobWriteError::AlreadySettled),
+            Err(SettleFailure::Invalid(error)) => Err(JobWriteError::Invalid(error)),
+            Err(SettleFailure::Unconfirmed(error)) => Err(JobWriteError::Unconfirmed(error)),
+        }
+    }
+}
+
+impl Keeper {
+    /// Claims up to `request.limit` jobs from `queue` under this keeper's
+    /// worker id and ttl (whatever `request` says) and holds them: each is
+    /// renewed from now on until settled. Jobs need a ttl
+    /// ([`KeeperError::NoTtl`] in single-worker mode).
+    pub async fn claim_jobs(
+        &self,
+        queue: Arc<dyn JobQueue>,
+        request: ClaimRequest,
+    ) -> Result<Vec<JobGuard>, KeeperError> {
+        let ttl = self.job_ttl()?;
+        let request = ClaimRequest {
+            worker: self.shared.worker_id.clone(),
+            ttl,
+            ..request
+        };
+        let sent = Instant::now();
+        let claimed = tokio::time::timeout(self.shared.config.store_timeout, queue.claim(&request))
+            .await
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Timeout,
+                    "claim got no answer within the keeper's store timeout",
+                )
+            })??;
+        Ok(claimed
+            .into_iter()
+            .map(|claimed| {
+                self.shared
+                    .hold_job(Arc::clone(&queue), claimed, sent + ttl)
+            })
+            .collect())
+    }
+
+    /// Holds a job this worker claimed itself (with
+    /// [`JobQueue::claim`] or [`JobQueue::take_back`]), the call having been
+    /// sent at `sent`: its confirmed deadline is `sent` plus the claim's own
+    /// lease length; from then on it is renewed with the keeper's ttl.
+    ///
+    /// The claim must name this keeper's worker id (else `InvalidInput`
+    /// naming `claimed.owner`).
+    pub fn hold_job(
+        &self,
+        queue: Arc<dyn JobQueue>,
+        claimed: ClaimedJob,
+        sent: Instant,
+    ) -> Result<JobGuard, KeeperError> {
+        self.job_ttl()?;
+        if claimed.claim.owner != self.shared.worker_id {
+            return Err(Error::invalid_input(
+                "claimed.owner",
+                format_args!(
+                    "{:?} is not this keeper's worker id {:?}",
+                    claimed.claim.owner, self.shared.worker_id
+                ),
+            )
+            .into());
+        }
+        let lease = claimed
+            .job
+            .lease_expires_at
+            .and_then(|expires| (expires - claimed.job.updated_at).to_std().ok())
+            .ok_or_else(|| {
+                Error::corrupt(format!(
+                    "claimed job {:?} came back without a lease",
+                    claimed.job.id
+                ))
+            })?;
+        Ok(self.shared.hold_job(queue, claimed, sent + lease))
+    }
+
+    /// Whether it holds job `id`.
+    pub fn holds_job(&self, id: &str) -> bool {
+        self.shared.holds_job(id)
+    }
+
+    fn job_ttl(&self) -> Result<std::time::Duration, KeeperError> {
+        if !self.shared.is_accepting() {
+            return Err(KeeperError::ShuttingDown);
+        }
+        self.shared.config.ttl.ok_or(KeeperError::NoTtl)
+    }
+}
