@@ -1,7 +1,8 @@
 //! # backend-postgres
 //!
-//! A [`LeaseStore`](lease_core::LeaseStore) on PostgreSQL (12 or newer),
-//! through sqlx with runtime-checked queries: building it needs no database.
+//! A [`LeaseStore`](lease_core::LeaseStore) and
+//! [`JobQueue`](lease_core::JobQueue) on PostgreSQL (12 or newer), through
+//! sqlx with runtime-checked queries: building it needs no database.
 //!
 //! ## Connecting
 //!
@@ -53,7 +54,12 @@
 //!   per scope" rule, enforced by the server itself; a foreign key on the
 //!   record's activity refuses any write that would leave a finished record
 //!   holding a scope;
-//! * `fence_seq`: the store-wide fence sequence.
+//! * `jobs`: one row per job (`jsonb` payload, `text[]` required
+//!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
+//!   partial indexes for claiming (a queue's queued jobs, best first),
+//!   reaping (claimed jobs by expiry) and listing dead letters;
+//! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
+//!   takeovers, job claims and take-backs alike.
 //!
 //! ## Migrations
 //!
@@ -85,7 +91,10 @@
 //!
 //! ## Atomicity and errors
 //!
-//! Every operation is one statement or one transaction. `admit` locks the
+//! Every operation is one statement or one transaction. Job claims and the
+//! reaper pick their rows with `FOR UPDATE SKIP LOCKED`: concurrent claimers
+//! on any number of pools or hosts never share a job and never wait on one
+//! another; one claim's fences ascend in claim order. `admit` locks the
 //! holders of its scopes in scope order (`SELECT ... FOR UPDATE`), decides
 //! with [`lease_core::rules::plan_admission`], then writes, all in one
 //! transaction; a race with a concurrent admission (unique violation on
@@ -100,6 +109,7 @@
 mod config;
 mod decode;
 mod error;
+mod queue;
 mod sql;
 mod store;
 

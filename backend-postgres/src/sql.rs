@@ -29,8 +29,32 @@ const ACTIVE: &str = "('pending', 'running')";
 /// include it so it is reported instead of silently never reaped.
 const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 
+/// The columns of a job, read by name in [`crate::decode::job`].
+const JOB_COLUMNS: [&str; 16] = [
+    "id",
+    "queue",
+    "payload",
+    "priority",
+    "run_at",
+    "attempt",
+    "max_attempts",
+    "required_capabilities",
+    "state",
+    "owner",
+    "fence",
+    "lease_expires_at",
+    "last_error",
+    "dead_reason",
+    "created_at",
+    "updated_at",
+];
+
 fn columns(alias: &str) -> String {
-    RECORD_COLUMNS
+    qualified(&RECORD_COLUMNS, alias)
+}
+
+fn qualified(names: &[&str], alias: &str) -> String {
+    names
         .iter()
         .map(|column| format!("{alias}.{column}"))
         .collect::<Vec<_>>()
@@ -77,6 +101,141 @@ pub(crate) struct Statements {
     pub(crate) list_active: String,
     /// `$1` retention → deleted rows.
     pub(crate) purge: String,
+    /// The job queue's statements.
+    pub(crate) jobs: JobStatements,
+}
+
+/// The statements of the job queue. Every one answers whole jobs (the
+/// columns of [`JOB_COLUMNS`]) unless it says otherwise. A fenced write's
+/// `$1` id, `$2` owner, `$3` fence name the claim; it matches only while
+/// that claim holds the job (`lease_core::queue::rules::judge_job`).
+#[derive(Debug)]
+pub(crate) struct JobStatements {
+    /// Per job position: `$1` ids, `$2` queues, `$3` payloads, `$4`
+    /// priorities, `$5` run_at (null: now), `$6` max attempts, `$7` required
+    /// capabilities as JSON arrays → the new jobs, in batch order.
+    pub(crate) enqueue: String,
+    /// `$1` ids → those that exist.
+    pub(crate) existing_ids: String,
+    /// `$1` queue, `$2` worker capabilities, `$3` limit, `$4` worker, `$5`
+    /// ttl → the claimed jobs, best first, fences ascending in that order.
+    pub(crate) claim: String,
+    /// Fenced; `$4` ttl → the new expiry.
+    pub(crate) renew: String,
+    /// Fenced.
+    pub(crate) complete: String,
+    /// Fenced; `$4` error, `$5` retry (else dead-letter), `$6` backoff.
+    pub(crate) fail: String,
+    /// Fenced; `$4` missing capabilities.
+    pub(crate) defer: String,
+    /// `$1` grace, `$2` limit → the reaped jobs, oldest expiry first.
+    pub(crate) reap: String,
+    /// `$1` id, `$2` owner, `$3` fence of the reaped claim, `$4` ttl.
+    pub(crate) take_back: String,
+    /// `$1` id.
+    pub(crate) get: String,
+    /// `$1` queue, `$2` limit.
+    pub(crate) list_dead_letters: String,
+    /// `$1` id.
+    pub(crate) retry_dead_letter: String,
+}
+
+impl JobStatements {
+    fn new(s: &str, fence_seq: &str) -> Self {
+        let job = qualified(&JOB_COLUMNS, "j");
+        let claimed_by = "j.id = $1 AND j.state = 'claimed' AND j.owner = $2 AND j.fence = $3";
+        // fail: `Retry` with attempts left goes back to the queue.
+        let retry = "($5::boolean AND j.attempt < j.max_attempts)";
+        let attempts_left = "j.attempt < j.max_attempts";
+        JobStatements {
+            enqueue: format!(
+                "WITH batch AS (SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], \
+                   $4::integer[], $5::timestamptz[], $6::integer[], $7::jsonb[]) \
+                   WITH ORDINALITY AS b(id, queue, payload, priority, run_at, max_attempts, \
+                   capabilities, position)), \
+                 created AS (INSERT INTO {s}.jobs AS j (id, queue, payload, priority, run_at, \
+                   attempt, max_attempts, required_capabilities, state, created_at, updated_at) \
+                   SELECT b.id, b.queue, b.payload, b.priority, COALESCE(b.run_at, now()), 0, \
+                   b.max_attempts, ARRAY(SELECT jsonb_array_elements_text(b.capabilities)), \
+                   'queued', now(), now() FROM batch b \
+                   RETURNING {job}) \
+                 SELECT {job} FROM created j JOIN batch b ON b.id = j.id ORDER BY b.position"
+            ),
+            existing_ids: format!("SELECT id FROM {s}.jobs WHERE id = ANY($1::text[])"),
+            // Fences are drawn after the jobs are picked and locked, then
+            // paired with them in claim order: values of one sequence,
+            // sorted ascending, are in the order they were drawn.
+            claim: format!(
+                "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
+                   WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
+                   AND required_capabilities <@ $2::text[] \
+                   ORDER BY priority DESC, run_at, created_at, id LIMIT $3 \
+                   FOR UPDATE SKIP LOCKED), \
+                 ranked AS (SELECT id, row_number() OVER \
+                   (ORDER BY priority DESC, run_at, created_at, id) AS claim_order FROM picked), \
+                 fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
+                   FROM (SELECT nextval({fence_seq}) AS fence FROM picked) drawn), \
+                 claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
+                   attempt = j.attempt + 1, fence = f.fence, \
+                   lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
+                   FROM ranked r JOIN fences f ON f.claim_order = r.claim_order \
+                   WHERE j.id = r.id RETURNING r.claim_order, {job}) \
+                 SELECT {job} FROM claimed j ORDER BY j.claim_order"
+            ),
+            renew: format!(
+                "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
+                 WHERE {claimed_by} RETURNING j.lease_expires_at"
+            ),
+            complete: format!(
+                "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
+                 updated_at = now() WHERE {claimed_by} RETURNING {job}"
+            ),
+            fail: format!(
+                "UPDATE {s}.jobs j SET last_error = $4, lease_expires_at = NULL, updated_at = now(), \
+                 state = CASE WHEN {retry} THEN 'queued' ELSE 'dead_lettered' END, \
+                 run_at = CASE WHEN {retry} THEN now() + $6::interval ELSE j.run_at END, \
+                 dead_reason = CASE WHEN {retry} THEN j.dead_reason \
+                   WHEN $5::boolean THEN 'attempts_exhausted' ELSE 'failed' END \
+                 WHERE {claimed_by} RETURNING {job}"
+            ),
+            defer: format!(
+                "UPDATE {s}.jobs j SET state = 'queued', attempt = greatest(j.attempt - 1, 0), \
+                 required_capabilities = ARRAY(SELECT DISTINCT capability \
+                   FROM unnest(j.required_capabilities || $4::text[]) AS capability), \
+                 run_at = now(), lease_expires_at = NULL, updated_at = now() \
+                 WHERE {claimed_by} RETURNING {job}"
+            ),
+            reap: format!(
+                "WITH expired AS (SELECT id, lease_expires_at AS expired_at FROM {s}.jobs \
+                   WHERE state = 'claimed' AND lease_expires_at <= now() - $1::interval \
+                   ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 reaped AS (UPDATE {s}.jobs j SET lease_expires_at = NULL, updated_at = now(), \
+                   state = CASE WHEN {attempts_left} THEN 'queued' ELSE 'dead_lettered' END, \
+                   run_at = CASE WHEN {attempts_left} THEN now() ELSE j.run_at END, \
+                   dead_reason = CASE WHEN {attempts_left} THEN j.dead_reason \
+                     ELSE 'lease_expired' END \
+                   FROM expired e WHERE j.id = e.id RETURNING e.expired_at, {job}) \
+                 SELECT {job} FROM reaped j ORDER BY j.expired_at, j.id"
+            ),
+            take_back: format!(
+                "UPDATE {s}.jobs j SET state = 'claimed', dead_reason = NULL, \
+                 fence = nextval({fence_seq}), lease_expires_at = now() + $4::interval, \
+                 updated_at = now() \
+                 WHERE j.id = $1 AND j.state = 'dead_lettered' AND j.dead_reason = 'lease_expired' \
+                 AND j.owner = $2 AND j.fence = $3 RETURNING {job}"
+            ),
+            get: format!("SELECT {job} FROM {s}.jobs j WHERE j.id = $1"),
+            list_dead_letters: format!(
+                "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 AND j.state = 'dead_lettered' \
+                 ORDER BY j.updated_at, j.id LIMIT $2"
+            ),
+            retry_dead_letter: format!(
+                "UPDATE {s}.jobs j SET state = 'queued', dead_reason = NULL, attempt = 0, \
+                 run_at = now(), updated_at = now() \
+                 WHERE j.id = $1 AND j.state = 'dead_lettered' RETURNING {job}"
+            ),
+        }
+    }
 }
 
 impl Statements {
@@ -187,6 +346,7 @@ impl Statements {
                 "DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
                  AND updated_at <= now() - $1::interval"
             ),
+            jobs: JobStatements::new(&s, &fence_seq),
         }
     }
 }

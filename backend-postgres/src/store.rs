@@ -32,7 +32,7 @@ const ADMIT_ATTEMPTS: usize = 3;
 
 /// Attempts of a conditional write whose refusal the follow-up read cannot
 /// explain (the row changed between the two statements).
-const WRITE_ATTEMPTS: usize = 3;
+pub(crate) const WRITE_ATTEMPTS: usize = 3;
 
 /// A fence no row has (the schema keeps fences positive): stands in for a
 /// claimed fence too large for `bigint`, which therefore matches nothing.
@@ -41,7 +41,7 @@ const NO_SUCH_FENCE: i64 = -1;
 /// The primary key whose violation means the id is taken.
 const LEASES_PRIMARY_KEY: &str = "leases_pkey";
 
-fn interval(duration: Duration) -> PgInterval {
+pub(crate) fn interval(duration: Duration) -> PgInterval {
     PgInterval {
         months: 0,
         days: 0,
@@ -49,11 +49,11 @@ fn interval(duration: Duration) -> PgInterval {
     }
 }
 
-fn fence_param(fence: u64) -> i64 {
+pub(crate) fn fence_param(fence: u64) -> i64 {
     i64::try_from(fence).unwrap_or(NO_SUCH_FENCE)
 }
 
-fn changed_concurrently(operation: &str, id: &str) -> Error {
+pub(crate) fn changed_concurrently(operation: &str, id: &str) -> Error {
     Error::unavailable(format!(
         "{operation} of {id:?} was refused, but the record read back allowed it: \
          it changed concurrently {WRITE_ATTEMPTS} times; retry"

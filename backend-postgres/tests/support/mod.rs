@@ -1,5 +1,6 @@
 //! Shared by the server tests: the server URL (or one skip line), a fresh
-//! schema per test, and its removal afterwards.
+//! schema per test, its removal afterwards, and the conformance kit's
+//! factory.
 //!
 //! Each test binary uses a subset of these helpers.
 #![allow(dead_code)]
@@ -8,7 +9,9 @@ use std::future::Future;
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 
+use async_trait::async_trait;
 use backend_postgres::{PgStore, PgStoreConfig};
+use conformance::{ClockControl, Factory, Subject};
 use futures_util::FutureExt as _;
 
 /// The environment variable holding the test server's URL.
@@ -84,5 +87,47 @@ where
     }
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// The conformance kit's factory: a fresh schema per case on the server at
+/// `TENURE_PG_URL`, dropped at teardown. The server's clock cannot be moved:
+/// cases wait on it.
+pub struct PgFactory {
+    url: Option<String>,
+}
+
+impl PgFactory {
+    /// A factory for the server named by [`URL_VAR`], if any.
+    pub fn from_env() -> Self {
+        PgFactory {
+            url: conformance::service_url(URL_VAR),
+        }
+    }
+}
+
+#[async_trait]
+impl Factory for PgFactory {
+    type Store = PgStore;
+
+    fn unavailable_reason(&self) -> Option<String> {
+        match self.url {
+            Some(_) => None,
+            None => Some(format!("{URL_VAR} is not set")),
+        }
+    }
+
+    async fn create(&self) -> lease_core::Result<Subject<PgStore>> {
+        let url = self.url.as_deref().ok_or_else(|| {
+            lease_core::Error::new(lease_core::ErrorKind::Config, "no server URL")
+        })?;
+        Ok(Subject {
+            store: connect(url, &fresh_schema()).await?,
+            clock: ClockControl::Real,
+        })
+    }
+
+    async fn teardown(&self, store: &PgStore) -> lease_core::Result<()> {
+        drop_schema(store).await
     }
 }

@@ -1,0 +1,357 @@
+//! The [`JobQueue`] operations.
+//!
+//! Every operation is one statement. `claim` and `reap` pick their jobs with
+//! `FOR UPDATE SKIP LOCKED`, so concurrent claimers (and reapers) each take
+//! different jobs without waiting on each other, and a job being renewed or
+//! settled is simply left for the next pass. The fenced writes (`renew_job`,
+//! `complete`, `fail`, `defer`, `take_back`, `retry_dead_letter`) are
+//! conditional updates whose conditions are `lease_core::queue::rules`'
+//! judgements; only a refused write reads the job back to say why, with
+//! those same rules. The choices `fail` and `reap` make per job (requeue or
+//! dead-letter) are the rules' `attempt < max_attempts`, written as `CASE`.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::queue::{
+    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
+    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
+};
+use lease_core::{clock, validate, Error, ErrorKind, Result, Timestamp};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::types::Json;
+use sqlx::Postgres;
+
+use crate::decode::{self, Undecodable};
+use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
+use crate::store::{changed_concurrently, fence_param, interval, WRITE_ATTEMPTS};
+use crate::PgStore;
+
+/// The primary key whose violation means a job id is taken.
+const JOBS_PRIMARY_KEY: &str = "jobs_pkey";
+
+/// A fenced write, built afresh for each attempt.
+type FencedWrite<'q> = Query<'q, Postgres, PgArguments>;
+
+impl PgStore {
+    async fn read_job(&self, id: &str) -> Result<Option<Job>> {
+        let row = sqlx::query(&self.sql.jobs.get)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(store_error)?;
+        row.as_ref().map(decode::trusted_job).transpose()
+    }
+
+    /// After a fenced write matched no row: why `claim` no longer holds its
+    /// job, or `None` when the job as read back would have allowed the write
+    /// (it changed in between).
+    async fn job_loss(&self, claim: &JobClaim) -> Result<Option<JobLoss>> {
+        let job = self.read_job(&claim.id).await?;
+        Ok(rules::judge_job(job.as_ref(), claim).err())
+    }
+
+    /// Runs a fenced write answering the job; a refusal is explained by
+    /// [`rules::judge_job`].
+    async fn settle<'q>(
+        &self,
+        operation: &str,
+        claim: &JobClaim,
+        write: impl Fn() -> FencedWrite<'q> + Send,
+    ) -> Result<JobSettle> {
+        for _ in 0..WRITE_ATTEMPTS {
+            let row = write()
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(row) = row {
+                return Ok(JobSettle::Settled(decode::trusted_job(&row)?));
+            }
+            if let Some(loss) = self.job_loss(claim).await? {
+                return Ok(JobSettle::Rejected(loss));
+            }
+        }
+        Err(changed_concurrently(operation, &claim.id))
+    }
+
+    /// The jobs of a multi-job answer; an undecodable row is left out of the
+    /// answer with a warning. It stays in the table for an operator; one a
+    /// claim took goes back through the reaper when its lease ends.
+    fn jobs_skipping_undecodable(&self, operation: &str, rows: &[PgRow]) -> Vec<Job> {
+        rows.iter()
+            .filter_map(|row| match decode::job(row) {
+                Ok(job) => Some(job),
+                Err(Undecodable { id, reason }) => {
+                    tracing::warn!(
+                        schema = self.schema(),
+                        id = %id,
+                        reason = %reason,
+                        "{operation} skipped an undecodable job"
+                    );
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The error of an enqueue that hit an existing id: names the first id
+    /// of the batch that exists.
+    async fn duplicate_job(&self, ids: &[&str], violation: sqlx::Error) -> Error {
+        let existing: Vec<String> = match sqlx::query_scalar(&self.sql.jobs.existing_ids)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+        {
+            Ok(existing) => existing,
+            Err(error) => return store_error(error),
+        };
+        let existing: HashSet<&str> = existing.iter().map(String::as_str).collect();
+        let message = match ids.iter().find(|id| existing.contains(**id)) {
+            Some(id) => format!(
+                "a job with id {id:?} already exists; choose another id or read it with `get_job`"
+            ),
+            None => "a job id of the batch already exists".to_owned(),
+        };
+        Error::new(ErrorKind::AlreadyExists, message).with_source(violation)
+    }
+}
+
+/// A job claim's proof, from the job as a claim or take-back left it.
+fn claimed(job: Job) -> Result<ClaimedJob> {
+    let claim = job.claim().ok_or_else(|| {
+        Error::corrupt(format!(
+            "job {:?} was claimed but reads back {} without an owner",
+            job.id, job.state
+        ))
+    })?;
+    Ok(ClaimedJob { job, claim })
+}
+
+#[async_trait]
+impl JobQueue for PgStore {
+    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+        validate::new_job(job)?;
+        let mut created = self.enqueue_batch(std::slice::from_ref(job)).await?;
+        created
+            .pop()
+            .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
+    }
+
+    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        validate::new_jobs(jobs)?;
+        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+        let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
+        let payloads: Vec<Json<&serde_json::Value>> =
+            jobs.iter().map(|job| Json(&job.payload)).collect();
+        let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
+        let run_ats: Vec<Option<Timestamp>> = jobs
+            .iter()
+            .map(|job| job.run_at.map(clock::truncate_to_micros))
+            .collect();
+        // Validated to at most `rules::MAX_ATTEMPTS`.
+        let max_attempts: Vec<i32> = jobs
+            .iter()
+            .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
+            .collect();
+        let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
+            .iter()
+            .map(|job| Json(&job.required_capabilities))
+            .collect();
+        let rows = sqlx::query(&self.sql.jobs.enqueue)
+            .bind(&ids)
+            .bind(&queues)
+            .bind(&payloads)
+            .bind(&priorities)
+            .bind(&run_ats)
+            .bind(&max_attempts)
+            .bind(&capabilities)
+            .fetch_all(&self.pool)
+            .await;
+        match rows {
+            Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
+            Err(error)
+                if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
+                    && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
+            {
+                Err(self.duplicate_job(&ids, error).await)
+            }
+            Err(error) => Err(store_error(error)),
+        }
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        validate::claim_request(request)?;
+        let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
+        let rows = sqlx::query(&self.sql.jobs.claim)
+            .bind(&request.queue)
+            .bind(&capabilities)
+            // Validated to at most `rules::MAX_CLAIM`.
+            .bind(request.limit as i64)
+            .bind(&request.worker)
+            .bind(interval(request.ttl))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        self.jobs_skipping_undecodable("claim", &rows)
+            .into_iter()
+            .map(claimed)
+            .collect()
+    }
+
+    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+        validate::job_claim(claim)?;
+        validate::ttl(ttl)?;
+        for _ in 0..WRITE_ATTEMPTS {
+            let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.jobs.renew)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence_param(claim.fence))
+                .bind(interval(ttl))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(expires_at) = renewed {
+                return Ok(JobRenewal::Renewed { expires_at });
+            }
+            if let Some(loss) = self.job_loss(claim).await? {
+                return Ok(JobRenewal::Lost(loss));
+            }
+        }
+        Err(changed_concurrently("job renewal", &claim.id))
+    }
+
+    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
+        validate::job_claim(claim)?;
+        let fence = fence_param(claim.fence);
+        self.settle("complete", claim, || {
+            sqlx::query(&self.sql.jobs.complete)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+        })
+        .await
+    }
+
+    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
+        validate::job_failure(claim, error, action)?;
+        let (retry, backoff) = match action {
+            FailAction::Retry { backoff } => (true, backoff),
+            FailAction::DeadLetter => (false, Duration::ZERO),
+            other => {
+                return Err(Error::invalid_input(
+                    "action",
+                    format_args!("{other:?} is not supported by this store version"),
+                ))
+            }
+        };
+        let fence = fence_param(claim.fence);
+        self.settle("fail", claim, || {
+            sqlx::query(&self.sql.jobs.fail)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+                .bind(error)
+                .bind(retry)
+                .bind(interval(backoff))
+        })
+        .await
+    }
+
+    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
+        validate::job_claim(claim)?;
+        validate::capabilities(missing)?;
+        let fence = fence_param(claim.fence);
+        let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+        self.settle("defer", claim, || {
+            sqlx::query(&self.sql.jobs.defer)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+                .bind(&missing)
+        })
+        .await
+    }
+
+    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
+        validate::grace(grace)?;
+        let rows = sqlx::query(&self.sql.jobs.reap)
+            .bind(interval(grace))
+            .bind(rules::MAX_REAP as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        let (requeued, dead_lettered) = self
+            .jobs_skipping_undecodable("reap", &rows)
+            .into_iter()
+            .partition(|job| job.state == JobState::Queued);
+        Ok(ReapReport {
+            requeued,
+            dead_lettered,
+        })
+    }
+
+    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
+        validate::job_claim(claim)?;
+        validate::ttl(ttl)?;
+        for _ in 0..WRITE_ATTEMPTS {
+            let row = sqlx::query(&self.sql.jobs.take_back)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence_param(claim.fence))
+                .bind(interval(ttl))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(row) = row {
+                return Ok(TakeBack::Taken(claimed(decode::trusted_job(&row)?)?));
+            }
+            let job = self.read_job(&claim.id).await?;
+            if let Err(refusal) = rules::judge_take_back(job.as_ref(), claim) {
+                return Ok(TakeBack::NotTaken(refusal));
+            }
+        }
+        Err(changed_concurrently("take-back", &claim.id))
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+        validate::lease_id(id)?;
+        self.read_job(id).await
+    }
+
+    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
+        validate::queue(queue)?;
+        validate::limit(limit)?;
+        let rows = sqlx::query(&self.sql.jobs.list_dead_letters)
+            .bind(queue)
+            // Validated to at most `validate::MAX_LIST_LIMIT`.
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(decode::trusted_job).collect()
+    }
+
+    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
+        validate::lease_id(id)?;
+        for _ in 0..WRITE_ATTEMPTS {
+            let row = sqlx::query(&self.sql.jobs.retry_dead_letter)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if let Some(row) = row {
+                return Ok(OperatorRetry::Requeued(decode::trusted_job(&row)?));
+            }
+            match self.read_job(id).await? {
+                None => return Ok(OperatorRetry::Missing),
+                Some(job) if job.state != JobState::DeadLettered => {
+                    return Ok(OperatorRetry::NotDeadLettered(job.state))
+                }
+                Some(_) => {}
+            }
+        }
+        Err(changed_concurrently("dead-letter retry", id))
+    }
+}
