@@ -50,7 +50,7 @@ impl MemoryStore {
 impl State {
     fn reject_known_job_ids<'a>(&self, mut ids: impl Iterator<Item = &'a str>) -> Result<()> {
         match ids.find(|id| self.jobs.contains_key(*id)) {
-            Some(id) => Err(Error::already_exists(id)),
+            Some(id) => Err(Error::job_already_exists(id)),
             None => Ok(()),
         }
     }

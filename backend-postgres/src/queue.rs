@@ -108,13 +108,14 @@ impl PgStore {
             Err(error) => return store_error(error),
         };
         let existing: HashSet<&str> = existing.iter().map(String::as_str).collect();
-        let message = match ids.iter().find(|id| existing.contains(**id)) {
-            Some(id) => format!(
-                "a job with id {id:?} already exists; choose another id or read it with `get_job`"
+        let error = match ids.iter().find(|id| existing.contains(**id)) {
+            Some(id) => Error::job_already_exists(id),
+            None => Error::new(
+                ErrorKind::AlreadyExists,
+                "a job id of the batch already exists",
             ),
-            None => "a job id of the batch already exists".to_owned(),
         };
-        Error::new(ErrorKind::AlreadyExists, message).with_source(violation)
+        error.with_source(violation)
     }
 }
 

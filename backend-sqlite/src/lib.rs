@@ -1,6 +1,7 @@
 //! # backend-sqlite
 //!
-//! A [`LeaseStore`] in one SQLite file: the backend that needs no server.
+//! A [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue) in one SQLite
+//! file: the backend that needs no server.
 //! Several stores, in one process or in several processes on one host, may
 //! share a file; SQLite's locking keeps every operation atomic across all of
 //! them. It honours the whole contract (SPEC §2) and passes the conformance
@@ -37,7 +38,13 @@
 //!   scope as primary key: "at most one active record per scope" is enforced
 //!   by SQLite itself, not only by this code.
 //! * `fence_counter`: the store-wide fence sequence, one row. It survives
-//!   purges and restarts, so fences never repeat in a file.
+//!   purges and restarts, so fences never repeat in a file. Job claims draw
+//!   from it too, so a job's fence and a lease's are never the same number.
+//! * `jobs` (schema version 2): one row per job, timestamps as above,
+//!   `payload` JSON text, `required_capabilities` a JSON array of strings,
+//!   `state` and `dead_reason` their lower-case names. Partial indexes keep
+//!   the queued jobs of each queue in claim order, claimed jobs by lease
+//!   expiry (for `reap`) and dead letters by last update.
 //!
 //! Besides the file, SQLite keeps `<file>-wal` and `<file>-shm` next to it
 //! while it is open: back up with SQLite's backup API or `VACUUM INTO`, not
@@ -60,11 +67,13 @@
 //! one round trip into that thread, so SQLite's blocking calls never block
 //! the async runtime. Every write runs in one `BEGIN IMMEDIATE` transaction:
 //! it takes the file's write lock before reading, decides with
-//! [`lease_core::rules`], writes, commits. Transactions of all stores and
-//! processes on the file are thereby serialised, which is what makes racing
-//! admissions and takeovers have exactly one winner. A writer waits for the
-//! lock up to the [busy timeout](SqliteConfig::busy_timeout) (5 s by
-//! default); past it the operation fails with the retryable
+//! [`lease_core::rules`] (or [`lease_core::queue::rules`] for jobs), writes,
+//! commits. Transactions of all stores and processes on the file are
+//! thereby serialised, which is what makes racing admissions and takeovers
+//! have exactly one winner, and racing job claimers never share a job. A
+//! writer waits for the lock up to the
+//! [busy timeout](SqliteConfig::busy_timeout) (5 s by default); past it the
+//! operation fails with the retryable
 //! [`ErrorKind::Unavailable`](lease_core::ErrorKind::Unavailable), having
 //! changed nothing; it is never reported as lost or as a conflict.
 //!
@@ -77,13 +86,17 @@
 //! A row that cannot be decoded (edited by hand, say) is skipped by
 //! `list_expired` and reported in
 //! [`ExpiredScan::skipped`](lease_core::ExpiredScan) and as a `tracing`
-//! warning; any other operation that needs it answers
+//! warning; a job row likewise by `claim` and `reap` (as a warning); any
+//! other operation that needs it answers
 //! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt). Nothing panics.
 
 mod config;
 mod connection;
 mod error;
+mod jobs;
 mod ops;
+mod queue;
+mod queue_ops;
 mod records;
 mod schema;
 

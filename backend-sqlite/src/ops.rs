@@ -190,7 +190,7 @@ pub(crate) fn list_expired(
                     scan.records.push(record);
                 }
             }
-            Err(Undecodable { id, reason }) => {
+            Err(Undecodable { id, reason, .. }) => {
                 tracing::warn!(
                     lease.id = %id,
                     %reason,
@@ -254,18 +254,18 @@ pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duratio
 
 /// Whole microseconds, rounded down: bounds computed with it include every
 /// row the exact comparison would.
-fn micros(duration: Duration) -> i64 {
+pub(crate) fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::SqliteConfig;
     use crate::records::LOAD;
 
     /// The plan SQLite picks for `sql`, one detail per line.
-    fn plan(connection: &Connection, sql: &str) -> String {
+    pub(crate) fn plan(connection: &Connection, sql: &str) -> String {
         let mut statement = connection
             .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
             .expect("explain");

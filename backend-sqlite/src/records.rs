@@ -34,9 +34,11 @@ pub(crate) use select_records;
 /// The record with id `?1`.
 pub(crate) const LOAD: &str = select_records!("WHERE l.id = ?1");
 
-/// A stored record that could not be decoded.
+/// A stored lease or job that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Undecodable {
+    /// What it is: `"lease"` or `"job"`.
+    pub(crate) item: &'static str,
     /// Its id, as far as it could be read.
     pub(crate) id: String,
     /// Which column was wrong, and how.
@@ -45,18 +47,24 @@ pub(crate) struct Undecodable {
 
 impl Undecodable {
     /// The [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt) error of
-    /// an operation that needed this record.
+    /// an operation that needed this row.
     pub(crate) fn into_error(self) -> Error {
         Error::corrupt(format!(
-            "stored lease {:?} cannot be decoded ({}); it needs an operator's attention",
-            self.id, self.reason
+            "stored {} {:?} cannot be decoded ({}); it needs an operator's attention",
+            self.item, self.id, self.reason
         ))
     }
 }
 
-/// Decodes a row selected by [`select_records!`].
-pub(crate) fn decode_record(row: &Row<'_>) -> Result<LeaseRecord, Undecodable> {
+/// Decodes a row whose first column is the id with `decode_fields`, naming
+/// the row as an `item` (`"lease"`, `"job"`) when it cannot be decoded.
+pub(crate) fn decode_row<T>(
+    row: &Row<'_>,
+    item: &'static str,
+    decode_fields: impl FnOnce(&Row<'_>) -> Result<T, String>,
+) -> Result<T, Undecodable> {
     decode_fields(row).map_err(|reason| Undecodable {
+        item,
         id: row
             .get_ref(0)
             .ok()
@@ -65,6 +73,11 @@ pub(crate) fn decode_record(row: &Row<'_>) -> Result<LeaseRecord, Undecodable> {
             .to_owned(),
         reason,
     })
+}
+
+/// Decodes a row selected by [`select_records!`].
+pub(crate) fn decode_record(row: &Row<'_>) -> Result<LeaseRecord, Undecodable> {
+    decode_row(row, "lease", decode_fields)
 }
 
 fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
@@ -94,21 +107,23 @@ fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
     })
 }
 
-fn column<T: FromSql>(row: &Row<'_>, index: usize, name: &str) -> Result<T, String> {
+/// Column `index` (called `name` in the reason) of a row being decoded.
+pub(crate) fn column<T: FromSql>(row: &Row<'_>, index: usize, name: &str) -> Result<T, String> {
     row.get(index)
         .map_err(|error| format!("column {name}: {error}"))
 }
 
-fn timestamp(micros: i64, name: &str) -> Result<Timestamp, String> {
+/// A timestamp column's microseconds as a [`Timestamp`].
+pub(crate) fn timestamp(micros: i64, name: &str) -> Result<Timestamp, String> {
     from_micros(micros)
         .ok_or_else(|| format!("column {name}: {micros} microseconds is out of range"))
 }
 
-fn fence_value(record: &LeaseRecord) -> Result<i64> {
-    i64::try_from(record.fence).map_err(|_| {
+/// A fence as SQLite stores it; `item` and `id` name its owner in the error.
+pub(crate) fn fence_value(fence: u64, item: &str, id: &str) -> Result<i64> {
+    i64::try_from(fence).map_err(|_| {
         Error::corrupt(format!(
-            "fence {} of lease {:?} does not fit SQLite's integers",
-            record.fence, record.id
+            "fence {fence} of {item} {id:?} does not fit SQLite's integers"
         ))
     })
 }
@@ -183,7 +198,7 @@ pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()
             record.kind,
             record.status.as_str(),
             record.owner,
-            fence_value(record)?,
+            fence_value(record.fence, "lease", &record.id)?,
             record.lease_expires_at.map(to_micros),
             to_micros(record.created_at),
             to_micros(record.updated_at),
@@ -224,7 +239,7 @@ pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> 
             record.id,
             record.status.as_str(),
             record.owner,
-            fence_value(record)?,
+            fence_value(record.fence, "lease", &record.id)?,
             record.lease_expires_at.map(to_micros),
             to_micros(record.updated_at),
             record.error,

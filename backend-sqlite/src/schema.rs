@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -75,8 +75,44 @@ const SCHEMA_V1: &str = concat!(
     INSERT INTO fence_counter (singleton, last_fence) VALUES (1, 0);"
 );
 
-/// Statements that bring a file from version `index` to `index + 1`.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1];
+/// Version 2: the job queue (SPEC §3).
+///
+/// * `jobs`: one row per job; timestamps are INTEGER microseconds since the
+///   Unix epoch, `payload` is JSON text, `required_capabilities` a JSON
+///   array of strings, `state` and `dead_reason` their lower-case names.
+///   Jobs draw their fences from `fence_counter`, like leases.
+/// * `jobs_claim_order`: the queued jobs of each queue in claim order
+///   (`rules::claim_order`), so `claim` walks them best first and stops.
+/// * `jobs_claimed_by_expiry`: claimed jobs by lease expiry, for `reap`.
+/// * `jobs_dead_letters`: dead letters of each queue, oldest update first.
+const SCHEMA_V2: &str = "CREATE TABLE jobs (
+        id TEXT PRIMARY KEY NOT NULL,
+        queue TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        run_at INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        required_capabilities TEXT NOT NULL,
+        state TEXT NOT NULL,
+        owner TEXT,
+        fence INTEGER NOT NULL,
+        lease_expires_at INTEGER,
+        last_error TEXT,
+        dead_reason TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX jobs_claim_order ON jobs (queue, priority DESC, run_at, created_at, id)
+        WHERE state = 'queued';
+    CREATE INDEX jobs_claimed_by_expiry ON jobs (lease_expires_at, id)
+        WHERE state = 'claimed';
+    CREATE INDEX jobs_dead_letters ON jobs (queue, updated_at, id)
+        WHERE state = 'dead_lettered';";
+
+/// Statements that bring a file from version `index` to `index + 1`. A
+/// released entry never changes: files written with it exist.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2];
 
 /// Opens (creating if needed) the file, applies the connection settings and
 /// brings the schema to [`SCHEMA_VERSION`].
@@ -168,4 +204,90 @@ fn migrate(connection: &mut Connection, config: &SqliteConfig) -> Result<()> {
             .map_err(map_sqlite_error)?;
     }
     transaction.commit().map_err(map_sqlite_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+    use lease_core::{AdmitRequest, LeaseStore, Status};
+
+    use super::*;
+    use crate::SqliteStore;
+
+    /// A file as version 1 of this crate left it: one running lease holding
+    /// a scope, seven fences handed out.
+    fn write_version_1_file(path: &std::path::Path) {
+        let connection = Connection::open(path).expect("create the file");
+        connection
+            .execute_batch(MIGRATIONS[0])
+            .expect("the version 1 schema");
+        connection
+            .execute_batch(
+                "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, \
+                 created_at, updated_at, error, stop_reason, metadata) \
+                 VALUES ('old', 'run', 'running', 'worker-a', 7, NULL, \
+                 1700000000000000, 1700000000000000, NULL, NULL, '{\"k\":1}');
+                 INSERT INTO lease_scopes (lease_id, scope) VALUES ('old', 's');
+                 INSERT INTO held_scopes (scope, lease_id) VALUES ('s', 'old');
+                 UPDATE fence_counter SET last_fence = 7;
+                 PRAGMA user_version = 1;",
+            )
+            .expect("a version 1 record");
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_migrates_forward_keeping_leases_and_fences() {
+        let directory = tempfile::TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("v1.db");
+        write_version_1_file(&path);
+
+        let store = SqliteStore::open(SqliteConfig::new(&path))
+            .await
+            .expect("a version 1 file opens");
+        let on_disk: i64 = Connection::open(&path)
+            .expect("a second connection")
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .expect("read user_version");
+        assert_eq!(on_disk, SCHEMA_VERSION);
+
+        let old = store.get("old").await.expect("get").expect("the old lease");
+        assert_eq!(
+            (old.status, old.fence, old.owner.as_deref()),
+            (Status::Running, 7, Some("worker-a"))
+        );
+        let blocked = store
+            .admit(&AdmitRequest::new("new", "worker-b").scope("s"))
+            .await
+            .expect("admit answers");
+        assert!(blocked.admitted().is_none(), "the scope is still held");
+
+        store
+            .enqueue(&NewJob::new("q", serde_json::json!({})).id("job"))
+            .await
+            .expect("the migrated file has a jobs table");
+        let claimed = store
+            .claim(&ClaimRequest::new("q", "worker-b", Duration::from_secs(30)))
+            .await
+            .expect("claim");
+        assert_eq!(
+            claimed.iter().map(|c| c.claim.fence).collect::<Vec<_>>(),
+            vec![8],
+            "job claims continue the file's fence sequence"
+        );
+
+        drop(store);
+        let reopened = SqliteStore::open(SqliteConfig::new(&path))
+            .await
+            .expect("a migrated file reopens without migrating again");
+        assert_eq!(
+            reopened
+                .get_job("job")
+                .await
+                .expect("get_job")
+                .map(|job| job.fence),
+            Some(8)
+        );
+    }
 }

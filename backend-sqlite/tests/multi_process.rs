@@ -4,10 +4,11 @@
 //! environment variable). Each child opens the file, says it is ready, waits
 //! for the parent's "go" on stdin, then races the others: admissions on a
 //! few scopes (each winner finishes its record at once), takeovers of
-//! orphans that exactly one claimer may win, and a chain of adoptions of one
-//! orphan. Every answer is printed as a JSON line; the parent checks mutual
-//! exclusion, single winners and fence monotonicity from the answers and from
-//! the file.
+//! orphans that exactly one claimer may win, a chain of adoptions of one
+//! orphan, and job claims from one queue (each claimed job completed at
+//! once). Every answer is printed as a JSON line; the parent checks mutual
+//! exclusion, single winners, every job claimed exactly once and fence
+//! monotonicity from the answers and from the file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
@@ -16,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore};
+use lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
 use lease_core::{
     Admission, AdmitRequest, LeaseRecord, LeaseStore, Status, StatusChange, Takeover,
     TakeoverRequest, Transition,
@@ -35,6 +37,11 @@ const SCOPES: [&str; 3] = ["scope-a", "scope-b", "scope-c"];
 const FAIL_ORPHANS: usize = 4;
 const CHAIN_ORPHAN: &str = "orphan-chain";
 const LONG_TTL: Duration = Duration::from_secs(600);
+const QUEUE: &str = "race-queue";
+const JOBS: usize = 40;
+/// Most jobs one claim takes, in each round and then while the processes
+/// drain what the rounds left.
+const CLAIM_LIMIT: usize = 2;
 
 fn fail_orphan(index: usize) -> String {
     format!("orphan-fail-{index}")
@@ -100,8 +107,33 @@ fn race_as_child(worker: &str, path: &Path) {
                 "taken": matches!(outcome, Takeover::Taken(_)),
                 "fence": taken_fence(&outcome),
             }));
+            claim_and_complete(&store, worker).await;
         }
+        while claim_and_complete(&store, worker).await > 0 {}
     });
+}
+
+/// Claims up to [`CLAIM_LIMIT`] jobs and completes each; answers how many.
+async fn claim_and_complete(store: &SqliteStore, worker: &str) -> usize {
+    let request = ClaimRequest::new(QUEUE, worker, LONG_TTL).limit(CLAIM_LIMIT);
+    let claimed = store.claim(&request).await.expect("claim");
+    for each in &claimed {
+        answer(json!({
+            "op": "job_claim",
+            "id": each.claim.id,
+            "fence": each.claim.fence,
+        }));
+        let settled = store.complete(&each.claim).await.expect("complete");
+        assert!(
+            matches!(settled, JobSettle::Settled(_)),
+            "the claimer completes its own job: {settled:?}"
+        );
+    }
+    claimed.len()
+}
+
+fn job_id(index: usize) -> String {
+    format!("job-{index:02}")
 }
 
 fn taken_fence(outcome: &Takeover) -> Option<u64> {
@@ -180,6 +212,10 @@ fn check_race_as_parent() {
                 .expect("admit an orphan");
             assert!(admitted.admitted().is_some());
         }
+        let jobs: Vec<NewJob> = (0..JOBS)
+            .map(|index| NewJob::new(QUEUE, json!({ "index": index })).id(job_id(index)))
+            .collect();
+        store.enqueue_batch(&jobs).await.expect("enqueue the jobs");
     });
 
     let mut children: Vec<(String, Child, BufReader<std::process::ChildStdout>)> = (0..PROCESSES)
@@ -246,9 +282,13 @@ fn ops<'a>(results: &'a [ChildAnswers], op: &'a str) -> impl Iterator<Item = &'a
 async fn check_results(store: &SqliteStore, results: &[ChildAnswers]) {
     for child in results {
         let expected = ROUNDS * (SCOPES.len() + FAIL_ORPHANS + 1);
+        let lease_answers = child
+            .answers
+            .iter()
+            .filter(|answer| field(answer, "op") != "job_claim")
+            .count();
         assert_eq!(
-            child.answers.len(),
-            expected,
+            lease_answers, expected,
             "{} answered every operation",
             child.worker
         );
@@ -285,6 +325,7 @@ async fn check_results(store: &SqliteStore, results: &[ChildAnswers]) {
     check_admissions(store, results).await;
     check_fail_takeovers(store, results).await;
     check_takeover_chain(store, results).await;
+    check_job_claims(store, results).await;
 }
 
 async fn check_admissions(store: &SqliteStore, results: &[ChildAnswers]) {
@@ -376,4 +417,45 @@ async fn check_takeover_chain(store: &SqliteStore, results: &[ChildAnswers]) {
         .expect("the chain");
     assert_eq!(Some(record.fence), fences.iter().copied().max());
     assert_eq!(record.status, Status::Running);
+}
+
+async fn check_job_claims(store: &SqliteStore, results: &[ChildAnswers]) {
+    let mut claims: BTreeMap<String, Vec<(&str, u64)>> = BTreeMap::new();
+    for child in results {
+        for answer in child
+            .answers
+            .iter()
+            .filter(|answer| field(answer, "op") == "job_claim")
+        {
+            let id = field(answer, "id").as_str().expect("an id").to_owned();
+            let fence = field(answer, "fence").as_u64().expect("a fence");
+            claims
+                .entry(id)
+                .or_default()
+                .push((child.worker.as_str(), fence));
+        }
+    }
+    let expected: BTreeSet<String> = (0..JOBS).map(job_id).collect();
+    assert_eq!(
+        claims.keys().cloned().collect::<BTreeSet<_>>(),
+        expected,
+        "every job was claimed"
+    );
+    let per_worker: BTreeMap<&str, usize> =
+        claims
+            .values()
+            .flatten()
+            .fold(BTreeMap::new(), |mut counts, (worker, _)| {
+                *counts.entry(*worker).or_default() += 1;
+                counts
+            });
+    eprintln!("{JOBS} jobs claimed per process: {per_worker:?}");
+    for (id, claimers) in &claims {
+        assert_eq!(claimers.len(), 1, "{id} was claimed once: {claimers:?}");
+        let (worker, fence) = claimers[0];
+        let job = store.get_job(id).await.expect("get_job").expect("the job");
+        assert_eq!(job.state, JobState::Completed, "{id}");
+        assert_eq!(job.owner.as_deref(), Some(worker), "{id}");
+        assert_eq!((job.fence, job.attempt), (fence, 1), "{id}");
+    }
 }

@@ -1,12 +1,13 @@
 //! What the conformance kit cannot see: the file across reopenings, schema
-//! versions, a write lock held by another connection, and rows damaged by
-//! hand.
+//! versions, a write lock held by another connection, and lease and job rows
+//! damaged by hand.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
+use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
 use lease_core::{
     Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore, ManualClock,
     StatusChange, Transition,
@@ -240,4 +241,87 @@ async fn undecodable_rows_are_skipped_by_the_scan_and_corrupt_elsewhere() {
         Some("good".to_owned()),
         "undamaged rows read as before"
     );
+}
+
+#[tokio::test]
+async fn undecodable_job_rows_are_skipped_by_claim_and_reap_and_corrupt_for_get_job() {
+    let directory = TempDir::new().expect("a temporary directory");
+    let path = database(&directory);
+    let clock = Arc::new(ManualClock::starting_now());
+    let store = SqliteStore::open(SqliteConfig::new(&path).clock(clock.clone()))
+        .await
+        .expect("a new file opens");
+    let job = |id: &str, queue: &str, priority: i32| {
+        NewJob::new(queue, serde_json::json!({ "id": id }))
+            .id(id)
+            .priority(priority)
+    };
+    store
+        .enqueue_batch(&[
+            job("bad-payload", "q", 9),
+            job("bad-run-at", "q", 9),
+            job("good-1", "q", 1),
+            job("good-2", "q", 0),
+            job("reap-bad", "r", 1),
+            job("reap-good", "r", 0),
+        ])
+        .await
+        .expect("enqueue");
+    let ttl = Duration::from_secs(1);
+    let held = store
+        .claim(&ClaimRequest::new("r", "worker-a", ttl).limit(2))
+        .await
+        .expect("claim the reaper's jobs");
+    assert_eq!(held.len(), 2);
+    raw_connection(&path)
+        .execute_batch(
+            "UPDATE jobs SET payload = 'not json' WHERE id = 'bad-payload';
+             UPDATE jobs SET run_at = 'garbage' WHERE id = 'bad-run-at';
+             UPDATE jobs SET required_capabilities = '[1, 2' WHERE id = 'reap-bad';",
+        )
+        .expect("damage three rows by hand");
+
+    let claimed = store
+        .claim(&ClaimRequest::new("q", "worker-b", LONG_TTL).limit(10))
+        .await
+        .expect("claim survives damaged rows");
+    let ids: Vec<&str> = claimed.iter().map(|c| c.job.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        vec!["good-1", "good-2"],
+        "damaged rows are passed over"
+    );
+
+    clock.advance(ttl * 2);
+    let report = store.reap(Duration::ZERO).await.expect("reap survives");
+    let requeued: Vec<&str> = report.requeued.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(requeued, vec!["reap-good"]);
+    assert!(report.dead_lettered.is_empty());
+
+    for (id, column) in [
+        ("bad-payload", "payload"),
+        ("bad-run-at", "run_at"),
+        ("reap-bad", "required_capabilities"),
+    ] {
+        let error = store
+            .get_job(id)
+            .await
+            .expect_err("get_job of a damaged row");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{id}: {error}");
+        assert!(error.message().contains(id), "{error}");
+        assert!(
+            error.message().contains(&format!("column {column}")),
+            "{error}"
+        );
+    }
+    let damaged_claim = held
+        .iter()
+        .find(|claimed| claimed.job.id == "reap-bad")
+        .map(|claimed| &claimed.claim)
+        .expect("reap-bad was claimed");
+    let settle = store
+        .complete(damaged_claim)
+        .await
+        .expect_err("a damaged job is never reported as lost");
+    assert_eq!(settle.kind(), ErrorKind::Corrupt);
 }

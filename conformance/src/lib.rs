@@ -203,6 +203,12 @@ input::invalid_admit_is_rejected_and_changes_nothing,
 input::invalid_claims_are_rejected_and_change_nothing,
 input::invalid_takeover_and_queries_are_rejected,
 model::model_based_random_operations,
+keeper::keeper_keeps_a_lease_alive_across_three_ttls,
+keeper::keeper_heartbeat_notices_a_takeover,
+keeper::keeper_complete_after_takeover_answers_stale,
+keeper::keeper_reconciler_recovers_orphans_but_never_its_own,
+keeper::keeper_adopted_orphan_is_kept_alive_and_completed,
+keeper::keeper_cancel_stops_local_runs_and_reports_valid_leases_elsewhere,
     ]
     queues: [
         queue::queue_enqueue_and_get_round_trip,

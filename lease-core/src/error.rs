@@ -109,6 +109,16 @@ impl Error {
         )
     }
 
+    /// An [`ErrorKind::AlreadyExists`] error for job `id`.
+    pub fn job_already_exists(id: &str) -> Self {
+        Error::new(
+            ErrorKind::AlreadyExists,
+            format!(
+                "a job with id {id:?} already exists; choose another id or read it with `get_job`"
+            ),
+        )
+    }
+
     /// An [`ErrorKind::Unavailable`] error: the store could not say.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::Unavailable, message)

@@ -638,7 +638,10 @@ async fn shutdown_waits_for_work_that_finishes_in_time() {
         guard.complete(StatusChange::succeeded()).await
     });
     let t0 = Instant::now();
-    let report = keeper.shutdown(t0 + TTL * 10).await;
+    // From a spawned task: shutdown's future must be `Send`.
+    let report = tokio::spawn(async move { keeper.shutdown(t0 + TTL * 10).await })
+        .await
+        .unwrap();
     assert!(report.drained);
     assert!(report.stopped_runs.is_empty());
     assert!(Instant::now() < t0 + TTL * 3);

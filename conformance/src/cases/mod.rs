@@ -3,6 +3,7 @@
 pub mod admit;
 pub mod fence;
 pub mod input;
+pub mod keeper;
 pub mod listing;
 pub mod model;
 pub mod queue;

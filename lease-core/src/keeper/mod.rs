@@ -714,7 +714,13 @@ impl Keeper {
         self.shared.accepting.store(false, Ordering::Release);
         self.stop_reconciler.cancel();
         let mut held = self.shared.held_count.subscribe();
-        let drain = tokio::time::timeout_at(deadline, held.wait_for(|count| *count == 0));
+        // Answers a plain bool so the watch borrow `wait_for` yields (not
+        // `Send`) never lives across an await of this future.
+        let drain = async {
+            tokio::time::timeout_at(deadline, held.wait_for(|count| *count == 0))
+                .await
+                .is_ok_and(|changed| changed.is_ok())
+        };
         let reconciler = take(&self.reconciler);
         let stop_reconciler = async {
             match reconciler {
@@ -730,9 +736,6 @@ impl Keeper {
             }
         };
         let (drained, reconciler_cancelled) = tokio::join!(drain, stop_reconciler);
-        // Consumed here: the watch borrow it carries must be gone before the
-        // stops below update the count.
-        let drained = drained.is_ok_and(|changed| changed.is_ok());
         let mut stopped_runs = Vec::new();
         let mut stopped_jobs = Vec::new();
         for entry in self.shared.snapshot() {

@@ -1,0 +1,153 @@
+//! [`JobQueue`] for [`SqliteStore`]: validation on the caller's task, then
+//! one transaction on the connection thread per operation, like the lease
+//! side. Jobs live in the same file and draw fences from the same counter
+//! as leases.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::queue::{
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
+};
+use lease_core::{validate, Result};
+
+use crate::{jobs, queue_ops, SqliteStore};
+
+#[async_trait]
+impl JobQueue for SqliteStore {
+    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+        validate::new_job(job)?;
+        let job = job.clone();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| queue_ops::enqueue(transaction, now, &job))
+            })
+            .await
+    }
+
+    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        validate::new_jobs(jobs)?;
+        let jobs = jobs.to_vec();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    jobs.iter()
+                        .map(|job| queue_ops::enqueue(transaction, now, job))
+                        .collect()
+                })
+            })
+            .await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        validate::claim_request(request)?;
+        let request = request.clone();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| queue_ops::claim(transaction, now, &request))
+            })
+            .await
+    }
+
+    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+        validate::job_claim(claim)?;
+        validate::ttl(ttl)?;
+        let claim = claim.clone();
+        self.connection
+            .run(move |session| {
+                session
+                    .write(|transaction, now| queue_ops::renew_job(transaction, now, &claim, ttl))
+            })
+            .await
+    }
+
+    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
+        validate::job_claim(claim)?;
+        let claim = claim.clone();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| queue_ops::complete(transaction, now, &claim))
+            })
+            .await
+    }
+
+    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
+        validate::job_failure(claim, error, action)?;
+        let claim = claim.clone();
+        let error = error.to_owned();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    queue_ops::fail(transaction, now, &claim, &error, action)
+                })
+            })
+            .await
+    }
+
+    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
+        validate::job_claim(claim)?;
+        validate::capabilities(missing)?;
+        let claim = claim.clone();
+        let missing = missing.clone();
+        self.connection
+            .run(move |session| {
+                session
+                    .write(|transaction, now| queue_ops::defer(transaction, now, &claim, &missing))
+            })
+            .await
+    }
+
+    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
+        validate::grace(grace)?;
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| queue_ops::reap(transaction, now, grace))
+            })
+            .await
+    }
+
+    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
+        validate::job_claim(claim)?;
+        validate::ttl(ttl)?;
+        let claim = claim.clone();
+        self.connection
+            .run(move |session| {
+                session
+                    .write(|transaction, now| queue_ops::take_back(transaction, now, &claim, ttl))
+            })
+            .await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+        validate::lease_id(id)?;
+        let id = id.to_owned();
+        self.connection
+            .run(move |session| session.read(|connection, _| jobs::load_job(connection, &id)))
+            .await
+    }
+
+    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
+        validate::queue(queue)?;
+        validate::limit(limit)?;
+        let queue = queue.to_owned();
+        self.connection
+            .run(move |session| {
+                session
+                    .read(|connection, _| queue_ops::list_dead_letters(connection, &queue, limit))
+            })
+            .await
+    }
+
+    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
+        validate::lease_id(id)?;
+        let id = id.to_owned();
+        self.connection
+            .run(move |session| {
+                session
+                    .write(|transaction, now| queue_ops::retry_dead_letter(transaction, now, &id))
+            })
+            .await
+    }
+}

@@ -1,0 +1,8 @@
+//! The job-queue conformance kit against the SQLite backend, one test per
+//! case, with the same factory as the lease kit.
+
+mod common;
+
+use common::SqliteFactory;
+
+conformance::tenure_queue_conformance!(SqliteFactory::default());
