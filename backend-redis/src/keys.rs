@@ -47,6 +47,32 @@ impl Keys {
         self.fixed("terminal")
     }
 
+    /// Claimed job ids by lease expiry.
+    pub(crate) fn claimed_jobs(&self) -> String {
+        self.fixed("claimed")
+    }
+
+    /// The hash of job `id` (a family apart from records: a job may share
+    /// an id with a lease).
+    pub(crate) fn job(&self, id: &str) -> String {
+        format!("{}job:{id}", self.prefix)
+    }
+
+    /// Visible queued jobs of `queue`, by claim rank.
+    pub(crate) fn ready(&self, queue: &str) -> String {
+        format!("{}ready:{queue}", self.prefix)
+    }
+
+    /// Queued jobs of `queue` not yet visible when indexed, by `run_at`.
+    pub(crate) fn delayed(&self, queue: &str) -> String {
+        format!("{}delayed:{queue}", self.prefix)
+    }
+
+    /// Dead-lettered job ids of `queue`, by last update.
+    pub(crate) fn dead_letters(&self, queue: &str) -> String {
+        format!("{}dead:{queue}", self.prefix)
+    }
+
     /// The hash of record `id`.
     pub(crate) fn record(&self, id: &str) -> String {
         format!("{}rec:{id}", self.prefix)
@@ -93,6 +119,11 @@ mod tests {
         assert_ne!(keys.record(""), keys.fence());
         assert_eq!(keys.record("a:{b} c"), "tenure:{ns}:rec:a:{b} c");
         assert_ne!(Keys::new("a").record("b"), Keys::new("a:b").record(""));
+        // Jobs and leases may share an id; queues may look like ids.
+        assert_ne!(keys.job("x"), keys.record("x"));
+        assert_ne!(keys.ready("job:x"), keys.job("x"));
+        assert_ne!(keys.dead_letters(""), keys.delayed(""));
+        assert_ne!(keys.claimed_jobs(), keys.job(""));
     }
 
     #[test]

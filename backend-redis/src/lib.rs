@@ -1,6 +1,7 @@
 //! # backend-redis
 //!
-//! A [`LeaseStore`] on Redis: every operation is one Lua script, run with
+//! A [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue) on Redis: every
+//! operation is one Lua script, run with
 //! `EVALSHA` (loaded again on `NOSCRIPT`), so it is atomic on the server. The
 //! scripts read the time from the server (`TIME`, microseconds), never from
 //! the client, and mirror [`lease_core::rules`] exactly: the same reasons in
@@ -32,7 +33,17 @@
 //! one `INCR` counter, the fence sequence. Ids and scopes are kept verbatim
 //! in separate key families, so none can collide with another or leave the
 //! namespace. The full layout is described in `src/lua/common.lua`.
-//! [`RedisStore::delete_namespace`] removes a namespace.
+//!
+//! Jobs live in their own key families of the same namespace (so a job may
+//! share an id with a lease) and draw fences from the same counter: a hash
+//! per job, per queue a ready sorted set whose members sort in claim order
+//! and a delayed one by `run_at` (due jobs move into ready when a claim
+//! runs, so no background process is needed), a sorted set of claimed jobs
+//! by lease expiry (`reap`) and per queue one of dead letters by last update;
+//! see `src/lua/queue_common.lua`. How far one `claim` looks is bounded
+//! ([`CLAIM_SCAN_PER_JOB`], [`PROMOTE_BATCH`]) so it never blocks the server
+//! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
+//! included.
 //!
 //! ## Fencing needs a Redis that does not forget
 //!
@@ -56,7 +67,8 @@
 //! [`RedisConfig::operation_timeout`] answers [`ErrorKind::Timeout`]: both
 //! retryable, the outcome unknown; the connection reconnects by itself
 //! meanwhile. A stored record that cannot be decoded answers
-//! [`ErrorKind::Corrupt`] (`list_expired` skips and reports it instead).
+//! [`ErrorKind::Corrupt`] (`list_expired` skips and reports it instead, as
+//! `claim` and `reap` skip and log an undecodable job).
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
 //! Redis 7.
@@ -64,6 +76,7 @@
 mod config;
 mod error;
 mod keys;
+mod queue;
 mod reply;
 mod scripts;
 
@@ -82,6 +95,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, ScriptInvocation, Value};
 
 pub use config::RedisConfig;
+pub use queue::{CLAIM_SCAN_PER_JOB, PROMOTE_BATCH};
 
 use crate::config::config_error;
 use crate::keys::Keys;

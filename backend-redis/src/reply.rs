@@ -14,6 +14,8 @@ use lease_core::{
 };
 use redis::Value;
 
+pub(crate) mod jobs;
+
 fn malformed(what: impl std::fmt::Display) -> Error {
     Error::corrupt(format!(
         "unexpected reply from a tenure Redis script: {what}"

@@ -1,4 +1,5 @@
-//! The Lua scripts, one per operation, each prefixed by the shared prelude.
+//! The Lua scripts, one per operation, each prefixed by the shared prelude
+//! (and the job-queue scripts by the queue prelude after it).
 //!
 //! [`redis::Script`] runs a script by `EVALSHA` and loads it on `NOSCRIPT`,
 //! so a flushed script cache or a restarted server costs one extra round
@@ -17,6 +18,16 @@ macro_rules! script {
     };
 }
 
+macro_rules! queue_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/queue_common.lua"),
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
 /// Every script of the crate.
 pub(crate) struct Scripts {
     pub(crate) admit: Script,
@@ -27,6 +38,16 @@ pub(crate) struct Scripts {
     pub(crate) get: Script,
     pub(crate) list_ids: Script,
     pub(crate) purge: Script,
+    pub(crate) enqueue: Script,
+    pub(crate) claim: Script,
+    pub(crate) renew_job: Script,
+    pub(crate) complete: Script,
+    pub(crate) fail: Script,
+    pub(crate) defer: Script,
+    pub(crate) reap: Script,
+    pub(crate) take_back: Script,
+    pub(crate) list_dead_letters: Script,
+    pub(crate) retry_dead_letter: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -39,4 +60,14 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     get: script!("get.lua"),
     list_ids: script!("list_ids.lua"),
     purge: script!("purge.lua"),
+    enqueue: queue_script!("enqueue.lua"),
+    claim: queue_script!("claim.lua"),
+    renew_job: queue_script!("renew_job.lua"),
+    complete: queue_script!("complete.lua"),
+    fail: queue_script!("fail.lua"),
+    defer: queue_script!("defer.lua"),
+    reap: queue_script!("reap.lua"),
+    take_back: queue_script!("take_back.lua"),
+    list_dead_letters: queue_script!("list_dead_letters.lua"),
+    retry_dead_letter: queue_script!("retry_dead_letter.lua"),
 });

@@ -1,7 +1,7 @@
 //! Redis-specific behaviour the conformance kit cannot check: undecodable
-//! records, batches larger than one script call, a connection killed in the
-//! middle of a run, fences across a server restart, and a rough throughput
-//! figure.
+//! records and jobs, batches larger than one script call, a connection
+//! killed in the middle of a run, fences across a server restart, the job
+//! indexes and the claim scan bound, and rough throughput figures.
 //!
 //! Tests that need a shared server read `TENURE_REDIS_URL`; without it each
 //! prints one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`). Each
@@ -15,13 +15,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend_redis::{RedisConfig, RedisStore, RENEW_BATCH};
+use backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
+use lease_core::queue::{
+    ClaimRequest, ClaimedJob, FailAction, Job, JobQueue, JobSettle, JobState, NewJob, OperatorRetry,
+};
 use lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest,
 };
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -625,6 +629,310 @@ async fn renewal_throughput() {
             println!(
                 "renew_many ({LEASES} claims per call): {batched:.0} renewals/s; \
              renew ({CONCURRENCY} concurrent callers): {single:.0} renewals/s"
+            );
+        },
+    )
+    .await;
+}
+
+// ---- The job queue -------------------------------------------------------
+
+impl Scratch {
+    fn job_key(&self, id: &str) -> String {
+        format!("{}job:{id}", self.prefix)
+    }
+
+    /// The members of the index `name` (a key family and its argument, such
+    /// as `ready:emails`, or a fixed key such as `claimed`).
+    async fn index(&self, name: &str) -> Vec<String> {
+        self.raw
+            .clone()
+            .zrange(format!("{}{name}", self.prefix), 0, -1)
+            .await
+            .expect("ZRANGE")
+    }
+}
+
+async fn enqueued(store: &RedisStore, job: NewJob) -> Job {
+    store.enqueue(&job).await.expect("enqueue")
+}
+
+async fn claim_jobs(store: &RedisStore, request: ClaimRequest) -> Vec<ClaimedJob> {
+    store.claim(&request).await.expect("claim")
+}
+
+fn ids(jobs: &[ClaimedJob]) -> Vec<&str> {
+    jobs.iter().map(|claimed| claimed.job.id.as_str()).collect()
+}
+
+/// Waits on the store's clock until `instant` has passed (no signal can
+/// tell: only the server's clock decides).
+async fn wait_past(store: &RedisStore, instant: lease_core::Timestamp) {
+    while store.now().await.expect("now") <= instant {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_jobs_are_skipped_by_claim_and_reap_corrupt_elsewhere() {
+    with_namespace(
+        "undecodable_jobs",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let mut raw = scratch.raw.clone();
+            for (id, priority) in [("bad-state", 3), ("bad-caps", 2), ("good", 1)] {
+                enqueued(store, NewJob::new("q", json!({})).id(id).priority(priority)).await;
+            }
+            let _: () = raw
+                .hset(scratch.job_key("bad-state"), "state", "bogus")
+                .await
+                .expect("edit state");
+            let _: () = raw
+                .hset(scratch.job_key("bad-caps"), "caps", "{\"a\":1}")
+                .await
+                .expect("edit caps");
+
+            let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL).limit(10)).await;
+            assert_eq!(ids(&claimed), ["good"], "claim skips undecodable jobs");
+            for id in ["bad-state", "bad-caps"] {
+                let error = store.get_job(id).await.expect_err("an undecodable job");
+                assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            }
+
+            // Two claimed jobs expire; one of them then becomes undecodable.
+            let short = Duration::from_millis(5);
+            for id in ["reaped", "bad-payload"] {
+                enqueued(store, NewJob::new("r", json!({})).id(id)).await;
+            }
+            let claimed = claim_jobs(store, ClaimRequest::new("r", "w", short).limit(2)).await;
+            assert_eq!(claimed.len(), 2);
+            let _: () = raw
+                .hset(scratch.job_key("bad-payload"), "payload", "{not json")
+                .await
+                .expect("edit payload");
+            let error = store
+                .complete(&claimed[1].claim)
+                .await
+                .expect_err("completing an undecodable job");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            let latest = claimed
+                .iter()
+                .filter_map(|claimed| claimed.job.lease_expires_at)
+                .max()
+                .expect("leases");
+            wait_past(store, latest).await;
+            let report = store.reap(Duration::ZERO).await.expect("reap");
+            let requeued: Vec<&str> = report.requeued.iter().map(|job| job.id.as_str()).collect();
+            assert_eq!(requeued, ["reaped"]);
+            assert!(report.dead_lettered.is_empty(), "{report:?}");
+            let state: String = raw
+                .hget(scratch.job_key("bad-payload"), "state")
+                .await
+                .expect("state");
+            assert_eq!(state, "claimed", "the undecodable job is left alone");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_looks_at_a_bounded_number_of_ready_jobs() {
+    with_namespace(
+        "claim_scan_bound",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let demanding: Vec<NewJob> = (0..CLAIM_SCAN_PER_JOB)
+                .map(|index| {
+                    NewJob::new("q", json!(index))
+                        .id(format!("gpu-{index:03}"))
+                        .priority(1)
+                        .require("gpu")
+                })
+                .collect();
+            store.enqueue_batch(&demanding).await.expect("enqueue");
+            enqueued(store, NewJob::new("q", json!("plain")).id("plain")).await;
+
+            let none = claim_jobs(store, ClaimRequest::new("q", "cpu-only", TTL)).await;
+            assert!(
+                none.is_empty(),
+                "one claim looks at {CLAIM_SCAN_PER_JOB} jobs: {none:?}"
+            );
+            let two = ClaimRequest::new("q", "cpu-only", TTL).limit(2);
+            assert_eq!(ids(&claim_jobs(store, two).await), ["plain"]);
+            let gpu = ClaimRequest::new("q", "gpu-box", TTL).capabilities(["gpu"]);
+            assert_eq!(ids(&claim_jobs(store, gpu).await), ["gpu-000"]);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_follow_job_states() {
+    with_namespace(
+        "job_indexes",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let now = store.now().await.expect("now");
+            // Far enough ahead that the enqueue surely runs before it.
+            let soon = lease_core::clock::add(now, Duration::from_millis(500));
+            enqueued(store, NewJob::new("q", json!(1)).id("later").run_at(soon)).await;
+            assert_eq!(scratch.index("delayed:q").await.len(), 1);
+            assert!(scratch.index("ready:q").await.is_empty());
+            assert!(claim_jobs(store, ClaimRequest::new("q", "w", TTL))
+                .await
+                .is_empty());
+
+            wait_past(store, soon).await;
+            let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL)).await;
+            assert_eq!(ids(&claimed), ["later"]);
+            assert!(scratch.index("delayed:q").await.is_empty());
+            assert!(scratch.index("ready:q").await.is_empty());
+            assert_eq!(scratch.index("claimed").await, ["later"]);
+
+            let settle = store
+                .fail(&claimed[0].claim, "boom", FailAction::DeadLetter)
+                .await
+                .expect("fail");
+            assert!(matches!(settle, JobSettle::Settled(_)), "{settle:?}");
+            assert!(scratch.index("claimed").await.is_empty());
+            assert_eq!(scratch.index("dead:q").await, ["later"]);
+
+            let retry = store.retry_dead_letter("later").await.expect("retry");
+            assert!(matches!(retry, OperatorRetry::Requeued(_)), "{retry:?}");
+            assert!(scratch.index("dead:q").await.is_empty());
+            let ready = scratch.index("ready:q").await;
+            assert!(ready.len() == 1 && ready[0].ends_with("later"), "{ready:?}");
+
+            let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL)).await;
+            let done = store.complete(&claimed[0].claim).await.expect("complete");
+            assert!(matches!(done, JobSettle::Settled(_)), "{done:?}");
+            for index in ["ready:q", "delayed:q", "claimed", "dead:q"] {
+                assert!(scratch.index(index).await.is_empty(), "{index}");
+            }
+
+            // A job may share its id with a lease; neither touches the other.
+            let lease = admitted(store, AdmitRequest::new("later", "w").ttl(TTL)).await;
+            assert_eq!(store.get("later").await.expect("get"), Some(lease));
+            let job = store
+                .get_job("later")
+                .await
+                .expect("get_job")
+                .expect("the job");
+            assert_eq!(job.state, JobState::Completed);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_order_holds_at_the_extremes_of_priority_and_time() {
+    with_namespace(
+        "claim_order_extremes",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let earliest =
+                lease_core::clock::truncate_to_micros(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+            let latest =
+                lease_core::clock::truncate_to_micros(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+            let jobs = [
+                NewJob::new("q", json!(1))
+                    .id("min-priority")
+                    .priority(i32::MIN)
+                    .run_at(earliest),
+                NewJob::new("q", json!(2)).id("recent"),
+                NewJob::new("q", json!(3))
+                    .id("never")
+                    .priority(i32::MAX)
+                    .run_at(latest),
+                NewJob::new("q", json!(4)).id("ancient").run_at(earliest),
+                NewJob::new("q", json!(5))
+                    .id("max-priority")
+                    .priority(i32::MAX),
+            ];
+            let stored = store.enqueue_batch(&jobs).await.expect("enqueue_batch");
+            for job in &stored {
+                let read = store.get_job(&job.id).await.expect("get_job");
+                assert_eq!(read.as_ref(), Some(job), "round trip");
+            }
+            let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL).limit(10)).await;
+            assert_eq!(
+                ids(&claimed),
+                ["max-priority", "ancient", "recent", "min-priority"]
+            );
+            assert_eq!(
+                scratch.index("delayed:q").await.len(),
+                1,
+                "never is not due"
+            );
+        },
+    )
+    .await;
+}
+
+/// A rough figure of claims per second (claim + complete). Run with
+/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p backend-redis --release --test redis -- --ignored --nocapture claim_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn claim_throughput() {
+    with_namespace(
+        "claim_throughput",
+        |config| config,
+        |scratch| async move {
+            const JOBS: usize = 20_000;
+            const BATCH: usize = 100;
+            const CONCURRENCY: usize = 32;
+            let store = scratch.store;
+            let jobs: Vec<NewJob> = (0..JOBS)
+                .map(|index| NewJob::new("bench", json!({ "n": index })))
+                .collect();
+            for chunk in jobs.chunks(1000) {
+                store.enqueue_batch(chunk).await.expect("enqueue_batch");
+            }
+
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..CONCURRENCY)
+                .map(|task| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let request = ClaimRequest::new("bench", format!("w-{task}"), TTL);
+                        let mut done = 0_usize;
+                        while done < JOBS / 2 / CONCURRENCY {
+                            for claimed in store.claim(&request).await.expect("claim") {
+                                store.complete(&claimed.claim).await.expect("complete");
+                                done += 1;
+                            }
+                        }
+                        done
+                    })
+                })
+                .collect();
+            let mut single = 0;
+            for task in tasks {
+                single += task.await.expect("a claim task");
+            }
+            let single = single as f64 / started.elapsed().as_secs_f64();
+
+            let started = Instant::now();
+            let request = ClaimRequest::new("bench", "batcher", TTL).limit(BATCH);
+            let mut batched = 0;
+            loop {
+                let claimed = store.claim(&request).await.expect("claim");
+                if claimed.is_empty() {
+                    break;
+                }
+                for claimed in &claimed {
+                    store.complete(&claimed.claim).await.expect("complete");
+                }
+                batched += claimed.len();
+            }
+            let batched = batched as f64 / started.elapsed().as_secs_f64();
+            println!(
+                "claim + complete, {CONCURRENCY} concurrent workers claiming 1 each: \
+                 {single:.0} jobs/s; one worker claiming {BATCH} per call: {batched:.0} jobs/s"
             );
         },
     )

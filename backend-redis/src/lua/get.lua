@@ -1,6 +1,6 @@
--- get: one record.
--- KEYS[1] record hash. ARGV[1] id.
--- Reply: { record } or {} when there is none, where a record is
+-- get and get_job: one record or one job.
+-- KEYS[1] record hash or job hash. ARGV[1] id.
+-- Reply: { record } or {} when there is none, where a record (or job) is
 -- { id, HGETALL pairs }.
 
 local flat = redis.call('HGETALL', KEYS[1])

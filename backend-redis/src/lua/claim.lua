@@ -1,0 +1,126 @@
+-- claim: hands out up to `limit` visible jobs of a queue, best first
+-- (SPEC §3, rules::claimable, rules::claim_order, rules::claim_job).
+-- KEYS[1] the queue's ready zset, KEYS[2] the queue's delayed zset,
+-- KEYS[3] fence counter, KEYS[4] claimed zset.
+-- ARGV[1] key prefix (job hashes are found at run time), ARGV[2] queue,
+-- ARGV[3] worker, ARGV[4] ttl in us, ARGV[5] limit, ARGV[6] most ready
+-- entries looked at, ARGV[7] most due delayed entries moved into ready,
+-- ARGV[8..] the worker's capabilities.
+-- Reply: { { job, ... }, { { id, reason }, ... } }: the jobs claimed, as
+-- they now are and in the order their fences were drawn, where a job is
+-- { id, HGETALL pairs }; then the jobs met that could not be judged (left
+-- alone, reported by the caller).
+--
+-- First the delayed jobs now due move into ready (at most ARGV[7], earliest
+-- run_at first): that write only re-indexes jobs that are queued either
+-- way. Then ready is walked in claim order, at most ARGV[6] entries, and
+-- every job is judged before the first claim is written.
+
+local prefix, queue, worker = ARGV[1], ARGV[2], ARGV[3]
+local limit, scan_bound = tonumber(ARGV[5]), tonumber(ARGV[6])
+local now = now_us()
+
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[7]))
+for _, rank in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 0, rank)
+  redis.call('ZREM', KEYS[2], rank)
+end
+
+local capable = {}
+for i = 8, #ARGV do
+  capable[ARGV[i]] = true
+end
+
+local function fits(caps)
+  for _, cap in ipairs(caps) do
+    if not capable[cap] then
+      return false
+    end
+  end
+  return true
+end
+
+-- Judges the job a ready entry names: 'pick' (with the job), 'skip' (not
+-- claimable now), 'stale' (the entry names no queued job of this queue) or
+-- 'corrupt' (with the reason).
+local function judge(rank)
+  local id = string.sub(rank, RANK_ID_START)
+  if id == '' then
+    return 'stale'
+  end
+  local key = prefix .. 'job:' .. id
+  local light = redis.call('HMGET', key, 'state', 'queue', 'run_at', 'caps')
+  local state, job_queue, run_at = light[1], light[2], light[3]
+  if not state then
+    if redis.call('EXISTS', key) == 0 then
+      return 'stale'
+    end
+    return 'corrupt', id, 'unknown job state nil'
+  end
+  if not JOB_STATES[state] then
+    return 'corrupt', id, 'unknown job state ' .. state
+  end
+  if state ~= 'queued' or job_queue ~= queue then
+    return 'stale'
+  end
+  if not run_at or not string.match(run_at, '^%-?%d+$') then
+    return 'corrupt', id, 'run_at is not an integer'
+  end
+  if tonumber(run_at) > now then
+    return 'skip'
+  end
+  local ok, caps = pcall(string_array, key, 'caps', light[4])
+  if not ok then
+    return 'corrupt', id, failure_reason(caps)
+  end
+  if not fits(caps) then
+    return 'skip'
+  end
+  local loaded, job = pcall(load_job, key, id)
+  if not loaded then
+    return 'corrupt', id, failure_reason(job)
+  end
+  return 'pick', job
+end
+
+local picked, stale, skipped, seen = {}, {}, {}, {}
+local offset = 0
+while #picked < limit and offset < scan_bound do
+  local ranks = redis.call('ZRANGE', KEYS[1], offset, math.min(offset + 255, scan_bound - 1))
+  if #ranks == 0 then
+    break
+  end
+  for _, rank in ipairs(ranks) do
+    local verdict, subject, reason = judge(rank)
+    if verdict == 'pick' and not seen[subject.id] then
+      seen[subject.id] = true
+      picked[#picked + 1] = { rank = rank, job = subject }
+      if #picked == limit then
+        break
+      end
+    elseif verdict == 'stale' then
+      stale[#stale + 1] = rank
+    elseif verdict == 'corrupt' then
+      skipped[#skipped + 1] = { subject, reason }
+    end
+  end
+  offset = offset + #ranks
+end
+
+-- Decided: from here on only writes.
+for _, rank in ipairs(stale) do
+  redis.call('ZREM', KEYS[1], rank)
+end
+local expires = fmt(now + tonumber(ARGV[4]))
+local claimed = {}
+for _, pick in ipairs(picked) do
+  local job = pick.job
+  local fence = redis.call('INCR', KEYS[3])
+  redis.call('HSET', job.key, 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
+    'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now))
+  redis.call('HDEL', job.key, 'dead')
+  redis.call('ZREM', KEYS[1], pick.rank)
+  redis.call('ZADD', KEYS[4], expires, job.id)
+  claimed[#claimed + 1] = reply_record(job.key, job.id)
+end
+return { claimed, skipped }

@@ -1,0 +1,187 @@
+-- Queue prelude: scripts.rs prepends this file, after common.lua, to every
+-- job-queue script.
+--
+-- Job keys, under the same namespace prefix (and so in the same hash slot)
+-- as the lease keys. Job ids and queue names are kept verbatim in their own
+-- families, apart from lease ids, so a job may share an id with a lease:
+--   <prefix>job:<id>          hash: one job (fields below)
+--   <prefix>ready:<queue>     zset: queued jobs of the queue already visible,
+--                             all scored 0, members are claim ranks (below),
+--                             so ZRANGE walks them in claim order
+--   <prefix>delayed:<queue>   zset: queued jobs of the queue not yet visible
+--                             when indexed, scored by run_at in us, members
+--                             are claim ranks; claim first moves the due ones
+--                             into ready (no background process needed)
+--   <prefix>claimed           zset: claimed job ids by lease expiry in us (reap)
+--   <prefix>dead:<queue>      zset: dead-lettered job ids by updated_at in us
+-- Jobs draw fences from the lease counter <prefix>fence (one sequence).
+-- A queued job is in exactly one of ready and delayed; a claimed job is in
+-- claimed; a dead-lettered job is in dead; a completed job in none.
+--
+-- Claim rank: a string whose byte order is rules::claim_order (members of
+-- one score sort by bytes; the fixed widths make field order tuple order):
+--   10 digits  2147483647 - priority (higher priority sorts first)
+--   20 chars   run_at: 'p' and 19 digits when >= 0, else 'n' and the 19
+--              digits of 10^19 + run_at ('n' < 'p'); see time_rank
+--   20 chars   created_at, the same form
+--   the id, verbatim, from byte RANK_ID_START on
+--
+-- Job hash fields: queue, payload (JSON), priority, run_at, attempt,
+-- max_attempts, caps (JSON array of strings), state, owner (absent: none),
+-- fence, expires (absent: no lease), error (absent: none), dead (absent: not
+-- dead-lettered), created, updated. Integers and timestamps (us since the
+-- epoch) are decimal text.
+
+local JOB_STATES = { queued = true, claimed = true, completed = true, dead_lettered = true }
+local DEAD_REASONS = { lease_expired = true, attempts_exhausted = true, failed = true }
+local RANK_ID_START = 51
+
+-- The rank form of a non-negative time in us given as decimal text (the
+-- Rust side encodes caller-given, possibly negative run_at itself).
+local function time_rank(micros)
+  return 'p' .. string.rep('0', 19 - #micros) .. micros
+end
+
+local function claim_rank(priority, run_at_rank, created, id)
+  return string.format('%010d', 2147483647 - priority) .. run_at_rank .. time_rank(created) .. id
+end
+
+-- The reason a pcall'ed load failed for, as text.
+local function failure_reason(failure)
+  if type(failure) == 'table' and failure.err then
+    return failure.err
+  end
+  return tostring(failure)
+end
+
+-- A JSON array of strings, decoded; raises TENURE_CORRUPT otherwise.
+local function string_array(key, name, text)
+  local ok, items = pcall(cjson.decode, text or '')
+  if not ok or type(items) ~= 'table' then
+    corrupt(key, name .. ' are not a JSON array')
+  end
+  local count = 0
+  for _, item in pairs(items) do
+    count = count + 1
+    if type(item) ~= 'string' then
+      corrupt(key, name .. ' are not strings')
+    end
+  end
+  if count ~= #items then
+    corrupt(key, name .. ' are not a JSON array')
+  end
+  return items
+end
+
+-- A set of strings as a JSON array (cjson encodes an empty table as '{}').
+local function encode_set(set)
+  local items = {}
+  for item in pairs(set) do
+    items[#items + 1] = item
+  end
+  if #items == 0 then
+    return '[]'
+  end
+  table.sort(items)
+  return cjson.encode(items)
+end
+
+-- The job stored at `key` as a table (nil when there is none); raises
+-- TENURE_CORRUPT when any field the Rust side decodes cannot be read, so a
+-- job a script writes is one the caller can decode.
+local function load_job(key, id)
+  local flat = redis.call('HGETALL', key)
+  if #flat == 0 then
+    return nil
+  end
+  local fields = {}
+  for i = 1, #flat, 2 do
+    fields[flat[i]] = flat[i + 1]
+  end
+  if not JOB_STATES[fields.state] then
+    corrupt(key, 'unknown job state ' .. tostring(fields.state))
+  end
+  if type(fields.fence) ~= 'string' or not string.match(fields.fence, '^%d+$') then
+    corrupt(key, 'fence is not a number')
+  end
+  if type(fields.queue) ~= 'string' then
+    corrupt(key, 'queue is missing')
+  end
+  if fields.dead ~= nil and not DEAD_REASONS[fields.dead] then
+    corrupt(key, 'unknown dead-letter reason ' .. fields.dead)
+  end
+  if not pcall(cjson.decode, fields.payload or '') then
+    corrupt(key, 'payload is not JSON')
+  end
+  local job = {
+    id = id,
+    key = key,
+    fields = fields,
+    state = fields.state,
+    queue = fields.queue,
+    owner = fields.owner,
+    fence = fields.fence,
+    priority = integer(key, fields, 'priority'),
+    run_at = integer(key, fields, 'run_at'),
+    attempt = integer(key, fields, 'attempt'),
+    max_attempts = integer(key, fields, 'max_attempts'),
+    created = integer(key, fields, 'created'),
+    updated = integer(key, fields, 'updated'),
+    caps = string_array(key, 'caps', fields.caps),
+  }
+  if fields.expires ~= nil then
+    job.expires = integer(key, fields, 'expires')
+  end
+  return job
+end
+
+-- rules::judge_job: nil when the claim (owner, fence as decimal text) still
+-- holds the job, else the loss as reply parts.
+local function judge_job(job, owner, fence)
+  if not job then
+    return { 'missing' }
+  end
+  if job.state == 'completed' or job.state == 'dead_lettered' then
+    return { 'finished', job.state }
+  end
+  if job.state == 'queued' then
+    return { 'requeued' }
+  end
+  if job.owner ~= owner then
+    return { 'owner_changed' }
+  end
+  if job.fence ~= fence then
+    return { 'fence_changed' }
+  end
+  return nil
+end
+
+-- Indexes a queued job in its queue's ready zset when run_at has passed,
+-- else in its delayed zset.
+local function index_queued(prefix, id, queue, priority, created, run_at, run_at_rank, now)
+  local rank = claim_rank(priority, run_at_rank, created, id)
+  if tonumber(run_at) <= now then
+    redis.call('ZADD', prefix .. 'ready:' .. queue, 0, rank)
+  else
+    redis.call('ZADD', prefix .. 'delayed:' .. queue, run_at, rank)
+  end
+end
+
+-- Puts a loaded job back in its queue, visible from `run_at` (us, >= 0),
+-- its lease cleared: the state change shared by fail (retry), defer and reap.
+local function requeue(prefix, job, run_at, now)
+  local run_at_text = fmt(run_at)
+  redis.call('HSET', job.key, 'state', 'queued', 'run_at', run_at_text, 'updated', fmt(now))
+  redis.call('HDEL', job.key, 'expires')
+  redis.call('ZREM', prefix .. 'claimed', job.id)
+  index_queued(prefix, job.id, job.queue, job.priority, job.fields.created, run_at_text,
+    time_rank(run_at_text), now)
+end
+
+-- Dead-letters a loaded job for `reason`, its lease cleared.
+local function dead_letter(prefix, job, reason, now)
+  redis.call('HSET', job.key, 'state', 'dead_lettered', 'dead', reason, 'updated', fmt(now))
+  redis.call('HDEL', job.key, 'expires')
+  redis.call('ZREM', prefix .. 'claimed', job.id)
+  redis.call('ZADD', prefix .. 'dead:' .. job.queue, fmt(now), job.id)
+end

@@ -1,0 +1,35 @@
+-- take_back: a live copy takes back a job the reaper dead-lettered
+-- (SPEC §3, rules::judge_take_back, rules::take_back_job).
+-- KEYS[1] job hash, KEYS[2] fence counter, KEYS[3] claimed zset.
+-- ARGV[1] key prefix (the job's dead-letter key is built from it),
+-- ARGV[2] id, ARGV[3] owner, ARGV[4] fence, ARGV[5] ttl in us.
+-- Reply: { 'taken', job } | { 'refused', 'missing' }
+--      | { 'refused', 'not_dead_lettered', state }
+--      | { 'refused', 'not_by_reaper', reason }
+--      | { 'refused', 'not_the_reaped_claim' }
+-- where a job is { id, HGETALL pairs }.
+
+local prefix, id = ARGV[1], ARGV[2]
+local job = load_job(KEYS[1], id)
+if not job then
+  return { 'refused', 'missing' }
+end
+if job.state ~= 'dead_lettered' or job.fields.dead == nil then
+  return { 'refused', 'not_dead_lettered', job.state }
+end
+if job.fields.dead ~= 'lease_expired' then
+  return { 'refused', 'not_by_reaper', job.fields.dead }
+end
+if job.owner ~= ARGV[3] or job.fence ~= ARGV[4] then
+  return { 'refused', 'not_the_reaped_claim' }
+end
+
+local now = now_us()
+local fence = redis.call('INCR', KEYS[2])
+local expires = fmt(now + tonumber(ARGV[5]))
+redis.call('HSET', KEYS[1], 'state', 'claimed', 'fence', fmt(fence), 'expires', expires,
+  'updated', fmt(now))
+redis.call('HDEL', KEYS[1], 'dead')
+redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
+redis.call('ZADD', KEYS[3], expires, id)
+return { 'taken', reply_record(KEYS[1], id) }

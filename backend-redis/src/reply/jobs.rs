@@ -1,0 +1,322 @@
+//! Replies of the job-queue scripts as typed outcomes, decoded here and
+//! nowhere else, with the same helpers and the same error policy as the
+//! lease replies: a reply of the wrong shape or a job that cannot be decoded
+//! is [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt), except where
+//! `claim` and `reap` skip an undecodable job and report it.
+
+use std::collections::BTreeSet;
+
+use lease_core::queue::{
+    rules, ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+};
+use lease_core::{Error, Result, Timestamp};
+use redis::Value;
+
+use super::{array, malformed, micros, raw, unknown, Parts, RawRecord};
+
+impl Parts {
+    fn job(&mut self) -> Result<Job> {
+        decode_job(raw(self.next()?)?)
+    }
+
+    fn job_state(&mut self) -> Result<JobState> {
+        self.text()?.parse()
+    }
+}
+
+/// Decodes a stored job; the error says which field is wrong.
+fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
+    let optional_text = |name: &str| -> std::result::Result<Option<String>, String> {
+        raw.fields
+            .get(name)
+            .map(|value| {
+                String::from_utf8(value.clone()).map_err(|_| format!("{name} is not UTF-8"))
+            })
+            .transpose()
+    };
+    let required_text = |name: &str| -> std::result::Result<String, String> {
+        optional_text(name)?.ok_or_else(|| format!("{name} is missing"))
+    };
+    fn number<T: std::str::FromStr>(name: &str, text: String) -> std::result::Result<T, String> {
+        text.parse()
+            .map_err(|_| format!("{name} is not a number: {text:?}"))
+    }
+    let instant = |name: &str| -> std::result::Result<Option<Timestamp>, String> {
+        raw.fields
+            .get(name)
+            .map(|value| micros(value).ok_or_else(|| format!("{name} is not a timestamp")))
+            .transpose()
+    };
+    let required_instant = |name: &str| -> std::result::Result<Timestamp, String> {
+        instant(name)?.ok_or_else(|| format!("{name} is missing"))
+    };
+    let reason = |error: Error| error.message().to_owned();
+    let required_capabilities: BTreeSet<String> = serde_json::from_str(&required_text("caps")?)
+        .map_err(|error| format!("caps are not a JSON array of strings: {error}"))?;
+    Ok(Job {
+        id: raw.id.clone(),
+        queue: required_text("queue")?,
+        payload: serde_json::from_str(&required_text("payload")?)
+            .map_err(|error| format!("payload is not JSON: {error}"))?,
+        priority: number("priority", required_text("priority")?)?,
+        run_at: required_instant("run_at")?,
+        attempt: number("attempt", required_text("attempt")?)?,
+        max_attempts: number("max_attempts", required_text("max_attempts")?)?,
+        required_capabilities,
+        state: required_text("state")?.parse().map_err(reason)?,
+        owner: optional_text("owner")?,
+        fence: number("fence", required_text("fence")?)?,
+        lease_expires_at: instant("expires")?,
+        last_error: optional_text("error")?,
+        dead_reason: optional_text("dead")?
+            .map(|text| text.parse::<DeadReason>())
+            .transpose()
+            .map_err(reason)?,
+        created_at: required_instant("created")?,
+        updated_at: required_instant("updated")?,
+    })
+}
+
+/// Decodes a stored job, answering [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt)
+/// when it cannot.
+fn decode_job(raw: RawRecord) -> Result<Job> {
+    decode_job_fields(&raw).map_err(|reason| {
+        Error::corrupt(format!(
+            "stored job {:?} cannot be decoded: {reason}",
+            raw.id
+        ))
+    })
+}
+
+/// Logs the `{ id, reason }` pairs of jobs a script could not judge.
+fn report_skipped(operation: &str, skipped: Value) -> Result<()> {
+    for value in array(skipped)? {
+        let mut parts = Parts(array(value)?.into_iter());
+        let (id, reason) = (parts.text()?, parts.text()?);
+        tracing::warn!(%id, %reason, "{operation} skips a job that cannot be decoded");
+    }
+    Ok(())
+}
+
+/// The reply of `enqueue.lua`: the jobs as [`rules::new_job`] makes them at
+/// the script's instant (what the script stored).
+pub(crate) fn enqueued(reply: Value, jobs: &[NewJob]) -> Result<Vec<Job>> {
+    let (tag, mut parts) = Parts::of(reply)?;
+    match tag.as_str() {
+        "exists" => Err(Error::job_already_exists(&parts.text()?)),
+        "enqueued" => {
+            let now = parts.instant()?;
+            Ok(jobs.iter().map(|job| rules::new_job(job, now)).collect())
+        }
+        _ => Err(unknown(&tag)),
+    }
+}
+
+/// The reply of `claim.lua`. A job the script claimed but this side cannot
+/// decode is logged and left out: it stays claimed until its lease expires
+/// and the reaper handles it.
+pub(crate) fn claimed(reply: Value) -> Result<Vec<ClaimedJob>> {
+    let mut parts = Parts(array(reply)?.into_iter());
+    let claimed = array(parts.next()?)?;
+    report_skipped("claim", parts.next()?)?;
+    let mut jobs = Vec::with_capacity(claimed.len());
+    for value in claimed {
+        let raw = raw(value)?;
+        match decode_job_fields(&raw) {
+            Ok(job) => {
+                let claim = job.claim().ok_or_else(|| {
+                    malformed(format_args!(
+                        "claim.lua answered unclaimed job {:?}",
+                        job.id
+                    ))
+                })?;
+                jobs.push(ClaimedJob { job, claim });
+            }
+            Err(reason) => tracing::warn!(
+                id = %raw.id,
+                %reason,
+                "claim took a job it cannot decode; it stays claimed until reaped"
+            ),
+        }
+    }
+    Ok(jobs)
+}
+
+fn loss(parts: &mut Parts) -> Result<JobLoss> {
+    let reason = parts.text()?;
+    Ok(match reason.as_str() {
+        "missing" => JobLoss::Missing,
+        "finished" => JobLoss::Finished(parts.job_state()?),
+        "requeued" => JobLoss::Requeued,
+        "owner_changed" => JobLoss::OwnerChanged,
+        "fence_changed" => JobLoss::FenceChanged,
+        _ => return Err(unknown(&reason)),
+    })
+}
+
+/// The reply of `renew_job.lua`.
+pub(crate) fn job_renewal(reply: Value) -> Result<JobRenewal> {
+    let (tag, mut parts) = Parts::of(reply)?;
+    match tag.as_str() {
+        "renewed" => Ok(JobRenewal::Renewed {
+            expires_at: parts.instant()?,
+        }),
+        "lost" => Ok(JobRenewal::Lost(loss(&mut parts)?)),
+        _ => Err(unknown(&tag)),
+    }
+}
+
+/// The reply of `complete.lua`, `fail.lua` and `defer.lua`.
+pub(crate) fn settle(reply: Value) -> Result<JobSettle> {
+    let (tag, mut parts) = Parts::of(reply)?;
+    match tag.as_str() {
+        "settled" => Ok(JobSettle::Settled(parts.job()?)),
+        "rejected" => Ok(JobSettle::Rejected(loss(&mut parts)?)),
+        _ => Err(unknown(&tag)),
+    }
+}
+
+/// The reply of `reap.lua`. Jobs the script could not judge, or handled but
+/// this side cannot decode, are logged and left out.
+pub(crate) fn reaped(reply: Value) -> Result<ReapReport> {
+    let mut parts = Parts(array(reply)?.into_iter());
+    let handled = array(parts.next()?)?;
+    report_skipped("reap", parts.next()?)?;
+    let mut report = ReapReport::default();
+    for value in handled {
+        let (outcome, mut job) = Parts::of(value)?;
+        let raw = raw(job.next()?)?;
+        let list = match outcome.as_str() {
+            "requeued" => &mut report.requeued,
+            "dead_lettered" => &mut report.dead_lettered,
+            _ => return Err(unknown(&outcome)),
+        };
+        match decode_job_fields(&raw) {
+            Ok(job) => list.push(job),
+            Err(reason) => tracing::warn!(
+                id = %raw.id,
+                %reason,
+                "reap handled a job it cannot decode"
+            ),
+        }
+    }
+    Ok(report)
+}
+
+/// The reply of `take_back.lua`.
+pub(crate) fn take_back(reply: Value) -> Result<TakeBack> {
+    let (tag, mut parts) = Parts::of(reply)?;
+    match tag.as_str() {
+        "taken" => {
+            let job = parts.job()?;
+            let claim = job.claim().ok_or_else(|| {
+                malformed(format_args!(
+                    "take_back.lua answered unclaimed job {:?}",
+                    job.id
+                ))
+            })?;
+            Ok(TakeBack::Taken(ClaimedJob { job, claim }))
+        }
+        "refused" => {
+            let reason = parts.text()?;
+            Ok(TakeBack::NotTaken(match reason.as_str() {
+                "missing" => TakeBackRefusal::Missing,
+                "not_dead_lettered" => TakeBackRefusal::NotDeadLettered(parts.job_state()?),
+                "not_by_reaper" => {
+                    TakeBackRefusal::NotByReaper(parts.text()?.parse::<DeadReason>()?)
+                }
+                "not_the_reaped_claim" => TakeBackRefusal::NotTheReapedClaim,
+                _ => return Err(unknown(&reason)),
+            }))
+        }
+        _ => Err(unknown(&tag)),
+    }
+}
+
+/// The reply of `retry_dead_letter.lua`.
+pub(crate) fn operator_retry(reply: Value) -> Result<OperatorRetry> {
+    let (tag, mut parts) = Parts::of(reply)?;
+    match tag.as_str() {
+        "requeued" => Ok(OperatorRetry::Requeued(parts.job()?)),
+        "not_dead_lettered" => Ok(OperatorRetry::NotDeadLettered(parts.job_state()?)),
+        "missing" => Ok(OperatorRetry::Missing),
+        _ => Err(unknown(&tag)),
+    }
+}
+
+/// The reply of `get.lua` (on a job hash) and `list_dead_letters.lua`:
+/// jobs, all decodable.
+pub(crate) fn jobs(reply: Value) -> Result<Vec<Job>> {
+    array(reply)?
+        .into_iter()
+        .map(|value| decode_job(raw(value)?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn stored(pairs: &[(&str, &str)]) -> Value {
+        Value::Array(vec![
+            bulk("job-1"),
+            Value::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(name, value)| [bulk(name), bulk(value)])
+                    .collect(),
+            ),
+        ])
+    }
+
+    const QUEUED: &[(&str, &str)] = &[
+        ("queue", "q"),
+        ("payload", "{\"n\":1}"),
+        ("priority", "-3"),
+        ("run_at", "1700000000000001"),
+        ("attempt", "0"),
+        ("max_attempts", "3"),
+        ("caps", "[\"gpu\"]"),
+        ("state", "queued"),
+        ("fence", "0"),
+        ("created", "1700000000000000"),
+        ("updated", "1700000000000000"),
+    ];
+
+    #[test]
+    fn a_stored_job_decodes_field_by_field() {
+        let jobs = jobs(Value::Array(vec![stored(QUEUED)])).expect("decodable");
+        let job = &jobs[0];
+        assert_eq!(job.id, "job-1");
+        assert_eq!(job.priority, -3);
+        assert_eq!(job.payload, serde_json::json!({ "n": 1 }));
+        assert_eq!(
+            lease_core::clock::to_micros(job.run_at),
+            1_700_000_000_000_001
+        );
+        assert_eq!(
+            job.required_capabilities,
+            BTreeSet::from(["gpu".to_owned()])
+        );
+        assert_eq!(
+            (job.state, job.owner.as_deref(), job.fence),
+            (JobState::Queued, None, 0)
+        );
+        assert_eq!((job.lease_expires_at, job.dead_reason), (None, None));
+    }
+
+    #[test]
+    fn an_undecodable_job_is_corrupt_naming_the_field() {
+        let mut fields = QUEUED.to_vec();
+        fields.retain(|(name, _)| *name != "state");
+        fields.push(("state", "bogus"));
+        let error = jobs(Value::Array(vec![stored(&fields)])).expect_err("bad state");
+        assert_eq!(error.kind(), lease_core::ErrorKind::Corrupt);
+        assert!(error.message().contains("bogus"), "{error}");
+    }
+}
