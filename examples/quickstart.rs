@@ -37,8 +37,15 @@ async fn main() -> tenure::Result<()> {
     let rival = AdmitRequest::new("nightly-report-retry", "worker-b")
         .scope("cron:nightly-report")
         .ttl(ttl);
-    if let Admission::Conflict { holder, retry_after } = store.admit(&rival).await? {
-        println!("worker-b refused: {} holds it, retry after {retry_after:?}", holder.id);
+    if let Admission::Conflict {
+        holder,
+        retry_after,
+    } = store.admit(&rival).await?
+    {
+        println!(
+            "worker-b refused: {} holds it, retry after {retry_after:?}",
+            holder.id
+        );
     }
 
     // worker-a stalls past its lease; worker-b takes over and gets a greater fence.
