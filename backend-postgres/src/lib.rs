@@ -94,15 +94,52 @@
 //! Every operation is one statement or one transaction. Job claims and the
 //! reaper pick their rows with `FOR UPDATE SKIP LOCKED`: concurrent claimers
 //! on any number of pools or hosts never share a job and never wait on one
-//! another; one claim's fences ascend in claim order. `admit` locks the
-//! holders of its scopes in scope order (`SELECT ... FOR UPDATE`), decides
-//! with [`lease_core::rules::plan_admission`], then writes, all in one
-//! transaction; a race with a concurrent admission (unique violation on
-//! `held_scopes`, serialization failure, deadlock) is retried, at most three
-//! attempts, then answered as `Conflict`. A dropped connection or a server
-//! error mid-transaction rolls the whole transaction back and answers a
-//! retryable error ([`Error::is_retryable`](lease_core::Error::is_retryable)):
-//! the outcome is unknown to the caller, but nothing is half-applied.
+//! another; one claim's fences ascend in claim order. A dropped connection
+//! or a server error mid-transaction rolls the whole transaction back and
+//! answers a retryable error
+//! ([`Error::is_retryable`](lease_core::Error::is_retryable)): the outcome is
+//! unknown to the caller, but nothing is half-applied.
+//!
+//! ## Admissions: one at a time per scope
+//!
+//! `admit` looks before it writes, so two overlapping admissions deciding
+//! side by side would both see the scopes free (or the same holder
+//! interruptible), and one of them would lose at the write. Instead,
+//! admissions on a scope take turns. One admission is one `READ COMMITTED`
+//! transaction that
+//!
+//! 1. takes a transaction-scoped advisory lock (`pg_advisory_xact_lock`)
+//!    per requested scope, in ascending key order, in one statement (a
+//!    recursive query: each lock is taken by the step after the previous
+//!    one), before it touches any row. The key is FNV-1a 64 over the schema
+//!    name, a `0xFF` byte and the scope; stores in other schemas never wait
+//!    on it, and a colliding pair of scopes merely takes turns;
+//! 2. reads its instant (`statement_timestamp()`, which is after the wait,
+//!    so never earlier than what the scope's previous admission wrote) and
+//!    locks the active holders of its scopes (`FOR UPDATE`, records only, in
+//!    id order);
+//! 3. decides with [`lease_core::rules::plan_admission`] and writes:
+//!    interrupts, fences, the new record and its `held_scopes` rows.
+//!
+//! Since an admission waits only for locks of higher keys than those it
+//! holds, and for records (in id order) only once it holds all its scope
+//! locks, admissions cannot deadlock on one another, and each sees all that
+//! the overlapping admissions before it committed: none trips on another's
+//! `held_scopes` row.
+//!
+//! `renew`, `transition` and `claim_for_takeover` take no scope lock, and
+//! need none: each is one statement that locks one record and updates it
+//! before deleting that record's `held_scopes` rows, which nothing else
+//! locks. Once it holds that record it waits for nothing, so it cannot close
+//! a cycle with an admission; an admission waiting for the record re-reads
+//! it when the statement commits, and drops it if it was released.
+//!
+//! What can still spoil an attempt (a deadlock with a transaction that
+//! locks records in another order, such as a `renew_many` or another
+//! application; an older version of this crate, which takes no scope locks,
+//! admitting on the same schema) is retried, at most three attempts in all.
+//! Then the admission answers `Conflict` with a holder of its scopes if
+//! there is one, and otherwise decides once more under the locks.
 //!
 //! [`LeaseStore::now`]: lease_core::LeaseStore::now
 
@@ -110,6 +147,7 @@ mod config;
 mod decode;
 mod error;
 mod queue;
+mod scope_locks;
 mod sql;
 mod store;
 
@@ -125,6 +163,7 @@ pub use config::{PgStoreConfig, DEFAULT_SCHEMA};
 
 use config::SchemaName;
 use error::{migrate_error, store_error};
+use scope_locks::ScopeLocks;
 use sql::Statements;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -139,6 +178,7 @@ pub struct PgStore {
     pool: PgPool,
     schema: SchemaName,
     sql: Arc<Statements>,
+    scope_locks: ScopeLocks,
 }
 
 impl fmt::Debug for PgStore {
@@ -178,6 +218,7 @@ impl PgStore {
     async fn with_schema(pool: PgPool, schema: SchemaName) -> Result<Self> {
         let store = PgStore {
             sql: Arc::new(Statements::new(&schema)),
+            scope_locks: ScopeLocks::for_schema(schema.as_str()),
             pool,
             schema,
         };

@@ -4,8 +4,9 @@
 //! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning
 //! path is one round trip, and only a refused write reads the row back to
 //! say why, with the same `lease_core::rules` judgements every backend uses.
-//! `admit` must look before it writes, so it is one transaction that locks
-//! what it looks at.
+//! `admit` must look before it writes, so it is one transaction that first
+//! takes its scopes' advisory locks (see the crate docs), then locks and
+//! reads the holders, decides, and writes.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,6 +31,11 @@ use crate::PgStore;
 /// Attempts of one admission before a persistent race is answered `Conflict`.
 const ADMIT_ATTEMPTS: usize = 3;
 
+/// How an admission's transaction starts. The scope locks only help if every
+/// statement after them sees what the previous holder committed: a fresh
+/// snapshot per statement, whatever the server's default isolation.
+const ADMIT_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// Attempts of a conditional write whose refusal the follow-up read cannot
 /// explain (the row changed between the two statements).
 pub(crate) const WRITE_ATTEMPTS: usize = 3;
@@ -37,6 +43,10 @@ pub(crate) const WRITE_ATTEMPTS: usize = 3;
 /// A fence no row has (the schema keeps fences positive): stands in for a
 /// claimed fence too large for `bigint`, which therefore matches nothing.
 const NO_SUCH_FENCE: i64 = -1;
+
+/// PostgreSQL's earliest `timestamptz` (4714-11-24 BC, midnight UTC), in
+/// microseconds since the Unix epoch. Its latest lies beyond `chrono`'s.
+const EARLIEST_TIMESTAMP_MICROS: i64 = -210_866_803_200_000_000;
 
 /// The primary key whose violation means the id is taken.
 const LEASES_PRIMARY_KEY: &str = "leases_pkey";
@@ -64,10 +74,30 @@ pub(crate) fn changed_concurrently(operation: &str, id: &str) -> Error {
 enum AdmitFailure {
     /// The id exists.
     Duplicate,
-    /// A concurrent admission touched the same scopes; worth another attempt.
+    /// Lost to a concurrent transaction; worth another attempt. With the
+    /// scope locks, overlapping admissions no longer get here: what is left
+    /// is a deadlock with a transaction locking records in another order
+    /// (a `renew_many`, another application), or a writer that takes no
+    /// scope locks (an older version of this crate on the same schema).
     Race(sqlx::Error),
     /// Anything else: the answer.
     Store(Error),
+}
+
+impl AdmitFailure {
+    /// The answer an attempt gives the caller, or the race that makes
+    /// another attempt worthwhile.
+    fn settle(
+        attempt: std::result::Result<Admission, Self>,
+        id: &str,
+    ) -> std::result::Result<Result<Admission>, sqlx::Error> {
+        match attempt {
+            Ok(admission) => Ok(Ok(admission)),
+            Err(AdmitFailure::Duplicate) => Ok(Err(Error::already_exists(id))),
+            Err(AdmitFailure::Store(error)) => Ok(Err(error)),
+            Err(AdmitFailure::Race(race)) => Err(race),
+        }
+    }
 }
 
 impl From<sqlx::Error> for AdmitFailure {
@@ -101,7 +131,16 @@ impl PgStore {
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
     ) -> std::result::Result<Admission, AdmitFailure> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with(ADMIT_BEGIN).await?;
+        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        if !scopes.is_empty() {
+            // First, before any row lock: a transaction waiting here holds
+            // nothing another one could be waiting for, except lower keys.
+            sqlx::query(&self.sql.lock_scopes)
+                .bind(self.scope_locks.keys(scopes.iter().copied()))
+                .execute(&mut *tx)
+                .await?;
+        }
         let probe = sqlx::query(&self.sql.admit_probe)
             .bind(&request.id)
             .fetch_one(&mut *tx)
@@ -110,7 +149,6 @@ impl PgStore {
         if probe.try_get::<bool, _>("taken")? {
             return Err(AdmitFailure::Duplicate);
         }
-        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
         let holders = if scopes.is_empty() {
             Vec::new()
         } else {
@@ -149,6 +187,7 @@ impl PgStore {
                 .bind(interrupt_fences)
                 .bind(&request.owner)
                 .bind(rules::INTERRUPTED_BY_ADMISSION)
+                .bind(now)
                 .fetch_all(&mut *tx)
                 .await?;
             let mut by_id: HashMap<String, LeaseRecord> = records(&rows)?
@@ -170,6 +209,7 @@ impl PgStore {
             .bind(record_fence)
             .bind(request.ttl.map(interval))
             .bind(sqlx::types::Json(metadata))
+            .bind(now)
             .fetch_one(&mut *tx)
             .await?;
         let record = decode::trusted_record(&row)?;
@@ -180,13 +220,10 @@ impl PgStore {
         })
     }
 
-    /// The answer after every attempt lost a race: the current holder, first
-    /// in scope order.
-    async fn conflict_after_races(
-        &self,
-        request: &AdmitRequest,
-        last_race: sqlx::Error,
-    ) -> Result<Admission> {
+    /// After every attempt lost a race: `Conflict` with the blocking holder
+    /// (or, if none blocks, the first holder in scope order), when the
+    /// scopes are held at all.
+    async fn visible_conflict(&self, request: &AdmitRequest) -> Result<Option<Admission>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
         let rows = sqlx::query(&self.sql.read_holders)
             .bind(&scopes)
@@ -205,18 +242,10 @@ impl PgStore {
                 (holder, retry_after)
             }),
         };
-        match first {
-            Some((holder, retry_after)) => Ok(Admission::Conflict {
-                holder,
-                retry_after,
-            }),
-            None => Err(Error::unavailable(format!(
-                "admission of {:?} lost {ADMIT_ATTEMPTS} races on its scopes, \
-                 which are free again; retry",
-                request.id
-            ))
-            .with_source(last_race)),
-        }
+        Ok(first.map(|(holder, retry_after)| Admission::Conflict {
+            holder,
+            retry_after,
+        }))
     }
 
     async fn read_record(&self, id: &str) -> Result<Option<LeaseRecord>> {
@@ -245,21 +274,29 @@ impl PgStore {
 impl LeaseStore for PgStore {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
         let metadata = validate::admit(request)?;
-        let mut attempt = 1;
-        loop {
-            match self.admit_once(request, metadata).await {
-                Ok(admission) => return Ok(admission),
-                Err(AdmitFailure::Duplicate) => return Err(Error::already_exists(&request.id)),
-                Err(AdmitFailure::Store(error)) => return Err(error),
-                Err(AdmitFailure::Race(race)) if attempt < ADMIT_ATTEMPTS => {
-                    tracing::debug!(id = %request.id, attempt, error = %race, "admission raced; retrying");
-                    attempt += 1;
-                }
-                Err(AdmitFailure::Race(race)) => {
-                    return self.conflict_after_races(request, race).await
+        for attempt in 1..=ADMIT_ATTEMPTS {
+            match AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id) {
+                Ok(answer) => return answer,
+                Err(race) => {
+                    tracing::debug!(id = %request.id, attempt, error = %race, "admission raced");
                 }
             }
         }
+        if let Some(conflict) = self.visible_conflict(request).await? {
+            return Ok(conflict);
+        }
+        // Nothing holds the scopes: a conflict would name no holder and an
+        // error would say nothing the store cannot decide. The answer is
+        // the decision itself, taken once more under the scope locks.
+        AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id).unwrap_or_else(
+            |race| {
+                Err(Error::unavailable(format!(
+                    "admission of {:?} lost every race on its scopes, which are free; retry",
+                    request.id
+                ))
+                .with_source(race))
+            },
+        )
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
@@ -424,6 +461,13 @@ impl LeaseStore for PgStore {
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
         validate::expired_query(query)?;
         let mut scan = ExpiredScan::default();
+        if query.created_before.is_some_and(|instant| {
+            lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
+        }) {
+            // No record is older than PostgreSQL's calendar, which refuses
+            // the bound itself.
+            return Ok(scan);
+        }
         let mut offset: i64 = 0;
         // Undecodable rows take no place in the answer: page on until the
         // limit is filled with good records or the matches run out.

@@ -392,3 +392,226 @@ async fn admission_killed_after_interrupting_rolls_back_whole() {
     )
     .await;
 }
+
+/// Scope sets of the admission storm: overlapping, several named in
+/// opposite orders.
+const STORM_SCOPE_SETS: [&[&str]; 8] = [
+    &["a", "b"],
+    &["b", "a"],
+    &["b", "c", "d"],
+    &["d", "c", "b"],
+    &["c", "a"],
+    &["e", "a", "d"],
+    &["a", "b", "c", "d", "e"],
+    &["e"],
+];
+
+/// Fails unless the active records hold pairwise disjoint scopes.
+fn assert_disjoint_holders(active: &[LeaseRecord], when: &str) {
+    let mut holder_of: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for record in active {
+        for scope in &record.scopes {
+            if let Some(other) = holder_of.insert(scope, &record.id) {
+                panic!(
+                    "{when}: scope {scope:?} has two active holders, {other:?} and {:?}",
+                    record.id
+                );
+            }
+        }
+    }
+}
+
+/// One storm admission: `n` picks the store, scopes, strategy, owner and
+/// lease, so every round mixes all of them.
+async fn storm_admission(store: PgStore, round: usize, n: usize) -> (AdmitRequest, Admission) {
+    let scopes = STORM_SCOPE_SETS[(n + round) % STORM_SCOPE_SETS.len()];
+    let strategy = if n % 2 == 0 {
+        AdmitStrategy::Interrupt
+    } else {
+        AdmitStrategy::Reject
+    };
+    let mut request = AdmitRequest::new(format!("r{round}-{n}"), format!("worker-{}", n % 5))
+        .scopes(scopes.iter().copied())
+        .strategy(strategy);
+    // A third hold a long lease; the rest none, so any owner may interrupt them.
+    if n % 3 == 0 {
+        request = request.ttl(LONG);
+    }
+    match store.admit(&request).await {
+        Ok(answer) => (request, answer),
+        Err(error) => panic!("admission {:?} answered Err: {error}", request.id),
+    }
+}
+
+/// Moves one active record along, as its worker or a reaper would: finish it,
+/// renew it, or take it over. Every answer is an outcome, never an error.
+async fn storm_lifecycle(store: PgStore, record: LeaseRecord, n: usize) {
+    let Some(claim) = record.claim() else { return };
+    let outcome = match n % 3 {
+        0 => store
+            .transition(&claim, &StatusChange::succeeded())
+            .await
+            .map(drop),
+        1 => store.renew(&claim, LONG).await.map(drop),
+        _ => store
+            .claim_for_takeover(&lease_core::TakeoverRequest::adopt(
+                record.id.as_str(),
+                "reaper",
+                None,
+            ))
+            .await
+            .map(drop),
+    };
+    if let Err(error) = outcome {
+        panic!(
+            "lifecycle step {n} on {:?} answered Err: {error}",
+            record.id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_storm_answers_admitted_or_conflict_never_err() {
+    const ROUNDS: usize = 12;
+    const RACERS: usize = 32;
+    with_store(
+        "admission_storm_answers_admitted_or_conflict_never_err",
+        |store, url| async move {
+            // A second pool on the same schema, as a second host would have.
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(8)
+                .connect(&url)
+                .await
+                .expect("second pool");
+            let second = PgStore::from_pool(pool, store.schema())
+                .await
+                .expect("second store");
+            let (mut admitted, mut conflicts, mut interrupted) = (0, 0, 0);
+            for round in 0..ROUNDS {
+                let before = store.list_active().await.expect("active");
+                let storm_over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                // Watches the invariant while the storm runs: every
+                // `list_active` is one snapshot of the store.
+                let watcher = tokio::spawn({
+                    let store = store.clone();
+                    let storm_over = storm_over.clone();
+                    async move {
+                        let mut looks = 0;
+                        while !storm_over.load(std::sync::atomic::Ordering::Acquire) {
+                            let active = store.list_active().await.expect("active");
+                            assert_disjoint_holders(&active, &format!("round {round}, mid-storm"));
+                            looks += 1;
+                        }
+                        looks
+                    }
+                });
+                let lifecycle: Vec<_> = before
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, record)| {
+                        tokio::spawn(storm_lifecycle(store.clone(), record, n + round))
+                    })
+                    .collect();
+                let racers: Vec<_> = (0..RACERS)
+                    .map(|n| {
+                        let on = if n % 2 == 0 { &store } else { &second };
+                        tokio::spawn(storm_admission(on.clone(), round, n))
+                    })
+                    .collect();
+                for (request, answer) in futures_util::future::join_all(racers)
+                    .await
+                    .into_iter()
+                    .map(|joined| joined.expect("racer"))
+                {
+                    match answer {
+                        Admission::Admitted {
+                            record,
+                            interrupted: taken,
+                        } => {
+                            admitted += 1;
+                            assert_eq!(record.status, Status::Pending);
+                            for holder in &taken {
+                                assert_eq!(holder.status, Status::Interrupted, "{request:?}");
+                                assert_eq!(holder.owner.as_deref(), Some(request.owner.as_str()));
+                                assert!(holder.fence < record.fence, "{holder:?} {record:?}");
+                            }
+                            interrupted += taken.len();
+                        }
+                        Admission::Conflict { holder, .. } => {
+                            conflicts += 1;
+                            assert!(
+                                holder.scopes.intersection(&request.scopes).next().is_some(),
+                                "{request:?} conflicted with {holder:?}"
+                            );
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                for step in futures_util::future::join_all(lifecycle).await {
+                    step.expect("lifecycle");
+                }
+                storm_over.store(true, std::sync::atomic::Ordering::Release);
+                let looks = watcher.await.expect("watcher");
+                assert!(looks > 0, "round {round}: the watcher never looked");
+                let active = store.list_active().await.expect("active");
+                assert_disjoint_holders(&active, &format!("after round {round}"));
+                // The server-side lock table agrees: exactly the active
+                // records' scopes are held, each by its record.
+                let mut held: Vec<(String, String)> = sqlx::query_as(&format!(
+                    "SELECT scope, lease_id FROM \"{}\".held_scopes ORDER BY scope",
+                    store.schema()
+                ))
+                .fetch_all(store.pool())
+                .await
+                .expect("held scopes");
+                let mut expected: Vec<(String, String)> = active
+                    .iter()
+                    .flat_map(|record| {
+                        record
+                            .scopes
+                            .iter()
+                            .map(|scope| (scope.clone(), record.id.clone()))
+                    })
+                    .collect();
+                held.sort();
+                expected.sort();
+                assert_eq!(held, expected, "after round {round}");
+            }
+            second.close().await;
+            // The storm exercised every path it is meant to.
+            assert!(admitted > ROUNDS, "{admitted} admitted");
+            assert!(conflicts > 0, "no conflicts");
+            assert!(interrupted > 0, "nothing interrupted");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_expired_before_postgres_calendar_is_empty_not_an_error() {
+    with_store(
+        "list_expired_before_postgres_calendar_is_empty_not_an_error",
+        |store, _| async move {
+            admitted(
+                store
+                    .admit(&AdmitRequest::new("op", "worker-a"))
+                    .await
+                    .expect("admit"),
+            );
+            // 4714-11-24 BC, midnight UTC: PostgreSQL's first instant.
+            const EARLIEST: i64 = -210_866_803_200_000_000;
+            for micros in [EARLIEST - 1, EARLIEST, i64::MIN / 2] {
+                let bound = lease_core::clock::from_micros(micros).expect("instant");
+                let scan = store
+                    .list_expired(&ExpiredQuery::new(Duration::ZERO).created_before(bound))
+                    .await
+                    .unwrap_or_else(|error| panic!("{bound}: {error}"));
+                assert!(
+                    scan.records.is_empty() && scan.skipped.is_empty(),
+                    "{bound}: {scan:?}"
+                );
+            }
+        },
+    )
+    .await;
+}
