@@ -209,6 +209,8 @@ keeper::keeper_complete_after_takeover_answers_stale,
 keeper::keeper_reconciler_recovers_orphans_but_never_its_own,
 keeper::keeper_adopted_orphan_is_kept_alive_and_completed,
 keeper::keeper_cancel_stops_local_runs_and_reports_valid_leases_elsewhere,
+reliability::hostile_input_is_rejected_or_answered_never_panics,
+reliability::concurrent_history_keeps_invariants_and_fences_guard_a_resource,
     ]
     queues: [
         queue::queue_enqueue_and_get_round_trip,

@@ -25,6 +25,11 @@ pub const MAX_GRACE: Duration = MAX_TTL;
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+/// Deepest nesting of arrays and objects in metadata or a job payload (the
+/// outermost value counts as one level): stores that keep JSON as text decode
+/// it with `serde_json`, which refuses more than 128 levels, so a deeper value
+/// would be stored and then never read back.
+pub const MAX_JSON_DEPTH: usize = 64;
 /// Longest error or stop-reason text, in bytes.
 pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 /// Largest `limit` of a listing.
@@ -103,6 +108,58 @@ pub fn grace(grace: Duration) -> Result<()> {
     Ok(())
 }
 
+/// Refuses JSON nested deeper than [`MAX_JSON_DEPTH`]; iterative, so that a
+/// hostile value cannot exhaust the stack.
+fn json_depth(field: &'static str, value: &serde_json::Value) -> Result<()> {
+    let mut pending = vec![(value, 1)];
+    while let Some((value, depth)) = pending.pop() {
+        let container = matches!(
+            value,
+            serde_json::Value::Array(_) | serde_json::Value::Object(_)
+        );
+        if container && depth > MAX_JSON_DEPTH {
+            return Err(Error::invalid_input(
+                field,
+                format_args!("nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"),
+            ));
+        }
+        match value {
+            serde_json::Value::Array(items) => {
+                pending.extend(items.iter().map(|child| (child, depth + 1)));
+            }
+            serde_json::Value::Object(entries) => {
+                pending.extend(entries.values().map(|child| (child, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A JSON document every store can keep and read back: at most
+/// [`MAX_JSON_DEPTH`] levels, at most `max_bytes` serialised, and no NUL
+/// character in any key or string (PostgreSQL `jsonb` cannot store one).
+fn json_document(field: &'static str, value: &serde_json::Value, max_bytes: usize) -> Result<()> {
+    json_depth(field, value)?;
+    let encoded = value.to_string();
+    if encoded.len() > max_bytes {
+        return Err(Error::invalid_input(
+            field,
+            format_args!(
+                "is {} bytes as JSON, at most {max_bytes} allowed",
+                encoded.len()
+            ),
+        ));
+    }
+    if encoded.contains("\\u0000") {
+        return Err(Error::invalid_input(
+            field,
+            "must not contain NUL characters",
+        ));
+    }
+    Ok(())
+}
+
 fn text(field: &'static str, value: Option<&str>) -> Result<()> {
     let Some(value) = value else { return Ok(()) };
     if value.len() > MAX_TEXT_BYTES {
@@ -120,7 +177,8 @@ fn text(field: &'static str, value: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Metadata: a JSON object of at most [`MAX_METADATA_BYTES`], with no NUL
+/// Metadata: a JSON object of at most [`MAX_METADATA_BYTES`] and
+/// [`MAX_JSON_DEPTH`] levels, with no NUL
 /// character in any key or string (PostgreSQL `jsonb` cannot store one).
 pub fn metadata(
     metadata: &serde_json::Value,
@@ -128,22 +186,7 @@ pub fn metadata(
     let serde_json::Value::Object(object) = metadata else {
         return Err(Error::invalid_input("metadata", "must be a JSON object"));
     };
-    let encoded = metadata.to_string();
-    if encoded.len() > MAX_METADATA_BYTES {
-        return Err(Error::invalid_input(
-            "metadata",
-            format_args!(
-                "is {} bytes as JSON, at most {MAX_METADATA_BYTES} allowed",
-                encoded.len()
-            ),
-        ));
-    }
-    if encoded.contains("\\u0000") {
-        return Err(Error::invalid_input(
-            "metadata",
-            "must not contain NUL characters",
-        ));
-    }
+    json_document("metadata", metadata, MAX_METADATA_BYTES)?;
     Ok(object)
 }
 
@@ -251,22 +294,7 @@ pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
         ));
     }
     capabilities(&job.required_capabilities)?;
-    let encoded = job.payload.to_string();
-    if encoded.len() > MAX_PAYLOAD_BYTES {
-        return Err(Error::invalid_input(
-            "payload",
-            format_args!(
-                "is {} bytes as JSON, at most {MAX_PAYLOAD_BYTES} allowed",
-                encoded.len()
-            ),
-        ));
-    }
-    if encoded.contains("\\u0000") {
-        return Err(Error::invalid_input(
-            "payload",
-            "must not contain NUL characters",
-        ));
-    }
+    json_document("payload", &job.payload, MAX_PAYLOAD_BYTES)?;
     Ok(())
 }
 
