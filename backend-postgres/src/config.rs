@@ -12,6 +12,9 @@ use lease_core::{Error, ErrorKind, Result};
 /// The schema a store uses unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "tenure";
 
+/// How long a whole operation may take unless told otherwise.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Longest schema name PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
 const MAX_SCHEMA_BYTES: usize = 63;
 
@@ -28,7 +31,8 @@ const MAX_SCHEMA_BYTES: usize = 63;
 /// let config = PgStoreConfig::new("postgres://app:s3cret@db.internal:5432/jobs")
 ///     .schema("tenure_leases")
 ///     .max_connections(8)
-///     .acquire_timeout(Duration::from_secs(5));
+///     .acquire_timeout(Duration::from_secs(5))
+///     .operation_timeout(Duration::from_secs(3));
 /// let shown = format!("{config:?}");
 /// assert!(!shown.contains("s3cret"));
 /// assert!(shown.contains("app:***@db.internal"));
@@ -39,18 +43,21 @@ pub struct PgStoreConfig {
     schema: String,
     max_connections: u32,
     acquire_timeout: Duration,
+    operation_timeout: Duration,
 }
 
 impl PgStoreConfig {
     /// A config for the server at `url` (`postgres://user:password@host:port/database`,
     /// with any libpq-style query parameters sqlx understands, e.g. `sslmode`),
-    /// schema [`DEFAULT_SCHEMA`], at most 10 connections, 10 s to get one.
+    /// schema [`DEFAULT_SCHEMA`], at most 10 connections, 10 s to get one,
+    /// [`DEFAULT_OPERATION_TIMEOUT`] per operation.
     pub fn new(url: impl Into<String>) -> Self {
         PgStoreConfig {
             url: url.into(),
             schema: DEFAULT_SCHEMA.to_owned(),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
 
@@ -75,6 +82,22 @@ impl PgStoreConfig {
         self
     }
 
+    /// Bounds each whole store operation (every [`LeaseStore`] and
+    /// [`JobQueue`] call): waiting for a connection, every statement, and
+    /// any retries it makes. Past it the call answers
+    /// [`ErrorKind::Timeout`], its outcome unknown: the server may or may
+    /// not have applied it (see [`PgStore`](crate::PgStore) on what happens
+    /// to the cut statement). Without it, a server or network that goes
+    /// silent after a statement was sent keeps the call waiting for as long
+    /// as the operating system keeps the TCP connection open.
+    ///
+    /// [`LeaseStore`]: lease_core::LeaseStore
+    /// [`JobQueue`]: lease_core::queue::JobQueue
+    pub fn operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
     /// The server URL, password included.
     pub fn url(&self) -> &str {
         &self.url
@@ -94,6 +117,11 @@ impl PgStoreConfig {
     pub fn connection_wait(&self) -> Duration {
         self.acquire_timeout
     }
+
+    /// How long a whole operation may take.
+    pub fn operation_limit(&self) -> Duration {
+        self.operation_timeout
+    }
 }
 
 impl fmt::Debug for PgStoreConfig {
@@ -103,6 +131,7 @@ impl fmt::Debug for PgStoreConfig {
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
+            .field("operation_timeout", &self.operation_timeout)
             .finish()
     }
 }

@@ -73,7 +73,7 @@
 //! may start at once: one applies, the others wait and find nothing left to
 //! do. A schema written by a newer version of
 //! this crate (unknown or modified migrations) answers
-//! [`ErrorKind::Incompatible`](lease_core::ErrorKind::Incompatible).
+//! [`ErrorKind::Incompatible`].
 //!
 //! ## TLS
 //!
@@ -99,6 +99,31 @@
 //! answers a retryable error
 //! ([`Error::is_retryable`](lease_core::Error::is_retryable)): the outcome is
 //! unknown to the caller, but nothing is half-applied.
+//!
+//! ## Timeouts
+//!
+//! Every [`LeaseStore`](lease_core::LeaseStore) and
+//! [`JobQueue`](lease_core::JobQueue) call is bounded as a whole (waiting
+//! for a connection, each statement, any retries) by
+//! [`PgStoreConfig::operation_timeout`] (default
+//! [`DEFAULT_OPERATION_TIMEOUT`]); past it the call answers
+//! [`ErrorKind::Timeout`], outcome unknown.
+//! Running out of time drops the call's future, and with it sqlx's work in
+//! progress:
+//!
+//! * an open transaction (an admission) is never committed: dropping it
+//!   queues a `ROLLBACK` on its connection;
+//! * the connection, perhaps cut mid-statement, goes back to the pool only
+//!   after sqlx has flushed what was queued (the `ROLLBACK`) and read every
+//!   reply still owed up to the server's next `ReadyForQuery`; if that
+//!   fails the connection is closed instead, so no later call inherits a
+//!   half-read reply or an open transaction. While the server stays
+//!   silent that check waits too, keeping the connection's place in the
+//!   pool (later calls then answer `Timeout` as well); if the session ends
+//!   instead, the server rolls the transaction back itself. Its locks stay
+//!   held on the server until one or the other happens:
+//!   `idle_in_transaction_session_timeout` and TCP keepalives on the
+//!   server bound that.
 //!
 //! ## Admissions: one at a time per scope
 //!
@@ -134,10 +159,14 @@
 //! a cycle with an admission; an admission waiting for the record re-reads
 //! it when the statement commits, and drops it if it was released.
 //!
+//! `renew_many` locks all its records in one statement, in id order like
+//! an admission, before it writes any: it and an admission (or another
+//! batch) wait for one another in that one order, never in a cycle.
+//!
 //! What can still spoil an attempt (a deadlock with a transaction that
-//! locks records in another order, such as a `renew_many` or another
-//! application; an older version of this crate, which takes no scope locks,
-//! admitting on the same schema) is retried, at most three attempts in all.
+//! locks records in another order, such as another application; an older
+//! version of this crate, which takes no scope locks, admitting on the same
+//! schema) is retried, at most three attempts in all.
 //! Then the admission answers `Conflict` with a holder of its scopes if
 //! there is one, and otherwise decides once more under the locks.
 //!
@@ -152,14 +181,16 @@ mod sql;
 mod store;
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
-use lease_core::Result;
+use lease_core::{Error, ErrorKind, Result};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
-pub use config::{PgStoreConfig, DEFAULT_SCHEMA};
+pub use config::{PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
 
 use config::SchemaName;
 use error::{migrate_error, store_error};
@@ -179,6 +210,7 @@ pub struct PgStore {
     schema: SchemaName,
     sql: Arc<Statements>,
     scope_locks: ScopeLocks,
+    operation_timeout: Duration,
 }
 
 impl fmt::Debug for PgStore {
@@ -186,6 +218,7 @@ impl fmt::Debug for PgStore {
         f.debug_struct("PgStore")
             .field("schema", &self.schema.as_str())
             .field("pool_size", &self.pool.size())
+            .field("operation_timeout", &self.operation_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -194,7 +227,7 @@ impl PgStore {
     /// Connects a pool as `config` says, creates and migrates the schema,
     /// and answers the store.
     ///
-    /// A bad URL or schema name is [`ErrorKind::Config`](lease_core::ErrorKind::Config);
+    /// A bad URL or schema name is [`ErrorKind::Config`];
     /// an unreachable server is retryable.
     pub async fn connect(config: &PgStoreConfig) -> Result<Self> {
         let schema = SchemaName::parse(config.schema_name())?;
@@ -206,11 +239,14 @@ impl PgStore {
             .connect_with(options)
             .await
             .map_err(store_error)?;
-        Self::with_schema(pool, schema).await
+        let store = Self::with_schema(pool, schema).await?;
+        Ok(store.with_operation_timeout(config.operation_limit()))
     }
 
     /// Uses an existing pool, keeping the records in `schema`, created and
-    /// migrated if needed. The pool's `search_path` is left alone.
+    /// migrated if needed. The pool's `search_path` is left alone. Each
+    /// operation may take [`DEFAULT_OPERATION_TIMEOUT`]; see
+    /// [`with_operation_timeout`](Self::with_operation_timeout).
     pub async fn from_pool(pool: PgPool, schema: &str) -> Result<Self> {
         Self::with_schema(pool, SchemaName::parse(schema)?).await
     }
@@ -221,6 +257,7 @@ impl PgStore {
             scope_locks: ScopeLocks::for_schema(schema.as_str()),
             pool,
             schema,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         };
         store.migrate().await?;
         Ok(store)
@@ -266,6 +303,34 @@ impl PgStore {
         MIGRATOR.run_direct(connection).await.map_err(migrate_error)
     }
 
+    /// The store with each whole operation bounded by `timeout`, as
+    /// [`PgStoreConfig::operation_timeout`] describes.
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Runs one whole store operation, `operation` naming it, within the
+    /// operation timeout (see the crate docs on what a cut leaves behind).
+    pub(crate) async fn bounded<T>(
+        &self,
+        operation: &str,
+        work: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.operation_timeout, work).await {
+            Ok(answer) => answer,
+            Err(elapsed) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{operation} got no answer from PostgreSQL within {:?}; \
+                     whether it took effect is unknown",
+                    self.operation_timeout
+                ),
+            )
+            .with_source(elapsed)),
+        }
+    }
+
     /// The pool the store runs on.
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -278,7 +343,7 @@ impl PgStore {
 
     /// Closes the pool: waits for connections in use to come back, then
     /// closes them all. Later operations answer
-    /// [`ErrorKind::Unavailable`](lease_core::ErrorKind::Unavailable).
+    /// [`ErrorKind::Unavailable`].
     pub async fn close(&self) {
         self.pool.close().await;
     }

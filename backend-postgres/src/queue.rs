@@ -133,226 +133,262 @@ fn claimed(job: Job) -> Result<ClaimedJob> {
 #[async_trait]
 impl JobQueue for PgStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::new_job(job)?;
-        let mut created = self.enqueue_batch(std::slice::from_ref(job)).await?;
-        created
-            .pop()
-            .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
+        self.bounded("enqueue", async move {
+            validate::new_job(job)?;
+            let mut created = self.enqueue_batch(std::slice::from_ref(job)).await?;
+            created.pop().ok_or_else(|| {
+                Error::unavailable(format!("enqueue of {:?} answered no job", job.id))
+            })
+        })
+        .await
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::new_jobs(jobs)?;
-        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
-        let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
-        let payloads: Vec<Json<&serde_json::Value>> =
-            jobs.iter().map(|job| Json(&job.payload)).collect();
-        let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
-        let run_ats: Vec<Option<Timestamp>> = jobs
-            .iter()
-            .map(|job| job.run_at.map(clock::truncate_to_micros))
-            .collect();
-        // Validated to at most `rules::MAX_ATTEMPTS`.
-        let max_attempts: Vec<i32> = jobs
-            .iter()
-            .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
-            .collect();
-        let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
-            .iter()
-            .map(|job| Json(&job.required_capabilities))
-            .collect();
-        let rows = sqlx::query(&self.sql.jobs.enqueue)
-            .bind(&ids)
-            .bind(&queues)
-            .bind(&payloads)
-            .bind(&priorities)
-            .bind(&run_ats)
-            .bind(&max_attempts)
-            .bind(&capabilities)
-            .fetch_all(&self.pool)
-            .await;
-        match rows {
-            Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
-            Err(error)
-                if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
-                    && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
-            {
-                Err(self.duplicate_job(&ids, error).await)
+        self.bounded("enqueue_batch", async move {
+            validate::new_jobs(jobs)?;
+            let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+            let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
+            let payloads: Vec<Json<&serde_json::Value>> =
+                jobs.iter().map(|job| Json(&job.payload)).collect();
+            let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
+            let run_ats: Vec<Option<Timestamp>> = jobs
+                .iter()
+                .map(|job| job.run_at.map(clock::truncate_to_micros))
+                .collect();
+            // Validated to at most `rules::MAX_ATTEMPTS`.
+            let max_attempts: Vec<i32> = jobs
+                .iter()
+                .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
+                .collect();
+            let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
+                .iter()
+                .map(|job| Json(&job.required_capabilities))
+                .collect();
+            let rows = sqlx::query(&self.sql.jobs.enqueue)
+                .bind(&ids)
+                .bind(&queues)
+                .bind(&payloads)
+                .bind(&priorities)
+                .bind(&run_ats)
+                .bind(&max_attempts)
+                .bind(&capabilities)
+                .fetch_all(&self.pool)
+                .await;
+            match rows {
+                Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
+                Err(error)
+                    if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
+                        && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
+                {
+                    Err(self.duplicate_job(&ids, error).await)
+                }
+                Err(error) => Err(store_error(error)),
             }
-            Err(error) => Err(store_error(error)),
-        }
+        })
+        .await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim_request(request)?;
-        let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
-        let rows = sqlx::query(&self.sql.jobs.claim)
-            .bind(&request.queue)
-            .bind(&capabilities)
-            // Validated to at most `rules::MAX_CLAIM`.
-            .bind(request.limit as i64)
-            .bind(&request.worker)
-            .bind(interval(request.ttl))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        self.jobs_skipping_undecodable("claim", &rows)
-            .into_iter()
-            .map(claimed)
-            .collect()
+        self.bounded("claim", async move {
+            validate::claim_request(request)?;
+            let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
+            let rows = sqlx::query(&self.sql.jobs.claim)
+                .bind(&request.queue)
+                .bind(&capabilities)
+                // Validated to at most `rules::MAX_CLAIM`.
+                .bind(request.limit as i64)
+                .bind(&request.worker)
+                .bind(interval(request.ttl))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            self.jobs_skipping_undecodable("claim", &rows)
+                .into_iter()
+                .map(claimed)
+                .collect()
+        })
+        .await
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.jobs.renew)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence_param(claim.fence))
-                .bind(interval(ttl))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(expires_at) = renewed {
-                return Ok(JobRenewal::Renewed { expires_at });
+        self.bounded("renew_job", async move {
+            validate::job_claim(claim)?;
+            validate::ttl(ttl)?;
+            for _ in 0..WRITE_ATTEMPTS {
+                let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.jobs.renew)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(expires_at) = renewed {
+                    return Ok(JobRenewal::Renewed { expires_at });
+                }
+                if let Some(loss) = self.job_loss(claim).await? {
+                    return Ok(JobRenewal::Lost(loss));
+                }
             }
-            if let Some(loss) = self.job_loss(claim).await? {
-                return Ok(JobRenewal::Lost(loss));
-            }
-        }
-        Err(changed_concurrently("job renewal", &claim.id))
+            Err(changed_concurrently("job renewal", &claim.id))
+        })
+        .await
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
-        let fence = fence_param(claim.fence);
-        self.settle("complete", claim, || {
-            sqlx::query(&self.sql.jobs.complete)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence)
+        self.bounded("complete", async move {
+            validate::job_claim(claim)?;
+            let fence = fence_param(claim.fence);
+            self.settle("complete", claim, || {
+                sqlx::query(&self.sql.jobs.complete)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence)
+            })
+            .await
         })
         .await
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::job_failure(claim, error, action)?;
-        let (retry, backoff) = match action {
-            FailAction::Retry { backoff } => (true, backoff),
-            FailAction::DeadLetter => (false, Duration::ZERO),
-            other => {
-                return Err(Error::invalid_input(
-                    "action",
-                    format_args!("{other:?} is not supported by this store version"),
-                ))
-            }
-        };
-        let fence = fence_param(claim.fence);
-        self.settle("fail", claim, || {
-            sqlx::query(&self.sql.jobs.fail)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence)
-                .bind(error)
-                .bind(retry)
-                .bind(interval(backoff))
+        self.bounded("fail", async move {
+            validate::job_failure(claim, error, action)?;
+            let (retry, backoff) = match action {
+                FailAction::Retry { backoff } => (true, backoff),
+                FailAction::DeadLetter => (false, Duration::ZERO),
+                other => {
+                    return Err(Error::invalid_input(
+                        "action",
+                        format_args!("{other:?} is not supported by this store version"),
+                    ))
+                }
+            };
+            let fence = fence_param(claim.fence);
+            self.settle("fail", claim, || {
+                sqlx::query(&self.sql.jobs.fail)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence)
+                    .bind(error)
+                    .bind(retry)
+                    .bind(interval(backoff))
+            })
+            .await
         })
         .await
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
-        validate::capabilities(missing)?;
-        let fence = fence_param(claim.fence);
-        let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
-        self.settle("defer", claim, || {
-            sqlx::query(&self.sql.jobs.defer)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence)
-                .bind(&missing)
+        self.bounded("defer", async move {
+            validate::job_claim(claim)?;
+            validate::capabilities(missing)?;
+            let fence = fence_param(claim.fence);
+            let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+            self.settle("defer", claim, || {
+                sqlx::query(&self.sql.jobs.defer)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence)
+                    .bind(&missing)
+            })
+            .await
         })
         .await
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::grace(grace)?;
-        let rows = sqlx::query(&self.sql.jobs.reap)
-            .bind(interval(grace))
-            .bind(rules::MAX_REAP as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        let (requeued, dead_lettered) = self
-            .jobs_skipping_undecodable("reap", &rows)
-            .into_iter()
-            .partition(|job| job.state == JobState::Queued);
-        Ok(ReapReport {
-            requeued,
-            dead_lettered,
+        self.bounded("reap", async move {
+            validate::grace(grace)?;
+            let rows = sqlx::query(&self.sql.jobs.reap)
+                .bind(interval(grace))
+                .bind(rules::MAX_REAP as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            let (requeued, dead_lettered) = self
+                .jobs_skipping_undecodable("reap", &rows)
+                .into_iter()
+                .partition(|job| job.state == JobState::Queued);
+            Ok(ReapReport {
+                requeued,
+                dead_lettered,
+            })
         })
+        .await
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let row = sqlx::query(&self.sql.jobs.take_back)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence_param(claim.fence))
-                .bind(interval(ttl))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(row) = row {
-                return Ok(TakeBack::Taken(claimed(decode::trusted_job(&row)?)?));
+        self.bounded("take_back", async move {
+            validate::job_claim(claim)?;
+            validate::ttl(ttl)?;
+            for _ in 0..WRITE_ATTEMPTS {
+                let row = sqlx::query(&self.sql.jobs.take_back)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(row) = row {
+                    return Ok(TakeBack::Taken(claimed(decode::trusted_job(&row)?)?));
+                }
+                let job = self.read_job(&claim.id).await?;
+                if let Err(refusal) = rules::judge_take_back(job.as_ref(), claim) {
+                    return Ok(TakeBack::NotTaken(refusal));
+                }
             }
-            let job = self.read_job(&claim.id).await?;
-            if let Err(refusal) = rules::judge_take_back(job.as_ref(), claim) {
-                return Ok(TakeBack::NotTaken(refusal));
-            }
-        }
-        Err(changed_concurrently("take-back", &claim.id))
+            Err(changed_concurrently("take-back", &claim.id))
+        })
+        .await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::lease_id(id)?;
-        self.read_job(id).await
+        self.bounded("get_job", async move {
+            validate::lease_id(id)?;
+            self.read_job(id).await
+        })
+        .await
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::queue(queue)?;
-        validate::limit(limit)?;
-        let rows = sqlx::query(&self.sql.jobs.list_dead_letters)
-            .bind(queue)
-            // Validated to at most `validate::MAX_LIST_LIMIT`.
-            .bind(limit as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        rows.iter().map(decode::trusted_job).collect()
+        self.bounded("list_dead_letters", async move {
+            validate::queue(queue)?;
+            validate::limit(limit)?;
+            let rows = sqlx::query(&self.sql.jobs.list_dead_letters)
+                .bind(queue)
+                // Validated to at most `validate::MAX_LIST_LIMIT`.
+                .bind(limit as i64)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            rows.iter().map(decode::trusted_job).collect()
+        })
+        .await
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::lease_id(id)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let row = sqlx::query(&self.sql.jobs.retry_dead_letter)
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(row) = row {
-                return Ok(OperatorRetry::Requeued(decode::trusted_job(&row)?));
-            }
-            match self.read_job(id).await? {
-                None => return Ok(OperatorRetry::Missing),
-                Some(job) if job.state != JobState::DeadLettered => {
-                    return Ok(OperatorRetry::NotDeadLettered(job.state))
+        self.bounded("retry_dead_letter", async move {
+            validate::lease_id(id)?;
+            for _ in 0..WRITE_ATTEMPTS {
+                let row = sqlx::query(&self.sql.jobs.retry_dead_letter)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(row) = row {
+                    return Ok(OperatorRetry::Requeued(decode::trusted_job(&row)?));
                 }
-                Some(_) => {}
+                match self.read_job(id).await? {
+                    None => return Ok(OperatorRetry::Missing),
+                    Some(job) if job.state != JobState::DeadLettered => {
+                        return Ok(OperatorRetry::NotDeadLettered(job.state))
+                    }
+                    Some(_) => {}
+                }
             }
-        }
-        Err(changed_concurrently("dead-letter retry", id))
+            Err(changed_concurrently("dead-letter retry", id))
+        })
+        .await
     }
 }

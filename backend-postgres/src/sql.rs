@@ -87,6 +87,10 @@ pub(crate) struct Statements {
     pub(crate) renew: String,
     /// `$1` ids, `$2` owners, `$3` fences, `$4` ttl → per claim position:
     /// `renewed_until`, or the record as it was (all null when missing).
+    /// Locks the named records first, in id order (the order admissions
+    /// lock holders in), so two overlapping batches, or a batch and an
+    /// admission, wait for one another instead of deadlocking. The update
+    /// then waits for nothing: every row it writes is already locked.
     pub(crate) renew_many: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` target, `$5` error,
     /// `$6` stop reason, `$7` allowed current statuses → the record, if applied.
@@ -318,9 +322,12 @@ impl Statements {
             renew_many: format!(
                 "WITH claims AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) \
                    WITH ORDINALITY AS c(id, owner, fence, position)), \
+                 locked AS MATERIALIZED (SELECT l.id FROM {s}.leases l \
+                   WHERE l.id = ANY($1::text[]) ORDER BY l.id FOR NO KEY UPDATE), \
                  renewed AS (UPDATE {s}.leases l \
                    SET lease_expires_at = now() + $4::interval, updated_at = now() \
-                   FROM claims c WHERE l.id = c.id AND l.owner = c.owner AND l.fence = c.fence \
+                   FROM claims c, locked k WHERE l.id = k.id AND l.id = c.id \
+                   AND l.owner = c.owner AND l.fence = c.fence \
                    AND l.status IN {ACTIVE} RETURNING c.position, l.lease_expires_at) \
                  SELECT c.position, r.lease_expires_at AS renewed_until, {record} \
                  FROM claims c LEFT JOIN renewed r ON r.position = c.position \

@@ -77,7 +77,7 @@ enum AdmitFailure {
     /// Lost to a concurrent transaction; worth another attempt. With the
     /// scope locks, overlapping admissions no longer get here: what is left
     /// is a deadlock with a transaction locking records in another order
-    /// (a `renew_many`, another application), or a writer that takes no
+    /// (another application), or a writer that takes no
     /// scope locks (an older version of this crate on the same schema).
     Race(sqlx::Error),
     /// Anything else: the answer.
@@ -273,273 +273,308 @@ impl PgStore {
 #[async_trait]
 impl LeaseStore for PgStore {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?;
-        for attempt in 1..=ADMIT_ATTEMPTS {
-            match AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id) {
-                Ok(answer) => return answer,
-                Err(race) => {
-                    tracing::debug!(id = %request.id, attempt, error = %race, "admission raced");
-                }
-            }
-        }
-        if let Some(conflict) = self.visible_conflict(request).await? {
-            return Ok(conflict);
-        }
-        // Nothing holds the scopes: a conflict would name no holder and an
-        // error would say nothing the store cannot decide. The answer is
-        // the decision itself, taken once more under the scope locks.
-        AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id).unwrap_or_else(
-            |race| {
-                Err(Error::unavailable(format!(
-                    "admission of {:?} lost every race on its scopes, which are free; retry",
-                    request.id
-                ))
-                .with_source(race))
-            },
-        )
-    }
-
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::claim(claim)?;
-        validate::ttl(ttl)?;
-        for _ in 0..WRITE_ATTEMPTS {
-            let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.renew)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence_param(claim.fence))
-                .bind(interval(ttl))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(expires_at) = renewed {
-                return Ok(Renewal::Renewed { expires_at });
-            }
-            let record = self.read_record(&claim.id).await?;
-            if let Err(reason) = rules::judge_renewal(record.as_ref(), claim) {
-                return Ok(Renewal::Lost(reason));
-            }
-        }
-        Err(changed_concurrently("renewal", &claim.id))
-    }
-
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::claims(claims)?;
-        validate::ttl(ttl)?;
-        // One row per distinct claim: a repeated claim shares its outcome.
-        let mut distinct: Vec<&Claim> = Vec::new();
-        let mut position_of: HashMap<&Claim, usize> = HashMap::new();
-        let slots: Vec<usize> = claims
-            .iter()
-            .map(|claim| {
-                *position_of.entry(claim).or_insert_with(|| {
-                    distinct.push(claim);
-                    distinct.len() - 1
-                })
-            })
-            .collect();
-        let ids: Vec<&str> = distinct.iter().map(|claim| claim.id.as_str()).collect();
-        let owners: Vec<&str> = distinct.iter().map(|claim| claim.owner.as_str()).collect();
-        let fences: Vec<i64> = distinct
-            .iter()
-            .map(|claim| fence_param(claim.fence))
-            .collect();
-        let rows = sqlx::query(&self.sql.renew_many)
-            .bind(&ids)
-            .bind(&owners)
-            .bind(&fences)
-            .bind(interval(ttl))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        if rows.len() != distinct.len() {
-            return Err(Error::corrupt(format!(
-                "renew_many sent {} claims and got {} answers",
-                distinct.len(),
-                rows.len()
-            )));
-        }
-        let mut outcomes = Vec::with_capacity(distinct.len());
-        for (claim, row) in distinct.iter().zip(&rows) {
-            let renewed: Option<Timestamp> = row.try_get("renewed_until").map_err(store_error)?;
-            if let Some(expires_at) = renewed {
-                outcomes.push(Renewal::Renewed { expires_at });
-                continue;
-            }
-            let present: Option<String> = row.try_get("id").map_err(store_error)?;
-            let record = match present {
-                Some(_) => Some(decode::trusted_record(row)?),
-                None => None,
-            };
-            match rules::judge_renewal(record.as_ref(), claim) {
-                Err(reason) => outcomes.push(Renewal::Lost(reason)),
-                // Refused by a write that waited for a concurrent change the
-                // statement's snapshot cannot show: ask again on its own.
-                Ok(()) => outcomes.push(self.renew(claim, ttl).await?),
-            }
-        }
-        Ok(slots.into_iter().map(|slot| outcomes[slot]).collect())
-    }
-
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::claim(claim)?;
-        validate::status_change(change)?;
-        let allowed_from: Vec<&str> = Status::ALL
-            .into_iter()
-            .filter(|from| from.can_become(change.status))
-            .map(Status::as_str)
-            .collect();
-        for _ in 0..WRITE_ATTEMPTS {
-            let row = sqlx::query(&self.sql.transition)
-                .bind(&claim.id)
-                .bind(&claim.owner)
-                .bind(fence_param(claim.fence))
-                .bind(change.status.as_str())
-                .bind(change.error.as_deref())
-                .bind(change.stop_reason.as_deref())
-                .bind(&allowed_from)
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(row) = row {
-                return Ok(Transition::Applied(decode::trusted_record(&row)?));
-            }
-            let record = self.read_record(&claim.id).await?;
-            let Some(record) = record else {
-                return Ok(Transition::Rejected(TransitionRejection::Missing));
-            };
-            if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status) {
-                return Ok(Transition::Rejected(rejection));
-            }
-        }
-        Err(changed_concurrently("transition", &claim.id))
-    }
-
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::takeover(request)?;
-        let (status, error, stop_reason, adopt_ttl) = match &request.action {
-            TakeoverAction::Fail { error, stop_reason } => (
-                Status::Failed,
-                Some(error.as_str()),
-                stop_reason.as_deref(),
-                None,
-            ),
-            TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
-            other => {
-                return Err(Error::invalid_input(
-                    "action",
-                    format_args!("{other:?} is not supported by this store version"),
-                ))
-            }
-        };
-        let adopt = status == Status::Running;
-        for _ in 0..WRITE_ATTEMPTS {
-            let row = sqlx::query(&self.sql.take_over)
-                .bind(&request.id)
-                .bind(&request.claimer)
-                .bind(status.as_str())
-                .bind(error)
-                .bind(stop_reason)
-                .bind(adopt)
-                .bind(adopt_ttl.map(interval))
-                .bind(interval(request.grace))
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
-            if let Some(row) = row {
-                return Ok(Takeover::Taken(decode::trusted_record(&row)?));
-            }
-            let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
-                return Ok(Takeover::NotTaken(NotTakenReason::Missing));
-            };
-            if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
-                return Ok(Takeover::NotTaken(reason));
-            }
-        }
-        Err(changed_concurrently("takeover", &request.id))
-    }
-
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::expired_query(query)?;
-        let mut scan = ExpiredScan::default();
-        if query.created_before.is_some_and(|instant| {
-            lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
-        }) {
-            // No record is older than PostgreSQL's calendar, which refuses
-            // the bound itself.
-            return Ok(scan);
-        }
-        let mut offset: i64 = 0;
-        // Undecodable rows take no place in the answer: page on until the
-        // limit is filled with good records or the matches run out.
-        while scan.records.len() < query.limit {
-            let wanted = query.limit - scan.records.len();
-            let rows = sqlx::query(&self.sql.list_expired)
-                .bind(interval(query.grace))
-                .bind(query.created_before)
-                .bind(wanted as i64)
-                .bind(offset)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
-            offset += rows.len() as i64;
-            for row in &rows {
-                match decode::record(row) {
-                    Ok(record) => scan.records.push(record),
-                    Err(Undecodable { id, reason }) => {
-                        tracing::warn!(
-                            schema = self.schema(),
-                            id = %id,
-                            reason = %reason,
-                            "list_expired skipped an undecodable lease record"
-                        );
-                        scan.skipped.push(Undecodable { id, reason }.into_skipped());
+        self.bounded("admit", async move {
+            let metadata = validate::admit(request)?;
+            for attempt in 1..=ADMIT_ATTEMPTS {
+                match AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id) {
+                    Ok(answer) => return answer,
+                    Err(race) => {
+                        tracing::debug!(id = %request.id, attempt, error = %race, "admission raced");
                     }
                 }
             }
-            if rows.len() < wanted {
-                break;
+            if let Some(conflict) = self.visible_conflict(request).await? {
+                return Ok(conflict);
             }
-        }
-        Ok(scan)
+            // Nothing holds the scopes: a conflict would name no holder and an
+            // error would say nothing the store cannot decide. The answer is
+            // the decision itself, taken once more under the scope locks.
+            AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id).unwrap_or_else(
+                |race| {
+                    Err(Error::unavailable(format!(
+                        "admission of {:?} lost every race on its scopes, which are free; retry",
+                        request.id
+                    ))
+                    .with_source(race))
+                },
+            )
+        })
+        .await
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        self.bounded("renew", async move {
+            validate::claim(claim)?;
+            validate::ttl(ttl)?;
+            for _ in 0..WRITE_ATTEMPTS {
+                let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.renew)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(expires_at) = renewed {
+                    return Ok(Renewal::Renewed { expires_at });
+                }
+                let record = self.read_record(&claim.id).await?;
+                if let Err(reason) = rules::judge_renewal(record.as_ref(), claim) {
+                    return Ok(Renewal::Lost(reason));
+                }
+            }
+            Err(changed_concurrently("renewal", &claim.id))
+        })
+        .await
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        self.bounded("renew_many", async move {
+            validate::claims(claims)?;
+            validate::ttl(ttl)?;
+            // One row per distinct claim: a repeated claim shares its outcome.
+            let mut distinct: Vec<&Claim> = Vec::new();
+            let mut position_of: HashMap<&Claim, usize> = HashMap::new();
+            let slots: Vec<usize> = claims
+                .iter()
+                .map(|claim| {
+                    *position_of.entry(claim).or_insert_with(|| {
+                        distinct.push(claim);
+                        distinct.len() - 1
+                    })
+                })
+                .collect();
+            let ids: Vec<&str> = distinct.iter().map(|claim| claim.id.as_str()).collect();
+            let owners: Vec<&str> = distinct.iter().map(|claim| claim.owner.as_str()).collect();
+            let fences: Vec<i64> = distinct
+                .iter()
+                .map(|claim| fence_param(claim.fence))
+                .collect();
+            let rows = sqlx::query(&self.sql.renew_many)
+                .bind(&ids)
+                .bind(&owners)
+                .bind(&fences)
+                .bind(interval(ttl))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            if rows.len() != distinct.len() {
+                return Err(Error::corrupt(format!(
+                    "renew_many sent {} claims and got {} answers",
+                    distinct.len(),
+                    rows.len()
+                )));
+            }
+            let mut outcomes = Vec::with_capacity(distinct.len());
+            for (claim, row) in distinct.iter().zip(&rows) {
+                let renewed: Option<Timestamp> =
+                    row.try_get("renewed_until").map_err(store_error)?;
+                if let Some(expires_at) = renewed {
+                    outcomes.push(Renewal::Renewed { expires_at });
+                    continue;
+                }
+                let present: Option<String> = row.try_get("id").map_err(store_error)?;
+                let record = match present {
+                    Some(_) => Some(decode::trusted_record(row)?),
+                    None => None,
+                };
+                match rules::judge_renewal(record.as_ref(), claim) {
+                    Err(reason) => outcomes.push(Renewal::Lost(reason)),
+                    // Refused by a write that waited for a concurrent change the
+                    // statement's snapshot cannot show: ask again on its own.
+                    Ok(()) => outcomes.push(self.renew(claim, ttl).await?),
+                }
+            }
+            Ok(slots.into_iter().map(|slot| outcomes[slot]).collect())
+        })
+        .await
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        self.bounded("transition", async move {
+            validate::claim(claim)?;
+            validate::status_change(change)?;
+            let allowed_from: Vec<&str> = Status::ALL
+                .into_iter()
+                .filter(|from| from.can_become(change.status))
+                .map(Status::as_str)
+                .collect();
+            for _ in 0..WRITE_ATTEMPTS {
+                let row = sqlx::query(&self.sql.transition)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(change.status.as_str())
+                    .bind(change.error.as_deref())
+                    .bind(change.stop_reason.as_deref())
+                    .bind(&allowed_from)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(row) = row {
+                    return Ok(Transition::Applied(decode::trusted_record(&row)?));
+                }
+                let record = self.read_record(&claim.id).await?;
+                let Some(record) = record else {
+                    return Ok(Transition::Rejected(TransitionRejection::Missing));
+                };
+                if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status)
+                {
+                    return Ok(Transition::Rejected(rejection));
+                }
+            }
+            Err(changed_concurrently("transition", &claim.id))
+        })
+        .await
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        self.bounded("claim_for_takeover", async move {
+            validate::takeover(request)?;
+            let (status, error, stop_reason, adopt_ttl) = match &request.action {
+                TakeoverAction::Fail { error, stop_reason } => (
+                    Status::Failed,
+                    Some(error.as_str()),
+                    stop_reason.as_deref(),
+                    None,
+                ),
+                TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
+                other => {
+                    return Err(Error::invalid_input(
+                        "action",
+                        format_args!("{other:?} is not supported by this store version"),
+                    ))
+                }
+            };
+            let adopt = status == Status::Running;
+            for _ in 0..WRITE_ATTEMPTS {
+                let row = sqlx::query(&self.sql.take_over)
+                    .bind(&request.id)
+                    .bind(&request.claimer)
+                    .bind(status.as_str())
+                    .bind(error)
+                    .bind(stop_reason)
+                    .bind(adopt)
+                    .bind(adopt_ttl.map(interval))
+                    .bind(interval(request.grace))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                if let Some(row) = row {
+                    return Ok(Takeover::Taken(decode::trusted_record(&row)?));
+                }
+                let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
+                    return Ok(Takeover::NotTaken(NotTakenReason::Missing));
+                };
+                if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
+                    return Ok(Takeover::NotTaken(reason));
+                }
+            }
+            Err(changed_concurrently("takeover", &request.id))
+        })
+        .await
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        self.bounded("list_expired", async move {
+            validate::expired_query(query)?;
+            let mut scan = ExpiredScan::default();
+            if query.created_before.is_some_and(|instant| {
+                lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
+            }) {
+                // No record is older than PostgreSQL's calendar, which refuses
+                // the bound itself.
+                return Ok(scan);
+            }
+            let mut offset: i64 = 0;
+            // Undecodable rows take no place in the answer: page on until the
+            // limit is filled with good records or the matches run out.
+            while scan.records.len() < query.limit {
+                let wanted = query.limit - scan.records.len();
+                let rows = sqlx::query(&self.sql.list_expired)
+                    .bind(interval(query.grace))
+                    .bind(query.created_before)
+                    .bind(wanted as i64)
+                    .bind(offset)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                offset += rows.len() as i64;
+                for row in &rows {
+                    match decode::record(row) {
+                        Ok(record) => scan.records.push(record),
+                        Err(Undecodable { id, reason }) => {
+                            tracing::warn!(
+                                schema = self.schema(),
+                                id = %id,
+                                reason = %reason,
+                                "list_expired skipped an undecodable lease record"
+                            );
+                            scan.skipped.push(Undecodable { id, reason }.into_skipped());
+                        }
+                    }
+                }
+                if rows.len() < wanted {
+                    break;
+                }
+            }
+            Ok(scan)
+        })
+        .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::lease_id(id)?;
-        self.read_record(id).await
+        self.bounded("get", async move {
+            validate::lease_id(id)?;
+            self.read_record(id).await
+        })
+        .await
     }
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::scope(scope)?;
-        let rows = sqlx::query(&self.sql.list_by_scope)
-            .bind(scope)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        records(&rows)
+        self.bounded("list_by_scope", async move {
+            validate::scope(scope)?;
+            let rows = sqlx::query(&self.sql.list_by_scope)
+                .bind(scope)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            records(&rows)
+        })
+        .await
     }
 
     async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
-        let rows = sqlx::query(&self.sql.list_active)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        records(&rows)
+        self.bounded("list_active", async move {
+            let rows = sqlx::query(&self.sql.list_active)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(store_error)?;
+            records(&rows)
+        })
+        .await
     }
 
     async fn now(&self) -> Result<Timestamp> {
-        sqlx::query_scalar("SELECT now()")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(store_error)
+        self.bounded("now", async move {
+            sqlx::query_scalar("SELECT now()")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(store_error)
+        })
+        .await
     }
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::retention(terminal_older_than)?;
-        let done = sqlx::query(&self.sql.purge)
-            .bind(interval(terminal_older_than))
-            .execute(&self.pool)
-            .await
-            .map_err(store_error)?;
-        Ok(done.rows_affected())
+        self.bounded("purge", async move {
+            validate::retention(terminal_older_than)?;
+            let done = sqlx::query(&self.sql.purge)
+                .bind(interval(terminal_older_than))
+                .execute(&self.pool)
+                .await
+                .map_err(store_error)?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 }

@@ -1,9 +1,10 @@
 //! Network faults between the PostgreSQL store and its server: a call that
 //! gets no answer, a connection dropped mid-call, a reply lost after the
 //! commit, an admission cut at each step of its transaction, and a keeper
-//! riding through (or fail-stopping in) an outage.
+//! riding through (or fail-stopping in) an outage, and calls whose replies
+//! never come, cut short by the store's operation timeout.
 //!
-//! Each test runs one of `test_support::scenarios` on a store connected
+//! Each test but the last runs one of `test_support::scenarios` on a store connected
 //! through a [`FaultProxy`], judged by a store connected straight to the
 //! server in the same fresh schema (dropped afterwards). The proxied pool
 //! waits at most half a second for a connection: the pool checks an idle
@@ -15,9 +16,10 @@ mod support;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use backend_postgres::{PgStore, PgStoreConfig};
+use lease_core::{Admission, AdmitRequest, ErrorKind, LeaseStore, Renewal};
 use test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
 use test_support::FaultProxy;
 
@@ -145,5 +147,101 @@ async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one() {
         "keeper_rides_through_short_outage_and_fail_stops_through_long_one",
         scenarios::keeper_rides_through_short_outage_and_fail_stops_through_long_one,
     )
+    .await;
+}
+
+/// A renew whose request reached the server but whose reply never comes
+/// answers `Timeout`, outcome unknown, once the store's operation timeout
+/// runs out, instead of waiting on the silent connection. So does an
+/// admission cut inside its transaction, which is then rolled back: the
+/// record never appears and its scope is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_with_lost_reply_times_out_after_operation_timeout() {
+    const TEST: &str = "renew_with_lost_reply_times_out_after_operation_timeout";
+    const OPERATION_TIMEOUT: Duration = Duration::from_millis(300);
+    /// Room for a busy machine beyond the timeout, in the bounds below.
+    const SLACK: Duration = Duration::from_secs(3);
+    const LEASE: Duration = Duration::from_secs(600);
+    support::with_store(TEST, |direct, url| async move {
+        let (proxy, proxied_url) = match FaultProxy::in_front_of(&url).await {
+            Ok(started) => started,
+            Err(error) => panic!("{TEST}: could not start the proxy: {error}"),
+        };
+        let proxied = connect_patiently(
+            TEST,
+            &PgStoreConfig::new(proxied_url)
+                .schema(direct.schema())
+                .max_connections(PROXIED_POOL_SIZE)
+                .acquire_timeout(CONNECTION_WAIT)
+                .operation_timeout(OPERATION_TIMEOUT),
+        )
+        .await;
+        let request = AdmitRequest::new("renewed-into-silence", "worker")
+            .scope("silence")
+            .ttl(LEASE);
+        let claim = match direct.admit(&request).await {
+            Ok(Admission::Admitted { record, .. }) => record.claim().expect("claim"),
+            other => panic!("{TEST}: admission answered {other:?}"),
+        };
+
+        proxy.drop_reply_after(claim.id.as_bytes());
+        let started = Instant::now();
+        let renewal = tokio::spawn({
+            let proxied = proxied.clone();
+            let claim = claim.clone();
+            async move { proxied.renew(&claim, LEASE).await }
+        });
+        assert!(
+            proxy
+                .request_reached_server(OPERATION_TIMEOUT + SLACK)
+                .await,
+            "the renewal never reached the server"
+        );
+        let answer = tokio::time::timeout(OPERATION_TIMEOUT + SLACK, renewal)
+            .await
+            .expect("the renewal outlived its operation timeout")
+            .expect("renew task");
+        let elapsed = started.elapsed();
+        let error = answer.expect_err("a renewal without a reply cannot know its outcome");
+        assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+        assert!(error.is_outcome_unknown(), "{error}");
+        assert!(elapsed >= OPERATION_TIMEOUT, "answered after {elapsed:?}");
+
+        proxy.heal();
+        // Applied or not, the renewal changed no owner or fence.
+        assert!(
+            matches!(
+                direct.renew(&claim, LEASE).await,
+                Ok(Renewal::Renewed { .. })
+            ),
+            "the claim lost its record"
+        );
+
+        // The admission's reply to its duplicate probe (the first statement
+        // naming the new id) is lost, so its transaction is left open.
+        let cut = AdmitRequest::new("admitted-into-silence", "worker")
+            .scope("silent-scope")
+            .ttl(LEASE);
+        proxy.drop_reply_after(cut.id.as_bytes());
+        let admission = tokio::time::timeout(OPERATION_TIMEOUT + SLACK, proxied.admit(&cut))
+            .await
+            .expect("the admission outlived its operation timeout");
+        let error = admission.expect_err("an admission without a reply cannot know its outcome");
+        assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+        proxy.heal();
+        let retaken = AdmitRequest::new("admitted-after-silence", "other")
+            .scope("silent-scope")
+            .ttl(LEASE);
+        let retaken = tokio::time::timeout(SLACK, direct.admit(&retaken))
+            .await
+            .expect("the cut admission kept its scope locked");
+        assert!(
+            matches!(retaken, Ok(Admission::Admitted { .. })),
+            "{retaken:?}"
+        );
+        assert_eq!(direct.get(&cut.id).await.expect("get"), None);
+        proxy.stop().await;
+        proxied.close().await;
+    })
     .await;
 }

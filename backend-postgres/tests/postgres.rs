@@ -615,3 +615,95 @@ async fn list_expired_before_postgres_calendar_is_empty_not_an_error() {
     )
     .await;
 }
+
+/// Records each renewer holds a claim on.
+const BATCH_RECORDS: usize = 24;
+/// Records one intruding admission interrupts (one scope each).
+const INTERRUPTED_PER_ADMISSION: usize = 6;
+
+/// Renews `claims` as one batch, over and over, until `interrupts_done` and
+/// at least once after; every answer must be an outcome.
+async fn renew_batches_until(
+    store: PgStore,
+    claims: Vec<lease_core::Claim>,
+    mut interrupts_done: tokio::sync::watch::Receiver<bool>,
+) -> usize {
+    let mut batches = 0;
+    loop {
+        let finished = *interrupts_done.borrow_and_update();
+        match store.renew_many(&claims, LONG).await {
+            Ok(outcomes) => assert_eq!(outcomes.len(), claims.len()),
+            Err(error) => panic!("renew_many batch {batches} answered Err: {error}"),
+        }
+        batches += 1;
+        if finished {
+            return batches;
+        }
+    }
+}
+
+/// `renew_many` locks its records in id order whatever order the claims
+/// come in, as admissions lock holders: two batches over the same records
+/// in opposite orders, and admissions interrupting some of them, wait for
+/// one another and never deadlock (which would answer `Err`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
+    with_store(
+        "renew_many_in_opposite_orders_with_admissions_never_errs",
+        |store, _| async move {
+            let mut claims = Vec::with_capacity(BATCH_RECORDS);
+            for n in 0..BATCH_RECORDS {
+                let record = admitted(
+                    store
+                        .admit(
+                            &AdmitRequest::new(format!("rec-{n:02}"), "worker")
+                                .scope(format!("s-{n:02}"))
+                                .ttl(LONG),
+                        )
+                        .await
+                        .expect("admit"),
+                );
+                claims.push(record.claim().expect("an admitted record has a claim"));
+            }
+            let ascending = claims.clone();
+            let descending: Vec<_> = claims.iter().rev().cloned().collect();
+            let (interrupts_done, watch_done) = tokio::sync::watch::channel(false);
+            let renewers = [ascending, descending].map(|batch| {
+                tokio::spawn(renew_batches_until(
+                    store.clone(),
+                    batch,
+                    watch_done.clone(),
+                ))
+            });
+            // The same owner interrupts even holders with valid leases.
+            for (n, chunk) in (0..BATCH_RECORDS)
+                .collect::<Vec<_>>()
+                .chunks(INTERRUPTED_PER_ADMISSION)
+                .enumerate()
+            {
+                let request = AdmitRequest::new(format!("intruder-{n}"), "worker")
+                    .scopes(chunk.iter().map(|k| format!("s-{k:02}")))
+                    .strategy(AdmitStrategy::Interrupt)
+                    .ttl(LONG);
+                match store.admit(&request).await {
+                    Ok(Admission::Admitted { interrupted, .. }) => {
+                        assert_eq!(interrupted.len(), chunk.len(), "{:?}", request.id);
+                    }
+                    other => panic!("{:?} answered {other:?}", request.id),
+                }
+            }
+            interrupts_done.send_replace(true);
+            for renewer in renewers {
+                assert!(renewer.await.expect("join") >= 1);
+            }
+            let outcomes = store.renew_many(&claims, LONG).await.expect("renew_many");
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|outcome| *outcome == Renewal::Lost(lease_core::LossReason::Interrupted)),
+                "{outcomes:?}"
+            );
+        },
+    )
+    .await;
+}
