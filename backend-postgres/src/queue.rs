@@ -26,7 +26,9 @@ use sqlx::Postgres;
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
-use crate::store::{changed_concurrently, fence_param, interval, WRITE_ATTEMPTS};
+use crate::store::{
+    changed_concurrently, fence_param, interval, interval_rounded_up, WRITE_ATTEMPTS,
+};
 use crate::PgStore;
 
 /// The primary key whose violation means a job id is taken.
@@ -300,7 +302,7 @@ impl JobQueue for PgStore {
         self.bounded("reap", async move {
             validate::grace(grace)?;
             let rows = sqlx::query(&self.sql.jobs.reap)
-                .bind(interval(grace))
+                .bind(interval_rounded_up(grace))
                 .bind(rules::MAX_REAP as i64)
                 .fetch_all(&self.pool)
                 .await

@@ -51,6 +51,16 @@ const EARLIEST_TIMESTAMP_MICROS: i64 = -210_866_803_200_000_000;
 /// The primary key whose violation means the id is taken.
 const LEASES_PRIMARY_KEY: &str = "leases_pkey";
 
+/// A grace or retention as an interval, rounded up to whole microseconds so
+/// the server's comparisons agree with `lease_core::clock::is_before_end`.
+pub(crate) fn interval_rounded_up(duration: Duration) -> PgInterval {
+    PgInterval {
+        months: 0,
+        days: 0,
+        microseconds: lease_core::clock::micros_rounded_up(duration),
+    }
+}
+
 pub(crate) fn interval(duration: Duration) -> PgInterval {
     PgInterval {
         months: 0,
@@ -456,7 +466,7 @@ impl LeaseStore for PgStore {
                     .bind(stop_reason)
                     .bind(adopt)
                     .bind(adopt_ttl.map(interval))
-                    .bind(interval(request.grace))
+                    .bind(interval_rounded_up(request.grace))
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(store_error)?;
@@ -492,7 +502,7 @@ impl LeaseStore for PgStore {
             while scan.records.len() < query.limit {
                 let wanted = query.limit - scan.records.len();
                 let rows = sqlx::query(&self.sql.list_expired)
-                    .bind(interval(query.grace))
+                    .bind(interval_rounded_up(query.grace))
                     .bind(query.created_before)
                     .bind(wanted as i64)
                     .bind(offset)
@@ -569,7 +579,7 @@ impl LeaseStore for PgStore {
         self.bounded("purge", async move {
             validate::retention(terminal_older_than)?;
             let done = sqlx::query(&self.sql.purge)
-                .bind(interval(terminal_older_than))
+                .bind(interval_rounded_up(terminal_older_than))
                 .execute(&self.pool)
                 .await
                 .map_err(store_error)?;

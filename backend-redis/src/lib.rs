@@ -87,9 +87,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ErrorKind, ExpiredQuery,
-    ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
-    TakeoverRequest, Timestamp, Transition,
+    clock, rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ErrorKind,
+    ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover,
+    TakeoverAction, TakeoverRequest, Timestamp, Transition,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, ScriptInvocation, Value};
@@ -278,15 +278,6 @@ fn micros(duration: Duration) -> u128 {
     duration.as_micros()
 }
 
-/// A duration in whole microseconds, rounded up. Comparing microsecond
-/// instants against `instant + this` decides exactly as comparing them
-/// against `instant + duration` in nanoseconds does (`t + g > now` holds for
-/// whole-microsecond `t`, `now` iff it holds with `g` rounded up), so the
-/// scripts judge grace and retention exactly as `lease_core::rules` does.
-fn micros_rounded_up(duration: Duration) -> u128 {
-    duration.as_nanos().div_ceil(1000)
-}
-
 /// `"1"` and the text when given, `"0"` and nothing otherwise.
 fn optional(text: Option<&str>) -> (&'static str, &str) {
     match text {
@@ -341,7 +332,7 @@ impl LeaseStore for RedisStore {
                     .unwrap_or_default(),
             )
             .arg(strategy)
-            .arg(micros_rounded_up(request.grace))
+            .arg(clock::micros_rounded_up(request.grace))
             .arg(request.metadata.to_string())
             .arg(scopes.to_string())
             .arg(rules::INTERRUPTED_BY_ADMISSION);
@@ -419,7 +410,7 @@ impl LeaseStore for RedisStore {
             .arg(self.keys.prefix())
             .arg(&request.id)
             .arg(&request.claimer)
-            .arg(micros_rounded_up(request.grace))
+            .arg(clock::micros_rounded_up(request.grace))
             .arg(action)
             .arg(error)
             .arg(has_stop)
@@ -434,7 +425,7 @@ impl LeaseStore for RedisStore {
         invocation
             .key(self.keys.expiry())
             .arg(self.keys.prefix())
-            .arg(micros_rounded_up(query.grace))
+            .arg(clock::micros_rounded_up(query.grace))
             .arg(
                 query
                     .created_before
@@ -480,7 +471,7 @@ impl LeaseStore for RedisStore {
             invocation
                 .key(self.keys.terminal())
                 .arg(self.keys.prefix())
-                .arg(micros_rounded_up(terminal_older_than))
+                .arg(clock::micros_rounded_up(terminal_older_than))
                 .arg(PURGE_BATCH);
             let deleted = u64::from_redis_value(self.script(&invocation).await?)
                 .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;

@@ -30,7 +30,7 @@ use lease_core::{clock, validate, Error, Result};
 
 use crate::reply::jobs as reply;
 use crate::scripts::SCRIPTS;
-use crate::{micros, micros_rounded_up, RedisStore};
+use crate::{micros, RedisStore};
 
 /// Most ready jobs one `claim` looks at per job asked for: a claim of
 /// `limit` jobs judges at most `limit × CLAIM_SCAN_PER_JOB` of them.
@@ -200,7 +200,7 @@ impl JobQueue for RedisStore {
         invocation
             .key(self.keys.claimed_jobs())
             .arg(self.keys.prefix())
-            .arg(micros_rounded_up(grace))
+            .arg(lease_core::clock::micros_rounded_up(grace))
             .arg(lease_core::queue::rules::MAX_REAP);
         reply::reaped(self.script(&invocation).await?)
     }

@@ -244,7 +244,7 @@ fn collect_records<P: rusqlite::Params>(
 pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duration) -> Result<u64> {
     let mut statement = connection.prepare_cached(PURGE).map_err(map_sqlite_error)?;
     // Rounded up, so a sub-microsecond retention never purges early.
-    let older_than = i64::try_from(older_than.as_nanos().div_ceil(1_000)).unwrap_or(i64::MAX);
+    let older_than = lease_core::clock::micros_rounded_up(older_than);
     let updated_before = to_micros(now).saturating_sub(older_than);
     let deleted = statement
         .execute([updated_before])

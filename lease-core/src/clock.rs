@@ -45,6 +45,22 @@ pub fn until(earlier: Timestamp, later: Timestamp) -> Duration {
     (later - earlier).to_std().unwrap_or(Duration::ZERO)
 }
 
+/// Whether `now` is strictly before `start + span`, computed exactly (no
+/// truncation of `span`): the test behind "lease still valid with grace".
+/// Stores that must compare in whole microseconds get the same answer by
+/// rounding `span` **up** ([`micros_rounded_up`]), since store instants are
+/// whole microseconds.
+pub fn is_before_end(start: Timestamp, span: Duration, now: Timestamp) -> bool {
+    now < start || until(start, now) < span
+}
+
+/// `duration` in whole microseconds, rounded up and saturating: the form in
+/// which stores compare durations against microsecond instants so they agree
+/// with [`is_before_end`].
+pub fn micros_rounded_up(duration: Duration) -> i64 {
+    i64::try_from(duration.as_nanos().div_ceil(1_000)).unwrap_or(i64::MAX)
+}
+
 /// A source of the current time for embedded stores.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant, truncated to microseconds.

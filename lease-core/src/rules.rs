@@ -19,7 +19,7 @@ pub fn lease_valid(record: &LeaseRecord, grace: Duration, now: Timestamp) -> boo
     record.is_active()
         && record
             .lease_expires_at
-            .is_some_and(|expires| clock::add(expires, grace) > now)
+            .is_some_and(|expires| clock::is_before_end(expires, grace, now))
 }
 
 /// True when `record` may be reclaimed at `now`: active, and its lease is
@@ -33,9 +33,14 @@ pub fn retry_after(record: &LeaseRecord, grace: Duration, now: Timestamp) -> Opt
     if !lease_valid(record, grace, now) {
         return None;
     }
-    record
-        .lease_expires_at
-        .map(|expires| clock::until(now, clock::add(expires, grace)))
+    // Exact: `expires + grace - now`, without truncating the grace.
+    record.lease_expires_at.map(|expires| {
+        if now <= expires {
+            clock::until(now, expires) + grace
+        } else {
+            grace.saturating_sub(clock::until(expires, now))
+        }
+    })
 }
 
 /// Whether `claim` still holds `record` (renew's check), else why not.
@@ -243,7 +248,7 @@ pub fn matches_expired(
 
 /// Whether a terminal `record` is old enough for `purge`.
 pub fn purgeable(record: &LeaseRecord, older_than: Duration, now: Timestamp) -> bool {
-    record.status.is_terminal() && clock::add(record.updated_at, older_than) <= now
+    record.status.is_terminal() && !clock::is_before_end(record.updated_at, older_than, now)
 }
 
 /// Sort key of `list_by_scope`: newest first (by creation, then by fence).

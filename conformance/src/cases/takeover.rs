@@ -452,3 +452,68 @@ pub async fn race_takeovers_exactly_one_taken<S: LeaseStore + 'static>(ctx: Ctx<
     }
     Ok(())
 }
+
+/// Grace is judged exactly, not truncated to the microseconds stores keep: a
+/// lease that ended 1 µs ago is still valid under a grace of 1.5 µs and no
+/// longer under 0.5 µs, with a `retry_after` of the 0.5 µs left. On a clock
+/// the kit cannot move, the same sub-microsecond graces must still answer
+/// (valid lease: `LeaseValid`; long-expired lease: `Taken`), never an error.
+pub async fn takeover_grace_is_exact_below_a_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let half_micro = Duration::from_nanos(500);
+    let one_and_a_half = Duration::from_nanos(1_500);
+    let record = admit(
+        &ctx,
+        AdmitRequest::new("exact-grace", "owner-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    let expires = record
+        .lease_expires_at
+        .ok_or_else(|| Failure("admitted with a ttl but no expiry".into()))?;
+    if let crate::harness::ClockControl::Manual(manual) = ctx.clock() {
+        manual.advance_to(clock::add(expires, Duration::from_micros(1)));
+        let within =
+            TakeoverRequest::fail("exact-grace", "claimer-b", "orphaned").grace(one_and_a_half);
+        let reason = expect_not_taken(&ctx, &within).await?;
+        ensure_eq!(
+            reason,
+            NotTakenReason::LeaseValid {
+                retry_after: half_micro
+            },
+            "1 µs past expiry is within a 1.5 µs grace, with 0.5 µs left"
+        );
+        let beyond =
+            TakeoverRequest::fail("exact-grace", "claimer-b", "orphaned").grace(half_micro);
+        ensure!(
+            matches!(
+                ctx.store.claim_for_takeover(&beyond).await?,
+                Takeover::Taken(_)
+            ),
+            "1 µs past expiry is beyond a 0.5 µs grace"
+        );
+        return Ok(());
+    }
+    let valid = admit(
+        &ctx,
+        AdmitRequest::new("exact-grace-valid", "owner-a").ttl(LONG_TTL),
+    )
+    .await?;
+    let request =
+        TakeoverRequest::fail(valid.id.as_str(), "claimer-b", "orphaned").grace(one_and_a_half);
+    let reason = expect_not_taken(&ctx, &request).await?;
+    ensure!(
+        matches!(reason, NotTakenReason::LeaseValid { .. }),
+        "a valid lease under a sub-microsecond grace answers LeaseValid, got {reason:?}"
+    );
+    expire(&ctx, &record, Duration::from_millis(1)).await?;
+    let request = TakeoverRequest::fail("exact-grace", "claimer-b", "orphaned").grace(half_micro);
+    ensure!(
+        matches!(
+            ctx.store.claim_for_takeover(&request).await?,
+            Takeover::Taken(_)
+        ),
+        "an expired lease under a sub-microsecond grace is taken"
+    );
+    Ok(())
+}

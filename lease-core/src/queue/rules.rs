@@ -147,7 +147,7 @@ pub fn reapable(job: &Job, grace: Duration, now: Timestamp) -> bool {
     job.state == JobState::Claimed
         && job
             .lease_expires_at
-            .is_some_and(|expires| clock::add(expires, grace) <= now)
+            .is_some_and(|expires| !clock::is_before_end(expires, grace, now))
 }
 
 /// Sort key of `reap`: oldest expiry first, then id.
