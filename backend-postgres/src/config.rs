@@ -156,7 +156,9 @@ pub(crate) fn redact_url(url: &str) -> String {
             };
             format!("{scheme}://{authority}{path}")
         }
-        None => before_query.to_owned(),
+        // A libpq `key=value` string or anything else that is not a URL:
+        // there is no telling where a password might be, so print none of it.
+        None => return "<not a URL>".to_owned(),
     };
     if let Some(query) = query {
         let parameters: Vec<String> = query
@@ -232,6 +234,14 @@ mod tests {
         assert_eq!(
             redact_url("postgres://db/jobs?user=app&password=hunter2&sslmode=disable"),
             "postgres://db/jobs?user=app&password=***&sslmode=disable"
+        );
+    }
+
+    #[test]
+    fn hides_connection_strings_that_are_not_urls() {
+        assert_eq!(
+            redact_url("host=db user=app password=hunter2 dbname=jobs"),
+            "<not a URL>"
         );
     }
 

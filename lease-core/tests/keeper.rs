@@ -729,6 +729,35 @@ async fn ten_thousand_leases_renew_through_few_renew_many_calls() {
         .all(|record| record.lease_expires_at.unwrap() > now));
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_record_costs_its_batch_neighbours_nothing() {
+    let store = FaultyStore::new();
+    let keeper = start(&store, config().solo_renewal_limit(4));
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    for index in 0..10 {
+        guards.push(admit(&keeper, &format!("lease-{index}")).await);
+    }
+    // The batch holding lease-3 fails as undecodable, and so does lease-3 alone.
+    store.inject(Op::RenewMany, Some("lease-3"), Fault::Corrupt);
+    store.inject(Op::Renew, Some("lease-3"), Fault::Corrupt);
+
+    at(t0, TTL * 3 + ms(500)).await;
+    assert!(store.calls(Op::RenewMany) > 0, "the beat renews in batches");
+    assert_eq!(
+        guards[3].loss(),
+        Some(LossCause::DeadlinePassed),
+        "the undecodable lease itself fail-stops at its deadline"
+    );
+    for (index, guard) in guards.iter().enumerate().filter(|(index, _)| *index != 3) {
+        assert_eq!(
+            guard.loss(),
+            None,
+            "lease-{index} was renewed lease by lease"
+        );
+    }
+}
+
 // ---------------------------------------------------------------- cancel --
 
 #[tokio::test(start_paused = true)]

@@ -333,3 +333,11 @@ impl RunGuard {
         }
     }
 }
+
+/// Lets work that checks ownership between items (`guard.check().await?`)
+/// return the same error as its final write.
+impl From<OwnershipLost> for WriteError {
+    fn from(lost: OwnershipLost) -> Self {
+        WriteError::OwnershipLost(lost.cause)
+    }
+}

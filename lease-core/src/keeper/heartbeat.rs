@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::guard::LossCause;
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::{telemetry, Shared};
+use crate::error::ErrorKind;
 use crate::outcome::Renewal;
 use crate::queue::JobRenewal;
 use crate::record::Claim;
@@ -99,6 +100,14 @@ enum Answer {
     Lost(LossCause),
 }
 
+/// A run renewal's outcome as an [`Answer`].
+fn renewal_answer(outcome: Renewal) -> Answer {
+    match outcome {
+        Renewal::Renewed { .. } => Answer::Renewed,
+        Renewal::Lost(reason) => Answer::Lost(LossCause::Lost(reason)),
+    }
+}
+
 /// Renews one job claim, bounded by its own confirmed deadline.
 async fn renew_job(shared: Arc<Shared>, deadline: Instant, job: Arc<HeldJob>, ttl: Duration) {
     telemetry::renew_call("renew_job");
@@ -153,11 +162,14 @@ async fn renew_chunk(
     match answer {
         Ok(Ok(outcomes)) if outcomes.len() == chunk.len() => {
             for ((deadline, run), outcome) in chunk.iter().zip(outcomes) {
-                let answer = match outcome {
-                    Renewal::Renewed { .. } => Answer::Renewed,
-                    Renewal::Lost(reason) => Answer::Lost(LossCause::Lost(reason)),
-                };
-                on_answer(&shared, run, *deadline, answer, sent + ttl, now);
+                on_answer(
+                    &shared,
+                    run,
+                    *deadline,
+                    renewal_answer(outcome),
+                    sent + ttl,
+                    now,
+                );
             }
         }
         Ok(Ok(outcomes)) => {
@@ -168,6 +180,47 @@ async fn renew_chunk(
             );
             for (deadline, run) in &chunk {
                 on_unknown(&shared, run, *deadline, "error", now);
+            }
+        }
+        Ok(Err(error)) if !solo && error.kind() == ErrorKind::Corrupt => {
+            // One undecodable record must not cost its healthy neighbours
+            // their renewal: renew this chunk lease by lease instead.
+            tracing::warn!(%error, claims = chunk.len(), "renew_many met an undecodable record; renewing the chunk lease by lease");
+            let mut singles = JoinSet::new();
+            for (index, (deadline, run)) in chunk.iter().enumerate() {
+                let store = Arc::clone(&shared.store);
+                let claim = run.item.claim.clone();
+                let deadline = *deadline;
+                telemetry::renew_call("renew");
+                singles.spawn(async move {
+                    let sent = Instant::now();
+                    let answer = tokio::time::timeout_at(deadline, store.renew(&claim, ttl)).await;
+                    (index, sent, answer)
+                });
+            }
+            while let Some(joined) = singles.join_next().await {
+                let Ok((index, sent, answer)) = joined else {
+                    continue;
+                };
+                let (deadline, run) = &chunk[index];
+                let now = Instant::now();
+                match answer {
+                    Ok(Ok(outcome)) => {
+                        on_answer(
+                            &shared,
+                            run,
+                            *deadline,
+                            renewal_answer(outcome),
+                            sent + ttl,
+                            now,
+                        );
+                    }
+                    Ok(Err(error)) => {
+                        tracing::warn!(lease.id = %run.item.claim.id, %error, "renewal failed; lease kept until its confirmed deadline");
+                        on_unknown(&shared, run, *deadline, "error", now);
+                    }
+                    Err(_) => on_unknown(&shared, run, *deadline, "timeout", now),
+                }
             }
         }
         Ok(Err(error)) => {

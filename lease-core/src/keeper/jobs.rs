@@ -333,3 +333,11 @@ impl Keeper {
         self.shared.config.ttl.ok_or(KeeperError::NoTtl)
     }
 }
+
+/// Lets job work that checks ownership between items (`guard.check().await?`)
+/// return the same error as its settling write.
+impl From<OwnershipLost> for JobWriteError {
+    fn from(lost: OwnershipLost) -> Self {
+        JobWriteError::OwnershipLost(lost.cause)
+    }
+}

@@ -41,6 +41,7 @@
 //! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
 //! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` |
 //! | `tenure_keeper_recovery_failures_total` | counter | |
+//! | `tenure_keeper_undecodable_records_total` | counter | (records the reconciler's scan could not decode) |
 //! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
 //! | `tenure_keeper_held_leases` | gauge | (runs and jobs) |
 //!
@@ -84,6 +85,10 @@ use held::{Entry, HeldCore, HeldKey, HeldRun, Phase};
 
 /// The reason written on records stopped by [`Keeper::cancel`].
 pub const CANCELLED: &str = "cancelled";
+
+/// The stop reason written on orphans the reconciler fails
+/// ([`ReconcileAction::Fail`]).
+pub const ORPHANED: &str = "orphaned";
 
 /// Why a keeper call failed.
 #[derive(Debug, thiserror::Error)]

@@ -19,9 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ReconcileAction;
 use super::guard::RunGuard;
-use super::{telemetry, Shared};
+use super::{telemetry, Shared, ORPHANED};
 use crate::error::Error;
-use crate::outcome::Takeover;
+use crate::outcome::{SkippedRecord, Takeover};
 use crate::record::LeaseRecord;
 use crate::request::{ExpiredQuery, TakeoverAction, TakeoverRequest};
 
@@ -53,6 +53,9 @@ pub struct ReconcileReport {
     pub recovered: Vec<String>,
     /// Ids skipped because this keeper holds them.
     pub skipped_own: Vec<String>,
+    /// Records the scan matched but could not decode (also logged and
+    /// counted): they need an operator's attention.
+    pub undecodable: Vec<SkippedRecord>,
     /// Takeovers answered `NotTaken` (a peer won, or the owner renewed).
     pub not_taken: usize,
     /// Takeovers the store could not answer.
@@ -126,14 +129,19 @@ async fn pass(
                 )))
             }
         };
+    for skipped in &scan.skipped {
+        tracing::warn!(lease.id = %skipped.id, reason = %skipped.reason, "the orphan scan met an undecodable record");
+    }
+    telemetry::undecodable(scan.skipped.len());
     let mut report = ReconcileReport {
         scanned: scan.records.len(),
+        undecodable: scan.skipped,
         ..ReconcileReport::default()
     };
     let action = match &config.reconcile_action {
         ReconcileAction::Fail { error } => TakeoverAction::Fail {
             error: error.clone(),
-            stop_reason: Some("orphaned".to_owned()),
+            stop_reason: Some(ORPHANED.to_owned()),
         },
         ReconcileAction::Adopt => TakeoverAction::Adopt { ttl: config.ttl },
     };

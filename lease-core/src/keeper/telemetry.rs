@@ -11,6 +11,7 @@ pub(crate) const LOSSES: &str = "tenure_keeper_losses_total";
 pub(crate) const FAIL_STOPS: &str = "tenure_keeper_fail_stops_total";
 pub(crate) const TAKEOVERS: &str = "tenure_keeper_takeovers_total";
 pub(crate) const RECOVERY_FAILURES: &str = "tenure_keeper_recovery_failures_total";
+pub(crate) const UNDECODABLE: &str = "tenure_keeper_undecodable_records_total";
 pub(crate) const TIME_LEFT: &str = "tenure_keeper_lease_time_left_seconds";
 pub(crate) const HELD: &str = "tenure_keeper_held_leases";
 
@@ -48,4 +49,11 @@ pub(crate) fn recovery_failure() {
 /// The number of runs and jobs held changed by `delta`.
 pub(crate) fn held(delta: f64) {
     metrics::gauge!(HELD).increment(delta);
+}
+
+/// Records a scan could not decode.
+pub(crate) fn undecodable(count: usize) {
+    if count > 0 {
+        metrics::counter!(UNDECODABLE).increment(count as u64);
+    }
 }

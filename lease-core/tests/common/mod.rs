@@ -70,6 +70,9 @@ pub enum Op {
 pub enum Fault {
     /// Answer `Err(Unavailable)` without touching the store.
     Fail,
+    /// Answer `Err(Corrupt)` without touching the store, as a backend does
+    /// when a record it must read cannot be decoded.
+    Corrupt,
     /// Never answer until `release_hangs`, then run the operation.
     Hang,
     /// Apply the operation at once, answer after this long.
@@ -149,6 +152,7 @@ impl FaultyStore {
         match fault {
             None => Ok(Duration::ZERO),
             Some(Fault::Fail) => Err(lease_core::Error::unavailable("injected failure")),
+            Some(Fault::Corrupt) => Err(lease_core::Error::corrupt("injected undecodable record")),
             Some(Fault::SlowAnswer(delay)) => Ok(delay),
             Some(Fault::Hang) => {
                 let dropped = CountDrop(self.hangs_dropped.clone());
