@@ -134,17 +134,6 @@ fn claimed(job: Job) -> Result<ClaimedJob> {
 
 #[async_trait]
 impl JobQueue for PgStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        self.bounded("enqueue", async move {
-            validate::new_job(job)?;
-            let mut created = self.enqueue_batch(std::slice::from_ref(job)).await?;
-            created.pop().ok_or_else(|| {
-                Error::unavailable(format!("enqueue of {:?} answered no job", job.id))
-            })
-        })
-        .await
-    }
-
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         self.bounded("enqueue_batch", async move {
             validate::new_jobs(jobs)?;

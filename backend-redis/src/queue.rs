@@ -90,14 +90,6 @@ impl RedisStore {
 
 #[async_trait]
 impl JobQueue for RedisStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::new_job(job)?;
-        self.enqueue_valid(std::slice::from_ref(job))
-            .await?
-            .pop()
-            .ok_or_else(|| Error::corrupt("enqueue.lua answered no job"))
-    }
-
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         validate::new_jobs(jobs)?;
         if jobs.is_empty() {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::LeaseStore;
 
 /// A store of jobs (SPEC §3), implemented by the same stores as
@@ -32,7 +32,16 @@ use crate::store::LeaseStore;
 pub trait JobQueue: LeaseStore {
     /// Adds a job. A duplicate id is an
     /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) error.
-    async fn enqueue(&self, job: &NewJob) -> Result<Job>;
+    ///
+    /// The default enqueues a batch of one; backends override it only where
+    /// a single job has a cheaper path.
+    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+        crate::validate::new_job(job)?;
+        self.enqueue_batch(std::slice::from_ref(job))
+            .await?
+            .pop()
+            .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
+    }
 
     /// Adds several jobs, all or none (one transaction or script).
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>>;
