@@ -54,7 +54,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::queue::Job;
 use lease_core::rules::{self, AdmissionPlan};
 use lease_core::{
     validate, Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
@@ -76,8 +75,8 @@ struct State {
     records: HashMap<String, LeaseRecord>,
     /// Active holder (record id) of each held scope.
     holders: HashMap<String, String>,
-    /// Jobs by id; a namespace apart from the records.
-    jobs: HashMap<String, Job>,
+    /// Jobs; their ids are a namespace apart from the records'.
+    jobs: queue::Jobs,
     /// Last fence handed out, to leases and job claims alike.
     last_fence: u64,
 }

@@ -139,10 +139,10 @@
 //!    one), before it touches any row. The key is FNV-1a 64 over the schema
 //!    name, a `0xFF` byte and the scope; stores in other schemas never wait
 //!    on it, and a colliding pair of scopes merely takes turns;
-//! 2. reads its instant (`statement_timestamp()`, which is after the wait,
-//!    so never earlier than what the scope's previous admission wrote) and
-//!    locks the active holders of its scopes (`FOR UPDATE`, records only, in
-//!    id order);
+//! 2. locks the active holders of its scopes (`FOR UPDATE`, records only,
+//!    in id order), then reads its instant (`statement_timestamp()`, after
+//!    every wait, so never earlier than what a scope's previous holder
+//!    wrote when it was released);
 //! 3. decides with [`lease_core::rules::plan_admission`] and writes:
 //!    interrupts, fences, the new record and its `held_scopes` rows.
 //!

@@ -92,6 +92,7 @@ pub(crate) struct Statements {
     /// admission, wait for one another instead of deadlocking. The update
     /// then waits for nothing: every row it writes is already locked.
     pub(crate) renew_many: String,
+    pub(crate) get_many: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` target, `$5` error,
     /// `$6` stop reason, `$7` allowed current statuses → the record, if applied.
     pub(crate) transition: String,
@@ -269,8 +270,9 @@ impl Statements {
                  SELECT max(taken) AS taken FROM locked"
                 .to_owned(),
             // `now()` is the transaction's start, before any wait for the
-            // scope locks; the statement's start is after them, so it is
-            // never earlier than what the previous holder of a scope wrote.
+            // scope and holder locks; this statement runs after both, so its
+            // start is never earlier than what a scope's previous holder
+            // wrote when it was released.
             admit_probe: format!(
                 "SELECT statement_timestamp() AS store_now, \
                  EXISTS (SELECT 1 FROM {s}.leases WHERE id = $1) AS taken"
@@ -319,21 +321,23 @@ impl Statements {
                  WHERE id = $1 AND owner = $2 AND fence = $3 AND status IN {ACTIVE} \
                  RETURNING lease_expires_at"
             ),
+            // `locked` takes the row locks in id order (the order admissions
+            // lock holders in) before the UPDATE touches any row: the
+            // uncorrelated sub-select is evaluated once, up front. Only
+            // renewed claims come back; refused ones are read afterwards.
             renew_many: format!(
                 "WITH claims AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) \
                    WITH ORDINALITY AS c(id, owner, fence, position)), \
                  locked AS MATERIALIZED (SELECT l.id FROM {s}.leases l \
-                   WHERE l.id = ANY($1::text[]) ORDER BY l.id FOR NO KEY UPDATE), \
-                 renewed AS (UPDATE {s}.leases l \
+                   WHERE l.id = ANY($1::text[]) ORDER BY l.id FOR NO KEY UPDATE) \
+                 UPDATE {s}.leases l \
                    SET lease_expires_at = now() + $4::interval, updated_at = now() \
-                   FROM claims c, locked k WHERE l.id = k.id AND l.id = c.id \
+                   FROM claims c WHERE l.id = c.id \
                    AND l.owner = c.owner AND l.fence = c.fence \
-                   AND l.status IN {ACTIVE} RETURNING c.position, l.lease_expires_at) \
-                 SELECT c.position, r.lease_expires_at AS renewed_until, {record} \
-                 FROM claims c LEFT JOIN renewed r ON r.position = c.position \
-                 LEFT JOIN {s}.leases l ON l.id = c.id AND r.position IS NULL \
-                 ORDER BY c.position"
+                   AND l.status IN {ACTIVE} AND (SELECT count(*) FROM locked) >= 0 \
+                   RETURNING c.position, l.lease_expires_at"
             ),
+            get_many: format!("SELECT {record} FROM {s}.leases l WHERE l.id = ANY($1::text[])"),
             transition: format!(
                 "WITH changed AS (UPDATE {s}.leases l SET status = $4, \
                    error = COALESCE($5, error), stop_reason = COALESCE($6, stop_reason), \

@@ -151,14 +151,6 @@ impl PgStore {
                 .execute(&mut *tx)
                 .await?;
         }
-        let probe = sqlx::query(&self.sql.admit_probe)
-            .bind(&request.id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let now: Timestamp = probe.try_get("store_now")?;
-        if probe.try_get::<bool, _>("taken")? {
-            return Err(AdmitFailure::Duplicate);
-        }
         let holders = if scopes.is_empty() {
             Vec::new()
         } else {
@@ -168,6 +160,17 @@ impl PgStore {
                 .await?;
             records(&rows)?
         };
+        // Read after the holders are locked: a holder that finished while
+        // this waited committed before this statement starts, so the new
+        // record is never stamped earlier than the holder's release.
+        let probe = sqlx::query(&self.sql.admit_probe)
+            .bind(&request.id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let now: Timestamp = probe.try_get("store_now")?;
+        if probe.try_get::<bool, _>("taken")? {
+            return Err(AdmitFailure::Duplicate);
+        }
         let interrupt = match rules::plan_admission(request, &holders, now) {
             AdmissionPlan::Conflict {
                 holder,
@@ -368,27 +371,43 @@ impl LeaseStore for PgStore {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(store_error)?;
-            if rows.len() != distinct.len() {
-                return Err(Error::corrupt(format!(
-                    "renew_many sent {} claims and got {} answers",
-                    distinct.len(),
-                    rows.len()
-                )));
+            let mut renewed: Vec<Option<Timestamp>> = vec![None; distinct.len()];
+            for row in &rows {
+                let position: i64 = row.try_get("position").map_err(store_error)?;
+                let expires_at: Timestamp = row.try_get("lease_expires_at").map_err(store_error)?;
+                let slot = usize::try_from(position - 1)
+                    .ok()
+                    .filter(|slot| *slot < distinct.len())
+                    .ok_or_else(|| {
+                        Error::corrupt(format!("renew_many answered unknown position {position}"))
+                    })?;
+                renewed[slot] = Some(expires_at);
+            }
+            let refused: Vec<&str> = distinct
+                .iter()
+                .zip(&renewed)
+                .filter(|(_, renewed)| renewed.is_none())
+                .map(|(claim, _)| claim.id.as_str())
+                .collect();
+            let mut records: HashMap<String, LeaseRecord> = HashMap::new();
+            if !refused.is_empty() {
+                let rows = sqlx::query(&self.sql.get_many)
+                    .bind(&refused)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(store_error)?;
+                for row in &rows {
+                    let record = decode::trusted_record(row)?;
+                    records.insert(record.id.clone(), record);
+                }
             }
             let mut outcomes = Vec::with_capacity(distinct.len());
-            for (claim, row) in distinct.iter().zip(&rows) {
-                let renewed: Option<Timestamp> =
-                    row.try_get("renewed_until").map_err(store_error)?;
+            for (claim, renewed) in distinct.iter().zip(renewed) {
                 if let Some(expires_at) = renewed {
                     outcomes.push(Renewal::Renewed { expires_at });
                     continue;
                 }
-                let present: Option<String> = row.try_get("id").map_err(store_error)?;
-                let record = match present {
-                    Some(_) => Some(decode::trusted_record(row)?),
-                    None => None,
-                };
-                match rules::judge_renewal(record.as_ref(), claim) {
+                match rules::judge_renewal(records.get(&claim.id), claim) {
                     Err(reason) => outcomes.push(Renewal::Lost(reason)),
                     // Refused by a write that waited for a concurrent change the
                     // statement's snapshot cannot show: ask again on its own.

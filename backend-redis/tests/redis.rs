@@ -10,7 +10,6 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::io::Write as _;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,11 +25,9 @@ use lease_core::{
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use test_support::servers::PrivateRedis;
 
 const URL_VAR: &str = "TENURE_REDIS_URL";
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
 const TTL: Duration = Duration::from_secs(600);
 
 /// Prints one skip line past the test harness's capture, or panics when
@@ -459,50 +456,6 @@ async fn killed_connection_is_retryable_and_leaves_nothing_half_applied() {
     .await;
 }
 
-/// A free TCP port on the loopback interface.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// Starts a private, persistent `redis-server` in `dir` and waits until it
-/// accepts connections (it says so on its log).
-async fn start_server(dir: &Path, port: u16) -> Child {
-    let mut server = Command::new(REDIS_SERVER)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args([
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--save",
-            "",
-        ])
-        .arg("--dir")
-        .arg(dir)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start redis-server");
-    let stdout = server.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines
-            .next_line()
-            .await
-            .expect("read the server's log")
-            .expect("redis-server exited before it was ready");
-        if line.contains("Ready to accept connections") {
-            break;
-        }
-    }
-    // Keep draining the log so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    server
-}
-
 /// `call` until it answers `Ok`, at most a few times, every error retryable
 /// (the first calls after a restart meet the dead connection).
 async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
@@ -525,13 +478,11 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_survive_a_restart_with_aof() {
     const TEST: &str = "fences_survive_a_restart_with_aof";
-    if !Path::new(REDIS_SERVER).exists() {
-        return skip(TEST, &format!("{REDIS_SERVER} is not installed"));
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        return skip(TEST, &reason);
     }
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let port = free_port();
-    let mut server = start_server(dir.path(), port).await;
-    let store = RedisStore::connect(RedisConfig::new(format!("redis://127.0.0.1:{port}"), "aof"))
+    let mut server = PrivateRedis::start().await.expect("start redis-server");
+    let store = RedisStore::connect(RedisConfig::new(server.url(), "aof"))
         .await
         .expect("connect to the private server");
 
@@ -546,8 +497,10 @@ async fn fences_survive_a_restart_with_aof() {
     assert!(adopted.fence > first.fence);
     let before = store.get("job").await.expect("get");
 
-    server.kill().await.expect("kill redis-server");
-    let mut server = start_server(dir.path(), port).await;
+    server
+        .restart(Duration::ZERO)
+        .await
+        .expect("restart redis-server");
 
     let after = until_ok(|| store.get("job")).await;
     assert_eq!(after, before, "the record survived the restart unchanged");
@@ -568,7 +521,6 @@ async fn fences_survive_a_restart_with_aof() {
         newcomer.fence,
         again.fence
     );
-    server.kill().await.expect("stop redis-server");
 }
 
 /// A first rough figure of renewals per second. Run with

@@ -11,9 +11,7 @@
 //! monotonicity from the answers and from the file.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore};
@@ -24,12 +22,11 @@ use lease_core::{
 };
 use serde_json::{json, Value};
 use tempfile::TempDir;
+use test_support::history::{self, answer, field, ChildAnswers};
 
 const TEST_NAME: &str = "processes_race_on_one_file";
 const CHILD_WORKER_VAR: &str = "TENURE_SQLITE_RACE_WORKER";
 const CHILD_FILE_VAR: &str = "TENURE_SQLITE_RACE_FILE";
-const ANSWER_MARK: &str = "tenure-answer ";
-const READY_MARK: &str = "tenure-ready";
 
 const PROCESSES: usize = 3;
 const ROUNDS: usize = 15;
@@ -70,20 +67,12 @@ fn processes_race_on_one_file() {
     }
 }
 
-fn answer(value: Value) {
-    println!("{ANSWER_MARK}{value}");
-}
-
 fn race_as_child(worker: &str, path: &Path) {
     let runtime = runtime();
     let store = runtime
         .block_on(SqliteStore::open(config(path)))
         .expect("the child opens the file");
-    println!("{READY_MARK}");
-    let mut go = String::new();
-    std::io::stdin()
-        .read_line(&mut go)
-        .expect("the parent says go");
+    history::wait_for_go();
     runtime.block_on(async {
         for round in 0..ROUNDS {
             for scope in SCOPES {
@@ -177,23 +166,6 @@ async fn admit_and_finish(store: &SqliteStore, worker: &str, scope: &str, round:
     }
 }
 
-struct ChildAnswers {
-    worker: String,
-    answers: Vec<Value>,
-}
-
-fn spawn_child(worker: &str, path: &Path) -> Child {
-    Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", TEST_NAME, "--nocapture", "--test-threads=1"])
-        .env(CHILD_WORKER_VAR, worker)
-        .env(CHILD_FILE_VAR, path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn a child process")
-}
-
 fn check_race_as_parent() {
     let directory = TempDir::new().expect("a temporary directory");
     let path = directory.path().join("leases.db");
@@ -218,58 +190,14 @@ fn check_race_as_parent() {
         store.enqueue_batch(&jobs).await.expect("enqueue the jobs");
     });
 
-    let mut children: Vec<(String, Child, BufReader<std::process::ChildStdout>)> = (0..PROCESSES)
-        .map(|index| {
-            let worker = format!("worker-{index}");
-            let mut child = spawn_child(&worker, &path);
-            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-            (worker, child, stdout)
-        })
-        .collect();
-    for (worker, _, stdout) in &mut children {
-        wait_for_ready(worker, stdout);
-    }
-    for (_, child, _) in &mut children {
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        stdin.write_all(b"go\n").expect("say go");
-    }
-    let results: Vec<ChildAnswers> = children
-        .into_iter()
-        .map(|(worker, mut child, stdout)| {
-            let answers = stdout
-                .lines()
-                .map(|line| line.expect("child output"))
-                .filter_map(|line| {
-                    line.split_once(ANSWER_MARK).map(|(_, json)| {
-                        serde_json::from_str::<Value>(json).expect("a JSON answer")
-                    })
-                })
-                .collect();
-            let status = child.wait().expect("the child exits");
-            assert!(status.success(), "{worker} failed: {status}");
-            ChildAnswers { worker, answers }
-        })
-        .collect();
+    let results = history::run_children(
+        TEST_NAME,
+        CHILD_WORKER_VAR,
+        PROCESSES,
+        &[(CHILD_FILE_VAR, path.display().to_string())],
+    );
 
     runtime.block_on(check_results(&store, &results));
-}
-
-fn wait_for_ready(worker: &str, stdout: &mut impl BufRead) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let read = stdout.read_line(&mut line).expect("child output");
-        assert!(read > 0, "{worker} exited before it was ready");
-        if line.contains(READY_MARK) {
-            return;
-        }
-    }
-}
-
-fn field<'a>(answer: &'a Value, name: &str) -> &'a Value {
-    answer
-        .get(name)
-        .unwrap_or_else(|| panic!("answer {answer} has no {name}"))
 }
 
 fn ops<'a>(results: &'a [ChildAnswers], op: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
@@ -292,35 +220,14 @@ async fn check_results(store: &SqliteStore, results: &[ChildAnswers]) {
             "{} answered every operation",
             child.worker
         );
-        let fences: Vec<u64> = child
-            .answers
-            .iter()
-            .filter_map(|answer| answer.get("fence").and_then(Value::as_u64))
-            .collect();
-        assert!(
-            fences.windows(2).all(|pair| pair[0] < pair[1]),
-            "fences handed to one process grow in the order it got them: {fences:?} ({})",
-            child.worker
-        );
     }
-    let all_fences: Vec<u64> = results
-        .iter()
-        .flat_map(|child| child.answers.iter())
-        .filter_map(|answer| answer.get("fence").and_then(Value::as_u64))
-        .collect();
-    let distinct: BTreeSet<u64> = all_fences.iter().copied().collect();
-    assert_eq!(
-        distinct.len(),
-        all_fences.len(),
-        "no fence is handed out twice"
-    );
+    let handed_out = history::check_fences(results);
 
     let conflicts = ops(results, "admit")
         .filter(|answer| field(answer, "admitted") == false)
         .count();
     eprintln!(
-        "{PROCESSES} processes: {} fences handed out, {conflicts} admission conflicts",
-        all_fences.len()
+        "{PROCESSES} processes: {handed_out} fences handed out, {conflicts} admission conflicts"
     );
     check_admissions(store, results).await;
     check_fail_takeovers(store, results).await;

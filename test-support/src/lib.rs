@@ -15,7 +15,9 @@
 //! It only ever listens on and connects to loopback addresses, and every
 //! task it starts ends with [`FaultProxy::stop`] (or when it is dropped).
 
+pub mod history;
 pub mod scenarios;
+pub mod servers;
 
 use std::collections::HashMap;
 use std::io;

@@ -1,0 +1,123 @@
+//! One adapter per backend: the store under test, and beside it the raw
+//! baseline and the peer lock measured in the same run, through the same
+//! driver, on the same server or file.
+//!
+//! The raw baseline is the bare statement a hand-rolled lease would run
+//! (an insert-if-absent for admit, a conditional update for the fenced
+//! writes, a bare claim for the queue), so each ratio says what tenure's
+//! contract (typed outcomes, fences, scopes, validation) costs on top of the
+//! cheapest correct-looking thing the same store can do.
+
+mod memory;
+mod postgres;
+mod redis;
+mod sqlite;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::{JobQueue, LeaseStore};
+
+use crate::options::{BackendKind, Options};
+use crate::BenchResult;
+
+/// A backend opened for one scenario: a fresh store (temp file, schema or
+/// namespace), its raw baseline and its peer lock.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// The store under test.
+    fn store(&self) -> Arc<dyn LeaseStore>;
+    /// The same store's job queue.
+    fn queue(&self) -> Arc<dyn JobQueue>;
+    /// The bare statements of the same store.
+    fn raw(&self) -> Arc<dyn RawBaseline>;
+    /// The lock people use instead of leases on this store.
+    fn peer(&self) -> Arc<dyn PeerLock>;
+    /// Removes everything the run created (schema, namespace, file).
+    async fn cleanup(&self) -> BenchResult<()>;
+}
+
+/// The bare statements a hand-rolled lease table would run.
+#[async_trait]
+pub trait RawBaseline: Send + Sync {
+    /// What the statements are, for the report.
+    fn describe(&self) -> &'static str;
+    /// Inserts `key` (owner `owner`, fence 1, expiry now + `ttl`) unless it
+    /// exists: admit's bare equivalent. True when inserted.
+    async fn insert(&self, key: &str, owner: &str, ttl: Duration) -> BenchResult<bool>;
+    /// Extends `key` to now + `ttl` when owner and fence match: the bare
+    /// equivalent of the fenced writes (renew, transition, takeover).
+    async fn cas(&self, key: &str, owner: &str, fence: u64, ttl: Duration) -> BenchResult<bool>;
+    /// Queues `count` bare jobs in `queue`.
+    async fn seed_jobs(&self, queue: &str, count: usize) -> BenchResult<()>;
+    /// Claims the oldest queued job of `queue`, if any: the bare claim.
+    async fn claim_job(&self, queue: &str, worker: &str) -> BenchResult<Option<String>>;
+    /// Marks a claimed job done. True when it was claimed by `worker`.
+    async fn complete_job(&self, queue: &str, id: &str, worker: &str) -> BenchResult<bool>;
+}
+
+/// A plain mutual-exclusion lock, the peer tenure is compared with in `hot-key`.
+#[async_trait]
+pub trait PeerLock: Send + Sync {
+    /// What the lock is, for the report.
+    fn describe(&self) -> &'static str;
+    /// A session for one worker (PostgreSQL advisory locks belong to a
+    /// connection, so each worker needs its own).
+    async fn session(&self) -> BenchResult<Box<dyn PeerSession>>;
+}
+
+/// One worker's handle on a [`PeerLock`].
+#[async_trait]
+pub trait PeerSession: Send {
+    /// Takes `scope` unless someone holds it. True when taken.
+    async fn try_acquire(&mut self, scope: &str, ttl: Duration) -> BenchResult<bool>;
+    /// Releases `scope`, held by this session.
+    async fn release(&mut self, scope: &str) -> BenchResult<()>;
+}
+
+/// Opens `kind` afresh for one scenario.
+pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Box<dyn Backend>> {
+    match kind {
+        BackendKind::Memory => Ok(Box::new(memory::MemoryBackend::open())),
+        BackendKind::Sqlite => Ok(Box::new(sqlite::SqliteBackend::open().await?)),
+        BackendKind::Postgres => {
+            let url = options
+                .pg_url
+                .as_deref()
+                .ok_or_else(|| missing_url(crate::options::PG_URL_VAR))?;
+            Ok(Box::new(postgres::PgBackend::open(url).await?))
+        }
+        BackendKind::Redis => {
+            let url = options
+                .redis_url
+                .as_deref()
+                .ok_or_else(|| missing_url(crate::options::REDIS_URL_VAR))?;
+            Ok(Box::new(redis::RedisBackend::open(url).await?))
+        }
+    }
+}
+
+/// Why `kind` cannot run with `options`, if it cannot.
+pub fn unavailable_reason(kind: BackendKind, options: &Options) -> Option<String> {
+    match kind {
+        BackendKind::Postgres if options.pg_url.is_none() => {
+            Some(format!("{} is not set", crate::options::PG_URL_VAR))
+        }
+        BackendKind::Redis if options.redis_url.is_none() => {
+            Some(format!("{} is not set", crate::options::REDIS_URL_VAR))
+        }
+        _ => None,
+    }
+}
+
+fn missing_url(var: &str) -> crate::BenchError {
+    format!("{var} is not set (or pass the URL on the command line)").into()
+}
+
+/// A name no other run uses, for schemas, namespaces and owners.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}_{}", lease_core::generate_id().replace('-', ""))
+}

@@ -1,0 +1,205 @@
+//! The Redis backend in a fresh namespace, deleted at cleanup. The baseline
+//! runs on a connection of its own, with keys under the store's namespace
+//! (so the cleanup removes them too): `SET NX PX` for admit, `EVALSHA` of a
+//! minimal compare-and-set script for the fenced writes, `LMOVE` for the
+//! bare claim. The peer lock is `SET NX PX` with a compare-and-delete.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use backend_redis::{RedisConfig, RedisStore};
+use lease_core::{JobQueue, LeaseStore};
+use redis::aio::ConnectionManager;
+use redis::Script;
+
+use super::{Backend, PeerLock, PeerSession, RawBaseline};
+use crate::options::BackendKind;
+use crate::BenchResult;
+
+/// Extends the key's expiry when its value is the expected `owner:fence`.
+const CAS_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+
+/// Deletes the key when its value is the caller's token.
+const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) end return 0";
+
+/// A store in a fresh namespace and a bare connection beside it.
+pub(super) struct RedisBackend {
+    store: Arc<RedisStore>,
+    raw: Arc<RawRedis>,
+}
+
+impl RedisBackend {
+    pub(super) async fn open(url: &str) -> BenchResult<Self> {
+        let namespace = super::unique_name("bench");
+        let store = RedisStore::connect(RedisConfig::new(url, namespace.as_str())).await?;
+        let connection = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let raw = RawRedis {
+            connection,
+            prefix: format!("tenure:{{{namespace}}}:raw:"),
+            cas: Script::new(CAS_SCRIPT),
+            release: Script::new(RELEASE_SCRIPT),
+        };
+        Ok(RedisBackend {
+            store: Arc::new(store),
+            raw: Arc::new(raw),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redis
+    }
+
+    fn store(&self) -> Arc<dyn LeaseStore> {
+        self.store.clone()
+    }
+
+    fn queue(&self) -> Arc<dyn JobQueue> {
+        self.store.clone()
+    }
+
+    fn raw(&self) -> Arc<dyn RawBaseline> {
+        self.raw.clone()
+    }
+
+    fn peer(&self) -> Arc<dyn PeerLock> {
+        self.raw.clone()
+    }
+
+    async fn cleanup(&self) -> BenchResult<()> {
+        self.store.delete_namespace().await?;
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+struct RawRedis {
+    connection: ConnectionManager,
+    prefix: String,
+    cas: Script,
+    release: Script,
+}
+
+impl RawRedis {
+    fn key(&self, family: &str, name: &str) -> String {
+        format!("{}{family}:{name}", self.prefix)
+    }
+}
+
+fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[async_trait]
+impl RawBaseline for RawRedis {
+    fn describe(&self) -> &'static str {
+        "SET NX PX / EVALSHA compare-and-set / LMOVE claim"
+    }
+
+    async fn insert(&self, key: &str, owner: &str, ttl: Duration) -> BenchResult<bool> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.key("lease", key))
+            .arg(format!("{owner}:1"))
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn cas(&self, key: &str, owner: &str, fence: u64, ttl: Duration) -> BenchResult<bool> {
+        let extended: i64 = self
+            .cas
+            .key(self.key("lease", key))
+            .arg(format!("{owner}:{fence}"))
+            .arg(millis(ttl))
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(extended == 1)
+    }
+
+    async fn seed_jobs(&self, queue: &str, count: usize) -> BenchResult<()> {
+        let key = self.key("queued", queue);
+        let ids: Vec<String> = (0..count).map(|n| n.to_string()).collect();
+        for chunk in ids.chunks(1000) {
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(&key)
+                .arg(chunk)
+                .query_async(&mut self.connection.clone())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn claim_job(&self, queue: &str, _worker: &str) -> BenchResult<Option<String>> {
+        let claimed: Option<String> = redis::cmd("LMOVE")
+            .arg(self.key("queued", queue))
+            .arg(self.key("claimed", queue))
+            .arg("LEFT")
+            .arg("RIGHT")
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(claimed)
+    }
+
+    async fn complete_job(&self, queue: &str, id: &str, _worker: &str) -> BenchResult<bool> {
+        let removed: i64 = redis::cmd("LREM")
+            .arg(self.key("claimed", queue))
+            .arg(1)
+            .arg(id)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(removed == 1)
+    }
+}
+
+#[async_trait]
+impl PeerLock for RawRedis {
+    fn describe(&self) -> &'static str {
+        "SET NX PX / compare-and-delete script"
+    }
+
+    async fn session(&self) -> BenchResult<Box<dyn PeerSession>> {
+        Ok(Box::new(RedisPeer {
+            raw: self.clone(),
+            token: super::unique_name("peer"),
+        }))
+    }
+}
+
+struct RedisPeer {
+    raw: RawRedis,
+    token: String,
+}
+
+#[async_trait]
+impl PeerSession for RedisPeer {
+    async fn try_acquire(&mut self, scope: &str, ttl: Duration) -> BenchResult<bool> {
+        let set: Option<String> = redis::cmd("SET")
+            .arg(self.raw.key("lock", scope))
+            .arg(&self.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .query_async(&mut self.raw.connection.clone())
+            .await?;
+        Ok(set.is_some())
+    }
+
+    async fn release(&mut self, scope: &str) -> BenchResult<()> {
+        let _: i64 = self
+            .raw
+            .release
+            .key(self.raw.key("lock", scope))
+            .arg(&self.token)
+            .invoke_async(&mut self.raw.connection.clone())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,415 @@
+//! Command-line options, parsed by hand (a dozen flags do not need a parser
+//! crate), and the sizes each scenario runs at.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// The environment variable naming the PostgreSQL server.
+pub const PG_URL_VAR: &str = "TENURE_PG_URL";
+/// The environment variable naming the Redis server.
+pub const REDIS_URL_VAR: &str = "TENURE_REDIS_URL";
+
+/// The usage text `--help` prints.
+pub const USAGE: &str = "\
+usage: benches [options]
+
+With no options: every scenario on the embedded default (SQLite in a temp
+file) and on memory, a few minutes, figures as ratios to a raw baseline
+measured in the same run.
+
+  --backend B     memory | sqlite | postgres | redis | all (repeatable, or a
+                  comma list); default memory,sqlite. postgres and redis read
+                  TENURE_PG_URL / TENURE_REDIS_URL (or --pg-url / --redis-url);
+                  `all` skips a server whose URL is not set
+  --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
+                  takeover (repeatable, or a comma list); default all
+  --quick         tiny sizes: a few seconds per backend
+  --huge          heartbeat-scale also holds 100k leases
+  --out DIR       where the JSON and SVG files go (default target/bench-results)
+  --pg-url URL    PostgreSQL server (overrides TENURE_PG_URL)
+  --redis-url URL Redis server (overrides TENURE_REDIS_URL)
+  --no-progress   never show the progress bar
+  -h, --help      this text
+";
+
+/// A backend the benchmark can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// `backend-memory`.
+    Memory,
+    /// `backend-sqlite`, in a temporary file.
+    Sqlite,
+    /// `backend-postgres`, in a fresh schema.
+    Postgres,
+    /// `backend-redis`, in a fresh namespace.
+    Redis,
+}
+
+impl BackendKind {
+    /// Every backend, embedded first.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Memory,
+        BackendKind::Sqlite,
+        BackendKind::Postgres,
+        BackendKind::Redis,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Memory => "memory",
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
+            BackendKind::Redis => "redis",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScenarioKind {
+    /// admit, renew, transition, takeover; one worker.
+    SingleOp,
+    /// renew with 1..32 concurrent workers on distinct keys.
+    Scaling,
+    /// N workers racing for M scopes.
+    HotKey,
+    /// claim + complete of K jobs by N workers.
+    Queue,
+    /// one keeper renewing thousands of leases.
+    HeartbeatScale,
+    /// an owner killed at a random point and replaced.
+    Takeover,
+}
+
+impl ScenarioKind {
+    /// Every scenario, in report order.
+    pub const ALL: [ScenarioKind; 6] = [
+        ScenarioKind::SingleOp,
+        ScenarioKind::Scaling,
+        ScenarioKind::HotKey,
+        ScenarioKind::Queue,
+        ScenarioKind::HeartbeatScale,
+        ScenarioKind::Takeover,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScenarioKind::SingleOp => "single-op",
+            ScenarioKind::Scaling => "scaling",
+            ScenarioKind::HotKey => "hot-key",
+            ScenarioKind::Queue => "queue",
+            ScenarioKind::HeartbeatScale => "heartbeat-scale",
+            ScenarioKind::Takeover => "takeover",
+        }
+    }
+}
+
+impl fmt::Display for ScenarioKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How big and how long every scenario runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    /// Length of each timed cell (one operation or one worker count).
+    pub cell: Duration,
+    /// Keys renewed per worker in `scaling`.
+    pub keys_per_worker: usize,
+    /// Worker counts of `scaling`.
+    pub workers: Vec<usize>,
+    /// Workers racing in `hot-key`.
+    pub hot_workers: usize,
+    /// Scope counts of `hot-key`.
+    pub hot_scopes: Vec<usize>,
+    /// How long a `hot-key` winner holds its scope.
+    pub hold: Duration,
+    /// Jobs of `queue`.
+    pub queue_jobs: usize,
+    /// Workers of `queue`.
+    pub queue_workers: usize,
+    /// Lease counts of `heartbeat-scale`.
+    pub heartbeat_leases: Vec<usize>,
+    /// Lease length in `heartbeat-scale` (the beat is a third of it).
+    pub heartbeat_ttl: Duration,
+    /// Beats measured per lease count in `heartbeat-scale`.
+    pub heartbeat_beats: u32,
+    /// Owners killed in `takeover`.
+    pub takeover_trials: usize,
+    /// Lease length in `takeover`.
+    pub takeover_ttl: Duration,
+    /// Grace in `takeover`.
+    pub takeover_grace: Duration,
+    /// How often the rival polls in `takeover`.
+    pub takeover_poll: Duration,
+}
+
+impl Sizes {
+    /// The default run: about half a minute per embedded backend.
+    pub fn standard() -> Self {
+        Sizes {
+            cell: Duration::from_millis(800),
+            keys_per_worker: 8,
+            workers: vec![1, 2, 4, 8, 16, 32],
+            hot_workers: 8,
+            hot_scopes: vec![1, 4, 16],
+            hold: Duration::from_millis(5),
+            queue_jobs: 2000,
+            queue_workers: 4,
+            heartbeat_leases: vec![1_000, 10_000],
+            heartbeat_ttl: Duration::from_secs(3),
+            heartbeat_beats: 3,
+            takeover_trials: 8,
+            takeover_ttl: Duration::from_millis(300),
+            takeover_grace: Duration::from_millis(100),
+            takeover_poll: Duration::from_millis(10),
+        }
+    }
+
+    /// `--quick`: a few seconds per backend; the figures are rough.
+    pub fn quick() -> Self {
+        Sizes {
+            cell: Duration::from_millis(150),
+            keys_per_worker: 4,
+            workers: vec![1, 4, 16],
+            hot_workers: 4,
+            hot_scopes: vec![1, 4],
+            hold: Duration::from_millis(2),
+            queue_jobs: 200,
+            queue_workers: 4,
+            heartbeat_leases: vec![100, 1_000],
+            heartbeat_ttl: Duration::from_millis(900),
+            heartbeat_beats: 2,
+            takeover_trials: 3,
+            takeover_ttl: Duration::from_millis(100),
+            takeover_grace: Duration::from_millis(30),
+            takeover_poll: Duration::from_millis(5),
+        }
+    }
+
+    /// The smoke test's sizes: every code path, no meaningful figure.
+    pub fn tiny() -> Self {
+        Sizes {
+            cell: Duration::from_millis(40),
+            keys_per_worker: 2,
+            workers: vec![1, 3],
+            hot_workers: 3,
+            hot_scopes: vec![1, 2],
+            hold: Duration::from_millis(1),
+            queue_jobs: 30,
+            queue_workers: 3,
+            heartbeat_leases: vec![40],
+            heartbeat_ttl: Duration::from_millis(600),
+            heartbeat_beats: 1,
+            takeover_trials: 1,
+            takeover_ttl: Duration::from_millis(60),
+            takeover_grace: Duration::from_millis(20),
+            takeover_poll: Duration::from_millis(5),
+        }
+    }
+}
+
+/// Everything a run needs to know.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Backends to run, in order.
+    pub backends: Vec<BackendKind>,
+    /// Whether the backends came from `all` (a server without a URL is then
+    /// skipped with a note instead of failing the run).
+    pub skip_unconfigured: bool,
+    /// Scenarios to run, in order.
+    pub scenarios: Vec<ScenarioKind>,
+    /// How big.
+    pub sizes: Sizes,
+    /// Name of the size preset, for the report.
+    pub preset: &'static str,
+    /// Where the JSON and SVG files go.
+    pub out_dir: PathBuf,
+    /// PostgreSQL server URL.
+    pub pg_url: Option<String>,
+    /// Redis server URL.
+    pub redis_url: Option<String>,
+    /// Whether a progress bar may be shown (it is hidden anyway when stdout
+    /// is not a terminal).
+    pub progress: bool,
+}
+
+impl Options {
+    /// The no-argument run: memory and SQLite, every scenario, standard sizes.
+    pub fn standard() -> Self {
+        Options {
+            backends: vec![BackendKind::Memory, BackendKind::Sqlite],
+            skip_unconfigured: false,
+            scenarios: ScenarioKind::ALL.to_vec(),
+            sizes: Sizes::standard(),
+            preset: "standard",
+            out_dir: PathBuf::from("target/bench-results"),
+            pg_url: non_empty_var(PG_URL_VAR),
+            redis_url: non_empty_var(REDIS_URL_VAR),
+            progress: true,
+        }
+    }
+}
+
+/// What the command line asked for.
+#[derive(Debug)]
+pub enum Command {
+    /// Run the benchmark.
+    Run(Box<Options>),
+    /// Print [`USAGE`].
+    Help,
+}
+
+/// Parses the arguments (without the program name).
+pub fn parse<I>(args: I) -> Result<Command, String>
+where
+    I: IntoIterator<Item = String>,
+{
+    let mut options = Options::standard();
+    let mut backends: Vec<BackendKind> = Vec::new();
+    let mut scenarios: Vec<ScenarioKind> = Vec::new();
+    let mut huge = false;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_owned(), Some(value.to_owned()))
+            }
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--quick" => {
+                options.sizes = Sizes::quick();
+                options.preset = "quick";
+            }
+            "--huge" => huge = true,
+            "--no-progress" => options.progress = false,
+            "--out" => options.out_dir = PathBuf::from(value("--out")?),
+            "--pg-url" => options.pg_url = Some(value("--pg-url")?),
+            "--redis-url" => options.redis_url = Some(value("--redis-url")?),
+            "--backend" => {
+                for name in value("--backend")?.split(',') {
+                    if name == "all" {
+                        options.skip_unconfigured = true;
+                        backends.extend(BackendKind::ALL);
+                    } else {
+                        backends.push(find(&BackendKind::ALL, name, BackendKind::name, "backend")?);
+                    }
+                }
+            }
+            "--scenario" => {
+                for name in value("--scenario")?.split(',') {
+                    scenarios.push(find(
+                        &ScenarioKind::ALL,
+                        name,
+                        ScenarioKind::name,
+                        "scenario",
+                    )?);
+                }
+            }
+            other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
+        }
+    }
+    if !backends.is_empty() {
+        dedup(&mut backends);
+        options.backends = backends;
+    }
+    if !scenarios.is_empty() {
+        dedup(&mut scenarios);
+        options.scenarios = scenarios;
+    }
+    if huge {
+        options.sizes.heartbeat_leases.push(100_000);
+    }
+    Ok(Command::Run(Box::new(options)))
+}
+
+fn find<T: Copy>(
+    all: &[T],
+    name: &str,
+    name_of: fn(T) -> &'static str,
+    what: &str,
+) -> Result<T, String> {
+    all.iter()
+        .copied()
+        .find(|item| name_of(*item) == name.trim())
+        .ok_or_else(|| {
+            let known: Vec<&str> = all.iter().map(|item| name_of(*item)).collect();
+            format!(
+                "unknown {what} {name:?}; expected one of {}",
+                known.join(", ")
+            )
+        })
+}
+
+fn dedup<T: PartialEq + Copy>(items: &mut Vec<T>) {
+    let mut seen = Vec::with_capacity(items.len());
+    items.retain(|item| {
+        let fresh = !seen.contains(item);
+        seen.push(*item);
+        fresh
+    });
+}
+
+fn non_empty_var(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Options {
+        match parse(args.iter().map(|arg| arg.to_string())) {
+            Ok(Command::Run(options)) => *options,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn no_arguments_run_the_embedded_default() {
+        let options = run(&[]);
+        assert_eq!(options.backends, [BackendKind::Memory, BackendKind::Sqlite]);
+        assert_eq!(options.scenarios.len(), ScenarioKind::ALL.len());
+    }
+
+    #[test]
+    fn lists_and_repeats_are_accepted_once_each() {
+        let options = run(&[
+            "--backend",
+            "redis,sqlite",
+            "--backend=redis",
+            "--scenario",
+            "queue",
+            "--quick",
+        ]);
+        assert_eq!(options.backends, [BackendKind::Redis, BackendKind::Sqlite]);
+        assert_eq!(options.scenarios, [ScenarioKind::Queue]);
+        assert_eq!(options.preset, "quick");
+        assert!(parse(["--backend".to_owned(), "oracle".to_owned()]).is_err());
+        assert!(parse(["--out".to_owned()]).is_err());
+    }
+}

@@ -1,0 +1,446 @@
+//! The run's figures: one serialisable [`Report`], printed as tables and
+//! saved as JSON, plus the sanity checks every run must pass (no duplicate
+//! job, no stale write, no overlap, no missed deadline).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::options::{BackendKind, Options, Sizes};
+use crate::scenario::heartbeat::{HeartbeatReport, RenewMode};
+use crate::scenario::hot_key::HotKeyReport;
+use crate::scenario::queue::QueueReport;
+use crate::scenario::scaling::ScalingReport;
+use crate::scenario::single_op::SingleOpReport;
+use crate::scenario::takeover::TakeoverReport;
+use crate::BenchResult;
+
+/// Every figure of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `standard`, `quick` or `tiny`.
+    pub preset: &'static str,
+    /// The sizes used.
+    pub sizes: Sizes,
+    /// When the run started (UTC, RFC 3339).
+    pub started_at: String,
+    /// CPUs the process could use.
+    pub cpus: usize,
+    /// Whether this was an optimised build (debug figures mean little).
+    pub release_build: bool,
+    /// One entry per backend.
+    pub backends: Vec<BackendReport>,
+}
+
+impl Report {
+    /// An empty report for a run with `options`.
+    pub fn new(options: &Options) -> Self {
+        Report {
+            preset: options.preset,
+            sizes: options.sizes.clone(),
+            started_at: chrono::Utc::now().to_rfc3339(),
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            release_build: !cfg!(debug_assertions),
+            backends: Vec::new(),
+        }
+    }
+
+    /// Every sanity violation, one line each (empty when all is well).
+    pub fn violations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for entry in &self.backends {
+            let name = entry.backend;
+            for failure in &entry.failures {
+                found.push(format!("{name}: scenario failed: {failure}"));
+            }
+            if let Some(hot) = &entry.hot_key {
+                for cell in hot
+                    .cells
+                    .iter()
+                    .filter(|cell| cell.overlaps > 0 || cell.errors > 0)
+                {
+                    found.push(format!(
+                        "{name} hot-key {:?} {} M={}: {} overlaps, {} errors",
+                        cell.lock,
+                        cell.strategy.name(),
+                        cell.scopes,
+                        cell.overlaps,
+                        cell.errors
+                    ));
+                }
+            }
+            if let Some(queue) = &entry.queue {
+                for (label, run) in [("tenure", &queue.tenure), ("raw", &queue.raw)] {
+                    if run.duplicates > 0
+                        || run.refused_completions > 0
+                        || run.completed != queue.jobs as u64
+                    {
+                        found.push(format!(
+                            "{name} queue {label}: {} completed of {}, {} duplicates, {} refused",
+                            run.completed, queue.jobs, run.duplicates, run.refused_completions
+                        ));
+                    }
+                }
+            }
+            if let Some(heartbeat) = &entry.heartbeat {
+                for point in heartbeat.points.iter().filter(|point| {
+                    point.mode == RenewMode::RenewMany && point.missed_deadlines > 0
+                }) {
+                    found.push(format!(
+                        "{name} heartbeat-scale L={}: {} missed deadlines with renew_many",
+                        point.leases, point.missed_deadlines
+                    ));
+                }
+            }
+            if let Some(takeover) = &entry.takeover {
+                if takeover.stale_writes_accepted > 0 || takeover.early_takeovers > 0 {
+                    found.push(format!(
+                        "{name} takeover: {} stale writes accepted, {} early takeovers",
+                        takeover.stale_writes_accepted, takeover.early_takeovers
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// Writes `results.json` into `directory` and answers its path.
+    pub fn write_json(&self, directory: &Path) -> BenchResult<PathBuf> {
+        std::fs::create_dir_all(directory)?;
+        let path = directory.join("results.json");
+        std::fs::write(&path, serde_json::to_string_pretty(self)?)?;
+        Ok(path)
+    }
+}
+
+/// The figures of one backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendReport {
+    /// Which backend.
+    pub backend: BackendKind,
+    /// Why it did not run, if it did not.
+    pub skipped: Option<String>,
+    /// single-op figures.
+    pub single_op: Option<SingleOpReport>,
+    /// scaling figures.
+    pub scaling: Option<ScalingReport>,
+    /// hot-key figures.
+    pub hot_key: Option<HotKeyReport>,
+    /// queue figures.
+    pub queue: Option<QueueReport>,
+    /// heartbeat-scale figures.
+    pub heartbeat: Option<HeartbeatReport>,
+    /// takeover figures.
+    pub takeover: Option<TakeoverReport>,
+    /// Scenarios that failed, with why.
+    pub failures: Vec<String>,
+}
+
+impl BackendReport {
+    /// An entry with no figures yet.
+    pub fn new(backend: BackendKind) -> Self {
+        BackendReport {
+            backend,
+            skipped: None,
+            single_op: None,
+            scaling: None,
+            hot_key: None,
+            queue: None,
+            heartbeat: None,
+            takeover: None,
+            failures: Vec::new(),
+        }
+    }
+}
+
+/// Microseconds as a short human figure.
+fn us(micros: u64) -> String {
+    match micros {
+        0..=999 => format!("{micros}µs"),
+        1_000..=999_999 => format!("{:.2}ms", micros as f64 / 1e3),
+        _ => format!("{:.2}s", micros as f64 / 1e6),
+    }
+}
+
+fn rate(per_sec: f64) -> String {
+    if per_sec >= 10_000.0 {
+        format!("{:.0}k", per_sec / 1e3)
+    } else {
+        format!("{per_sec:.0}")
+    }
+}
+
+fn times(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.2}"))
+}
+
+/// A plain text table: header, rule, rows, columns padded to fit.
+struct Table {
+    title: String,
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(title: impl Into<String>, header: Vec<&'static str>) -> Self {
+        Table {
+            title: title.into(),
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<String>| {
+            cells
+                .iter()
+                .zip(&widths)
+                .map(|(cell, width)| format!("{cell:>width$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+        };
+        let _ = writeln!(out, "\n== {}", self.title);
+        let _ = writeln!(
+            out,
+            "{}",
+            line(self.header.iter().map(|h| h.to_string()).collect())
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            "-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1))
+        );
+        for row in &self.rows {
+            let _ = writeln!(out, "{}", line(row.clone()));
+        }
+    }
+}
+
+/// The whole report as text tables.
+pub fn render(report: &Report) -> String {
+    let mut single = Table::new(
+        "single-op (one worker; ratio = tenure ops/s ÷ raw ops/s)",
+        vec![
+            "backend",
+            "op",
+            "ops/s",
+            "p50",
+            "p99",
+            "p999",
+            "raw op",
+            "raw ops/s",
+            "raw p50",
+            "ratio",
+            "p50 ×",
+        ],
+    );
+    let mut scaling = Table::new(
+        "scaling (renew, distinct keys; ratio = tenure ÷ raw at the same N)",
+        vec![
+            "backend",
+            "N",
+            "ops/s",
+            "p99",
+            "raw ops/s",
+            "raw p99",
+            "ratio",
+            "p99 ×",
+        ],
+    );
+    let mut hot = Table::new(
+        "hot-key (ceiling = M / hold; gap = release start → next acquisition)",
+        vec![
+            "backend",
+            "lock",
+            "retry",
+            "M",
+            "acq/s",
+            "ceiling",
+            "of ceiling",
+            "fails/win",
+            "gap p50",
+            "gap p99",
+            "jain",
+            "starve",
+            "overlaps",
+            "errors",
+        ],
+    );
+    let mut queue = Table::new(
+        "queue (claim + complete until empty; ratio = tenure jobs/s ÷ raw jobs/s)",
+        vec![
+            "backend",
+            "jobs",
+            "N",
+            "jobs/s",
+            "claim p99",
+            "dups",
+            "raw jobs/s",
+            "raw claim p99",
+            "ratio",
+        ],
+    );
+    let mut heartbeat = Table::new(
+        "heartbeat-scale (one keeper; round = first renewal sent → last answered)",
+        vec![
+            "backend",
+            "leases",
+            "mode",
+            "admit",
+            "rounds",
+            "round p50",
+            "round max",
+            "max/beat",
+            "calls/round",
+            "renewed/round",
+            "missed",
+        ],
+    );
+    let mut takeover = Table::new(
+        "takeover (owner killed at random; floor = ttl + grace after its last renewal)",
+        vec![
+            "backend",
+            "trials",
+            "floor",
+            "death→write p50",
+            "max",
+            "beyond floor p50",
+            "max",
+            "early",
+            "stale accepted",
+        ],
+    );
+    let mut notes = Vec::new();
+    for entry in &report.backends {
+        let name = entry.backend.name().to_owned();
+        if let Some(reason) = &entry.skipped {
+            notes.push(format!("{name}: skipped ({reason})"));
+        }
+        if let Some(report) = &entry.single_op {
+            for op in &report.ops {
+                single.rows.push(vec![
+                    name.clone(),
+                    op.op.to_owned(),
+                    rate(op.tenure.ops_per_sec),
+                    us(op.tenure.latency.p50_us),
+                    us(op.tenure.latency.p99_us),
+                    us(op.tenure.latency.p999_us),
+                    op.raw_op.to_owned(),
+                    rate(op.raw.ops_per_sec),
+                    us(op.raw.latency.p50_us),
+                    times(op.throughput_ratio),
+                    times(op.p50_ratio),
+                ]);
+            }
+        }
+        if let Some(report) = &entry.scaling {
+            for point in &report.points {
+                scaling.rows.push(vec![
+                    name.clone(),
+                    point.workers.to_string(),
+                    rate(point.tenure.ops_per_sec),
+                    us(point.tenure.latency.p99_us),
+                    rate(point.raw.ops_per_sec),
+                    us(point.raw.latency.p99_us),
+                    times(point.throughput_ratio),
+                    times(point.p99_ratio),
+                ]);
+            }
+        }
+        if let Some(report) = &entry.hot_key {
+            for cell in &report.cells {
+                hot.rows.push(vec![
+                    name.clone(),
+                    format!("{:?}", cell.lock).to_lowercase(),
+                    cell.strategy.name().to_owned(),
+                    cell.scopes.to_string(),
+                    format!("{:.0}", cell.acquisitions_per_sec),
+                    format!("{:.0}", cell.ceiling_per_sec),
+                    format!("{:.0}%", cell.ceiling_ratio * 100.0),
+                    format!("{:.1}", cell.failed_per_success),
+                    us(cell.handoff_gap.p50_us),
+                    us(cell.handoff_gap.p99_us),
+                    format!("{:.2}", cell.jain_fairness),
+                    format!("{:.0}ms", cell.longest_starvation_ms),
+                    cell.overlaps.to_string(),
+                    cell.errors.to_string(),
+                ]);
+            }
+            notes.push(format!("{name}: hot-key peer lock = {}", report.peer_lock));
+        }
+        if let Some(report) = &entry.queue {
+            queue.rows.push(vec![
+                name.clone(),
+                report.jobs.to_string(),
+                report.workers.to_string(),
+                rate(report.tenure.jobs_per_sec),
+                us(report.tenure.claim.p99_us),
+                report.tenure.duplicates.to_string(),
+                rate(report.raw.jobs_per_sec),
+                us(report.raw.claim.p99_us),
+                times(report.throughput_ratio),
+            ]);
+        }
+        if let Some(report) = &entry.heartbeat {
+            for point in &report.points {
+                heartbeat.rows.push(vec![
+                    name.clone(),
+                    point.leases.to_string(),
+                    format!("{:?}", point.mode),
+                    format!("{:.1}s", point.admit_seconds),
+                    point.rounds.to_string(),
+                    format!("{:.1}ms", point.round_p50_ms),
+                    format!("{:.1}ms", point.round_max_ms),
+                    format!("{:.2}", point.round_to_beat),
+                    format!("{:.0}", point.calls_per_round),
+                    format!("{:.0}", point.renewals_per_round),
+                    point.missed_deadlines.to_string(),
+                ]);
+            }
+        }
+        if let Some(report) = &entry.takeover {
+            takeover.rows.push(vec![
+                name.clone(),
+                report.trials.to_string(),
+                format!("{:.0}ms", report.floor_ms),
+                us(report.death_to_first_write.p50_us),
+                us(report.death_to_first_write.max_us),
+                us(report.beyond_floor.p50_us),
+                us(report.beyond_floor.max_us),
+                report.early_takeovers.to_string(),
+                report.stale_writes_accepted.to_string(),
+            ]);
+        }
+    }
+    let mut out = format!(
+        "tenure benchmark: preset {}, {} CPUs, {} build, started {}\n",
+        report.preset,
+        report.cpus,
+        if report.release_build {
+            "release"
+        } else {
+            "DEBUG (figures meaningless)"
+        },
+        report.started_at
+    );
+    for table in [&single, &scaling, &hot, &queue, &heartbeat, &takeover] {
+        table.render(&mut out);
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(out);
+        for note in notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+    }
+    out
+}

@@ -1,0 +1,301 @@
+//! heartbeat-scale: one [`Keeper`] holding L leases. Each beat (ttl / 3) it
+//! renews them all; the round time (first renewal call sent to last one
+//! answered) must stay well inside the ttl, and no lease may miss its
+//! deadline. Run twice per L: with `renew_many` batches (the keeper's
+//! default past `solo_renewal_limit`) and with one `renew` call per lease,
+//! to show what batching buys.
+//!
+//! The round is timed by a thin wrapper around the store that logs every
+//! renewal call; the keeper itself is used as shipped.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lease_core::keeper::{AdmitOutcome, KeeperConfig};
+use lease_core::{
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, Keeper, LeaseRecord, LeaseStore,
+    Renewal, Result, RunGuard, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+};
+use serde::Serialize;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::options::Sizes;
+use crate::progress::Progress;
+use crate::BenchResult;
+
+/// Admissions in flight while the keeper fills up.
+const ADMIT_CONCURRENCY: usize = 64;
+/// Bound on one admission while the keeper fills up.
+const ADMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How the keeper renews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RenewMode {
+    /// `renew_many` in chunks of 1000.
+    RenewMany,
+    /// One `renew` call per lease.
+    Solo,
+}
+
+/// Figures of one (L, mode) run.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeartbeatPoint {
+    /// Leases held.
+    pub leases: usize,
+    /// How they were renewed.
+    pub mode: RenewMode,
+    /// Time to admit them all through the keeper, in seconds.
+    pub admit_seconds: f64,
+    /// Beats measured.
+    pub rounds: usize,
+    /// Median round time, in ms.
+    pub round_p50_ms: f64,
+    /// Slowest round, in ms.
+    pub round_max_ms: f64,
+    /// The slowest round as a share of the beat (over 1: the beat cannot keep up).
+    pub round_to_beat: f64,
+    /// Store calls per round.
+    pub calls_per_round: f64,
+    /// Leases renewed per round (should be L).
+    pub renewals_per_round: f64,
+    /// Leases lost by the keeper, deadline passed or otherwise (must be 0).
+    pub missed_deadlines: u64,
+}
+
+/// The heartbeat-scale report.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeartbeatReport {
+    /// Lease length, in ms.
+    pub ttl_ms: f64,
+    /// The beat (ttl / 3), in ms.
+    pub beat_ms: f64,
+    /// One point per (L, mode).
+    pub points: Vec<HeartbeatPoint>,
+}
+
+/// Runs the scenario.
+pub async fn run(
+    backend: &dyn Backend,
+    sizes: &Sizes,
+    progress: &Progress,
+) -> BenchResult<HeartbeatReport> {
+    let ttl = sizes.heartbeat_ttl;
+    let beat = ttl / 3;
+    let mut points = Vec::new();
+    for (index, &leases) in sizes.heartbeat_leases.iter().enumerate() {
+        for mode in [RenewMode::RenewMany, RenewMode::Solo] {
+            progress.cell(format!("heartbeat-scale: {leases} leases, {mode:?}"));
+            let prefix = format!("hb{index}-{mode:?}");
+            points.push(
+                hold_and_measure(
+                    backend.store(),
+                    leases,
+                    mode,
+                    ttl,
+                    beat,
+                    sizes.heartbeat_beats,
+                    &prefix,
+                )
+                .await?,
+            );
+        }
+    }
+    Ok(HeartbeatReport {
+        ttl_ms: ttl.as_secs_f64() * 1e3,
+        beat_ms: beat.as_secs_f64() * 1e3,
+        points,
+    })
+}
+
+async fn hold_and_measure(
+    store: Arc<dyn LeaseStore>,
+    leases: usize,
+    mode: RenewMode,
+    ttl: Duration,
+    beat: Duration,
+    beats: u32,
+    prefix: &str,
+) -> BenchResult<HeartbeatPoint> {
+    let timed = Arc::new(TimedStore {
+        inner: store,
+        calls: Mutex::new(Vec::new()),
+    });
+    let solo_limit = match mode {
+        RenewMode::RenewMany => KeeperConfig::with_ttl(ttl).solo_renewal_limit,
+        RenewMode::Solo => leases,
+    };
+    let config = KeeperConfig::with_ttl(ttl)
+        .auto_reconcile(false)
+        .solo_renewal_limit(solo_limit)
+        .renew_batch_size(1000)
+        // Filling the keeper queues thousands of admissions behind the
+        // renewals: the default bound (the ttl) is for live traffic.
+        .store_timeout(ADMIT_TIMEOUT)
+        .worker_id(format!("{prefix}-keeper"));
+    let keeper = Arc::new(Keeper::builder(timed.clone(), config).start()?);
+
+    let admitting = Instant::now();
+    let mut guards: Vec<RunGuard> = Vec::with_capacity(leases);
+    let mut admissions = JoinSet::new();
+    for n in 0..leases {
+        if admissions.len() >= ADMIT_CONCURRENCY {
+            if let Some(answer) = admissions.join_next().await {
+                guards.push(answer??);
+            }
+        }
+        let keeper = Arc::clone(&keeper);
+        let request = keeper
+            .request(format!("{prefix}-{n}"))
+            .scope(format!("{prefix}-scope-{n}"));
+        admissions.spawn(async move {
+            match keeper.admit(request).await? {
+                AdmitOutcome::Admitted { guard, .. } => Ok::<_, crate::BenchError>(guard),
+                _ => Err("fresh admission through the keeper did not admit".into()),
+            }
+        });
+    }
+    while let Some(answer) = admissions.join_next().await {
+        guards.push(answer??);
+    }
+    let admit_seconds = admitting.elapsed().as_secs_f64();
+
+    let measuring = Instant::now();
+    tokio::time::sleep(beat * beats + beat / 2).await;
+    let missed = guards.iter().filter(|guard| guard.loss().is_some()).count() as u64;
+    keeper.shutdown(Instant::now()).await;
+    drop(guards);
+
+    let calls: Vec<CallSpan> = timed
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|call| call.sent >= measuring)
+        .cloned()
+        .collect();
+    let rounds = group_rounds(calls, beat / 2);
+    let mut times: Vec<f64> = rounds
+        .iter()
+        .map(|round| round.span.as_secs_f64() * 1e3)
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let count = rounds.len().max(1) as f64;
+    let round_max_ms = times.last().copied().unwrap_or(0.0);
+    Ok(HeartbeatPoint {
+        leases,
+        mode,
+        admit_seconds,
+        rounds: rounds.len(),
+        round_p50_ms: times.get(times.len() / 2).copied().unwrap_or(0.0),
+        round_max_ms,
+        round_to_beat: round_max_ms / (beat.as_secs_f64() * 1e3),
+        calls_per_round: rounds.iter().map(|round| round.calls).sum::<usize>() as f64 / count,
+        renewals_per_round: rounds.iter().map(|round| round.renewals).sum::<usize>() as f64 / count,
+        missed_deadlines: missed,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct CallSpan {
+    sent: Instant,
+    answered: Instant,
+    claims: usize,
+}
+
+struct Round {
+    span: Duration,
+    calls: usize,
+    renewals: usize,
+}
+
+/// Groups renewal calls into beats: a call sent more than `split` after the
+/// first call of the current round starts a new one.
+fn group_rounds(mut calls: Vec<CallSpan>, split: Duration) -> Vec<Round> {
+    calls.sort_by_key(|call| call.sent);
+    let mut rounds: Vec<(Instant, Instant, usize, usize)> = Vec::new();
+    for call in calls {
+        match rounds.last_mut() {
+            Some((first, last, calls, renewals)) if call.sent - *first <= split => {
+                *last = (*last).max(call.answered);
+                *calls += 1;
+                *renewals += call.claims;
+            }
+            _ => rounds.push((call.sent, call.answered, 1, call.claims)),
+        }
+    }
+    rounds
+        .into_iter()
+        .map(|(first, last, calls, renewals)| Round {
+            span: last - first,
+            calls,
+            renewals,
+        })
+        .collect()
+}
+
+/// A store that logs the time of every renewal call and forwards everything.
+struct TimedStore {
+    inner: Arc<dyn LeaseStore>,
+    calls: Mutex<Vec<CallSpan>>,
+}
+
+impl TimedStore {
+    fn log(&self, sent: Instant, claims: usize) {
+        let span = CallSpan {
+            sent,
+            answered: Instant::now(),
+            claims,
+        };
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(span);
+    }
+}
+
+#[async_trait]
+impl LeaseStore for TimedStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        self.inner.admit(request).await
+    }
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        let sent = Instant::now();
+        let outcome = self.inner.renew(claim, ttl).await;
+        self.log(sent, 1);
+        outcome
+    }
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        let sent = Instant::now();
+        let outcome = self.inner.renew_many(claims, ttl).await;
+        self.log(sent, claims.len());
+        outcome
+    }
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        self.inner.transition(claim, change).await
+    }
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        self.inner.claim_for_takeover(request).await
+    }
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        self.inner.list_expired(query).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        self.inner.get(id).await
+    }
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        self.inner.list_by_scope(scope).await
+    }
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        self.inner.list_active().await
+    }
+    async fn now(&self) -> Result<Timestamp> {
+        self.inner.now().await
+    }
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        self.inner.purge(terminal_older_than).await
+    }
+}

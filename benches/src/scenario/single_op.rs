@@ -1,0 +1,218 @@
+//! single-op: admit, renew, transition and takeover, one worker, many keys,
+//! each against the bare statement of the same store.
+//!
+//! The phases feed each other, so every operation does real work: admit
+//! creates the records (short leases), renew extends them, transition moves
+//! them Pending → Running, and once their leases have lapsed takeover adopts
+//! them. The raw baseline inserts its keys, then compare-and-sets them; its
+//! compare-and-set is the baseline of all three fenced writes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::{
+    Admission, AdmitRequest, Claim, LeaseStore, Renewal, StatusChange, Takeover, TakeoverRequest,
+    Transition,
+};
+use serde::Serialize;
+
+use super::{drive, Step};
+use crate::backend::Backend;
+use crate::options::Sizes;
+use crate::progress::Progress;
+use crate::stats::{ratio, Throughput};
+use crate::BenchResult;
+
+/// Most records one phase creates: keeps the memory backend's run bounded.
+const MAX_RECORDS: usize = 50_000;
+/// Lease of the admitted records: short, so takeover can follow.
+const SHORT_TTL: Duration = Duration::from_millis(200);
+const OWNER: &str = "bench-owner";
+
+/// Figures of one operation.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpFigure {
+    /// The tenure operation.
+    pub op: &'static str,
+    /// Its throughput and latency.
+    pub tenure: Throughput,
+    /// The raw statement it is compared with.
+    pub raw_op: &'static str,
+    /// The raw statement's throughput and latency.
+    pub raw: Throughput,
+    /// tenure ops/s ÷ raw ops/s (1 = as fast as the bare statement).
+    pub throughput_ratio: Option<f64>,
+    /// tenure p50 ÷ raw p50 (1 = no added latency).
+    pub p50_ratio: Option<f64>,
+}
+
+/// The single-op report.
+#[derive(Debug, Clone, Serialize)]
+pub struct SingleOpReport {
+    /// What the raw baseline runs.
+    pub raw_baseline: &'static str,
+    /// One figure per operation.
+    pub ops: Vec<OpFigure>,
+}
+
+/// Runs the scenario.
+pub async fn run(
+    backend: &dyn Backend,
+    sizes: &Sizes,
+    progress: &Progress,
+) -> BenchResult<SingleOpReport> {
+    let store = backend.store();
+    let raw = backend.raw();
+    let claims: Arc<Mutex<Vec<Claim>>> = Arc::default();
+
+    progress.cell("single-op: admit");
+    let admit = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive(1, sizes.cell, move |_, n| {
+            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+            async move {
+                if n as usize >= MAX_RECORDS {
+                    return Ok(Step::Exhausted);
+                }
+                let request = AdmitRequest::new(format!("op-{n}"), OWNER)
+                    .scope(format!("scope-{n}"))
+                    .ttl(SHORT_TTL);
+                match store.admit(&request).await? {
+                    Admission::Admitted { record, .. } => {
+                        let claim = record.claim().ok_or("admitted record has no owner")?;
+                        lock(&claims).push(claim);
+                        Ok(Step::Done)
+                    }
+                    other => Err(format!("fresh admission answered {}", other.label()).into()),
+                }
+            }
+        })
+        .await?
+    };
+    let claims: Arc<Vec<Claim>> = Arc::new(std::mem::take(&mut *lock(&claims)));
+    if claims.is_empty() {
+        return Err("single-op: no record was admitted in the cell's time".into());
+    }
+
+    progress.cell("single-op: renew");
+    let renew = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive(1, sizes.cell, move |_, n| {
+            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+            async move {
+                let claim = &claims[n as usize % claims.len()];
+                match store.renew(claim, SHORT_TTL).await? {
+                    Renewal::Renewed { .. } => Ok(Step::Done),
+                    other => Err(format!("renewal of a held lease answered {other:?}").into()),
+                }
+            }
+        })
+        .await?
+    };
+
+    progress.cell("single-op: transition");
+    let transition = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive(1, sizes.cell, move |_, n| {
+            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+            async move {
+                let Some(claim) = claims.get(n as usize) else {
+                    return Ok(Step::Exhausted);
+                };
+                match store.transition(claim, &StatusChange::running()).await? {
+                    Transition::Applied(_) => Ok(Step::Done),
+                    other => Err(format!("pending → running answered {other:?}").into()),
+                }
+            }
+        })
+        .await?
+    };
+
+    progress.cell("single-op: takeover");
+    tokio::time::sleep(SHORT_TTL + Duration::from_millis(20)).await;
+    let takeover = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive(1, sizes.cell, move |_, n| {
+            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+            async move {
+                let Some(claim) = claims.get(n as usize) else {
+                    return Ok(Step::Exhausted);
+                };
+                let request =
+                    TakeoverRequest::adopt(&claim.id, "bench-rival", Some(Duration::from_secs(60)));
+                match store.claim_for_takeover(&request).await? {
+                    Takeover::Taken(_) => Ok(Step::Done),
+                    other => Err(format!("takeover of a lapsed lease answered {other:?}").into()),
+                }
+            }
+        })
+        .await?
+    };
+
+    progress.cell("single-op: raw insert");
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
+    let raw_insert = {
+        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+        drive(1, sizes.cell, move |_, n| {
+            let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+            async move {
+                if n as usize >= MAX_RECORDS {
+                    return Ok(Step::Exhausted);
+                }
+                let key = format!("op-{n}");
+                if !raw.insert(&key, OWNER, SHORT_TTL).await? {
+                    return Err(format!("raw insert of fresh key {key} did nothing").into());
+                }
+                lock(&keys).push(key);
+                Ok(Step::Done)
+            }
+        })
+        .await?
+    };
+    let keys: Arc<Vec<String>> = Arc::new(std::mem::take(&mut *lock(&keys)));
+    if keys.is_empty() {
+        return Err("single-op: no raw key was inserted in the cell's time".into());
+    }
+
+    progress.cell("single-op: raw compare-and-set");
+    let raw_cas = {
+        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+        drive(1, sizes.cell, move |_, n| {
+            let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+            async move {
+                let key = &keys[n as usize % keys.len()];
+                // The raw key's lease may have lapsed (Redis drops it then):
+                // re-insert it, as a hand-rolled lease would, and count both.
+                if !raw.cas(key, OWNER, 1, SHORT_TTL).await?
+                    && !raw.insert(key, OWNER, SHORT_TTL).await?
+                {
+                    return Err(format!("raw compare-and-set of {key} did nothing").into());
+                }
+                Ok(Step::Done)
+            }
+        })
+        .await?
+    };
+
+    let figure = |op, tenure: Throughput, raw_op, raw: Throughput| OpFigure {
+        op,
+        tenure,
+        raw_op,
+        raw,
+        throughput_ratio: ratio(tenure.ops_per_sec, raw.ops_per_sec),
+        p50_ratio: ratio(tenure.latency.p50_us as f64, raw.latency.p50_us as f64),
+    };
+    Ok(SingleOpReport {
+        raw_baseline: raw.describe(),
+        ops: vec![
+            figure("admit", admit, "insert", raw_insert),
+            figure("renew", renew, "cas", raw_cas),
+            figure("transition", transition, "cas", raw_cas),
+            figure("takeover", takeover, "cas", raw_cas),
+        ],
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

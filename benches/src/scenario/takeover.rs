@@ -1,0 +1,216 @@
+//! takeover: an owner renews its lease and writes through a fence gate
+//! until it is killed at a random point; a rival polling
+//! `claim_for_takeover` adopts the lease and makes its first fenced write.
+//!
+//! Nobody can take over before the owner's last renewal plus ttl plus grace
+//! (the floor): the figures are the time from death to the rival's first
+//! fenced write, and how far past the floor (counted from the owner's last
+//! renewal sent) it came. Then the dead owner's copy comes back as a zombie
+//! and tries to write: the store and the gate must refuse everything.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lease_core::{
+    Admission, AdmitRequest, FenceGate, LeaseStore, Renewal, StatusChange, Takeover,
+    TakeoverRequest, Transition,
+};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::backend::Backend;
+use crate::options::Sizes;
+use crate::progress::Progress;
+use crate::stats::{Latencies, LatencySummary};
+use crate::BenchResult;
+
+/// Tolerance for "taken over before the floor" (clock truncation, timers).
+const EARLY_TOLERANCE: Duration = Duration::from_millis(1);
+
+/// The takeover report.
+#[derive(Debug, Clone, Serialize)]
+pub struct TakeoverReport {
+    /// Owners killed.
+    pub trials: usize,
+    /// Lease length, in ms.
+    pub ttl_ms: f64,
+    /// Grace, in ms.
+    pub grace_ms: f64,
+    /// ttl + grace, in ms: no takeover can come sooner after a renewal.
+    pub floor_ms: f64,
+    /// The rival's poll interval, in ms.
+    pub poll_ms: f64,
+    /// From the owner's death to the rival's first fenced write.
+    pub death_to_first_write: LatencySummary,
+    /// First fenced write minus (the owner's last renewal sent + floor):
+    /// what tenure and the poll add to the floor.
+    pub beyond_floor: LatencySummary,
+    /// Takeovers sooner than the floor after a confirmed renewal (must be 0).
+    pub early_takeovers: u64,
+    /// Zombie writes the store or the gate accepted (must be 0).
+    pub stale_writes_accepted: u64,
+}
+
+/// Runs the scenario.
+pub async fn run(
+    backend: &dyn Backend,
+    sizes: &Sizes,
+    progress: &Progress,
+) -> BenchResult<TakeoverReport> {
+    let store = backend.store();
+    let (mut death_to_write, mut beyond_floor) = (Latencies::new(), Latencies::new());
+    let (mut early, mut stale) = (0_u64, 0_u64);
+    for trial in 0..sizes.takeover_trials {
+        progress.cell(format!(
+            "takeover: trial {}/{}",
+            trial + 1,
+            sizes.takeover_trials
+        ));
+        let outcome = one_trial(Arc::clone(&store), sizes, trial).await?;
+        death_to_write.record(outcome.death_to_write);
+        beyond_floor.record(outcome.beyond_floor);
+        early += u64::from(outcome.early);
+        stale += outcome.stale_accepted;
+    }
+    let floor = sizes.takeover_ttl + sizes.takeover_grace;
+    Ok(TakeoverReport {
+        trials: sizes.takeover_trials,
+        ttl_ms: sizes.takeover_ttl.as_secs_f64() * 1e3,
+        grace_ms: sizes.takeover_grace.as_secs_f64() * 1e3,
+        floor_ms: floor.as_secs_f64() * 1e3,
+        poll_ms: sizes.takeover_poll.as_secs_f64() * 1e3,
+        death_to_first_write: death_to_write.summary(),
+        beyond_floor: beyond_floor.summary(),
+        early_takeovers: early,
+        stale_writes_accepted: stale,
+    })
+}
+
+struct TrialOutcome {
+    death_to_write: Duration,
+    beyond_floor: Duration,
+    early: bool,
+    stale_accepted: u64,
+}
+
+/// When the owner last sent a renewal, and the last one confirmed.
+#[derive(Clone, Copy)]
+struct Renewals {
+    last_sent: Instant,
+    last_confirmed_sent: Instant,
+}
+
+async fn one_trial(
+    store: Arc<dyn LeaseStore>,
+    sizes: &Sizes,
+    trial: usize,
+) -> BenchResult<TrialOutcome> {
+    let (ttl, grace, poll) = (
+        sizes.takeover_ttl,
+        sizes.takeover_grace,
+        sizes.takeover_poll,
+    );
+    let id = crate::backend::unique_name(&format!("takeover-{trial}"));
+    let resource = format!("{id}-resource");
+    let gate = Arc::new(FenceGate::new());
+
+    let sent = Instant::now();
+    let request = AdmitRequest::new(&id, "owner")
+        .scope(&id)
+        .ttl(ttl)
+        .grace(grace);
+    let claim = match store.admit(&request).await? {
+        Admission::Admitted { record, .. } => {
+            record.claim().ok_or("admitted record has no owner")?
+        }
+        other => return Err(format!("fresh admission answered {}", other.label()).into()),
+    };
+    let renewals = Arc::new(Mutex::new(Renewals {
+        last_sent: sent,
+        last_confirmed_sent: sent,
+    }));
+
+    let owner = {
+        let (store, claim, gate, resource, renewals) = (
+            Arc::clone(&store),
+            claim.clone(),
+            Arc::clone(&gate),
+            resource.clone(),
+            Arc::clone(&renewals),
+        );
+        tokio::spawn(async move {
+            loop {
+                if gate.admit(&resource, claim.fence).is_err() {
+                    return;
+                }
+                tokio::time::sleep(ttl / 3).await;
+                let sent = Instant::now();
+                lock(&renewals).last_sent = sent;
+                match store.renew(&claim, ttl).await {
+                    Ok(Renewal::Renewed { .. }) => lock(&renewals).last_confirmed_sent = sent,
+                    _ => return,
+                }
+            }
+        })
+    };
+
+    let rival = {
+        let (store, id) = (Arc::clone(&store), id.clone());
+        tokio::spawn(async move {
+            let request = TakeoverRequest::adopt(&id, "rival", Some(ttl)).grace(grace);
+            loop {
+                match store.claim_for_takeover(&request).await? {
+                    Takeover::Taken(record) => {
+                        let claim = record.claim().ok_or("taken record has no owner")?;
+                        return Ok::<_, crate::BenchError>((claim, Instant::now()));
+                    }
+                    _ => tokio::time::sleep(poll).await,
+                }
+            }
+        })
+    };
+
+    let lifetime =
+        ttl / 2 + Duration::from_micros(fastrand::u64(..=(ttl * 3 / 2).as_micros() as u64));
+    tokio::time::sleep(lifetime).await;
+    owner.abort();
+    let death = Instant::now();
+    let _ = owner.await;
+    let seen = *lock(&renewals);
+
+    let (new_claim, taken_at) = rival.await??;
+    if gate.admit(&resource, new_claim.fence).is_err() {
+        return Err("the gate refused the new owner's fence".into());
+    }
+    match store
+        .transition(&new_claim, &StatusChange::succeeded())
+        .await?
+    {
+        Transition::Applied(_) => {}
+        other => return Err(format!("the new owner's first write answered {other:?}").into()),
+    }
+    let first_write = Instant::now();
+
+    let mut stale_accepted = 0;
+    if let Transition::Applied(_) = store.transition(&claim, &StatusChange::succeeded()).await? {
+        stale_accepted += 1;
+    }
+    if let Renewal::Renewed { .. } = store.renew(&claim, ttl).await? {
+        stale_accepted += 1;
+    }
+    if gate.admit(&resource, claim.fence).is_ok() {
+        stale_accepted += 1;
+    }
+
+    let floor = ttl + grace;
+    Ok(TrialOutcome {
+        death_to_write: first_write.saturating_duration_since(death),
+        beyond_floor: first_write.saturating_duration_since(seen.last_sent + floor),
+        early: taken_at + EARLY_TOLERANCE < seen.last_confirmed_sent + floor,
+        stale_accepted,
+    })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}

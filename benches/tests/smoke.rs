@@ -1,0 +1,83 @@
+//! Every scenario on memory and SQLite at tiny sizes: no timing is asserted,
+//! only that the runs are sane (no duplicate job, no stale write, no overlap,
+//! counts that add up) and that every figure lands in the report.
+
+use benches::options::{BackendKind, Options, ScenarioKind, Sizes};
+use benches::progress::Progress;
+use benches::report::Report;
+
+async fn tiny_run(backend: BackendKind, out: &std::path::Path) -> Report {
+    let options = Options {
+        backends: vec![backend],
+        scenarios: ScenarioKind::ALL.to_vec(),
+        sizes: Sizes::tiny(),
+        preset: "tiny",
+        out_dir: out.to_path_buf(),
+        progress: false,
+        ..Options::standard()
+    };
+    benches::run(&options, &Progress::hidden())
+        .await
+        .expect("embedded backends always run")
+}
+
+fn check(report: &Report) {
+    assert_eq!(report.violations(), Vec::<String>::new());
+    let entry = &report.backends[0];
+    let sizes = Sizes::tiny();
+
+    let single = entry.single_op.as_ref().expect("single-op ran");
+    assert_eq!(single.ops.len(), 4);
+    assert!(single
+        .ops
+        .iter()
+        .all(|op| op.tenure.ops > 0 && op.raw.ops > 0));
+
+    let scaling = entry.scaling.as_ref().expect("scaling ran");
+    let counts: Vec<usize> = scaling.points.iter().map(|point| point.workers).collect();
+    assert_eq!(counts, sizes.workers);
+
+    let hot = entry.hot_key.as_ref().expect("hot-key ran");
+    assert_eq!(hot.cells.len(), 2 * 2 * sizes.hot_scopes.len());
+    assert!(hot
+        .cells
+        .iter()
+        .all(|cell| cell.acquisitions > 0 && cell.overlaps == 0));
+
+    let queue = entry.queue.as_ref().expect("queue ran");
+    for run in [&queue.tenure, &queue.raw] {
+        assert_eq!(run.completed, sizes.queue_jobs as u64);
+        assert_eq!((run.duplicates, run.refused_completions), (0, 0));
+    }
+
+    let heartbeat = entry.heartbeat.as_ref().expect("heartbeat-scale ran");
+    assert_eq!(heartbeat.points.len(), 2 * sizes.heartbeat_leases.len());
+
+    let takeover = entry.takeover.as_ref().expect("takeover ran");
+    assert_eq!(takeover.trials, sizes.takeover_trials);
+    assert_eq!(
+        takeover.death_to_first_write.count,
+        sizes.takeover_trials as u64
+    );
+    assert_eq!(
+        (takeover.stale_writes_accepted, takeover.early_takeovers),
+        (0, 0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_runs_sanely_on_memory() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let report = tiny_run(BackendKind::Memory, out.path()).await;
+    check(&report);
+    assert!(report.write_json(out.path()).expect("json").exists());
+    let charts = benches::plot::draw_all(&report, out.path()).expect("charts");
+    assert_eq!(charts.len(), 2);
+    assert!(benches::report::render(&report).contains("hot-key"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_runs_sanely_on_sqlite() {
+    let out = tempfile::tempdir().expect("temp dir");
+    check(&tiny_run(BackendKind::Sqlite, out.path()).await);
+}
