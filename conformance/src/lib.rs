@@ -238,5 +238,7 @@ reliability::concurrent_history_keeps_invariants_and_fences_guard_a_resource,
         queue::queue_dead_letters_listed_and_retried,
         queue::queue_invalid_input_rejected_and_changes_nothing,
         queue::queue_fences_shared_with_leases,
+        queue_reliability::queue_hostile_input_is_rejected_or_answered_never_panics,
+        queue_reliability::queue_concurrent_claims_keep_invariants_and_fences_guard_a_resource,
     ]
 }

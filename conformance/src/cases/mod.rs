@@ -7,6 +7,7 @@ pub mod keeper;
 pub mod listing;
 pub mod model;
 pub mod queue;
+pub mod queue_reliability;
 pub mod reliability;
 pub mod renew;
 pub mod takeover;

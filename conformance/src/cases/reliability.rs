@@ -34,9 +34,10 @@ use super::util::SHORT_TTL;
 use crate::harness::{CaseResult, ClockControl, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
-/// The environment variable that sets how many random runs
-/// [`hostile_input_is_rejected_or_answered_never_panics`] plays (default 64
-/// on a clock the kit moves, 16 on a real clock).
+/// The environment variable that sets how many random runs the hostile-input
+/// cases play: [`hostile_input_is_rejected_or_answered_never_panics`]
+/// (default 64 on a clock the kit moves, 16 on a real clock) and
+/// `queue_hostile_input_is_rejected_or_answered_never_panics` (48 and 12).
 pub const HOSTILE_CASES_VAR: &str = "TENURE_HOSTILE_CASES";
 
 /// Most operations one hostile run plays.
@@ -61,18 +62,7 @@ const MAX_SHOWN_CHARS: usize = 600;
 pub async fn hostile_input_is_rejected_or_answered_never_panics<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let cases = match ctx.clock() {
-        ClockControl::Manual(_) => 64,
-        _ => 16,
-    };
-    let cases = match std::env::var(HOSTILE_CASES_VAR) {
-        Ok(text) => text.trim().parse().map_err(|_| {
-            Failure(format!(
-                "{HOSTILE_CASES_VAR}={text:?} is not a number of cases"
-            ))
-        })?,
-        Err(_) => cases,
-    };
+    let cases = hostile_case_count(ctx.clock(), 64, 16)?;
     let handle = Handle::current();
     let abandoned = Arc::new(AtomicBool::new(false));
     let _abandon_when_dropped = AbandonOnDrop(Arc::clone(&abandoned));
@@ -83,9 +73,29 @@ pub async fn hostile_input_is_rejected_or_answered_never_panics<S: LeaseStore + 
         .map_err(|error| Failure(format!("the hostile-input run panicked: {error}")))?
 }
 
+/// How many random runs a hostile-input case plays: [`HOSTILE_CASES_VAR`]
+/// when set, else `manual` on a clock the kit moves and `real` otherwise.
+pub(crate) fn hostile_case_count(
+    clock: &ClockControl,
+    manual: u32,
+    real: u32,
+) -> Result<u32, Failure> {
+    match std::env::var(HOSTILE_CASES_VAR) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            Failure(format!(
+                "{HOSTILE_CASES_VAR}={text:?} is not a number of cases"
+            ))
+        }),
+        Err(_) => Ok(match clock {
+            ClockControl::Manual(_) => manual,
+            _ => real,
+        }),
+    }
+}
+
 /// Tells the blocking exploration to stop when the case is dropped (its time
 /// limit passed): the runtime cannot shut down while it runs.
-struct AbandonOnDrop(Arc<AtomicBool>);
+pub(crate) struct AbandonOnDrop(pub(crate) Arc<AtomicBool>);
 
 impl Drop for AbandonOnDrop {
     fn drop(&mut self) {
@@ -351,7 +361,7 @@ fn invalid_text() -> BoxedStrategy<String> {
 
 /// Mostly [`tricky_text`], sometimes [`invalid_text`], so that most
 /// requests are valid but every field is sometimes not.
-fn hostile_text() -> BoxedStrategy<String> {
+pub(crate) fn hostile_text() -> BoxedStrategy<String> {
     prop_oneof![
         12 => tricky_text(),
         1 => invalid_text(),
@@ -361,7 +371,7 @@ fn hostile_text() -> BoxedStrategy<String> {
 
 /// Worker ids: mostly tricky text without whitespace (which no worker id
 /// may hold), sometimes anything.
-fn owner_text() -> BoxedStrategy<String> {
+pub(crate) fn owner_text() -> BoxedStrategy<String> {
     let tricky = tricky_text().prop_map(|text| {
         let kept: String = text.chars().filter(|c| !c.is_whitespace()).collect();
         if kept.is_empty() {
@@ -380,7 +390,7 @@ fn owner_text() -> BoxedStrategy<String> {
 /// Durations from zero to `Duration::MAX`, mostly valid leases, dense around
 /// every bound the contract draws (the 1 ms minimum lease, the 30-day
 /// maximum, the 100-year retention).
-fn hostile_duration() -> BoxedStrategy<Duration> {
+pub(crate) fn hostile_duration() -> BoxedStrategy<Duration> {
     let nanosecond = Duration::from_nanos(1);
     let valid_bounds = vec![
         MIN_TTL,
@@ -459,7 +469,7 @@ fn nested(depth: usize, objects: bool) -> Value {
 
 /// Metadata: mostly objects of random values, sometimes no object at all,
 /// deeply nested, or a string around the 64 KiB limit.
-fn hostile_metadata() -> BoxedStrategy<Value> {
+pub(crate) fn hostile_metadata() -> BoxedStrategy<Value> {
     let object = proptest::collection::vec((hostile_text(), json_value()), 0..5)
         .prop_map(|entries| Value::Object(entries.into_iter().collect()));
     let deep = (
