@@ -295,6 +295,15 @@ pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
     }
     capabilities(&job.required_capabilities)?;
     json_document("payload", &job.payload, MAX_PAYLOAD_BYTES)?;
+    if let Some(run_at) = job.run_at {
+        use chrono::Datelike;
+        if !(1..=9999).contains(&run_at.year()) {
+            return Err(Error::invalid_input(
+                "run_at",
+                format_args!("{run_at} is outside the years 1 to 9999 every store can keep"),
+            ));
+        }
+    }
     Ok(())
 }
 

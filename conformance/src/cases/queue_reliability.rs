@@ -141,7 +141,8 @@ fn run_at() -> BoxedStrategy<Option<Timestamp>> {
     prop_oneof![
         3 => Just(None),
         1 => select(vec![
-            earliest_run_at(),
+            DateTime::<Utc>::MIN_UTC,
+            year_one(),
             DateTime::<Utc>::MAX_UTC,
             DateTime::<Utc>::UNIX_EPOCH,
         ])
@@ -150,11 +151,9 @@ fn run_at() -> BoxedStrategy<Option<Timestamp>> {
     .boxed()
 }
 
-/// The earliest `run_at` the kit enqueues: 4001 BC, within what PostgreSQL
-/// stores (from 4713 BC). The contract sets no lower bound on `run_at` yet,
-/// and chrono's `MIN_UTC` (262144 BC) is refused there as out of range.
-fn earliest_run_at() -> Timestamp {
-    chrono::NaiveDate::from_ymd_opt(-4000, 1, 1)
+/// The first instant of year 1, the earliest `run_at` the contract accepts.
+fn year_one() -> Timestamp {
+    chrono::NaiveDate::from_ymd_opt(1, 1, 1)
         .and_then(|day| day.and_hms_opt(0, 0, 0))
         .map_or(DateTime::<Utc>::UNIX_EPOCH, |instant| instant.and_utc())
 }
