@@ -786,10 +786,13 @@ async fn claim_order_holds_at_the_extremes_of_priority_and_time() {
         |config| config,
         |scratch| async move {
             let store = &scratch.store;
-            let earliest =
-                lease_core::clock::truncate_to_micros(chrono::DateTime::<chrono::Utc>::MIN_UTC);
-            let latest =
-                lease_core::clock::truncate_to_micros(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+            // The extremes of the `run_at` the contract accepts (years 1 to 9999).
+            let earliest = "0001-01-01T00:00:00Z"
+                .parse::<chrono::DateTime<chrono::Utc>>()
+                .expect("year 1");
+            let latest = "9999-12-31T23:59:59.999999Z"
+                .parse::<chrono::DateTime<chrono::Utc>>()
+                .expect("year 9999");
             let jobs = [
                 NewJob::new("q", json!(1))
                     .id("min-priority")
