@@ -22,12 +22,13 @@ use lease_core::queue::{
 use lease_core::{clock, validate, ErrorKind, FenceGate, Timestamp};
 use proptest::prelude::*;
 use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::Value;
 use tokio::runtime::Handle;
 
 use super::reliability::{
-    hostile_case_count, hostile_duration, hostile_metadata, hostile_text, owner_text, AbandonOnDrop,
+    hostile_case_count, hostile_duration, hostile_metadata, hostile_text, hostile_verdict,
+    owner_text, AbandonOnDrop,
 };
 use super::util::SHORT_TTL;
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -297,21 +298,7 @@ fn explore_hostile<S: JobQueue>(
         refusals.load(Ordering::Relaxed),
         started.elapsed()
     );
-    match result {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(reason, ops)) => Err(Failure(format!(
-            "a queue mishandled hostile input; first failing run:\n{}\n\
-             shortest failing run found ({} operations):\n{reason}",
-            first_failure
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_default(),
-            ops.len()
-        ))),
-        Err(TestError::Abort(reason)) => {
-            Err(Failure(format!("the hostile-input run gave up: {reason}")))
-        }
-    }
+    hostile_verdict("a queue", result, first_failure)
 }
 
 fn job_id(prefix: &str, pick: &JobIdPick) -> String {

@@ -146,21 +146,7 @@ fn explore_hostile<S: LeaseStore>(
         tally.values().sum::<usize>(),
         started.elapsed()
     );
-    match result {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(reason, ops)) => Err(Failure(format!(
-            "a store mishandled hostile input; first failing run:\n{}\n\
-             shortest failing run found ({} operations):\n{reason}",
-            first_failure
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .unwrap_or_default(),
-            ops.len()
-        ))),
-        Err(TestError::Abort(reason)) => {
-            Err(Failure(format!("the hostile-input run gave up: {reason}")))
-        }
-    }
+    hostile_verdict("a store", result, first_failure)
 }
 
 // ---------------------------------------------------------------------------
@@ -1761,4 +1747,28 @@ async fn audit<S: LeaseStore>(
         writes: state.decisions.len(),
         stale_refused,
     })
+}
+
+/// The verdict of a hostile-input property run by proptest: the first
+/// failing run (as played, before shrinking) and the shortest one found.
+pub(crate) fn hostile_verdict<T>(
+    subject: &str,
+    result: Result<(), TestError<Vec<T>>>,
+    first_failure: Mutex<Option<String>>,
+) -> CaseResult {
+    match result {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(reason, ops)) => Err(Failure(format!(
+            "{subject} mishandled hostile input; first failing run:\n{}\n\
+             shortest failing run found ({} operations):\n{reason}",
+            first_failure
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_default(),
+            ops.len()
+        ))),
+        Err(TestError::Abort(reason)) => {
+            Err(Failure(format!("the hostile-input run gave up: {reason}")))
+        }
+    }
 }
