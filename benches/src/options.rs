@@ -27,7 +27,7 @@ measured in the same run.
   --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
                   takeover (repeatable, or a comma list); default all
   --quick         tiny sizes: a few seconds per backend
-  --huge          heartbeat-scale also holds 100k leases
+  --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
   --out DIR       where the JSON and SVG files go (default target/bench-results)
   --pg-url URL    PostgreSQL server (overrides TENURE_PG_URL)
   --redis-url URL Redis server (overrides TENURE_REDIS_URL)
@@ -142,11 +142,9 @@ pub struct Sizes {
     pub queue_jobs: usize,
     /// Workers of `queue`.
     pub queue_workers: usize,
-    /// Lease counts of `heartbeat-scale`.
-    pub heartbeat_leases: Vec<usize>,
-    /// Lease length in `heartbeat-scale` (the beat is a third of it).
-    pub heartbeat_ttl: Duration,
-    /// Beats measured per lease count in `heartbeat-scale`.
+    /// What `heartbeat-scale` holds, one run (or two) per entry.
+    pub heartbeat: Vec<HeartbeatSize>,
+    /// Beats measured per entry of `heartbeat-scale`.
     pub heartbeat_beats: u32,
     /// Owners killed in `takeover`.
     pub takeover_trials: usize,
@@ -156,6 +154,38 @@ pub struct Sizes {
     pub takeover_grace: Duration,
     /// How often the rival polls in `takeover`.
     pub takeover_poll: Duration,
+}
+
+/// One entry of `heartbeat-scale`: how many leases one keeper holds, for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HeartbeatSize {
+    /// Leases held.
+    pub leases: usize,
+    /// Their lease length (the beat is a third of it).
+    pub ttl: Duration,
+    /// Whether a second run renews them one `renew` call per lease, to show
+    /// what `renew_many` buys.
+    pub compare_solo: bool,
+}
+
+impl HeartbeatSize {
+    /// `--huge`: 100k leases at a 30 s ttl, renewed in batches only (one
+    /// call per lease cannot keep up at that size, and filling a second
+    /// keeper would double the minutes spent admitting).
+    pub const HUGE: HeartbeatSize = HeartbeatSize {
+        leases: 100_000,
+        ttl: Duration::from_secs(30),
+        compare_solo: false,
+    };
+
+    /// `leases` at `ttl`, renewed both ways.
+    pub fn compared(leases: usize, ttl: Duration) -> Self {
+        HeartbeatSize {
+            leases,
+            ttl,
+            compare_solo: true,
+        }
+    }
 }
 
 impl Sizes {
@@ -170,8 +200,10 @@ impl Sizes {
             hold: Duration::from_millis(5),
             queue_jobs: 2000,
             queue_workers: 4,
-            heartbeat_leases: vec![1_000, 10_000],
-            heartbeat_ttl: Duration::from_secs(3),
+            heartbeat: vec![
+                HeartbeatSize::compared(1_000, Duration::from_secs(3)),
+                HeartbeatSize::compared(10_000, Duration::from_secs(3)),
+            ],
             heartbeat_beats: 3,
             takeover_trials: 8,
             takeover_ttl: Duration::from_millis(300),
@@ -191,8 +223,10 @@ impl Sizes {
             hold: Duration::from_millis(2),
             queue_jobs: 200,
             queue_workers: 4,
-            heartbeat_leases: vec![100, 1_000],
-            heartbeat_ttl: Duration::from_millis(900),
+            heartbeat: vec![
+                HeartbeatSize::compared(100, Duration::from_millis(900)),
+                HeartbeatSize::compared(1_000, Duration::from_millis(900)),
+            ],
             heartbeat_beats: 2,
             takeover_trials: 3,
             takeover_ttl: Duration::from_millis(100),
@@ -212,8 +246,7 @@ impl Sizes {
             hold: Duration::from_millis(1),
             queue_jobs: 30,
             queue_workers: 3,
-            heartbeat_leases: vec![40],
-            heartbeat_ttl: Duration::from_millis(600),
+            heartbeat: vec![HeartbeatSize::compared(40, Duration::from_millis(600))],
             heartbeat_beats: 1,
             takeover_trials: 1,
             takeover_ttl: Duration::from_millis(60),
@@ -340,7 +373,7 @@ where
         options.scenarios = scenarios;
     }
     if huge {
-        options.sizes.heartbeat_leases.push(100_000);
+        options.sizes.heartbeat.push(HeartbeatSize::HUGE);
     }
     Ok(Command::Run(Box::new(options)))
 }

@@ -65,7 +65,7 @@ pub fn draw_all(report: &Report, directory: &Path) -> BenchResult<Vec<PathBuf>> 
         };
         let name = entry.backend.name();
         for lock in [LockKind::Tenure, LockKind::Peer] {
-            for strategy in [RetryStrategy::FixedPoll, RetryStrategy::JitteredBackoff] {
+            for strategy in RetryStrategy::ALL {
                 let cells = figures
                     .cells
                     .iter()

@@ -4,12 +4,13 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::options::{BackendKind, Options, Sizes};
 use crate::scenario::heartbeat::{HeartbeatReport, RenewMode};
-use crate::scenario::hot_key::HotKeyReport;
+use crate::scenario::hot_key::{HotKeyReport, RetryStrategy};
 use crate::scenario::queue::QueueReport;
 use crate::scenario::scaling::ScalingReport;
 use crate::scenario::single_op::SingleOpReport;
@@ -258,7 +259,8 @@ pub fn render(report: &Report) -> String {
         ],
     );
     let mut hot = Table::new(
-        "hot-key (ceiling = M / hold; gap = release start → next acquisition)",
+        "hot-key (ceiling = M / hold; gap = release start → next acquisition; \
+         woken / timeouts = waits ended by a wake-up / by the fallback)",
         vec![
             "backend",
             "lock",
@@ -272,6 +274,8 @@ pub fn render(report: &Report) -> String {
             "gap p99",
             "jain",
             "starve",
+            "woken",
+            "timeouts",
             "overlaps",
             "errors",
         ],
@@ -295,6 +299,7 @@ pub fn render(report: &Report) -> String {
         vec![
             "backend",
             "leases",
+            "ttl",
             "mode",
             "admit",
             "rounds",
@@ -359,6 +364,14 @@ pub fn render(report: &Report) -> String {
         }
         if let Some(report) = &entry.hot_key {
             for cell in &report.cells {
+                let (woken, timeouts) = match cell.strategy {
+                    RetryStrategy::WakeOnRelease => {
+                        (cell.wake_ups.to_string(), cell.wake_timeouts.to_string())
+                    }
+                    RetryStrategy::FixedPoll | RetryStrategy::JitteredBackoff => {
+                        ("-".to_owned(), "-".to_owned())
+                    }
+                };
                 hot.rows.push(vec![
                     name.clone(),
                     format!("{:?}", cell.lock).to_lowercase(),
@@ -372,11 +385,17 @@ pub fn render(report: &Report) -> String {
                     us(cell.handoff_gap.p99_us),
                     format!("{:.2}", cell.jain_fairness),
                     format!("{:.0}ms", cell.longest_starvation_ms),
+                    woken,
+                    timeouts,
                     cell.overlaps.to_string(),
                     cell.errors.to_string(),
                 ]);
             }
             notes.push(format!("{name}: hot-key peer lock = {}", report.peer_lock));
+            notes.push(format!(
+                "{name}: hot-key wake-on-release = {}",
+                report.wake_channel
+            ));
         }
         if let Some(report) = &entry.queue {
             queue.rows.push(vec![
@@ -396,6 +415,7 @@ pub fn render(report: &Report) -> String {
                 heartbeat.rows.push(vec![
                     name.clone(),
                     point.leases.to_string(),
+                    format!("{:?}", Duration::from_secs_f64(point.ttl_ms / 1e3)),
                     format!("{:?}", point.mode),
                     format!("{:.1}s", point.admit_seconds),
                     point.rounds.to_string(),

@@ -5,6 +5,7 @@
 use benches::options::{BackendKind, Options, ScenarioKind, Sizes};
 use benches::progress::Progress;
 use benches::report::Report;
+use benches::scenario::hot_key::RetryStrategy;
 
 async fn tiny_run(backend: BackendKind, out: &std::path::Path) -> Report {
     let options = Options {
@@ -38,11 +39,25 @@ fn check(report: &Report) {
     assert_eq!(counts, sizes.workers);
 
     let hot = entry.hot_key.as_ref().expect("hot-key ran");
-    assert_eq!(hot.cells.len(), 2 * 2 * sizes.hot_scopes.len());
+    assert_eq!(
+        hot.cells.len(),
+        2 * RetryStrategy::ALL.len() * sizes.hot_scopes.len()
+    );
     assert!(hot
         .cells
         .iter()
         .all(|cell| cell.acquisitions > 0 && cell.overlaps == 0));
+    for cell in &hot.cells {
+        if cell.strategy == RetryStrategy::WakeOnRelease {
+            // In process, a wake-up racing a timeout is taken, never lost.
+            assert_eq!(cell.wake_ups, cell.wakes_sent, "{cell:?}");
+        } else {
+            assert_eq!(
+                (cell.wakes_sent, cell.wake_ups, cell.wake_timeouts),
+                (0, 0, 0)
+            );
+        }
+    }
 
     let queue = entry.queue.as_ref().expect("queue ran");
     for run in [&queue.tenure, &queue.raw] {
@@ -51,7 +66,7 @@ fn check(report: &Report) {
     }
 
     let heartbeat = entry.heartbeat.as_ref().expect("heartbeat-scale ran");
-    assert_eq!(heartbeat.points.len(), 2 * sizes.heartbeat_leases.len());
+    assert_eq!(heartbeat.points.len(), 2 * sizes.heartbeat.len());
 
     let takeover = entry.takeover.as_ref().expect("takeover ran");
     assert_eq!(takeover.trials, sizes.takeover_trials);

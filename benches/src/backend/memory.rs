@@ -1,4 +1,6 @@
 //! The memory backend; its baseline and peer are a bare `Mutex<HashMap>`.
+//! Its wake-ups, shared with SQLite (the other store living in one
+//! process), are per-scope FIFOs of tokio `oneshot` senders.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,8 +9,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use backend_memory::MemoryStore;
 use lease_core::{JobQueue, LeaseStore};
+use tokio::sync::oneshot;
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -16,6 +19,7 @@ use crate::BenchResult;
 pub(super) struct MemoryBackend {
     store: Arc<MemoryStore>,
     raw: Arc<RawMemory>,
+    wake_ups: Arc<InProcessWakeUps>,
 }
 
 impl MemoryBackend {
@@ -23,6 +27,7 @@ impl MemoryBackend {
         MemoryBackend {
             store: Arc::new(MemoryStore::new()),
             raw: Arc::new(RawMemory::default()),
+            wake_ups: Arc::new(InProcessWakeUps::default()),
         }
     }
 }
@@ -47,6 +52,10 @@ impl Backend for MemoryBackend {
 
     fn peer(&self) -> Arc<dyn PeerLock> {
         self.raw.clone()
+    }
+
+    fn wake_ups(&self) -> Arc<dyn WakeUps> {
+        self.wake_ups.clone()
     }
 
     async fn cleanup(&self) -> BenchResult<()> {
@@ -167,5 +176,79 @@ impl PeerSession for MemoryPeer {
     async fn release(&mut self, scope: &str) -> BenchResult<()> {
         lock(&self.state).locks.remove(scope);
         Ok(())
+    }
+}
+
+type WaitQueues = HashMap<String, VecDeque<oneshot::Sender<()>>>;
+
+/// Wait queues of a store that lives in one process: per scope, the senders
+/// that wake its waiters, oldest first.
+#[derive(Default)]
+pub(super) struct InProcessWakeUps {
+    queues: Arc<Mutex<WaitQueues>>,
+}
+
+#[async_trait]
+impl WakeUps for InProcessWakeUps {
+    fn describe(&self) -> &'static str {
+        "per-scope FIFO of tokio oneshot senders (in process)"
+    }
+
+    async fn session(&self) -> BenchResult<Box<dyn WakeSession>> {
+        Ok(Box::new(InProcessWaiter {
+            queues: Arc::clone(&self.queues),
+            wake_up: None,
+        }))
+    }
+}
+
+struct InProcessWaiter {
+    queues: Arc<Mutex<WaitQueues>>,
+    /// Answers when a release pops this waiter's sender.
+    wake_up: Option<oneshot::Receiver<()>>,
+}
+
+impl InProcessWaiter {
+    fn queues(&self) -> MutexGuard<'_, WaitQueues> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[async_trait]
+impl WakeSession for InProcessWaiter {
+    async fn enqueue(&mut self, scope: &str) -> BenchResult<()> {
+        let (wake, wake_up) = oneshot::channel();
+        self.queues()
+            .entry(scope.to_owned())
+            .or_default()
+            .push_back(wake);
+        self.wake_up = Some(wake_up);
+        Ok(())
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> BenchResult<bool> {
+        let mut wake_up = self.wake_up.take().ok_or("wait without enqueue")?;
+        match tokio::time::timeout(timeout, &mut wake_up).await {
+            Ok(woken) => woken.map(|()| true).map_err(Into::into),
+            Err(_) => {
+                // Closing makes a later pop skip this sender; a wake-up sent
+                // just before is still there to take.
+                wake_up.close();
+                Ok(wake_up.try_recv().is_ok())
+            }
+        }
+    }
+
+    async fn wake_next(&mut self, scope: &str) -> BenchResult<bool> {
+        let mut queues = self.queues();
+        let Some(queue) = queues.get_mut(scope) else {
+            return Ok(false);
+        };
+        // Senders of waiters that timed out are closed: skip them.
+        let woke = std::iter::from_fn(|| queue.pop_front()).any(|wake| wake.send(()).is_ok());
+        if queue.is_empty() {
+            queues.remove(scope);
+        }
+        Ok(woke)
     }
 }

@@ -1,6 +1,7 @@
 //! One adapter per backend: the store under test, and beside it the raw
 //! baseline and the peer lock measured in the same run, through the same
-//! driver, on the same server or file.
+//! driver, on the same server or file, and the wake-up channel the
+//! `wake-on-release` retry strategy of `hot-key` waits on.
 //!
 //! The raw baseline is the bare statement a hand-rolled lease would run
 //! (an insert-if-absent for admit, a conditional update for the fenced
@@ -36,6 +37,8 @@ pub trait Backend: Send + Sync {
     fn raw(&self) -> Arc<dyn RawBaseline>;
     /// The lock people use instead of leases on this store.
     fn peer(&self) -> Arc<dyn PeerLock>;
+    /// Where waiters for a held scope sleep until a release wakes them.
+    fn wake_ups(&self) -> Arc<dyn WakeUps>;
     /// Removes everything the run created (schema, namespace, file).
     async fn cleanup(&self) -> BenchResult<()>;
 }
@@ -76,6 +79,35 @@ pub trait PeerSession: Send {
     async fn try_acquire(&mut self, scope: &str, ttl: Duration) -> BenchResult<bool>;
     /// Releases `scope`, held by this session.
     async fn release(&mut self, scope: &str) -> BenchResult<()>;
+}
+
+/// Per-scope FIFO wait queues and a way to wake their heads, kept where a
+/// deployment of the store would keep them: in process for the embedded
+/// stores (one process uses them), in the server for PostgreSQL and Redis
+/// (the waiters are in other processes).
+#[async_trait]
+pub trait WakeUps: Send + Sync {
+    /// What the queues and the wake-up are, for the report.
+    fn describe(&self) -> &'static str;
+    /// A session for one worker (a waiter blocks its own connection).
+    async fn session(&self) -> BenchResult<Box<dyn WakeSession>>;
+}
+
+/// One worker's place in the wait queues of a [`WakeUps`]: in at most one
+/// queue at a time, from [`enqueue`](WakeSession::enqueue) until its
+/// [`wait`](WakeSession::wait) ends.
+#[async_trait]
+pub trait WakeSession: Send {
+    /// Joins the tail of `scope`'s wait queue.
+    async fn enqueue(&mut self, scope: &str) -> BenchResult<()>;
+    /// Waits until a [`wake_next`](WakeSession::wake_next) pops this session
+    /// or `timeout` passes. True when woken. On a timeout the session leaves
+    /// the queue, so the next release wakes someone still waiting; a wake-up
+    /// that races the timeout is taken, never lost.
+    async fn wait(&mut self, timeout: Duration) -> BenchResult<bool>;
+    /// Pops the head of `scope`'s wait queue and wakes it. True when someone
+    /// was waiting.
+    async fn wake_next(&mut self, scope: &str) -> BenchResult<bool>;
 }
 
 /// Opens `kind` afresh for one scenario.

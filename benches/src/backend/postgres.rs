@@ -2,7 +2,9 @@
 //! baseline's tables live in the same schema and run on the store's own
 //! pool: the bare conditional `UPDATE`, `INSERT … ON CONFLICT DO NOTHING`,
 //! and a bare `FOR UPDATE SKIP LOCKED` claim. The peer lock is
-//! `pg_try_advisory_lock` on a connection per worker.
+//! `pg_try_advisory_lock` on a connection per worker. Waiters queue as rows
+//! of a table in the same schema and are woken by `pg_notify` on a channel
+//! each worker `LISTEN`s to on a connection of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,14 +13,16 @@ use async_trait::async_trait;
 use backend_postgres::{PgStore, PgStoreConfig};
 use lease_core::{JobQueue, LeaseStore};
 use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Postgres};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
 /// Enough connections for the largest worker count of `scaling` (32) plus
-/// the keeper's and the scenario's own calls.
+/// the keeper's and the scenario's own calls, and for `hot-key`'s workers
+/// each holding a peer-lock or a listening connection besides their calls.
 const POOL_SIZE: u32 = 40;
 
 /// A store in a fresh schema and the bare statements beside it.
@@ -68,6 +72,10 @@ impl Backend for PgBackend {
         self.raw.clone()
     }
 
+    fn wake_ups(&self) -> Arc<dyn WakeUps> {
+        self.raw.clone()
+    }
+
     async fn cleanup(&self) -> BenchResult<()> {
         let dropped = sqlx::query(&format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
@@ -100,6 +108,11 @@ impl RawPg {
                  state text NOT NULL, owner text)"
             ),
             format!("CREATE INDEX ON {s}.raw_jobs (queue, id) WHERE state = 'queued'"),
+            format!(
+                "CREATE TABLE {s}.wait_queue (id bigserial PRIMARY KEY, scope text NOT NULL, \
+                 channel text NOT NULL)"
+            ),
+            format!("CREATE INDEX ON {s}.wait_queue (scope, id)"),
         ] {
             sqlx::query(&statement).execute(&self.pool).await?;
         }
@@ -224,5 +237,107 @@ impl PeerSession for PgPeer {
             .execute(&mut *self.connection)
             .await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl WakeUps for RawPg {
+    fn describe(&self) -> &'static str {
+        "wait-queue table; pg_notify to the head's channel, LISTENed to on a connection per worker"
+    }
+
+    async fn session(&self) -> BenchResult<Box<dyn WakeSession>> {
+        let channel = super::unique_name("wake");
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(&channel).await?;
+        Ok(Box::new(PgWaiter {
+            pool: self.pool.clone(),
+            schema: self.schema.clone(),
+            listener,
+            channel,
+            ticket: None,
+        }))
+    }
+}
+
+struct PgWaiter {
+    pool: PgPool,
+    schema: String,
+    listener: PgListener,
+    /// The channel only this session listens to.
+    channel: String,
+    /// The id of this session's row in the wait queue, sent back as the
+    /// payload of its wake-up.
+    ticket: Option<i64>,
+}
+
+impl PgWaiter {
+    /// True when the wake-up for `ticket` arrives within `timeout`; a late
+    /// wake-up of an earlier ticket is skipped.
+    async fn woken(&mut self, ticket: i64, timeout: Duration) -> BenchResult<bool> {
+        let ticket = ticket.to_string();
+        let listener = &mut self.listener;
+        let arrived = tokio::time::timeout(timeout, async {
+            loop {
+                if listener.recv().await?.payload() == ticket {
+                    return Ok::<_, sqlx::Error>(());
+                }
+            }
+        })
+        .await;
+        match arrived {
+            Ok(received) => received.map(|()| true).map_err(Into::into),
+            Err(_) => Ok(false),
+        }
+    }
+}
+
+#[async_trait]
+impl WakeSession for PgWaiter {
+    async fn enqueue(&mut self, scope: &str) -> BenchResult<()> {
+        let (ticket,): (i64,) = sqlx::query_as(&format!(
+            "INSERT INTO {}.wait_queue (scope, channel) VALUES ($1, $2) RETURNING id",
+            self.schema
+        ))
+        .bind(scope)
+        .bind(&self.channel)
+        .fetch_one(&self.pool)
+        .await?;
+        self.ticket = Some(ticket);
+        Ok(())
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> BenchResult<bool> {
+        let ticket = self.ticket.take().ok_or("wait without enqueue")?;
+        if self.woken(ticket, timeout).await? {
+            return Ok(true);
+        }
+        let left = sqlx::query(&format!(
+            "DELETE FROM {}.wait_queue WHERE id = $1",
+            self.schema
+        ))
+        .bind(ticket)
+        .execute(&self.pool)
+        .await?;
+        if left.rows_affected() == 1 {
+            return Ok(false);
+        }
+        // A release popped the row as the wait ended: its notification is
+        // committed and on its way.
+        self.woken(ticket, timeout).await
+    }
+
+    async fn wake_next(&mut self, scope: &str) -> BenchResult<bool> {
+        let s = &self.schema;
+        let woke = sqlx::query(&format!(
+            "WITH head AS (DELETE FROM {s}.wait_queue WHERE id = \
+             (SELECT id FROM {s}.wait_queue WHERE scope = $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING id, channel) \
+             SELECT pg_notify(channel, id::text) FROM head"
+        ))
+        .bind(scope)
+        .execute(&self.pool)
+        .await?;
+        Ok(woke.rows_affected() == 1)
     }
 }

@@ -3,6 +3,8 @@
 //! (so the cleanup removes them too): `SET NX PX` for admit, `EVALSHA` of a
 //! minimal compare-and-set script for the fenced writes, `LMOVE` for the
 //! bare claim. The peer lock is `SET NX PX` with a compare-and-delete.
+//! Waiters queue in a list per scope, each as the key of its own wake-up
+//! list, which it `BLPOP`s on a connection of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,10 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use backend_redis::{RedisConfig, RedisStore};
 use lease_core::{JobQueue, LeaseStore};
-use redis::aio::ConnectionManager;
-use redis::Script;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Script};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -25,6 +27,12 @@ const CAS_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
 
+/// Pops the head of a wait queue and pushes a wake-up onto the list it
+/// names. The popped name is a key the script was not given: it shares the
+/// namespace's hash tag, so it lives in the queue's slot.
+const WAKE_NEXT_SCRIPT: &str = "local waiter = redis.call('LPOP', KEYS[1]) \
+     if waiter then redis.call('RPUSH', waiter, 1) return 1 end return 0";
+
 /// A store in a fresh namespace and a bare connection beside it.
 pub(super) struct RedisBackend {
     store: Arc<RedisStore>,
@@ -35,12 +43,15 @@ impl RedisBackend {
     pub(super) async fn open(url: &str) -> BenchResult<Self> {
         let namespace = super::unique_name("bench");
         let store = RedisStore::connect(RedisConfig::new(url, namespace.as_str())).await?;
-        let connection = ConnectionManager::new(redis::Client::open(url)?).await?;
+        let client = redis::Client::open(url)?;
+        let connection = ConnectionManager::new(client.clone()).await?;
         let raw = RawRedis {
+            client,
             connection,
             prefix: format!("tenure:{{{namespace}}}:raw:"),
             cas: Script::new(CAS_SCRIPT),
             release: Script::new(RELEASE_SCRIPT),
+            wake_next: Script::new(WAKE_NEXT_SCRIPT),
         };
         Ok(RedisBackend {
             store: Arc::new(store),
@@ -71,6 +82,10 @@ impl Backend for RedisBackend {
         self.raw.clone()
     }
 
+    fn wake_ups(&self) -> Arc<dyn WakeUps> {
+        self.raw.clone()
+    }
+
     async fn cleanup(&self) -> BenchResult<()> {
         self.store.delete_namespace().await?;
         Ok(())
@@ -79,10 +94,13 @@ impl Backend for RedisBackend {
 
 #[derive(Clone)]
 struct RawRedis {
+    /// Opens the waiters' own connections.
+    client: redis::Client,
     connection: ConnectionManager,
     prefix: String,
     cas: Script,
     release: Script,
+    wake_next: Script,
 }
 
 impl RawRedis {
@@ -201,5 +219,92 @@ impl PeerSession for RedisPeer {
             .invoke_async(&mut self.raw.connection.clone())
             .await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl WakeUps for RawRedis {
+    fn describe(&self) -> &'static str {
+        "RPUSH to a list per scope; a script pops the head and RPUSHes to its list, BLPOPed on a connection per worker"
+    }
+
+    async fn session(&self) -> BenchResult<Box<dyn WakeSession>> {
+        // BLPOP's own timeout bounds every wait; a response timeout shorter
+        // than it would abandon a BLPOP that may still pop a wake-up.
+        let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        let blocking = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Box::new(RedisWaiter {
+            raw: self.clone(),
+            blocking,
+            wake_up: self.key("wake", &super::unique_name("waiter")),
+            queued: None,
+        }))
+    }
+}
+
+struct RedisWaiter {
+    raw: RawRedis,
+    /// Used by this session alone, so a `BLPOP` blocks no one else.
+    blocking: MultiplexedConnection,
+    /// This session's wake-up list, the name it queues under.
+    wake_up: String,
+    /// The queue this session is in.
+    queued: Option<String>,
+}
+
+#[async_trait]
+impl WakeSession for RedisWaiter {
+    async fn enqueue(&mut self, scope: &str) -> BenchResult<()> {
+        let queue = self.raw.key("waiters", scope);
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(&queue)
+            .arg(&self.wake_up)
+            .query_async(&mut self.blocking)
+            .await?;
+        self.queued = Some(queue);
+        Ok(())
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> BenchResult<bool> {
+        let queue = self.queued.take().ok_or("wait without enqueue")?;
+        // BLPOP counts in seconds; 0 would mean forever.
+        let seconds = timeout.as_secs_f64().max(0.001);
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg(&self.wake_up)
+            .arg(format!("{seconds:.3}"))
+            .query_async(&mut self.blocking)
+            .await?;
+        if popped.is_some() {
+            return Ok(true);
+        }
+        let left: i64 = redis::cmd("LREM")
+            .arg(&queue)
+            .arg(1)
+            .arg(&self.wake_up)
+            .query_async(&mut self.blocking)
+            .await?;
+        if left == 1 {
+            return Ok(false);
+        }
+        // A release popped this session as the wait ended; the same script
+        // pushed its wake-up, which is there to take.
+        let late: Option<String> = redis::cmd("LPOP")
+            .arg(&self.wake_up)
+            .query_async(&mut self.blocking)
+            .await?;
+        Ok(late.is_some())
+    }
+
+    async fn wake_next(&mut self, scope: &str) -> BenchResult<bool> {
+        let woke: i64 = self
+            .raw
+            .wake_next
+            .key(self.raw.key("waiters", scope))
+            .invoke_async(&mut self.blocking)
+            .await?;
+        Ok(woke == 1)
     }
 }

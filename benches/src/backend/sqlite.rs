@@ -3,6 +3,8 @@
 //! settings (WAL, `synchronous = FULL`, the same busy timeout), run the way
 //! the store runs: one `BEGIN IMMEDIATE` … `COMMIT` per operation on a
 //! dedicated thread, so the ratio counts tenure's logic, not the thread hop.
+//! Its waiters queue in process, as memory's do: an embedded store has one
+//! process to wake.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +16,8 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBe
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline};
+use super::memory::InProcessWakeUps;
+use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -22,6 +25,7 @@ use crate::BenchResult;
 pub(super) struct SqliteBackend {
     store: Arc<SqliteStore>,
     raw: Arc<RawSqlite>,
+    wake_ups: Arc<InProcessWakeUps>,
     directory: Mutex<Option<TempDir>>,
 }
 
@@ -34,6 +38,7 @@ impl SqliteBackend {
         Ok(SqliteBackend {
             store: Arc::new(store),
             raw: Arc::new(raw),
+            wake_ups: Arc::new(InProcessWakeUps::default()),
             directory: Mutex::new(Some(directory)),
         })
     }
@@ -59,6 +64,10 @@ impl Backend for SqliteBackend {
 
     fn peer(&self) -> Arc<dyn PeerLock> {
         self.raw.clone()
+    }
+
+    fn wake_ups(&self) -> Arc<dyn WakeUps> {
+        self.wake_ups.clone()
     }
 
     async fn cleanup(&self) -> BenchResult<()> {

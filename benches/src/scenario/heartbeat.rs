@@ -22,7 +22,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::options::Sizes;
+use crate::options::{HeartbeatSize, Sizes};
 use crate::progress::Progress;
 use crate::BenchResult;
 
@@ -46,6 +46,10 @@ pub enum RenewMode {
 pub struct HeartbeatPoint {
     /// Leases held.
     pub leases: usize,
+    /// Their lease length, in ms.
+    pub ttl_ms: f64,
+    /// The beat (ttl / 3), in ms.
+    pub beat_ms: f64,
     /// How they were renewed.
     pub mode: RenewMode,
     /// Time to admit them all through the keeper, in seconds.
@@ -69,11 +73,7 @@ pub struct HeartbeatPoint {
 /// The heartbeat-scale report.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeartbeatReport {
-    /// Lease length, in ms.
-    pub ttl_ms: f64,
-    /// The beat (ttl / 3), in ms.
-    pub beat_ms: f64,
-    /// One point per (L, mode).
+    /// One point per (L, ttl, mode).
     pub points: Vec<HeartbeatPoint>,
 }
 
@@ -83,43 +83,37 @@ pub async fn run(
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<HeartbeatReport> {
-    let ttl = sizes.heartbeat_ttl;
-    let beat = ttl / 3;
     let mut points = Vec::new();
-    for (index, &leases) in sizes.heartbeat_leases.iter().enumerate() {
-        for mode in [RenewMode::RenewMany, RenewMode::Solo] {
-            progress.cell(format!("heartbeat-scale: {leases} leases, {mode:?}"));
+    for (index, size) in sizes.heartbeat.iter().enumerate() {
+        let modes: &[RenewMode] = if size.compare_solo {
+            &[RenewMode::RenewMany, RenewMode::Solo]
+        } else {
+            &[RenewMode::RenewMany]
+        };
+        for &mode in modes {
+            progress.cell(format!(
+                "heartbeat-scale: {} leases, ttl {:?}, {mode:?}",
+                size.leases, size.ttl
+            ));
             let prefix = format!("hb{index}-{mode:?}");
             points.push(
-                hold_and_measure(
-                    backend.store(),
-                    leases,
-                    mode,
-                    ttl,
-                    beat,
-                    sizes.heartbeat_beats,
-                    &prefix,
-                )
-                .await?,
+                hold_and_measure(backend.store(), size, mode, sizes.heartbeat_beats, &prefix)
+                    .await?,
             );
         }
     }
-    Ok(HeartbeatReport {
-        ttl_ms: ttl.as_secs_f64() * 1e3,
-        beat_ms: beat.as_secs_f64() * 1e3,
-        points,
-    })
+    Ok(HeartbeatReport { points })
 }
 
 async fn hold_and_measure(
     store: Arc<dyn LeaseStore>,
-    leases: usize,
+    size: &HeartbeatSize,
     mode: RenewMode,
-    ttl: Duration,
-    beat: Duration,
     beats: u32,
     prefix: &str,
 ) -> BenchResult<HeartbeatPoint> {
+    let HeartbeatSize { leases, ttl, .. } = *size;
+    let beat = ttl / 3;
     let timed = Arc::new(TimedStore {
         inner: store,
         calls: Mutex::new(Vec::new()),
@@ -187,6 +181,8 @@ async fn hold_and_measure(
     let round_max_ms = times.last().copied().unwrap_or(0.0);
     Ok(HeartbeatPoint {
         leases,
+        ttl_ms: ttl.as_secs_f64() * 1e3,
+        beat_ms: beat.as_secs_f64() * 1e3,
         mode,
         admit_seconds,
         rounds: rounds.len(),

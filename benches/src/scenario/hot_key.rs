@@ -2,10 +2,19 @@
 //!
 //! The ceiling is M / h acquisitions per second (every scope always held).
 //! What falls short of it is the hand-off: the release's round trip, the
-//! losers' retry delay, and the winner's acquire. Two retry strategies are
-//! compared (a fixed short poll and a jittered exponential backoff), and
-//! tenure's admission is compared with the lock people use instead on the
-//! same store (advisory locks, `SET NX PX`, …).
+//! losers' retry delay, and the winner's acquire. Three retry strategies are
+//! compared (a fixed short poll, a jittered exponential backoff, and a FIFO
+//! wake-up on release), and tenure's admission is compared with the lock
+//! people use instead on the same store (advisory locks, `SET NX PX`, …).
+//!
+//! The pollers leave a single hot scope to whoever releases it: that worker
+//! asks again at once while the others sleep. Waking on release takes turns
+//! instead: a loser queues on the scope and sleeps until a release wakes it
+//! (or a fallback timeout, so a lost wake-up costs time, never the cell);
+//! a releaser that woke someone does not ask for that scope again before
+//! its turn: it tries another scope, or with only one, queues behind them.
+//! The queues live where a deployment would keep them (see
+//! [`WakeUps`](crate::backend::WakeUps)).
 //!
 //! Every winner bumps an in-process holder count of its scope before its
 //! hold and drops it before releasing, so a second simultaneous holder would
@@ -21,7 +30,7 @@ use async_trait::async_trait;
 use lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
 use serde::Serialize;
 
-use crate::backend::{Backend, PeerSession};
+use crate::backend::{Backend, PeerSession, WakeSession};
 use crate::options::Sizes;
 use crate::progress::Progress;
 use crate::stats::{jain_index, Latencies, LatencySummary};
@@ -34,6 +43,14 @@ const POLL: Duration = Duration::from_millis(1);
 /// The backoff's first delay; it doubles up to `hold × BACKOFF_CAP_HOLDS`.
 const BACKOFF_BASE: Duration = Duration::from_millis(1);
 const BACKOFF_CAP_HOLDS: u32 = 8;
+/// A queued waiter retries unwoken after this many turns of the whole queue
+/// (every worker holding once and handing over), far longer than its turn
+/// can take, so a timeout means a lost wake-up (a waiter that queued just
+/// after the release that would have woken it) rather than a long queue.
+const FALLBACK_TURNS: u32 = 4;
+/// What one hand-over is allowed on top of the hold, in a turn: a slow
+/// store's release, wake-up and admission (PostgreSQL's, under load).
+const HANDOFF_ALLOWANCE: Duration = Duration::from_millis(5);
 
 /// How a loser waits before trying again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -43,14 +60,25 @@ pub enum RetryStrategy {
     FixedPoll,
     /// Sleep a uniform random time up to a delay that doubles per failure.
     JitteredBackoff,
+    /// Queue on the scope (FIFO) and sleep until a release wakes the head;
+    /// a releaser that woke a waiter lets it have the scope.
+    WakeOnRelease,
 }
 
 impl RetryStrategy {
+    /// Every strategy, in report order.
+    pub const ALL: [RetryStrategy; 3] = [
+        RetryStrategy::FixedPoll,
+        RetryStrategy::JitteredBackoff,
+        RetryStrategy::WakeOnRelease,
+    ];
+
     /// The name in reports.
     pub fn name(self) -> &'static str {
         match self {
             RetryStrategy::FixedPoll => "fixed-poll",
             RetryStrategy::JitteredBackoff => "jittered-backoff",
+            RetryStrategy::WakeOnRelease => "wake-on-release",
         }
     }
 }
@@ -95,6 +123,12 @@ pub struct HotKeyCell {
     /// Acquire or release calls answered `Err` (counted as failed attempts;
     /// must be 0: a lost race is an outcome, never an error).
     pub errors: u64,
+    /// Wake-ups sent by releasers (0 unless waking on release).
+    pub wakes_sent: u64,
+    /// Waits ended by a wake-up (equal to `wakes_sent` when none was lost).
+    pub wake_ups: u64,
+    /// Waits that ran out their fallback timeout unwoken.
+    pub wake_timeouts: u64,
 }
 
 /// The hot-key report.
@@ -106,6 +140,8 @@ pub struct HotKeyReport {
     pub hold_ms: f64,
     /// What the peer lock is.
     pub peer_lock: &'static str,
+    /// Where `wake-on-release` waiters queue and how they are woken.
+    pub wake_channel: &'static str,
     /// Every cell.
     pub cells: Vec<HotKeyCell>,
 }
@@ -169,12 +205,147 @@ impl Contender for PeerContender {
 }
 
 /// What one worker saw.
+#[derive(Default)]
 struct WorkerTally {
     wins: u64,
     failures: u64,
     longest_starvation: Duration,
     overlaps: u64,
     errors: u64,
+    wakes_sent: u64,
+    wake_ups: u64,
+    wake_timeouts: u64,
+}
+
+/// Which scope a worker asks for next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Any, at random.
+    Any,
+    /// The one it queued for and was woken (or timed out) on.
+    Same,
+    /// Any but the one it just released, whose head it woke.
+    Other,
+}
+
+/// How one worker waits: after a lost attempt, and after a release.
+enum Waiting {
+    FixedPoll,
+    JitteredBackoff {
+        /// Upper bound of the next random delay.
+        delay: Duration,
+        cap: Duration,
+    },
+    WakeOnRelease {
+        session: Box<dyn WakeSession>,
+        fallback: Duration,
+        /// Whether the cell has one scope, so a releaser has nowhere else to go.
+        lone_scope: bool,
+    },
+}
+
+impl Waiting {
+    async fn new(
+        strategy: RetryStrategy,
+        backend: &dyn Backend,
+        sizes: &Sizes,
+        scopes: usize,
+    ) -> BenchResult<Self> {
+        Ok(match strategy {
+            RetryStrategy::FixedPoll => Waiting::FixedPoll,
+            RetryStrategy::JitteredBackoff => Waiting::JitteredBackoff {
+                delay: BACKOFF_BASE,
+                cap: (sizes.hold * BACKOFF_CAP_HOLDS).max(BACKOFF_BASE),
+            },
+            RetryStrategy::WakeOnRelease => Waiting::WakeOnRelease {
+                session: backend.wake_ups().session().await?,
+                fallback: (sizes.hold + HANDOFF_ALLOWANCE)
+                    * FALLBACK_TURNS
+                    * u32::try_from(sizes.hot_workers)?,
+                lone_scope: scopes == 1,
+            },
+        })
+    }
+
+    /// Waits after a failed attempt on `scope`.
+    async fn after_failure(
+        &mut self,
+        scope: &str,
+        deadline: Instant,
+        tally: &mut WorkerTally,
+    ) -> BenchResult<Next> {
+        match self {
+            Waiting::FixedPoll => tokio::time::sleep(POLL).await,
+            Waiting::JitteredBackoff { delay, cap } => {
+                let jitter = fastrand::u64(..=delay.as_micros() as u64);
+                tokio::time::sleep(Duration::from_micros(jitter)).await;
+                *delay = (*delay * 2).min(*cap);
+            }
+            Waiting::WakeOnRelease {
+                session, fallback, ..
+            } => {
+                wait_for_release(session.as_mut(), scope, *fallback, deadline, tally).await?;
+                return Ok(Next::Same);
+            }
+        }
+        Ok(Next::Any)
+    }
+
+    /// Goes on after releasing `scope`.
+    async fn after_release(
+        &mut self,
+        scope: &str,
+        deadline: Instant,
+        tally: &mut WorkerTally,
+    ) -> BenchResult<Next> {
+        match self {
+            Waiting::FixedPoll => Ok(Next::Any),
+            Waiting::JitteredBackoff { delay, .. } => {
+                *delay = BACKOFF_BASE;
+                Ok(Next::Any)
+            }
+            Waiting::WakeOnRelease {
+                session,
+                fallback,
+                lone_scope,
+            } => {
+                if !session.wake_next(scope).await? {
+                    return Ok(Next::Any);
+                }
+                tally.wakes_sent += 1;
+                // Asking for `scope` again now would beat the waiter just
+                // woken: go elsewhere, or queue behind it.
+                if !*lone_scope {
+                    return Ok(Next::Other);
+                }
+                wait_for_release(session.as_mut(), scope, *fallback, deadline, tally).await?;
+                Ok(Next::Same)
+            }
+        }
+    }
+}
+
+/// Queues on `scope` and sleeps until woken, the fallback timeout, or the
+/// end of the cell.
+async fn wait_for_release(
+    session: &mut dyn WakeSession,
+    scope: &str,
+    fallback: Duration,
+    deadline: Instant,
+    tally: &mut WorkerTally,
+) -> BenchResult<()> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Ok(());
+    }
+    session.enqueue(scope).await?;
+    let limit = fallback.min(left);
+    if session.wait(limit).await? {
+        tally.wake_ups += 1;
+    } else if limit == fallback {
+        tally.wake_timeouts += 1;
+    }
+    Ok(())
 }
 
 /// State the workers of one cell share.
@@ -194,13 +365,13 @@ pub async fn run(
     let mut cells = Vec::new();
     let mut round = 0_usize;
     for lock in [LockKind::Tenure, LockKind::Peer] {
-        for strategy in [RetryStrategy::FixedPoll, RetryStrategy::JitteredBackoff] {
+        for strategy in RetryStrategy::ALL {
             for &scopes in &sizes.hot_scopes {
                 round += 1;
                 progress.cell(format!("hot-key: {lock:?} {} M={scopes}", strategy.name()));
-                let mut contenders: Vec<Box<dyn Contender>> = Vec::with_capacity(sizes.hot_workers);
+                let mut workers = Vec::with_capacity(sizes.hot_workers);
                 for worker in 0..sizes.hot_workers {
-                    contenders.push(match lock {
+                    let contender: Box<dyn Contender> = match lock {
                         LockKind::Tenure => Box::new(TenureContender {
                             store: backend.store(),
                             worker: format!("hot-{round}-w{worker}"),
@@ -210,12 +381,14 @@ pub async fn run(
                         LockKind::Peer => Box::new(PeerContender {
                             session: backend.peer().session().await?,
                         }),
-                    });
+                    };
+                    let waiting = Waiting::new(strategy, backend, sizes, scopes).await?;
+                    workers.push((contender, waiting));
                 }
                 let scope_names = (0..scopes)
                     .map(|m| format!("hot-{round}-scope-{m}"))
                     .collect();
-                cells.push(race(lock, strategy, scope_names, contenders, sizes).await?);
+                cells.push(race(lock, strategy, scope_names, workers, sizes).await?);
             }
         }
     }
@@ -223,6 +396,7 @@ pub async fn run(
         workers: sizes.hot_workers,
         hold_ms: sizes.hold.as_secs_f64() * 1e3,
         peer_lock: backend.peer().describe(),
+        wake_channel: backend.wake_ups().describe(),
         cells,
     })
 }
@@ -231,7 +405,7 @@ async fn race(
     lock: LockKind,
     strategy: RetryStrategy,
     scopes: Vec<String>,
-    contenders: Vec<Box<dyn Contender>>,
+    workers: Vec<(Box<dyn Contender>, Waiting)>,
     sizes: &Sizes,
 ) -> BenchResult<HotKeyCell> {
     let count = scopes.len();
@@ -244,11 +418,11 @@ async fn race(
     let started = Instant::now();
     let deadline = started + sizes.cell;
     let hold = sizes.hold;
-    let tasks: Vec<_> = contenders
+    let tasks: Vec<_> = workers
         .into_iter()
-        .map(|contender| {
+        .map(|(contender, waiting)| {
             let arena = Arc::clone(&arena);
-            tokio::spawn(contend(contender, arena, strategy, hold, started, deadline))
+            tokio::spawn(contend(contender, waiting, arena, hold, started, deadline))
         })
         .collect();
     let mut tallies = Vec::with_capacity(tasks.len());
@@ -266,6 +440,7 @@ async fn race(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .summary();
+    let total = |figure: fn(&WorkerTally) -> u64| tallies.iter().map(figure).sum();
     Ok(HotKeyCell {
         lock,
         strategy,
@@ -288,37 +463,39 @@ async fn race(
             .unwrap_or_default()
             .as_secs_f64()
             * 1e3,
-        overlaps: tallies.iter().map(|tally| tally.overlaps).sum(),
-        errors: tallies.iter().map(|tally| tally.errors).sum(),
+        overlaps: total(|tally| tally.overlaps),
+        errors: total(|tally| tally.errors),
+        wakes_sent: total(|tally| tally.wakes_sent),
+        wake_ups: total(|tally| tally.wake_ups),
+        wake_timeouts: total(|tally| tally.wake_timeouts),
     })
 }
 
 async fn contend(
     mut contender: Box<dyn Contender>,
+    mut waiting: Waiting,
     arena: Arc<Arena>,
-    strategy: RetryStrategy,
     hold: Duration,
     started: Instant,
     deadline: Instant,
 ) -> BenchResult<WorkerTally> {
-    let backoff_cap = hold * BACKOFF_CAP_HOLDS;
-    let mut backoff = BACKOFF_BASE;
-    let mut tally = WorkerTally {
-        wins: 0,
-        failures: 0,
-        longest_starvation: Duration::ZERO,
-        overlaps: 0,
-        errors: 0,
-    };
+    let mut tally = WorkerTally::default();
     let mut last_win = started;
+    let count = arena.scopes.len();
+    let mut index = 0;
+    let mut next = Next::Any;
     while Instant::now() < deadline {
-        let index = fastrand::usize(..arena.scopes.len());
+        index = match next {
+            Next::Any => fastrand::usize(..count),
+            Next::Same => index,
+            Next::Other => (index + 1 + fastrand::usize(..count - 1)) % count,
+        };
         let scope = &arena.scopes[index];
         let acquired = contender.try_acquire(scope).await.unwrap_or_else(|_| {
             tally.errors += 1;
             false
         });
-        if acquired {
+        next = if acquired {
             let won = Instant::now();
             if arena.holders[index].fetch_add(1, Ordering::SeqCst) != 0 {
                 tally.overlaps += 1;
@@ -344,18 +521,11 @@ async fn contend(
             if contender.release(scope).await.is_err() {
                 tally.errors += 1;
             }
-            backoff = BACKOFF_BASE;
+            waiting.after_release(scope, deadline, &mut tally).await?
         } else {
             tally.failures += 1;
-            match strategy {
-                RetryStrategy::FixedPoll => tokio::time::sleep(POLL).await,
-                RetryStrategy::JitteredBackoff => {
-                    let jitter = fastrand::u64(..=backoff.as_micros() as u64);
-                    tokio::time::sleep(Duration::from_micros(jitter)).await;
-                    backoff = (backoff * 2).min(backoff_cap.max(BACKOFF_BASE));
-                }
-            }
-        }
+            waiting.after_failure(scope, deadline, &mut tally).await?
+        };
     }
     tally.longest_starvation = tally.longest_starvation.max(Instant::now() - last_win);
     Ok(tally)

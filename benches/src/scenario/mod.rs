@@ -28,46 +28,112 @@ pub enum Step {
     Exhausted,
 }
 
-/// Runs `workers` tasks, each calling `operation(worker, iteration)` until
-/// `duration` has passed or it answers [`Step::Exhausted`], and answers the
-/// throughput and latency of every counted call. The first error stops the
-/// measurement and is answered.
-pub async fn drive<F, Fut>(
+/// Slices [`drive_alternating`] cuts each side's time into.
+const SLICES: u32 = 10;
+
+/// Runs two timed operations for `duration` each, in alternating slices
+/// (first, second, first, …), and answers the throughput and latency of
+/// every counted call of each. Each side runs `workers` tasks calling its
+/// operation with `(worker, iteration)` until its time is up or it answers
+/// [`Step::Exhausted`]; the first error stops the measurement and is
+/// answered.
+///
+/// A ratio of two loops run one after the other also measures whatever the
+/// machine did in between (a build starting, a disk flush); alternating
+/// short slices gives both sides the same weather, so the ratio between
+/// them holds where their absolute figures do not.
+pub async fn drive_alternating<F, Fut, G, Gut>(
     workers: usize,
     duration: Duration,
-    operation: F,
-) -> BenchResult<Throughput>
+    first: F,
+    second: G,
+) -> BenchResult<(Throughput, Throughput)>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = BenchResult<Step>> + Send + 'static,
+    G: Fn(usize, u64) -> Gut + Send + Sync + 'static,
+    Gut: Future<Output = BenchResult<Step>> + Send + 'static,
+{
+    let slice = duration / SLICES;
+    let mut first = TimedLoop::new(workers, first);
+    let mut second = TimedLoop::new(workers, second);
+    for _ in 0..SLICES {
+        first.run_for(slice).await?;
+        second.run_for(slice).await?;
+    }
+    Ok((first.throughput(), second.throughput()))
+}
+
+/// One timed operation measured over one or more slices of time. Each
+/// worker's iterations count on across slices, so an operation keyed by
+/// its iteration never repeats a key.
+struct TimedLoop<F> {
+    operation: Arc<F>,
+    /// Per worker: the next iteration, or `None` once it answered
+    /// [`Step::Exhausted`].
+    next: Vec<Option<u64>>,
+    latencies: Latencies,
+    elapsed: Duration,
+}
+
+impl<F, Fut> TimedLoop<F>
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = BenchResult<Step>> + Send + 'static,
 {
-    let operation = Arc::new(operation);
-    let started = Instant::now();
-    let deadline = started + duration;
-    let tasks: Vec<_> = (0..workers)
-        .map(|worker| {
-            let operation = Arc::clone(&operation);
-            tokio::spawn(async move {
-                let mut latencies = Latencies::new();
-                let mut iteration = 0_u64;
-                while Instant::now() < deadline {
-                    let sent = Instant::now();
-                    if operation(worker, iteration).await? == Step::Exhausted {
-                        break;
-                    }
-                    latencies.record(sent.elapsed());
-                    iteration += 1;
-                }
-                Ok::<_, crate::BenchError>((latencies, Instant::now()))
-            })
-        })
-        .collect();
-    let mut all = Latencies::new();
-    let mut finished = started;
-    for task in tasks {
-        let (latencies, ended) = task.await??;
-        all.merge(&latencies);
-        finished = finished.max(ended);
+    fn new(workers: usize, operation: F) -> Self {
+        TimedLoop {
+            operation: Arc::new(operation),
+            next: vec![Some(0); workers],
+            latencies: Latencies::new(),
+            elapsed: Duration::ZERO,
+        }
     }
-    Ok(Throughput::from_latencies(&all, finished - started))
+
+    /// Runs every worker not yet exhausted for `duration`.
+    async fn run_for(&mut self, duration: Duration) -> BenchResult<()> {
+        let started = Instant::now();
+        let deadline = started + duration;
+        let tasks: Vec<_> = self
+            .next
+            .iter()
+            .enumerate()
+            .filter_map(|(worker, next)| next.map(|first| (worker, first)))
+            .map(|(worker, first)| {
+                let operation = Arc::clone(&self.operation);
+                tokio::spawn(async move {
+                    let mut latencies = Latencies::new();
+                    let mut iteration = first;
+                    let mut exhausted = false;
+                    while Instant::now() < deadline {
+                        let sent = Instant::now();
+                        if operation(worker, iteration).await? == Step::Exhausted {
+                            exhausted = true;
+                            break;
+                        }
+                        latencies.record(sent.elapsed());
+                        iteration += 1;
+                    }
+                    let next = (!exhausted).then_some(iteration);
+                    Ok::<_, crate::BenchError>((worker, next, latencies, Instant::now()))
+                })
+            })
+            .collect();
+        if tasks.is_empty() {
+            return Ok(());
+        }
+        let mut finished = started;
+        for task in tasks {
+            let (worker, next, latencies, ended) = task.await??;
+            self.next[worker] = next;
+            self.latencies.merge(&latencies);
+            finished = finished.max(ended);
+        }
+        self.elapsed += finished - started;
+        Ok(())
+    }
+
+    fn throughput(&self) -> Throughput {
+        Throughput::from_latencies(&self.latencies, self.elapsed)
+    }
 }

@@ -2,11 +2,13 @@
 //! against the store's bare claim (PostgreSQL `FOR UPDATE SKIP LOCKED`,
 //! SQLite `UPDATE … RETURNING`, Redis `LMOVE`, a `VecDeque` for memory).
 //!
-//! Every completed id is remembered: a job completed twice is a duplicate
-//! (must be 0), and completed jobs must add up to K.
+//! The jobs are drained in rounds, tenure then raw in each, so the ratio
+//! compares the two under the same load. Every completed id is remembered:
+//! a job completed twice is a duplicate (must be 0), and completed jobs must
+//! add up to K.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_core::queue::{ClaimRequest, JobSettle, NewJob};
@@ -19,7 +21,11 @@ use crate::progress::Progress;
 use crate::stats::{ratio, Latencies, LatencySummary};
 use crate::BenchResult;
 
+/// Queue name prefix; round `r` drains `bench-r`.
 const QUEUE: &str = "bench";
+/// The jobs are split into this many rounds, each drained by tenure then by
+/// the raw claim, so both sides see the machine's load of the same minutes.
+const ROUNDS: usize = 4;
 const TTL: Duration = Duration::from_secs(120);
 /// Jobs per `enqueue_batch` call.
 const ENQUEUE_CHUNK: usize = 1000;
@@ -75,25 +81,32 @@ enum Claimed {
 }
 
 impl Drainer {
-    async fn claim(&self, worker: &str) -> BenchResult<Option<Claimed>> {
+    async fn claim(&self, queue_name: &str, worker: &str) -> BenchResult<Option<Claimed>> {
         match self {
             Drainer::Tenure(queue) => {
-                let mut jobs = queue.claim(&ClaimRequest::new(QUEUE, worker, TTL)).await?;
+                let mut jobs = queue
+                    .claim(&ClaimRequest::new(queue_name, worker, TTL))
+                    .await?;
                 Ok(jobs.pop().map(|job| Claimed::Tenure(job.claim)))
             }
-            Drainer::Raw(raw) => Ok(raw.claim_job(QUEUE, worker).await?.map(Claimed::Raw)),
+            Drainer::Raw(raw) => Ok(raw.claim_job(queue_name, worker).await?.map(Claimed::Raw)),
         }
     }
 
     /// Completes `claimed`; answers its id and whether the store accepted.
-    async fn complete(&self, claimed: Claimed, worker: &str) -> BenchResult<(String, bool)> {
+    async fn complete(
+        &self,
+        queue_name: &str,
+        claimed: Claimed,
+        worker: &str,
+    ) -> BenchResult<(String, bool)> {
         match (self, claimed) {
             (Drainer::Tenure(queue), Claimed::Tenure(claim)) => {
                 let settled = matches!(queue.complete(&claim).await?, JobSettle::Settled(_));
                 Ok((claim.id, settled))
             }
             (Drainer::Raw(raw), Claimed::Raw(id)) => {
-                let done = raw.complete_job(QUEUE, &id, worker).await?;
+                let done = raw.complete_job(queue_name, &id, worker).await?;
                 Ok((id, done))
             }
             _ => Err("a claim was completed by the other kind of drainer".into()),
@@ -108,23 +121,45 @@ pub async fn run(
     progress: &Progress,
 ) -> BenchResult<QueueReport> {
     let queue = backend.queue();
-    progress.cell(format!("queue: enqueueing {} jobs", sizes.queue_jobs));
-    let jobs: Vec<NewJob> = (0..sizes.queue_jobs)
-        .map(|n| NewJob::new(QUEUE, serde_json::json!({ "n": n })).id(format!("job-{n}")))
-        .collect();
-    for chunk in jobs.chunks(ENQUEUE_CHUNK) {
-        queue.enqueue_batch(chunk).await?;
-    }
-    progress.cell("queue: tenure claim + complete");
-    let tenure = drain(Arc::new(Drainer::Tenure(queue)), sizes.queue_workers).await?;
-    progress.cell("queue: raw claim + complete");
     let raw = backend.raw();
-    raw.seed_jobs(QUEUE, sizes.queue_jobs).await?;
-    let raw_run = drain(
-        Arc::new(Drainer::Raw(Arc::clone(&raw))),
-        sizes.queue_workers,
-    )
-    .await?;
+    let tenure_drainer = Arc::new(Drainer::Tenure(Arc::clone(&queue)));
+    let raw_drainer = Arc::new(Drainer::Raw(Arc::clone(&raw)));
+    let (mut tenure, mut raw_tally) = (Tally::default(), Tally::default());
+    let per_round = sizes.queue_jobs.div_ceil(ROUNDS);
+    for (round, first) in (0..sizes.queue_jobs).step_by(per_round.max(1)).enumerate() {
+        let count = per_round.min(sizes.queue_jobs - first);
+        let queue_name = format!("{QUEUE}-{round}");
+        progress.cell(format!(
+            "queue: round {}, enqueueing {count} jobs",
+            round + 1
+        ));
+        let jobs: Vec<NewJob> = (first..first + count)
+            .map(|n| NewJob::new(&queue_name, serde_json::json!({ "n": n })).id(format!("job-{n}")))
+            .collect();
+        for chunk in jobs.chunks(ENQUEUE_CHUNK) {
+            queue.enqueue_batch(chunk).await?;
+        }
+        raw.seed_jobs(&queue_name, count).await?;
+        progress.cell(format!(
+            "queue: round {}, tenure | raw claim + complete",
+            round + 1
+        ));
+        drain(
+            &tenure_drainer,
+            &queue_name,
+            sizes.queue_workers,
+            &mut tenure,
+        )
+        .await?;
+        drain(
+            &raw_drainer,
+            &queue_name,
+            sizes.queue_workers,
+            &mut raw_tally,
+        )
+        .await?;
+    }
+    let (tenure, raw_run) = (tenure.into_run(), raw_tally.into_run());
     Ok(QueueReport {
         jobs: sizes.queue_jobs,
         workers: sizes.queue_workers,
@@ -136,52 +171,92 @@ pub async fn run(
     })
 }
 
-async fn drain(drainer: Arc<Drainer>, workers: usize) -> BenchResult<QueueRun> {
-    let completed: Arc<Mutex<HashSet<String>>> = Arc::default();
+/// One side's figures, summed over the rounds.
+#[derive(Default)]
+struct Tally {
+    /// `queue/id` of every job completed so far.
+    completed: HashSet<String>,
+    claims: Latencies,
+    completes: Latencies,
+    duplicates: u64,
+    refused_completions: u64,
+    elapsed: Duration,
+}
+
+impl Tally {
+    fn into_run(self) -> QueueRun {
+        let seconds = self.elapsed.as_secs_f64();
+        let completed = self.completed.len() as u64;
+        QueueRun {
+            completed,
+            seconds,
+            jobs_per_sec: completed as f64 / seconds.max(f64::MIN_POSITIVE),
+            claim: self.claims.summary(),
+            complete: self.completes.summary(),
+            duplicates: self.duplicates,
+            refused_completions: self.refused_completions,
+        }
+    }
+}
+
+/// `workers` tasks claim and complete jobs of `queue_name` until it is
+/// empty; what they saw is added to `tally`.
+async fn drain(
+    drainer: &Arc<Drainer>,
+    queue_name: &str,
+    workers: usize,
+    tally: &mut Tally,
+) -> BenchResult<()> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..workers)
         .map(|worker| {
-            let (drainer, completed) = (Arc::clone(&drainer), Arc::clone(&completed));
+            let (drainer, queue_name) = (Arc::clone(drainer), queue_name.to_owned());
             tokio::spawn(async move {
                 let name = format!("queue-worker-{worker}");
-                let (mut claims, mut completes) = (Latencies::new(), Latencies::new());
-                let (mut duplicates, mut refused) = (0_u64, 0_u64);
+                let mut seen = WorkerTally::default();
                 loop {
                     let sent = Instant::now();
-                    let Some(claimed) = drainer.claim(&name).await? else {
+                    let Some(claimed) = drainer.claim(&queue_name, &name).await? else {
                         break;
                     };
-                    claims.record(sent.elapsed());
+                    seen.claims.record(sent.elapsed());
                     let sent = Instant::now();
-                    let (id, accepted) = drainer.complete(claimed, &name).await?;
-                    completes.record(sent.elapsed());
-                    if !accepted {
-                        refused += 1;
-                    } else if !completed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(id)
-                    {
-                        duplicates += 1;
+                    let (id, accepted) = drainer.complete(&queue_name, claimed, &name).await?;
+                    seen.completes.record(sent.elapsed());
+                    if accepted {
+                        seen.completed.push(id);
+                    } else {
+                        seen.refused += 1;
                     }
                 }
-                Ok::<_, crate::BenchError>((claims, completes, duplicates, refused))
+                Ok::<_, crate::BenchError>(seen)
             })
         })
         .collect();
-    let mut run = QueueRun::default();
-    let (mut claims, mut completes) = (Latencies::new(), Latencies::new());
+    let mut seen = Vec::with_capacity(workers);
     for task in tasks {
-        let (worker_claims, worker_completes, duplicates, refused) = task.await??;
-        claims.merge(&worker_claims);
-        completes.merge(&worker_completes);
-        run.duplicates += duplicates;
-        run.refused_completions += refused;
+        seen.push(task.await??);
     }
-    run.seconds = started.elapsed().as_secs_f64();
-    run.completed = completed.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-    run.jobs_per_sec = run.completed as f64 / run.seconds.max(f64::MIN_POSITIVE);
-    run.claim = claims.summary();
-    run.complete = completes.summary();
-    Ok(run)
+    tally.elapsed += started.elapsed();
+    for worker in seen {
+        tally.claims.merge(&worker.claims);
+        tally.completes.merge(&worker.completes);
+        tally.refused_completions += worker.refused;
+        for id in worker.completed {
+            if !tally.completed.insert(format!("{queue_name}/{id}")) {
+                tally.duplicates += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one worker of [`drain`] saw.
+#[derive(Default)]
+struct WorkerTally {
+    claims: Latencies,
+    completes: Latencies,
+    /// Ids whose completion was accepted.
+    completed: Vec<String>,
+    refused: u64,
 }

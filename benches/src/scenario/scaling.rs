@@ -1,5 +1,6 @@
 //! scaling: renewals by N = 1, 2, 4 … concurrent workers, each on its own
-//! keys, against the raw compare-and-set at the same N.
+//! keys, against the raw compare-and-set at the same N (alternating slices
+//! of one cell, so both see the same load).
 //!
 //! Renewal is what a busy system does most (every held lease, every beat),
 //! and distinct keys leave only the store's own serialisation in the way:
@@ -12,7 +13,7 @@ use std::time::Duration;
 use lease_core::{Admission, AdmitRequest, Claim, Renewal};
 use serde::Serialize;
 
-use super::{drive, Step};
+use super::{drive_alternating, Step};
 use crate::backend::Backend;
 use crate::options::Sizes;
 use crate::progress::Progress;
@@ -82,32 +83,35 @@ pub async fn run(
     for &workers in &sizes.workers {
         progress.cell(format!("scaling: {workers} workers"));
         let key_of = move |worker: usize, n: u64| worker * per_worker + n as usize % per_worker;
-        let tenure = {
+        let (tenure, raw_figures) = {
             let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-            drive(workers, sizes.cell, move |worker, n| {
-                let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-                async move {
-                    match store.renew(&claims[key_of(worker, n)], TTL).await? {
-                        Renewal::Renewed { .. } => Ok(Step::Done),
-                        other => Err(format!("renewal of a held lease answered {other:?}").into()),
-                    }
-                }
-            })
-            .await?
-        };
-        let raw_figures = {
             let raw = Arc::clone(&raw);
-            drive(workers, sizes.cell, move |worker, n| {
-                let raw = Arc::clone(&raw);
-                async move {
-                    let key = format!("scale-{}", key_of(worker, n));
-                    if raw.cas(&key, OWNER, 1, TTL).await? {
-                        Ok(Step::Done)
-                    } else {
-                        Err(format!("raw compare-and-set of {key} did nothing").into())
+            drive_alternating(
+                workers,
+                sizes.cell,
+                move |worker, n| {
+                    let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+                    async move {
+                        match store.renew(&claims[key_of(worker, n)], TTL).await? {
+                            Renewal::Renewed { .. } => Ok(Step::Done),
+                            other => {
+                                Err(format!("renewal of a held lease answered {other:?}").into())
+                            }
+                        }
                     }
-                }
-            })
+                },
+                move |worker, n| {
+                    let raw = Arc::clone(&raw);
+                    async move {
+                        let key = format!("scale-{}", key_of(worker, n));
+                        if raw.cas(&key, OWNER, 1, TTL).await? {
+                            Ok(Step::Done)
+                        } else {
+                            Err(format!("raw compare-and-set of {key} did nothing").into())
+                        }
+                    }
+                },
+            )
             .await?
         };
         points.push(ScalingPoint {

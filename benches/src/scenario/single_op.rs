@@ -5,8 +5,12 @@
 //! creates the records (short leases), renew extends them, transition moves
 //! them Pending → Running, and once their leases have lapsed takeover adopts
 //! them. The raw baseline inserts its keys, then compare-and-sets them; its
-//! compare-and-set is the baseline of all three fenced writes.
+//! compare-and-set is the baseline of all three fenced writes. Each tenure
+//! operation and its baseline run in alternating slices of the same cell
+//! ([`drive_alternating`]), so the ratio compares them under the same load.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,8 +20,8 @@ use lease_core::{
 };
 use serde::Serialize;
 
-use super::{drive, Step};
-use crate::backend::Backend;
+use super::{drive_alternating, Step};
+use crate::backend::{Backend, RawBaseline};
 use crate::options::Sizes;
 use crate::progress::Progress;
 use crate::stats::{ratio, Throughput};
@@ -27,7 +31,14 @@ use crate::BenchResult;
 const MAX_RECORDS: usize = 50_000;
 /// Lease of the admitted records: short, so takeover can follow.
 const SHORT_TTL: Duration = Duration::from_millis(200);
+/// Lease of the raw keys: long, because Redis drops a lapsed key, and the
+/// baseline's compare-and-set must find its key as renew finds its record
+/// (a lapsed lease is still renewable until someone takes it over).
+const RAW_TTL: Duration = Duration::from_secs(120);
 const OWNER: &str = "bench-owner";
+
+/// One call of a timed operation, boxed so one closure can serve three cells.
+type StepFuture = Pin<Box<dyn Future<Output = BenchResult<Step>> + Send>>;
 
 /// Figures of one operation.
 #[derive(Debug, Clone, Serialize)]
@@ -64,133 +75,129 @@ pub async fn run(
     let store = backend.store();
     let raw = backend.raw();
     let claims: Arc<Mutex<Vec<Claim>>> = Arc::default();
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
 
-    progress.cell("single-op: admit");
-    let admit = {
+    progress.cell("single-op: admit | raw insert");
+    let (admit, raw_insert) = {
         let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-        drive(1, sizes.cell, move |_, n| {
-            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-            async move {
-                if n as usize >= MAX_RECORDS {
-                    return Ok(Step::Exhausted);
-                }
-                let request = AdmitRequest::new(format!("op-{n}"), OWNER)
-                    .scope(format!("scope-{n}"))
-                    .ttl(SHORT_TTL);
-                match store.admit(&request).await? {
-                    Admission::Admitted { record, .. } => {
-                        let claim = record.claim().ok_or("admitted record has no owner")?;
-                        lock(&claims).push(claim);
-                        Ok(Step::Done)
+        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+        drive_alternating(
+            1,
+            sizes.cell,
+            move |_, n| {
+                let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+                async move {
+                    if n as usize >= MAX_RECORDS {
+                        return Ok(Step::Exhausted);
                     }
-                    other => Err(format!("fresh admission answered {}", other.label()).into()),
+                    let request = AdmitRequest::new(format!("op-{n}"), OWNER)
+                        .scope(format!("scope-{n}"))
+                        .ttl(SHORT_TTL);
+                    match store.admit(&request).await? {
+                        Admission::Admitted { record, .. } => {
+                            let claim = record.claim().ok_or("admitted record has no owner")?;
+                            lock(&claims).push(claim);
+                            Ok(Step::Done)
+                        }
+                        other => Err(format!("fresh admission answered {}", other.label()).into()),
+                    }
                 }
-            }
-        })
+            },
+            move |_, n| {
+                let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+                async move {
+                    if n as usize >= MAX_RECORDS {
+                        return Ok(Step::Exhausted);
+                    }
+                    let key = format!("op-{n}");
+                    if !raw.insert(&key, OWNER, RAW_TTL).await? {
+                        return Err(format!("raw insert of fresh key {key} did nothing").into());
+                    }
+                    lock(&keys).push(key);
+                    Ok(Step::Done)
+                }
+            },
+        )
         .await?
     };
     let claims: Arc<Vec<Claim>> = Arc::new(std::mem::take(&mut *lock(&claims)));
-    if claims.is_empty() {
-        return Err("single-op: no record was admitted in the cell's time".into());
-    }
-
-    progress.cell("single-op: renew");
-    let renew = {
-        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-        drive(1, sizes.cell, move |_, n| {
-            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-            async move {
-                let claim = &claims[n as usize % claims.len()];
-                match store.renew(claim, SHORT_TTL).await? {
-                    Renewal::Renewed { .. } => Ok(Step::Done),
-                    other => Err(format!("renewal of a held lease answered {other:?}").into()),
-                }
-            }
-        })
-        .await?
-    };
-
-    progress.cell("single-op: transition");
-    let transition = {
-        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-        drive(1, sizes.cell, move |_, n| {
-            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-            async move {
-                let Some(claim) = claims.get(n as usize) else {
-                    return Ok(Step::Exhausted);
-                };
-                match store.transition(claim, &StatusChange::running()).await? {
-                    Transition::Applied(_) => Ok(Step::Done),
-                    other => Err(format!("pending → running answered {other:?}").into()),
-                }
-            }
-        })
-        .await?
-    };
-
-    progress.cell("single-op: takeover");
-    tokio::time::sleep(SHORT_TTL + Duration::from_millis(20)).await;
-    let takeover = {
-        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-        drive(1, sizes.cell, move |_, n| {
-            let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
-            async move {
-                let Some(claim) = claims.get(n as usize) else {
-                    return Ok(Step::Exhausted);
-                };
-                let request =
-                    TakeoverRequest::adopt(&claim.id, "bench-rival", Some(Duration::from_secs(60)));
-                match store.claim_for_takeover(&request).await? {
-                    Takeover::Taken(_) => Ok(Step::Done),
-                    other => Err(format!("takeover of a lapsed lease answered {other:?}").into()),
-                }
-            }
-        })
-        .await?
-    };
-
-    progress.cell("single-op: raw insert");
-    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
-    let raw_insert = {
-        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
-        drive(1, sizes.cell, move |_, n| {
-            let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
-            async move {
-                if n as usize >= MAX_RECORDS {
-                    return Ok(Step::Exhausted);
-                }
-                let key = format!("op-{n}");
-                if !raw.insert(&key, OWNER, SHORT_TTL).await? {
-                    return Err(format!("raw insert of fresh key {key} did nothing").into());
-                }
-                lock(&keys).push(key);
-                Ok(Step::Done)
-            }
-        })
-        .await?
-    };
     let keys: Arc<Vec<String>> = Arc::new(std::mem::take(&mut *lock(&keys)));
-    if keys.is_empty() {
-        return Err("single-op: no raw key was inserted in the cell's time".into());
+    if claims.is_empty() || keys.is_empty() {
+        return Err("single-op: no record (or no raw key) was admitted in the cell's time".into());
     }
 
-    progress.cell("single-op: raw compare-and-set");
-    let raw_cas = {
-        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
-        drive(1, sizes.cell, move |_, n| {
-            let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
-            async move {
-                let key = &keys[n as usize % keys.len()];
-                // The raw key's lease may have lapsed (Redis drops it then):
-                // re-insert it, as a hand-rolled lease would, and count both.
-                if !raw.cas(key, OWNER, 1, SHORT_TTL).await?
-                    && !raw.insert(key, OWNER, SHORT_TTL).await?
-                {
-                    return Err(format!("raw compare-and-set of {key} did nothing").into());
+    progress.cell("single-op: renew | raw compare-and-set");
+    let (renew, raw_cas_renew) = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive_alternating(
+            1,
+            sizes.cell,
+            move |_, n| {
+                let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+                async move {
+                    let claim = &claims[n as usize % claims.len()];
+                    match store.renew(claim, SHORT_TTL).await? {
+                        Renewal::Renewed { .. } => Ok(Step::Done),
+                        other => Err(format!("renewal of a held lease answered {other:?}").into()),
+                    }
                 }
-                Ok(Step::Done)
-            }
-        })
+            },
+            raw_compare_and_set(&raw, &keys),
+        )
+        .await?
+    };
+
+    progress.cell("single-op: transition | raw compare-and-set");
+    let (transition, raw_cas_transition) = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive_alternating(
+            1,
+            sizes.cell,
+            move |_, n| {
+                let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+                async move {
+                    let Some(claim) = claims.get(n as usize) else {
+                        return Ok(Step::Exhausted);
+                    };
+                    match store.transition(claim, &StatusChange::running()).await? {
+                        Transition::Applied(_) => Ok(Step::Done),
+                        other => Err(format!("pending → running answered {other:?}").into()),
+                    }
+                }
+            },
+            raw_compare_and_set(&raw, &keys),
+        )
+        .await?
+    };
+
+    progress.cell("single-op: takeover | raw compare-and-set");
+    tokio::time::sleep(SHORT_TTL + Duration::from_millis(20)).await;
+    let (takeover, raw_cas_takeover) = {
+        let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+        drive_alternating(
+            1,
+            sizes.cell,
+            move |_, n| {
+                let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
+                async move {
+                    let Some(claim) = claims.get(n as usize) else {
+                        return Ok(Step::Exhausted);
+                    };
+                    let request = TakeoverRequest::adopt(
+                        &claim.id,
+                        "bench-rival",
+                        Some(Duration::from_secs(60)),
+                    );
+                    match store.claim_for_takeover(&request).await? {
+                        Takeover::Taken(_) => Ok(Step::Done),
+                        other => {
+                            Err(format!("takeover of a lapsed lease answered {other:?}").into())
+                        }
+                    }
+                }
+            },
+            raw_compare_and_set(&raw, &keys),
+        )
         .await?
     };
 
@@ -206,11 +213,30 @@ pub async fn run(
         raw_baseline: raw.describe(),
         ops: vec![
             figure("admit", admit, "insert", raw_insert),
-            figure("renew", renew, "cas", raw_cas),
-            figure("transition", transition, "cas", raw_cas),
-            figure("takeover", takeover, "cas", raw_cas),
+            figure("renew", renew, "cas", raw_cas_renew),
+            figure("transition", transition, "cas", raw_cas_transition),
+            figure("takeover", takeover, "cas", raw_cas_takeover),
         ],
     })
+}
+
+/// The raw compare-and-set over `keys`, round robin: the baseline of the
+/// three fenced writes, measured beside each of them.
+fn raw_compare_and_set(
+    raw: &Arc<dyn RawBaseline>,
+    keys: &Arc<Vec<String>>,
+) -> impl Fn(usize, u64) -> StepFuture + Send + Sync + 'static {
+    let (raw, keys) = (Arc::clone(raw), Arc::clone(keys));
+    move |_, n| {
+        let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
+        Box::pin(async move {
+            let key = &keys[n as usize % keys.len()];
+            if !raw.cas(key, OWNER, 1, RAW_TTL).await? {
+                return Err(format!("raw compare-and-set of {key} did nothing").into());
+            }
+            Ok(Step::Done)
+        })
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
