@@ -152,8 +152,8 @@ pub struct Sizes {
     pub takeover_ttl: Duration,
     /// Grace in `takeover`.
     pub takeover_grace: Duration,
-    /// How often the rival polls in `takeover`.
-    pub takeover_poll: Duration,
+    /// The rival keeper's reconcile interval in `takeover`.
+    pub takeover_reconcile_interval: Duration,
 }
 
 /// One entry of `heartbeat-scale`: how many leases one keeper holds, for how long.
@@ -208,7 +208,7 @@ impl Sizes {
             takeover_trials: 8,
             takeover_ttl: Duration::from_millis(300),
             takeover_grace: Duration::from_millis(100),
-            takeover_poll: Duration::from_millis(10),
+            takeover_reconcile_interval: Duration::from_millis(10),
         }
     }
 
@@ -231,7 +231,7 @@ impl Sizes {
             takeover_trials: 3,
             takeover_ttl: Duration::from_millis(100),
             takeover_grace: Duration::from_millis(30),
-            takeover_poll: Duration::from_millis(5),
+            takeover_reconcile_interval: Duration::from_millis(5),
         }
     }
 
@@ -251,7 +251,7 @@ impl Sizes {
             takeover_trials: 1,
             takeover_ttl: Duration::from_millis(60),
             takeover_grace: Duration::from_millis(20),
-            takeover_poll: Duration::from_millis(5),
+            takeover_reconcile_interval: Duration::from_millis(5),
         }
     }
 }

@@ -312,11 +312,13 @@ pub fn render(report: &Report) -> String {
         ],
     );
     let mut takeover = Table::new(
-        "takeover (owner killed at random; floor = ttl + grace after its last renewal)",
+        "takeover (owner killed at random; floor = ttl + grace after its last renewal; \
+         a rival keeper's reconciler adopts)",
         vec![
             "backend",
             "trials",
             "floor",
+            "reconcile",
             "death→write p50",
             "max",
             "beyond floor p50",
@@ -433,6 +435,7 @@ pub fn render(report: &Report) -> String {
                 name.clone(),
                 report.trials.to_string(),
                 format!("{:.0}ms", report.floor_ms),
+                format!("{:.0}ms", report.reconcile_interval_ms),
                 us(report.death_to_first_write.p50_us),
                 us(report.death_to_first_write.max_us),
                 us(report.beyond_floor.p50_us),

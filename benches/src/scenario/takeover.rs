@@ -1,21 +1,25 @@
 //! takeover: an owner renews its lease and writes through a fence gate
-//! until it is killed at a random point; a rival polling
-//! `claim_for_takeover` adopts the lease and makes its first fenced write.
+//! until it is killed at a random point; a rival [`Keeper`]'s reconciler
+//! (`list_expired` + `claim_for_takeover` every reconcile interval, as
+//! shipped) adopts the orphan, and its recovery callback makes the first
+//! fenced write.
 //!
 //! Nobody can take over before the owner's last renewal plus ttl plus grace
 //! (the floor): the figures are the time from death to the rival's first
 //! fenced write, and how far past the floor (counted from the owner's last
-//! renewal sent) it came. Then the dead owner's copy comes back as a zombie
+//! renewal sent) it came, which should stay within one reconcile interval
+//! plus the calls' own time. Then the dead owner's copy comes back as a zombie
 //! and tries to write: the store and the gate must refuse everything.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_core::keeper::{KeeperConfig, ReconcileAction, Recovered};
 use lease_core::{
-    Admission, AdmitRequest, FenceGate, LeaseStore, Renewal, StatusChange, Takeover,
-    TakeoverRequest, Transition,
+    Admission, AdmitRequest, FenceGate, Keeper, LeaseStore, Renewal, StatusChange, Transition,
 };
 use serde::Serialize;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
@@ -38,12 +42,12 @@ pub struct TakeoverReport {
     pub grace_ms: f64,
     /// ttl + grace, in ms: no takeover can come sooner after a renewal.
     pub floor_ms: f64,
-    /// The rival's poll interval, in ms.
-    pub poll_ms: f64,
+    /// The rival keeper's reconcile interval, in ms.
+    pub reconcile_interval_ms: f64,
     /// From the owner's death to the rival's first fenced write.
     pub death_to_first_write: LatencySummary,
     /// First fenced write minus (the owner's last renewal sent + floor):
-    /// what tenure and the poll add to the floor.
+    /// what the reconciler's interval and calls add to the floor.
     pub beyond_floor: LatencySummary,
     /// Takeovers sooner than the floor after a confirmed renewal (must be 0).
     pub early_takeovers: u64,
@@ -78,7 +82,7 @@ pub async fn run(
         ttl_ms: sizes.takeover_ttl.as_secs_f64() * 1e3,
         grace_ms: sizes.takeover_grace.as_secs_f64() * 1e3,
         floor_ms: floor.as_secs_f64() * 1e3,
-        poll_ms: sizes.takeover_poll.as_secs_f64() * 1e3,
+        reconcile_interval_ms: sizes.takeover_reconcile_interval.as_secs_f64() * 1e3,
         death_to_first_write: death_to_write.summary(),
         beyond_floor: beyond_floor.summary(),
         early_takeovers: early,
@@ -105,11 +109,7 @@ async fn one_trial(
     sizes: &Sizes,
     trial: usize,
 ) -> BenchResult<TrialOutcome> {
-    let (ttl, grace, poll) = (
-        sizes.takeover_ttl,
-        sizes.takeover_grace,
-        sizes.takeover_poll,
-    );
+    let (ttl, grace) = (sizes.takeover_ttl, sizes.takeover_grace);
     let id = crate::backend::unique_name(&format!("takeover-{trial}"));
     let resource = format!("{id}-resource");
     let gate = Arc::new(FenceGate::new());
@@ -154,21 +154,18 @@ async fn one_trial(
         })
     };
 
-    let rival = {
-        let (store, id) = (Arc::clone(&store), id.clone());
-        tokio::spawn(async move {
-            let request = TakeoverRequest::adopt(&id, "rival", Some(ttl)).grace(grace);
-            loop {
-                match store.claim_for_takeover(&request).await? {
-                    Takeover::Taken(record) => {
-                        let claim = record.claim().ok_or("taken record has no owner")?;
-                        return Ok::<_, crate::BenchError>((claim, Instant::now()));
-                    }
-                    _ => tokio::time::sleep(poll).await,
-                }
-            }
+    let (recovered_tx, mut recovered_rx) = mpsc::unbounded_channel();
+    let rival_config = KeeperConfig::with_ttl(ttl)
+        .grace(grace)
+        .reconcile_interval(sizes.takeover_reconcile_interval)
+        .reconcile_action(ReconcileAction::Adopt)
+        .worker_id(format!("rival-{trial}"));
+    let rival = Keeper::builder(Arc::clone(&store), rival_config)
+        .on_recovered(move |recovered: Recovered| {
+            let sent = recovered_tx.send((recovered, Instant::now()));
+            async move { sent.map_err(|_| "the trial stopped listening") }
         })
-    };
+        .start()?;
 
     let lifetime =
         ttl / 2 + Duration::from_micros(fastrand::u64(..=(ttl * 3 / 2).as_micros() as u64));
@@ -178,18 +175,19 @@ async fn one_trial(
     let _ = owner.await;
     let seen = *lock(&renewals);
 
-    let (new_claim, taken_at) = rival.await??;
-    if gate.admit(&resource, new_claim.fence).is_err() {
+    let (recovered, taken_at) = recovered_rx
+        .recv()
+        .await
+        .ok_or("the rival keeper stopped without recovering the orphan")?;
+    let guard = recovered
+        .guard
+        .ok_or("an adopted orphan came without its guard")?;
+    if gate.admit(&resource, guard.fence()).is_err() {
         return Err("the gate refused the new owner's fence".into());
     }
-    match store
-        .transition(&new_claim, &StatusChange::succeeded())
-        .await?
-    {
-        Transition::Applied(_) => {}
-        other => return Err(format!("the new owner's first write answered {other:?}").into()),
-    }
+    guard.complete(StatusChange::succeeded()).await?;
     let first_write = Instant::now();
+    rival.shutdown(Instant::now()).await;
 
     let mut stale_accepted = 0;
     if let Transition::Applied(_) = store.transition(&claim, &StatusChange::succeeded()).await? {
