@@ -60,6 +60,8 @@
 //!   reaping (claimed jobs by expiry) and listing dead letters;
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
 //!   takeovers, job claims and take-backs alike.
+//! * `admit_if_free(...)`: the admission's first step, or all of it (see
+//!   [Admissions](#admissions-one-at-a-time-per-scope)).
 //!
 //! ## Migrations
 //!
@@ -130,21 +132,33 @@
 //! `admit` looks before it writes, so two overlapping admissions deciding
 //! side by side would both see the scopes free (or the same holder
 //! interruptible), and one of them would lose at the write. Instead,
-//! admissions on a scope take turns. One admission is one `READ COMMITTED`
-//! transaction that
+//! admissions on a scope take turns, and each sees what the one before it
+//! committed. The schema's `admit_if_free` function (a PL/pgSQL function,
+//! so each of its statements takes a fresh snapshot under `READ COMMITTED`)
 //!
 //! 1. takes a transaction-scoped advisory lock (`pg_advisory_xact_lock`)
-//!    per requested scope, in ascending key order, in one statement (a
-//!    recursive query: each lock is taken by the step after the previous
-//!    one), before it touches any row. The key is FNV-1a 64 over the schema
-//!    name, a `0xFF` byte and the scope; stores in other schemas never wait
-//!    on it, and a colliding pair of scopes merely takes turns;
-//! 2. locks the active holders of its scopes (`FOR UPDATE`, records only,
-//!    in id order), then reads its instant (`statement_timestamp()`, after
-//!    every wait, so never earlier than what a scope's previous holder
-//!    wrote when it was released);
-//! 3. decides with [`lease_core::rules::plan_admission`] and writes:
-//!    interrupts, fences, the new record and its `held_scopes` rows.
+//!    per requested scope, in ascending key order, before it touches any
+//!    row. The key is FNV-1a 64 over the schema name, a `0xFF` byte and the
+//!    scope, derived by this crate; stores in other schemas never wait on
+//!    it, and a colliding pair of scopes merely takes turns;
+//! 2. reads the active holders of the scopes, then its instant
+//!    (`clock_timestamp()`, after every wait, so never earlier than a
+//!    scope's previous holder was released);
+//! 3. if the id is free and nothing holds the scopes, inserts the record
+//!    and its `held_scopes` rows; otherwise answers the holders (or that the
+//!    id is taken) and writes nothing.
+//!
+//! Most admissions are that one call, in a transaction of its own: one
+//! round trip admits, and one answers a conflict, judged by
+//! [`lease_core::rules::plan_admission`] on the holders it read (they held
+//! the scopes at that instant). An admission that interrupts holders calls
+//! the function again inside a `READ COMMITTED` transaction, asking it to
+//! lock the holders (`FOR UPDATE`, records only, in id order) until the
+//! end; decides on them; interrupts them (each drawing a new fence); and
+//! calls it once more, which now finds the scopes free and admits, with a
+//! fence above theirs. In a session whose default isolation level is
+//! higher, where one snapshot serves every statement, the function refuses
+//! to decide and every admission takes the transactional path.
 //!
 //! Since an admission waits only for locks of higher keys than those it
 //! holds, and for records (in id order) only once it holds all its scope

@@ -64,25 +64,18 @@ fn qualified(names: &[&str], alias: &str) -> String {
 /// Every statement of one store.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    /// `$1` scope-lock keys, ascending and distinct → one row: takes the
-    /// transaction-scoped advisory lock of each, in array order.
-    pub(crate) lock_scopes: String,
-    /// `$1` id → `(now, taken)`: the admission's instant (this statement's
-    /// start, after the scope locks) and whether the id exists.
-    pub(crate) admit_probe: String,
-    /// `$1` scopes → the records actively holding them, each once, locked in
-    /// id order.
-    pub(crate) lock_holders: String,
-    /// The same, without locks: for the answer after lost races.
+    /// `$1` scope-lock keys (ascending, distinct), `$2` id, `$3` scopes,
+    /// `$4` kind, `$5` owner, `$6` ttl, `$7` metadata, `$8` lock the
+    /// holders? → `store_now, outcome, <record>`: a call of the schema's
+    /// `admit_if_free` function (migration 0003), which says what each
+    /// outcome carries.
+    pub(crate) admit_if_free: String,
+    /// `$1` scopes → every (scope, holder) pair, unlocked: for the answer
+    /// after lost races.
     pub(crate) read_holders: String,
-    /// `$1` count → that many new fences.
-    pub(crate) draw_fences: String,
-    /// `$1` ids, `$2` fences, `$3` requester, `$4` stop reason, `$5` now →
-    /// the interrupted records; their held scopes released.
+    /// `$1` ids, `$2` requester, `$3` stop reason, `$4` now → the
+    /// interrupted records, each with a new fence; their held scopes released.
     pub(crate) interrupt: String,
-    /// `$1` id, `$2` scopes, `$3` kind, `$4` owner, `$5` fence, `$6` ttl,
-    /// `$7` metadata, `$8` now → the new record, its scopes named and held.
-    pub(crate) insert: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` ttl → the new expiry, if renewed.
     pub(crate) renew: String,
     /// `$1` ids, `$2` owners, `$3` fences, `$4` ttl → per claim position:
@@ -254,67 +247,28 @@ impl Statements {
         // no quote to escape.
         let fence_seq = format!("'{s}.fence_seq'");
         let record = columns("l");
+        let admitted_or_holder = columns("(a.lease)");
         let held_release = format!(
             "released AS (DELETE FROM {s}.held_scopes h USING changed c \
              WHERE h.lease_id = c.id AND NOT c.is_active)"
         );
         Statements {
-            // Each step of a recursive query runs on the row the previous
-            // step produced, so the locks are taken strictly in array order
-            // whatever the planner does; a target-list expression is only
-            // evaluated for rows that passed the filter. (The lock answers
-            // `void`, cast to text for a column type both branches share.)
-            lock_scopes: "WITH RECURSIVE locked(taken, done) AS (SELECT 0, NULL::text \
-                 UNION ALL SELECT l.taken + 1, pg_advisory_xact_lock(($1::bigint[])[l.taken + 1])::text \
-                 FROM locked l WHERE l.taken < cardinality($1::bigint[])) \
-                 SELECT max(taken) AS taken FROM locked"
-                .to_owned(),
-            // `now()` is the transaction's start, before any wait for the
-            // scope and holder locks; this statement runs after both, so its
-            // start is never earlier than what a scope's previous holder
-            // wrote when it was released.
-            admit_probe: format!(
-                "SELECT statement_timestamp() AS store_now, \
-                 EXISTS (SELECT 1 FROM {s}.leases WHERE id = $1) AS taken"
-            ),
-            // Only the records are locked: every statement that deletes a
-            // held_scopes row updates (so locks) its record first, and only
-            // admissions, which hold the scope locks, insert them. Id order
-            // keeps two admissions sharing holders from deadlocking. A
-            // record released while this waited for it is re-checked on its
-            // new version and dropped by `is_active`.
-            lock_holders: format!(
-                "SELECT {record} FROM {s}.leases l \
-                 WHERE l.is_active AND l.id IN (SELECT h.lease_id FROM {s}.held_scopes h \
-                   WHERE h.scope = ANY($1::text[])) \
-                 ORDER BY l.id FOR UPDATE OF l"
+            admit_if_free: format!(
+                "SELECT a.store_now, a.outcome, {admitted_or_holder} \
+                 FROM {s}.admit_if_free($1::bigint[], $2, $3::text[], $4, $5, $6::interval, \
+                   $7::jsonb, $8) a"
             ),
             read_holders: format!(
                 "SELECT h.scope, {record} FROM {s}.held_scopes h \
                  JOIN {s}.leases l ON l.id = h.lease_id \
                  WHERE h.scope = ANY($1::text[]) ORDER BY h.scope"
             ),
-            draw_fences: format!(
-                "SELECT nextval({fence_seq}) AS fence FROM generate_series(1, $1::bigint)"
-            ),
             interrupt: format!(
-                "WITH targets AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS t(id, fence)), \
-                 changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $3, \
-                   fence = t.fence, stop_reason = $4, updated_at = $5::timestamptz \
-                   FROM targets t WHERE l.id = t.id RETURNING {record}, l.is_active), \
+                "WITH changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
+                   fence = nextval({fence_seq}), stop_reason = $3, updated_at = $4::timestamptz \
+                   WHERE l.id = ANY($1::text[]) RETURNING {record}, l.is_active), \
                  {held_release} \
                  SELECT {record} FROM changed l"
-            ),
-            insert: format!(
-                "WITH created AS (INSERT INTO {s}.leases AS l \
-                   (id, scopes, kind, status, owner, fence, lease_expires_at, created_at, updated_at, metadata) \
-                   VALUES ($1, $2::text[], $3, 'pending', $4, $5, $8::timestamptz + $6::interval, $8, $8, $7) \
-                   RETURNING {record}), \
-                 named AS (INSERT INTO {s}.lease_scopes (scope, lease_id) \
-                   SELECT scope, $1 FROM unnest($2::text[]) AS scope), \
-                 held AS (INSERT INTO {s}.held_scopes (scope, lease_id) \
-                   SELECT scope, $1 FROM unnest($2::text[]) AS scope) \
-                 SELECT {record} FROM created l"
             ),
             renew: format!(
                 "UPDATE {s}.leases SET lease_expires_at = now() + $4::interval, updated_at = now() \

@@ -4,9 +4,11 @@
 //! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning
 //! path is one round trip, and only a refused write reads the row back to
 //! say why, with the same `lease_core::rules` judgements every backend uses.
-//! `admit` must look before it writes, so it is one transaction that first
-//! takes its scopes' advisory locks (see the crate docs), then locks and
-//! reads the holders, decides, and writes.
+//! `admit` must look before it writes: one call of the schema's
+//! `admit_if_free` function takes its scopes' advisory locks (see the crate
+//! docs), then admits if nothing holds them, or answers the holders for
+//! `lease_core::rules` to judge. Only an admission that interrupts holders
+//! needs a transaction of its own.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -135,69 +137,123 @@ fn records(rows: &[PgRow]) -> Result<Vec<LeaseRecord>> {
     rows.iter().map(decode::trusted_record).collect()
 }
 
+/// How `admit_if_free` treats the holders it finds.
+#[derive(Debug, Clone, Copy)]
+enum Holders {
+    /// Reads them: on its own (autocommit) the call then writes nothing
+    /// unless it admits, and holds nothing once it answers.
+    Read,
+    /// Locks them until the transaction ends, for the caller to interrupt.
+    Lock,
+}
+
+/// What one call of the schema's `admit_if_free` function did, other than
+/// finding the id taken (a [`AdmitFailure::Duplicate`]).
+enum AdmitIfFree {
+    /// Nothing held the scopes: this record was admitted.
+    Admitted(LeaseRecord),
+    /// These records hold the scopes, as of `now`; nothing was written.
+    Held {
+        holders: Vec<LeaseRecord>,
+        now: Timestamp,
+    },
+    /// The session is not `READ COMMITTED`, where the function cannot see
+    /// past its lock waits: nothing was done.
+    Undecided,
+}
+
 impl PgStore {
+    /// One attempt. Most admissions find their scopes free, or held by a
+    /// record that blocks them: one call, in a transaction of its own,
+    /// admits or reads the holders, and a conflict is answered from what it
+    /// read.
+    /// Only an admission that interrupts (or a session whose isolation
+    /// level the call refuses) needs a transaction of its own.
     async fn admit_once(
         &self,
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
     ) -> std::result::Result<Admission, AdmitFailure> {
-        let mut tx = self.pool.begin_with(ADMIT_BEGIN).await?;
-        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
-        if !scopes.is_empty() {
-            // First, before any row lock: a transaction waiting here holds
-            // nothing another one could be waiting for, except lower keys.
-            sqlx::query(&self.sql.lock_scopes)
-                .bind(self.scope_locks.keys(scopes.iter().copied()))
-                .execute(&mut *tx)
-                .await?;
-        }
-        let holders = if scopes.is_empty() {
-            Vec::new()
-        } else {
-            let rows = sqlx::query(&self.sql.lock_holders)
-                .bind(&scopes)
-                .fetch_all(&mut *tx)
-                .await?;
-            records(&rows)?
-        };
-        // Read after the holders are locked: a holder that finished while
-        // this waited committed before this statement starts, so the new
-        // record is never stamped earlier than the holder's release.
-        let probe = sqlx::query(&self.sql.admit_probe)
-            .bind(&request.id)
-            .fetch_one(&mut *tx)
-            .await?;
-        let now: Timestamp = probe.try_get("store_now")?;
-        if probe.try_get::<bool, _>("taken")? {
-            return Err(AdmitFailure::Duplicate);
-        }
-        let interrupt = match rules::plan_admission(request, &holders, now) {
-            AdmissionPlan::Conflict {
-                holder,
-                retry_after,
-            } => {
-                tx.rollback().await?;
-                return Ok(Admission::Conflict {
+        match self
+            .admit_if_free(&self.pool, request, metadata, Holders::Read)
+            .await?
+        {
+            AdmitIfFree::Admitted(record) => {
+                return Ok(Admission::Admitted {
+                    record,
+                    interrupted: Vec::new(),
+                })
+            }
+            AdmitIfFree::Held { holders, now } => {
+                if let AdmissionPlan::Conflict {
                     holder,
                     retry_after,
-                });
+                } = rules::plan_admission(request, &holders, now)
+                {
+                    return Ok(Admission::Conflict {
+                        holder,
+                        retry_after,
+                    });
+                }
             }
-            AdmissionPlan::Proceed { interrupt } => interrupt,
-        };
-        let mut fences: Vec<i64> = sqlx::query_scalar(&self.sql.draw_fences)
-            .bind(interrupt.len() as i64 + 1)
-            .fetch_all(&mut *tx)
-            .await?;
-        // Values of one sequence: ascending order is the order they were drawn.
-        fences.sort_unstable();
-        let Some((&record_fence, interrupt_fences)) = fences.split_last() else {
-            return Err(Error::unavailable("PostgreSQL handed out no fence").into());
-        };
-        let mut interrupted = Vec::with_capacity(interrupt.len());
-        if !interrupt.is_empty() {
+            AdmitIfFree::Undecided => {}
+        }
+        self.admit_interrupting(request, metadata).await
+    }
+
+    /// One transaction that locks the holders, decides, interrupts them and
+    /// asks again: with its holders released, the call admits. (It finds
+    /// holders again only next to a writer that takes no scope locks; then
+    /// the decision is taken once more, on them.)
+    async fn admit_interrupting(
+        &self,
+        request: &AdmitRequest,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<Admission, AdmitFailure> {
+        let mut tx = self.pool.begin_with(ADMIT_BEGIN).await?;
+        let mut interrupted = Vec::new();
+        loop {
+            let (holders, now) = match self
+                .admit_if_free(&mut *tx, request, metadata, Holders::Lock)
+                .await?
+            {
+                AdmitIfFree::Admitted(record) => {
+                    tx.commit().await?;
+                    return Ok(Admission::Admitted {
+                        record,
+                        interrupted,
+                    });
+                }
+                AdmitIfFree::Held { holders, now } => (holders, now),
+                AdmitIfFree::Undecided => {
+                    return Err(Error::unavailable(
+                        "admit_if_free decided nothing in a READ COMMITTED transaction",
+                    )
+                    .into())
+                }
+            };
+            let interrupt = match rules::plan_admission(request, &holders, now) {
+                AdmissionPlan::Conflict {
+                    holder,
+                    retry_after,
+                } => {
+                    tx.rollback().await?;
+                    return Ok(Admission::Conflict {
+                        holder,
+                        retry_after,
+                    });
+                }
+                AdmissionPlan::Proceed { interrupt } => interrupt,
+            };
+            if interrupt.is_empty() {
+                return Err(Error::corrupt(format!(
+                    "the holders of {:?} name none of its scopes",
+                    request.scopes
+                ))
+                .into());
+            }
             let rows = sqlx::query(&self.sql.interrupt)
                 .bind(&interrupt)
-                .bind(interrupt_fences)
                 .bind(&request.owner)
                 .bind(rules::INTERRUPTED_BY_ADMISSION)
                 .bind(now)
@@ -214,23 +270,42 @@ impl PgStore {
                 interrupted.push(record);
             }
         }
-        let row = sqlx::query(&self.sql.insert)
+    }
+
+    /// Calls the schema's `admit_if_free` function (see migration 0003):
+    /// takes the scope locks, then admits if nothing holds the scopes, or
+    /// answers the holders.
+    async fn admit_if_free<'c>(
+        &self,
+        executor: impl sqlx::PgExecutor<'c>,
+        request: &AdmitRequest,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        holders: Holders,
+    ) -> std::result::Result<AdmitIfFree, AdmitFailure> {
+        let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        let rows = sqlx::query(&self.sql.admit_if_free)
+            .bind(self.scope_locks.keys(scopes.iter().copied()))
             .bind(&request.id)
             .bind(&scopes)
             .bind(&request.kind)
             .bind(&request.owner)
-            .bind(record_fence)
             .bind(request.ttl.map(interval))
             .bind(sqlx::types::Json(metadata))
-            .bind(now)
-            .fetch_one(&mut *tx)
+            .bind(matches!(holders, Holders::Lock))
+            .fetch_all(executor)
             .await?;
-        let record = decode::trusted_record(&row)?;
-        tx.commit().await?;
-        Ok(Admission::Admitted {
-            record,
-            interrupted,
-        })
+        let Some(first) = rows.first() else {
+            return Ok(AdmitIfFree::Undecided);
+        };
+        match first.try_get::<&str, _>("outcome")? {
+            "admitted" => Ok(AdmitIfFree::Admitted(decode::trusted_record(first)?)),
+            "taken" => Err(AdmitFailure::Duplicate),
+            "held" => Ok(AdmitIfFree::Held {
+                holders: records(&rows)?,
+                now: first.try_get("store_now")?,
+            }),
+            other => Err(Error::corrupt(format!("admit_if_free answered {other:?}")).into()),
+        }
     }
 
     /// After every attempt lost a race: `Conflict` with the blocking holder

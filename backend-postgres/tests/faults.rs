@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backend_postgres::{PgStore, PgStoreConfig};
-use lease_core::{Admission, AdmitRequest, ErrorKind, LeaseStore, Renewal};
+use lease_core::{Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseStore, Renewal};
 use test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
 use test_support::FaultProxy;
 
@@ -34,6 +34,9 @@ const PROXIED_POOL_SIZE: u32 = 2;
 /// message, because the bare word also occurs in the transaction's
 /// `BEGIN ISOLATION LEVEL READ COMMITTED`.
 const COMMIT: &[u8] = b"Q\x00\x00\x00\x0bCOMMIT\x00";
+/// The request that interrupts the holders inside an admission's
+/// transaction: the only one carrying the interrupted records' stop reason.
+const INTERRUPT: &[u8] = lease_core::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
 
 /// Runs `scenario` on a rig in a fresh schema, then stops the proxy, closes
 /// the proxied pool and drops the schema, even when the scenario panics
@@ -107,9 +110,10 @@ async fn reset_connection_is_retryable_unknown() {
     .await;
 }
 
-/// An admission is one transaction: cut before its `COMMIT` (after the
-/// duplicate probe, or after the holders were interrupted inside it) it
-/// rolls back whole; cut after, it lands whole.
+/// An admission that interrupts first reads the holders on its own (the
+/// first request naming the new id), then interrupts them in a transaction:
+/// cut after the read, or after the interrupt (before its `COMMIT`), it
+/// leaves the scope as before; cut after the `COMMIT`, it lands whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted() {
     with_rig(
@@ -117,7 +121,7 @@ async fn admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted() {
         |rig| async move {
             for (cut, expected) in [
                 (CutAfter::NewId, ScopeAfterCut::AsBefore),
-                (CutAfter::NewOwner, ScopeAfterCut::AsBefore),
+                (CutAfter::Bytes(INTERRUPT), ScopeAfterCut::AsBefore),
                 (CutAfter::Bytes(COMMIT), ScopeAfterCut::FullyAdmitted),
             ] {
                 scenarios::admission_cut_mid_flight(rig.clone(), cut, Some(expected)).await;
@@ -127,6 +131,8 @@ async fn admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted() {
     .await;
 }
 
+/// An admission into a free scope is one call that commits on its own: the
+/// reply to the request naming the new id is the one sent after its commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reply_dropped_after_commit_is_resolved_by_next_operation() {
     with_rig(
@@ -134,7 +140,7 @@ async fn reply_dropped_after_commit_is_resolved_by_next_operation() {
         |rig| {
             scenarios::reply_dropped_after_commit_is_resolved_by_next_operation(
                 rig,
-                CutAfter::Bytes(COMMIT),
+                CutAfter::NewId,
             )
         },
     )
@@ -153,8 +159,8 @@ async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one() {
 /// A renew whose request reached the server but whose reply never comes
 /// answers `Timeout`, outcome unknown, once the store's operation timeout
 /// runs out, instead of waiting on the silent connection. So does an
-/// admission cut inside its transaction, which is then rolled back: the
-/// record never appears and its scope is free.
+/// admission cut inside its transaction, which is then rolled back whole:
+/// the record never appears, and its scope and holder are as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_with_lost_reply_times_out_after_operation_timeout() {
     const TEST: &str = "renew_with_lost_reply_times_out_after_operation_timeout";
@@ -217,12 +223,19 @@ async fn renew_with_lost_reply_times_out_after_operation_timeout() {
             "the claim lost its record"
         );
 
-        // The admission's reply to its duplicate probe (the first statement
-        // naming the new id) is lost, so its transaction is left open.
+        // An admission that interrupts a holder (it has no lease) loses the
+        // reply to its interrupt, so its transaction is left open, holding
+        // the scope lock and the interrupted holder.
+        let holder = AdmitRequest::new("held-before-silence", "worker").scope("silent-scope");
+        assert!(
+            matches!(direct.admit(&holder).await, Ok(Admission::Admitted { .. })),
+            "the holder was not admitted"
+        );
         let cut = AdmitRequest::new("admitted-into-silence", "worker")
             .scope("silent-scope")
-            .ttl(LEASE);
-        proxy.drop_reply_after(cut.id.as_bytes());
+            .ttl(LEASE)
+            .strategy(AdmitStrategy::Interrupt);
+        proxy.drop_reply_after(INTERRUPT);
         let admission = tokio::time::timeout(OPERATION_TIMEOUT + SLACK, proxied.admit(&cut))
             .await
             .expect("the admission outlived its operation timeout");
@@ -231,14 +244,22 @@ async fn renew_with_lost_reply_times_out_after_operation_timeout() {
         proxy.heal();
         let retaken = AdmitRequest::new("admitted-after-silence", "other")
             .scope("silent-scope")
-            .ttl(LEASE);
+            .ttl(LEASE)
+            .strategy(AdmitStrategy::Interrupt);
         let retaken = tokio::time::timeout(SLACK, direct.admit(&retaken))
             .await
             .expect("the cut admission kept its scope locked");
-        assert!(
-            matches!(retaken, Ok(Admission::Admitted { .. })),
-            "{retaken:?}"
-        );
+        // Rolled back whole: the holder was still there to interrupt.
+        match retaken {
+            Ok(Admission::Admitted { interrupted, .. }) => {
+                let ids: Vec<&str> = interrupted
+                    .iter()
+                    .map(|record| record.id.as_str())
+                    .collect();
+                assert_eq!(ids, [holder.id.as_str()]);
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(direct.get(&cut.id).await.expect("get"), None);
         proxy.stop().await;
         proxied.close().await;

@@ -11,6 +11,7 @@ use lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
 };
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use support::{fresh_schema, server_url, with_store};
@@ -79,7 +80,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     support::drop_schema(&from_url).await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 2);
+    assert_eq!(applied, 3);
     assert_eq!(seen, Some(record));
 }
 
@@ -217,14 +218,14 @@ async fn racing_admissions_in_opposite_orders_answer_one_admitted() {
 }
 
 /// Starts an admission that `blocker_sql` (run in an open transaction on its
-/// own connection) makes wait on a lock, checks the admission waits in the
-/// statement containing `waiting_in`, kills its backend there, and answers
-/// the admission's result once the blocker is gone.
+/// own connection) makes wait on a lock, checks the admission waits in its
+/// call of `admit_if_free` (every admission lock is taken there), kills its
+/// backend there, and answers the admission's result once the blocker is
+/// gone.
 async fn kill_blocked_admission(
     url: &str,
     store: &PgStore,
     blocker_sql: &str,
-    waiting_in: &str,
     request: AdmitRequest,
 ) -> lease_core::Result<Admission> {
     let mut blocker = PgConnection::connect(url).await.expect("blocker");
@@ -270,7 +271,7 @@ async fn kill_blocked_admission(
         .await
         .expect("terminate");
     assert!(killed);
-    assert!(query.contains(waiting_in), "waiting in {query}");
+    assert!(query.contains("admit_if_free"), "waiting in {query}");
     let outcome = admission.await.expect("join");
     sqlx::query("ROLLBACK")
         .execute(&mut blocker)
@@ -359,7 +360,6 @@ async fn admission_killed_while_locking_holders_changes_nothing() {
                 &url,
                 &store,
                 "SELECT 1 FROM $schema.leases WHERE id = 'holder' FOR UPDATE",
-                "FOR UPDATE",
                 takeover_request(),
             )
             .await;
@@ -383,11 +383,93 @@ async fn admission_killed_after_interrupting_rolls_back_whole() {
             &store,
             "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, updated_at) \
              VALUES ('newcomer', 'run', 'pending', 'intruder', 1, now(), now())",
-            "INSERT INTO",
             takeover_request(),
         )
         .await;
             assert_untouched_then_working(&store, &holder, outcome).await;
+        },
+    )
+    .await;
+}
+
+/// A pool whose sessions default to SERIALIZABLE, as some servers are
+/// configured.
+async fn serializable_pool(url: &str, connections: u32) -> sqlx::PgPool {
+    let options: PgConnectOptions = url.parse().expect("url");
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .connect_with(options.options([("default_transaction_isolation", "serializable")]))
+        .await
+        .expect("serializable pool")
+}
+
+/// In a REPEATABLE READ or SERIALIZABLE transaction every statement shares
+/// one snapshot, so `admit_if_free` cannot see past its lock waits there:
+/// it does nothing, and the store decides in a READ COMMITTED transaction
+/// of its own instead, with the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_on_serializable_sessions_answer_alike() {
+    with_store(
+        "admissions_on_serializable_sessions_answer_alike",
+        |store, url| async move {
+            let serializable = PgStore::from_pool(serializable_pool(&url, 2).await, store.schema())
+                .await
+                .expect("serializable store");
+            let holder = admitted(
+                serializable
+                    .admit(&AdmitRequest::new("holder", "worker-a").scope("s").ttl(LONG))
+                    .await
+                    .expect("admit into a free scope"),
+            );
+            match serializable
+                .admit(&AdmitRequest::new("rejected", "worker-b").scope("s"))
+                .await
+                .expect("admit into a held scope")
+            {
+                Admission::Conflict {
+                    holder: blocking, ..
+                } => assert_eq!(blocking, holder),
+                other => panic!("expected Conflict, got {other:?}"),
+            }
+            match serializable
+                .admit(
+                    &AdmitRequest::new("successor", "worker-a")
+                        .scope("s")
+                        .strategy(AdmitStrategy::Interrupt),
+                )
+                .await
+                .expect("admit over its own holder")
+            {
+                Admission::Admitted {
+                    record,
+                    interrupted,
+                } => {
+                    assert_eq!(interrupted.len(), 1);
+                    assert_eq!(interrupted[0].id, holder.id);
+                    assert_eq!(interrupted[0].status, Status::Interrupted);
+                    assert!(record.fence > interrupted[0].fence);
+                }
+                other => panic!("expected Admitted, got {other:?}"),
+            }
+            let error = serializable
+                .admit(&AdmitRequest::new("holder", "worker-c").scope("t"))
+                .await
+                .expect_err("a duplicate id");
+            assert_eq!(error.kind(), ErrorKind::AlreadyExists, "{error}");
+
+            let mut transaction = serializable.pool().begin().await.expect("begin");
+            let rows: i64 = sqlx::query_scalar(&format!(
+                "SELECT count(*) FROM \"{}\".admit_if_free('{{}}', 'ghost', '{{}}', 'run', \
+                 'worker-a', NULL, '{{}}', false)",
+                store.schema()
+            ))
+            .fetch_one(&mut *transaction)
+            .await
+            .expect("call admit_if_free");
+            transaction.commit().await.expect("commit");
+            assert_eq!(rows, 0);
+            assert_eq!(store.get("ghost").await.expect("get"), None);
+            serializable.close().await;
         },
     )
     .await;
@@ -477,13 +559,10 @@ async fn admission_storm_answers_admitted_or_conflict_never_err() {
     with_store(
         "admission_storm_answers_admitted_or_conflict_never_err",
         |store, url| async move {
-            // A second pool on the same schema, as a second host would have.
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(8)
-                .connect(&url)
-                .await
-                .expect("second pool");
-            let second = PgStore::from_pool(pool, store.schema())
+            // A second pool on the same schema, as a second host would have,
+            // whose sessions default to SERIALIZABLE: its admissions all take
+            // the transactional path, racing the other pool's single calls.
+            let second = PgStore::from_pool(serializable_pool(&url, 8).await, store.schema())
                 .await
                 .expect("second store");
             let (mut admitted, mut conflicts, mut interrupted) = (0, 0, 0);
