@@ -49,7 +49,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -70,11 +69,13 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
 }
 
+/// Every map hashes with foldhash (randomly seeded, like std's SipHash):
+/// SipHash of the id was an eighth of a renewal's cost.
 #[derive(Debug, Default)]
 struct State {
-    records: HashMap<String, LeaseRecord>,
+    records: foldhash::HashMap<String, LeaseRecord>,
     /// Active holder (record id) of each held scope.
-    holders: HashMap<String, String>,
+    holders: foldhash::HashMap<String, String>,
     /// Jobs; their ids are a namespace apart from the records'.
     jobs: queue::Jobs,
     /// Last fence handed out, to leases and job claims alike.

@@ -12,7 +12,7 @@
 //! (`reap`, `list_dead_letters`) still scan.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,10 +37,10 @@ fn claim_key(job: &Job) -> ClaimKey {
 /// Jobs change only through [`Jobs::put`], which keeps the two in step.
 #[derive(Debug, Default)]
 pub(crate) struct Jobs {
-    by_id: HashMap<String, Job>,
+    by_id: foldhash::HashMap<String, Job>,
     /// Queued jobs per queue, visible yet or not; a queue without queued
     /// jobs has no entry.
-    queued: HashMap<String, BTreeSet<ClaimKey>>,
+    queued: foldhash::HashMap<String, BTreeSet<ClaimKey>>,
 }
 
 impl Jobs {

@@ -8,7 +8,7 @@
 //! precision all backends can round-trip unchanged.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 
@@ -33,11 +33,28 @@ pub fn from_micros(micros: i64) -> Option<Timestamp> {
 /// `instant + duration` truncated to microseconds (the precision every store
 /// keeps), saturating at chrono's maximum instant.
 pub fn add(instant: Timestamp, duration: Duration) -> Timestamp {
-    let sum = chrono::Duration::from_std(duration)
-        .ok()
-        .and_then(|d| instant.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC);
-    truncate_to_micros(sum)
+    let checked_add = |duration: Duration| {
+        chrono::Duration::from_std(duration)
+            .ok()
+            .and_then(|d| instant.checked_add_signed(d))
+    };
+    if is_whole_micros(instant) {
+        // As every store instant is: then the truncated sum is the instant
+        // plus the duration's whole microseconds, which needs no truncation
+        // (two calendar conversions fewer, on every renewal).
+        let whole_micros = Duration::new(duration.as_secs(), duration.subsec_micros() * 1_000);
+        if let Some(sum) = checked_add(whole_micros) {
+            return sum;
+        }
+    }
+    truncate_to_micros(checked_add(duration).unwrap_or(DateTime::<Utc>::MAX_UTC))
+}
+
+/// Whether `instant` has no part finer than a microsecond (and is no leap
+/// second, which chrono counts as more than a billion nanoseconds).
+fn is_whole_micros(instant: Timestamp) -> bool {
+    let nanos = instant.timestamp_subsec_nanos();
+    nanos < 1_000_000_000 && nanos % 1_000 == 0
 }
 
 /// `later - earlier` as a [`Duration`], zero when `later` is not later.
@@ -73,7 +90,16 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        truncate_to_micros(Utc::now())
+        // Whole microseconds since the epoch straight from the system clock:
+        // one calendar conversion where `truncate_to_micros(Utc::now())`
+        // makes three, on every operation of an embedded store.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .and_then(|since_epoch| i64::try_from(since_epoch.as_micros()).ok())
+            .and_then(from_micros)
+            // A clock before the epoch or beyond chrono's range: chrono's way.
+            .unwrap_or_else(|| truncate_to_micros(Utc::now()))
     }
 }
 
@@ -149,5 +175,74 @@ impl Default for TokioClock {
 impl Clock for TokioClock {
     fn now(&self) -> Timestamp {
         add(self.base, self.start.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::NaiveDate;
+
+    use super::*;
+
+    /// [`add`] by its definition: chrono's sum, truncated, saturating.
+    fn add_by_definition(instant: Timestamp, duration: Duration) -> Timestamp {
+        let sum = chrono::Duration::from_std(duration)
+            .ok()
+            .and_then(|d| instant.checked_add_signed(d))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
+        truncate_to_micros(sum)
+    }
+
+    #[test]
+    fn add_agrees_with_its_definition() {
+        let day = NaiveDate::from_ymd_opt(2016, 12, 31).expect("a date");
+        let at = |nanos| {
+            day.and_hms_nano_opt(23, 59, 59, nanos)
+                .expect("a time")
+                .and_utc()
+        };
+        let instants = [
+            at(0),
+            at(123_456_000),
+            at(123_456_789),
+            at(999_999_999),
+            // A leap second, which chrono counts past a billion nanoseconds.
+            at(1_000_000_000),
+            at(1_999_999_000),
+            DateTime::<Utc>::MIN_UTC,
+            truncate_to_micros(DateTime::<Utc>::MAX_UTC),
+            DateTime::<Utc>::MAX_UTC,
+        ];
+        let durations = [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_nanos(999),
+            Duration::from_nanos(1_001),
+            Duration::from_millis(200),
+            Duration::from_secs(30 * 24 * 3600) + Duration::from_nanos(1_500),
+            Duration::from_secs(u64::MAX / 2),
+            Duration::MAX,
+        ];
+        for instant in instants {
+            for duration in durations {
+                assert_eq!(
+                    add(instant, duration),
+                    add_by_definition(instant, duration),
+                    "{instant:?} + {duration:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn system_clock_reads_the_wall_clock_in_whole_microseconds() {
+        let before = truncate_to_micros(Utc::now());
+        let now = SystemClock.now();
+        let after = Utc::now();
+        assert_eq!(truncate_to_micros(now), now);
+        assert!(
+            before <= now && now <= after,
+            "{before} <= {now} <= {after}"
+        );
     }
 }

@@ -40,6 +40,15 @@ pub const MAX_BATCH: usize = 100_000;
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
 /// characters (stores cannot all keep them, logs would mangle them).
 fn name(field: &'static str, value: &str) -> Result<()> {
+    name_length(field, value)?;
+    // Printable ASCII, as nearly every name is, has no control character.
+    if !ascii_within(value, b' ', b'~') && value.chars().any(char::is_control) {
+        return Err(control_characters(field));
+    }
+    Ok(())
+}
+
+fn name_length(field: &'static str, value: &str) -> Result<()> {
     if value.is_empty() {
         return Err(Error::invalid_input(field, "must not be empty"));
     }
@@ -49,13 +58,19 @@ fn name(field: &'static str, value: &str) -> Result<()> {
             format_args!("is {} bytes, at most {MAX_NAME_BYTES} allowed", value.len()),
         ));
     }
-    if value.chars().any(char::is_control) {
-        return Err(Error::invalid_input(
-            field,
-            "must not contain control characters",
-        ));
-    }
     Ok(())
+}
+
+fn control_characters(field: &'static str) -> Error {
+    Error::invalid_input(field, "must not contain control characters")
+}
+
+/// Whether every byte of `value` lies in `low..=high` (bounds within
+/// printable ASCII): the quick acceptance of a plain ASCII name, which needs
+/// no decoding into characters. A name it does not accept is checked again
+/// character by character, and only that check refuses.
+fn ascii_within(value: &str, low: u8, high: u8) -> bool {
+    value.bytes().all(|byte| (low..=high).contains(&byte))
 }
 
 /// A lease id.
@@ -70,7 +85,14 @@ pub fn scope(scope: &str) -> Result<()> {
 
 /// A worker id: a name with no whitespace at all (e.g. `host:pid:random`).
 pub fn owner(field: &'static str, owner: &str) -> Result<()> {
-    name(field, owner)?;
+    name_length(field, owner)?;
+    // ASCII without controls and without space has no whitespace either.
+    if ascii_within(owner, b'!', b'~') {
+        return Ok(());
+    }
+    if owner.chars().any(char::is_control) {
+        return Err(control_characters(field));
+    }
     if owner.chars().any(char::is_whitespace) {
         return Err(Error::invalid_input(
             field,
