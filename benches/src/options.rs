@@ -28,6 +28,8 @@ measured in the same run.
                   takeover (repeatable, or a comma list); default all
   --quick         tiny sizes: a few seconds per backend
   --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
+  --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8):
+                  every cell runs once per count
   --out DIR       where the JSON and SVG files go (default target/bench-results)
   --pg-url URL    PostgreSQL server (overrides TENURE_PG_URL)
   --redis-url URL Redis server (overrides TENURE_REDIS_URL)
@@ -133,7 +135,7 @@ pub struct Sizes {
     /// Worker counts of `scaling`.
     pub workers: Vec<usize>,
     /// Workers racing in `hot-key`.
-    pub hot_workers: usize,
+    pub hot_workers: Vec<usize>,
     /// Scope counts of `hot-key`.
     pub hot_scopes: Vec<usize>,
     /// How long a `hot-key` winner holds its scope.
@@ -195,7 +197,7 @@ impl Sizes {
             cell: Duration::from_millis(800),
             keys_per_worker: 8,
             workers: vec![1, 2, 4, 8, 16, 32],
-            hot_workers: 8,
+            hot_workers: vec![8],
             hot_scopes: vec![1, 4, 16],
             hold: Duration::from_millis(5),
             queue_jobs: 2000,
@@ -218,7 +220,7 @@ impl Sizes {
             cell: Duration::from_millis(150),
             keys_per_worker: 4,
             workers: vec![1, 4, 16],
-            hot_workers: 4,
+            hot_workers: vec![4],
             hot_scopes: vec![1, 4],
             hold: Duration::from_millis(2),
             queue_jobs: 200,
@@ -241,7 +243,7 @@ impl Sizes {
             cell: Duration::from_millis(40),
             keys_per_worker: 2,
             workers: vec![1, 3],
-            hot_workers: 3,
+            hot_workers: vec![2, 3],
             hot_scopes: vec![1, 2],
             hold: Duration::from_millis(1),
             queue_jobs: 30,
@@ -316,6 +318,7 @@ where
     let mut backends: Vec<BackendKind> = Vec::new();
     let mut scenarios: Vec<ScenarioKind> = Vec::new();
     let mut huge = false;
+    let mut hot_workers = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -337,6 +340,14 @@ where
                 options.preset = "quick";
             }
             "--huge" => huge = true,
+            "--hot-workers" => {
+                hot_workers = Some(
+                    value("--hot-workers")?
+                        .split(',')
+                        .map(worker_count)
+                        .collect::<Result<Vec<_>, _>>()?,
+                );
+            }
             "--no-progress" => options.progress = false,
             "--out" => options.out_dir = PathBuf::from(value("--out")?),
             "--pg-url" => options.pg_url = Some(value("--pg-url")?),
@@ -375,7 +386,24 @@ where
     if huge {
         options.sizes.heartbeat.push(HeartbeatSize::HUGE);
     }
+    if let Some(mut counts) = hot_workers {
+        dedup(&mut counts);
+        options.sizes.hot_workers = counts;
+    }
     Ok(Command::Run(Box::new(options)))
+}
+
+/// Most workers one hot-key cell may race (each holds a connection on the
+/// server backends).
+const MAX_HOT_WORKERS: usize = 256;
+
+fn worker_count(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(count) if (1..=MAX_HOT_WORKERS).contains(&count) => Ok(count),
+        _ => Err(format!(
+            "--hot-workers takes counts from 1 to {MAX_HOT_WORKERS}, got {text:?}"
+        )),
+    }
 }
 
 fn find<T: Copy>(
@@ -444,5 +472,15 @@ mod tests {
         assert_eq!(options.preset, "quick");
         assert!(parse(["--backend".to_owned(), "oracle".to_owned()]).is_err());
         assert!(parse(["--out".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn hot_worker_counts_survive_a_later_preset_and_are_bounded() {
+        let options = run(&["--hot-workers", "2,8,32,8", "--quick"]);
+        assert_eq!(options.sizes.hot_workers, [2, 8, 32]);
+        for bad in ["0", "257", "two", ""] {
+            let args = ["--hot-workers".to_owned(), bad.to_owned()];
+            assert!(parse(args).is_err(), "{bad:?}");
+        }
     }
 }

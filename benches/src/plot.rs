@@ -64,21 +64,26 @@ pub fn draw_all(report: &Report, directory: &Path) -> BenchResult<Vec<PathBuf>> 
             continue;
         };
         let name = entry.backend.name();
+        let mut worker_counts: Vec<usize> = figures.cells.iter().map(|c| c.workers).collect();
+        worker_counts.sort_unstable();
+        worker_counts.dedup();
         for lock in [LockKind::Tenure, LockKind::Peer] {
             for strategy in RetryStrategy::ALL {
-                let cells = figures
-                    .cells
-                    .iter()
-                    .filter(|c| c.lock == lock && c.strategy == strategy);
-                let points: Vec<(f64, f64)> = cells
-                    .map(|c| (c.scopes as f64, c.acquisitions_per_sec.max(1.0)))
-                    .collect();
-                if !points.is_empty() {
-                    let lock = format!("{lock:?}").to_lowercase();
-                    hot.push(Series {
-                        label: format!("{name} {lock} {}", strategy.name()),
-                        points,
-                    });
+                for &racers in &worker_counts {
+                    let points: Vec<(f64, f64)> = figures
+                        .cells
+                        .iter()
+                        .filter(|c| c.lock == lock && c.strategy == strategy)
+                        .filter(|c| c.workers == racers)
+                        .map(|c| (c.scopes as f64, c.acquisitions_per_sec.max(1.0)))
+                        .collect();
+                    if !points.is_empty() {
+                        let lock = format!("{lock:?}").to_lowercase();
+                        hot.push(Series {
+                            label: format!("{name} {lock} {} N={racers}", strategy.name()),
+                            points,
+                        });
+                    }
                 }
             }
         }

@@ -41,7 +41,7 @@ fn check(report: &Report) {
     let hot = entry.hot_key.as_ref().expect("hot-key ran");
     assert_eq!(
         hot.cells.len(),
-        2 * RetryStrategy::ALL.len() * sizes.hot_scopes.len()
+        2 * RetryStrategy::ALL.len() * sizes.hot_scopes.len() * sizes.hot_workers.len()
     );
     assert!(hot
         .cells

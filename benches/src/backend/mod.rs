@@ -120,7 +120,8 @@ pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Box<dyn B
                 .pg_url
                 .as_deref()
                 .ok_or_else(|| missing_url(crate::options::PG_URL_VAR))?;
-            Ok(Box::new(postgres::PgBackend::open(url).await?))
+            let hot_racers = options.sizes.hot_workers.iter().copied().max().unwrap_or(0);
+            Ok(Box::new(postgres::PgBackend::open(url, hot_racers).await?))
         }
         BackendKind::Redis => {
             let url = options

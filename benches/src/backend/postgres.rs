@@ -20,10 +20,12 @@ use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
-/// Enough connections for the largest worker count of `scaling` (32) plus
-/// the keeper's and the scenario's own calls, and for `hot-key`'s workers
-/// each holding a peer-lock or a listening connection besides their calls.
-const POOL_SIZE: u32 = 40;
+/// Connections for the largest worker count of `scaling` (32) plus the
+/// keeper's and the scenario's own calls.
+const BASE_POOL_SIZE: u32 = 40;
+/// Connections beyond the `hot-key` workers' own: each worker holds a
+/// peer-lock or a listening connection and makes calls besides.
+const HOT_KEY_SPARE: u32 = 8;
 
 /// A store in a fresh schema and the bare statements beside it.
 pub(super) struct PgBackend {
@@ -32,11 +34,14 @@ pub(super) struct PgBackend {
 }
 
 impl PgBackend {
-    pub(super) async fn open(url: &str) -> BenchResult<Self> {
+    /// Opens a fresh schema with a pool big enough for `hot_racers`
+    /// `hot-key` workers at once.
+    pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Self> {
         let schema = super::unique_name("tenure_bench");
+        let hot_key_pool = u32::try_from(hot_racers)? * 2 + HOT_KEY_SPARE;
         let config = PgStoreConfig::new(url)
             .schema(schema.as_str())
-            .max_connections(POOL_SIZE);
+            .max_connections(BASE_POOL_SIZE.max(hot_key_pool));
         let store = PgStore::connect(&config).await?;
         let raw = RawPg {
             pool: store.pool().clone(),

@@ -93,7 +93,7 @@ pub enum LockKind {
     Peer,
 }
 
-/// Figures of one (lock, strategy, M) cell.
+/// Figures of one (lock, strategy, M, N) cell.
 #[derive(Debug, Clone, Serialize)]
 pub struct HotKeyCell {
     /// Which lock.
@@ -102,6 +102,8 @@ pub struct HotKeyCell {
     pub strategy: RetryStrategy,
     /// Scopes raced for.
     pub scopes: usize,
+    /// Workers racing.
+    pub workers: usize,
     /// Successful acquisitions.
     pub acquisitions: u64,
     /// Acquisitions per second.
@@ -134,8 +136,6 @@ pub struct HotKeyCell {
 /// The hot-key report.
 #[derive(Debug, Clone, Serialize)]
 pub struct HotKeyReport {
-    /// Workers racing.
-    pub workers: usize,
     /// How long a winner holds, in ms.
     pub hold_ms: f64,
     /// What the peer lock is.
@@ -250,6 +250,7 @@ impl Waiting {
         backend: &dyn Backend,
         sizes: &Sizes,
         scopes: usize,
+        workers: usize,
     ) -> BenchResult<Self> {
         Ok(match strategy {
             RetryStrategy::FixedPoll => Waiting::FixedPoll,
@@ -261,7 +262,7 @@ impl Waiting {
                 session: backend.wake_ups().session().await?,
                 fallback: (sizes.hold + HANDOFF_ALLOWANCE)
                     * FALLBACK_TURNS
-                    * u32::try_from(sizes.hot_workers)?,
+                    * u32::try_from(workers)?,
                 lone_scope: scopes == 1,
             },
         })
@@ -367,33 +368,38 @@ pub async fn run(
     for lock in [LockKind::Tenure, LockKind::Peer] {
         for strategy in RetryStrategy::ALL {
             for &scopes in &sizes.hot_scopes {
-                round += 1;
-                progress.cell(format!("hot-key: {lock:?} {} M={scopes}", strategy.name()));
-                let mut workers = Vec::with_capacity(sizes.hot_workers);
-                for worker in 0..sizes.hot_workers {
-                    let contender: Box<dyn Contender> = match lock {
-                        LockKind::Tenure => Box::new(TenureContender {
-                            store: backend.store(),
-                            worker: format!("hot-{round}-w{worker}"),
-                            attempts: 0,
-                            held: None,
-                        }),
-                        LockKind::Peer => Box::new(PeerContender {
-                            session: backend.peer().session().await?,
-                        }),
-                    };
-                    let waiting = Waiting::new(strategy, backend, sizes, scopes).await?;
-                    workers.push((contender, waiting));
+                for &racers in &sizes.hot_workers {
+                    round += 1;
+                    progress.cell(format!(
+                        "hot-key: {lock:?} {} M={scopes} N={racers}",
+                        strategy.name()
+                    ));
+                    let mut workers = Vec::with_capacity(racers);
+                    for worker in 0..racers {
+                        let contender: Box<dyn Contender> = match lock {
+                            LockKind::Tenure => Box::new(TenureContender {
+                                store: backend.store(),
+                                worker: format!("hot-{round}-w{worker}"),
+                                attempts: 0,
+                                held: None,
+                            }),
+                            LockKind::Peer => Box::new(PeerContender {
+                                session: backend.peer().session().await?,
+                            }),
+                        };
+                        let waiting =
+                            Waiting::new(strategy, backend, sizes, scopes, racers).await?;
+                        workers.push((contender, waiting));
+                    }
+                    let scope_names = (0..scopes)
+                        .map(|m| format!("hot-{round}-scope-{m}"))
+                        .collect();
+                    cells.push(race(lock, strategy, scope_names, workers, sizes).await?);
                 }
-                let scope_names = (0..scopes)
-                    .map(|m| format!("hot-{round}-scope-{m}"))
-                    .collect();
-                cells.push(race(lock, strategy, scope_names, workers, sizes).await?);
             }
         }
     }
     Ok(HotKeyReport {
-        workers: sizes.hot_workers,
         hold_ms: sizes.hold.as_secs_f64() * 1e3,
         peer_lock: backend.peer().describe(),
         wake_channel: backend.wake_ups().describe(),
@@ -445,6 +451,7 @@ async fn race(
         lock,
         strategy,
         scopes: count,
+        workers: tallies.len(),
         acquisitions,
         acquisitions_per_sec,
         ceiling_per_sec,
