@@ -69,8 +69,10 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
 }
 
-/// Every map hashes with foldhash (randomly seeded, like std's SipHash):
-/// SipHash of the id was an eighth of a renewal's cost.
+/// Every map hashes with foldhash: SipHash of the id was an eighth of a
+/// renewal's cost. foldhash is randomly seeded but only minimally
+/// resistant to keys chosen to collide; ids here come from the embedding
+/// process, which could slow only itself.
 #[derive(Debug, Default)]
 struct State {
     records: foldhash::HashMap<String, LeaseRecord>,

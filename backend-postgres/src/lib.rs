@@ -88,7 +88,9 @@
 //!
 //! Every expiry decision is judged by the server's clock alone: `now()`
 //! inside the statement or transaction that acts on it (one instant per
-//! operation), never the worker's clock. [`LeaseStore::now`] answers
+//! operation; an admission reads `clock_timestamp()` after its lock waits,
+//! and one that interrupts holders stamps them at the instant it judged
+//! them), never the worker's clock. [`LeaseStore::now`] answers
 //! `SELECT now()`, microsecond precision like every stored timestamp.
 //!
 //! ## Atomicity and errors
@@ -307,7 +309,10 @@ impl PgStore {
             .await
             .map_err(store_error)?;
         creation.commit().await.map_err(store_error)?;
-        sqlx::query(&format!("SET search_path TO {schema}"))
+        // `pg_temp` last: otherwise it is searched first, and a session's
+        // temporary table could stand in for the schema's in the functions
+        // the migrations create (they keep this path).
+        sqlx::query(&format!("SET search_path TO {schema}, pg_temp"))
             .execute(&mut *connection)
             .await
             .map_err(store_error)?;

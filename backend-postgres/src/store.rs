@@ -7,8 +7,9 @@
 //! `admit` must look before it writes: one call of the schema's
 //! `admit_if_free` function takes its scopes' advisory locks (see the crate
 //! docs), then admits if nothing holds them, or answers the holders for
-//! `lease_core::rules` to judge. Only an admission that interrupts holders
-//! needs a transaction of its own.
+//! `lease_core::rules` to judge. Only an admission that interrupts holders,
+//! or one on a session above `READ COMMITTED`, needs an explicit
+//! transaction.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -164,11 +165,10 @@ enum AdmitIfFree {
 
 impl PgStore {
     /// One attempt. Most admissions find their scopes free, or held by a
-    /// record that blocks them: one call, in a transaction of its own,
-    /// admits or reads the holders, and a conflict is answered from what it
-    /// read.
-    /// Only an admission that interrupts (or a session whose isolation
-    /// level the call refuses) needs a transaction of its own.
+    /// record that blocks them: one autocommitted call admits or reads the
+    /// holders, and a conflict is answered from what it read. Only an
+    /// admission that interrupts (or one on a session whose isolation level
+    /// the call refuses) needs an explicit transaction.
     async fn admit_once(
         &self,
         request: &AdmitRequest,

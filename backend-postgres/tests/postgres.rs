@@ -85,6 +85,49 @@ async fn two_pools_migrate_one_schema_concurrently() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_temporary_table_cannot_stand_in_for_the_schemas() {
+    let Some(url) = server_url("a_sessions_temporary_table_cannot_stand_in_for_the_schemas") else {
+        return;
+    };
+    let schema = fresh_schema();
+    // One connection: the temporary table lives in the session every call uses.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("pool");
+    let store = PgStore::from_pool(pool.clone(), &schema)
+        .await
+        .expect("migrate");
+    sqlx::query(&format!(
+        "CREATE TEMP TABLE leases (LIKE \"{schema}\".leases INCLUDING ALL)"
+    ))
+    .execute(&pool)
+    .await
+    .expect("temporary table");
+    let answer = store
+        .admit(&AdmitRequest::new("op-1", "worker-a").scope("s"))
+        .await;
+    let count = |table: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {table}"))
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    let (in_schema, in_temporary) = (
+        count(format!("\"{schema}\".leases")).await,
+        count("pg_temp.leases".to_owned()).await,
+    );
+    support::drop_schema(&store).await.expect("drop");
+    pool.close().await;
+    admitted(answer.expect("admit"));
+    assert_eq!((in_schema, in_temporary), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_ids_and_scopes_are_stored_verbatim() {
     with_store("hostile_ids_and_scopes_are_stored_verbatim", |store, _| async move {
         let id = "op'); DROP TABLE leases; -- \\\" $1 %s ünïcødé 🦀";

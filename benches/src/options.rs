@@ -28,8 +28,8 @@ measured in the same run.
                   takeover (repeatable, or a comma list); default all
   --quick         tiny sizes: a few seconds per backend
   --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
-  --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8):
-                  every cell runs once per count
+  --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8;
+                  at most 40): every cell runs once per count
   --out DIR       where the JSON and SVG files go (default target/bench-results)
   --pg-url URL    PostgreSQL server (overrides TENURE_PG_URL)
   --redis-url URL Redis server (overrides TENURE_REDIS_URL)
@@ -393,9 +393,9 @@ where
     Ok(Command::Run(Box::new(options)))
 }
 
-/// Most workers one hot-key cell may race (each holds a connection on the
-/// server backends).
-const MAX_HOT_WORKERS: usize = 256;
+/// Most workers one hot-key cell may race: on PostgreSQL each holds two
+/// connections, and a default server allows 100.
+const MAX_HOT_WORKERS: usize = 40;
 
 fn worker_count(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
@@ -478,7 +478,7 @@ mod tests {
     fn hot_worker_counts_survive_a_later_preset_and_are_bounded() {
         let options = run(&["--hot-workers", "2,8,32,8", "--quick"]);
         assert_eq!(options.sizes.hot_workers, [2, 8, 32]);
-        for bad in ["0", "257", "two", ""] {
+        for bad in ["0", "41", "two", ""] {
             let args = ["--hot-workers".to_owned(), bad.to_owned()];
             assert!(parse(args).is_err(), "{bad:?}");
         }

@@ -23,8 +23,9 @@ use crate::BenchResult;
 /// Connections for the largest worker count of `scaling` (32) plus the
 /// keeper's and the scenario's own calls.
 const BASE_POOL_SIZE: u32 = 40;
-/// Connections beyond the `hot-key` workers' own: each worker holds a
-/// peer-lock or a listening connection and makes calls besides.
+/// Connections beyond the `hot-key` workers' own two (a peer-lock session
+/// and a listening connection, which also carries its wait-queue
+/// statements) for the store's calls.
 const HOT_KEY_SPARE: u32 = 8;
 
 /// A store in a fresh schema and the bare statements beside it.
@@ -256,7 +257,6 @@ impl WakeUps for RawPg {
         let mut listener = PgListener::connect_with(&self.pool).await?;
         listener.listen(&channel).await?;
         Ok(Box::new(PgWaiter {
-            pool: self.pool.clone(),
             schema: self.schema.clone(),
             listener,
             channel,
@@ -265,8 +265,9 @@ impl WakeUps for RawPg {
     }
 }
 
+/// A worker's wait-queue session. Its queue statements run on its
+/// listening connection, so a worker never needs a second one from the pool.
 struct PgWaiter {
-    pool: PgPool,
     schema: String,
     listener: PgListener,
     /// The channel only this session listens to.
@@ -306,7 +307,7 @@ impl WakeSession for PgWaiter {
         ))
         .bind(scope)
         .bind(&self.channel)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut self.listener)
         .await?;
         self.ticket = Some(ticket);
         Ok(())
@@ -322,7 +323,7 @@ impl WakeSession for PgWaiter {
             self.schema
         ))
         .bind(ticket)
-        .execute(&self.pool)
+        .execute(&mut self.listener)
         .await?;
         if left.rows_affected() == 1 {
             return Ok(false);
@@ -341,7 +342,7 @@ impl WakeSession for PgWaiter {
              SELECT pg_notify(channel, id::text) FROM head"
         ))
         .bind(scope)
-        .execute(&self.pool)
+        .execute(&mut self.listener)
         .await?;
         Ok(woke.rows_affected() == 1)
     }

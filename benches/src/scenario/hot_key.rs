@@ -47,7 +47,12 @@ const BACKOFF_CAP_HOLDS: u32 = 8;
 /// (every worker holding once and handing over), far longer than its turn
 /// can take, so a timeout means a lost wake-up (a waiter that queued just
 /// after the release that would have woken it) rather than a long queue.
+/// The wait is also capped at [`FALLBACK_CELL_SHARE`] of the cell, so that
+/// with many workers a lost wake-up still times out, and is counted, before
+/// the cell ends.
 const FALLBACK_TURNS: u32 = 4;
+/// The longest fallback, as a fraction (1/n) of the cell.
+const FALLBACK_CELL_SHARE: u32 = 2;
 /// What one hand-over is allowed on top of the hold, in a turn: a slow
 /// store's release, wake-up and admission (PostgreSQL's, under load).
 const HANDOFF_ALLOWANCE: Duration = Duration::from_millis(5);
@@ -260,9 +265,10 @@ impl Waiting {
             },
             RetryStrategy::WakeOnRelease => Waiting::WakeOnRelease {
                 session: backend.wake_ups().session().await?,
-                fallback: (sizes.hold + HANDOFF_ALLOWANCE)
+                fallback: ((sizes.hold + HANDOFF_ALLOWANCE)
                     * FALLBACK_TURNS
-                    * u32::try_from(workers)?,
+                    * u32::try_from(workers)?)
+                .min(sizes.cell / FALLBACK_CELL_SHARE),
                 lone_scope: scopes == 1,
             },
         })

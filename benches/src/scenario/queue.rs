@@ -2,7 +2,7 @@
 //! against the store's bare claim (PostgreSQL `FOR UPDATE SKIP LOCKED`,
 //! SQLite `UPDATE … RETURNING`, Redis `LMOVE`, a `VecDeque` for memory).
 //!
-//! The jobs are drained in rounds, tenure then raw in each, so the ratio
+//! The jobs are drained in rounds, tenure and raw in each, so the ratio
 //! compares the two under the same load. Every completed id is remembered:
 //! a job completed twice is a duplicate (must be 0), and completed jobs must
 //! add up to K.
@@ -23,8 +23,9 @@ use crate::BenchResult;
 
 /// Queue name prefix; round `r` drains `bench-r`.
 const QUEUE: &str = "bench";
-/// The jobs are split into this many rounds, each drained by tenure then by
-/// the raw claim, so both sides see the machine's load of the same minutes.
+/// The jobs are split into this many rounds, each drained by tenure and by
+/// the raw claim (each first in every other round), so both sides see the
+/// machine's load of the same minutes.
 const ROUNDS: usize = 4;
 const TTL: Duration = Duration::from_secs(120);
 /// Jobs per `enqueue_batch` call.
@@ -141,23 +142,20 @@ pub async fn run(
         }
         raw.seed_jobs(&queue_name, count).await?;
         progress.cell(format!(
-            "queue: round {}, tenure | raw claim + complete",
+            "queue: round {}, tenure and raw claim + complete",
             round + 1
         ));
-        drain(
-            &tenure_drainer,
-            &queue_name,
-            sizes.queue_workers,
-            &mut tenure,
-        )
-        .await?;
-        drain(
-            &raw_drainer,
-            &queue_name,
-            sizes.queue_workers,
-            &mut raw_tally,
-        )
-        .await?;
+        // Each side drains first in every other round.
+        let mut sides = [
+            (&tenure_drainer, &mut tenure),
+            (&raw_drainer, &mut raw_tally),
+        ];
+        if round % 2 == 1 {
+            sides.reverse();
+        }
+        for (drainer, tally) in sides {
+            drain(drainer, &queue_name, sizes.queue_workers, tally).await?;
+        }
     }
     let (tenure, raw_run) = (tenure.into_run(), raw_tally.into_run());
     Ok(QueueReport {
