@@ -763,6 +763,69 @@ pub async fn race_admissions_one_scope_exactly_one_admitted<S: LeaseStore + 'sta
     Ok(())
 }
 
+/// Racing admissions of one id on disjoint scopes: exactly one is
+/// admitted, every other answers `AlreadyExists` (no scope lock serialises
+/// them, only the id), and no loser leaves a record or holds its scope.
+pub async fn race_admissions_one_id_exactly_one_admitted<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let tasks: Vec<_> = (0..RACERS)
+        .map(|i| {
+            let store = Arc::clone(&ctx.store);
+            let barrier = Arc::clone(&barrier);
+            let request = AdmitRequest::new("twin", format!("worker-{i}"))
+                .scope(format!("twin-scope-{i}"))
+                .ttl(LONG_TTL);
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (request.scopes.clone(), store.admit(&request).await)
+            })
+        })
+        .collect();
+    let mut admitted = Vec::new();
+    let mut losing_scopes = Vec::new();
+    for task in tasks {
+        let (scopes, answer) = tokio::time::timeout(RACE_TIMEOUT, task)
+            .await
+            .map_err(|_| {
+                Failure(format!(
+                    "an admission did not finish within {RACE_TIMEOUT:?}"
+                ))
+            })?
+            .map_err(|error| Failure(format!("an admission task failed: {error}")))?;
+        match answer {
+            Ok(Admission::Admitted { record, .. }) => admitted.push(record),
+            Err(error) if error.kind() == ErrorKind::AlreadyExists => losing_scopes.extend(scopes),
+            other => {
+                return Err(Failure(format!(
+                    "a racing admission of an existing id answered {other:?}, \
+                     expected Admitted or AlreadyExists"
+                )))
+            }
+        }
+    }
+    let [winner] = admitted.as_slice() else {
+        return Err(Failure(format!(
+            "expected exactly one admission of the id, got {}",
+            admitted.len()
+        )));
+    };
+    ensure_eq!(
+        ctx.store.get("twin").await?.as_ref(),
+        Some(winner),
+        "the stored record is the winner's"
+    );
+    // A loser that kept its scope would make these conflict.
+    for (i, scope) in losing_scopes.iter().enumerate() {
+        let probe = AdmitRequest::new(format!("after-{i}"), "worker-probe")
+            .scope(scope)
+            .ttl(LONG_TTL);
+        admit(&ctx, probe).await?;
+    }
+    Ok(())
+}
+
 /// Rounds of concurrent admissions over overlapping scope sets (`Reject` with
 /// leases, `Interrupt` over lease-less holders): no `Err`, no hang, at least
 /// one winner, and never two active records holding one scope.
