@@ -7,6 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub(crate) use lease_core::redact::redact_url;
 use lease_core::{Error, ErrorKind, Result};
 
 /// The schema a store uses unless told otherwise.
@@ -136,44 +137,6 @@ impl fmt::Debug for PgStoreConfig {
     }
 }
 
-/// `url` with the password of its user-info part and any `password=` query
-/// parameter replaced by `***`.
-pub(crate) fn redact_url(url: &str) -> String {
-    let (before_query, query) = match url.split_once('?') {
-        Some((head, query)) => (head, Some(query)),
-        None => (url, None),
-    };
-    let mut redacted = match before_query.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            let (authority, path) = rest.split_at(authority_end);
-            let authority = match authority.rsplit_once('@') {
-                Some((user_info, host)) => match user_info.split_once(':') {
-                    Some((user, _password)) => format!("{user}:***@{host}"),
-                    None => authority.to_owned(),
-                },
-                None => authority.to_owned(),
-            };
-            format!("{scheme}://{authority}{path}")
-        }
-        // A libpq `key=value` string or anything else that is not a URL:
-        // there is no telling where a password might be, so print none of it.
-        None => return "<not a URL>".to_owned(),
-    };
-    if let Some(query) = query {
-        let parameters: Vec<String> = query
-            .split('&')
-            .map(|parameter| match parameter.split_once('=') {
-                Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-                _ => parameter.to_owned(),
-            })
-            .collect();
-        redacted.push('?');
-        redacted.push_str(&parameters.join("&"));
-    }
-    redacted
-}
-
 /// A schema name checked to be a plain identifier, safe to quote into SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SchemaName(String);
@@ -220,41 +183,6 @@ impl SchemaName {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redacts_user_info_password() {
-        assert_eq!(
-            redact_url("postgres://app:p%40ss:word@db:5432/jobs?sslmode=require"),
-            "postgres://app:***@db:5432/jobs?sslmode=require"
-        );
-    }
-
-    #[test]
-    fn redacts_password_query_parameter() {
-        assert_eq!(
-            redact_url("postgres://db/jobs?user=app&password=hunter2&sslmode=disable"),
-            "postgres://db/jobs?user=app&password=***&sslmode=disable"
-        );
-    }
-
-    #[test]
-    fn hides_connection_strings_that_are_not_urls() {
-        assert_eq!(
-            redact_url("host=db user=app password=hunter2 dbname=jobs"),
-            "<not a URL>"
-        );
-    }
-
-    #[test]
-    fn leaves_urls_without_password_alone() {
-        for url in [
-            "postgres://postgres@127.0.0.1:5432/test",
-            "postgres://localhost/test",
-            "postgresql:///test?host=/var/run/postgresql",
-        ] {
-            assert_eq!(redact_url(url), url);
-        }
-    }
 
     #[test]
     fn debug_never_prints_the_password() {

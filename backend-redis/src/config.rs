@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lease_core::redact::redact_url;
 use lease_core::{validate, Error, ErrorKind, Result};
 
 /// How a [`RedisStore`](crate::RedisStore) reaches its server and which
@@ -134,44 +135,6 @@ impl fmt::Debug for RedisConfig {
 
 pub(crate) fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Config, message)
-}
-
-const REDACTED: &str = "***";
-
-/// `url` with the password of its user info and any `pass`/`password` query
-/// parameter replaced by `***`. Text that is not a URL is hidden entirely.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "<not a URL>".to_owned();
-    };
-    let (before_query, query) = match rest.split_once('?') {
-        Some((before, query)) => (before, Some(query)),
-        None => (rest, None),
-    };
-    let authority_end = before_query.find('/').unwrap_or(before_query.len());
-    let (authority, path) = before_query.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{user}:{REDACTED}@{host}"),
-            None => format!("{user_info}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let mut redacted = format!("{scheme}://{authority}{path}");
-    if let Some(query) = query {
-        let parameters: Vec<String> = query
-            .split('&')
-            .map(|parameter| match parameter.split_once('=') {
-                Some((name, _)) if matches!(name, "pass" | "password") => {
-                    format!("{name}={REDACTED}")
-                }
-                _ => parameter.to_owned(),
-            })
-            .collect();
-        redacted.push('?');
-        redacted.push_str(&parameters.join("&"));
-    }
-    redacted
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lease_core::redact::redact_url;
 use serde::Serialize;
 
 /// The environment variable naming the PostgreSQL server.
@@ -258,8 +259,9 @@ impl Sizes {
     }
 }
 
-/// Everything a run needs to know.
-#[derive(Debug, Clone)]
+/// Everything a run needs to know. `Debug` never prints a password of the
+/// server URLs.
+#[derive(Clone)]
 pub struct Options {
     /// Backends to run, in order.
     pub backends: Vec<BackendKind>,
@@ -281,6 +283,23 @@ pub struct Options {
     /// Whether a progress bar may be shown (it is hidden anyway when stdout
     /// is not a terminal).
     pub progress: bool,
+}
+
+impl fmt::Debug for Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |url: &Option<String>| url.as_deref().map(redact_url);
+        f.debug_struct("Options")
+            .field("backends", &self.backends)
+            .field("skip_unconfigured", &self.skip_unconfigured)
+            .field("scenarios", &self.scenarios)
+            .field("sizes", &self.sizes)
+            .field("preset", &self.preset)
+            .field("out_dir", &self.out_dir)
+            .field("pg_url", &redacted(&self.pg_url))
+            .field("redis_url", &redacted(&self.redis_url))
+            .field("progress", &self.progress)
+            .finish()
+    }
 }
 
 impl Options {
@@ -482,5 +501,20 @@ mod tests {
             let args = ["--hot-workers".to_owned(), bad.to_owned()];
             assert!(parse(args).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn debug_never_prints_a_server_password() {
+        let options = run(&[
+            "--pg-url",
+            "postgres://app:pa/ss@db/jobs",
+            "--redis-url",
+            "redis://:h@nter?2@cache:6379",
+        ]);
+        let shown = format!("{options:?}");
+        for secret in ["pa/ss", "h@nter?2"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("cache:6379"), "{shown}");
     }
 }

@@ -26,6 +26,7 @@ pub mod keeper;
 mod outcome;
 pub mod queue;
 mod record;
+pub mod redact;
 mod request;
 pub mod rules;
 mod store;
