@@ -14,7 +14,9 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 /// * a record a script could not judge, a key of the namespace holding the
 ///   wrong type, an answer of the wrong shape: [`ErrorKind::Corrupt`];
 /// * a script that fails to run on this server: [`ErrorKind::Incompatible`];
-/// * refused credentials or permissions: [`ErrorKind::Config`].
+/// * refused or missing credentials (`WRONGPASS`, `NOAUTH`) or permissions
+///   (`NOPERM`): [`ErrorKind::Config`], not retryable: retrying cannot fix a
+///   password.
 ///
 /// `NOSCRIPT` never reaches here: [`redis::Script`] loads the script and
 /// runs it again.
@@ -49,6 +51,7 @@ fn classify(error: &RedisError) -> ErrorKind {
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Corrupt,
         _ => match error.code() {
             Some(CORRUPT_CODE | "WRONGTYPE") => ErrorKind::Corrupt,
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Config,
             Some("ERR") if error.detail().is_some_and(|d| d.contains("user_script")) => {
                 ErrorKind::Incompatible
             }
@@ -80,5 +83,18 @@ mod tests {
         assert_eq!(from_redis(corrupt).kind(), ErrorKind::Corrupt);
         let wrong_type = server_error("WRONGTYPE Operation against a key");
         assert_eq!(from_redis(wrong_type).kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn refused_credentials_are_configuration_errors() {
+        for text in [
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOPERM User app has no permissions to run the 'config|get' command",
+        ] {
+            let error = from_redis(server_error(text));
+            assert_eq!(error.kind(), ErrorKind::Config, "{text}");
+            assert!(!error.is_retryable(), "{text}");
+        }
     }
 }

@@ -19,6 +19,7 @@
 local prefix, queue, worker = ARGV[1], ARGV[2], ARGV[3]
 local limit, scan_bound = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_us()
+local fences = fence_counter(KEYS[3], now)
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[7]))
 for _, rank in ipairs(due) do
@@ -115,7 +116,7 @@ local expires = fmt(now + tonumber(ARGV[4]))
 local claimed = {}
 for _, pick in ipairs(picked) do
   local job = pick.job
-  local fence = redis.call('INCR', KEYS[3])
+  local fence = draw_fence(fences)
   redis.call('HSET', job.key, 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
     'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now))
   redis.call('HDEL', job.key, 'dead')

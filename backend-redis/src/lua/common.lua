@@ -4,7 +4,8 @@
 -- `tenure:{<namespace>}:` (namespaces never contain `{` or `}`), so all of
 -- them share one hash slot and a script may build keys at run time from that
 -- prefix, which scripts that need it receive as ARGV[1]:
---   <prefix>fence            string: INCR counter, the store-wide fence sequence
+--   <prefix>fence            string: the last fence handed out, decimal (see
+--                            draw_fence); the store-wide fence sequence
 --   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
 --   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
 --   <prefix>terminal         zset: terminal ids by updated_at in us
@@ -91,6 +92,50 @@ local function load(key, id)
   end
   record.scopes = scopes
   return record
+end
+
+-- Fences: a hybrid logical clock. Each fence is the greater of the last fence
+-- + 1 and the server's time in us, so the sequence goes on from the clock
+-- when the counter is lost (a restart without persistence, a lost second of
+-- writes, a lagging replica promoted): every fence drawn afterwards still
+-- exceeds every fence drawn before, as long as the counter never ran ahead
+-- of the clock by more than the time the loss went back (it runs ahead only
+-- while more than one fence per us is drawn) and the new server's clock is
+-- not behind the old one's.
+--
+-- Lua numbers are doubles, exact only up to 2^53 (about 9.007e15 us, the
+-- year 2255): a counter or a clock at or beyond FENCE_HORIZON is refused
+-- rather than rounded, with room left below 2^53 for the fences one script
+-- draws. The counter is only ever compared and incremented, never otherwise
+-- computed on.
+local FENCE_HORIZON = 9007199254740992 - 4294967296
+
+-- The fence counter at `key` at store time `now`, checked: call it while
+-- judging, before the first write, since it raises TENURE_CORRUPT when the
+-- counter is not a decimal integer below FENCE_HORIZON (and WRONGTYPE when
+-- the key is not a string).
+local function fence_counter(key, now)
+  local text = redis.call('GET', key)
+  local last = 0
+  if text then
+    if not string.match(text, '^%d+$') or #text > 16 then
+      corrupt(key, 'the fence counter is not an integer')
+    end
+    last = tonumber(text)
+  end
+  if last >= FENCE_HORIZON or now >= FENCE_HORIZON then
+    corrupt(key, 'the fence counter or the server clock is beyond 2^53 - 2^32, '
+      .. 'where Lua numbers lose precision')
+  end
+  return { key = key, last = last, now = now }
+end
+
+-- The next fence of a checked counter, stored as the last one.
+local function draw_fence(counter)
+  local fence = math.max(counter.last + 1, counter.now)
+  counter.last = fence
+  redis.call('SET', counter.key, fmt(fence))
+  return fence
 end
 
 -- rules::lease_valid, with grace rounded up to whole microseconds (which
