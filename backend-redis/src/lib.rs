@@ -264,7 +264,7 @@ impl RedisStore {
             let (next, keys): (u64, Vec<Vec<u8>>) = self.command(&scan).await?;
             if !keys.is_empty() {
                 let unlinked: u64 = self.command(redis::cmd("UNLINK").arg(&keys)).await?;
-                deleted += unlinked;
+                deleted = deleted.saturating_add(unlinked);
             }
             if next == 0 {
                 return Ok(deleted);
@@ -597,7 +597,7 @@ impl LeaseStore for RedisStore {
                 .arg(PURGE_BATCH);
             let deleted = u64::from_redis_value(self.script(&invocation).await?)
                 .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;
-            purged += deleted;
+            purged = purged.saturating_add(deleted);
             if deleted < PURGE_BATCH as u64 {
                 return Ok(purged);
             }

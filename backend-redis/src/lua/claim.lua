@@ -50,7 +50,10 @@ local function judge(rank)
     return 'stale'
   end
   local key = prefix .. 'job:' .. id
-  local light = redis.call('HMGET', key, 'state', 'queue', 'run_at', 'caps')
+  local light = redis.pcall('HMGET', key, 'state', 'queue', 'run_at', 'caps')
+  if light.err then
+    return 'corrupt', id, light.err
+  end
   local state, job_queue, run_at = light[1], light[2], light[3]
   if not state then
     if redis.call('EXISTS', key) == 0 then

@@ -43,6 +43,14 @@ local function corrupt(key, why)
   error({ err = 'TENURE_CORRUPT ' .. key .. ': ' .. why })
 end
 
+-- The reason a pcall'ed load failed for, as text.
+local function failure_reason(failure)
+  if type(failure) == 'table' and failure.err then
+    return failure.err
+  end
+  return tostring(failure)
+end
+
 local function integer(key, fields, name)
   local value = fields[name]
   if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
@@ -51,8 +59,38 @@ local function integer(key, fields, name)
   return tonumber(value)
 end
 
+-- Field `name` as an integer in [low, high]; raises TENURE_CORRUPT
+-- otherwise.
+local function bounded(key, fields, name, low, high)
+  local value = integer(key, fields, name)
+  if value < low or value > high then
+    corrupt(key, name .. ' is out of range')
+  end
+  return value
+end
+
+-- A timestamp field: integer microseconds within the range the Rust side
+-- represents (chrono's, about year +-262000; the bound is a little inside
+-- it, and far from where a double's rounding could matter).
+local TIMESTAMP_BOUND = 8.2e18
+local function timestamp(key, fields, name)
+  return bounded(key, fields, name, -TIMESTAMP_BOUND, TIMESTAMP_BOUND)
+end
+
+-- A fence field: a decimal u64 (the bound is 2^64, as a double).
+local function fence_field(key, fields)
+  local fence = fields.fence
+  if type(fence) ~= 'string' or not string.match(fence, '^%d+$') or #fence > 20
+    or tonumber(fence) >= 18446744073709551616 then
+    corrupt(key, 'fence is not a number')
+  end
+  return fence
+end
+
 -- The record stored at `key` as a table (nil when there is none); raises
--- TENURE_CORRUPT when a field a script judges by cannot be read.
+-- TENURE_CORRUPT when a field cannot be read (every field the Rust side
+-- decodes but the UTF-8 of texts and that metadata is an object, not an
+-- array), and WRONGTYPE when the key is not a hash.
 local function load(key, id)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
@@ -63,10 +101,14 @@ local function load(key, id)
     fields[flat[i]] = flat[i + 1]
   end
   if not KNOWN[fields.status] then
-    corrupt(key, 'unknown status')
+    corrupt(key, 'unknown status ' .. tostring(fields.status))
   end
-  if type(fields.fence) ~= 'string' or not string.match(fields.fence, '^%d+$') then
-    corrupt(key, 'fence is not a number')
+  if type(fields.kind) ~= 'string' then
+    corrupt(key, 'kind is missing')
+  end
+  local meta_ok, meta = pcall(cjson.decode, fields.meta or '')
+  if not meta_ok or type(meta) ~= 'table' then
+    corrupt(key, 'metadata is not a JSON object')
   end
   local record = {
     id = id,
@@ -74,12 +116,12 @@ local function load(key, id)
     flat = flat,
     status = fields.status,
     owner = fields.owner,
-    fence = fields.fence,
-    created = integer(key, fields, 'created'),
-    updated = integer(key, fields, 'updated'),
+    fence = fence_field(key, fields),
+    created = timestamp(key, fields, 'created'),
+    updated = timestamp(key, fields, 'updated'),
   }
   if fields.expires ~= nil then
-    record.expires = integer(key, fields, 'expires')
+    record.expires = timestamp(key, fields, 'expires')
   end
   local ok, scopes = pcall(cjson.decode, fields.scopes or '')
   if not ok or type(scopes) ~= 'table' then
