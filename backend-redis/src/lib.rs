@@ -192,7 +192,7 @@ impl RedisStore {
                 error.category()
             ))
         })?;
-        let deadline = tokio::time::Instant::now() + config.connect_timeout;
+        let deadline = deadline_after(config.connect_timeout);
         let mut first = first_connection(&client, &config, deadline).await?;
         let durability = tokio::time::timeout_at(deadline, server::inspect(&mut first))
             .await
@@ -340,6 +340,15 @@ impl RedisStore {
         invocation.key(index).arg(self.keys.prefix());
         reply::records(self.script(&invocation).await?)
     }
+}
+
+/// The instant `timeout` from now, or a century from now when that is
+/// beyond what an instant holds (a timeout of `Duration::MAX` waits "for
+/// ever", never panics).
+fn deadline_after(timeout: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// Pause between two attempts at a first connection.
@@ -602,5 +611,16 @@ impl LeaseStore for RedisStore {
                 return Ok(purged);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endless_connect_timeout_is_a_far_deadline_not_a_panic() {
+        assert!(deadline_after(Duration::MAX) > tokio::time::Instant::now());
+        assert!(deadline_after(Duration::ZERO) <= tokio::time::Instant::now());
     }
 }

@@ -239,8 +239,7 @@ async fn every_damaged_lease_field_is_corrupt_or_skipped() {
         damaged.insert(id, "a string, not a hash".to_owned());
         let before = snapshot(&mut raw, &prefix).await;
 
-        for (index, (id, what)) in damaged.iter().enumerate() {
-            let _ = index;
+        for (id, what) in &damaged {
             assert_corrupt(&format!("get of {id} ({what})"), store.get(id).await);
         }
         let scan = store
@@ -383,9 +382,8 @@ async fn every_damaged_job_field_is_corrupt_or_skipped() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let before = snapshot(&mut raw, &prefix).await;
-        for index in 0..JOB_DAMAGES.len() {
+        for (index, what) in JOB_DAMAGES.iter().enumerate() {
             let id = format!("claimed-{index}");
-            let what = JOB_DAMAGES[index];
             let claim = &claims[&id];
             assert_corrupt(
                 &format!("complete of {id} ({what:?})"),
