@@ -8,7 +8,8 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 
 /// Classifies a Redis error:
 /// * I/O failures, dropped or refused connections, a server that is loading,
-///   read-only (mid-failover) or busy: [`ErrorKind::Unavailable`], retryable
+///   read-only (mid-failover) or busy, or out of memory (`OOM`, under
+///   `maxmemory-policy noeviction`): [`ErrorKind::Unavailable`], retryable
 ///   (the connection manager reconnects meanwhile);
 /// * time-outs: [`ErrorKind::Timeout`];
 /// * a record a script could not judge, a key of the namespace holding the
@@ -23,6 +24,10 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 pub(crate) fn from_redis(error: RedisError) -> Error {
     let kind = classify(&error);
     let message = match error.detail() {
+        Some(detail) if error.code() == Some("OOM") => format!(
+            "the Redis server is out of memory (OOM: {detail}); it refused the script's first \
+             write, so nothing was written: free memory or raise maxmemory, then retry"
+        ),
         Some(detail) => format!("Redis answered {}: {detail}", error.category()),
         None => format!("Redis call failed: {error}"),
     };

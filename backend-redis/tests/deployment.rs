@@ -417,3 +417,51 @@ where
     }
     panic!("still failing after a restart: {last:?}");
 }
+
+/// With `noeviction` a full server refuses writes instead of dropping keys:
+/// the refused operation is retryable and leaves nothing behind, and what
+/// was stored stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_refuses_writes_and_keeps_every_key() {
+    const TEST: &str = "a_full_server_refuses_writes_and_keeps_every_key";
+    let Some(server) = private_server(
+        TEST,
+        &["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"],
+    )
+    .await
+    else {
+        return;
+    };
+    let store = connect(server.url()).await.expect("connect");
+    let metadata = json!({ "padding": "x".repeat(60 * 1024) });
+    let mut stored = Vec::new();
+    let refusal = loop {
+        let id = format!("op-{}", stored.len());
+        let request = AdmitRequest::new(id.clone(), "w")
+            .scope(format!("s-{}", stored.len()))
+            .metadata(metadata.clone());
+        match store.admit(&request).await {
+            Ok(Admission::Admitted { record, .. }) => stored.push(record),
+            Ok(other) => panic!("{other:?}"),
+            Err(error) => break (id, error),
+        }
+        assert!(stored.len() < 1000, "4mb never filled up");
+    };
+    let (refused_id, error) = refusal;
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(error.is_retryable(), "{error}");
+    assert!(error.message().contains("out of memory"), "{error}");
+    assert_eq!(store.get(&refused_id).await.expect("get"), None);
+    let scope = format!("s-{}", stored.len());
+    assert!(store
+        .list_by_scope(&scope)
+        .await
+        .expect("list_by_scope")
+        .is_empty());
+    for record in &stored {
+        assert_eq!(
+            store.get(&record.id).await.expect("get").as_ref(),
+            Some(record)
+        );
+    }
+}
