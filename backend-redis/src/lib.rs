@@ -95,13 +95,23 @@
 //!
 //! ## Errors
 //!
-//! A dropped connection or a server that is loading or read-only answers
-//! [`ErrorKind::Unavailable`], and no answer within
+//! A dropped connection or a server that is loading, read-only or out of
+//! memory answers [`ErrorKind::Unavailable`], and no answer within
 //! [`RedisConfig::operation_timeout`] answers [`ErrorKind::Timeout`]: both
 //! retryable, the outcome unknown; the connection reconnects by itself
-//! meanwhile. A stored record that cannot be decoded answers
-//! [`ErrorKind::Corrupt`] (`list_expired` skips and reports it instead, as
-//! `claim` and `reap` skip and log an undecodable job).
+//! meanwhile. Refused credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`) answer
+//! [`ErrorKind::Config`], not retryable, at once at connect.
+//!
+//! A stored value this crate cannot represent (a timestamp out of range or
+//! not an integer, an unknown status, malformed scopes, metadata or
+//! capabilities, text that is not UTF-8, a missing field, a key of the wrong
+//! type) never panics: point reads and writes on it answer
+//! [`ErrorKind::Corrupt`] and change nothing; `list_expired` skips it and
+//! reports it in [`ExpiredScan::skipped`], `claim` and `reap` skip it, leave
+//! it as it is and log it; `list_by_scope`, `list_active` and
+//! `list_dead_letters`, which have nowhere to report a skip, answer
+//! `Corrupt`. The scripts check every field they read before their first
+//! write, so a damaged value never leaves an operation half-applied.
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
 //! Redis 7.
