@@ -80,6 +80,11 @@ async fn policies_that_never_evict_tenure_keys_are_accepted() {
             .await
             .unwrap_or_else(|error| panic!("{policy}: {error}"));
         let durability = store.durability();
+        // RESP3 answers CONFIG GET with a map rather than an array.
+        let resp3 = connect(format!("{}/?protocol=resp3", server.url()))
+            .await
+            .unwrap_or_else(|error| panic!("{policy} over RESP3: {error}"));
+        assert_eq!(resp3.durability(), durability);
         assert_eq!(durability.eviction_policy, policy);
         assert_eq!(durability.source, SettingsSource::Config);
         // The private server's defaults: an fsync-always append-only file.
@@ -212,7 +217,12 @@ async fn without_config_the_policy_is_read_from_info() {
     else {
         return;
     };
+    // RESP3 answers INFO in another shape (a verbatim string).
+    let resp3 = connect(format!("{}/?protocol=resp3", server.url()))
+        .await
+        .expect("noeviction over RESP3");
     let store = connect(server.url()).await.expect("noeviction");
+    assert_eq!(resp3.durability(), store.durability());
     let durability = store.durability();
     assert_eq!(durability.source, SettingsSource::Info);
     assert_eq!(durability.eviction_policy, "noeviction");
@@ -226,6 +236,33 @@ async fn without_config_the_policy_is_read_from_info() {
         "INFO does not tell"
     );
     assert!(!durability.keeps_nothing_on_disk() && !durability.survives_a_crash());
+}
+
+/// An ACL that forbids `CONFIG` (as managed services do) answers NOPERM:
+/// the policy comes from INFO all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_forbidding_config_falls_back_to_info() {
+    const TEST: &str = "an_acl_forbidding_config_falls_back_to_info";
+    let acl = ["--user", "app", "on", ">pw", "~*", "&*", "+@all", "-config"];
+    for (policy, accepted) in [("allkeys-lfu", false), ("volatile-lfu", true)] {
+        let Some(server) =
+            private_server(TEST, &[&acl[..], &["--maxmemory-policy", policy]].concat()).await
+        else {
+            return;
+        };
+        let url = server.url().replacen("redis://", "redis://app:pw@", 1);
+        match connect(url).await {
+            Ok(store) if accepted => {
+                assert_eq!(store.durability().source, SettingsSource::Info);
+                assert_eq!(store.durability().eviction_policy, policy);
+            }
+            Err(error) if !accepted => {
+                assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+                assert!(error.message().contains(policy), "{error}");
+            }
+            other => panic!("{policy}: {other:?}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
