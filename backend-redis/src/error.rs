@@ -8,19 +8,26 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 
 /// Classifies a Redis error:
 /// * I/O failures, dropped or refused connections, a server that is loading,
-///   read-only (mid-failover) or busy: [`ErrorKind::Unavailable`], retryable
+///   read-only (mid-failover) or busy, or out of memory (`OOM`, under
+///   `maxmemory-policy noeviction`): [`ErrorKind::Unavailable`], retryable
 ///   (the connection manager reconnects meanwhile);
 /// * time-outs: [`ErrorKind::Timeout`];
 /// * a record a script could not judge, a key of the namespace holding the
 ///   wrong type, an answer of the wrong shape: [`ErrorKind::Corrupt`];
 /// * a script that fails to run on this server: [`ErrorKind::Incompatible`];
-/// * refused credentials or permissions: [`ErrorKind::Config`].
+/// * refused or missing credentials (`WRONGPASS`, `NOAUTH`) or permissions
+///   (`NOPERM`): [`ErrorKind::Config`], not retryable: retrying cannot fix a
+///   password.
 ///
 /// `NOSCRIPT` never reaches here: [`redis::Script`] loads the script and
 /// runs it again.
 pub(crate) fn from_redis(error: RedisError) -> Error {
     let kind = classify(&error);
     let message = match error.detail() {
+        Some(detail) if error.code() == Some("OOM") => format!(
+            "the Redis server is out of memory (OOM: {detail}); it refused the script's first \
+             write, so nothing was written: free memory or raise maxmemory, then retry"
+        ),
         Some(detail) => format!("Redis answered {}: {detail}", error.category()),
         None => format!("Redis call failed: {error}"),
     };
@@ -49,6 +56,7 @@ fn classify(error: &RedisError) -> ErrorKind {
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Corrupt,
         _ => match error.code() {
             Some(CORRUPT_CODE | "WRONGTYPE") => ErrorKind::Corrupt,
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Config,
             Some("ERR") if error.detail().is_some_and(|d| d.contains("user_script")) => {
                 ErrorKind::Incompatible
             }
@@ -80,5 +88,18 @@ mod tests {
         assert_eq!(from_redis(corrupt).kind(), ErrorKind::Corrupt);
         let wrong_type = server_error("WRONGTYPE Operation against a key");
         assert_eq!(from_redis(wrong_type).kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn refused_credentials_are_configuration_errors() {
+        for text in [
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOPERM User app has no permissions to run the 'config|get' command",
+        ] {
+            let error = from_redis(server_error(text));
+            assert_eq!(error.kind(), ErrorKind::Config, "{text}");
+            assert!(!error.is_retryable(), "{text}");
+        }
     }
 }

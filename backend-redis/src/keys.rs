@@ -27,7 +27,7 @@ impl Keys {
         &self.prefix
     }
 
-    /// The INCR counter of the fence sequence.
+    /// The last fence handed out (see `draw_fence` in `lua/common.lua`).
     pub(crate) fn fence(&self) -> String {
         self.fixed("fence")
     }

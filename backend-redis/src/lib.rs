@@ -30,7 +30,7 @@
 //! records by expiry (`list_expired`), a sorted set per scope of its records
 //! by creation (`list_by_scope`), a sorted set of active ids
 //! (`list_active`), one of terminal records by last update (`purge`), and
-//! one `INCR` counter, the fence sequence. Ids and scopes are kept verbatim
+//! one counter, the last fence handed out. Ids and scopes are kept verbatim
 //! in separate key families, so none can collide with another or leave the
 //! namespace. The full layout is described in `src/lua/common.lua`.
 //!
@@ -45,30 +45,73 @@
 //! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
 //! included.
 //!
-//! ## Fencing needs a Redis that does not forget
+//! ## Deployment requirements
 //!
-//! Fences come from the namespace's counter. A Redis that loses recent
-//! writes loses fences: after a restart without persistence, or with
-//! `appendfsync everysec`, or after a failover to a replica that had not yet
-//! received the latest writes, the counter can go back and **hand out a fence
-//! that was already handed out**. Two owners can then hold the same fence,
-//! and a stale owner may pass a [`FenceGate`](lease_core::FenceGate) and
-//! overwrite the newer owner's work; records may also lose their latest
-//! renewals, takeovers and transitions. Use fences from this backend for
-//! exclusion only with a single Redis running `appendonly yes` and
-//! `appendfsync always`, without failover to replicas (or with a failover
-//! that never promotes a lagging replica), or use a persistent backend such
-//! as PostgreSQL.
+//! **No eviction of tenure's keys.** Under memory pressure a server with
+//! `maxmemory-policy allkeys-lru`, `allkeys-lfu` or `allkeys-random` evicts
+//! any key: a lease record, a scope's holder or the fence counter, and two
+//! owners then hold one scope. [`RedisStore::connect`] reads the policy
+//! (`CONFIG GET`, or `INFO memory` where `CONFIG` is renamed or forbidden, as
+//! on managed services) and refuses such a server with
+//! [`ErrorKind::Incompatible`]; set `noeviction`. A `volatile-*` policy is
+//! accepted: it evicts only keys with an expiry, and no script of this crate
+//! sets one (none calls `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `SETEX` or `SET` with
+//! `EX`/`PX`; leases expire by the times stored in them). A server out of
+//! memory then refuses writes (`OOM`, [`ErrorKind::Unavailable`]): a
+//! script is refused at its first write, never half-way through.
+//!
+//! **Fences survive a wipe.** Fences are a hybrid logical clock: each is the
+//! greater of the last fence + 1 and the server's time in microseconds (see
+//! `src/lua/common.lua`). When the counter is lost, by a restart without
+//! persistence, a crash with `appendfsync everysec` or a failover to a
+//! replica that had not received the latest writes, the sequence goes on from
+//! the clock, so a fence drawn afterwards still exceeds every fence drawn
+//! before, and a stale owner cannot pass a
+//! [`FenceGate`](lease_core::FenceGate), provided that
+//! * the counter never ran ahead of the clock by more than the time the loss
+//!   went back: it runs ahead only while the namespace draws more than one
+//!   fence per microsecond (a million per second, far above what one Redis
+//!   runs), and falls back to the clock when the rate drops;
+//! * the server's clock does not go back across the loss (a restarted or
+//!   promoted server whose clock is behind the old one's by more than the
+//!   loss went back could hand out a fence again): run NTP with slewing.
+//!
+//! Fences are then about 1.7 × 10^15 (microseconds since 1970) rather than
+//! small integers; the sequence has gaps, as it may. Lua numbers are doubles,
+//! exact only up to 2^53: a counter or clock beyond 2^53 − 2^32 (the year
+//! 2255) is refused with [`ErrorKind::Corrupt`], never rounded.
+//!
+//! **Records are only as durable as the server.** A restart without
+//! persistence loses every record and job, a crash with `appendfsync
+//! everysec` up to a second of writes (renewals, takeovers, transitions),
+//! and so may a failover. `connect` reads `appendonly`, `appendfsync` and
+//! `save` into [`RedisStore::durability`], and logs a warning when the server
+//! keeps nothing on disk. For records that survive a crash run a single
+//! Redis with `appendonly yes` and `appendfsync always` (or a failover that
+//! never promotes a lagging replica), or use a persistent backend such as
+//! PostgreSQL. What `connect` cannot check: settings changed after it ran
+//! (`CONFIG SET`), the server a reconnection or failover reaches, and the
+//! server's clock.
 //!
 //! ## Errors
 //!
-//! A dropped connection or a server that is loading or read-only answers
-//! [`ErrorKind::Unavailable`], and no answer within
+//! A dropped connection or a server that is loading, read-only or out of
+//! memory answers [`ErrorKind::Unavailable`], and no answer within
 //! [`RedisConfig::operation_timeout`] answers [`ErrorKind::Timeout`]: both
 //! retryable, the outcome unknown; the connection reconnects by itself
-//! meanwhile. A stored record that cannot be decoded answers
-//! [`ErrorKind::Corrupt`] (`list_expired` skips and reports it instead, as
-//! `claim` and `reap` skip and log an undecodable job).
+//! meanwhile. Refused credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`) answer
+//! [`ErrorKind::Config`], not retryable, at once at connect.
+//!
+//! A stored value this crate cannot represent (a timestamp out of range or
+//! not an integer, an unknown status, malformed scopes, metadata or
+//! capabilities, text that is not UTF-8, a missing field, a key of the wrong
+//! type) never panics: point reads and writes on it answer
+//! [`ErrorKind::Corrupt`] and change nothing; `list_expired` skips it and
+//! reports it in [`ExpiredScan::skipped`], `claim` and `reap` skip it, leave
+//! it as it is and log it; `list_by_scope`, `list_active` and
+//! `list_dead_letters`, which have nowhere to report a skip, answer
+//! `Corrupt`. The scripts check every field they read before their first
+//! write, so a damaged value never leaves an operation half-applied.
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
 //! Redis 7.
@@ -79,6 +122,7 @@ mod keys;
 mod queue;
 mod reply;
 mod scripts;
+mod server;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,11 +135,12 @@ use lease_core::{
     ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover,
     TakeoverAction, TakeoverRequest, Timestamp, Transition,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, RedisResult, ScriptInvocation, Value};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult, ScriptInvocation, Value};
 
 pub use config::RedisConfig;
 pub use queue::{CLAIM_SCAN_PER_JOB, PROMOTE_BATCH};
+pub use server::{AppendFsync, Durability, SettingsSource};
 
 use crate::config::config_error;
 use crate::keys::Keys;
@@ -117,6 +162,7 @@ pub struct RedisStore {
     connection: ConnectionManager,
     keys: Keys,
     config: Arc<RedisConfig>,
+    durability: Arc<Durability>,
     /// Set when the connection may have been replaced, so the next call
     /// names the new one first.
     needs_name: Arc<AtomicBool>,
@@ -131,11 +177,22 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to the server `config` names and names the connection.
+    /// Connects to the server `config` names, checks that it cannot evict
+    /// tenure's keys, reads its persistence settings
+    /// ([`durability`](Self::durability)) and names the connection.
     ///
-    /// Fails with [`ErrorKind::Config`] for a bad URL, namespace or client
-    /// name, and with [`ErrorKind::Unavailable`] when the server cannot be
-    /// reached within [`RedisConfig::connect_timeout`].
+    /// # Errors
+    ///
+    /// * [`ErrorKind::Config`], at once and not retryable: a bad URL,
+    ///   namespace or client name, or credentials the server refuses
+    ///   (`WRONGPASS`, `NOAUTH`: a password is required and none was given,
+    ///   `NOPERM`);
+    /// * [`ErrorKind::Incompatible`]: the server's `maxmemory-policy` may
+    ///   evict any key (`allkeys-lru`, `allkeys-lfu`, `allkeys-random`, or a
+    ///   policy this version does not know; set `noeviction`), or neither
+    ///   `CONFIG GET` nor `INFO` may be run to read it;
+    /// * [`ErrorKind::Unavailable`]: the server could not be reached within
+    ///   [`RedisConfig::connect_timeout`] (the message names the last cause).
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;
         let client = redis::Client::open(config.url()).map_err(|error| {
@@ -145,31 +202,54 @@ impl RedisStore {
                 error.category()
             ))
         })?;
+        let deadline = deadline_after(config.connect_timeout);
+        let mut first = first_connection(&client, &config, deadline).await?;
+        let durability = tokio::time::timeout_at(deadline, server::inspect(&mut first))
+            .await
+            .map_err(|_| connect_timed_out(&config, "reading its settings"))??;
+        drop(first);
+        if durability.keeps_nothing_on_disk() {
+            tracing::warn!(
+                url = %config.redacted_url(),
+                %durability,
+                "the Redis server keeps nothing on disk: a restart loses every lease record \
+                 and job (fences stay monotonic); enable appendonly with appendfsync always \
+                 for records that survive a restart"
+            );
+        } else if !durability.survives_a_crash() {
+            tracing::info!(
+                url = %config.redacted_url(),
+                %durability,
+                "the Redis server may lose acknowledged writes in a crash"
+            );
+        }
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.operation_timeout))
             .set_connection_timeout(Some(config.connect_timeout))
             .set_max_delay(Duration::from_secs(1));
-        let connection = tokio::time::timeout(
-            config.connect_timeout,
+        let connection = tokio::time::timeout_at(
+            deadline,
             ConnectionManager::new_with_config(client, manager_config),
         )
         .await
-        .map_err(|_| {
-            Error::unavailable(format!(
-                "could not connect to {} within {:?}",
-                config.redacted_url(),
-                config.connect_timeout
-            ))
-        })?
+        .map_err(|_| connect_timed_out(&config, "connecting"))?
         .map_err(error::from_redis)?;
         let store = RedisStore {
             connection,
             keys: Keys::new(config.namespace()),
             config: Arc::new(config),
+            durability: Arc::new(durability),
             needs_name: Arc::new(AtomicBool::new(false)),
         };
         store.name_connection(&mut store.connection.clone()).await?;
         Ok(store)
+    }
+
+    /// The server's eviction and persistence settings, as read at connect.
+    /// The server may be reconfigured, restarted or failed over later: this
+    /// is what it said then.
+    pub fn durability(&self) -> &Durability {
+        &self.durability
     }
 
     /// The settings this store was connected with.
@@ -194,7 +274,7 @@ impl RedisStore {
             let (next, keys): (u64, Vec<Vec<u8>>) = self.command(&scan).await?;
             if !keys.is_empty() {
                 let unlinked: u64 = self.command(redis::cmd("UNLINK").arg(&keys)).await?;
-                deleted += unlinked;
+                deleted = deleted.saturating_add(unlinked);
             }
             if next == 0 {
                 return Ok(deleted);
@@ -270,6 +350,67 @@ impl RedisStore {
         invocation.key(index).arg(self.keys.prefix());
         reply::records(self.script(&invocation).await?)
     }
+}
+
+/// The instant `timeout` from now, or a century from now when that is
+/// beyond what an instant holds (a timeout of `Duration::MAX` waits "for
+/// ever", never panics).
+fn deadline_after(timeout: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
+/// Pause between two attempts at a first connection.
+const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(100);
+
+/// A first plain connection, tried until `deadline`: refused credentials
+/// answer at once (retrying cannot fix them), a server that cannot be
+/// reached is tried again until then.
+async fn first_connection(
+    client: &redis::Client,
+    config: &RedisConfig,
+    deadline: tokio::time::Instant,
+) -> Result<MultiplexedConnection> {
+    let connection_config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.operation_timeout));
+    let mut last_error = None;
+    loop {
+        let attempt = tokio::time::timeout_at(
+            deadline,
+            client.get_multiplexed_async_connection_with_config(&connection_config),
+        )
+        .await;
+        let error = match attempt {
+            Ok(Ok(connection)) => return Ok(connection),
+            Ok(Err(error)) => error::from_redis(error),
+            Err(_) => break,
+        };
+        if !error.is_retryable() {
+            return Err(error);
+        }
+        last_error = Some(error);
+        if tokio::time::Instant::now() + CONNECT_RETRY_DELAY >= deadline {
+            break;
+        }
+        tokio::time::sleep(CONNECT_RETRY_DELAY).await;
+    }
+    Err(match last_error {
+        Some(cause) => {
+            connect_timed_out(config, &format!("last attempt: {cause}")).with_source(cause)
+        }
+        None => connect_timed_out(config, "no answer"),
+    })
+}
+
+/// The error of a connect that ran out of time while `doing`.
+fn connect_timed_out(config: &RedisConfig, doing: &str) -> Error {
+    Error::unavailable(format!(
+        "could not connect to {} within {:?} ({doing})",
+        config.redacted_url(),
+        config.connect_timeout
+    ))
 }
 
 /// A duration in whole microseconds, rounded down: leases end on the
@@ -475,10 +616,21 @@ impl LeaseStore for RedisStore {
                 .arg(PURGE_BATCH);
             let deleted = u64::from_redis_value(self.script(&invocation).await?)
                 .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;
-            purged += deleted;
+            purged = purged.saturating_add(deleted);
             if deleted < PURGE_BATCH as u64 {
                 return Ok(purged);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endless_connect_timeout_is_a_far_deadline_not_a_panic() {
+        assert!(deadline_after(Duration::MAX) > tokio::time::Instant::now());
+        assert!(deadline_after(Duration::ZERO) <= tokio::time::Instant::now());
     }
 }

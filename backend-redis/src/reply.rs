@@ -88,10 +88,30 @@ fn micros(text: &[u8]) -> Option<Timestamp> {
         .and_then(clock::from_micros)
 }
 
+/// Text that may not be UTF-8 (an id read back from an index), shown with
+/// replacement characters rather than refused, so a scan can still name
+/// what it skips.
+fn lossy_text(value: Value) -> Result<String> {
+    Ok(String::from_utf8_lossy(&bytes(value)?).into_owned())
+}
+
 /// A record as scripts reply it, `{ id, HGETALL pairs }`, not yet decoded.
 pub(crate) struct RawRecord {
+    /// The id, with replacement characters if it is not UTF-8.
     id: String,
+    id_is_utf8: bool,
     fields: HashMap<String, Vec<u8>>,
+}
+
+impl RawRecord {
+    /// The decoding error of a record whose id is not UTF-8.
+    fn check_id(&self) -> std::result::Result<(), String> {
+        if self.id_is_utf8 {
+            Ok(())
+        } else {
+            Err("the id is not UTF-8".to_owned())
+        }
+    }
 }
 
 fn raw(value: Value) -> Result<RawRecord> {
@@ -110,11 +130,35 @@ fn raw(value: Value) -> Result<RawRecord> {
             bytes(value)?,
         );
     }
+    let id = bytes(id)?;
+    let id_is_utf8 = std::str::from_utf8(&id).is_ok();
     Ok(RawRecord {
-        id: text(id)?,
+        id: String::from_utf8_lossy(&id).into_owned(),
+        id_is_utf8,
         fields,
     })
 }
+
+/// The `{ id, reason }` pairs of stored values a script could not judge,
+/// the reasons without the script's error code.
+fn script_skips(value: Value) -> Result<Vec<(String, String)>> {
+    array(value)?
+        .into_iter()
+        .map(|pair| {
+            let mut parts = Parts(array(pair)?.into_iter());
+            let id = lossy_text(parts.next()?)?;
+            let reason = lossy_text(parts.next()?)?;
+            let reason = match reason.strip_prefix(CORRUPT_PREFIX) {
+                Some(rest) => rest.to_owned(),
+                None => reason,
+            };
+            Ok((id, reason))
+        })
+        .collect()
+}
+
+/// What scripts put before a TENURE_CORRUPT reason.
+const CORRUPT_PREFIX: &str = "TENURE_CORRUPT ";
 
 /// Decodes a stored record; the error says which field is wrong.
 fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
@@ -138,6 +182,7 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
     let required_instant = |name: &str| -> std::result::Result<Timestamp, String> {
         instant(name)?.ok_or_else(|| format!("{name} is missing"))
     };
+    raw.check_id()?;
     let status: Status = required_text("status")?
         .parse()
         .map_err(|error: Error| error.message().to_owned())?;
@@ -283,14 +328,23 @@ pub(crate) fn takeover(reply: Value, grace: Duration) -> Result<Takeover> {
     Ok(Takeover::NotTaken(reason))
 }
 
-/// The reply of `list_expired.lua`: records that cannot be decoded are
-/// skipped, logged and reported; the rest are judged again by
-/// [`rules::matches_expired`] at the script's instant.
+/// The reply of `list_expired.lua`: records the script could not judge or
+/// this side cannot decode are skipped, logged and reported; the rest are
+/// judged again by [`rules::matches_expired`] at the script's instant.
 pub(crate) fn expired(reply: Value, query: &ExpiredQuery) -> Result<ExpiredScan> {
     let mut parts = Parts(array(reply)?.into_iter());
     let now = parts.instant()?;
+    let found = array(parts.next()?)?;
     let mut scan = ExpiredScan::default();
-    for value in array(parts.next()?)? {
+    for (id, reason) in script_skips(parts.next()?)? {
+        tracing::warn!(
+            %id,
+            %reason,
+            "list_expired skips a lease record that cannot be decoded"
+        );
+        scan.skipped.push(SkippedRecord { id, reason });
+    }
+    for value in found {
         let raw = raw(value)?;
         match decode_fields(&raw) {
             Ok(record) => {

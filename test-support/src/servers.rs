@@ -242,12 +242,16 @@ impl Drop for PrivatePostgres {
 
 /// A `redis-server` of its own on a free loopback port, persisting every
 /// write to an append-only file fsynced before the reply (`appendfsync
-/// always`), no snapshots, in a temporary directory.
+/// always`), no snapshots, in a temporary directory; [`start_with`](Self::start_with)
+/// adds settings of the test's own.
 #[derive(Debug)]
 pub struct PrivateRedis {
     dir: PathBuf,
     port: u16,
     server: Child,
+    /// Settings given after the defaults (so they override them), kept for
+    /// restarts.
+    extra_args: Vec<String>,
 }
 
 impl PrivateRedis {
@@ -258,16 +262,30 @@ impl PrivateRedis {
 
     /// Starts a server; answers once it accepts connections.
     pub async fn start() -> io::Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// Starts a server with `extra_args` after the default settings, which
+    /// they override (`["--appendonly", "no"]`, `["--requirepass", "pw"]`,
+    /// `["--rename-command", "CONFIG", ""]`...), on every restart too;
+    /// answers once it accepts connections.
+    pub async fn start_with(extra_args: &[&str]) -> io::Result<Self> {
         let dir = fresh_dir("tenure-redis")?;
         let port = free_port()?;
-        let server = match launch_redis(&dir, port).await {
+        let extra_args: Vec<String> = extra_args.iter().map(|&arg| arg.to_owned()).collect();
+        let server = match launch_redis(&dir, port, &extra_args).await {
             Ok(server) => server,
             Err(error) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(error);
             }
         };
-        Ok(PrivateRedis { dir, port, server })
+        Ok(PrivateRedis {
+            dir,
+            port,
+            server,
+            extra_args,
+        })
     }
 
     /// The server's URL.
@@ -282,7 +300,7 @@ impl PrivateRedis {
     pub async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
         self.server.kill().await?;
         tokio::time::sleep(down_for).await;
-        self.server = launch_redis(&self.dir, self.port).await?;
+        self.server = launch_redis(&self.dir, self.port, &self.extra_args).await?;
         Ok(())
     }
 }
@@ -302,15 +320,16 @@ impl Drop for PrivateRedis {
     }
 }
 
-/// Starts `redis-server` on `port` with its files in `dir` and waits
-/// (bounded) until its log says it accepts connections.
-async fn launch_redis(dir: &Path, port: u16) -> io::Result<Child> {
+/// Starts `redis-server` on `port` with its files in `dir`, `extra_args`
+/// last, and waits (bounded) until its log says it accepts connections.
+async fn launch_redis(dir: &Path, port: u16, extra_args: &[String]) -> io::Result<Child> {
     let mut server = Command::new(REDIS_SERVER)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--appendonly", "yes", "--appendfsync", "always"])
         .args(["--save", ""])
         .arg("--dir")
         .arg(dir)
+        .args(extra_args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .kill_on_drop(true)

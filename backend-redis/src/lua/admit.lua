@@ -18,6 +18,7 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   return { 'exists' }
 end
 local now = now_us()
+local fences = fence_counter(KEYS[1], now)
 local grace = tonumber(ARGV[7])
 local scope_count = (#KEYS - 4) / 2
 
@@ -43,14 +44,14 @@ end
 -- Decided: from here on only writes.
 local interrupted = {}
 for _, holder in ipairs(holders) do
-  local fence = redis.call('INCR', KEYS[1])
+  local fence = draw_fence(fences)
   release(prefix, holder, KEYS[2], KEYS[3])
   redis.call('HSET', holder.key, 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
     'stop', ARGV[10], 'updated', fmt(now))
   interrupted[#interrupted + 1] = reply_record(holder.key, holder.id)
 end
 
-local fence = redis.call('INCR', KEYS[1])
+local fence = draw_fence(fences)
 local fields = { 'kind', ARGV[4], 'status', 'pending', 'owner', owner, 'fence', fmt(fence),
   'created', fmt(now), 'updated', fmt(now), 'scopes', ARGV[9], 'meta', ARGV[8] }
 local expiry_score = '-inf'

@@ -19,6 +19,7 @@
 local prefix, queue, worker = ARGV[1], ARGV[2], ARGV[3]
 local limit, scan_bound = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_us()
+local fences = fence_counter(KEYS[3], now)
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[7]))
 for _, rank in ipairs(due) do
@@ -49,7 +50,10 @@ local function judge(rank)
     return 'stale'
   end
   local key = prefix .. 'job:' .. id
-  local light = redis.call('HMGET', key, 'state', 'queue', 'run_at', 'caps')
+  local light = redis.pcall('HMGET', key, 'state', 'queue', 'run_at', 'caps')
+  if light.err then
+    return 'corrupt', id, light.err
+  end
   local state, job_queue, run_at = light[1], light[2], light[3]
   if not state then
     if redis.call('EXISTS', key) == 0 then
@@ -115,7 +119,7 @@ local expires = fmt(now + tonumber(ARGV[4]))
 local claimed = {}
 for _, pick in ipairs(picked) do
   local job = pick.job
-  local fence = redis.call('INCR', KEYS[3])
+  local fence = draw_fence(fences)
   redis.call('HSET', job.key, 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
     'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now))
   redis.call('HDEL', job.key, 'dead')

@@ -4,7 +4,8 @@
 -- `tenure:{<namespace>}:` (namespaces never contain `{` or `}`), so all of
 -- them share one hash slot and a script may build keys at run time from that
 -- prefix, which scripts that need it receive as ARGV[1]:
---   <prefix>fence            string: INCR counter, the store-wide fence sequence
+--   <prefix>fence            string: the last fence handed out, decimal (see
+--                            draw_fence); the store-wide fence sequence
 --   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
 --   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
 --   <prefix>terminal         zset: terminal ids by updated_at in us
@@ -42,6 +43,14 @@ local function corrupt(key, why)
   error({ err = 'TENURE_CORRUPT ' .. key .. ': ' .. why })
 end
 
+-- The reason a pcall'ed load failed for, as text.
+local function failure_reason(failure)
+  if type(failure) == 'table' and failure.err then
+    return failure.err
+  end
+  return tostring(failure)
+end
+
 local function integer(key, fields, name)
   local value = fields[name]
   if type(value) ~= 'string' or not string.match(value, '^%-?%d+$') then
@@ -50,8 +59,38 @@ local function integer(key, fields, name)
   return tonumber(value)
 end
 
+-- Field `name` as an integer in [low, high]; raises TENURE_CORRUPT
+-- otherwise.
+local function bounded(key, fields, name, low, high)
+  local value = integer(key, fields, name)
+  if value < low or value > high then
+    corrupt(key, name .. ' is out of range')
+  end
+  return value
+end
+
+-- A timestamp field: integer microseconds within the range the Rust side
+-- represents (chrono's, about year +-262000; the bound is a little inside
+-- it, and far from where a double's rounding could matter).
+local TIMESTAMP_BOUND = 8.2e18
+local function timestamp(key, fields, name)
+  return bounded(key, fields, name, -TIMESTAMP_BOUND, TIMESTAMP_BOUND)
+end
+
+-- A fence field: a decimal u64 (the bound is 2^64, as a double).
+local function fence_field(key, fields)
+  local fence = fields.fence
+  if type(fence) ~= 'string' or not string.match(fence, '^%d+$') or #fence > 20
+    or tonumber(fence) >= 18446744073709551616 then
+    corrupt(key, 'fence is not a number')
+  end
+  return fence
+end
+
 -- The record stored at `key` as a table (nil when there is none); raises
--- TENURE_CORRUPT when a field a script judges by cannot be read.
+-- TENURE_CORRUPT when a field cannot be read (every field the Rust side
+-- decodes but the UTF-8 of texts and that metadata is an object, not an
+-- array), and WRONGTYPE when the key is not a hash.
 local function load(key, id)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
@@ -62,10 +101,14 @@ local function load(key, id)
     fields[flat[i]] = flat[i + 1]
   end
   if not KNOWN[fields.status] then
-    corrupt(key, 'unknown status')
+    corrupt(key, 'unknown status ' .. tostring(fields.status))
   end
-  if type(fields.fence) ~= 'string' or not string.match(fields.fence, '^%d+$') then
-    corrupt(key, 'fence is not a number')
+  if type(fields.kind) ~= 'string' then
+    corrupt(key, 'kind is missing')
+  end
+  local meta_ok, meta = pcall(cjson.decode, fields.meta or '')
+  if not meta_ok or type(meta) ~= 'table' then
+    corrupt(key, 'metadata is not a JSON object')
   end
   local record = {
     id = id,
@@ -73,12 +116,12 @@ local function load(key, id)
     flat = flat,
     status = fields.status,
     owner = fields.owner,
-    fence = fields.fence,
-    created = integer(key, fields, 'created'),
-    updated = integer(key, fields, 'updated'),
+    fence = fence_field(key, fields),
+    created = timestamp(key, fields, 'created'),
+    updated = timestamp(key, fields, 'updated'),
   }
   if fields.expires ~= nil then
-    record.expires = integer(key, fields, 'expires')
+    record.expires = timestamp(key, fields, 'expires')
   end
   local ok, scopes = pcall(cjson.decode, fields.scopes or '')
   if not ok or type(scopes) ~= 'table' then
@@ -91,6 +134,50 @@ local function load(key, id)
   end
   record.scopes = scopes
   return record
+end
+
+-- Fences: a hybrid logical clock. Each fence is the greater of the last fence
+-- + 1 and the server's time in us, so the sequence goes on from the clock
+-- when the counter is lost (a restart without persistence, a lost second of
+-- writes, a lagging replica promoted): every fence drawn afterwards still
+-- exceeds every fence drawn before, as long as the counter never ran ahead
+-- of the clock by more than the time the loss went back (it runs ahead only
+-- while more than one fence per us is drawn) and the new server's clock is
+-- not behind the old one's.
+--
+-- Lua numbers are doubles, exact only up to 2^53 (about 9.007e15 us, the
+-- year 2255): a counter or a clock at or beyond FENCE_HORIZON is refused
+-- rather than rounded, with room left below 2^53 for the fences one script
+-- draws. The counter is only ever compared and incremented, never otherwise
+-- computed on.
+local FENCE_HORIZON = 9007199254740992 - 4294967296
+
+-- The fence counter at `key` at store time `now`, checked: call it while
+-- judging, before the first write, since it raises TENURE_CORRUPT when the
+-- counter is not a decimal integer below FENCE_HORIZON (and WRONGTYPE when
+-- the key is not a string).
+local function fence_counter(key, now)
+  local text = redis.call('GET', key)
+  local last = 0
+  if text then
+    if not string.match(text, '^%d+$') or #text > 16 then
+      corrupt(key, 'the fence counter is not an integer')
+    end
+    last = tonumber(text)
+  end
+  if last >= FENCE_HORIZON or now >= FENCE_HORIZON then
+    corrupt(key, 'the fence counter or the server clock is beyond 2^53 - 2^32, '
+      .. 'where Lua numbers lose precision')
+  end
+  return { key = key, last = last, now = now }
+end
+
+-- The next fence of a checked counter, stored as the last one.
+local function draw_fence(counter)
+  local fence = math.max(counter.last + 1, counter.now)
+  counter.last = fence
+  redis.call('SET', counter.key, fmt(fence))
+  return fence
 end
 
 -- rules::lease_valid, with grace rounded up to whole microseconds (which

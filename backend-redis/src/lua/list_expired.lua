@@ -3,10 +3,10 @@
 -- ARGV[1] key prefix (record keys of the ids found in the index),
 -- ARGV[2] grace in us (rounded up), ARGV[3] created_before in us ('' = any),
 -- ARGV[4] limit.
--- Reply: { now, { record, ... } } where a record is { id, HGETALL pairs },
--- in index order (no lease first, then by expiry, then by id): up to `limit`
--- matching records, plus every record met on the way that could not be
--- judged (the caller reports those as skipped).
+-- Reply: { now, { record, ... }, { { id, reason }, ... } } where a record is
+-- { id, HGETALL pairs }: up to `limit` matching records in index order (no
+-- lease first, then by expiry, then by id), then every record met on the way
+-- that could not be judged, with why (the caller reports those as skipped).
 
 local PAGE = 256
 local prefix, limit = ARGV[1], tonumber(ARGV[4])
@@ -17,7 +17,7 @@ end
 local now = now_us()
 local latest_expiry = fmt(now - tonumber(ARGV[2]))
 
-local found, matched, offset = {}, 0, 0
+local found, skipped, matched, offset = {}, {}, 0, 0
 while matched < limit do
   local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', latest_expiry, 'LIMIT', offset, PAGE)
   if #ids == 0 then
@@ -27,7 +27,7 @@ while matched < limit do
     local key = prefix .. 'rec:' .. id
     local ok, record = pcall(load, key, id)
     if not ok then
-      found[#found + 1] = reply_record(key, id)
+      skipped[#skipped + 1] = { id, failure_reason(record) }
     elseif record and ACTIVE[record.status] and (cutoff == nil or record.created <= cutoff) then
       found[#found + 1] = { id, record.flat }
       matched = matched + 1
@@ -38,4 +38,4 @@ while matched < limit do
   end
   offset = offset + #ids
 end
-return { fmt(now), found }
+return { fmt(now), found, skipped }

@@ -46,14 +46,6 @@ local function claim_rank(priority, run_at_rank, created, id)
   return string.format('%010d', 2147483647 - priority) .. run_at_rank .. time_rank(created) .. id
 end
 
--- The reason a pcall'ed load failed for, as text.
-local function failure_reason(failure)
-  if type(failure) == 'table' and failure.err then
-    return failure.err
-  end
-  return tostring(failure)
-end
-
 -- A JSON array of strings, decoded; raises TENURE_CORRUPT otherwise.
 local function string_array(key, name, text)
   local ok, items = pcall(cjson.decode, text or '')
@@ -87,8 +79,9 @@ local function encode_set(set)
 end
 
 -- The job stored at `key` as a table (nil when there is none); raises
--- TENURE_CORRUPT when any field the Rust side decodes cannot be read, so a
--- job a script writes is one the caller can decode.
+-- TENURE_CORRUPT when any field the Rust side decodes cannot be read (but
+-- the UTF-8 of texts), so a job a script writes is one the caller can
+-- decode, and WRONGTYPE when the key is not a hash.
 local function load_job(key, id)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
@@ -101,9 +94,7 @@ local function load_job(key, id)
   if not JOB_STATES[fields.state] then
     corrupt(key, 'unknown job state ' .. tostring(fields.state))
   end
-  if type(fields.fence) ~= 'string' or not string.match(fields.fence, '^%d+$') then
-    corrupt(key, 'fence is not a number')
-  end
+  fence_field(key, fields)
   if type(fields.queue) ~= 'string' then
     corrupt(key, 'queue is missing')
   end
@@ -121,16 +112,16 @@ local function load_job(key, id)
     queue = fields.queue,
     owner = fields.owner,
     fence = fields.fence,
-    priority = integer(key, fields, 'priority'),
-    run_at = integer(key, fields, 'run_at'),
-    attempt = integer(key, fields, 'attempt'),
-    max_attempts = integer(key, fields, 'max_attempts'),
-    created = integer(key, fields, 'created'),
-    updated = integer(key, fields, 'updated'),
+    priority = bounded(key, fields, 'priority', -2147483648, 2147483647),
+    run_at = timestamp(key, fields, 'run_at'),
+    attempt = bounded(key, fields, 'attempt', 0, 4294967295),
+    max_attempts = bounded(key, fields, 'max_attempts', 0, 4294967295),
+    created = timestamp(key, fields, 'created'),
+    updated = timestamp(key, fields, 'updated'),
     caps = string_array(key, 'caps', fields.caps),
   }
   if fields.expires ~= nil then
-    job.expires = integer(key, fields, 'expires')
+    job.expires = timestamp(key, fields, 'expires')
   end
   return job
 end

@@ -25,7 +25,7 @@ if job.owner ~= ARGV[3] or job.fence ~= ARGV[4] then
 end
 
 local now = now_us()
-local fence = redis.call('INCR', KEYS[2])
+local fence = draw_fence(fence_counter(KEYS[2], now))
 local expires = fmt(now + tonumber(ARGV[5]))
 redis.call('HSET', KEYS[1], 'state', 'claimed', 'fence', fmt(fence), 'expires', expires,
   'updated', fmt(now))

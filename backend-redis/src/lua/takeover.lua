@@ -25,8 +25,9 @@ local now = now_us()
 if lease_valid(record, tonumber(ARGV[4]), now) then
   return { 'lease_valid', fmt(now), { id, record.flat } }
 end
+local fences = fence_counter(KEYS[2], now)
 
-local fence = redis.call('INCR', KEYS[2])
+local fence = draw_fence(fences)
 redis.call('HSET', KEYS[1], 'owner', ARGV[3], 'fence', fmt(fence), 'updated', fmt(now))
 if ARGV[5] == 'fail' then
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[6])

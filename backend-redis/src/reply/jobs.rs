@@ -13,7 +13,7 @@ use lease_core::queue::{
 use lease_core::{Error, Result, Timestamp};
 use redis::Value;
 
-use super::{array, malformed, micros, raw, unknown, Parts, RawRecord};
+use super::{array, malformed, micros, raw, script_skips, unknown, Parts, RawRecord};
 
 impl Parts {
     fn job(&mut self) -> Result<Job> {
@@ -52,6 +52,7 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
         instant(name)?.ok_or_else(|| format!("{name} is missing"))
     };
     let reason = |error: Error| error.message().to_owned();
+    raw.check_id()?;
     let required_capabilities: BTreeSet<String> = serde_json::from_str(&required_text("caps")?)
         .map_err(|error| format!("caps are not a JSON array of strings: {error}"))?;
     Ok(Job {
@@ -91,9 +92,7 @@ fn decode_job(raw: RawRecord) -> Result<Job> {
 
 /// Logs the `{ id, reason }` pairs of jobs a script could not judge.
 fn report_skipped(operation: &str, skipped: Value) -> Result<()> {
-    for value in array(skipped)? {
-        let mut parts = Parts(array(value)?.into_iter());
-        let (id, reason) = (parts.text()?, parts.text()?);
+    for (id, reason) in script_skips(skipped)? {
         tracing::warn!(%id, %reason, "{operation} skips a job that cannot be decoded");
     }
     Ok(())
@@ -123,16 +122,12 @@ pub(crate) fn claimed(reply: Value) -> Result<Vec<ClaimedJob>> {
     let mut jobs = Vec::with_capacity(claimed.len());
     for value in claimed {
         let raw = raw(value)?;
-        match decode_job_fields(&raw) {
-            Ok(job) => {
-                let claim = job.claim().ok_or_else(|| {
-                    malformed(format_args!(
-                        "claim.lua answered unclaimed job {:?}",
-                        job.id
-                    ))
-                })?;
-                jobs.push(ClaimedJob { job, claim });
-            }
+        let decoded = decode_job_fields(&raw).and_then(|job| match job.claim() {
+            Some(claim) => Ok(ClaimedJob { job, claim }),
+            None => Err("claim.lua answered it without an owner".to_owned()),
+        });
+        match decoded {
+            Ok(claimed) => jobs.push(claimed),
             Err(reason) => tracing::warn!(
                 id = %raw.id,
                 %reason,

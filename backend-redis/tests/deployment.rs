@@ -1,0 +1,504 @@
+//! Hostile deployments, each on a private `redis-server` of its own (the
+//! shared server is never reconfigured): eviction policies that may drop
+//! tenure's keys, `CONFIG` renamed away, refused credentials, a server that
+//! keeps nothing on disk and forgets everything when it restarts.
+//!
+//! Without `redis-server` each test prints one skip line (and fails under
+//! `TENURE_REQUIRE_SERVICES=1`).
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
+use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+use lease_core::{
+    Admission, AdmitRequest, ErrorKind, FenceGate, LeaseStore, LossReason, Renewal, Takeover,
+    TakeoverRequest,
+};
+use serde_json::json;
+use test_support::servers::PrivateRedis;
+
+const TTL: Duration = Duration::from_secs(600);
+/// Long enough that a refusal answered within it was not a time-out (which
+/// would answer `Unavailable`), whatever the load of the machine.
+const PATIENT: Duration = Duration::from_secs(60);
+
+/// A private server started with `args`, or `None` after printing a skip
+/// line (panicking instead when services are required).
+async fn private_server(test: &str, args: &[&str]) -> Option<PrivateRedis> {
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        assert!(
+            !conformance::services_required(),
+            "{test}: {reason}, but {}=1 requires it",
+            conformance::REQUIRE_SERVICES_VAR
+        );
+        let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
+        return None;
+    }
+    Some(
+        PrivateRedis::start_with(args)
+            .await
+            .unwrap_or_else(|error| panic!("{test}: start redis-server {args:?}: {error}")),
+    )
+}
+
+fn config(url: impl Into<String>) -> RedisConfig {
+    RedisConfig::new(url, "deployment").connect_timeout(PATIENT)
+}
+
+async fn connect(url: impl Into<String>) -> lease_core::Result<RedisStore> {
+    RedisStore::connect(config(url)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_policy_that_may_drop_any_key_is_refused_at_connect() {
+    const TEST: &str = "an_eviction_policy_that_may_drop_any_key_is_refused_at_connect";
+    for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
+        let Some(server) = private_server(TEST, &["--maxmemory-policy", policy]).await else {
+            return;
+        };
+        let error = connect(server.url()).await.expect_err(policy);
+        assert_eq!(error.kind(), ErrorKind::Incompatible, "{policy}: {error}");
+        assert!(!error.is_retryable(), "{policy}: {error}");
+        let message = error.message();
+        assert!(
+            message.contains("maxmemory-policy") && message.contains(policy),
+            "{message}"
+        );
+        assert!(message.contains("noeviction"), "names the fix: {message}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_that_never_evict_tenure_keys_are_accepted() {
+    const TEST: &str = "policies_that_never_evict_tenure_keys_are_accepted";
+    for policy in ["noeviction", "volatile-lru", "volatile-ttl"] {
+        let Some(server) = private_server(TEST, &["--maxmemory-policy", policy]).await else {
+            return;
+        };
+        let store = connect(server.url())
+            .await
+            .unwrap_or_else(|error| panic!("{policy}: {error}"));
+        let durability = store.durability();
+        // RESP3 answers CONFIG GET with a map rather than an array.
+        let resp3 = connect(format!("{}/?protocol=resp3", server.url()))
+            .await
+            .unwrap_or_else(|error| panic!("{policy} over RESP3: {error}"));
+        assert_eq!(resp3.durability(), durability);
+        assert_eq!(durability.eviction_policy, policy);
+        assert_eq!(durability.source, SettingsSource::Config);
+        // The private server's defaults: an fsync-always append-only file.
+        assert_eq!(durability.append_only, Some(true));
+        assert_eq!(durability.append_fsync, Some(AppendFsync::Always));
+        assert_eq!(durability.snapshot_schedule.as_deref(), Some(""));
+        assert!(durability.survives_a_crash() && !durability.keeps_nothing_on_disk());
+        assert!(matches!(
+            store
+                .admit(&AdmitRequest::new("op", "w").scope("s").ttl(TTL))
+                .await
+                .expect("admit"),
+            Admission::Admitted { .. }
+        ));
+    }
+}
+
+/// No tenure key carries an expiry, so a `volatile-*` policy never evicts
+/// one: the premise of accepting those policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tenure_key_carries_an_expiry() {
+    const TEST: &str = "no_tenure_key_carries_an_expiry";
+    let Some(server) = private_server(TEST, &["--maxmemory-policy", "volatile-lru"]).await else {
+        return;
+    };
+    let store = connect(server.url()).await.expect("connect");
+    // Every key family: records, holders, scope indexes, the indexes of
+    // active, expiring and terminal records, the fence counter, jobs and
+    // their ready, delayed, claimed and dead-letter indexes.
+    store
+        .admit(&AdmitRequest::new("op", "w").scope("s").ttl(TTL))
+        .await
+        .expect("admit");
+    store
+        .admit(&AdmitRequest::new("done", "w"))
+        .await
+        .expect("admit");
+    store
+        .claim_for_takeover(&TakeoverRequest::fail("done", "reaper", "gone"))
+        .await
+        .expect("takeover");
+    store
+        .enqueue(&NewJob::new("q", json!(1)).id("now"))
+        .await
+        .expect("enqueue");
+    store
+        .enqueue(
+            &NewJob::new("q", json!(2))
+                .id("later")
+                .run_at(store.now().await.expect("now") + chrono::Duration::hours(1)),
+        )
+        .await
+        .expect("enqueue");
+    store
+        .enqueue(&NewJob::new("d", json!(3)).id("dead"))
+        .await
+        .expect("enqueue");
+    let claimed = store
+        .claim(&ClaimRequest::new("d", "w", TTL))
+        .await
+        .expect("claim");
+    store
+        .fail(
+            &claimed[0].claim,
+            "no",
+            lease_core::queue::FailAction::DeadLetter,
+        )
+        .await
+        .expect("fail");
+    store
+        .claim(&ClaimRequest::new("q", "w", TTL))
+        .await
+        .expect("claim");
+    store
+        .enqueue(&NewJob::new("q", json!(4)).id("waiting"))
+        .await
+        .expect("enqueue");
+
+    let mut raw = redis::Client::open(server.url())
+        .expect("URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("tenure:*")
+        .query_async(&mut raw)
+        .await
+        .expect("KEYS");
+    for family in [
+        "rec:", "holder:", "scope:", "active", "expiry", "terminal", "fence", "job:", "ready:",
+        "delayed:", "claimed", "dead:",
+    ] {
+        assert!(
+            keys.iter().any(|key| key.contains(&format!("}}:{family}"))),
+            "no {family} key in {keys:?}"
+        );
+    }
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .expect("PTTL");
+        assert_eq!(ttl, -1, "{key} carries an expiry");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_config_the_policy_is_read_from_info() {
+    const TEST: &str = "without_config_the_policy_is_read_from_info";
+    let renamed = ["--rename-command", "CONFIG", ""];
+    let Some(server) = private_server(
+        TEST,
+        &[&renamed[..], &["--maxmemory-policy", "allkeys-lru"]].concat(),
+    )
+    .await
+    else {
+        return;
+    };
+    let error = connect(server.url()).await.expect_err("allkeys-lru");
+    assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+    assert!(error.message().contains("allkeys-lru"), "{error}");
+    drop(server);
+
+    let Some(server) = private_server(
+        TEST,
+        &[&renamed[..], &["--maxmemory-policy", "noeviction"]].concat(),
+    )
+    .await
+    else {
+        return;
+    };
+    // RESP3 answers INFO in another shape (a verbatim string).
+    let resp3 = connect(format!("{}/?protocol=resp3", server.url()))
+        .await
+        .expect("noeviction over RESP3");
+    let store = connect(server.url()).await.expect("noeviction");
+    assert_eq!(resp3.durability(), store.durability());
+    let durability = store.durability();
+    assert_eq!(durability.source, SettingsSource::Info);
+    assert_eq!(durability.eviction_policy, "noeviction");
+    assert_eq!(durability.append_only, Some(true));
+    assert_eq!(
+        (
+            durability.append_fsync,
+            durability.snapshot_schedule.as_deref()
+        ),
+        (None, None),
+        "INFO does not tell"
+    );
+    assert!(!durability.keeps_nothing_on_disk() && !durability.survives_a_crash());
+}
+
+/// An ACL that forbids `CONFIG` (as managed services do) answers NOPERM:
+/// the policy comes from INFO all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_forbidding_config_falls_back_to_info() {
+    const TEST: &str = "an_acl_forbidding_config_falls_back_to_info";
+    let acl = ["--user", "app", "on", ">pw", "~*", "&*", "+@all", "-config"];
+    for (policy, accepted) in [("allkeys-lfu", false), ("volatile-lfu", true)] {
+        let Some(server) =
+            private_server(TEST, &[&acl[..], &["--maxmemory-policy", policy]].concat()).await
+        else {
+            return;
+        };
+        let url = server.url().replacen("redis://", "redis://app:pw@", 1);
+        match connect(url).await {
+            Ok(store) if accepted => {
+                assert_eq!(store.durability().source, SettingsSource::Info);
+                assert_eq!(store.durability().eviction_policy, policy);
+            }
+            Err(error) if !accepted => {
+                assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+                assert!(error.message().contains(policy), "{error}");
+            }
+            other => panic!("{policy}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neither_config_nor_info_is_refused_naming_both() {
+    const TEST: &str = "neither_config_nor_info_is_refused_naming_both";
+    let Some(server) = private_server(
+        TEST,
+        &[
+            "--rename-command",
+            "CONFIG",
+            "",
+            "--rename-command",
+            "INFO",
+            "",
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let error = connect(server.url()).await.expect_err("unknown policy");
+    assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+    assert!(
+        error.message().contains("CONFIG GET") && error.message().contains("INFO"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_credentials_answer_at_once_with_a_configuration_error() {
+    const TEST: &str = "refused_credentials_answer_at_once_with_a_configuration_error";
+    let Some(server) = private_server(TEST, &["--requirepass", "s3cret"]).await else {
+        return;
+    };
+    let port = server.url().rsplit(':').next().expect("a port").to_owned();
+    for (case, url) in [
+        ("wrong password", format!("redis://:wrong@127.0.0.1:{port}")),
+        (
+            "unknown user",
+            format!("redis://nobody:s3cret@127.0.0.1:{port}"),
+        ),
+        ("no password (NOAUTH)", format!("redis://127.0.0.1:{port}")),
+    ] {
+        // Within PATIENT: a time-out would answer Unavailable.
+        let error = connect(url).await.expect_err(case);
+        assert_eq!(error.kind(), ErrorKind::Config, "{case}: {error}");
+        assert!(!error.is_retryable(), "{case}: {error}");
+        assert!(!error.to_string().contains("s3cret"), "{case}: {error}");
+    }
+    let store = connect(format!("redis://:s3cret@127.0.0.1:{port}"))
+        .await
+        .expect("the right password");
+    store.now().await.expect("a call");
+}
+
+/// A server that keeps nothing on disk forgets everything when killed; the
+/// fence counter starts again from the server's clock, so every fence drawn
+/// after the wipe exceeds every fence drawn before it and a stale holder
+/// cannot pass a gate a newer holder passed. (With a bare `INCR` the first
+/// fences after the wipe were 1, 2, ...: the same fences again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_stay_monotonic_across_a_restart_that_loses_everything() {
+    const TEST: &str = "fences_stay_monotonic_across_a_restart_that_loses_everything";
+    let Some(mut server) = private_server(TEST, &["--appendonly", "no", "--save", ""]).await else {
+        return;
+    };
+    let store = RedisStore::connect(
+        config(server.url())
+            .operation_timeout(Duration::from_secs(5))
+            .connect_timeout(Duration::from_secs(5)),
+    )
+    .await
+    .expect("connect");
+    let durability = store.durability();
+    assert_eq!(durability.append_only, Some(false));
+    assert!(durability.keeps_nothing_on_disk(), "{durability}");
+
+    let mut before = Vec::new();
+    // No lease: the record may be taken over at any time.
+    let stale = match store
+        .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+        .await
+        .expect("admit")
+    {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("{other:?}"),
+    };
+    before.push(stale.fence);
+    for index in 0..5 {
+        let Admission::Admitted { record, .. } = store
+            .admit(&AdmitRequest::new(format!("other-{index}"), "worker-a"))
+            .await
+            .expect("admit")
+        else {
+            panic!("admitted");
+        };
+        before.push(record.fence);
+    }
+    store
+        .enqueue(&NewJob::new("q", json!(1)).id("job"))
+        .await
+        .expect("enqueue");
+    let stale_job = store
+        .claim(&ClaimRequest::new("q", "worker-a", TTL))
+        .await
+        .expect("claim")
+        .pop()
+        .expect("a job");
+    before.push(stale_job.claim.fence);
+    let highest_before = before.iter().copied().max().expect("fences");
+    let gate = FenceGate::new();
+    gate.admit("resource", stale.fence)
+        .expect("the first write");
+
+    server
+        .restart(Duration::ZERO)
+        .await
+        .expect("restart redis-server");
+
+    let stale_claim = stale.claim().expect("owner");
+    let renewal = until_ok(|| store.renew(&stale_claim, TTL)).await;
+    assert_eq!(
+        renewal,
+        Renewal::Lost(LossReason::Missing),
+        "the server forgot everything"
+    );
+    let mut after = Vec::new();
+    let Admission::Admitted { record: newer, .. } = store
+        .admit(&AdmitRequest::new("op", "worker-b").scope("s"))
+        .await
+        .expect("admit after the wipe")
+    else {
+        panic!("the scope is free after the wipe");
+    };
+    after.push(newer.fence);
+    let Takeover::Taken(adopted) = store
+        .claim_for_takeover(&TakeoverRequest::adopt("op", "worker-c", None))
+        .await
+        .expect("takeover")
+    else {
+        panic!("a record without a lease is taken over");
+    };
+    assert!(adopted.fence > newer.fence);
+    after.push(adopted.fence);
+    store
+        .enqueue(&NewJob::new("q", json!(1)).id("job"))
+        .await
+        .expect("enqueue after the wipe");
+    let newer_job = store
+        .claim(&ClaimRequest::new("q", "worker-b", TTL))
+        .await
+        .expect("claim")
+        .pop()
+        .expect("a job");
+    after.push(newer_job.claim.fence);
+    let lowest_after = after.iter().copied().min().expect("fences");
+    assert!(
+        lowest_after > highest_before,
+        "fences after the wipe {after:?} must exceed every fence before it {before:?}"
+    );
+
+    gate.admit("resource", newer.fence)
+        .expect("the newer holder writes");
+    let refused = gate
+        .admit("resource", stale.fence)
+        .expect_err("the stale holder from before the wipe");
+    assert_eq!(refused.presented, stale.fence);
+    let gate = FenceGate::new();
+    gate.admit("job", newer_job.claim.fence).expect("newer job");
+    gate.admit("job", stale_job.claim.fence)
+        .expect_err("the stale job claim from before the wipe");
+}
+
+/// `call` until it answers `Ok`, every error meanwhile retryable (the first
+/// calls after a restart meet the dead connection).
+async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = lease_core::Result<T>>,
+{
+    let mut last = None;
+    for _ in 0..20 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) => {
+                assert!(error.is_retryable(), "{error}");
+                last = Some(error);
+            }
+        }
+    }
+    panic!("still failing after a restart: {last:?}");
+}
+
+/// With `noeviction` a full server refuses writes instead of dropping keys:
+/// the refused operation is retryable and leaves nothing behind, and what
+/// was stored stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_server_refuses_writes_and_keeps_every_key() {
+    const TEST: &str = "a_full_server_refuses_writes_and_keeps_every_key";
+    let Some(server) = private_server(
+        TEST,
+        &["--maxmemory", "4mb", "--maxmemory-policy", "noeviction"],
+    )
+    .await
+    else {
+        return;
+    };
+    let store = connect(server.url()).await.expect("connect");
+    let metadata = json!({ "padding": "x".repeat(60 * 1024) });
+    let mut stored = Vec::new();
+    let refusal = loop {
+        let id = format!("op-{}", stored.len());
+        let request = AdmitRequest::new(id.clone(), "w")
+            .scope(format!("s-{}", stored.len()))
+            .metadata(metadata.clone());
+        match store.admit(&request).await {
+            Ok(Admission::Admitted { record, .. }) => stored.push(record),
+            Ok(other) => panic!("{other:?}"),
+            Err(error) => break (id, error),
+        }
+        assert!(stored.len() < 1000, "4mb never filled up");
+    };
+    let (refused_id, error) = refusal;
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(error.is_retryable(), "{error}");
+    assert!(error.message().contains("out of memory"), "{error}");
+    assert_eq!(store.get(&refused_id).await.expect("get"), None);
+    let scope = format!("s-{}", stored.len());
+    assert!(store
+        .list_by_scope(&scope)
+        .await
+        .expect("list_by_scope")
+        .is_empty());
+    for record in &stored {
+        assert_eq!(
+            store.get(&record.id).await.expect("get").as_ref(),
+            Some(record)
+        );
+    }
+}
