@@ -1,16 +1,13 @@
 //! What the conformance kit cannot see: the file across reopenings, schema
-//! versions, a write lock held by another connection, and lease and job rows
-//! damaged by hand.
+//! versions and a write lock held by another connection. Rows damaged by
+//! hand are `damaged_rows.rs`'s.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
-use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
 use lease_core::{
-    Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore, ManualClock,
-    StatusChange, Transition,
+    Admission, AdmitRequest, ErrorKind, LeaseRecord, LeaseStore, StatusChange, Transition,
 };
 use tempfile::TempDir;
 
@@ -162,166 +159,4 @@ async fn a_lock_held_beyond_the_busy_timeout_is_unavailable_and_changes_nothing(
         store.renew(&claim, LONG_TTL).await,
         Ok(lease_core::Renewal::Renewed { .. })
     ));
-}
-
-#[tokio::test]
-async fn undecodable_rows_are_skipped_by_the_scan_and_corrupt_elsewhere() {
-    let directory = TempDir::new().expect("a temporary directory");
-    let path = database(&directory);
-    let clock = Arc::new(ManualClock::starting_now());
-    let store = SqliteStore::open(SqliteConfig::new(&path).clock(clock.clone()))
-        .await
-        .expect("a new file opens");
-    let ttl = Duration::from_secs(1);
-    let mut claims: Vec<Claim> = Vec::new();
-    for id in [
-        "good",
-        "bogus-status",
-        "garbage-expiry",
-        "far-future-creation",
-    ] {
-        let record = admitted(&store, AdmitRequest::new(id, "worker-a").scope(id).ttl(ttl)).await;
-        claims.push(record.claim().expect("an owned record"));
-    }
-    raw_connection(&path)
-        .execute_batch(
-            "UPDATE leases SET status = 'bogus' WHERE id = 'bogus-status';
-             UPDATE leases SET lease_expires_at = 'garbage' WHERE id = 'garbage-expiry';
-             UPDATE leases SET created_at = 9223372036854775807 WHERE id = 'far-future-creation';",
-        )
-        .expect("damage three rows by hand");
-    clock.advance(ttl * 2);
-
-    let scan = store
-        .list_expired(&ExpiredQuery::new(Duration::ZERO))
-        .await
-        .expect("the scan survives damaged rows");
-    let found: Vec<&str> = scan.records.iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(found, vec!["good"]);
-    let mut skipped: Vec<&str> = scan.skipped.iter().map(|s| s.id.as_str()).collect();
-    skipped.sort_unstable();
-    assert_eq!(
-        skipped,
-        vec!["bogus-status", "far-future-creation", "garbage-expiry"]
-    );
-    for (id, column) in [
-        ("bogus-status", "status"),
-        ("garbage-expiry", "lease_expires_at"),
-        ("far-future-creation", "created_at"),
-    ] {
-        let skipped = scan
-            .skipped
-            .iter()
-            .find(|skipped| skipped.id == id)
-            .expect("reported");
-        assert!(
-            skipped.reason.contains(&format!("column {column}")),
-            "the reason for {id} names its column: {}",
-            skipped.reason
-        );
-    }
-
-    for id in ["bogus-status", "garbage-expiry", "far-future-creation"] {
-        let error = store.get(id).await.expect_err("get of a damaged row");
-        assert_eq!(error.kind(), ErrorKind::Corrupt, "{id}: {error}");
-        assert!(error.message().contains(id), "{error}");
-    }
-    let renewal = store
-        .renew(&claims[1], ttl)
-        .await
-        .expect_err("a damaged row is never reported as lost");
-    assert_eq!(renewal.kind(), ErrorKind::Corrupt);
-    let blocked = store
-        .admit(&AdmitRequest::new("next", "worker-b").scope("bogus-status"))
-        .await
-        .expect_err("a scope held by a damaged row cannot be judged");
-    assert_eq!(blocked.kind(), ErrorKind::Corrupt);
-    assert_eq!(
-        store.get("good").await.expect("get").map(|r| r.id),
-        Some("good".to_owned()),
-        "undamaged rows read as before"
-    );
-}
-
-#[tokio::test]
-async fn undecodable_job_rows_are_skipped_by_claim_and_reap_and_corrupt_for_get_job() {
-    let directory = TempDir::new().expect("a temporary directory");
-    let path = database(&directory);
-    let clock = Arc::new(ManualClock::starting_now());
-    let store = SqliteStore::open(SqliteConfig::new(&path).clock(clock.clone()))
-        .await
-        .expect("a new file opens");
-    let job = |id: &str, queue: &str, priority: i32| {
-        NewJob::new(queue, serde_json::json!({ "id": id }))
-            .id(id)
-            .priority(priority)
-    };
-    store
-        .enqueue_batch(&[
-            job("bad-payload", "q", 9),
-            job("bad-run-at", "q", 9),
-            job("good-1", "q", 1),
-            job("good-2", "q", 0),
-            job("reap-bad", "r", 1),
-            job("reap-good", "r", 0),
-        ])
-        .await
-        .expect("enqueue");
-    let ttl = Duration::from_secs(1);
-    let held = store
-        .claim(&ClaimRequest::new("r", "worker-a", ttl).limit(2))
-        .await
-        .expect("claim the reaper's jobs");
-    assert_eq!(held.len(), 2);
-    raw_connection(&path)
-        .execute_batch(
-            "UPDATE jobs SET payload = 'not json' WHERE id = 'bad-payload';
-             UPDATE jobs SET run_at = 'garbage' WHERE id = 'bad-run-at';
-             UPDATE jobs SET required_capabilities = '[1, 2' WHERE id = 'reap-bad';",
-        )
-        .expect("damage three rows by hand");
-
-    let claimed = store
-        .claim(&ClaimRequest::new("q", "worker-b", LONG_TTL).limit(10))
-        .await
-        .expect("claim survives damaged rows");
-    let ids: Vec<&str> = claimed.iter().map(|c| c.job.id.as_str()).collect();
-    assert_eq!(
-        ids,
-        vec!["good-1", "good-2"],
-        "damaged rows are passed over"
-    );
-
-    clock.advance(ttl * 2);
-    let report = store.reap(Duration::ZERO).await.expect("reap survives");
-    let requeued: Vec<&str> = report.requeued.iter().map(|j| j.id.as_str()).collect();
-    assert_eq!(requeued, vec!["reap-good"]);
-    assert!(report.dead_lettered.is_empty());
-
-    for (id, column) in [
-        ("bad-payload", "payload"),
-        ("bad-run-at", "run_at"),
-        ("reap-bad", "required_capabilities"),
-    ] {
-        let error = store
-            .get_job(id)
-            .await
-            .expect_err("get_job of a damaged row");
-        assert_eq!(error.kind(), ErrorKind::Corrupt, "{id}: {error}");
-        assert!(error.message().contains(id), "{error}");
-        assert!(
-            error.message().contains(&format!("column {column}")),
-            "{error}"
-        );
-    }
-    let damaged_claim = held
-        .iter()
-        .find(|claimed| claimed.job.id == "reap-bad")
-        .map(|claimed| &claimed.claim)
-        .expect("reap-bad was claimed");
-    let settle = store
-        .complete(damaged_claim)
-        .await
-        .expect_err("a damaged job is never reported as lost");
-    assert_eq!(settle.kind(), ErrorKind::Corrupt);
 }
