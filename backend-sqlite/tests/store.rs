@@ -1,13 +1,16 @@
 //! What the conformance kit cannot see: the file across reopenings, schema
-//! versions and a write lock held by another connection. Rows damaged by
+//! versions, a write lock held by another connection, and a step of the
+//! clock the store judges expiry by. Rows damaged by
 //! hand are `damaged_rows.rs`'s.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
 use lease_core::{
-    Admission, AdmitRequest, ErrorKind, LeaseRecord, LeaseStore, StatusChange, Transition,
+    Admission, AdmitRequest, ErrorKind, FenceGate, LeaseRecord, LeaseStore, LossReason,
+    ManualClock, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverRequest, Transition,
 };
 use tempfile::TempDir;
 
@@ -159,4 +162,67 @@ async fn a_lock_held_beyond_the_busy_timeout_is_unavailable_and_changes_nothing(
         store.renew(&claim, LONG_TTL).await,
         Ok(lease_core::Renewal::Renewed { .. })
     ));
+}
+
+/// Expiry is judged by the store's clock, the host's wall clock in
+/// production: to the store, a step of that clock is time that passed,
+/// although none passed for the holder (whose keeper counts on a monotonic
+/// clock). A forward step of the lease's remaining time plus the grace makes
+/// a lease renewed an instant ago takeable; the fence is what still keeps
+/// the displaced holder off the resource. The crate docs say what to run.
+#[tokio::test]
+async fn a_forward_clock_step_beyond_the_grace_lets_a_fresh_lease_be_taken_over_and_fences_refuse_the_old_holder(
+) {
+    let directory = TempDir::new().expect("a temporary directory");
+    let clock = Arc::new(ManualClock::starting_now());
+    let store = SqliteStore::open(SqliteConfig::new(database(&directory)).clock(clock.clone()))
+        .await
+        .expect("a new file opens");
+    let (ttl, grace) = (Duration::from_secs(30), Duration::from_secs(5));
+    let holder = admitted(
+        &store,
+        AdmitRequest::new("run", "worker-a").scope("s").ttl(ttl),
+    )
+    .await;
+    let gate = FenceGate::new();
+    gate.admit("resource", holder.fence)
+        .expect("the holder writes to the resource");
+    let takeover = TakeoverRequest::adopt("run", "worker-b", Some(ttl)).grace(grace);
+
+    clock.advance(ttl);
+    assert!(
+        matches!(
+            store
+                .claim_for_takeover(&takeover)
+                .await
+                .expect("takeover answers"),
+            Takeover::NotTaken(NotTakenReason::LeaseValid { .. })
+        ),
+        "a step within the grace leaves the lease valid"
+    );
+    clock.advance(grace);
+    let taken = match store
+        .claim_for_takeover(&takeover)
+        .await
+        .expect("takeover answers")
+    {
+        Takeover::Taken(record) => record,
+        other => panic!("a step beyond ttl + grace makes the lease takeable: {other:?}"),
+    };
+    assert!(taken.fence > holder.fence, "the taker holds a newer fence");
+
+    gate.admit("resource", taken.fence)
+        .expect("the taker writes to the resource");
+    assert!(
+        gate.admit("resource", holder.fence).is_err(),
+        "the displaced holder's writes are refused by fence"
+    );
+    let claim = holder.claim().expect("an owned record");
+    assert!(
+        matches!(
+            store.renew(&claim, ttl).await.expect("renew answers"),
+            Renewal::Lost(LossReason::OwnerChanged | LossReason::FenceChanged)
+        ),
+        "the displaced holder's next renewal tells it the lease is gone"
+    );
 }
