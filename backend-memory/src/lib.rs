@@ -12,6 +12,42 @@
 //! with a [`ManualClock`](lease_core::ManualClock), or with tokio's paused
 //! clock through a [`TokioClock`](lease_core::TokioClock).
 //!
+//! ## The clock: wall-clock steps move expiry
+//!
+//! Expiry is judged by the store's clock: `admit` and `renew` store
+//! `now + ttl`, and takeover, `list_expired`, admission over an expired
+//! holder and the queue's `claim` (`run_at`) and `reap` compare it with
+//! `now`. [`MemoryStore::new`] reads [`SystemClock`], the host's wall clock,
+//! while a [`Keeper`](lease_core::Keeper) trusts its lease by tokio's
+//! monotonic clock (the send instant of its last confirmed renewal plus
+//! the ttl). A *step* of the wall clock moves the store's judgement and not
+//! the keeper's:
+//!
+//! * **Forward by `S`**: every lease and job claim looks `S` older. With
+//!   `S` larger than the grace a taker allows, a lease can be taken over (a
+//!   job reaped and claimed again) up to `S − grace` before its holder stops
+//!   trusting it: for that long two workers each believe they hold it.
+//! * **Backward by `S`**: everything looks `S` younger; a live holder loses
+//!   nothing, but orphans are taken over, expired jobs reaped, `run_at` and
+//!   backoffs reached and retention over `S` late.
+//!
+//! Fences still protect what the lease guards: the taker holds a newer,
+//! larger fence, so a resource that checks fences (a
+//! [`FenceGate`](lease_core::FenceGate), a conditional write) refuses the
+//! displaced holder's writes once it has seen the taker's, and that
+//! holder's next renewal answers `Lost`, which fail-stops its keeper.
+//!
+//! Everything sharing a memory store lives in one process, so it can avoid
+//! the problem altogether: `MemoryStore::with_clock(Arc::new(TokioClock::new()))`
+//! (created inside the runtime) judges expiry by the same monotonic clock as
+//! the keeper, and stamps records with the wall-clock time of its creation
+//! moved on by that clock. With the default clock, run the host with a clock
+//! that is **slewed, never stepped**: chrony with steps limited to boot
+//! (`makestep 1 3`) or disabled (no `makestep`), keeping the grace above
+//! `ttl × maxslewrate` (83,333 ppm by default) or lowering `maxslewrate`;
+//! ntpd with `-x` (slews offsets up to 600 s instead of stepping); never
+//! `date -s` or `ntpdate` on a running host.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 //! use std::time::Duration;

@@ -77,18 +77,84 @@
 //! [`ErrorKind::Unavailable`](lease_core::ErrorKind::Unavailable), having
 //! changed nothing; it is never reported as lost or as a conflict.
 //!
-//! Every process sharing a file must read the same clock: the default
-//! [`SystemClock`](lease_core::SystemClock) of one host does. Tests inject a
+//! ## The clock: keep the host's wall clock from stepping
+//!
+//! Expiry is judged by the store's [`Clock`]: `admit` and `renew` store
+//! `now + ttl`, and `claim_for_takeover`, `list_expired`, admission over an
+//! expired holder and the queue's `claim` (`run_at`) and `reap` compare
+//! what is stored with `now`. The default is
+//! [`SystemClock`](lease_core::SystemClock), the host's wall clock
+//! (`CLOCK_REALTIME`), so every process sharing the file agrees (it must be
+//! on one host anyway, see WAL above). Tests inject a
 //! [`ManualClock`](lease_core::ManualClock) with [`SqliteConfig::clock`].
+//!
+//! A [`Keeper`](lease_core::Keeper), though, trusts its own lease by a
+//! monotonic clock: until the send instant of its last confirmed renewal
+//! plus the ttl ([`RunGuard::confirmed_deadline`](lease_core::RunGuard::confirmed_deadline)).
+//! A *step* of the wall clock moves the store's judgement and not the
+//! keeper's:
+//!
+//! * **Forward by `S`**: every lease and job claim looks `S` older to the
+//!   store. With `S` larger than the grace a taker allows, a lease can be
+//!   taken over (a job reaped and claimed again) up to `S − grace` before
+//!   its holder stops trusting it: for that long two workers each believe
+//!   they hold it, and both may work.
+//! * **Backward by `S`**: everything looks `S` younger. A live holder loses
+//!   nothing, but an orphan is taken over, a dead worker's job reaped, a
+//!   `run_at` or retry backoff reached and a purge retention over `S` later
+//!   than they should be.
+//!
+//! Fences still protect what the lease guards: a takeover draws a new,
+//! larger fence, so a resource that checks fences (a
+//! [`FenceGate`](lease_core::FenceGate), a conditional write) refuses the
+//! displaced holder's writes once it has seen the taker's, and the
+//! displaced holder's next renewal answers `Lost`, which fail-stops its
+//! keeper. A step costs duplicated work, not a corrupted resource, provided
+//! the resource checks fences.
+//!
+//! So run hosts whose clock is **slewed, never stepped**, once booted:
+//!
+//! * chrony: allow steps only during boot (`makestep 1 3`: step if off by
+//!   more than 1 s, in the first three updates only) or not at all (no
+//!   `makestep`); never `makestep` with a limit of `-1`, and no
+//!   `chronyc makestep` by hand. While chrony slews, the clock runs fast or
+//!   slow by up to `maxslewrate` (83,333 ppm by default, 1/12): a 30 s lease
+//!   may end 2.5 s early, so keep the grace above `ttl × maxslewrate` or
+//!   lower `maxslewrate` (e.g. `maxslewrate 500`).
+//! * ntpd: start it with `-x`, which slews offsets up to 600 s instead of
+//!   stepping those above 128 ms (ntpd slews at most 500 ppm).
+//! * Never `date -s`, `ntpdate` or `hwclock --hctosys` on a running host,
+//!   and expect a step when a virtual machine resumes from suspension or
+//!   migrates: drain its workers first.
+//!
+//! A file used by one process only may instead take a
+//! [`TokioClock`](lease_core::TokioClock) (`SqliteConfig::new(path).clock(Arc::new(TokioClock::new()))`,
+//! created inside the runtime): it follows the keeper's monotonic clock
+//! from the wall-clock time at its creation, so no step moves expiry while
+//! the process runs. Processes sharing a file must all keep the default:
+//! each `TokioClock` is anchored at its own start, and two anchored on
+//! either side of a step disagree by the step.
 //!
 //! ## Damaged rows
 //!
-//! A row that cannot be decoded (edited by hand, say) is skipped by
+//! SQLite keeps any value in any column, so a row edited by hand (or by
+//! another program) may hold text, a float or a blob where an integer
+//! belongs, an instant no [`Timestamp`] can represent, an unknown status,
+//! malformed JSON, text that is not UTF-8. Such a row is skipped by
 //! `list_expired` and reported in
 //! [`ExpiredScan::skipped`](lease_core::ExpiredScan) and as a `tracing`
 //! warning; a job row likewise by `claim` and `reap` (as a warning); any
 //! other operation that needs it answers
-//! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt). Nothing panics.
+//! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt), naming the row
+//! and the column, and changes nothing. A damaged `held_scopes` row or fence
+//! counter is `Corrupt` too: the fence sequence is never restarted from a
+//! value that is not a fence. Nothing panics.
+//!
+//! A job whose `queue` or `state` is damaged is invisible to `claim`,
+//! `reap` and `list_dead_letters` (they find jobs by those columns) and
+//! `Corrupt` for `get_job`. Damage that still decodes cannot be told from
+//! data: a deleted `held_scopes` row frees its scope, a changed
+//! `lease_scopes.lease_id` detaches the scope from its record.
 
 mod config;
 mod connection;

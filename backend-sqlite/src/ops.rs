@@ -25,13 +25,16 @@ use crate::schema::finished_statuses;
 type Metadata = serde_json::Map<String, serde_json::Value>;
 
 /// Unfinished records (active, or with a status nobody knows) whose expiry
-/// is none, at most `?1`, or not an integer at all; created at or before
-/// `?2` when given. Ordered as [`rules::expired_order`].
+/// is none, at most `?1`, or no instant at all (not an integer, or beyond
+/// `?3`, the latest instant there is); created at or before `?2` when given
+/// (or at no instant). Ordered as [`rules::expired_order`].
 const LIST_EXPIRED: &str = select_records!(
     "INDEXED BY leases_unfinished_by_expiry WHERE l.status NOT IN ",
     finished_statuses!(),
-    " AND (typeof(l.lease_expires_at) <> 'integer' OR l.lease_expires_at <= ?1)",
-    " AND (?2 IS NULL OR typeof(l.created_at) <> 'integer' OR l.created_at <= ?2)",
+    " AND (typeof(l.lease_expires_at) <> 'integer' OR l.lease_expires_at <= ?1",
+    " OR l.lease_expires_at > ?3)",
+    " AND (?2 IS NULL OR typeof(l.created_at) <> 'integer' OR l.created_at <= ?2",
+    " OR l.created_at > ?3)",
     " ORDER BY l.lease_expires_at, l.id"
 );
 
@@ -177,7 +180,11 @@ pub(crate) fn list_expired(
         .map_err(map_sqlite_error)?;
     let expired_before = to_micros(now).saturating_sub(micros(query.grace));
     let mut rows = statement
-        .query(params![expired_before, query.created_before.map(to_micros)])
+        .query(params![
+            expired_before,
+            query.created_before.map(to_micros),
+            records::latest_micros()
+        ])
         .map_err(map_sqlite_error)?;
     let mut scan = ExpiredScan::default();
     while scan.records.len() < query.limit {
@@ -249,7 +256,7 @@ pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duratio
     let deleted = statement
         .execute([updated_before])
         .map_err(map_sqlite_error)?;
-    Ok(deleted as u64)
+    Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
 }
 
 /// Whole microseconds, rounded down: bounds computed with it include every

@@ -24,19 +24,21 @@ use crate::ops::micros;
 use crate::records::{self, Undecodable};
 
 /// Queued jobs of queue `?1` visible at `?2`, in [`rules::claim_order`]. A
-/// `run_at` that is not an integer is let through, so a hand-edited row is
-/// reported rather than silently never claimed.
+/// `run_at` that is no instant (not an integer, or beyond `?3`, the latest
+/// instant there is) is let through, so a hand-edited row is reported
+/// rather than silently never claimed.
 const CLAIM_CANDIDATES: &str = select_jobs!(
     "INDEXED BY jobs_claim_order WHERE state = 'queued' AND queue = ?1",
-    " AND (typeof(run_at) <> 'integer' OR run_at <= ?2)",
+    " AND (typeof(run_at) <> 'integer' OR run_at <= ?2 OR run_at > ?3)",
     " ORDER BY priority DESC, run_at, created_at, id"
 );
 
-/// Claimed jobs whose lease ended at or before `?1` (or whose expiry is not
-/// a number at all), in [`rules::reap_order`].
+/// Claimed jobs whose lease ended at or before `?1` (or whose expiry is no
+/// instant: not an integer, or beyond `?2`), in [`rules::reap_order`].
 const REAP_CANDIDATES: &str = select_jobs!(
     "INDEXED BY jobs_claimed_by_expiry WHERE state = 'claimed'",
-    " AND (typeof(lease_expires_at) NOT IN ('integer', 'null') OR lease_expires_at <= ?1)",
+    " AND (typeof(lease_expires_at) NOT IN ('integer', 'null') OR lease_expires_at <= ?1",
+    " OR lease_expires_at > ?2)",
     " ORDER BY lease_expires_at, id"
 );
 
@@ -67,7 +69,11 @@ pub(crate) fn claim(
             .prepare_cached(CLAIM_CANDIDATES)
             .map_err(map_sqlite_error)?;
         let mut rows = statement
-            .query(params![request.queue, to_micros(now)])
+            .query(params![
+                request.queue,
+                to_micros(now),
+                records::latest_micros()
+            ])
             .map_err(map_sqlite_error)?;
         while chosen.len() < request.limit {
             let Some(row) = rows.next().map_err(map_sqlite_error)? else {
@@ -174,7 +180,7 @@ pub(crate) fn reap(connection: &Connection, now: Timestamp, grace: Duration) -> 
             .prepare_cached(REAP_CANDIDATES)
             .map_err(map_sqlite_error)?;
         let mut rows = statement
-            .query([expired_before])
+            .query([expired_before, records::latest_micros()])
             .map_err(map_sqlite_error)?;
         while expired.len() < rules::MAX_REAP {
             let Some(row) = rows.next().map_err(map_sqlite_error)? else {

@@ -23,7 +23,8 @@ macro_rules! select_records {
         concat!(
             "SELECT l.id, l.kind, l.status, l.owner, l.fence, l.lease_expires_at, \
              l.created_at, l.updated_at, l.error, l.stop_reason, l.metadata, \
-             (SELECT json_group_array(s.scope) FROM lease_scopes s WHERE s.lease_id = l.id) \
+             (SELECT json_group_array(CASE typeof(s.scope) WHEN 'text' THEN s.scope END) \
+              FROM lease_scopes s WHERE s.lease_id = l.id) \
              FROM leases l ",
             $($clause),*
         )
@@ -119,6 +120,13 @@ pub(crate) fn timestamp(micros: i64, name: &str) -> Result<Timestamp, String> {
         .ok_or_else(|| format!("column {name}: {micros} microseconds is out of range"))
 }
 
+/// The latest instant a [`Timestamp`] can hold, in microseconds: scans let
+/// integers beyond it through their SQL bounds, so that such a row is
+/// decoded and reported rather than silently never seen.
+pub(crate) fn latest_micros() -> i64 {
+    to_micros(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
 /// A fence as SQLite stores it; `item` and `id` name its owner in the error.
 pub(crate) fn fence_value(fence: u64, item: &str, id: &str) -> Result<i64> {
     i64::try_from(fence).map_err(|_| {
@@ -154,32 +162,80 @@ pub(crate) fn exists(connection: &Connection, id: &str) -> Result<bool> {
     statement.exists([id]).map_err(map_sqlite_error)
 }
 
-/// The id of the active record holding `scope`, if any.
+/// The id of the active record holding `scope`, if any;
+/// [`ErrorKind::Corrupt`] when the stored id is not text.
+///
+/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
 pub(crate) fn holder_of(connection: &Connection, scope: &str) -> Result<Option<String>> {
     let mut statement = connection
         .prepare_cached("SELECT lease_id FROM held_scopes WHERE scope = ?1")
         .map_err(map_sqlite_error)?;
     statement
-        .query_row([scope], |row| row.get(0))
+        .query_row([scope], |row| Ok(column::<String>(row, 0, "lease_id")))
         .optional()
-        .map_err(map_sqlite_error)
+        .map_err(map_sqlite_error)?
+        .transpose()
+        .map_err(|reason| {
+            Error::corrupt(format!(
+                "the stored holder of scope {scope:?} in held_scopes cannot be decoded \
+                 ({reason}); it needs an operator's attention"
+            ))
+        })
 }
 
+/// Largest value `fence_counter` may hold before a draw: the next fence
+/// must still fit SQLite's integers.
+const LAST_DRAWABLE_FENCE: i64 = i64::MAX - 1;
+
 /// Draws the next value of the store-wide fence sequence.
+///
+/// Only a counter holding an integer from 0 to [`LAST_DRAWABLE_FENCE`] is
+/// drawn from: SQLite would turn text into 0 (restarting the sequence) and
+/// overflow into a float. Any other value is [`ErrorKind::Corrupt`], and the
+/// counter is left as it is.
+///
+/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
 pub(crate) fn next_fence(connection: &Connection) -> Result<u64> {
     let mut statement = connection
         .prepare_cached(
-            "UPDATE fence_counter SET last_fence = last_fence + 1 WHERE singleton = 1 \
+            "UPDATE fence_counter SET last_fence = last_fence + 1 \
+             WHERE singleton = 1 AND typeof(last_fence) = 'integer' \
+             AND last_fence BETWEEN 0 AND ?1 \
              RETURNING last_fence",
         )
         .map_err(map_sqlite_error)?;
     let fence: Option<i64> = statement
-        .query_row([], |row| row.get(0))
+        .query_row([LAST_DRAWABLE_FENCE], |row| row.get(0))
         .optional()
         .map_err(map_sqlite_error)?;
-    let fence = fence.ok_or_else(|| Error::corrupt("the fence counter row is missing"))?;
-    u64::try_from(fence)
-        .map_err(|_| Error::corrupt(format!("the fence counter holds {fence}, below zero")))
+    match fence.map(u64::try_from) {
+        Some(Ok(fence)) => Ok(fence),
+        Some(Err(_)) | None => Err(damaged_fence_counter(connection)),
+    }
+}
+
+/// Why [`next_fence`] could not draw: the counter row is missing, or holds
+/// something that is not a drawable fence.
+fn damaged_fence_counter(connection: &Connection) -> Error {
+    let stored: rusqlite::Result<Option<(String, String)>> = connection
+        .query_row(
+            "SELECT typeof(last_fence), quote(last_fence) FROM fence_counter WHERE singleton = 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional();
+    match stored {
+        Ok(None) => Error::corrupt(
+            "the fence counter row is missing; restore it (fence_counter.last_fence at least \
+             the largest fence in leases and jobs) before the store hands out fences again",
+        ),
+        Ok(Some((kind, value))) => Error::corrupt(format!(
+            "the fence counter holds {value} ({kind}), not an integer from 0 to \
+             {LAST_DRAWABLE_FENCE}; restore fence_counter.last_fence to at least the largest \
+             fence in leases and jobs"
+        )),
+        Err(error) => map_sqlite_error(error),
+    }
 }
 
 /// Inserts a new record with its scopes; an active one also takes them in
