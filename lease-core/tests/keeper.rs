@@ -240,6 +240,31 @@ async fn hung_renewal_is_cut_at_the_deadline_and_delays_no_other_lease() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_renewal_is_sent_past_the_confirmed_deadline_even_while_settling() {
+    let store = FaultyStore::new();
+    let keeper = start(&store, config());
+    let t0 = Instant::now();
+    let guard = admit(&keeper, "run").await;
+    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Transition, None, Fault::Hang);
+    at(t0, ms(500)).await; // the hung write's store timeout ends at 3.5 s
+    let settling = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.complete(StatusChange::succeeded()).await }
+    });
+
+    // Beats at 1 s and 2 s fail; the one at 3 s meets the passed deadline.
+    at(t0, TTL + ms(400)).await;
+    assert_eq!(
+        store.calls(Op::Renew),
+        2,
+        "a late renewal only extends an orphan"
+    );
+    store.release_hangs();
+    let _ = settling.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn late_successful_renewal_does_not_revive_the_lease() {
     let store = FaultyStore::new();
     let keeper = start(&store, config());

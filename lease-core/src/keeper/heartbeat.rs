@@ -107,7 +107,7 @@ async fn beat_loop(
         let now = Instant::now();
         shared.fail_stop_overdue(now);
         if now >= next_beat {
-            start_beat(shared, ttl, &mut renewals);
+            start_beat(shared, ttl, now, &mut renewals);
             next_beat = now + beat;
         }
         *rounds += 1;
@@ -127,10 +127,10 @@ impl Drop for InFlight {
     }
 }
 
-fn start_beat(shared: &Arc<Shared>, ttl: Duration, renewals: &mut JoinSet<()>) {
+fn start_beat(shared: &Arc<Shared>, ttl: Duration, now: Instant, renewals: &mut JoinSet<()>) {
     let mut runs: Vec<(Instant, Arc<HeldRun>)> = Vec::new();
     for entry in shared.snapshot() {
-        let Some(deadline) = take_for_renewal(entry.core()) else {
+        let Some(deadline) = take_for_renewal(entry.core(), now) else {
             continue;
         };
         match entry {
@@ -165,11 +165,15 @@ fn start_beat(shared: &Arc<Shared>, ttl: Duration, renewals: &mut JoinSet<()>) {
 }
 
 /// The confirmed deadline of `held` when it is due for renewal (held or
-/// settling, has a lease, no renewal in flight), marking it in flight.
-fn take_for_renewal(held: &HeldCore) -> Option<Instant> {
+/// settling, has a lease still ahead of `now`, no renewal in flight),
+/// marking it in flight. Nothing is sent once the deadline has passed: its
+/// success would not count, and it would only extend an orphan's lease.
+fn take_for_renewal(held: &HeldCore, now: Instant) -> Option<Instant> {
     let state = held.state();
     let renewable = matches!(state.phase, Phase::Held | Phase::Settling);
-    let deadline = state.deadline.filter(|_| renewable)?;
+    let deadline = state
+        .deadline
+        .filter(|deadline| renewable && *deadline > now)?;
     drop(state);
     (!held.renewing.swap(true, Ordering::AcqRel)).then_some(deadline)
 }

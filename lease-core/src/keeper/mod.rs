@@ -29,6 +29,43 @@
 //!   write) cancels the token, aborts the registered task and stops holding
 //!   the claim, so no later write is made for it.
 //!
+//! # Late renewals: how long an orphan can wait
+//!
+//! Cutting a renewal call at the confirmed deadline stops *waiting* for it;
+//! it does not take back a request already written to the store's
+//! connection. Such a renewal (sent while the deadline was ahead, then held
+//! up in the network, the server's queue, a paused server, or answered too
+//! late because this process was paused) may still be applied after this
+//! keeper has fail-stopped the run, and it extends the store's lease by a
+//! full ttl from the instant it is applied. Nothing runs the orphan
+//! meanwhile, and no peer may take it over until that lease (plus grace)
+//! ends. The bound, for ttl `T`, grace `G`, and `δ` the longest a renewal
+//! spends between leaving this keeper and being applied by the store:
+//!
+//! * every renewal is sent before the confirmed deadline `D` at which the
+//!   keeper fail-stops (none is sent at or after it, settling runs
+//!   included), so the latest one applied lands before `D + δ` and sets an
+//!   expiry before `D + δ + T`;
+//! * an orphan therefore becomes reclaimable less than `T + δ + G` after the
+//!   keeper fail-stopped it (instead of about `G` with no late renewal):
+//!   **the extra wait is below `T + δ`**, plus up to one reconciler interval
+//!   until a peer's next pass looks;
+//! * `δ` is bounded by the transport, not by tenure: a backend's operation
+//!   timeout only stops the client waiting; a request the server already
+//!   received is applied when the server gets to it, and one still unsent
+//!   when its connection dies is never applied.
+//!
+//! It costs liveness, never safety: a late renewal is applied only while the
+//! record still carries this keeper's owner and fence (a renewal after a
+//! takeover answers `Lost` and changes nothing), it changes no fence, and the
+//! keeper has already stopped the work and refuses every later write for the
+//! claim. A resource guarded by the fence ([`FenceGate`](crate::FenceGate))
+//! refuses a paused holder's write once a successor has written with a newer
+//! fence. Refusing late renewals outright would need a renewal that carries
+//! the deadline its sender still trusts (a change of
+//! [`LeaseStore::renew`](crate::LeaseStore::renew) on every backend); it is
+//! not done.
+//!
 //! # Metrics
 //!
 //! Recorded through the [`metrics`] facade (install any exporter):
