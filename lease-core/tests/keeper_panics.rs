@@ -11,7 +11,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
@@ -33,7 +33,7 @@ impl PanicCounters {
             .lock()
             .unwrap()
             .get(task)
-            .map_or(0, |count| count.load(std::sync::atomic::Ordering::SeqCst))
+            .map_or(0, |count| count.load(Ordering::SeqCst))
     }
 }
 
@@ -119,6 +119,77 @@ async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
     assert!(guard.confirmed_deadline().unwrap() > admitted_deadline);
     assert_eq!(guard.loss(), None);
     assert_eq!(keeper.health().heartbeat_panics, 1);
+}
+
+/// A `tracing` subscriber that panics once, on the first event whose
+/// message contains `trigger`: a log hook panicking inside the keeper.
+struct PanickingLogHook {
+    trigger: &'static str,
+    fired: AtomicBool,
+}
+
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for PanickingLogHook {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains(self.trigger) && !self.fired.swap(true, Ordering::SeqCst) {
+            panic!("log hook panicked on {:?}", message.0);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
+    let counters = PanicCounters::default();
+    let _recorder = metrics::set_default_local_recorder(&counters);
+    let _subscriber = tracing::subscriber::set_default(PanickingLogHook {
+        trigger: "work lost its lease",
+        fired: AtomicBool::new(false),
+    });
+    let store = FaultyStore::new();
+    let keeper = start(&store, config());
+    let t0 = Instant::now();
+    let doomed = admit(&keeper, "doomed").await;
+    let kept = admit(&keeper, "kept").await;
+    store.inject(Op::Renew, Some("doomed"), Fault::Fail);
+
+    // At 3 s the loop fail-stops "doomed"; logging that loss panics.
+    common::at(t0, TTL + ms(10)).await;
+    assert_eq!(doomed.loss(), Some(LossCause::DeadlinePassed));
+    let health = keeper.health();
+    assert_eq!(health.heartbeat_panics, 1, "{health:?}");
+    assert_eq!(health.state, KeeperState::Running);
+    assert_eq!(counters.get("heartbeat"), 1);
+
+    let deadline = kept.confirmed_deadline().unwrap();
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(kept.loss(), None);
+    assert!(
+        kept.confirmed_deadline().unwrap() > deadline + TTL,
+        "the restarted heartbeat renews"
+    );
+    keeper.shutdown(Instant::now()).await;
+    assert_eq!(keeper.health().state, KeeperState::Stopping);
 }
 
 #[tokio::test(start_paused = true)]

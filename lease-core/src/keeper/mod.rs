@@ -63,7 +63,7 @@
 //! refuses a paused holder's write once a successor has written with a newer
 //! fence. Refusing late renewals outright would need a renewal that carries
 //! the deadline its sender still trusts (a change of
-//! [`LeaseStore::renew`](crate::LeaseStore::renew) on every backend); it is
+//! [`LeaseStore::renew`] on every backend); it is
 //! not done.
 //!
 //! # Metrics
