@@ -40,16 +40,19 @@
 //! full ttl from the instant it is applied. Nothing runs the orphan
 //! meanwhile, and no peer may take it over until that lease (plus grace)
 //! ends. The bound, for ttl `T`, grace `G`, and `δ` the longest a renewal
-//! spends between leaving this keeper and being applied by the store:
+//! spends between leaving this keeper and being applied by the store (on
+//! one time line: clocks running at the same rate):
 //!
-//! * every renewal is sent before the confirmed deadline `D` at which the
-//!   keeper fail-stops (none is sent at or after it, settling runs
-//!   included), so the latest one applied lands before `D + δ` and sets an
-//!   expiry before `D + δ + T`;
-//! * an orphan therefore becomes reclaimable less than `T + δ + G` after the
-//!   keeper fail-stopped it (instead of about `G` with no late renewal):
-//!   **the extra wait is below `T + δ`**, plus up to one reconciler interval
-//!   until a peer's next pass looks;
+//! * the last confirmed renewal was sent at `D − T`, where `D` is the
+//!   confirmed deadline at which the keeper fail-stops; without a late
+//!   renewal the orphan is reclaimable from `D + δ₀ + G` (`δ₀`: that
+//!   renewal's own transit, typically a one-way latency);
+//! * every later renewal is sent before `D` (none is sent at or after it,
+//!   settling runs included), so the latest one applied lands before
+//!   `D + δ` and sets an expiry before `D + δ + T`;
+//! * the orphan therefore becomes reclaimable less than `T + δ + G` after
+//!   the keeper fail-stopped it: **the extra wait is below `T + δ`**, plus
+//!   up to one reconciler interval until a peer's next pass looks;
 //! * `δ` is bounded by the transport, not by tenure: a backend's operation
 //!   timeout only stops the client waiting; a request the server already
 //!   received is applied when the server gets to it, and one still unsent
@@ -62,9 +65,8 @@
 //! claim. A resource guarded by the fence ([`FenceGate`](crate::FenceGate))
 //! refuses a paused holder's write once a successor has written with a newer
 //! fence. Refusing late renewals outright would need a renewal that carries
-//! the deadline its sender still trusts (a change of
-//! [`LeaseStore::renew`] on every backend); it is
-//! not done.
+//! the deadline its sender still trusts (a change of [`LeaseStore::renew`]
+//! on every backend); it is not done.
 //!
 //! # Metrics
 //!
@@ -92,11 +94,13 @@
 //! No panic in the heartbeat, the reconciler or a recovery callback (or in a
 //! store call they make) leaves the keeper half-alive: it is caught, logged,
 //! counted, the work it interrupted is failed closed, and the task goes on
-//! (see [`Keeper::health`] for what a host can poll). In short: a renewal that panicked is an unknown
-//! answer (the lease is kept only until its confirmed deadline, never
-//! extended); a pass that panicked answers [`ReconcileError::Panicked`] and
-//! releases the single-flight flag; a callback that panicked is a failed
-//! callback whose adopted guard is dropped (the lease expires).
+//! (see [`Keeper::health`] for what a host can poll). In short: a renewal
+//! that panicked is an unknown answer (the lease is kept only until its
+//! confirmed deadline, never extended); a pass that panicked answers
+//! [`ReconcileError::Panicked`] and releases the single-flight flag; a
+//! callback that panicked is a failed callback whose adopted guard is
+//! dropped (the lease expires); a heartbeat or reconciler loop that panicked
+//! is restarted.
 
 mod config;
 mod guard;
