@@ -105,9 +105,12 @@ impl Renewal {
 pub enum TransitionRejection {
     /// No record with that id.
     Missing,
-    /// The record is terminal and never changes again.
+    /// The record is terminal and never changes again (answered to the
+    /// record's own claim; any other claim is `Stale`).
     Terminal(Status),
     /// The claim's owner or fence is not the record's: a peer took over.
+    /// Answered whatever the record's status now is, terminal included (a
+    /// peer that failed the run took it over too).
     Stale,
     /// The state machine does not allow `from → to`.
     NotAllowed {

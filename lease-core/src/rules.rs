@@ -56,17 +56,22 @@ pub fn judge_renewal(record: Option<&LeaseRecord>, claim: &Claim) -> Result<(), 
 }
 
 /// Whether `claim` may move `record` to `to`, else why not.
+///
+/// A claim whose owner or fence is not the record's is `Stale` whatever the
+/// record's status, terminal included: a peer that took the run over (even
+/// by failing it) must be reported as a takeover, not as the run's own end.
+/// `Terminal` is the answer to the record's own claim.
 pub fn judge_transition(
     record: Option<&LeaseRecord>,
     claim: &Claim,
     to: Status,
 ) -> Result<(), TransitionRejection> {
     let record = record.ok_or(TransitionRejection::Missing)?;
-    if record.status.is_terminal() {
-        return Err(TransitionRejection::Terminal(record.status));
-    }
     if record.owner.as_deref() != Some(claim.owner.as_str()) || record.fence != claim.fence {
         return Err(TransitionRejection::Stale);
+    }
+    if record.status.is_terminal() {
+        return Err(TransitionRejection::Terminal(record.status));
     }
     if !record.status.can_become(to) {
         return Err(TransitionRejection::NotAllowed {

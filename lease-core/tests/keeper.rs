@@ -68,6 +68,29 @@ async fn peer_takes_over(store: &FaultyStore, id: &str) -> LeaseRecord {
     }
 }
 
+/// How a peer takes a run over in the item-9 tests.
+#[derive(Debug, Clone, Copy)]
+enum PeerTakeover {
+    /// The peer's reconciler fails it (the record ends `Failed`).
+    Fail,
+    /// The peer adopts it (the record stays `Running`, owned by the peer).
+    Adopt,
+}
+
+/// A peer takes `id` over with `how`, unseen by the keeper until it next
+/// looks (store time jumps past the lease first).
+async fn peer_takes_over_by(store: &FaultyStore, id: &str, how: PeerTakeover) -> LeaseRecord {
+    store.clock.jump(TTL * 10);
+    let request = match how {
+        PeerTakeover::Fail => TakeoverRequest::fail(id, "peer:2:x", "orphaned"),
+        PeerTakeover::Adopt => TakeoverRequest::adopt(id, "peer:2:x", Some(TTL * 100)),
+    };
+    match store.inner.claim_for_takeover(&request).await.unwrap() {
+        Takeover::Taken(record) => record,
+        other => panic!("peer could not take {id} over: {other:?}"),
+    }
+}
+
 /// A minimal `tracing` subscriber that keeps every event's fields as text.
 #[derive(Clone, Default)]
 struct LogCapture(Arc<Mutex<Vec<String>>>);
@@ -214,6 +237,31 @@ async fn hung_renewal_is_cut_at_the_deadline_and_delays_no_other_lease() {
     assert!(healthy.confirmed_deadline().unwrap() > Instant::now() + BEAT);
     let now = store.inner.now().await.unwrap();
     assert!(record(&store, "healthy").await.lease_expires_at.unwrap() > now);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_renewal_is_sent_past_the_confirmed_deadline_even_while_settling() {
+    let store = FaultyStore::new();
+    let keeper = start(&store, config());
+    let t0 = Instant::now();
+    let guard = admit(&keeper, "run").await;
+    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Transition, None, Fault::Hang);
+    at(t0, ms(500)).await; // the hung write's store timeout ends at 3.5 s
+    let settling = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.complete(StatusChange::succeeded()).await }
+    });
+
+    // Beats at 1 s and 2 s fail; the one at 3 s meets the passed deadline.
+    at(t0, TTL + ms(400)).await;
+    assert_eq!(
+        store.calls(Op::Renew),
+        2,
+        "a late renewal only extends an orphan"
+    );
+    store.release_hangs();
+    let _ = settling.await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
@@ -433,6 +481,54 @@ async fn stale_owner_cannot_overwrite_a_peer_takeover() {
         taken,
         "the peer's record is untouched"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn complete_after_a_peer_failed_or_adopted_the_run_answers_taken_over() {
+    for how in [PeerTakeover::Fail, PeerTakeover::Adopt] {
+        let store = FaultyStore::new();
+        let keeper = start(&store, config());
+        let guard = admit(&keeper, "run").await;
+        guard.mark_running().await.unwrap();
+        let taken = peer_takes_over_by(&store, "run", how).await;
+
+        let answer = guard.complete(StatusChange::succeeded()).await;
+        assert!(
+            matches!(answer, Err(WriteError::TakenOver)),
+            "{how:?}: {answer:?}"
+        );
+        assert_eq!(guard.loss(), Some(LossCause::TakenOver), "{how:?}");
+        assert!(guard.token().is_cancelled());
+        assert!(!keeper.holds("run"));
+        assert_eq!(record(&store, "run").await, taken, "{how:?}: untouched");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_after_a_peer_failed_or_adopted_the_run_answers_taken_over() {
+    for (how, pending) in [
+        (PeerTakeover::Fail, false),
+        (PeerTakeover::Fail, true),
+        (PeerTakeover::Adopt, false),
+    ] {
+        let store = FaultyStore::new();
+        let keeper = start(&store, config());
+        let guard = admit(&keeper, "run").await;
+        if !pending {
+            guard.mark_running().await.unwrap();
+        }
+        let work = guard.spawn(|_guard| std::future::pending::<()>());
+        let taken = peer_takes_over_by(&store, "run", how).await;
+
+        assert_eq!(
+            keeper.cancel("run").await,
+            CancelOutcome::TakenOver,
+            "{how:?}, pending {pending}"
+        );
+        assert!(work.await.unwrap_err().is_cancelled());
+        assert!(!keeper.holds("run"));
+        assert_eq!(record(&store, "run").await, taken, "{how:?}: untouched");
+    }
 }
 
 // ------------------------------------------------------------ reconciler --

@@ -20,11 +20,11 @@ local record = load(KEYS[1], id)
 if not record then
   return { 'rejected', 'missing' }
 end
-if TERMINAL[record.status] then
-  return { 'rejected', 'terminal', record.status }
-end
 if record.owner ~= ARGV[3] or record.fence ~= ARGV[4] then
   return { 'rejected', 'stale' }
+end
+if TERMINAL[record.status] then
+  return { 'rejected', 'terminal', record.status }
 end
 if not (ALLOWED[record.status] or {})[to] then
   return { 'rejected', 'not_allowed', record.status, to }

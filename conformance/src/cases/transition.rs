@@ -115,8 +115,10 @@ pub async fn transition_pending_to_terminal<S: LeaseStore + 'static>(ctx: Ctx<S>
     Ok(())
 }
 
-/// Every write to a `Succeeded` or `Failed` record, even with the right
-/// claim, is `Rejected(Terminal(status))` and leaves it identical.
+/// Every write to a `Succeeded` or `Failed` record with its own claim is
+/// `Rejected(Terminal(status))`; with another owner's or fence's claim it is
+/// `Rejected(Stale)` (the stale check outranks the terminal one, so a holder
+/// whose run a peer failed hears "taken over"). The record stays identical.
 pub async fn transition_terminal_is_immutable<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let finishes = [
         ("op-succeeded", StatusChange::succeeded()),
@@ -136,7 +138,7 @@ pub async fn transition_terminal_is_immutable<S: LeaseStore + 'static>(ctx: Ctx<
         ] {
             let rejection = TransitionRejection::Terminal(finish.status);
             expect_rejected(&ctx, &claim, &target, rejection).await?;
-            expect_rejected(&ctx, &stale, &target, rejection).await?;
+            expect_rejected(&ctx, &stale, &target, TransitionRejection::Stale).await?;
         }
         ensure_eq!(
             get(&ctx, id).await?,

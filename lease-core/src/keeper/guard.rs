@@ -287,7 +287,10 @@ impl RunGuard {
     /// success the keeper stops renewing. `Rejected(Stale)` answers
     /// [`WriteError::TakenOver`]. An `Err` (or no answer within the store
     /// timeout) is unconfirmed: the run is marked lost (fail closed) and
-    /// reported so; the store row stays as the store has it.
+    /// reported so; the store row stays as the store has it. So is a call
+    /// whose future is dropped (or whose store call panics) before the store
+    /// answered: the keeper stops renewing the lease rather than keep a
+    /// settling lease nobody settles.
     pub async fn complete(&self, change: StatusChange) -> Result<LeaseRecord, WriteError> {
         if change.status.is_active() {
             return Err(WriteError::NotFinal(change.status));

@@ -10,6 +10,11 @@
 //! renewal is still in flight is skipped by the next beat. Dropping the loop
 //! (shutdown) aborts every call in flight. Both kinds' answers are judged by
 //! one function, [`on_answer`] / [`on_unknown`].
+//!
+//! Panics (see the `health` module): a store call that panics is judged like
+//! one that failed (unknown: nothing is extended); a renewal task or the loop
+//! that panics anyway is logged and counted, the loop is restarted, and the
+//! in-flight marks are cleared by [`InFlight`] however a call ends.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::guard::LossCause;
+use super::health::{self, Task};
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::{telemetry, Shared};
 use crate::error::ErrorKind;
@@ -27,14 +33,57 @@ use crate::outcome::Renewal;
 use crate::queue::JobRenewal;
 use crate::record::Claim;
 
+/// The heartbeat task: runs the loop, restarting it after a panic (with its
+/// first beat at once, so no lease misses a renewal because of it).
 pub(crate) async fn run(
     shared: Arc<Shared>,
     ttl: Duration,
     beat: Duration,
     stop: CancellationToken,
 ) {
+    let mut first_beat = Instant::now() + beat;
+    loop {
+        let mut rounds = 0_u64;
+        let looped = health::catch(beat_loop(
+            &shared,
+            ttl,
+            beat,
+            first_beat,
+            &stop,
+            &mut rounds,
+        ));
+        let Err(payload) = looped.await else {
+            return;
+        };
+        shared.panics.record(
+            Task::Heartbeat,
+            &*payload,
+            "the heartbeat loop panicked; restarting it (renewals in flight are dropped and extend nothing)",
+        );
+        if rounds == 0 {
+            // It panicked again before finishing one round: pause, so a
+            // panic that repeats cannot spin a core. Overdue work is still
+            // fail-stopped by its own `check()` meanwhile.
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(beat / 10) => {}
+            }
+        }
+        first_beat = Instant::now();
+    }
+}
+
+async fn beat_loop(
+    shared: &Arc<Shared>,
+    ttl: Duration,
+    beat: Duration,
+    first_beat: Instant,
+    stop: &CancellationToken,
+    rounds: &mut u64,
+) {
+    // Dropped on return or unwind: aborts every renewal still in flight.
     let mut renewals = JoinSet::new();
-    let mut next_beat = Instant::now() + beat;
+    let mut next_beat = first_beat;
     loop {
         let wake = shared
             .earliest_deadline()
@@ -44,26 +93,51 @@ pub(crate) async fn run(
             _ = shared.heartbeat_wake.notified() => {}
             _ = tokio::time::sleep_until(wake) => {}
         }
-        while renewals.try_join_next().is_some() {}
+        while let Some(joined) = renewals.try_join_next() {
+            if let Err(error) = joined {
+                if error.is_panic() {
+                    shared.panics.record(
+                        Task::Heartbeat,
+                        &*error.into_panic(),
+                        "a renewal task panicked; its leases keep only their confirmed deadline",
+                    );
+                }
+            }
+        }
         let now = Instant::now();
         shared.fail_stop_overdue(now);
         if now >= next_beat {
-            start_beat(&shared, ttl, &mut renewals);
+            start_beat(shared, ttl, now, &mut renewals);
             next_beat = now + beat;
+        }
+        *rounds += 1;
+    }
+}
+
+/// The in-flight mark of everything one renewal call carries, cleared when
+/// the call ends however it ends: answered, panicked, or aborted (even
+/// before it first ran, as it is made before the call is spawned).
+struct InFlight(Vec<Entry>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for entry in &self.0 {
+            entry.core().renewing.store(false, Ordering::Release);
         }
     }
 }
 
-fn start_beat(shared: &Arc<Shared>, ttl: Duration, renewals: &mut JoinSet<()>) {
+fn start_beat(shared: &Arc<Shared>, ttl: Duration, now: Instant, renewals: &mut JoinSet<()>) {
     let mut runs: Vec<(Instant, Arc<HeldRun>)> = Vec::new();
     for entry in shared.snapshot() {
-        let Some(deadline) = take_for_renewal(entry.core()) else {
+        let Some(deadline) = take_for_renewal(entry.core(), now) else {
             continue;
         };
         match entry {
             Entry::Run(run) => runs.push((deadline, run)),
             Entry::Job(job) => {
-                renewals.spawn(renew_job(Arc::clone(shared), deadline, job, ttl));
+                let in_flight = InFlight(vec![Entry::Job(Arc::clone(&job))]);
+                renewals.spawn(renew_job(Arc::clone(shared), deadline, job, ttl, in_flight));
             }
         }
     }
@@ -80,16 +154,26 @@ fn start_beat(shared: &Arc<Shared>, ttl: Duration, renewals: &mut JoinSet<()>) {
     let mut runs = runs.into_iter().peekable();
     while runs.peek().is_some() {
         let chunk: Vec<(Instant, Arc<HeldRun>)> = runs.by_ref().take(chunk_size).collect();
-        renewals.spawn(renew_chunk(Arc::clone(shared), chunk, ttl, solo));
+        let in_flight = InFlight(
+            chunk
+                .iter()
+                .map(|(_, run)| Entry::Run(Arc::clone(run)))
+                .collect(),
+        );
+        renewals.spawn(renew_chunk(Arc::clone(shared), chunk, ttl, solo, in_flight));
     }
 }
 
 /// The confirmed deadline of `held` when it is due for renewal (held or
-/// settling, has a lease, no renewal in flight), marking it in flight.
-fn take_for_renewal(held: &HeldCore) -> Option<Instant> {
+/// settling, has a lease still ahead of `now`, no renewal in flight),
+/// marking it in flight. Nothing is sent once the deadline has passed: its
+/// success would not count, and it would only extend an orphan's lease.
+fn take_for_renewal(held: &HeldCore, now: Instant) -> Option<Instant> {
     let state = held.state();
     let renewable = matches!(state.phase, Phase::Held | Phase::Settling);
-    let deadline = state.deadline.filter(|_| renewable)?;
+    let deadline = state
+        .deadline
+        .filter(|deadline| renewable && *deadline > now)?;
     drop(state);
     (!held.renewing.swap(true, Ordering::AcqRel)).then_some(deadline)
 }
@@ -109,11 +193,18 @@ fn renewal_answer(outcome: Renewal) -> Answer {
 }
 
 /// Renews one job claim, bounded by its own confirmed deadline.
-async fn renew_job(shared: Arc<Shared>, deadline: Instant, job: Arc<HeldJob>, ttl: Duration) {
+async fn renew_job(
+    shared: Arc<Shared>,
+    deadline: Instant,
+    job: Arc<HeldJob>,
+    ttl: Duration,
+    _in_flight: InFlight,
+) {
     telemetry::renew_call("renew_job");
     let sent = Instant::now();
-    let answer =
-        tokio::time::timeout_at(deadline, job.item.queue.renew_job(&job.item.claim, ttl)).await;
+    let call = job.item.queue.renew_job(&job.item.claim, ttl);
+    let call = health::store_call(&shared.panics, Task::Heartbeat, "renew_job", call);
+    let answer = tokio::time::timeout_at(deadline, call).await;
     let now = Instant::now();
     match answer {
         Ok(Ok(outcome)) => {
@@ -132,7 +223,6 @@ async fn renew_job(shared: Arc<Shared>, deadline: Instant, job: Arc<HeldJob>, tt
             on_unknown(&shared, &job, deadline, "timeout", now);
         }
     }
-    job.renewing.store(false, Ordering::Release);
 }
 
 /// Renews one chunk of runs (sorted by deadline) in one store call and
@@ -142,21 +232,29 @@ async fn renew_chunk(
     chunk: Vec<(Instant, Arc<HeldRun>)>,
     ttl: Duration,
     solo: bool,
+    _in_flight: InFlight,
 ) {
-    let bound = chunk[0].0;
+    let Some(&(bound, _)) = chunk.first() else {
+        return;
+    };
     let claims: Vec<Claim> = chunk
         .iter()
         .map(|(_, run)| run.item.claim.clone())
         .collect();
     let sent = Instant::now();
+    let panics = &shared.panics;
     let answer = if solo {
         telemetry::renew_call("renew");
-        tokio::time::timeout_at(bound, shared.store.renew(&claims[0], ttl))
+        let call = shared.store.renew(&claims[0], ttl);
+        let call = health::store_call(panics, Task::Heartbeat, "renew", call);
+        tokio::time::timeout_at(bound, call)
             .await
             .map(|result| result.map(|outcome| vec![outcome]))
     } else {
         telemetry::renew_call("renew_many");
-        tokio::time::timeout_at(bound, shared.store.renew_many(&claims, ttl)).await
+        let call = shared.store.renew_many(&claims, ttl);
+        let call = health::store_call(panics, Task::Heartbeat, "renew_many", call);
+        tokio::time::timeout_at(bound, call).await
     };
     let now = Instant::now();
     match answer {
@@ -188,13 +286,15 @@ async fn renew_chunk(
             tracing::warn!(%error, claims = chunk.len(), "renew_many met an undecodable record; renewing the chunk lease by lease");
             let mut singles = JoinSet::new();
             for (index, (deadline, run)) in chunk.iter().enumerate() {
-                let store = Arc::clone(&shared.store);
+                let shared = Arc::clone(&shared);
                 let claim = run.item.claim.clone();
                 let deadline = *deadline;
                 telemetry::renew_call("renew");
                 singles.spawn(async move {
                     let sent = Instant::now();
-                    let answer = tokio::time::timeout_at(deadline, store.renew(&claim, ttl)).await;
+                    let call = shared.store.renew(&claim, ttl);
+                    let call = health::store_call(&shared.panics, Task::Heartbeat, "renew", call);
+                    let answer = tokio::time::timeout_at(deadline, call).await;
                     (index, sent, answer)
                 });
             }
@@ -238,9 +338,6 @@ async fn renew_chunk(
                 on_unknown(&shared, run, *deadline, "timeout", now);
             }
         }
-    }
-    for (_, run) in &chunk {
-        run.renewing.store(false, Ordering::Release);
     }
 }
 

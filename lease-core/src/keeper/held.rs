@@ -257,7 +257,11 @@ impl HeldCore {
     /// `Ok(Ok(_))`: applied, the keeper stops holding it. `Ok(Err(refusal))`:
     /// the store refused; the core stays settling and the caller decides.
     /// An unconfirmed write (an `Err` that may have happened, or no answer)
-    /// loses ownership (fail closed); an invalid one goes back to held.
+    /// loses ownership (fail closed); an invalid one goes back to held. So
+    /// does a settle whose future is dropped before the write answered (the
+    /// caller gave up on it, or the store call panicked): the write may have
+    /// happened, and a settling lease nobody settles must not be renewed
+    /// for ever.
     pub(crate) async fn settle<T, R, Fut>(
         &self,
         shared: &Shared,
@@ -275,7 +279,10 @@ impl HeldCore {
                 Phase::Settling | Phase::Finished => return Err(SettleFailure::AlreadySettled),
             }
         }
-        match tokio::time::timeout(shared.config.store_timeout, write).await {
+        let unanswered = UnansweredSettle { core: self, shared };
+        let answer = tokio::time::timeout(shared.config.store_timeout, write).await;
+        std::mem::forget(unanswered);
+        match answer {
             Ok(Ok(Ok(done))) => {
                 self.state().phase = Phase::Finished;
                 shared.release(self);
@@ -303,6 +310,20 @@ impl HeldCore {
         if state.phase == Phase::Settling {
             state.phase = Phase::Held;
         }
+    }
+}
+
+/// Armed while a settle's write is in flight: dropped there (the settle
+/// future dropped or unwinding), it fails the settle closed.
+struct UnansweredSettle<'a> {
+    core: &'a HeldCore,
+    shared: &'a Shared,
+}
+
+impl Drop for UnansweredSettle<'_> {
+    fn drop(&mut self) {
+        self.shared
+            .lose(self.core, LossCause::UnconfirmedWrite, true);
     }
 }
 

@@ -29,6 +29,45 @@
 //!   write) cancels the token, aborts the registered task and stops holding
 //!   the claim, so no later write is made for it.
 //!
+//! # Late renewals: how long an orphan can wait
+//!
+//! Cutting a renewal call at the confirmed deadline stops *waiting* for it;
+//! it does not take back a request already written to the store's
+//! connection. Such a renewal (sent while the deadline was ahead, then held
+//! up in the network, the server's queue, a paused server, or answered too
+//! late because this process was paused) may still be applied after this
+//! keeper has fail-stopped the run, and it extends the store's lease by a
+//! full ttl from the instant it is applied. Nothing runs the orphan
+//! meanwhile, and no peer may take it over until that lease (plus grace)
+//! ends. The bound, for ttl `T`, grace `G`, and `δ` the longest a renewal
+//! spends between leaving this keeper and being applied by the store (on
+//! one time line: clocks running at the same rate):
+//!
+//! * the last confirmed renewal was sent at `D − T`, where `D` is the
+//!   confirmed deadline at which the keeper fail-stops; without a late
+//!   renewal the orphan is reclaimable from `D + δ₀ + G` (`δ₀`: that
+//!   renewal's own transit, typically a one-way latency);
+//! * every later renewal is sent before `D` (none is sent at or after it,
+//!   settling runs included), so the latest one applied lands before
+//!   `D + δ` and sets an expiry before `D + δ + T`;
+//! * the orphan therefore becomes reclaimable less than `T + δ + G` after
+//!   the keeper fail-stopped it: **the extra wait is below `T + δ`**, plus
+//!   up to one reconciler interval until a peer's next pass looks;
+//! * `δ` is bounded by the transport, not by tenure: a backend's operation
+//!   timeout only stops the client waiting; a request the server already
+//!   received is applied when the server gets to it, and one still unsent
+//!   when its connection dies is never applied.
+//!
+//! It costs liveness, never safety: a late renewal is applied only while the
+//! record still carries this keeper's owner and fence (a renewal after a
+//! takeover answers `Lost` and changes nothing), it changes no fence, and the
+//! keeper has already stopped the work and refuses every later write for the
+//! claim. A resource guarded by the fence ([`FenceGate`](crate::FenceGate))
+//! refuses a paused holder's write once a successor has written with a newer
+//! fence. Refusing late renewals outright would need a renewal that carries
+//! the deadline its sender still trusts (a change of [`LeaseStore::renew`]
+//! on every backend); it is not done.
+//!
 //! # Metrics
 //!
 //! Recorded through the [`metrics`] facade (install any exporter):
@@ -44,12 +83,28 @@
 //! | `tenure_keeper_undecodable_records_total` | counter | (records the reconciler's scan could not decode) |
 //! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
 //! | `tenure_keeper_held_leases` | gauge | (runs and jobs) |
+//! | `tenure_keeper_task_panics_total` | counter | `task`: `heartbeat`, `reconciler`, `recovery_callback` |
 //!
 //! Losses, fail-stops, recoveries and failed callbacks are also logged with
-//! `tracing`, with the lease (or job) id.
+//! `tracing`, with the lease (or job) id; caught panics with
+//! `tracing::error!`.
+//!
+//! # Panics in background work
+//!
+//! No panic in the heartbeat, the reconciler or a recovery callback (or in a
+//! store call they make) leaves the keeper half-alive: it is caught, logged,
+//! counted, the work it interrupted is failed closed, and the task goes on
+//! (see [`Keeper::health`] for what a host can poll). In short: a renewal
+//! that panicked is an unknown answer (the lease is kept only until its
+//! confirmed deadline, never extended); a pass that panicked answers
+//! [`ReconcileError::Panicked`] and releases the single-flight flag; a
+//! callback that panicked is a failed callback whose adopted guard is
+//! dropped (the lease expires); a heartbeat or reconciler loop that panicked
+//! is restarted.
 
 mod config;
 mod guard;
+mod health;
 mod heartbeat;
 mod held;
 mod jobs;
@@ -69,6 +124,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{KeeperConfig, ReconcileAction};
 pub use guard::{LossCause, OwnershipLost, RunGuard, WriteError};
+pub use health::{KeeperHealth, KeeperState};
 pub use jobs::{JobGuard, JobWriteError};
 pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
@@ -186,6 +242,8 @@ pub(crate) struct Shared {
     accepting: AtomicBool,
     pub(crate) reconciling: AtomicBool,
     pub(crate) heartbeat_wake: Notify,
+    /// Panics caught in background work, for [`Keeper::health`].
+    pub(crate) panics: health::PanicLog,
 }
 
 impl Shared {
@@ -426,6 +484,7 @@ impl KeeperBuilder {
             accepting: AtomicBool::new(true),
             reconciling: AtomicBool::new(false),
             heartbeat_wake: Notify::new(),
+            panics: health::PanicLog::default(),
         });
         let stop_heartbeat = CancellationToken::new();
         let stop_reconciler = CancellationToken::new();
@@ -530,6 +589,13 @@ fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
     slot.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
+fn has_ended(slot: &Mutex<Option<JoinHandle<()>>>) -> bool {
+    slot.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(JoinHandle::is_finished)
+}
+
 impl Keeper {
     /// A keeper over `store` (any `Arc<impl LeaseStore>` coerces).
     pub fn builder(store: Arc<dyn LeaseStore>, config: KeeperConfig) -> KeeperBuilder {
@@ -558,6 +624,34 @@ impl Keeper {
     /// Whether it holds run `id`.
     pub fn holds(&self, id: &str) -> bool {
         self.shared.holds(id)
+    }
+
+    /// Whether the keeper is doing its job, and which panics its background
+    /// work survived: poll it from a readiness or liveness probe.
+    ///
+    /// Every panic in the heartbeat, the reconciler or a recovery callback
+    /// (including inside a store call they make) is caught, logged with
+    /// `tracing::error!`, counted here and in
+    /// `tenure_keeper_task_panics_total{task}`, and the interrupted work is
+    /// failed closed: a renewal that panicked extends no lease (the lease is
+    /// kept only until its confirmed deadline, then fail-stopped unless a
+    /// later renewal confirms it), a reconciler pass that panicked answers
+    /// [`ReconcileError::Panicked`] and frees the single-flight flag, a
+    /// callback that panicked counts as failed and drops the adopted guard it
+    /// held (the lease is left to expire). A panicking heartbeat or
+    /// reconciler loop is restarted. [`KeeperState::Failed`] means a
+    /// background task ended anyway; stop the keeper and start another.
+    pub fn health(&self) -> KeeperHealth {
+        let state = if !self.shared.is_accepting() {
+            KeeperState::Stopping
+        } else if has_ended(&self.heartbeat) {
+            KeeperState::Failed { task: "heartbeat" }
+        } else if has_ended(&self.reconciler) {
+            KeeperState::Failed { task: "reconciler" }
+        } else {
+            KeeperState::Running
+        };
+        KeeperHealth::new(state, &self.shared.panics)
     }
 
     /// An admission request for `id` carrying this keeper's worker id, ttl

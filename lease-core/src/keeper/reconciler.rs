@@ -6,11 +6,17 @@
 //! [`Keeper::reconcile_now`](super::Keeper::reconcile_now). Neither a slow
 //! scan nor a slow callback can delay the heartbeat, which lives in another
 //! task and shares no lock with this one beyond short table lookups.
+//!
+//! Panics (see the `health` module): a scan or takeover call that panics is
+//! an error of its pass, a callback that panics is a failed callback, a pass
+//! that panics anyway answers [`ReconcileError::Panicked`], and the loop
+//! restarts after a panic of its own. The single-flight flag is released by
+//! a drop guard ([`Flight`]) however a pass ends.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -19,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::ReconcileAction;
 use super::guard::RunGuard;
+use super::health::{self, Task};
 use super::{telemetry, Shared, ORPHANED};
 use crate::error::Error;
 use crate::outcome::{SkippedRecord, Takeover};
@@ -74,13 +81,30 @@ pub enum ReconcileError {
     /// The keeper is shutting down.
     #[error("the keeper is shutting down")]
     Stopped,
-    /// The scan failed.
+    /// The scan failed (a scan that panicked inside the store answers this
+    /// too, as an `Unavailable` error naming the panic).
     #[error("the orphan scan failed: {0}")]
     Scan(#[source] Error),
+    /// The pass panicked (outside a store call or callback, which are caught
+    /// on their own); it was logged and counted, and the next pass runs as
+    /// usual.
+    #[error("the reconciler pass panicked: {0}")]
+    Panicked(String),
 }
 
 pub(crate) type PassReply = oneshot::Sender<Result<ReconcileReport, ReconcileError>>;
 
+/// The claimed single-flight flag, released when the pass ends however it
+/// ends: answered, panicked, or cancelled by shutdown.
+struct Flight<'a>(&'a AtomicBool);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The reconciler task: serves passes, restarting the loop after a panic.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     callback: Option<RecoveryCallback>,
@@ -89,25 +113,68 @@ pub(crate) async fn run(
 ) {
     let mut next_pass = Instant::now();
     loop {
+        let served = serve(
+            &shared,
+            callback.as_ref(),
+            &mut requests,
+            &stop,
+            &mut next_pass,
+        );
+        let Err(payload) = health::catch(served).await else {
+            return;
+        };
+        shared.panics.record(
+            Task::Reconciler,
+            &*payload,
+            "the reconciler loop panicked; restarting it",
+        );
+    }
+}
+
+async fn serve(
+    shared: &Arc<Shared>,
+    callback: Option<&RecoveryCallback>,
+    requests: &mut mpsc::Receiver<PassReply>,
+    stop: &CancellationToken,
+    next_pass: &mut Instant,
+) {
+    loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
             Some(reply) = requests.recv() => {
                 // The caller claimed the flight before sending.
-                let report = pass(&shared, callback.as_ref(), &stop).await;
-                shared.reconciling.store(false, Ordering::Release);
+                let flight = Flight(&shared.reconciling);
+                let report = caught_pass(shared, callback, stop).await;
+                drop(flight);
                 let _ = reply.send(report);
             }
-            _ = tokio::time::sleep_until(next_pass), if shared.config.auto_reconcile => {
-                next_pass = Instant::now() + shared.config.reconcile_interval;
+            _ = tokio::time::sleep_until(*next_pass), if shared.config.auto_reconcile => {
+                *next_pass = Instant::now() + shared.config.reconcile_interval;
                 if shared.claim_reconcile_flight() {
-                    if let Err(error) = pass(&shared, callback.as_ref(), &stop).await {
+                    let _flight = Flight(&shared.reconciling);
+                    if let Err(error) = caught_pass(shared, callback, stop).await {
                         tracing::warn!(%error, "reconciler pass failed");
                     }
-                    shared.reconciling.store(false, Ordering::Release);
                 }
             }
         }
+    }
+}
+
+/// One pass, a panic in it answered as [`ReconcileError::Panicked`].
+async fn caught_pass(
+    shared: &Arc<Shared>,
+    callback: Option<&RecoveryCallback>,
+    stop: &CancellationToken,
+) -> Result<ReconcileReport, ReconcileError> {
+    match health::catch(pass(shared, callback, stop)).await {
+        Ok(answer) => answer,
+        Err(payload) => Err(ReconcileError::Panicked(shared.panics.record(
+            Task::Reconciler,
+            &*payload,
+            "a reconciler pass panicked; it ended there, the next pass runs as usual",
+        ))),
     }
 }
 
@@ -118,17 +185,18 @@ async fn pass(
 ) -> Result<ReconcileReport, ReconcileError> {
     let config = &shared.config;
     let query = ExpiredQuery::new(config.grace).limit(config.reconcile_limit);
-    let scan =
-        match tokio::time::timeout(config.store_timeout, shared.store.list_expired(&query)).await {
-            Ok(Ok(scan)) => scan,
-            Ok(Err(error)) => return Err(ReconcileError::Scan(error)),
-            Err(_) => {
-                return Err(ReconcileError::Scan(Error::new(
-                    crate::error::ErrorKind::Timeout,
-                    "list_expired got no answer within the keeper's store timeout",
-                )))
-            }
-        };
+    let scan_call = shared.store.list_expired(&query);
+    let scan_call = health::store_call(&shared.panics, Task::Reconciler, "list_expired", scan_call);
+    let scan = match tokio::time::timeout(config.store_timeout, scan_call).await {
+        Ok(Ok(scan)) => scan,
+        Ok(Err(error)) => return Err(ReconcileError::Scan(error)),
+        Err(_) => {
+            return Err(ReconcileError::Scan(Error::new(
+                crate::error::ErrorKind::Timeout,
+                "list_expired got no answer within the keeper's store timeout",
+            )))
+        }
+    };
     for skipped in &scan.skipped {
         tracing::warn!(lease.id = %skipped.id, reason = %skipped.reason, "the orphan scan met an undecodable record");
     }
@@ -161,12 +229,14 @@ async fn pass(
             action: action.clone(),
         };
         let sent = Instant::now();
-        match tokio::time::timeout(
-            config.store_timeout,
-            shared.store.claim_for_takeover(&request),
-        )
-        .await
-        {
+        let claim_call = shared.store.claim_for_takeover(&request);
+        let claim_call = health::store_call(
+            &shared.panics,
+            Task::Reconciler,
+            "claim_for_takeover",
+            claim_call,
+        );
+        match tokio::time::timeout(config.store_timeout, claim_call).await {
             Ok(Ok(Takeover::Taken(record))) => {
                 let adopted = matches!(action, TakeoverAction::Adopt { .. });
                 telemetry::takeover(if adopted { "adopt" } else { "fail" });
@@ -202,10 +272,25 @@ async fn pass(
     if let Some(callback) = callback {
         for item in recovered {
             let id = item.record.id.clone();
-            if let Err(error) = callback(item).await {
-                telemetry::recovery_failure();
-                tracing::error!(lease.id = %id, error = %DisplayError(&*error), "recovery callback failed");
-                report.callback_failed.push(id);
+            // Called inside the catch, so a panic while building the future
+            // is caught too; an adopted guard the callback held is dropped
+            // with it, leaving the lease to expire.
+            match health::catch(async { callback(item).await }).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    telemetry::recovery_failure();
+                    tracing::error!(lease.id = %id, error = %DisplayError(&*error), "recovery callback failed");
+                    report.callback_failed.push(id);
+                }
+                Err(payload) => {
+                    telemetry::recovery_failure();
+                    shared.panics.record(
+                        Task::RecoveryCallback,
+                        &*payload,
+                        &format!("recovery callback panicked for {id}; counted as failed"),
+                    );
+                    report.callback_failed.push(id);
+                }
             }
         }
     }

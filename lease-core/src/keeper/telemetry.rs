@@ -14,6 +14,7 @@ pub(crate) const RECOVERY_FAILURES: &str = "tenure_keeper_recovery_failures_tota
 pub(crate) const UNDECODABLE: &str = "tenure_keeper_undecodable_records_total";
 pub(crate) const TIME_LEFT: &str = "tenure_keeper_lease_time_left_seconds";
 pub(crate) const HELD: &str = "tenure_keeper_held_leases";
+pub(crate) const TASK_PANICS: &str = "tenure_keeper_task_panics_total";
 
 /// One renewal answer for one lease: `renewed`, `lost`, `error`, `timeout`
 /// or `late` (a success that landed after the confirmed deadline).
@@ -56,4 +57,10 @@ pub(crate) fn undecodable(count: usize) {
     if count > 0 {
         metrics::counter!(UNDECODABLE).increment(count as u64);
     }
+}
+
+/// A panic was caught in background `task` (`heartbeat`, `reconciler` or
+/// `recovery_callback`).
+pub(crate) fn task_panic(task: &'static str) {
+    metrics::counter!(TASK_PANICS, "task" => task).increment(1);
 }

@@ -77,6 +77,9 @@ pub enum Fault {
     Hang,
     /// Apply the operation at once, answer after this long.
     SlowAnswer(Duration),
+    /// Panic inside the call without touching the store, as a buggy store
+    /// (or a hook it calls) would; the rule is removed after the first panic.
+    PanicOnce,
 }
 
 pub struct FaultyStore {
@@ -140,16 +143,18 @@ impl FaultyStore {
     /// delay to add after the operation.
     async fn enter(&self, op: Op, ids: &[&str]) -> Result<Duration> {
         *self.calls.lock().unwrap().entry(op).or_default() += 1;
-        let fault = self
-            .rules
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|(rule_op, id, fault)| {
-                (*rule_op == op && id.as_deref().is_none_or(|id| ids.contains(&id)))
-                    .then_some(*fault)
+        let fault = {
+            let mut rules = self.rules.lock().unwrap();
+            let index = rules.iter().position(|(rule_op, id, _)| {
+                *rule_op == op && id.as_deref().is_none_or(|id| ids.contains(&id))
             });
+            index.map(|index| match rules[index].2 {
+                Fault::PanicOnce => rules.remove(index).2,
+                fault => fault,
+            })
+        };
         match fault {
+            Some(Fault::PanicOnce) => panic!("injected panic in {op:?}"),
             None => Ok(Duration::ZERO),
             Some(Fault::Fail) => Err(lease_core::Error::unavailable("injected failure")),
             Some(Fault::Corrupt) => Err(lease_core::Error::corrupt("injected undecodable record")),

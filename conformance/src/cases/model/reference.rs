@@ -402,11 +402,11 @@ impl Model {
             .records
             .get_mut(&claim.id)
             .ok_or(TransitionRejection::Missing)?;
-        if record.is_terminal() {
-            return Err(TransitionRejection::Terminal(record.status));
-        }
         if record.owner != claim.owner || record.fence != Drawn::Known(claim.fence) {
             return Err(TransitionRejection::Stale);
+        }
+        if record.is_terminal() {
+            return Err(TransitionRejection::Terminal(record.status));
         }
         if !may_become(record.status, to) {
             return Err(TransitionRejection::NotAllowed {
