@@ -44,13 +44,20 @@ pub fn retry_after(record: &LeaseRecord, grace: Duration, now: Timestamp) -> Opt
 }
 
 /// Whether `claim` still holds `record` (renew's check), else why not.
+///
+/// An interrupted record answers `Interrupted` to every claim (the
+/// interruption redrew its owner and fence). Otherwise a claim whose owner
+/// or fence is not the record's hears `OwnerChanged` / `FenceChanged`
+/// whatever the status, terminal included: a peer that took the run over,
+/// even by failing it, is a takeover, not the run's own end. `Terminal` is
+/// the answer to the record's own claim.
 pub fn judge_renewal(record: Option<&LeaseRecord>, claim: &Claim) -> Result<(), LossReason> {
     let record = record.ok_or(LossReason::Missing)?;
     match record.status {
-        status if status.is_terminal() => Err(LossReason::Terminal(status)),
         Status::Interrupted => Err(LossReason::Interrupted),
         _ if record.owner.as_deref() != Some(claim.owner.as_str()) => Err(LossReason::OwnerChanged),
         _ if record.fence != claim.fence => Err(LossReason::FenceChanged),
+        status if status.is_terminal() => Err(LossReason::Terminal(status)),
         _ => Ok(()),
     }
 }

@@ -24,9 +24,6 @@ local function judge(key, owner, fence)
   if not current or not string.match(current, '^%d+$') then
     corrupt(key, 'fence is not a number')
   end
-  if TERMINAL[status] then
-    return { 'lost', 'terminal', status }
-  end
   if status == 'interrupted' then
     return { 'lost', 'interrupted' }
   end
@@ -35,6 +32,9 @@ local function judge(key, owner, fence)
   end
   if current ~= fence then
     return { 'lost', 'fence_changed' }
+  end
+  if TERMINAL[status] then
+    return { 'lost', 'terminal', status }
   end
   return nil
 end

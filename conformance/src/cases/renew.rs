@@ -141,8 +141,9 @@ pub async fn renew_wrong_fence_is_fence_changed<S: LeaseStore + 'static>(
     Ok(())
 }
 
-/// A finished record answers `Lost(Terminal(status))`, even to its own
-/// owner's exact claim, and changes nothing.
+/// A finished record answers `Lost(Terminal(status))` to its own owner's
+/// exact claim, `OwnerChanged` / `FenceChanged` to a stale one (a peer that
+/// failed the run took it over), and changes nothing.
 pub async fn renew_terminal_is_terminal<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let finishes = [
         ("op-succeeded", StatusChange::succeeded()),
@@ -159,9 +160,11 @@ pub async fn renew_terminal_is_terminal<S: LeaseStore + 'static>(ctx: Ctx<S>) ->
         let claim = claim_of(&admitted)?;
         let finished = apply_transition(&ctx, &claim, &finish).await?;
         expect_lost(&ctx, &claim, LossReason::Terminal(finish.status)).await?;
-        // Terminal outranks a stale owner or fence.
-        let stale = Claim::new(id, "worker-b", claim.fence + 1);
-        expect_lost(&ctx, &stale, LossReason::Terminal(finish.status)).await?;
+        // A stale owner or fence is told so, terminal or not.
+        let other_owner = Claim::new(id, "worker-b", claim.fence);
+        expect_lost(&ctx, &other_owner, LossReason::OwnerChanged).await?;
+        let newer_fence = Claim::new(id, "worker-a", claim.fence + 1);
+        expect_lost(&ctx, &newer_fence, LossReason::FenceChanged).await?;
         ensure_eq!(get(&ctx, id).await?, finished, "the record is untouched");
     }
     Ok(())

@@ -373,9 +373,6 @@ impl Model {
     /// SPEC §2, renew: `Ok` when the claim holds and the lease is extended.
     pub(crate) fn renew(&mut self, claim: &Claim, ttl: Ttl) -> Result<(), LossReason> {
         let record = self.records.get_mut(&claim.id).ok_or(LossReason::Missing)?;
-        if record.is_terminal() {
-            return Err(LossReason::Terminal(record.status));
-        }
         if record.status == Status::Interrupted {
             return Err(LossReason::Interrupted);
         }
@@ -384,6 +381,9 @@ impl Model {
         }
         if record.fence != Drawn::Known(claim.fence) {
             return Err(LossReason::FenceChanged);
+        }
+        if record.is_terminal() {
+            return Err(LossReason::Terminal(record.status));
         }
         record.lease = Some(Lease::fresh(ttl));
         record.touch();
