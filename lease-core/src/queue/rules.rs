@@ -83,7 +83,7 @@ pub fn claim_job(
     job.state = JobState::Claimed;
     job.owner = Some(worker.to_owned());
     job.fence = fence;
-    job.attempt += 1;
+    job.attempt = job.attempt.saturating_add(1);
     job.lease_expires_at = Some(clock::add(now, ttl));
     job.dead_reason = None;
     job.updated_at = now;
