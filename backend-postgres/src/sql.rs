@@ -73,8 +73,9 @@ pub(crate) struct Statements {
     /// `$1` scopes → every (scope, holder) pair, unlocked: for the answer
     /// after lost races.
     pub(crate) read_holders: String,
-    /// `$1` ids, `$2` requester, `$3` stop reason, `$4` now → the
-    /// interrupted records, each with a new fence; their held scopes released.
+    /// `$1` ids (distinct, in the plan's order), `$2` requester, `$3` stop
+    /// reason, `$4` now → the interrupted records, each with a new fence,
+    /// ascending in the order of `$1`; their held scopes released.
     pub(crate) interrupt: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` ttl → the new expiry, if renewed.
     pub(crate) renew: String,
@@ -101,7 +102,7 @@ pub(crate) struct Statements {
     /// `$1` scope.
     pub(crate) list_by_scope: String,
     pub(crate) list_active: String,
-    /// `$1` retention → deleted rows.
+    /// `$1` retention → `purged`, the count of deleted rows.
     pub(crate) purge: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
@@ -263,10 +264,19 @@ impl Statements {
                  JOIN {s}.leases l ON l.id = h.lease_id \
                  WHERE h.scope = ANY($1::text[]) ORDER BY h.scope"
             ),
+            // Fences are drawn apart from the update, then paired with the
+            // holders in the plan's order (values of one sequence, sorted
+            // ascending, are in the order they were drawn): `nextval()` inside
+            // the update would follow the table's physical row order instead.
             interrupt: format!(
-                "WITH changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
-                   fence = nextval({fence_seq}), stop_reason = $3, updated_at = $4::timestamptz \
-                   WHERE l.id = ANY($1::text[]) RETURNING {record}, l.is_active), \
+                "WITH planned AS (SELECT p.id, p.position \
+                   FROM unnest($1::text[]) WITH ORDINALITY AS p(id, position)), \
+                 fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS position \
+                   FROM (SELECT nextval({fence_seq}) AS fence FROM planned) drawn), \
+                 changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
+                   fence = f.fence, stop_reason = $3, updated_at = $4::timestamptz \
+                   FROM planned p JOIN fences f ON f.position = p.position \
+                   WHERE l.id = p.id RETURNING {record}, l.is_active), \
                  {held_release} \
                  SELECT {record} FROM changed l"
             ),
@@ -331,8 +341,9 @@ impl Statements {
                 "SELECT {record} FROM {s}.leases l WHERE l.status IN {ACTIVE} ORDER BY l.id"
             ),
             purge: format!(
-                "DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
-                 AND updated_at <= now() - $1::interval"
+                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
+                   AND updated_at <= now() - $1::interval RETURNING 1) \
+                 SELECT count(*) AS purged FROM purged"
             ),
             jobs: JobStatements::new(&s, &fence_seq),
         }
