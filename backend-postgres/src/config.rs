@@ -97,7 +97,9 @@ impl PgStoreConfig {
     }
 
     /// Waits at most `timeout` for a free connection; past it an operation
-    /// answers [`ErrorKind::Timeout`].
+    /// answers [`ErrorKind::Timeout`]. Also bounds the first connection
+    /// [`PgStore::connect`](crate::PgStore::connect) opens: past it, connecting
+    /// answers [`ErrorKind::Unavailable`].
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self

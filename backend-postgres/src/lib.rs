@@ -63,19 +63,86 @@
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
 //!   [Admissions](#admissions-one-at-a-time-per-scope)).
 //!
+//! ## Connecting and its errors
+//!
+//! [`PgStore::connect`] opens its first connection at once, within
+//! [`PgStoreConfig::acquire_timeout`]: a server nobody answers for is
+//! [`ErrorKind::Unavailable`] (retryable) naming the address, database and
+//! user (never the password) and the cause (`connection refused`, no
+//! answer in time); an unknown database or role, a refused login or a
+//! missing privilege is [`ErrorKind::Config`], not worth retrying.
+//!
 //! ## Migrations
 //!
 //! The schema is versioned with embedded sqlx migrations
 //! (`backend-postgres/migrations`), applied by [`PgStore::connect`] and
-//! [`PgStore::from_pool`] on a dedicated connection whose `search_path` is
-//! the schema; the versions applied are kept in the schema's own
-//! `_sqlx_migrations` table. sqlx takes a PostgreSQL advisory lock around the
+//! [`PgStore::from_pool`] (in the default [`MigrationMode::Apply`]), or by
+//! [`PgStore::apply_migrations`] alone, on a dedicated connection whose
+//! `search_path` is the schema; the versions applied are kept in the
+//! schema's own `_sqlx_migrations` table. sqlx takes a PostgreSQL advisory lock around the
 //! run (one lock per database, so runs on different schemas take turns too),
 //! and schema creation is serialised the same way, so any number of workers
 //! may start at once: one applies, the others wait and find nothing left to
 //! do. A schema written by a newer version of
 //! this crate (unknown or modified migrations) answers
 //! [`ErrorKind::Incompatible`].
+//!
+//! ## Least privilege
+//!
+//! Applying migrations needs a role that may create the schema (`CREATE` on
+//! the database) or owns it. The application need not be that role: apply
+//! the migrations at deployment with an admin role, then connect the
+//! application with [`MigrationMode::VerifyOnly`], which changes nothing and
+//! answers [`ErrorKind::Incompatible`] naming the first migration the schema
+//! lacks (and how to apply it) when it is behind:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! use backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
+//!
+//! // At deployment, as the schema's owner:
+//! PgStore::apply_migrations(&PgStoreConfig::new("postgres://admin@db/jobs").schema("tenure"))
+//!     .await?;
+//! // In the application, as a role with only the grants below:
+//! let store = PgStore::connect(
+//!     &PgStoreConfig::new("postgres://app@db/jobs")
+//!         .schema("tenure")
+//!         .migrations(MigrationMode::VerifyOnly),
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! ([`PgStore::from_pool_with_migrations`] does the same on a pool.) The
+//! application role needs exactly these grants, given by the schema's
+//! owner after the migrations ran (again after an upgrade adds tables):
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA tenure TO app;
+//! GRANT SELECT, INSERT, UPDATE, DELETE
+//!     ON tenure.leases, tenure.lease_scopes, tenure.held_scopes, tenure.jobs TO app;
+//! GRANT SELECT ON tenure._sqlx_migrations TO app;
+//! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
+//! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
+//!     interval, jsonb, boolean) TO app;
+//! ```
+//!
+//! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
+//! matters where that default was revoked. `pg_advisory_xact_lock` must
+//! stay executable, as it is by default.)
+//!
+//! ## Isolation levels
+//!
+//! Every statement is written for `READ COMMITTED`, and every operation
+//! answers the same at any session default: a pool option, role or
+//! database setting of `default_transaction_isolation = 'repeatable read'`
+//! or `'serializable'` changes nothing a caller sees. A statement runs on
+//! its own first; one that answers a serialization failure (SQLSTATE
+//! 40001, which rolled it back whole) runs once more inside
+//! `BEGIN ISOLATION LEVEL READ COMMITTED`, where none can occur.
+//! Admissions run their transactions at `READ COMMITTED` explicitly (see
+//! below). Only the second run costs anything, and only above
+//! `READ COMMITTED`.
 //!
 //! ## TLS
 //!
@@ -95,7 +162,8 @@
 //!
 //! ## Atomicity and errors
 //!
-//! Every operation is one statement or one transaction. Job claims and the
+//! Every operation is one statement or one transaction (or a conditional
+//! write and, when it was refused, the read that says why). Job claims and the
 //! reaper pick their rows with `FOR UPDATE SKIP LOCKED`: concurrent claimers
 //! on any number of pools or hosts never share a job and never wait on one
 //! another; one claim's fences ascend in claim order. A dropped connection

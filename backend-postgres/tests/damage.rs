@@ -264,12 +264,10 @@ async fn every_damaged_lease_column_is_corrupt_or_skipped_never_a_panic() {
                 execute(
                     &url,
                     &store,
-                    &format!(
-                        "DELETE FROM $schema.held_scopes; \
-                         UPDATE $schema.leases SET status = 'failed', fence = 1, scopes = '{{v}}', \
-                         metadata = '{{}}', lease_expires_at = NULL, created_at = now(), \
-                         updated_at = now() WHERE id <> 'control';"
-                    ),
+                    "DELETE FROM $schema.held_scopes; \
+                     UPDATE $schema.leases SET status = 'failed', fence = 1, scopes = '{v}', \
+                     metadata = '{}', lease_expires_at = NULL, created_at = now(), \
+                     updated_at = now() WHERE id <> 'control';",
                 )
                 .await;
             }
