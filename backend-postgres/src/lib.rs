@@ -224,7 +224,8 @@
 //! the scopes at that instant). An admission that interrupts holders calls
 //! the function again inside a `READ COMMITTED` transaction, asking it to
 //! lock the holders (`FOR UPDATE`, records only, in id order) until the
-//! end; decides on them; interrupts them (each drawing a new fence); and
+//! end; decides on them; interrupts them (each drawing a new fence, in the
+//! order the answer lists them, whatever order the table keeps them in); and
 //! calls it once more, which now finds the scopes free and admits, with a
 //! fence above theirs. In a session whose default isolation level is
 //! higher, where one snapshot serves every statement, the function refuses

@@ -112,6 +112,24 @@ async fn connection_refused_is_unavailable_naming_the_address() {
     assert!(!message.contains("hunter2"), "{message}");
 }
 
+/// A server that takes the connection and never answers: connecting gives
+/// up after the acquire timeout, `Unavailable` naming the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_server_is_unavailable_after_the_acquire_timeout() {
+    // Bound and listening, never accepting: the kernel completes the
+    // handshake, nothing ever replies.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let config = PgStoreConfig::new(format!("postgres://app@127.0.0.1:{port}/jobs"))
+        .acquire_timeout(Duration::from_millis(300));
+    let error = PgStore::connect(&config).await.expect_err("silent");
+    let message = error.to_string();
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(message.contains("no answer"), "{message}");
+    drop(listener);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_database_or_user_is_a_config_error() {
     let Some(url) = server_url("unknown_database_or_user_is_a_config_error") else {
