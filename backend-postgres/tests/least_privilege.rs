@@ -1,6 +1,7 @@
 //! An application role with only the grants the crate docs list: it
-//! connects with `MigrationMode::VerifyOnly` and runs every operation, while
-//! an admin role applies the migrations separately.
+//! connects with `MigrationMode::VerifyOnly` and runs every operation (and
+//! the whole conformance kit), while an admin role applies the migrations
+//! separately.
 
 mod support;
 
@@ -16,9 +17,8 @@ use lease_core::{
     StatusChange, TakeoverRequest, Transition,
 };
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection};
 
-use support::{fresh_schema, with_store};
+use support::{fresh_schema, with_store, POOL_SIZE, URL_VAR};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -37,12 +37,123 @@ fn grants(schema: &str, role: &str) -> String {
 }
 
 async fn execute(url: &str, sql: &str) {
-    let mut connection = PgConnection::connect(url).await.expect("connect");
-    sqlx::raw_sql(sql)
-        .execute(&mut connection)
+    if let Err(error) = try_execute(url, sql).await {
+        panic!("{sql}: {error}");
+    }
+}
+
+/// Runs `sql` on a one-connection pool of its own (a pool keeps the
+/// future `Send` for the kit's factory).
+async fn try_execute(url: &str, sql: &str) -> Result<(), sqlx::Error> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let outcome = sqlx::raw_sql(sql).execute(&pool).await;
+    pool.close().await;
+    outcome.map(drop)
+}
+
+fn admin_error(error: sqlx::Error) -> lease_core::Error {
+    lease_core::Error::unavailable(format!("admin statement failed: {error}"))
+}
+
+/// The conformance kit's factory for a restricted role: per case, an admin
+/// applies the migrations to a fresh schema and creates a role holding only
+/// the documented grants, which then connects with
+/// `MigrationMode::VerifyOnly`; teardown drops both.
+struct RestrictedFactory {
+    url: Option<String>,
+}
+
+impl RestrictedFactory {
+    fn from_env() -> Self {
+        RestrictedFactory {
+            url: conformance::service_url(URL_VAR),
+        }
+    }
+
+    /// The role of a case's schema.
+    fn role(schema: &str) -> String {
+        format!("{schema}_app")
+    }
+
+    async fn remove(admin: &str, schema: &str) -> lease_core::Result<()> {
+        let role = Self::role(schema);
+        try_execute(
+            admin,
+            &format!(
+                "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE; \
+                 DO $$ BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN \
+                   EXECUTE 'DROP OWNED BY {role}'; EXECUTE 'DROP ROLE {role}'; END IF; END $$;"
+            ),
+        )
         .await
-        .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    connection.close().await.expect("close");
+        .map_err(admin_error)
+    }
+}
+
+#[async_trait::async_trait]
+impl conformance::Factory for RestrictedFactory {
+    type Store = PgStore;
+
+    fn unavailable_reason(&self) -> Option<String> {
+        match self.url {
+            Some(_) => None,
+            None => Some(format!("{URL_VAR} is not set")),
+        }
+    }
+
+    async fn create(&self) -> lease_core::Result<conformance::Subject<PgStore>> {
+        let admin = self.url.as_deref().ok_or_else(|| {
+            lease_core::Error::new(ErrorKind::Config, format!("{URL_VAR} is not set"))
+        })?;
+        let schema = fresh_schema();
+        let role = Self::role(&schema);
+        let created = async {
+            PgStore::apply_migrations(&PgStoreConfig::new(admin).schema(&schema)).await?;
+            try_execute(
+                admin,
+                &format!("CREATE ROLE {role} LOGIN; {}", grants(&schema, &role)),
+            )
+            .await
+            .map_err(admin_error)?;
+            PgStore::connect(
+                &PgStoreConfig::new(url_as(admin, &role))
+                    .schema(&schema)
+                    .max_connections(POOL_SIZE)
+                    .migrations(MigrationMode::VerifyOnly),
+            )
+            .await
+        }
+        .await;
+        match created {
+            Ok(store) => Ok(conformance::Subject {
+                store,
+                clock: conformance::ClockControl::Real,
+            }),
+            Err(error) => {
+                Self::remove(admin, &schema).await?;
+                Err(error)
+            }
+        }
+    }
+
+    async fn teardown(&self, store: &PgStore) -> lease_core::Result<()> {
+        store.close().await;
+        match self.url.as_deref() {
+            Some(admin) => Self::remove(admin, store.schema()).await,
+            None => Ok(()),
+        }
+    }
+}
+
+mod kit {
+    conformance::tenure_conformance!(super::RestrictedFactory::from_env());
+}
+
+mod queue_kit {
+    conformance::tenure_queue_conformance!(super::RestrictedFactory::from_env());
 }
 
 /// `url` with `role` as its user and no password.
