@@ -206,6 +206,9 @@ impl PgStore {
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
     ) -> std::result::Result<Admission, AdmitFailure> {
+        // The scope locks only help if every statement after them sees what
+        // the previous holder committed: a fresh snapshot per statement,
+        // whatever the session's default isolation.
         let mut tx = self.pool.begin_with(BEGIN_READ_COMMITTED).await?;
         let mut interrupted = Vec::new();
         loop {
