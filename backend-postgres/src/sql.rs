@@ -29,6 +29,9 @@ const ACTIVE: &str = "('pending', 'running')";
 /// include it so it is reported instead of silently never reaped.
 const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 
+/// The largest `integer`, where a job's attempt count saturates.
+const INTEGER_MAX: i32 = i32::MAX;
+
 /// The columns of a job, read by name in [`crate::decode::job`].
 const JOB_COLUMNS: [&str; 16] = [
     "id",
@@ -168,6 +171,8 @@ impl JobStatements {
             // Fences are drawn after the jobs are picked and locked, then
             // paired with them in claim order: values of one sequence,
             // sorted ascending, are in the order they were drawn.
+            // The attempt count saturates: a damaged count at the integer
+            // limit must not make every claim on the queue fail.
             claim: format!(
                 "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
                    WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
@@ -179,7 +184,7 @@ impl JobStatements {
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
                    FROM (SELECT nextval({fence_seq}) AS fence FROM picked) drawn), \
                  claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
-                   attempt = j.attempt + 1, fence = f.fence, \
+                   attempt = least(j.attempt::bigint + 1, {INTEGER_MAX})::integer, fence = f.fence, \
                    lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
                    FROM ranked r JOIN fences f ON f.claim_order = r.claim_order \
                    WHERE j.id = r.id RETURNING r.claim_order, {job}) \

@@ -101,6 +101,7 @@ const JOB_DAMAGES: &[Damage] = &[
     damage("state", "'bogus'", true),
     damage("dead_reason", "'bogus'", true),
     damage("attempt", "-1", true),
+    damage("attempt", "2147483647", false),
     damage("max_attempts", "-1", true),
     damage("fence", "-1", true),
     damage("fence", "9223372036854775807", false),
