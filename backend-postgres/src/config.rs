@@ -45,6 +45,26 @@ pub struct PgStoreConfig {
     max_connections: u32,
     acquire_timeout: Duration,
     operation_timeout: Duration,
+    migration_mode: MigrationMode,
+}
+
+/// What [`PgStore::connect`](crate::PgStore::connect) does to the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MigrationMode {
+    /// Creates the schema if missing and applies the migrations it lacks:
+    /// the role needs `CREATE` on the database (or an existing schema it
+    /// owns). The default.
+    #[default]
+    Apply,
+    /// Changes nothing: checks that the schema carries every migration of
+    /// this version and none it does not know, and answers
+    /// [`ErrorKind::Incompatible`] naming the first one missing otherwise.
+    /// For an application role holding only the grants the crate docs list
+    /// ([Least privilege](crate#least-privilege)); apply the migrations
+    /// beforehand with
+    /// [`PgStore::apply_migrations`](crate::PgStore::apply_migrations).
+    VerifyOnly,
 }
 
 impl PgStoreConfig {
@@ -59,6 +79,7 @@ impl PgStoreConfig {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            migration_mode: MigrationMode::Apply,
         }
     }
 
@@ -77,7 +98,9 @@ impl PgStoreConfig {
     }
 
     /// Waits at most `timeout` for a free connection; past it an operation
-    /// answers [`ErrorKind::Timeout`].
+    /// answers [`ErrorKind::Timeout`]. Also bounds the first connection
+    /// [`PgStore::connect`](crate::PgStore::connect) opens: past it, connecting
+    /// answers [`ErrorKind::Unavailable`].
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self
@@ -97,6 +120,18 @@ impl PgStoreConfig {
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
+    }
+
+    /// Prepares the schema at connect as `mode` says (default
+    /// [`MigrationMode::Apply`]).
+    pub fn migrations(mut self, mode: MigrationMode) -> Self {
+        self.migration_mode = mode;
+        self
+    }
+
+    /// What connecting does to the schema.
+    pub fn migration_mode(&self) -> MigrationMode {
+        self.migration_mode
     }
 
     /// The server URL, password included.

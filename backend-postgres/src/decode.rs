@@ -1,16 +1,88 @@
 //! Rows back into records and jobs, checking everything the schema does not.
 //!
 //! A row the code cannot trust (unknown status, non-object metadata, a fence
-//! out of range, a null capability...) is an [`Undecodable`] with the
-//! reason, never a panic: scans skip it and report it, point reads answer
+//! out of range, a null capability, a timestamp such as `infinity` that no
+//! [`Timestamp`] can hold...) is an [`Undecodable`] with the reason, never a
+//! panic: scans skip it and report it, point reads answer
 //! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt).
+//!
+//! Every `timestamptz` is read as a [`StoredInstant`], never through sqlx's
+//! own chrono decoding, which panics on values outside chrono's range
+//! (`infinity`, `-infinity`, or years beyond ±262,143).
 
 use std::collections::BTreeSet;
 
 use lease_core::queue::{DeadReason, Job, JobState};
 use lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
+use sqlx::{Decode, Row, Type};
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC), the
+/// origin of a binary `timestamptz`.
+const POSTGRES_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+/// A `timestamptz` decoded without panicking: any stored value a
+/// [`Timestamp`] cannot hold is a decode error naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredInstant(pub(crate) Timestamp);
+
+impl Type<Postgres> for StoredInstant {
+    fn type_info() -> PgTypeInfo {
+        <Timestamp as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <Timestamp as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for StoredInstant {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        match value.format() {
+            PgValueFormat::Binary => {
+                let since_postgres_epoch = <i64 as Decode<Postgres>>::decode(value)?;
+                instant_from_postgres_micros(since_postgres_epoch)
+                    .map(StoredInstant)
+                    .ok_or_else(|| {
+                        format!(
+                            "timestamp {since_postgres_epoch} µs from 2000-01-01 \
+                             (infinity, -infinity or far out of range) is not representable"
+                        )
+                        .into()
+                    })
+            }
+            // Text is parsed, never computed: an unparsable value is an error.
+            PgValueFormat::Text => {
+                <Timestamp as Decode<Postgres>>::decode(value).map(StoredInstant)
+            }
+        }
+    }
+}
+
+/// The instant `micros` after PostgreSQL's epoch, if a [`Timestamp`] can
+/// hold it (`infinity` is `i64::MAX`, `-infinity` `i64::MIN`).
+fn instant_from_postgres_micros(micros: i64) -> Option<Timestamp> {
+    micros
+        .checked_add(POSTGRES_EPOCH_UNIX_MICROS)
+        .and_then(Timestamp::from_timestamp_micros)
+}
+
+/// Reads the `timestamptz` column `column` of `row` without panicking.
+pub(crate) fn instant(row: &PgRow, column: &str) -> Result<Timestamp, sqlx::Error> {
+    row.try_get::<StoredInstant, _>(column)
+        .map(|stored| stored.0)
+}
+
+/// Reads the nullable `timestamptz` column `column` of `row` without
+/// panicking.
+pub(crate) fn optional_instant(
+    row: &PgRow,
+    column: &str,
+) -> Result<Option<Timestamp>, sqlx::Error> {
+    row.try_get::<Option<StoredInstant>, _>(column)
+        .map(|stored| stored.map(|stored| stored.0))
+}
 
 /// A row that is not a valid record, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +142,17 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
     let serde_json::Value::Object(metadata) = metadata else {
         return Err(fail("metadata", "is not a JSON object".to_owned()));
     };
-    let lease_expires_at: Option<Timestamp> = get!("lease_expires_at");
-    let created_at: Timestamp = get!("created_at");
-    let updated_at: Timestamp = get!("updated_at");
+    macro_rules! at {
+        ($name:literal) => {
+            instant(row, $name).map_err(|error| fail($name, error.to_string()))?
+        };
+        ($name:literal, nullable) => {
+            optional_instant(row, $name).map_err(|error| fail($name, error.to_string()))?
+        };
+    }
+    let lease_expires_at = at!("lease_expires_at", nullable);
+    let created_at = at!("created_at");
+    let updated_at = at!("updated_at");
     Ok(LeaseRecord {
         scopes: scopes.into_iter().collect::<BTreeSet<_>>(),
         kind: get!("kind"),
@@ -129,23 +209,31 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
     let fence: i64 = get!("fence");
     let fence =
         u64::try_from(fence).map_err(|_| fail("fence", format!("{fence} is not a valid fence")))?;
+    macro_rules! at {
+        ($name:literal) => {
+            instant(row, $name).map_err(|error| fail($name, error.to_string()))?
+        };
+        ($name:literal, nullable) => {
+            optional_instant(row, $name).map_err(|error| fail($name, error.to_string()))?
+        };
+    }
     let capabilities: Vec<String> = get!("required_capabilities");
     Ok(Job {
         queue: get!("queue"),
         payload: get!("payload"),
         priority: get!("priority"),
-        run_at: get!("run_at"),
+        run_at: at!("run_at"),
         attempt: count!("attempt"),
         max_attempts: count!("max_attempts"),
         required_capabilities: capabilities.into_iter().collect(),
         state,
         owner: get!("owner"),
         fence,
-        lease_expires_at: get!("lease_expires_at"),
+        lease_expires_at: at!("lease_expires_at", nullable),
         last_error: get!("last_error"),
         dead_reason,
-        created_at: get!("created_at"),
-        updated_at: get!("updated_at"),
+        created_at: at!("created_at"),
+        updated_at: at!("updated_at"),
         id,
     })
 }
@@ -154,4 +242,37 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
 /// undecodable means [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt).
 pub(crate) fn trusted_job(row: &PgRow) -> lease_core::Result<Job> {
     job(row).map_err(|undecodable| undecodable.into_corrupt("job"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infinities_and_far_instants_are_not_representable() {
+        for micros in [
+            i64::MAX,
+            i64::MIN,
+            i64::MAX - POSTGRES_EPOCH_UNIX_MICROS + 1,
+        ] {
+            assert_eq!(instant_from_postgres_micros(micros), None, "{micros}");
+        }
+        // PostgreSQL's latest timestamptz (294276 AD) lies beyond chrono's.
+        assert_eq!(
+            instant_from_postgres_micros(9_223_371_331_200_000_000),
+            None
+        );
+    }
+
+    #[test]
+    fn instants_in_range_convert_exactly() {
+        assert_eq!(
+            instant_from_postgres_micros(0),
+            Timestamp::from_timestamp_micros(POSTGRES_EPOCH_UNIX_MICROS)
+        );
+        assert_eq!(
+            instant_from_postgres_micros(-POSTGRES_EPOCH_UNIX_MICROS),
+            Timestamp::from_timestamp_micros(0)
+        );
+    }
 }

@@ -63,19 +63,86 @@
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
 //!   [Admissions](#admissions-one-at-a-time-per-scope)).
 //!
+//! ## Connecting and its errors
+//!
+//! [`PgStore::connect`] opens its first connection at once, within
+//! [`PgStoreConfig::acquire_timeout`]: a server nobody answers for is
+//! [`ErrorKind::Unavailable`] (retryable) naming the address, database and
+//! user (never the password) and the cause (`connection refused`, no
+//! answer in time); an unknown database or role, a refused login or a
+//! missing privilege is [`ErrorKind::Config`], not worth retrying.
+//!
 //! ## Migrations
 //!
 //! The schema is versioned with embedded sqlx migrations
 //! (`backend-postgres/migrations`), applied by [`PgStore::connect`] and
-//! [`PgStore::from_pool`] on a dedicated connection whose `search_path` is
-//! the schema; the versions applied are kept in the schema's own
-//! `_sqlx_migrations` table. sqlx takes a PostgreSQL advisory lock around the
+//! [`PgStore::from_pool`] (in the default [`MigrationMode::Apply`]), or by
+//! [`PgStore::apply_migrations`] alone, on a dedicated connection whose
+//! `search_path` is the schema; the versions applied are kept in the
+//! schema's own `_sqlx_migrations` table. sqlx takes a PostgreSQL advisory lock around the
 //! run (one lock per database, so runs on different schemas take turns too),
 //! and schema creation is serialised the same way, so any number of workers
 //! may start at once: one applies, the others wait and find nothing left to
 //! do. A schema written by a newer version of
 //! this crate (unknown or modified migrations) answers
 //! [`ErrorKind::Incompatible`].
+//!
+//! ## Least privilege
+//!
+//! Applying migrations needs a role that may create the schema (`CREATE` on
+//! the database) or owns it. The application need not be that role: apply
+//! the migrations at deployment with an admin role, then connect the
+//! application with [`MigrationMode::VerifyOnly`], which changes nothing and
+//! answers [`ErrorKind::Incompatible`] naming the first migration the schema
+//! lacks (and how to apply it) when it is behind:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! use backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
+//!
+//! // At deployment, as the schema's owner:
+//! PgStore::apply_migrations(&PgStoreConfig::new("postgres://admin@db/jobs").schema("tenure"))
+//!     .await?;
+//! // In the application, as a role with only the grants below:
+//! let store = PgStore::connect(
+//!     &PgStoreConfig::new("postgres://app@db/jobs")
+//!         .schema("tenure")
+//!         .migrations(MigrationMode::VerifyOnly),
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! ([`PgStore::from_pool_with_migrations`] does the same on a pool.) The
+//! application role needs exactly these grants, given by the schema's
+//! owner after the migrations ran (again after an upgrade adds tables):
+//!
+//! ```sql
+//! GRANT USAGE ON SCHEMA tenure TO app;
+//! GRANT SELECT, INSERT, UPDATE, DELETE
+//!     ON tenure.leases, tenure.lease_scopes, tenure.held_scopes, tenure.jobs TO app;
+//! GRANT SELECT ON tenure._sqlx_migrations TO app;
+//! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
+//! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
+//!     interval, jsonb, boolean) TO app;
+//! ```
+//!
+//! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
+//! matters where that default was revoked. `pg_advisory_xact_lock` must
+//! stay executable, as it is by default.)
+//!
+//! ## Isolation levels
+//!
+//! Every statement is written for `READ COMMITTED`, and every operation
+//! answers the same at any session default: a pool option, role or
+//! database setting of `default_transaction_isolation = 'repeatable read'`
+//! or `'serializable'` changes nothing a caller sees. A statement runs on
+//! its own first; one that answers a serialization failure (SQLSTATE
+//! 40001, which rolled it back whole) runs once more inside
+//! `BEGIN ISOLATION LEVEL READ COMMITTED`, where none can occur.
+//! Admissions run their transactions at `READ COMMITTED` explicitly (see
+//! below). Only the second run costs anything, and only above
+//! `READ COMMITTED`.
 //!
 //! ## TLS
 //!
@@ -95,7 +162,8 @@
 //!
 //! ## Atomicity and errors
 //!
-//! Every operation is one statement or one transaction. Job claims and the
+//! Every operation is one statement or one transaction (or a conditional
+//! write and, when it was refused, the read that says why). Job claims and the
 //! reaper pick their rows with `FOR UPDATE SKIP LOCKED`: concurrent claimers
 //! on any number of pools or hosts never share a job and never wait on one
 //! another; one claim's fences ascend in claim order. A dropped connection
@@ -156,7 +224,8 @@
 //! the scopes at that instant). An admission that interrupts holders calls
 //! the function again inside a `READ COMMITTED` transaction, asking it to
 //! lock the holders (`FOR UPDATE`, records only, in id order) until the
-//! end; decides on them; interrupts them (each drawing a new fence); and
+//! end; decides on them; interrupts them (each drawing a new fence, in the
+//! order the answer lists them, whatever order the table keeps them in); and
 //! calls it once more, which now finds the scopes free and admits, with a
 //! fence above theirs. In a session whose default isolation level is
 //! higher, where one snapshot serves every statement, the function refuses
@@ -194,6 +263,7 @@ mod error;
 mod queue;
 mod scope_locks;
 mod sql;
+mod statement;
 mod store;
 
 use std::fmt;
@@ -203,10 +273,10 @@ use std::time::Duration;
 
 use lease_core::{Error, ErrorKind, Result};
 use sqlx::migrate::Migrator;
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, Row};
 
-pub use config::{PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
+pub use config::{MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
 
 use config::SchemaName;
 use error::{migrate_error, store_error};
@@ -240,86 +310,127 @@ impl fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects a pool as `config` says, creates and migrates the schema,
-    /// and answers the store.
+    /// Connects a pool as `config` says, prepares the schema as its
+    /// [`MigrationMode`] says (by default: creates and migrates it), and
+    /// answers the store.
     ///
-    /// A bad URL or schema name is [`ErrorKind::Config`];
-    /// an unreachable server is retryable.
+    /// One connection is opened at once, within
+    /// [`PgStoreConfig::acquire_timeout`], so a server that cannot be
+    /// reached answers at once, with its address and the cause.
+    ///
+    /// # Errors
+    ///
+    /// A bad URL or schema name, an unknown database or role, a refused
+    /// login or a missing privilege is [`ErrorKind::Config`]; an
+    /// unreachable or silent server is [`ErrorKind::Unavailable`]
+    /// (retryable); a schema that lacks migrations this version needs
+    /// (under [`MigrationMode::VerifyOnly`]) or carries migrations it does
+    /// not know is [`ErrorKind::Incompatible`].
     pub async fn connect(config: &PgStoreConfig) -> Result<Self> {
         let schema = SchemaName::parse(config.schema_name())?;
-        let options: sqlx::postgres::PgConnectOptions =
-            config.url().parse().map_err(store_error)?;
+        let options: PgConnectOptions = config.url().parse().map_err(store_error)?;
+        let first = open_session(&options, config.connection_wait()).await?;
         let pool = PgPoolOptions::new()
             .max_connections(config.connection_limit())
             .acquire_timeout(config.connection_wait())
-            .connect_with(options)
-            .await
-            .map_err(store_error)?;
-        let store = Self::with_schema(pool, schema).await?;
-        Ok(store.with_operation_timeout(config.operation_limit()))
+            .connect_lazy_with(options);
+        let store = Self::on_pool(pool, schema).with_operation_timeout(config.operation_limit());
+        store.prepare_on(first, config.migration_mode()).await?;
+        Ok(store)
     }
 
     /// Uses an existing pool, keeping the records in `schema`, created and
     /// migrated if needed. The pool's `search_path` is left alone. Each
     /// operation may take [`DEFAULT_OPERATION_TIMEOUT`]; see
     /// [`with_operation_timeout`](Self::with_operation_timeout).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
     pub async fn from_pool(pool: PgPool, schema: &str) -> Result<Self> {
-        Self::with_schema(pool, SchemaName::parse(schema)?).await
+        Self::from_pool_with_migrations(pool, schema, MigrationMode::Apply).await
     }
 
-    async fn with_schema(pool: PgPool, schema: SchemaName) -> Result<Self> {
-        let store = PgStore {
+    /// [`from_pool`](Self::from_pool), preparing the schema as `mode` says:
+    /// [`MigrationMode::VerifyOnly`] for a pool whose role may not change
+    /// the schema.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn from_pool_with_migrations(
+        pool: PgPool,
+        schema: &str,
+        mode: MigrationMode,
+    ) -> Result<Self> {
+        let store = Self::on_pool(pool, SchemaName::parse(schema)?);
+        let session = store.dedicated_session().await?;
+        store.prepare_on(session, mode).await?;
+        Ok(store)
+    }
+
+    /// Creates the schema `config` names if missing and applies the
+    /// migrations it lacks, then disconnects: run it at deployment with a
+    /// role that may create the schema and its objects, and let the
+    /// application connect with [`MigrationMode::VerifyOnly`] as a role
+    /// holding only the grants the crate docs list
+    /// ([Least privilege](crate#least-privilege)). Idempotent, and safe to
+    /// run from many processes at once. `config`'s migration mode is
+    /// ignored.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); a role without the privileges the
+    /// migrations need is [`ErrorKind::Config`].
+    pub async fn apply_migrations(config: &PgStoreConfig) -> Result<()> {
+        let schema = SchemaName::parse(config.schema_name())?;
+        let options: PgConnectOptions = config.url().parse().map_err(store_error)?;
+        let mut session = open_session(&options, config.connection_wait()).await?;
+        let outcome = migrate_on(&mut session, &schema).await;
+        // Closing can only fail if the session is already gone.
+        let _ = session.close().await;
+        outcome
+    }
+
+    fn on_pool(pool: PgPool, schema: SchemaName) -> Self {
+        PgStore {
             sql: Arc::new(Statements::new(&schema)),
             scope_locks: ScopeLocks::for_schema(schema.as_str()),
             pool,
             schema,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+        }
+    }
+
+    /// A connection with the pool's settings that is not the pool's: the
+    /// migrator sets its `search_path`, and the session (with any advisory
+    /// lock a failed run left) ends with it.
+    async fn dedicated_session(&self) -> Result<PgConnection> {
+        let wait = self.pool.options().get_acquire_timeout();
+        open_session(&self.pool.connect_options(), wait).await
+    }
+
+    /// Migrates or verifies the schema on `session` as `mode` says, then
+    /// closes it.
+    async fn prepare_on(&self, mut session: PgConnection, mode: MigrationMode) -> Result<()> {
+        let outcome = match mode {
+            MigrationMode::Apply => migrate_on(&mut session, &self.schema).await,
+            MigrationMode::VerifyOnly => verify_on(&mut session, &self.schema).await,
         };
-        store.migrate().await?;
-        Ok(store)
+        // Closing can only fail if the session is already gone.
+        let _ = session.close().await;
+        outcome
     }
 
     /// Creates the schema if missing and applies the migrations it lacks.
     /// Idempotent, and safe to run from many workers at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`apply_migrations`](Self::apply_migrations).
     pub async fn migrate(&self) -> Result<()> {
-        // A connection of its own: `search_path` is set for the migrator and
-        // the session (with any advisory lock a failed run left) ends with it.
-        let mut connection = self
-            .pool
-            .connect_options()
-            .connect()
-            .await
-            .map_err(store_error)?;
-        let outcome = self.migrate_on(&mut connection).await;
-        // Closing can only fail if the session is already gone.
-        let _ = connection.close().await;
-        outcome
-    }
-
-    async fn migrate_on(&self, connection: &mut sqlx::PgConnection) -> Result<()> {
-        let schema = self.schema.quoted();
-        let mut creation = connection.begin().await.map_err(store_error)?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(SCHEMA_CREATION_LOCK)
-            .execute(&mut *creation)
-            .await
-            .map_err(store_error)?;
-        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
-            .execute(&mut *creation)
-            .await
-            .map_err(store_error)?;
-        creation.commit().await.map_err(store_error)?;
-        // `pg_temp` last: otherwise it is searched first, and a session's
-        // temporary table could stand in for the schema's in the functions
-        // the migrations create (they keep this path).
-        sqlx::query(&format!("SET search_path TO {schema}, pg_temp"))
-            .execute(&mut *connection)
-            .await
-            .map_err(store_error)?;
-        // `run_direct` is `run` minus its `Acquire` bound, whose lifetime
-        // makes `run` unusable in a future that must be `Send` for any
-        // lifetime (sqlx documents it as the way around that).
-        MIGRATOR.run_direct(connection).await.map_err(migrate_error)
+        let session = self.dedicated_session().await?;
+        self.prepare_on(session, MigrationMode::Apply).await
     }
 
     /// The store with each whole operation bounded by `timeout`, as
@@ -366,4 +477,150 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Creates the schema if missing and applies the migrations it lacks, on
+/// `connection`.
+async fn migrate_on(connection: &mut PgConnection, schema: &SchemaName) -> Result<()> {
+    let schema = schema.quoted();
+    let mut creation = connection.begin().await.map_err(store_error)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(SCHEMA_CREATION_LOCK)
+        .execute(&mut *creation)
+        .await
+        .map_err(store_error)?;
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .execute(&mut *creation)
+        .await
+        .map_err(store_error)?;
+    creation.commit().await.map_err(store_error)?;
+    // `pg_temp` last: otherwise it is searched first, and a session's
+    // temporary table could stand in for the schema's in the functions
+    // the migrations create (they keep this path).
+    sqlx::query(&format!("SET search_path TO {schema}, pg_temp"))
+        .execute(&mut *connection)
+        .await
+        .map_err(store_error)?;
+    // `run_direct` is `run` minus its `Acquire` bound, whose lifetime
+    // makes `run` unusable in a future that must be `Send` for any
+    // lifetime (sqlx documents it as the way around that).
+    MIGRATOR.run_direct(connection).await.map_err(migrate_error)
+}
+
+/// Opens one session with `options`, within `wait`. A failure names the
+/// server's address, database and user (never the password) and the cause.
+async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgConnection> {
+    let address = format!(
+        "{}:{} (database {:?}, user {:?})",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or_default(),
+        options.get_username()
+    );
+    match tokio::time::timeout(wait, options.connect()).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(error)) => {
+            let error = store_error(error);
+            Err(Error::new(
+                error.kind(),
+                format!(
+                    "could not connect to PostgreSQL at {address}: {}",
+                    error.message()
+                ),
+            )
+            .with_source(error))
+        }
+        Err(elapsed) => Err(Error::unavailable(format!(
+            "could not connect to PostgreSQL at {address}: no answer within {wait:?}"
+        ))
+        .with_source(elapsed)),
+    }
+}
+
+/// Checks, without changing anything, that `schema` carries exactly the
+/// migrations of this version, all applied.
+async fn verify_on(connection: &mut PgConnection, schema: &SchemaName) -> Result<()> {
+    let name = schema.as_str();
+    let apply = format!(
+        "apply the migrations with a role that may change the schema: \
+         `PgStore::apply_migrations(&PgStoreConfig::new(admin_url).schema({name:?}))`"
+    );
+    let rows = sqlx::query(&format!(
+        "SELECT version, checksum, success FROM {}._sqlx_migrations ORDER BY version",
+        schema.quoted()
+    ))
+    .fetch_all(&mut *connection)
+    .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(error) => {
+            let error = store_error(error);
+            let message = match error.kind() {
+                ErrorKind::Incompatible => format!(
+                    "schema {name:?} holds no tenure migrations ({}); {apply}",
+                    error.message()
+                ),
+                ErrorKind::Config => format!(
+                    "cannot read schema {name:?}'s migration table ({}): grant the role \
+                     USAGE on the schema and SELECT on {name}._sqlx_migrations",
+                    error.message()
+                ),
+                _ => return Err(error),
+            };
+            return Err(Error::new(error.kind(), message).with_source(error));
+        }
+    };
+    let mut applied = std::collections::BTreeMap::new();
+    for row in &rows {
+        let version: i64 = row.try_get("version").map_err(store_error)?;
+        let checksum: Vec<u8> = row.try_get("checksum").map_err(store_error)?;
+        let success: bool = row.try_get("success").map_err(store_error)?;
+        applied.insert(version, (checksum, success));
+    }
+    for migration in MIGRATOR.iter() {
+        if migration.migration_type.is_down_migration() {
+            continue;
+        }
+        let (version, description) = (migration.version, &migration.description);
+        match applied.remove(&version) {
+            None => {
+                return Err(Error::new(
+                    ErrorKind::Incompatible,
+                    format!(
+                        "schema {name:?} lacks tenure migration {version} ({description}); {apply}"
+                    ),
+                ))
+            }
+            Some((_, false)) => {
+                return Err(Error::new(
+                    ErrorKind::Incompatible,
+                    format!(
+                        "tenure migration {version} ({description}) of schema {name:?} \
+                         failed part-way; repair the schema, then {apply}"
+                    ),
+                ))
+            }
+            Some((checksum, true)) if checksum != *migration.checksum => {
+                return Err(Error::new(
+                    ErrorKind::Incompatible,
+                    format!(
+                        "tenure migration {version} ({description}) of schema {name:?} was \
+                         applied from different SQL than this version's; point the store at \
+                         another schema"
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(version) = applied.keys().next() {
+        return Err(Error::new(
+            ErrorKind::Incompatible,
+            format!(
+                "schema {name:?} carries migration {version}, unknown to this version of \
+                 tenure: it was written by a newer one; upgrade the library"
+            ),
+        ));
+    }
+    Ok(())
 }

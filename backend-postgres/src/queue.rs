@@ -19,13 +19,13 @@ use lease_core::queue::{
     JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use lease_core::{clock, validate, Error, ErrorKind, Result, Timestamp};
-use sqlx::postgres::{PgArguments, PgRow};
-use sqlx::query::Query;
+use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::Postgres;
+use sqlx::Row;
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
+use crate::statement::PgQuery;
 use crate::store::{
     changed_concurrently, fence_param, interval, interval_rounded_up, WRITE_ATTEMPTS,
 };
@@ -34,16 +34,11 @@ use crate::PgStore;
 /// The primary key whose violation means a job id is taken.
 const JOBS_PRIMARY_KEY: &str = "jobs_pkey";
 
-/// A fenced write, built afresh for each attempt.
-type FencedWrite<'q> = Query<'q, Postgres, PgArguments>;
-
 impl PgStore {
     async fn read_job(&self, id: &str) -> Result<Option<Job>> {
-        let row = sqlx::query(&self.sql.jobs.get)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let row = self
+            .fetch_optional(|| sqlx::query(&self.sql.jobs.get).bind(id))
+            .await?;
         row.as_ref().map(decode::trusted_job).transpose()
     }
 
@@ -61,13 +56,10 @@ impl PgStore {
         &self,
         operation: &str,
         claim: &JobClaim,
-        write: impl Fn() -> FencedWrite<'q> + Send,
+        write: impl Fn() -> PgQuery<'q> + Send,
     ) -> Result<JobSettle> {
         for _ in 0..WRITE_ATTEMPTS {
-            let row = write()
-                .fetch_optional(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let row = self.fetch_optional(&write).await?;
             if let Some(row) = row {
                 return Ok(JobSettle::Settled(decode::trusted_job(&row)?));
             }
@@ -101,11 +93,14 @@ impl PgStore {
     /// The error of an enqueue that hit an existing id: names the first id
     /// of the batch that exists.
     async fn duplicate_job(&self, ids: &[&str], violation: sqlx::Error) -> Error {
-        let existing: Vec<String> = match sqlx::query_scalar(&self.sql.jobs.existing_ids)
-            .bind(ids)
-            .fetch_all(&self.pool)
+        let rows = match self
+            .fetch_all(|| sqlx::query(&self.sql.jobs.existing_ids).bind(ids))
             .await
         {
+            Ok(rows) => rows,
+            Err(error) => return error,
+        };
+        let existing: Vec<String> = match rows.iter().map(|row| row.try_get("id")).collect() {
             Ok(existing) => existing,
             Err(error) => return store_error(error),
         };
@@ -155,15 +150,17 @@ impl JobQueue for PgStore {
                 .iter()
                 .map(|job| Json(&job.required_capabilities))
                 .collect();
-            let rows = sqlx::query(&self.sql.jobs.enqueue)
-                .bind(&ids)
-                .bind(&queues)
-                .bind(&payloads)
-                .bind(&priorities)
-                .bind(&run_ats)
-                .bind(&max_attempts)
-                .bind(&capabilities)
-                .fetch_all(&self.pool)
+            let rows = self
+                .fetch_all_raw(|| {
+                    sqlx::query(&self.sql.jobs.enqueue)
+                        .bind(&ids)
+                        .bind(&queues)
+                        .bind(&payloads)
+                        .bind(&priorities)
+                        .bind(&run_ats)
+                        .bind(&max_attempts)
+                        .bind(&capabilities)
+                })
                 .await;
             match rows {
                 Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
@@ -183,16 +180,17 @@ impl JobQueue for PgStore {
         self.bounded("claim", async move {
             validate::claim_request(request)?;
             let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
-            let rows = sqlx::query(&self.sql.jobs.claim)
-                .bind(&request.queue)
-                .bind(&capabilities)
-                // Validated to at most `rules::MAX_CLAIM`.
-                .bind(request.limit as i64)
-                .bind(&request.worker)
-                .bind(interval(request.ttl))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.claim)
+                        .bind(&request.queue)
+                        .bind(&capabilities)
+                        // Validated to at most `rules::MAX_CLAIM`.
+                        .bind(request.limit as i64)
+                        .bind(&request.worker)
+                        .bind(interval(request.ttl))
+                })
+                .await?;
             self.jobs_skipping_undecodable("claim", &rows)
                 .into_iter()
                 .map(claimed)
@@ -206,15 +204,18 @@ impl JobQueue for PgStore {
             validate::job_claim(claim)?;
             validate::ttl(ttl)?;
             for _ in 0..WRITE_ATTEMPTS {
-                let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.jobs.renew)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(interval(ttl))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
-                if let Some(expires_at) = renewed {
+                let renewed = self
+                    .fetch_optional(|| {
+                        sqlx::query(&self.sql.jobs.renew)
+                            .bind(&claim.id)
+                            .bind(&claim.owner)
+                            .bind(fence_param(claim.fence))
+                            .bind(interval(ttl))
+                    })
+                    .await?;
+                if let Some(row) = renewed {
+                    let expires_at =
+                        decode::instant(&row, "lease_expires_at").map_err(store_error)?;
                     return Ok(JobRenewal::Renewed { expires_at });
                 }
                 if let Some(loss) = self.job_loss(claim).await? {
@@ -290,12 +291,13 @@ impl JobQueue for PgStore {
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         self.bounded("reap", async move {
             validate::grace(grace)?;
-            let rows = sqlx::query(&self.sql.jobs.reap)
-                .bind(interval_rounded_up(grace))
-                .bind(rules::MAX_REAP as i64)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.reap)
+                        .bind(interval_rounded_up(grace))
+                        .bind(rules::MAX_REAP as i64)
+                })
+                .await?;
             let (requeued, dead_lettered) = self
                 .jobs_skipping_undecodable("reap", &rows)
                 .into_iter()
@@ -313,14 +315,15 @@ impl JobQueue for PgStore {
             validate::job_claim(claim)?;
             validate::ttl(ttl)?;
             for _ in 0..WRITE_ATTEMPTS {
-                let row = sqlx::query(&self.sql.jobs.take_back)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(interval(ttl))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let row = self
+                    .fetch_optional(|| {
+                        sqlx::query(&self.sql.jobs.take_back)
+                            .bind(&claim.id)
+                            .bind(&claim.owner)
+                            .bind(fence_param(claim.fence))
+                            .bind(interval(ttl))
+                    })
+                    .await?;
                 if let Some(row) = row {
                     return Ok(TakeBack::Taken(claimed(decode::trusted_job(&row)?)?));
                 }
@@ -346,14 +349,15 @@ impl JobQueue for PgStore {
         self.bounded("list_dead_letters", async move {
             validate::queue(queue)?;
             validate::limit(limit)?;
-            let rows = sqlx::query(&self.sql.jobs.list_dead_letters)
-                .bind(queue)
-                // Validated to at most `validate::MAX_LIST_LIMIT`.
-                .bind(limit as i64)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
-            rows.iter().map(decode::trusted_job).collect()
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.list_dead_letters)
+                        .bind(queue)
+                        // Validated to at most `validate::MAX_LIST_LIMIT`.
+                        .bind(limit as i64)
+                })
+                .await?;
+            Ok(self.jobs_skipping_undecodable("list_dead_letters", &rows))
         })
         .await
     }
@@ -362,11 +366,9 @@ impl JobQueue for PgStore {
         self.bounded("retry_dead_letter", async move {
             validate::lease_id(id)?;
             for _ in 0..WRITE_ATTEMPTS {
-                let row = sqlx::query(&self.sql.jobs.retry_dead_letter)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let row = self
+                    .fetch_optional(|| sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id))
+                    .await?;
                 if let Some(row) = row {
                     return Ok(OperatorRetry::Requeued(decode::trusted_job(&row)?));
                 }

@@ -29,6 +29,9 @@ const ACTIVE: &str = "('pending', 'running')";
 /// include it so it is reported instead of silently never reaped.
 const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 
+/// The largest `integer`, where a job's attempt count saturates.
+const INTEGER_MAX: i32 = i32::MAX;
+
 /// The columns of a job, read by name in [`crate::decode::job`].
 const JOB_COLUMNS: [&str; 16] = [
     "id",
@@ -73,8 +76,9 @@ pub(crate) struct Statements {
     /// `$1` scopes → every (scope, holder) pair, unlocked: for the answer
     /// after lost races.
     pub(crate) read_holders: String,
-    /// `$1` ids, `$2` requester, `$3` stop reason, `$4` now → the
-    /// interrupted records, each with a new fence; their held scopes released.
+    /// `$1` ids (distinct, in the plan's order), `$2` requester, `$3` stop
+    /// reason, `$4` now → the interrupted records, each with a new fence,
+    /// ascending in the order of `$1`; their held scopes released.
     pub(crate) interrupt: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` ttl → the new expiry, if renewed.
     pub(crate) renew: String,
@@ -101,7 +105,7 @@ pub(crate) struct Statements {
     /// `$1` scope.
     pub(crate) list_by_scope: String,
     pub(crate) list_active: String,
-    /// `$1` retention → deleted rows.
+    /// `$1` retention → `purged`, the count of deleted rows.
     pub(crate) purge: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
@@ -167,6 +171,8 @@ impl JobStatements {
             // Fences are drawn after the jobs are picked and locked, then
             // paired with them in claim order: values of one sequence,
             // sorted ascending, are in the order they were drawn.
+            // The attempt count saturates: a damaged count at the integer
+            // limit must not make every claim on the queue fail.
             claim: format!(
                 "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
                    WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
@@ -178,7 +184,7 @@ impl JobStatements {
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
                    FROM (SELECT nextval({fence_seq}) AS fence FROM picked) drawn), \
                  claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
-                   attempt = j.attempt + 1, fence = f.fence, \
+                   attempt = least(j.attempt::bigint + 1, {INTEGER_MAX})::integer, fence = f.fence, \
                    lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
                    FROM ranked r JOIN fences f ON f.claim_order = r.claim_order \
                    WHERE j.id = r.id RETURNING r.claim_order, {job}) \
@@ -263,10 +269,19 @@ impl Statements {
                  JOIN {s}.leases l ON l.id = h.lease_id \
                  WHERE h.scope = ANY($1::text[]) ORDER BY h.scope"
             ),
+            // Fences are drawn apart from the update, then paired with the
+            // holders in the plan's order (values of one sequence, sorted
+            // ascending, are in the order they were drawn): `nextval()` inside
+            // the update would follow the table's physical row order instead.
             interrupt: format!(
-                "WITH changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
-                   fence = nextval({fence_seq}), stop_reason = $3, updated_at = $4::timestamptz \
-                   WHERE l.id = ANY($1::text[]) RETURNING {record}, l.is_active), \
+                "WITH planned AS (SELECT p.id, p.position \
+                   FROM unnest($1::text[]) WITH ORDINALITY AS p(id, position)), \
+                 fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS position \
+                   FROM (SELECT nextval({fence_seq}) AS fence FROM planned) drawn), \
+                 changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
+                   fence = f.fence, stop_reason = $3, updated_at = $4::timestamptz \
+                   FROM planned p JOIN fences f ON f.position = p.position \
+                   WHERE l.id = p.id RETURNING {record}, l.is_active), \
                  {held_release} \
                  SELECT {record} FROM changed l"
             ),
@@ -331,8 +346,9 @@ impl Statements {
                 "SELECT {record} FROM {s}.leases l WHERE l.status IN {ACTIVE} ORDER BY l.id"
             ),
             purge: format!(
-                "DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
-                 AND updated_at <= now() - $1::interval"
+                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
+                   AND updated_at <= now() - $1::interval RETURNING 1) \
+                 SELECT count(*) AS purged FROM purged"
             ),
             jobs: JobStatements::new(&s, &fence_seq),
         }

@@ -29,15 +29,11 @@ use crate::decode::{self, Undecodable};
 use crate::error::{
     constraint, sqlstate, store_error, DEADLOCK_DETECTED, SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
 };
+use crate::statement::BEGIN_READ_COMMITTED;
 use crate::PgStore;
 
 /// Attempts of one admission before a persistent race is answered `Conflict`.
 const ADMIT_ATTEMPTS: usize = 3;
-
-/// How an admission's transaction starts. The scope locks only help if every
-/// statement after them sees what the previous holder committed: a fresh
-/// snapshot per statement, whatever the server's default isolation.
-const ADMIT_BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// Attempts of a conditional write whose refusal the follow-up read cannot
 /// explain (the row changed between the two statements).
@@ -210,7 +206,10 @@ impl PgStore {
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
     ) -> std::result::Result<Admission, AdmitFailure> {
-        let mut tx = self.pool.begin_with(ADMIT_BEGIN).await?;
+        // The scope locks only help if every statement after them sees what
+        // the previous holder committed: a fresh snapshot per statement,
+        // whatever the session's default isolation.
+        let mut tx = self.pool.begin_with(BEGIN_READ_COMMITTED).await?;
         let mut interrupted = Vec::new();
         loop {
             let (holders, now) = match self
@@ -302,7 +301,7 @@ impl PgStore {
             "taken" => Err(AdmitFailure::Duplicate),
             "held" => Ok(AdmitIfFree::Held {
                 holders: records(&rows)?,
-                now: first.try_get("store_now")?,
+                now: decode::instant(first, "store_now")?,
             }),
             other => Err(Error::corrupt(format!("admit_if_free answered {other:?}")).into()),
         }
@@ -313,11 +312,9 @@ impl PgStore {
     /// scopes are held at all.
     async fn visible_conflict(&self, request: &AdmitRequest) -> Result<Option<Admission>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
-        let rows = sqlx::query(&self.sql.read_holders)
-            .bind(&scopes)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let rows = self
+            .fetch_all(|| sqlx::query(&self.sql.read_holders).bind(&scopes))
+            .await?;
         let now = LeaseStore::now(self).await?;
         let holders = records(&rows)?;
         let first = match rules::plan_admission(request, &holders, now) {
@@ -337,23 +334,19 @@ impl PgStore {
     }
 
     async fn read_record(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        let row = sqlx::query(&self.sql.get)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let row = self
+            .fetch_optional(|| sqlx::query(&self.sql.get).bind(id))
+            .await?;
         row.as_ref().map(decode::trusted_record).transpose()
     }
 
     /// The record as it is now, with the server's clock.
     async fn read_record_at_now(&self, id: &str) -> Result<Option<(Timestamp, LeaseRecord)>> {
-        let row = sqlx::query(&self.sql.get_with_now)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(store_error)?;
+        let row = self
+            .fetch_optional(|| sqlx::query(&self.sql.get_with_now).bind(id))
+            .await?;
         let Some(row) = row else { return Ok(None) };
-        let now: Timestamp = row.try_get("store_now").map_err(store_error)?;
+        let now = decode::instant(&row, "store_now").map_err(store_error)?;
         Ok(Some((now, decode::trusted_record(&row)?)))
     }
 }
@@ -395,15 +388,18 @@ impl LeaseStore for PgStore {
             validate::claim(claim)?;
             validate::ttl(ttl)?;
             for _ in 0..WRITE_ATTEMPTS {
-                let renewed: Option<Timestamp> = sqlx::query_scalar(&self.sql.renew)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(interval(ttl))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
-                if let Some(expires_at) = renewed {
+                let renewed = self
+                    .fetch_optional(|| {
+                        sqlx::query(&self.sql.renew)
+                            .bind(&claim.id)
+                            .bind(&claim.owner)
+                            .bind(fence_param(claim.fence))
+                            .bind(interval(ttl))
+                    })
+                    .await?;
+                if let Some(row) = renewed {
+                    let expires_at =
+                        decode::instant(&row, "lease_expires_at").map_err(store_error)?;
                     return Ok(Renewal::Renewed { expires_at });
                 }
                 let record = self.read_record(&claim.id).await?;
@@ -438,20 +434,22 @@ impl LeaseStore for PgStore {
                 .iter()
                 .map(|claim| fence_param(claim.fence))
                 .collect();
-            let rows = sqlx::query(&self.sql.renew_many)
-                .bind(&ids)
-                .bind(&owners)
-                .bind(&fences)
-                .bind(interval(ttl))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.renew_many)
+                        .bind(&ids)
+                        .bind(&owners)
+                        .bind(&fences)
+                        .bind(interval(ttl))
+                })
+                .await?;
             let mut renewed: Vec<Option<Timestamp>> = vec![None; distinct.len()];
             for row in &rows {
                 let position: i64 = row.try_get("position").map_err(store_error)?;
-                let expires_at: Timestamp = row.try_get("lease_expires_at").map_err(store_error)?;
-                let slot = usize::try_from(position - 1)
-                    .ok()
+                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                let slot = position
+                    .checked_sub(1)
+                    .and_then(|slot| usize::try_from(slot).ok())
                     .filter(|slot| *slot < distinct.len())
                     .ok_or_else(|| {
                         Error::corrupt(format!("renew_many answered unknown position {position}"))
@@ -466,11 +464,9 @@ impl LeaseStore for PgStore {
                 .collect();
             let mut records: HashMap<String, LeaseRecord> = HashMap::new();
             if !refused.is_empty() {
-                let rows = sqlx::query(&self.sql.get_many)
-                    .bind(&refused)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let rows = self
+                    .fetch_all(|| sqlx::query(&self.sql.get_many).bind(&refused))
+                    .await?;
                 for row in &rows {
                     let record = decode::trusted_record(row)?;
                     records.insert(record.id.clone(), record);
@@ -504,17 +500,18 @@ impl LeaseStore for PgStore {
                 .map(Status::as_str)
                 .collect();
             for _ in 0..WRITE_ATTEMPTS {
-                let row = sqlx::query(&self.sql.transition)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(change.status.as_str())
-                    .bind(change.error.as_deref())
-                    .bind(change.stop_reason.as_deref())
-                    .bind(&allowed_from)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let row = self
+                    .fetch_optional(|| {
+                        sqlx::query(&self.sql.transition)
+                            .bind(&claim.id)
+                            .bind(&claim.owner)
+                            .bind(fence_param(claim.fence))
+                            .bind(change.status.as_str())
+                            .bind(change.error.as_deref())
+                            .bind(change.stop_reason.as_deref())
+                            .bind(&allowed_from)
+                    })
+                    .await?;
                 if let Some(row) = row {
                     return Ok(Transition::Applied(decode::trusted_record(&row)?));
                 }
@@ -552,18 +549,19 @@ impl LeaseStore for PgStore {
             };
             let adopt = status == Status::Running;
             for _ in 0..WRITE_ATTEMPTS {
-                let row = sqlx::query(&self.sql.take_over)
-                    .bind(&request.id)
-                    .bind(&request.claimer)
-                    .bind(status.as_str())
-                    .bind(error)
-                    .bind(stop_reason)
-                    .bind(adopt)
-                    .bind(adopt_ttl.map(interval))
-                    .bind(interval_rounded_up(request.grace))
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let row = self
+                    .fetch_optional(|| {
+                        sqlx::query(&self.sql.take_over)
+                            .bind(&request.id)
+                            .bind(&request.claimer)
+                            .bind(status.as_str())
+                            .bind(error)
+                            .bind(stop_reason)
+                            .bind(adopt)
+                            .bind(adopt_ttl.map(interval))
+                            .bind(interval_rounded_up(request.grace))
+                    })
+                    .await?;
                 if let Some(row) = row {
                     return Ok(Takeover::Taken(decode::trusted_record(&row)?));
                 }
@@ -595,14 +593,15 @@ impl LeaseStore for PgStore {
             // limit is filled with good records or the matches run out.
             while scan.records.len() < query.limit {
                 let wanted = query.limit - scan.records.len();
-                let rows = sqlx::query(&self.sql.list_expired)
-                    .bind(interval_rounded_up(query.grace))
-                    .bind(query.created_before)
-                    .bind(wanted as i64)
-                    .bind(offset)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(store_error)?;
+                let rows = self
+                    .fetch_all(|| {
+                        sqlx::query(&self.sql.list_expired)
+                            .bind(interval_rounded_up(query.grace))
+                            .bind(query.created_before)
+                            .bind(wanted as i64)
+                            .bind(offset)
+                    })
+                    .await?;
                 offset += rows.len() as i64;
                 for row in &rows {
                     match decode::record(row) {
@@ -638,11 +637,9 @@ impl LeaseStore for PgStore {
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
         self.bounded("list_by_scope", async move {
             validate::scope(scope)?;
-            let rows = sqlx::query(&self.sql.list_by_scope)
-                .bind(scope)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .fetch_all(|| sqlx::query(&self.sql.list_by_scope).bind(scope))
+                .await?;
             records(&rows)
         })
         .await
@@ -650,10 +647,9 @@ impl LeaseStore for PgStore {
 
     async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
         self.bounded("list_active", async move {
-            let rows = sqlx::query(&self.sql.list_active)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(store_error)?;
+            let rows = self
+                .fetch_all(|| sqlx::query(&self.sql.list_active))
+                .await?;
             records(&rows)
         })
         .await
@@ -661,10 +657,11 @@ impl LeaseStore for PgStore {
 
     async fn now(&self) -> Result<Timestamp> {
         self.bounded("now", async move {
-            sqlx::query_scalar("SELECT now()")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(store_error)
+            let row = self
+                .fetch_optional(|| sqlx::query("SELECT now() AS store_now"))
+                .await?
+                .ok_or_else(|| Error::corrupt("SELECT now() answered no row"))?;
+            decode::instant(&row, "store_now").map_err(store_error)
         })
         .await
     }
@@ -672,12 +669,15 @@ impl LeaseStore for PgStore {
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         self.bounded("purge", async move {
             validate::retention(terminal_older_than)?;
-            let done = sqlx::query(&self.sql.purge)
-                .bind(interval_rounded_up(terminal_older_than))
-                .execute(&self.pool)
-                .await
-                .map_err(store_error)?;
-            Ok(done.rows_affected())
+            let row = self
+                .fetch_optional(|| {
+                    sqlx::query(&self.sql.purge).bind(interval_rounded_up(terminal_older_than))
+                })
+                .await?
+                .ok_or_else(|| Error::corrupt("purge answered no count"))?;
+            let purged: i64 = row.try_get("purged").map_err(store_error)?;
+            u64::try_from(purged)
+                .map_err(|_| Error::corrupt(format!("purge answered count {purged}")))
         })
         .await
     }

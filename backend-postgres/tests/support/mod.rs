@@ -37,6 +37,14 @@ pub fn server_url(test: &str) -> Option<String> {
     None
 }
 
+/// `url` with a startup option making `isolation` its sessions' default
+/// (spaces escaped for the option, then percent-encoded for the URL).
+pub fn with_isolation(url: &str, isolation: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let value = isolation.replace(' ', "%5C%20");
+    format!("{url}{separator}options=-c%20default_transaction_isolation%3D{value}")
+}
+
 /// A schema name no other test or run uses.
 pub fn fresh_schema() -> String {
     format!("tenure_test_{}", lease_core::generate_id().replace('-', ""))
@@ -102,6 +110,15 @@ impl PgFactory {
     pub fn from_env() -> Self {
         PgFactory {
             url: conformance::service_url(URL_VAR),
+        }
+    }
+
+    /// A factory for the server named by [`URL_VAR`], if any, whose
+    /// sessions default to `isolation` (a startup option in the URL, as a
+    /// deployment might set it).
+    pub fn from_env_at_isolation(isolation: &str) -> Self {
+        PgFactory {
+            url: conformance::service_url(URL_VAR).map(|url| with_isolation(&url, isolation)),
         }
     }
 }

@@ -1,0 +1,75 @@
+//! Every statement of every operation runs through [`PgStore::fetch_all`],
+//! which gives it `READ COMMITTED` semantics whatever the session's default
+//! isolation level.
+//!
+//! The store's statements are written for `READ COMMITTED`: a conditional
+//! update that finds its row changed by a concurrent commit re-checks the
+//! row's new version instead of failing. In a session whose
+//! `default_transaction_isolation` is `repeatable read` or `serializable`
+//! (a pool option, a role or database setting), the same statement answers
+//! SQLSTATE 40001 instead. Rather than pay for an explicit transaction on
+//! every call, a statement runs on its own first; only one that answers a
+//! serialization failure (which rolled it back whole, so nothing was
+//! applied) runs again, once, inside `BEGIN ISOLATION LEVEL READ COMMITTED`,
+//! where no serialization failure can occur. At `READ COMMITTED` the second
+//! run never happens. Admissions, which need a transaction anyway, start
+//! theirs at `READ COMMITTED` explicitly (see the crate docs).
+
+use lease_core::Result;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::Postgres;
+
+use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
+use crate::PgStore;
+
+/// How a transaction of the store starts: a fresh snapshot per statement,
+/// whatever the session's default isolation level.
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// One statement with its parameters bound.
+pub(crate) type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
+
+impl PgStore {
+    /// Runs the statement `statement` builds and answers its rows, with
+    /// `READ COMMITTED` semantics (see the module docs). `statement` is
+    /// called once, or twice if the first run was a serialization failure.
+    pub(crate) async fn fetch_all<'q>(
+        &self,
+        statement: impl Fn() -> PgQuery<'q>,
+    ) -> Result<Vec<PgRow>> {
+        self.fetch_all_raw(statement).await.map_err(store_error)
+    }
+
+    /// [`fetch_all`](Self::fetch_all), answering the server's error as it
+    /// is, for a caller that tells some of them apart.
+    pub(crate) async fn fetch_all_raw<'q>(
+        &self,
+        statement: impl Fn() -> PgQuery<'q>,
+    ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
+        match statement().fetch_all(&self.pool).await {
+            Err(error) if sqlstate(&error).as_deref() == Some(SERIALIZATION_FAILURE) => {
+                tracing::debug!(
+                    schema = self.schema(),
+                    %error,
+                    "statement hit a serialization failure above READ COMMITTED; \
+                     running it again at READ COMMITTED"
+                );
+                let mut transaction = self.pool.begin_with(BEGIN_READ_COMMITTED).await?;
+                let rows = statement().fetch_all(&mut *transaction).await?;
+                transaction.commit().await?;
+                Ok(rows)
+            }
+            answer => answer,
+        }
+    }
+
+    /// [`fetch_all`](Self::fetch_all) for a statement answering at most one
+    /// row.
+    pub(crate) async fn fetch_optional<'q>(
+        &self,
+        statement: impl Fn() -> PgQuery<'q>,
+    ) -> Result<Option<PgRow>> {
+        Ok(self.fetch_all(statement).await?.into_iter().next())
+    }
+}
