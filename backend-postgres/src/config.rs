@@ -168,6 +168,7 @@ impl fmt::Debug for PgStoreConfig {
             .field("max_connections", &self.max_connections)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("operation_timeout", &self.operation_timeout)
+            .field("migration_mode", &self.migration_mode)
             .finish()
     }
 }
