@@ -187,7 +187,11 @@ impl<S: LeaseStore> Ctx<S> {
     pub async fn footprint(&self) -> Result<Option<Footprint>, Failure> {
         match &self.footprint {
             Some(probe) => Ok(Some(probe(Arc::clone(&self.store)).await.map_err(
-                |error| Failure(format!("the factory could not count what the store keeps: {error}")),
+                |error| {
+                    Failure(format!(
+                        "the factory could not count what the store keeps: {error}"
+                    ))
+                },
             )?)),
             None => Ok(None),
         }

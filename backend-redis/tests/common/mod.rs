@@ -51,10 +51,12 @@ impl Factory for RedisFactory {
     /// Entries per key of the case's namespace.
     fn footprint_probe(&self) -> Option<FootprintProbe<RedisStore>> {
         let url = self.url.clone().unwrap_or_default();
-        Some(std::sync::Arc::new(move |store: std::sync::Arc<RedisStore>| {
-            let url = url.clone();
-            Box::pin(async move { count_entries(&url, store.config().namespace()).await })
-        }))
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<RedisStore>| {
+                let url = url.clone();
+                Box::pin(async move { count_entries(&url, store.config().namespace()).await })
+            },
+        ))
     }
 }
 

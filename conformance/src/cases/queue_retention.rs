@@ -24,7 +24,7 @@ use lease_core::queue::{
 };
 use lease_core::validate::MAX_RETENTION;
 use lease_core::{
-    clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, Timestamp, TakeoverRequest,
+    clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
 };
 use serde_json::json;
 
@@ -78,7 +78,10 @@ async fn claim_only<S: JobQueue>(
         .claim(&ClaimRequest::new(queue, worker, ttl))
         .await?;
     ensure_eq!(
-        claimed.iter().map(|c| c.job.id.as_str()).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|c| c.job.id.as_str())
+            .collect::<Vec<_>>(),
         vec![id],
         "{worker} claims the one visible job of {queue:?}"
     );
@@ -232,10 +235,7 @@ pub async fn queue_purge_jobs_removes_old_finished_only<S: JobQueue + 'static>(
 ) -> CaseResult {
     let start = ctx.store.now().await?;
     // On a queue of its own, so the claims below never take it.
-    let waiting = ctx
-        .store
-        .enqueue(&job_in("idle", "old-waiting"))
-        .await?;
+    let waiting = ctx.store.enqueue(&job_in("idle", "old-waiting")).await?;
     let delayed = ctx
         .store
         .enqueue(&job("old-delayed").run_at(clock::add(start, FAR)))
@@ -244,7 +244,11 @@ pub async fn queue_purge_jobs_removes_old_finished_only<S: JobQueue + 'static>(
     let backing_off = enqueue_and_claim(&ctx, job("old-backing-off"), "worker-a", LONG_TTL).await?;
     let backing_off = settled(
         ctx.store
-            .fail(&backing_off.claim, "try later", FailAction::Retry { backoff: FAR })
+            .fail(
+                &backing_off.claim,
+                "try later",
+                FailAction::Retry { backoff: FAR },
+            )
             .await?,
         JobState::Queued,
         "fail with retry",
@@ -252,11 +256,17 @@ pub async fn queue_purge_jobs_removes_old_finished_only<S: JobQueue + 'static>(
     let old_completed = completed(&ctx, job("old-completed")).await?;
     let old_failed = dead_lettered(&ctx, job("old-failed")).await?;
     let (reaped_claim, old_reaped) = reaped(&ctx, job("old-reaped")).await?;
-    let exhausted = enqueue_and_claim(&ctx, job("old-exhausted").max_attempts(1), "w", LONG_TTL)
-        .await?;
+    let exhausted =
+        enqueue_and_claim(&ctx, job("old-exhausted").max_attempts(1), "w", LONG_TTL).await?;
     let old_exhausted = settled(
         ctx.store
-            .fail(&exhausted.claim, "again", FailAction::Retry { backoff: Duration::ZERO })
+            .fail(
+                &exhausted.claim,
+                "again",
+                FailAction::Retry {
+                    backoff: Duration::ZERO,
+                },
+            )
             .await?,
         JobState::DeadLettered,
         "fail with retry on the last attempt",
@@ -303,17 +313,33 @@ pub async fn queue_purge_jobs_removes_old_finished_only<S: JobQueue + 'static>(
         "a stale renewal of a purged job is answered Missing"
     );
 
-    purge_expecting(&ctx, RETENTION, &[], &[&young, &waiting, &delayed, &running, &backing_off])
-        .await?;
-    purge_expecting(&ctx, Duration::ZERO, &[&young], &[&waiting, &delayed, &running, &backing_off])
-        .await?;
+    purge_expecting(
+        &ctx,
+        RETENTION,
+        &[],
+        &[&young, &waiting, &delayed, &running, &backing_off],
+    )
+    .await?;
+    purge_expecting(
+        &ctx,
+        Duration::ZERO,
+        &[&young],
+        &[&waiting, &delayed, &running, &backing_off],
+    )
+    .await?;
 
     let again = enqueue_and_claim(&ctx, job("old-completed"), "worker-c", LONG_TTL).await?;
-    let highest_before = [&running, &old_completed, &old_reaped, &old_exhausted, &young]
-        .iter()
-        .map(|job| job.fence)
-        .max()
-        .unwrap_or(0);
+    let highest_before = [
+        &running,
+        &old_completed,
+        &old_reaped,
+        &old_exhausted,
+        &young,
+    ]
+    .iter()
+    .map(|job| job.fence)
+    .max()
+    .unwrap_or(0);
     ensure!(
         again.claim.fence > highest_before,
         "a purged id enqueued again is claimed with a new fence: {} after {highest_before}",
@@ -458,7 +484,10 @@ pub async fn queue_purge_jobs_leaves_the_queue_working<S: JobQueue + 'static>(
         .claim(&ClaimRequest::new(QUEUE, "worker-b", LONG_TTL).limit(10))
         .await?;
     ensure_eq!(
-        claimed.iter().map(|c| c.job.id.as_str()).collect::<Vec<_>>(),
+        claimed
+            .iter()
+            .map(|c| c.job.id.as_str())
+            .collect::<Vec<_>>(),
         vec!["high", "mid", "low"],
         "the queued jobs are claimed best first, and nothing else"
     );
@@ -475,9 +504,15 @@ pub async fn queue_purge_jobs_leaves_the_queue_working<S: JobQueue + 'static>(
     let (Some(high), Some(mid), Some(low)) = (claims.next(), claims.next(), claims.next()) else {
         return Err(Failure("three claims expected".into()));
     };
-    settled(ctx.store.complete(&high).await?, JobState::Completed, "complete")?;
+    settled(
+        ctx.store.complete(&high).await?,
+        JobState::Completed,
+        "complete",
+    )?;
     let dead = settled(
-        ctx.store.fail(&mid, "broken", FailAction::DeadLetter).await?,
+        ctx.store
+            .fail(&mid, "broken", FailAction::DeadLetter)
+            .await?,
         JobState::DeadLettered,
         "fail with dead-letter",
     )?;
@@ -585,21 +620,40 @@ async fn round_of_work<S: JobQueue>(
             let held = claimed
                 .pop()
                 .ok_or_else(|| Failure("the deferred job is claimed again".into()))?;
-            settled(ctx.store.complete(&held.claim).await?, JobState::Completed, "complete")?;
+            settled(
+                ctx.store.complete(&held.claim).await?,
+                JobState::Completed,
+                "complete",
+            )?;
             // Dead-lettered by an operator's choice, retried, completed.
             dead_lettered(ctx, job_in(&queue, &id("operator"))).await?;
             ctx.store.retry_dead_letter(&id("operator")).await?;
             let held = claim_only(ctx, &queue, "worker-c", LONG_TTL, &id("operator")).await?;
-            settled(ctx.store.complete(&held.claim).await?, JobState::Completed, "complete")?;
+            settled(
+                ctx.store.complete(&held.claim).await?,
+                JobState::Completed,
+                "complete",
+            )?;
             // Reaped, taken back, completed; reaped and left dead.
             let (held, _) = reaped(ctx, job_in(&queue, &id("taken-back"))).await?;
             if let TakeBack::Taken(again) = ctx.store.take_back(&held.claim, LONG_TTL).await? {
-                settled(ctx.store.complete(&again.claim).await?, JobState::Completed, "complete")?;
+                settled(
+                    ctx.store.complete(&again.claim).await?,
+                    JobState::Completed,
+                    "complete",
+                )?;
             } else {
                 return Err(Failure("the reaped job is taken back".into()));
             }
             reaped(ctx, job_in(&queue, &id("reaped"))).await?;
-            for path in ["completed", "dead", "bumpy", "operator", "taken-back", "reaped"] {
+            for path in [
+                "completed",
+                "dead",
+                "bumpy",
+                "operator",
+                "taken-back",
+                "reaped",
+            ] {
                 names.jobs.push(id(path));
             }
         }
