@@ -155,6 +155,21 @@ impl MemoryStore {
         }
     }
 
+    /// How many entries the store keeps, per structure (`records`, `holders`
+    /// of scopes, `jobs`, `queues` with queued jobs): what a test reads to
+    /// check that, after `purge` and `purge_jobs`, nothing grows with the
+    /// work the store has done.
+    pub fn footprint(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let state = self.lock();
+        let (jobs, queues) = state.jobs.footprint();
+        std::collections::BTreeMap::from([
+            ("records", state.records.len()),
+            ("holders", state.holders.len()),
+            ("jobs", jobs),
+            ("queues", queues),
+        ])
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave a half-applied
         // operation: every operation decides before it mutates.

@@ -82,6 +82,19 @@ impl Jobs {
         self.by_id.insert(job.id.clone(), job);
     }
 
+    /// Deletes every job `purgeable` says may go; answers how many.
+    /// Finished jobs are in no queue index, so only the map changes.
+    fn purge(&mut self, purgeable: impl Fn(&Job) -> bool) -> u64 {
+        let before = self.by_id.len();
+        self.by_id.retain(|_, job| !purgeable(job));
+        (before - self.by_id.len()) as u64
+    }
+
+    /// Entries kept: jobs, and queues with an index of queued jobs.
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        (self.by_id.len(), self.queued.len())
+    }
+
     fn unqueue(&mut self, job: &Job) {
         if let Some(queued) = self.queued.get_mut(&job.queue) {
             queued.remove(&claim_key(job));
@@ -278,5 +291,14 @@ impl JobQueue for MemoryStore {
         rules::retry_dead_letter(&mut job, now);
         state.jobs.put(job.clone());
         Ok(OperatorRetry::Requeued(job))
+    }
+
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        validate::job_retention(finished_older_than)?;
+        let now = self.now();
+        Ok(self
+            .lock()
+            .jobs
+            .purge(|job| rules::job_purgeable(job, finished_older_than, now)))
     }
 }

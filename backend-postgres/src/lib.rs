@@ -57,7 +57,11 @@
 //! * `jobs`: one row per job (`jsonb` payload, `text[]` required
 //!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
 //!   partial indexes for claiming (a queue's queued jobs, best first),
-//!   reaping (claimed jobs by expiry) and listing dead letters;
+//!   reaping (claimed jobs by expiry) and listing dead letters, and
+//!   (migration 0004) one of finished jobs by finish time for `purge_jobs`.
+//!   Purging a lease deletes its `lease_scopes` rows with it (foreign-key
+//!   cascade); scope locks are transaction-scoped advisory locks, so no
+//!   row is kept per scope;
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
 //!   takeovers, job claims and take-backs alike.
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see

@@ -384,4 +384,20 @@ impl JobQueue for PgStore {
         })
         .await
     }
+
+    /// One `DELETE` on the finished-jobs index (migration 0004). A job
+    /// retried or taken back while the statement waits for its row is
+    /// re-checked on its new version and stays.
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        self.bounded("purge_jobs", async move {
+            validate::job_retention(finished_older_than)?;
+            let done = sqlx::query(&self.sql.jobs.purge_finished)
+                .bind(interval_rounded_up(finished_older_than))
+                .execute(&self.pool)
+                .await
+                .map_err(store_error)?;
+            Ok(done.rows_affected())
+        })
+        .await
+    }
 }

@@ -144,6 +144,9 @@ pub(crate) struct JobStatements {
     pub(crate) list_dead_letters: String,
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
+    /// `$1` retention → deleted rows: finished jobs whose last update (their
+    /// finish time) is at least the retention ago.
+    pub(crate) purge_finished: String,
 }
 
 impl JobStatements {
@@ -241,6 +244,10 @@ impl JobStatements {
                 "UPDATE {s}.jobs j SET state = 'queued', dead_reason = NULL, attempt = 0, \
                  run_at = now(), updated_at = now() \
                  WHERE j.id = $1 AND j.state = 'dead_lettered' RETURNING {job}"
+            ),
+            purge_finished: format!(
+                "DELETE FROM {s}.jobs WHERE state IN ('completed', 'dead_lettered') \
+                 AND updated_at <= now() - $1::interval"
             ),
         }
     }

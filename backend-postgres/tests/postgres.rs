@@ -80,7 +80,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     support::drop_schema(&from_url).await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 3);
+    assert_eq!(applied, 4);
     assert_eq!(seen, Some(record));
 }
 

@@ -52,6 +52,11 @@ impl Keys {
         self.fixed("claimed")
     }
 
+    /// Finished (completed and dead-lettered) job ids by finish time.
+    pub(crate) fn finished_jobs(&self) -> String {
+        self.fixed("finished")
+    }
+
     /// The hash of job `id` (a family apart from records: a job may share
     /// an id with a lease).
     pub(crate) fn job(&self, id: &str) -> String {
@@ -124,6 +129,7 @@ mod tests {
         assert_ne!(keys.ready("job:x"), keys.job("x"));
         assert_ne!(keys.dead_letters(""), keys.delayed(""));
         assert_ne!(keys.claimed_jobs(), keys.job(""));
+        assert_ne!(keys.finished_jobs(), keys.job(""));
     }
 
     #[test]

@@ -39,8 +39,11 @@
 //! per job, per queue a ready sorted set whose members sort in claim order
 //! and a delayed one by `run_at` (due jobs move into ready when a claim
 //! runs, so no background process is needed), a sorted set of claimed jobs
-//! by lease expiry (`reap`) and per queue one of dead letters by last update;
-//! see `src/lua/queue_common.lua`. How far one `claim` looks is bounded
+//! by lease expiry (`reap`), per queue one of dead letters by last update,
+//! and one of finished (completed and dead-lettered) jobs by finish time
+//! (`purge_jobs`); see `src/lua/queue_common.lua`. Empty sorted sets vanish,
+//! so after `purge` and `purge_jobs` no key is left for a finished record,
+//! job, scope or queue. How far one `claim` looks is bounded
 //! ([`CLAIM_SCAN_PER_JOB`], [`PROMOTE_BATCH`]) so it never blocks the server
 //! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
 //! included.
@@ -150,7 +153,7 @@ use crate::scripts::SCRIPTS;
 /// batches so one call never blocks the server for long.
 pub const RENEW_BATCH: usize = 1000;
 
-/// Most records deleted by one script call of `purge`.
+/// Most records (jobs) deleted by one script call of `purge` (`purge_jobs`).
 const PURGE_BATCH: usize = 1000;
 
 /// Most keys asked for by one `SCAN` step of [`RedisStore::delete_namespace`].

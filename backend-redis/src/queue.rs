@@ -27,6 +27,7 @@ use lease_core::queue::{
     OperatorRetry, ReapReport, TakeBack,
 };
 use lease_core::{clock, validate, Error, Result};
+use redis::FromRedisValue;
 
 use crate::reply::jobs as reply;
 use crate::scripts::SCRIPTS;
@@ -139,6 +140,7 @@ impl JobQueue for RedisStore {
         invocation
             .key(self.keys.job(&claim.id))
             .key(self.keys.claimed_jobs())
+            .key(self.keys.finished_jobs())
             .arg(&claim.id)
             .arg(&claim.owner)
             .arg(claim.fence);
@@ -239,6 +241,33 @@ impl JobQueue for RedisStore {
             .arg(self.keys.prefix())
             .arg(id);
         reply::operator_retry(self.script(&invocation).await?)
+    }
+
+    /// Deletes in batches of up to 1000 jobs,
+    /// one script call each, until a batch finds fewer, as
+    /// [`purge`](lease_core::LeaseStore::purge) does for records: each batch
+    /// is atomic, the whole purge need not be (a due finished job stays due).
+    /// Only jobs finished by this version or later are in the finished
+    /// index this walks: a job finished under an older version stays until
+    /// an operator deletes it or [`RedisStore::delete_namespace`] runs.
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        validate::job_retention(finished_older_than)?;
+        let mut purged = 0_u64;
+        loop {
+            let mut invocation = SCRIPTS.purge_jobs.prepare_invoke();
+            invocation
+                .key(self.keys.finished_jobs())
+                .arg(self.keys.prefix())
+                .arg(clock::micros_rounded_up(finished_older_than))
+                .arg(crate::PURGE_BATCH);
+            let (deleted, looked_at) =
+                <(u64, u64)>::from_redis_value(self.script(&invocation).await?)
+                    .map_err(|error| Error::corrupt(format!("purge_jobs.lua answered {error}")))?;
+            purged = purged.saturating_add(deleted);
+            if looked_at < crate::PURGE_BATCH as u64 {
+                return Ok(purged);
+            }
+        }
     }
 }
 

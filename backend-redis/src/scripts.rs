@@ -48,6 +48,7 @@ pub(crate) struct Scripts {
     pub(crate) take_back: Script,
     pub(crate) list_dead_letters: Script,
     pub(crate) retry_dead_letter: Script,
+    pub(crate) purge_jobs: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -70,4 +71,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     take_back: queue_script!("take_back.lua"),
     list_dead_letters: queue_script!("list_dead_letters.lua"),
     retry_dead_letter: queue_script!("retry_dead_letter.lua"),
+    purge_jobs: queue_script!("purge_jobs.lua"),
 });

@@ -44,7 +44,9 @@
 //!   `payload` JSON text, `required_capabilities` a JSON array of strings,
 //!   `state` and `dead_reason` their lower-case names. Partial indexes keep
 //!   the queued jobs of each queue in claim order, claimed jobs by lease
-//!   expiry (for `reap`) and dead letters by last update.
+//!   expiry (for `reap`) and dead letters by last update; since schema
+//!   version 3, one more keeps finished jobs by finish time, for
+//!   `purge_jobs`.
 //!
 //! Besides the file, SQLite keeps `<file>-wal` and `<file>-shm` next to it
 //! while it is open: back up with SQLite's backup API or `VACUUM INTO`, not
@@ -159,6 +161,7 @@
 mod config;
 mod connection;
 mod error;
+mod job_retention;
 mod jobs;
 mod ops;
 mod queue;

@@ -13,7 +13,7 @@ use lease_core::queue::{
 };
 use lease_core::{validate, Result};
 
-use crate::{jobs, queue_ops, SqliteStore};
+use crate::{job_retention, jobs, queue_ops, SqliteStore};
 
 #[async_trait]
 impl JobQueue for SqliteStore {
@@ -147,6 +147,17 @@ impl JobQueue for SqliteStore {
             .run(move |session| {
                 session
                     .write(|transaction, now| queue_ops::retry_dead_letter(transaction, now, &id))
+            })
+            .await
+    }
+
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        validate::job_retention(finished_older_than)?;
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    job_retention::purge_finished(transaction, now, finished_older_than)
+                })
             })
             .await
     }

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -110,9 +110,16 @@ const SCHEMA_V2: &str = "CREATE TABLE jobs (
     CREATE INDEX jobs_dead_letters ON jobs (queue, updated_at, id)
         WHERE state = 'dead_lettered';";
 
+/// Version 3: job retention.
+///
+/// * `jobs_finished_by_update`: completed and dead-lettered jobs by last
+///   update (their finish time), for `purge_jobs`.
+const SCHEMA_V3: &str = "CREATE INDEX jobs_finished_by_update ON jobs (updated_at)
+        WHERE state IN ('completed', 'dead_lettered');";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// Opens (creating if needed) the file, applies the connection settings and
 /// brings the schema to [`SCHEMA_VERSION`].

@@ -1,5 +1,6 @@
 //! Running cases: fresh store per case, clock control, failures, the report.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::io::Write as _;
@@ -43,7 +44,27 @@ pub trait Factory: Send + Sync + 'static {
         let _ = store;
         Ok(())
     }
+
+    /// How to count what a store of this factory keeps, or `None` (the
+    /// default) when the factory cannot: the kit's growth case
+    /// (`queue_purge_leaves_nothing_behind`) then checks only what the
+    /// store's operations can see.
+    fn footprint_probe(&self) -> Option<FootprintProbe<Self::Store>> {
+        None
+    }
 }
+
+/// What a store keeps, counted per structure (rows per table, entries per
+/// key, entries per map), by a name of the factory's choosing. The kit only
+/// compares two footprints of one store for equality.
+pub type Footprint = BTreeMap<String, u64>;
+
+/// Counts what a store keeps: see [`Factory::footprint_probe`].
+pub type FootprintProbe<S> = Arc<
+    dyn Fn(Arc<S>) -> Pin<Box<dyn Future<Output = lease_core::Result<Footprint>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// A store created for one case, and how the kit can move its clock.
 #[derive(Debug)]
@@ -133,6 +154,7 @@ pub struct Ctx<S> {
     /// The store under test.
     pub store: Arc<S>,
     clock: ClockControl,
+    footprint: Option<FootprintProbe<S>>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -140,6 +162,7 @@ impl<S> Clone for Ctx<S> {
         Ctx {
             store: Arc::clone(&self.store),
             clock: self.clock.clone(),
+            footprint: self.footprint.clone(),
         }
     }
 }
@@ -147,7 +170,31 @@ impl<S> Clone for Ctx<S> {
 impl<S: LeaseStore> Ctx<S> {
     /// A context for `store` whose clock moves as `clock` says.
     pub fn new(store: Arc<S>, clock: ClockControl) -> Self {
-        Ctx { store, clock }
+        Ctx {
+            store,
+            clock,
+            footprint: None,
+        }
+    }
+
+    /// The context, able to count what its store keeps with `probe`.
+    pub fn with_footprint(mut self, probe: Option<FootprintProbe<S>>) -> Self {
+        self.footprint = probe;
+        self
+    }
+
+    /// What the store keeps now, when its factory can count it.
+    pub async fn footprint(&self) -> Result<Option<Footprint>, Failure> {
+        match &self.footprint {
+            Some(probe) => Ok(Some(probe(Arc::clone(&self.store)).await.map_err(
+                |error| {
+                    Failure(format!(
+                        "the factory could not count what the store keeps: {error}"
+                    ))
+                },
+            )?)),
+            None => Ok(None),
+        }
     }
 
     /// How this store's clock moves.
@@ -310,7 +357,7 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
         }
     };
     let store = Arc::new(subject.store);
-    let ctx = Ctx::new(Arc::clone(&store), subject.clock);
+    let ctx = Ctx::new(Arc::clone(&store), subject.clock).with_footprint(factory.footprint_probe());
     // Spawned so that a panicking case is a failure, not a crashed run.
     let outcome = match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx))).await {
         Ok(Ok(Ok(()))) => CaseOutcome::Passed,

@@ -35,8 +35,8 @@ pub mod memory;
 pub use harness::run_named_case;
 pub use harness::{
     run_case, service_url, services_required, Case, CaseFuture, CaseOutcome, CaseReport,
-    CaseResult, ClockControl, Ctx, Factory, Failure, Report, Subject, CASE_TIMEOUT,
-    REQUIRE_SERVICES_VAR,
+    CaseResult, ClockControl, Ctx, Factory, Failure, Footprint, FootprintProbe, Report, Subject,
+    CASE_TIMEOUT, REQUIRE_SERVICES_VAR,
 };
 
 use lease_core::{JobQueue, LeaseStore};
@@ -241,5 +241,11 @@ reliability::concurrent_history_keeps_invariants_and_fences_guard_a_resource,
         queue::queue_fences_shared_with_leases,
         queue_reliability::queue_hostile_input_is_rejected_or_answered_never_panics,
         queue_reliability::queue_concurrent_claims_keep_invariants_and_fences_guard_a_resource,
+        queue_retention::queue_purge_jobs_removes_old_finished_only,
+        queue_retention::queue_purge_jobs_counts_age_from_the_finish,
+        queue_retention::queue_purge_jobs_boundary_is_exact,
+        queue_retention::queue_purge_jobs_leaves_the_queue_working,
+        queue_retention::queue_purge_jobs_invalid_retention_changes_nothing,
+        queue_retention::queue_purge_leaves_nothing_behind,
     ]
 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use backend_memory::MemoryStore;
 use lease_core::ManualClock;
 
-use crate::harness::{ClockControl, Factory, Subject};
+use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 
 /// Creates a fresh [`MemoryStore`] on its own [`ManualClock`] per case.
 #[derive(Debug, Default, Clone, Copy)]
@@ -23,5 +23,17 @@ impl Factory for MemoryFactory {
             store: MemoryStore::with_clock(clock.clone()),
             clock: ClockControl::Manual(clock),
         })
+    }
+
+    fn footprint_probe(&self) -> Option<FootprintProbe<MemoryStore>> {
+        Some(Arc::new(|store: Arc<MemoryStore>| {
+            Box::pin(async move {
+                Ok(store
+                    .footprint()
+                    .into_iter()
+                    .map(|(name, entries)| (name.to_owned(), entries as u64))
+                    .collect::<Footprint>())
+            })
+        }))
     }
 }

@@ -21,7 +21,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest grace, the same bound as [`MAX_TTL`].
 pub const MAX_GRACE: Duration = MAX_TTL;
-/// Longest retention accepted by `purge` (100 years).
+/// Longest retention accepted by `purge` and `purge_jobs` (100 years).
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
@@ -295,9 +295,19 @@ pub fn expired_query(query: &ExpiredQuery) -> Result<()> {
 
 /// A purge retention.
 pub fn retention(older_than: Duration) -> Result<()> {
+    retention_of("terminal_older_than", older_than)
+}
+
+/// A job retention, for `purge_jobs`: at most [`MAX_RETENTION`], like
+/// [`retention`].
+pub fn job_retention(finished_older_than: Duration) -> Result<()> {
+    retention_of("finished_older_than", finished_older_than)
+}
+
+fn retention_of(field: &'static str, older_than: Duration) -> Result<()> {
     if older_than > MAX_RETENTION {
         return Err(Error::invalid_input(
-            "terminal_older_than",
+            field,
             format_args!("{older_than:?} is longer than the maximum {MAX_RETENTION:?}"),
         ));
     }

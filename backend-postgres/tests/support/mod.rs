@@ -11,7 +11,7 @@ use std::panic::AssertUnwindSafe;
 
 use async_trait::async_trait;
 use backend_postgres::{PgStore, PgStoreConfig};
-use conformance::{ClockControl, Factory, Subject};
+use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use futures_util::FutureExt as _;
 
 /// The environment variable holding the test server's URL.
@@ -147,4 +147,38 @@ impl Factory for PgFactory {
     async fn teardown(&self, store: &PgStore) -> lease_core::Result<()> {
         drop_schema(store).await
     }
+
+    /// Rows per table of the case's schema.
+    fn footprint_probe(&self) -> Option<FootprintProbe<PgStore>> {
+        Some(std::sync::Arc::new(|store: std::sync::Arc<PgStore>| {
+            Box::pin(async move { count_rows(&store).await })
+        }))
+    }
+}
+
+/// Rows per table of `store`'s schema.
+async fn count_rows(store: &PgStore) -> lease_core::Result<Footprint> {
+    let failed = |error: sqlx::Error| {
+        lease_core::Error::unavailable("cannot count the rows of the case's schema")
+            .with_source(error)
+    };
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = $1 ORDER BY tablename",
+    )
+    .bind(store.schema())
+    .fetch_all(store.pool())
+    .await
+    .map_err(failed)?;
+    let mut footprint = Footprint::new();
+    for table in tables {
+        let rows: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM \"{}\".\"{table}\"",
+            store.schema()
+        ))
+        .fetch_one(store.pool())
+        .await
+        .map_err(failed)?;
+        footprint.insert(table, u64::try_from(rows).unwrap_or(u64::MAX));
+    }
+    Ok(footprint)
 }

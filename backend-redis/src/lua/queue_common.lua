@@ -14,9 +14,12 @@
 --                             into ready (no background process needed)
 --   <prefix>claimed           zset: claimed job ids by lease expiry in us (reap)
 --   <prefix>dead:<queue>      zset: dead-lettered job ids by updated_at in us
+--   <prefix>finished          zset: completed and dead-lettered job ids by
+--                             updated_at in us, their finish time (purge_jobs)
 -- Jobs draw fences from the lease counter <prefix>fence (one sequence).
 -- A queued job is in exactly one of ready and delayed; a claimed job is in
--- claimed; a dead-lettered job is in dead; a completed job in none.
+-- claimed; a dead-lettered job is in dead and finished; a completed job in
+-- finished only.
 --
 -- Claim rank: a string whose byte order is rules::claim_order (members of
 -- one score sort by bytes; the fixed widths make field order tuple order):
@@ -175,4 +178,5 @@ local function dead_letter(prefix, job, reason, now)
   redis.call('HDEL', job.key, 'expires')
   redis.call('ZREM', prefix .. 'claimed', job.id)
   redis.call('ZADD', prefix .. 'dead:' .. job.queue, fmt(now), job.id)
+  redis.call('ZADD', prefix .. 'finished', fmt(now), job.id)
 end

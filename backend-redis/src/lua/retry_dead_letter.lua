@@ -19,6 +19,7 @@ redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', '0', 'run_at', now_tex
   'updated', now_text)
 redis.call('HDEL', KEYS[1], 'dead')
 redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
+redis.call('ZREM', prefix .. 'finished', id)
 index_queued(prefix, id, job.queue, job.priority, job.fields.created, now_text,
   time_rank(now_text), now)
 return { 'requeued', reply_record(KEYS[1], id) }

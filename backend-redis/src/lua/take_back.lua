@@ -1,7 +1,8 @@
 -- take_back: a live copy takes back a job the reaper dead-lettered
 -- (SPEC §3, rules::judge_take_back, rules::take_back_job).
 -- KEYS[1] job hash, KEYS[2] fence counter, KEYS[3] claimed zset.
--- ARGV[1] key prefix (the job's dead-letter key is built from it),
+-- ARGV[1] key prefix (the job's dead-letter and finished keys are built
+-- from it),
 -- ARGV[2] id, ARGV[3] owner, ARGV[4] fence, ARGV[5] ttl in us.
 -- Reply: { 'taken', job } | { 'refused', 'missing' }
 --      | { 'refused', 'not_dead_lettered', state }
@@ -31,5 +32,6 @@ redis.call('HSET', KEYS[1], 'state', 'claimed', 'fence', fmt(fence), 'expires', 
   'updated', fmt(now))
 redis.call('HDEL', KEYS[1], 'dead')
 redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
+redis.call('ZREM', prefix .. 'finished', id)
 redis.call('ZADD', KEYS[3], expires, id)
 return { 'taken', reply_record(KEYS[1], id) }

@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 use backend_redis::{RedisConfig, RedisStore};
-use conformance::{ClockControl, Factory, Subject};
+use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 
 /// The environment variable naming the server the kit runs against.
 const URL_VAR: &str = "TENURE_REDIS_URL";
@@ -47,4 +47,72 @@ impl Factory for RedisFactory {
     async fn teardown(&self, store: &RedisStore) -> lease_core::Result<()> {
         store.delete_namespace().await.map(drop)
     }
+
+    /// Entries per key of the case's namespace.
+    fn footprint_probe(&self) -> Option<FootprintProbe<RedisStore>> {
+        let url = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<RedisStore>| {
+                let url = url.clone();
+                Box::pin(async move { count_entries(&url, store.config().namespace()).await })
+            },
+        ))
+    }
+}
+
+/// Entries per key (members, fields, or 1 for a string) of the keys of
+/// `namespace`, by name after the namespace's prefix. The case namespaces
+/// hold no glob characters.
+async fn count_entries(url: &str, namespace: &str) -> lease_core::Result<Footprint> {
+    let failed = |error: redis::RedisError| {
+        lease_core::Error::unavailable("cannot count the keys of the case's namespace")
+            .with_source(error)
+    };
+    let client = redis::Client::open(url).map_err(failed)?;
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(failed)?;
+    let prefix = format!("tenure:{{{namespace}}}:");
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor = 0_u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut connection)
+            .await
+            .map_err(failed)?;
+        keys.extend(found);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut footprint = Footprint::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .map_err(failed)?;
+        let size_command = match kind.as_str() {
+            "zset" => "ZCARD",
+            "hash" => "HLEN",
+            "set" => "SCARD",
+            "list" => "LLEN",
+            _ => "EXISTS",
+        };
+        let entries: u64 = redis::cmd(size_command)
+            .arg(&key)
+            .query_async(&mut connection)
+            .await
+            .map_err(failed)?;
+        let name = key.strip_prefix(&prefix).unwrap_or(&key).to_owned();
+        footprint.insert(format!("{kind} {name}"), entries);
+    }
+    Ok(footprint)
 }

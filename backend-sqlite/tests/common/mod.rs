@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use backend_sqlite::{SqliteConfig, SqliteStore};
-use conformance::{ClockControl, Factory, Subject};
+use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use lease_core::{Error, ManualClock};
 use tempfile::TempDir;
 
@@ -39,6 +39,13 @@ impl Factory for SqliteFactory {
         })
     }
 
+    /// Rows per table of the file, read on a connection of its own.
+    fn footprint_probe(&self) -> Option<FootprintProbe<SqliteStore>> {
+        Some(Arc::new(|store: Arc<SqliteStore>| {
+            Box::pin(async move { count_rows(store.path()) })
+        }))
+    }
+
     async fn teardown(&self, store: &SqliteStore) -> lease_core::Result<()> {
         let directory = self
             .directories
@@ -53,4 +60,29 @@ impl Factory for SqliteFactory {
             None => Ok(()),
         }
     }
+}
+
+/// Rows per table of the file at `path`.
+fn count_rows(path: &std::path::Path) -> lease_core::Result<Footprint> {
+    let failed = |error: rusqlite::Error| {
+        Error::unavailable("cannot count the rows of the case's file").with_source(error)
+    };
+    let connection = rusqlite::Connection::open(path).map_err(failed)?;
+    let tables: Vec<String> = connection
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .map_err(failed)?
+        .query_map([], |row| row.get(0))
+        .map_err(failed)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(failed)?;
+    let mut footprint = Footprint::new();
+    for table in tables {
+        let rows: u64 = connection
+            .query_row(&format!("SELECT count(*) FROM \"{table}\""), [], |row| {
+                row.get(0)
+            })
+            .map_err(failed)?;
+        footprint.insert(table, rows);
+    }
+    Ok(footprint)
 }

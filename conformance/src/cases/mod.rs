@@ -8,6 +8,7 @@ pub mod listing;
 pub mod model;
 pub mod queue;
 pub mod queue_reliability;
+pub mod queue_retention;
 pub mod reliability;
 pub mod renew;
 pub mod takeover;

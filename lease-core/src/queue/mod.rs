@@ -86,4 +86,33 @@ pub trait JobQueue: LeaseStore {
     /// An operator's retry of a dead letter: back to the queue with its
     /// attempts reset, visible at once.
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry>;
+
+    /// Retention: deletes the finished jobs (completed or dead-lettered)
+    /// that finished at least `finished_older_than` ago, with every index
+    /// entry the store keeps for them; answers how many.
+    ///
+    /// Age counts from when the job finished (its last settle, the
+    /// `updated_at` of a finished job, which nothing changes afterwards),
+    /// never from when it was enqueued: a job that ran for longer than the
+    /// retention and has just finished stays. A job finished exactly
+    /// `finished_older_than` ago is deleted ([`rules::job_purgeable`]).
+    /// Queued and claimed jobs are never touched, whatever their age; a
+    /// dead letter that an operator retries or a live copy takes back is no
+    /// longer finished and its age starts again when it finishes next.
+    ///
+    /// A purged job is gone: [`get_job`](JobQueue::get_job) answers `None`,
+    /// a dead letter is no longer listed nor retryable, and a stale claim on
+    /// it is answered [`JobLoss::Missing`]. Its id may be enqueued again.
+    /// Fences never repeat: the fence sequence is untouched. Run it
+    /// periodically (e.g. hourly with a retention of a few days), with a
+    /// retention longer than the time operators need to inspect dead
+    /// letters.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// retention over [`MAX_RETENTION`](crate::validate::MAX_RETENTION)
+    /// (nothing is deleted); otherwise the store's errors. A backend that
+    /// deletes in batches may have deleted some batches before an error.
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64>;
 }

@@ -219,3 +219,13 @@ pub fn retry_dead_letter(job: &mut Job, now: Timestamp) {
 pub fn dead_letter_order(job: &Job) -> (Timestamp, &str) {
     (job.updated_at, job.id.as_str())
 }
+
+/// Whether `job` is finished (completed or dead-lettered) and finished at
+/// least `older_than` before `now`, so
+/// [`purge_jobs`](super::JobQueue::purge_jobs) deletes it. A finished job's
+/// `updated_at` is its finish time: no operation changes a finished job
+/// without making it unfinished.
+pub fn job_purgeable(job: &Job, older_than: Duration, now: Timestamp) -> bool {
+    matches!(job.state, JobState::Completed | JobState::DeadLettered)
+        && !clock::is_before_end(job.updated_at, older_than, now)
+}

@@ -223,6 +223,9 @@ impl JobQueue for FaultyStore {
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         self.inner.retry_dead_letter(id).await
     }
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        self.inner.purge_jobs(finished_older_than).await
+    }
 }
 
 #[async_trait]

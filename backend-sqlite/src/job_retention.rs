@@ -1,0 +1,55 @@
+//! `purge_jobs`: deleting finished jobs past their retention.
+//!
+//! A job row is the only thing the file keeps for a job (its indexes are
+//! SQLite's own), so deleting the row leaves nothing behind.
+
+use std::time::Duration;
+
+use lease_core::clock::{micros_rounded_up, to_micros};
+use lease_core::{Result, Timestamp};
+use rusqlite::Connection;
+
+use crate::error::map_sqlite_error;
+
+/// Finished jobs (`rules::job_purgeable`) whose finish time, their last
+/// update, is at or before `?1`. A row whose `updated_at` is not an integer
+/// (edited by hand) compares greater than any integer and stays, for an
+/// operator to see.
+const PURGE_FINISHED: &str = "DELETE FROM jobs INDEXED BY jobs_finished_by_update \
+     WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1";
+
+/// Deletes the jobs [`lease_core::queue::rules::job_purgeable`] allows:
+/// finished with `updated_at + older_than <= now`; answers how many.
+pub(crate) fn purge_finished(
+    connection: &Connection,
+    now: Timestamp,
+    older_than: Duration,
+) -> Result<u64> {
+    // Rounded up, so a sub-microsecond retention never purges early.
+    let finished_before = to_micros(now).saturating_sub(micros_rounded_up(older_than));
+    let deleted = connection
+        .prepare_cached(PURGE_FINISHED)
+        .map_err(map_sqlite_error)?
+        .execute([finished_before])
+        .map_err(map_sqlite_error)?;
+    Ok(deleted as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SqliteConfig;
+    use crate::ops::tests::plan;
+
+    #[test]
+    fn purge_uses_the_finished_jobs_index() {
+        let directory = tempfile::TempDir::new().expect("a temporary directory");
+        let connection = crate::schema::open(&SqliteConfig::new(directory.path().join("plan.db")))
+            .expect("open");
+        let plan = plan(&connection, PURGE_FINISHED);
+        assert!(
+            plan.contains("USING INDEX jobs_finished_by_update (updated_at<?)"),
+            "{plan}"
+        );
+    }
+}
