@@ -391,12 +391,8 @@ impl JobQueue for PgStore {
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
         self.bounded("purge_jobs", async move {
             validate::job_retention(finished_older_than)?;
-            let done = sqlx::query(&self.sql.jobs.purge_finished)
-                .bind(interval_rounded_up(finished_older_than))
-                .execute(&self.pool)
+            self.purge_older_than(&self.sql.jobs.purge_finished, finished_older_than)
                 .await
-                .map_err(store_error)?;
-            Ok(done.rows_affected())
         })
         .await
     }

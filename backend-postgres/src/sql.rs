@@ -144,8 +144,8 @@ pub(crate) struct JobStatements {
     pub(crate) list_dead_letters: String,
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
-    /// `$1` retention → deleted rows: finished jobs whose last update (their
-    /// finish time) is at least the retention ago.
+    /// `$1` retention → `purged`, the count of deleted finished jobs whose
+    /// last update (their finish time) is at least the retention ago.
     pub(crate) purge_finished: String,
 }
 
@@ -246,8 +246,9 @@ impl JobStatements {
                  WHERE j.id = $1 AND j.state = 'dead_lettered' RETURNING {job}"
             ),
             purge_finished: format!(
-                "DELETE FROM {s}.jobs WHERE state IN ('completed', 'dead_lettered') \
-                 AND updated_at <= now() - $1::interval"
+                "WITH purged AS (DELETE FROM {s}.jobs WHERE state IN ('completed', 'dead_lettered') \
+                   AND updated_at <= now() - $1::interval RETURNING 1) \
+                 SELECT count(*) AS purged FROM purged"
             ),
         }
     }

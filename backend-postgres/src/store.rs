@@ -349,6 +349,21 @@ impl PgStore {
         let now = decode::instant(&row, "store_now").map_err(store_error)?;
         Ok(Some((now, decode::trusted_record(&row)?)))
     }
+
+    /// Runs a counting purge `statement` (`$1` the retention, answering
+    /// `purged`) and answers the count.
+    pub(crate) async fn purge_older_than(
+        &self,
+        statement: &str,
+        retention: Duration,
+    ) -> Result<u64> {
+        let row = self
+            .fetch_optional(|| sqlx::query(statement).bind(interval_rounded_up(retention)))
+            .await?
+            .ok_or_else(|| Error::corrupt("purge answered no count"))?;
+        let purged: i64 = row.try_get("purged").map_err(store_error)?;
+        u64::try_from(purged).map_err(|_| Error::corrupt(format!("purge answered count {purged}")))
+    }
 }
 
 #[async_trait]
@@ -669,15 +684,8 @@ impl LeaseStore for PgStore {
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         self.bounded("purge", async move {
             validate::retention(terminal_older_than)?;
-            let row = self
-                .fetch_optional(|| {
-                    sqlx::query(&self.sql.purge).bind(interval_rounded_up(terminal_older_than))
-                })
-                .await?
-                .ok_or_else(|| Error::corrupt("purge answered no count"))?;
-            let purged: i64 = row.try_get("purged").map_err(store_error)?;
-            u64::try_from(purged)
-                .map_err(|_| Error::corrupt(format!("purge answered count {purged}")))
+            self.purge_older_than(&self.sql.purge, terminal_older_than)
+                .await
         })
         .await
     }
