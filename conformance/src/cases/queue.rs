@@ -187,6 +187,10 @@ where
         if attempt(NotYetTry { queue, tag, delay }).await? == Landed::InTime {
             return Ok(());
         }
+        tracing::debug!(
+            ?delay,
+            "a \"not yet\" check landed after its deadline; trying again"
+        );
         delay *= 2;
     }
     Err(Failure(format!(
