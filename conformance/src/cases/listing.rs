@@ -7,7 +7,7 @@
 //! seconds; records meant to have distinct creation times are admitted a
 //! few milliseconds of store time apart. Where a case needs something to be
 //! *not yet* old enough (a grace, a retention), the margin is
-//! [`SLOW_MACHINE_MARGIN`], which a starved machine does not eat up between
+//! `SLOW_MACHINE_MARGIN`, which a starved machine does not eat up between
 //! two calls.
 
 use std::time::Duration;

@@ -13,7 +13,7 @@
 //! something only when it lands before that instant, which a starved machine
 //! cannot promise on a real clock: such a check reads the store clock after
 //! its observation and, when the instant had already passed, tries again on
-//! a fresh queue with twice the delay (see [`not_yet`]).
+//! a fresh queue with twice the delay (see `not_yet`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
