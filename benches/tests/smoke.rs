@@ -1,6 +1,12 @@
 //! Every scenario on memory and SQLite at tiny sizes: no timing is asserted,
 //! only that the runs are sane (no duplicate job, no stale write, no overlap,
-//! counts that add up) and that every figure lands in the report.
+//! no early takeover, counts that add up) and that every figure lands in the
+//! report.
+//!
+//! The tiny sizes' leases are short (a 60 ms takeover ttl, 600 ms heartbeat
+//! leases), so on a loaded machine deadlines are missed while every safety
+//! promise holds: missed deadlines and latencies are figures here, never
+//! failures (the benchmark binary still fails a real run that misses one).
 
 use benches::options::{BackendKind, Options, ScenarioKind, Sizes};
 use benches::progress::Progress;
@@ -23,7 +29,7 @@ async fn tiny_run(backend: BackendKind, out: &std::path::Path) -> Report {
 }
 
 fn check(report: &Report) {
-    assert_eq!(report.violations(), Vec::<String>::new());
+    assert_eq!(report.safety_violations(), Vec::<String>::new());
     let entry = &report.backends[0];
     let sizes = Sizes::tiny();
 

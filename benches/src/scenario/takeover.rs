@@ -14,9 +14,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::keeper::{KeeperConfig, ReconcileAction, Recovered};
+use lease_core::keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
 use lease_core::{
-    Admission, AdmitRequest, FenceGate, Keeper, LeaseStore, Renewal, StatusChange, Transition,
+    Admission, AdmitRequest, ErrorKind, FenceGate, Keeper, LeaseStore, Renewal, StatusChange,
+    Transition,
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -53,6 +54,11 @@ pub struct TakeoverReport {
     pub early_takeovers: u64,
     /// Zombie writes the store or the gate accepted (must be 0).
     pub stale_writes_accepted: u64,
+    /// Rival completions refused because the rival's own confirmed deadline
+    /// passed, or its write timed out, before it was made: the rival keeper
+    /// fail-stopped as it must on a machine too slow for the ttl (0 on an
+    /// unloaded one).
+    pub late_rival_completions: u64,
 }
 
 /// Runs the scenario.
@@ -63,7 +69,7 @@ pub async fn run(
 ) -> BenchResult<TakeoverReport> {
     let store = backend.store();
     let (mut death_to_write, mut beyond_floor) = (Latencies::new(), Latencies::new());
-    let (mut early, mut stale) = (0_u64, 0_u64);
+    let (mut early, mut stale, mut late) = (0_u64, 0_u64, 0_u64);
     for trial in 0..sizes.takeover_trials {
         progress.cell(format!(
             "takeover: trial {}/{}",
@@ -75,6 +81,7 @@ pub async fn run(
         beyond_floor.record(outcome.beyond_floor);
         early += u64::from(outcome.early);
         stale += outcome.stale_accepted;
+        late += u64::from(outcome.late_completion);
     }
     let floor = sizes.takeover_ttl + sizes.takeover_grace;
     Ok(TakeoverReport {
@@ -87,6 +94,7 @@ pub async fn run(
         beyond_floor: beyond_floor.summary(),
         early_takeovers: early,
         stale_writes_accepted: stale,
+        late_rival_completions: late,
     })
 }
 
@@ -95,6 +103,7 @@ struct TrialOutcome {
     beyond_floor: Duration,
     early: bool,
     stale_accepted: u64,
+    late_completion: bool,
 }
 
 /// When the owner last sent a renewal, and the last one confirmed.
@@ -185,7 +194,12 @@ async fn one_trial(
     if gate.admit(&resource, guard.fence()).is_err() {
         return Err("the gate refused the new owner's fence".into());
     }
-    guard.complete(StatusChange::succeeded()).await?;
+    let late_completion = match guard.complete(StatusChange::succeeded()).await {
+        Ok(_) => false,
+        Err(WriteError::OwnershipLost(LossCause::DeadlinePassed)) => true,
+        Err(WriteError::Unconfirmed(error)) if error.kind() == ErrorKind::Timeout => true,
+        Err(error) => return Err(error.into()),
+    };
     let first_write = Instant::now();
     rival.shutdown(Instant::now()).await;
 
@@ -206,6 +220,7 @@ async fn one_trial(
         beyond_floor: first_write.saturating_duration_since(seen.last_sent + floor),
         early: taken_at + EARLY_TOLERANCE < seen.last_confirmed_sent + floor,
         stale_accepted,
+        late_completion,
     })
 }
 

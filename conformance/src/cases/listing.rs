@@ -3,9 +3,12 @@
 //! unchanged: timestamps, metadata, ids and scopes (SPEC §1, §2, §6.7).
 //!
 //! Every case must also hold on a store whose clock only moves in real time,
-//! so leases are crossed with [`SHORT_TTL`] and waits stay in the hundreds of
-//! milliseconds; records meant to have distinct creation times are admitted a
-//! few milliseconds of store time apart.
+//! so leases are crossed with [`SHORT_TTL`] and waits stay within a few
+//! seconds; records meant to have distinct creation times are admitted a
+//! few milliseconds of store time apart. Where a case needs something to be
+//! *not yet* old enough (a grace, a retention), the margin is
+//! `SLOW_MACHINE_MARGIN`, which a starved machine does not eat up between
+//! two calls.
 
 use std::time::Duration;
 
@@ -25,6 +28,11 @@ use crate::{ensure, ensure_eq};
 
 /// Store time between admissions that must have distinct creation times.
 const TICK: Duration = Duration::from_millis(3);
+
+/// How long something stays "too young" (within a grace, under a retention)
+/// while a case makes the call that must see it so: far longer than a
+/// starved machine stalls between two calls.
+const SLOW_MACHINE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The ids `list_expired` answers for `query`, in order; fails the case when
 /// the scan skipped anything (every record here is well-formed).
@@ -65,7 +73,7 @@ async fn ensure_read_back<S: LeaseStore>(
 /// A lease is listed once it ended at least `grace` ago: expired beyond the
 /// grace is listed, expired within it is not, a valid lease never is.
 pub async fn list_expired_respects_grace<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    const GRACE: Duration = Duration::from_millis(200);
+    const GRACE: Duration = SLOW_MACHINE_MARGIN;
     let long_ago = admit(
         &ctx,
         AdmitRequest::new("expired-long-ago", "worker-a").ttl(SHORT_TTL),
@@ -444,7 +452,7 @@ pub async fn list_active_only_active<S: LeaseStore + 'static>(ctx: Ctx<S>) -> Ca
 /// `purge` deletes terminal records last updated at least the retention ago
 /// and counts them; younger terminal, active and interrupted records stay.
 pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
-    const RETENTION: Duration = Duration::from_millis(200);
+    const RETENTION: Duration = SLOW_MACHINE_MARGIN;
     let old_succeeded = admit(
         &ctx,
         AdmitRequest::new("old-succeeded", "worker-a").scope("purged-scope"),

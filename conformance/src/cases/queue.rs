@@ -8,6 +8,12 @@
 //! checks that every refused write changed nothing. Deadlines are crossed
 //! with short leases and `advance_past`, so the cases run unchanged on manual
 //! and on real (server) clocks, each waiting well under a second.
+//!
+//! A "not yet" check (a job not claimable before its `run_at`) proves
+//! something only when it lands before that instant, which a starved machine
+//! cannot promise on a real clock: such a check reads the store clock after
+//! its observation and, when the instant had already passed, tries again on
+//! a fresh queue with twice the delay (see `not_yet`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -36,10 +42,14 @@ const QUEUE: &str = "jobs";
 /// Enough store time for a later write to get a later timestamp.
 const TICK: Duration = Duration::from_millis(5);
 
-/// How far ahead a delayed job or a retry backoff lies: long enough that a
-/// case's "not yet" claim lands before it on a real clock, short enough to
-/// wait out.
+/// How far ahead a delayed job or a retry backoff first lies: long enough
+/// that a case's "not yet" claim lands before it on a real clock unless the
+/// machine is starved, short enough to wait out.
 const DELAY: Duration = Duration::from_millis(250);
+
+/// How many tries a "not yet" check gets, its delay doubling each time
+/// (250 ms up to 8 s).
+const NOT_YET_TRIES: u32 = 6;
 
 /// How many workers the claim race releases at once.
 const CLAIMERS: usize = 8;
@@ -130,6 +140,79 @@ async fn jobs<S: JobQueue>(ctx: &Ctx<S>, ids: &[&str]) -> Result<Vec<Option<Job>
         jobs.push(ctx.store.get_job(id).await?);
     }
     Ok(jobs)
+}
+
+/// One try of a "not yet" check: its own queue and job ids, so that the
+/// jobs of an earlier, inconclusive try stay out of its way, and how far
+/// ahead of the store clock its deadline lies.
+struct NotYetTry {
+    queue: String,
+    tag: String,
+    delay: Duration,
+}
+
+impl NotYetTry {
+    /// A job of this try's queue, with an id made of `name` and the try's tag.
+    fn job(&self, name: &str) -> NewJob {
+        let id = format!("{name}{}", self.tag);
+        NewJob::new(self.queue.as_str(), json!({ "job": id })).id(id)
+    }
+}
+
+/// Whether a try's "not yet" observation landed before its deadline.
+#[derive(Debug, PartialEq, Eq)]
+enum Landed {
+    /// Before: the try's checks were judged (and passed).
+    InTime,
+    /// After, on a starved machine: the observation proves nothing.
+    TooLate,
+}
+
+/// Runs `attempt` until one try's "not yet" observation lands in time,
+/// giving each try a fresh queue and twice the delay of the one before;
+/// fails when none did in [`NOT_YET_TRIES`].
+async fn not_yet<F, Fut>(mut attempt: F) -> CaseResult
+where
+    F: FnMut(NotYetTry) -> Fut,
+    Fut: std::future::Future<Output = Result<Landed, Failure>>,
+{
+    let mut delay = DELAY;
+    for round in 0..NOT_YET_TRIES {
+        let tag = if round == 0 {
+            String::new()
+        } else {
+            format!("-try-{round}")
+        };
+        let queue = format!("{QUEUE}{tag}");
+        if attempt(NotYetTry { queue, tag, delay }).await? == Landed::InTime {
+            return Ok(());
+        }
+        tracing::debug!(
+            ?delay,
+            "a \"not yet\" check landed after its deadline; trying again"
+        );
+        delay *= 2;
+    }
+    Err(Failure(format!(
+        "no \"not yet\" check landed before its deadline in {NOT_YET_TRIES} tries (the \
+         last {:?} ahead): the store clock ran ahead of the case by that much",
+        delay / 2
+    )))
+}
+
+/// Judges the checks `observed` made before `deadline`: they count only when
+/// the store clock still reads before it afterwards; otherwise the try came
+/// too late to prove anything.
+async fn judged_before<S: JobQueue>(
+    ctx: &Ctx<S>,
+    deadline: Timestamp,
+    observed: CaseResult,
+) -> Result<Landed, Failure> {
+    if ctx.store.now().await? < deadline {
+        observed.map(|()| Landed::InTime)
+    } else {
+        Ok(Landed::TooLate)
+    }
 }
 
 /// Enqueues `new`, failing the case unless `get_job` then reads the job
@@ -763,29 +846,49 @@ pub async fn queue_claim_best_visible_first<S: JobQueue + 'static>(ctx: Ctx<S>) 
 /// A job whose `run_at` is ahead of the store clock is not claimable, even
 /// with the highest priority; once the store clock passes it, it is.
 pub async fn queue_claim_skips_future_run_at<S: JobQueue + 'static>(ctx: Ctx<S>) -> CaseResult {
+    not_yet(|attempt| claim_skips_future_run_at(&ctx, attempt)).await
+}
+
+/// One try of [`queue_claim_skips_future_run_at`].
+async fn claim_skips_future_run_at<S: JobQueue>(
+    ctx: &Ctx<S>,
+    attempt: NotYetTry,
+) -> Result<Landed, Failure> {
     let now = ctx.store.now().await?;
     let later = enqueue(
-        &ctx,
-        job("later").priority(10).run_at(clock::add(now, DELAY)),
+        ctx,
+        attempt
+            .job("later")
+            .priority(10)
+            .run_at(clock::add(now, attempt.delay)),
     )
     .await?;
-    enqueue(
-        &ctx,
-        job("due").run_at(earlier_by(now, Duration::from_secs(1))?),
+    let due = enqueue(
+        ctx,
+        attempt
+            .job("due")
+            .run_at(earlier_by(now, Duration::from_secs(1))?),
     )
     .await?;
-    let worker = ClaimRequest::new(QUEUE, "worker-a", LONG_TTL).limit(5);
-    claim(&ctx, &worker, &["due"]).await?;
-    claim(&ctx, &worker, &[]).await?;
-    ensure_eq!(
-        get_job(&ctx, "later").await?,
-        later,
-        "a job not yet due is left alone"
-    );
+    let worker = ClaimRequest::new(attempt.queue.as_str(), "worker-a", LONG_TTL).limit(5);
+    let observed: CaseResult = async {
+        claim(ctx, &worker, &[due.id.as_str()]).await?;
+        claim(ctx, &worker, &[]).await?;
+        ensure_eq!(
+            get_job(ctx, &later.id).await?,
+            later,
+            "a job not yet due is left alone"
+        );
+        Ok(())
+    }
+    .await;
+    if judged_before(ctx, later.run_at, observed).await? == Landed::TooLate {
+        return Ok(Landed::TooLate);
+    }
     ctx.advance_past(later.run_at).await?;
-    let claimed = claim(&ctx, &worker, &["later"]).await?;
-    ensure_eq!(claimed[0].claim.attempt, 1);
-    Ok(())
+    let claimed = claim(ctx, &worker, &[later.id.as_str()]).await?;
+    ensure_eq!(claimed.first().map(|each| each.claim.attempt), Some(1));
+    Ok(Landed::InTime)
 }
 
 /// A job with no requirements is claimable by every worker; one with
@@ -1464,12 +1567,27 @@ pub async fn queue_renewal_after_complete_answers_finished<S: JobQueue + 'static
 pub async fn queue_fail_retry_backoff_delays_visibility<S: JobQueue + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let held = enqueue_and_claim(&ctx, job("job-1").max_attempts(3), "worker-a", LONG_TTL).await?;
-    let retry = FailAction::Retry { backoff: DELAY };
+    not_yet(|attempt| fail_retry_backoff_delays_visibility(&ctx, attempt)).await
+}
+
+/// One try of [`queue_fail_retry_backoff_delays_visibility`].
+async fn fail_retry_backoff_delays_visibility<S: JobQueue>(
+    ctx: &Ctx<S>,
+    attempt: NotYetTry,
+) -> Result<Landed, Failure> {
+    let held = enqueue_and_claim(
+        ctx,
+        attempt.job("job-1").max_attempts(3),
+        "worker-a",
+        LONG_TTL,
+    )
+    .await?;
+    let backoff = attempt.delay;
+    let retry = FailAction::Retry { backoff };
     let before = ctx.store.now().await?;
     let outcome = ctx.store.fail(&held.claim, "smtp timed out", retry).await?;
     let after = ctx.store.now().await?;
-    let failed = settled(&ctx, outcome, "fail with retry").await?;
+    let failed = settled(ctx, outcome, "fail with retry").await?;
     ensure_eq!(
         failed,
         Job {
@@ -1484,21 +1602,30 @@ pub async fn queue_fail_retry_backoff_delays_visibility<S: JobQueue + 'static>(
     );
     ensure_within(
         failed.run_at,
-        clock::add(before, DELAY),
-        clock::add(after, DELAY),
+        clock::add(before, backoff),
+        clock::add(after, backoff),
         "the retry's run_at (store now + backoff)",
     )?;
-    let worker = ClaimRequest::new(QUEUE, "worker-b", LONG_TTL).limit(10);
-    claim(&ctx, &worker, &[]).await?;
-    ensure_eq!(
-        get_job(&ctx, "job-1").await?,
-        failed,
-        "a job backing off is left alone"
-    );
+    let worker = ClaimRequest::new(attempt.queue.as_str(), "worker-b", LONG_TTL).limit(10);
+    let observed: CaseResult = async {
+        claim(ctx, &worker, &[]).await?;
+        ensure_eq!(
+            get_job(ctx, &failed.id).await?,
+            failed,
+            "a job backing off is left alone"
+        );
+        Ok(())
+    }
+    .await;
+    if judged_before(ctx, failed.run_at, observed).await? == Landed::TooLate {
+        return Ok(Landed::TooLate);
+    }
 
     ctx.advance_past(failed.run_at).await?;
-    let again = claim(&ctx, &worker, &["job-1"]).await?;
-    let again = &again[0];
+    let again = claim(ctx, &worker, &[failed.id.as_str()]).await?;
+    let again = again
+        .first()
+        .ok_or_else(|| Failure("the retry was not claimed".into()))?;
     ensure_eq!(again.claim.attempt, 2, "the retry is attempt 2");
     ensure!(
         again.claim.fence > held.claim.fence,
@@ -1511,7 +1638,7 @@ pub async fn queue_fail_retry_backoff_delays_visibility<S: JobQueue + 'static>(
         failed.last_error,
         "the last error stays until the next failure"
     );
-    Ok(())
+    Ok(Landed::InTime)
 }
 
 /// `fail` with `DeadLetter` dead-letters at once (`Failed`), `Retry` on the
