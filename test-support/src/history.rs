@@ -206,7 +206,7 @@ fn orphan_ttl(round: usize) -> Duration {
 }
 
 /// Parent side, before go: admits one orphan per round, scope-less, owned by
-/// a crashed worker, each expiring [`ORPHAN_STEP`] after the previous one.
+/// a crashed worker, each expiring `ORPHAN_STEP` after the previous one.
 pub async fn prepare<S: LeaseStore>(store: &S, rounds: usize) {
     for round in 0..rounds {
         let admitted = store

@@ -61,7 +61,7 @@ const HANDOFF_ALLOWANCE: Duration = Duration::from_millis(5);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RetryStrategy {
-    /// Sleep [`POLL`] after each failure.
+    /// Sleep `POLL` after each failure.
     FixedPoll,
     /// Sleep a uniform random time up to a delay that doubles per failure.
     JitteredBackoff,

@@ -542,7 +542,7 @@ pub async fn queue_purge_jobs_leaves_the_queue_working<S: JobQueue + 'static>(
 }
 
 /// A retention longer than
-/// [`MAX_RETENTION`](lease_core::validate::MAX_RETENTION) (almost certainly
+/// [`MAX_RETENTION`] (almost certainly
 /// a unit mistake) is a typed `InvalidInput` naming `finished_older_than`
 /// and deletes nothing; the maximum itself is accepted.
 pub async fn queue_purge_jobs_invalid_retention_changes_nothing<S: JobQueue + 'static>(
