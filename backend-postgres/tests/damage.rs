@@ -18,22 +18,10 @@ use lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
 };
-use sqlx::{Connection, PgConnection};
 
-use support::with_store;
+use support::{execute, with_store};
 
 const LONG: Duration = Duration::from_secs(600);
-
-/// Runs `sql` against the store's schema on a connection of its own.
-async fn execute(url: &str, store: &PgStore, sql: &str) {
-    let mut connection = PgConnection::connect(url).await.expect("connect");
-    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
-    sqlx::raw_sql(&sql)
-        .execute(&mut connection)
-        .await
-        .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    connection.close().await.expect("close");
-}
 
 /// The row of `table` with `id`, as PostgreSQL prints it.
 async fn row_text(store: &PgStore, table: &str, id: &str) -> Option<String> {

@@ -14,7 +14,7 @@ use lease_core::{
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
-use support::{fresh_schema, server_url, with_store};
+use support::{execute, fresh_schema, server_url, with_store};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -23,17 +23,6 @@ fn admitted(admission: Admission) -> LeaseRecord {
         Admission::Admitted { record, .. } => record,
         other => panic!("expected Admitted, got {other:?}"),
     }
-}
-
-/// Runs `sql` against the store's schema on a connection of its own.
-async fn execute(url: &str, store: &PgStore, sql: &str) {
-    let mut connection = PgConnection::connect(url).await.expect("connect");
-    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
-    sqlx::raw_sql(&sql)
-        .execute(&mut connection)
-        .await
-        .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    connection.close().await.expect("close");
 }
 
 #[tokio::test]

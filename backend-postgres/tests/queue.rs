@@ -8,30 +8,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_postgres::PgStore;
 use lease_core::queue::{ClaimRequest, ClaimedJob, JobQueue, JobState, NewJob};
 use lease_core::ErrorKind;
-use sqlx::{Connection, PgConnection};
 use tokio::sync::Barrier;
 
-use support::with_store;
+use support::{execute, with_store};
 
 const LONG: Duration = Duration::from_secs(600);
 const JOBS: usize = 200;
 const CLAIMERS: usize = 4;
 /// Small batches, so the claimers take many turns against each other.
 const CLAIM_BATCH: usize = 3;
-
-/// Runs `sql` against the store's schema on a connection of its own.
-async fn execute(url: &str, store: &PgStore, sql: &str) {
-    let mut connection = PgConnection::connect(url).await.expect("connect");
-    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
-    sqlx::raw_sql(&sql)
-        .execute(&mut connection)
-        .await
-        .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    connection.close().await.expect("close");
-}
 
 fn ids(claimed: &[ClaimedJob]) -> Vec<&str> {
     claimed.iter().map(|each| each.job.id.as_str()).collect()

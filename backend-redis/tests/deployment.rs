@@ -16,7 +16,7 @@ use lease_core::{
     TakeoverRequest,
 };
 use serde_json::json;
-use test_support::servers::PrivateRedis;
+use test_support::servers::{until_ok, PrivateRedis};
 
 const TTL: Duration = Duration::from_secs(600);
 /// Long enough that a refusal answered within it was not a time-out (which
@@ -434,25 +434,6 @@ async fn fences_stay_monotonic_across_a_restart_that_loses_everything() {
     gate.admit("job", newer_job.claim.fence).expect("newer job");
     gate.admit("job", stale_job.claim.fence)
         .expect_err("the stale job claim from before the wipe");
-}
-
-/// `call` until it answers `Ok`, every error meanwhile retryable (the first
-/// calls after a restart meet the dead connection).
-async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
-where
-    Fut: std::future::Future<Output = lease_core::Result<T>>,
-{
-    let mut last = None;
-    for _ in 0..20 {
-        match call().await {
-            Ok(value) => return value,
-            Err(error) => {
-                assert!(error.is_retryable(), "{error}");
-                last = Some(error);
-            }
-        }
-    }
-    panic!("still failing after a restart: {last:?}");
 }
 
 /// With `noeviction` a full server refuses writes instead of dropping keys:

@@ -25,7 +25,7 @@ use lease_core::{
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
-use test_support::servers::PrivateRedis;
+use test_support::servers::{until_ok, PrivateRedis};
 
 const URL_VAR: &str = "TENURE_REDIS_URL";
 const TTL: Duration = Duration::from_secs(600);
@@ -454,25 +454,6 @@ async fn killed_connection_is_retryable_and_leaves_nothing_half_applied() {
         },
     )
     .await;
-}
-
-/// `call` until it answers `Ok`, at most a few times, every error retryable
-/// (the first calls after a restart meet the dead connection).
-async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
-where
-    Fut: Future<Output = lease_core::Result<T>>,
-{
-    let mut last = None;
-    for _ in 0..10 {
-        match call().await {
-            Ok(value) => return value,
-            Err(error) => {
-                assert!(error.is_retryable(), "{error}");
-                last = Some(error);
-            }
-        }
-    }
-    panic!("still failing after a restart: {last:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

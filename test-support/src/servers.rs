@@ -21,6 +21,29 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
+/// `call` until it answers `Ok`, at most 20 times, every error meanwhile
+/// retryable: the first calls after a restart meet the dead connection.
+///
+/// # Panics
+///
+/// On an error that is not retryable, or when the 20th call still fails.
+pub async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = lease_core::Result<T>>,
+{
+    let mut last = None;
+    for _ in 0..20 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) => {
+                assert!(error.is_retryable(), "{error}");
+                last = Some(error);
+            }
+        }
+    }
+    panic!("still failing after a restart: {last:?}");
+}
+
 /// Where Debian-style packages install PostgreSQL's server programs, one
 /// directory per major version.
 const POSTGRES_ROOT: &str = "/usr/lib/postgresql";

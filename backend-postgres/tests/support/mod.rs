@@ -13,6 +13,19 @@ use async_trait::async_trait;
 use backend_postgres::{PgStore, PgStoreConfig};
 use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use futures_util::FutureExt as _;
+use sqlx::{Connection, PgConnection};
+
+/// Runs `sql`, with `$schema` standing for the store's quoted schema, on a
+/// connection of its own (to damage or inspect what the store keeps).
+pub async fn execute(url: &str, store: &PgStore, sql: &str) {
+    let mut connection = PgConnection::connect(url).await.expect("connect");
+    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
+    sqlx::raw_sql(&sql)
+        .execute(&mut connection)
+        .await
+        .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    connection.close().await.expect("close");
+}
 
 /// The environment variable holding the test server's URL.
 pub const URL_VAR: &str = "TENURE_PG_URL";
