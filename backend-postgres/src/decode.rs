@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use lease_core::queue::{DeadReason, Job, JobState};
+use lease_core::queue::{rules, DeadReason, Job, JobState};
 use lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
@@ -194,7 +194,9 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
     macro_rules! count {
         ($name:literal) => {{
             let value: i32 = get!($name);
-            u32::try_from(value).map_err(|_| fail($name, format!("{value} is negative")))?
+            let count =
+                u32::try_from(value).map_err(|_| fail($name, format!("{value} is negative")))?;
+            rules::stored_attempt_count($name, count).map_err(|reason| fail($name, reason))?
         }};
     }
     let state_text: String = get!("state");

@@ -4,6 +4,9 @@
 //! works on any pool whatever its `search_path`. Everything else a statement
 //! needs is a bound parameter.
 
+use lease_core::queue::rules::MAX_ATTEMPTS;
+use lease_core::queue::DeadReason;
+
 use crate::config::SchemaName;
 
 /// The columns of a record, in the order [`crate::decode`] reads them by name.
@@ -29,8 +32,21 @@ const ACTIVE: &str = "('pending', 'running')";
 /// include it so it is reported instead of silently never reaped.
 const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 
-/// The largest `integer`, where a job's attempt count saturates.
-const INTEGER_MAX: i32 = i32::MAX;
+/// The rows `claim` and `reap` may pick: those [`crate::decode::job`] can
+/// represent, so a damaged row is left exactly as it is instead of being
+/// rewritten and then not answered. (State, owner and payload are judged
+/// by the statements themselves or never fail to decode.)
+fn decodable_job() -> String {
+    let dead_reasons = DeadReason::ALL.map(|reason| format!("'{}'", reason.as_str()));
+    format!(
+        "isfinite(run_at) AND isfinite(created_at) AND isfinite(updated_at) \
+         AND (lease_expires_at IS NULL OR isfinite(lease_expires_at)) \
+         AND attempt BETWEEN 0 AND {MAX_ATTEMPTS} AND max_attempts BETWEEN 0 AND {MAX_ATTEMPTS} \
+         AND fence >= 0 AND (dead_reason IS NULL OR dead_reason IN ({})) \
+         AND array_position(required_capabilities, NULL) IS NULL",
+        dead_reasons.join(", ")
+    )
+}
 
 /// The columns of a job, read by name in [`crate::decode::job`].
 const JOB_COLUMNS: [&str; 16] = [
@@ -156,6 +172,7 @@ impl JobStatements {
         // fail: `Retry` with attempts left goes back to the queue.
         let retry = "($5::boolean AND j.attempt < j.max_attempts)";
         let attempts_left = "j.attempt < j.max_attempts";
+        let decodable = decodable_job();
         JobStatements {
             enqueue: format!(
                 "WITH batch AS (SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], \
@@ -174,12 +191,12 @@ impl JobStatements {
             // Fences are drawn after the jobs are picked and locked, then
             // paired with them in claim order: values of one sequence,
             // sorted ascending, are in the order they were drawn.
-            // The attempt count saturates: a damaged count at the integer
-            // limit must not make every claim on the queue fail.
+            // Only decodable rows are picked, so `attempt + 1` stays
+            // within MAX_ATTEMPTS + 1.
             claim: format!(
                 "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
                    WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
-                   AND required_capabilities <@ $2::text[] \
+                   AND required_capabilities <@ $2::text[] AND {decodable} \
                    ORDER BY priority DESC, run_at, created_at, id LIMIT $3 \
                    FOR UPDATE SKIP LOCKED), \
                  ranked AS (SELECT id, row_number() OVER \
@@ -187,7 +204,7 @@ impl JobStatements {
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
                    FROM (SELECT nextval({fence_seq}) AS fence FROM picked) drawn), \
                  claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
-                   attempt = least(j.attempt::bigint + 1, {INTEGER_MAX})::integer, fence = f.fence, \
+                   attempt = j.attempt + 1, fence = f.fence, \
                    lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
                    FROM ranked r JOIN fences f ON f.claim_order = r.claim_order \
                    WHERE j.id = r.id RETURNING r.claim_order, {job}) \
@@ -219,6 +236,7 @@ impl JobStatements {
             reap: format!(
                 "WITH expired AS (SELECT id, lease_expires_at AS expired_at FROM {s}.jobs \
                    WHERE state = 'claimed' AND lease_expires_at <= now() - $1::interval \
+                   AND {decodable} \
                    ORDER BY lease_expires_at, id LIMIT $2 FOR UPDATE SKIP LOCKED), \
                  reaped AS (UPDATE {s}.jobs j SET lease_expires_at = NULL, updated_at = now(), \
                    state = CASE WHEN {attempts_left} THEN 'queued' ELSE 'dead_lettered' END, \

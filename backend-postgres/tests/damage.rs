@@ -89,8 +89,11 @@ const JOB_DAMAGES: &[Damage] = &[
     damage("state", "'bogus'", true),
     damage("dead_reason", "'bogus'", true),
     damage("attempt", "-1", true),
-    damage("attempt", "2147483647", false),
+    damage("attempt", "1001", true),
+    damage("attempt", "2147483647", true),
+    damage("attempt", "1000", false),
     damage("max_attempts", "-1", true),
+    damage("max_attempts", "1001", true),
     damage("fence", "-1", true),
     damage("fence", "9223372036854775807", false),
     damage("required_capabilities", "'{NULL}'", true),
@@ -300,6 +303,7 @@ async fn every_damaged_job_column_is_corrupt_or_skipped_never_a_panic() {
                 )
                 .await;
                 let control_row = row_text(&store, "jobs", &dead_control).await;
+                let victim_row = row_text(&store, "jobs", &victim).await;
 
                 assert_corrupt_or(store.get_job(&victim).await, damage.corrupt, &what);
                 assert_corrupt_or(store.get_job(&dead_victim).await, damage.corrupt, &what);
@@ -332,6 +336,13 @@ async fn every_damaged_job_column_is_corrupt_or_skipped_never_a_panic() {
                         .await
                         .expect("answered job reads");
                     assert_eq!(stored.as_ref(), Some(&each.job), "{what}");
+                }
+                if damage.corrupt {
+                    assert_eq!(
+                        row_text(&store, "jobs", &victim).await,
+                        victim_row,
+                        "{what}: claim rewrote a row it cannot answer"
+                    );
                 }
                 execute(
                     &url,

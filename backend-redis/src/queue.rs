@@ -260,9 +260,16 @@ impl JobQueue for RedisStore {
                 .arg(self.keys.prefix())
                 .arg(clock::micros_rounded_up(finished_older_than))
                 .arg(crate::PURGE_BATCH);
-            let (deleted, looked_at) =
-                <(u64, u64)>::from_redis_value(self.script(&invocation).await?)
+            let (deleted, looked_at, unreadable) =
+                <(u64, u64, u64)>::from_redis_value(self.script(&invocation).await?)
                     .map_err(|error| Error::corrupt(format!("purge_jobs.lua answered {error}")))?;
+            if unreadable > 0 {
+                tracing::warn!(
+                    unreadable,
+                    prefix = self.keys.prefix(),
+                    "purge_jobs met finished job ids whose key is not a hash; left them in place and dropped them from the finished index"
+                );
+            }
             purged = purged.saturating_add(deleted);
             if looked_at < crate::PURGE_BATCH as u64 {
                 return Ok(purged);

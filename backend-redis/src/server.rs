@@ -116,6 +116,9 @@ impl fmt::Display for Durability {
     }
 }
 
+/// The eviction policy of a server that does not say which it runs.
+const NOT_REPORTED: &str = "<not reported>";
+
 /// Reads the server's settings and refuses a server that may evict
 /// tenure's keys.
 pub(crate) async fn inspect(connection: &mut MultiplexedConnection) -> Result<Durability> {
@@ -188,6 +191,12 @@ async fn config_value(connection: &mut MultiplexedConnection, name: &str) -> Red
 
 async fn from_config(connection: &mut MultiplexedConnection) -> RedisResult<Durability> {
     let eviction_policy = config_value(connection, "maxmemory-policy").await?;
+    // A server that reports no policy is refused as an unknown one, by name.
+    let eviction_policy = if eviction_policy.is_empty() {
+        NOT_REPORTED.to_owned()
+    } else {
+        eviction_policy
+    };
     let append_only = config_value(connection, "appendonly").await?;
     let append_fsync = config_value(connection, "appendfsync").await?;
     let snapshot_schedule = config_value(connection, "save").await?;
@@ -228,10 +237,9 @@ async fn from_info(connection: &mut MultiplexedConnection) -> RedisResult<Durabi
     let persistence = info_fields(&persistence);
     Ok(Durability {
         // A server that reports no policy is refused as an unknown one.
-        eviction_policy: memory.get("maxmemory_policy").map_or_else(
-            || "<not reported>".to_owned(),
-            |policy| (*policy).to_owned(),
-        ),
+        eviction_policy: memory
+            .get("maxmemory_policy")
+            .map_or_else(|| NOT_REPORTED.to_owned(), |policy| (*policy).to_owned()),
         append_only: persistence
             .get("aof_enabled")
             .and_then(|value| yes_or_no(value)),

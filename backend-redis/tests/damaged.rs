@@ -76,6 +76,8 @@ const JOB_DAMAGES: &[Damage] = &[
     ("run_at", Some(b"-9223372036854775808")),
     ("attempt", Some(b"-1")),
     ("attempt", Some(b"4294967296")),
+    ("attempt", Some(b"1001")),
+    ("max_attempts", Some(b"5000")),
     ("attempt", None),
     ("max_attempts", Some(b"three")),
     ("caps", Some(b"{\"a\":1}")),
@@ -428,6 +430,48 @@ async fn every_damaged_job_field_is_corrupt_or_skipped() {
         damage(&mut raw, &job_key("dead"), ("updated", Some(b"later"))).await;
         assert_corrupt("list_dead_letters", store.list_dead_letters("d", 10).await);
         assert_corrupt("retry_dead_letter", store.retry_dead_letter("dead").await);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_key_of_the_wrong_type_never_wedges_retention() {
+    with_namespace("wedged_retention", |scratch| async move {
+        let Scratch {
+            store,
+            mut raw,
+            prefix,
+        } = scratch;
+        for id in ["before", "damaged", "after"] {
+            enqueue(&store, "q", id, 0).await;
+        }
+        let claimed = store
+            .claim(&ClaimRequest::new("q", "w", TTL).limit(10))
+            .await
+            .expect("claim");
+        assert_eq!(claimed.len(), 3);
+        for job in &claimed {
+            store.complete(&job.claim).await.expect("complete");
+        }
+        let damaged_key = format!("{prefix}job:damaged");
+        wrong_type(&mut raw, &damaged_key).await;
+
+        assert_eq!(
+            store.purge_jobs(Duration::ZERO).await.expect("purge"),
+            2,
+            "the healthy jobs on both sides of the damaged one go"
+        );
+        let left: String = raw.get(&damaged_key).await.expect("GET");
+        assert_eq!(left, "not a hash", "a key tenure cannot read is left alone");
+        for id in ["before", "after"] {
+            assert_eq!(store.get_job(id).await.expect("get_job"), None, "{id}");
+        }
+        let finished: Vec<String> = raw
+            .zrange(format!("{prefix}finished"), 0, -1)
+            .await
+            .expect("ZRANGE");
+        assert!(finished.is_empty(), "{finished:?}");
+        assert_eq!(store.purge_jobs(Duration::ZERO).await.expect("again"), 0);
     })
     .await;
 }

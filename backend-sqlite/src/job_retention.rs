@@ -5,11 +5,10 @@
 
 use std::time::Duration;
 
-use lease_core::clock::{micros_rounded_up, to_micros};
 use lease_core::{Result, Timestamp};
 use rusqlite::Connection;
 
-use crate::error::map_sqlite_error;
+use crate::ops::delete_finished_before;
 
 /// Finished jobs (`rules::job_purgeable`) whose finish time, their last
 /// update, is at or before `?1`. A row whose `updated_at` is not an integer
@@ -25,14 +24,7 @@ pub(crate) fn purge_finished(
     now: Timestamp,
     older_than: Duration,
 ) -> Result<u64> {
-    // Rounded up, so a sub-microsecond retention never purges early.
-    let finished_before = to_micros(now).saturating_sub(micros_rounded_up(older_than));
-    let deleted = connection
-        .prepare_cached(PURGE_FINISHED)
-        .map_err(map_sqlite_error)?
-        .execute([finished_before])
-        .map_err(map_sqlite_error)?;
-    Ok(deleted as u64)
+    delete_finished_before(connection, PURGE_FINISHED, now, older_than)
 }
 
 #[cfg(test)]

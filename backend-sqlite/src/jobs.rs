@@ -51,8 +51,11 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
             .map_err(|error| format!("column payload: not JSON: {error}"))?,
         priority: column(row, 3, "priority")?,
         run_at: timestamp(column(row, 4, "run_at")?, "run_at")?,
-        attempt: attempts(column(row, 5, "attempt")?, "attempt")?,
-        max_attempts: attempts(column(row, 6, "max_attempts")?, "max_attempts")?,
+        attempt: rules::stored_attempt_count("column attempt", column(row, 5, "attempt")?)?,
+        max_attempts: rules::stored_attempt_count(
+            "column max_attempts",
+            column(row, 6, "max_attempts")?,
+        )?,
         required_capabilities: serde_json::from_str::<BTreeSet<String>>(&capabilities).map_err(
             |error| format!("column required_capabilities: not a JSON array of strings: {error}"),
         )?,
@@ -72,19 +75,6 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
         created_at: timestamp(column(row, 14, "created_at")?, "created_at")?,
         updated_at: timestamp(column(row, 15, "updated_at")?, "updated_at")?,
     })
-}
-
-/// An attempt count: never above [`rules::MAX_ATTEMPTS`] in a job the
-/// contract wrote, so a larger one is damage (and `claim`'s `attempt + 1`
-/// cannot overflow).
-fn attempts(count: u32, name: &str) -> Result<u32, String> {
-    if count > rules::MAX_ATTEMPTS {
-        return Err(format!(
-            "column {name}: {count} is above the largest max_attempts, {}",
-            rules::MAX_ATTEMPTS
-        ));
-    }
-    Ok(count)
 }
 
 fn payload_text(job: &Job) -> Result<String> {

@@ -249,11 +249,24 @@ fn collect_records<P: rusqlite::Params>(
 /// `updated_at + older_than <= now`. Their scope rows go with them (foreign
 /// key cascade); the fence counter is untouched.
 pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duration) -> Result<u64> {
-    let mut statement = connection.prepare_cached(PURGE).map_err(map_sqlite_error)?;
+    delete_finished_before(connection, PURGE, now, older_than)
+}
+
+/// Runs `delete` (a `DELETE` whose `?1` is the latest `updated_at` to go)
+/// with the cutoff `now - older_than`; answers how many rows went. Shared by
+/// lease and job retention.
+pub(crate) fn delete_finished_before(
+    connection: &Connection,
+    delete: &str,
+    now: Timestamp,
+    older_than: Duration,
+) -> Result<u64> {
     // Rounded up, so a sub-microsecond retention never purges early.
     let older_than = lease_core::clock::micros_rounded_up(older_than);
     let updated_before = to_micros(now).saturating_sub(older_than);
-    let deleted = statement
+    let deleted = connection
+        .prepare_cached(delete)
+        .map_err(map_sqlite_error)?
         .execute([updated_before])
         .map_err(map_sqlite_error)?;
     Ok(u64::try_from(deleted).unwrap_or(u64::MAX))

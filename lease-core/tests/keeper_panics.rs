@@ -11,13 +11,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
 use lease_core::keeper::{
-    AdmitOutcome, Keeper, KeeperState, LossCause, ReconcileAction, ReconcileError, Recovered,
-    RunGuard, WriteError,
+    AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
+    Recovered, RunGuard, WriteError,
 };
 use lease_core::{AdmitRequest, LeaseStore, Status, StatusChange};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
@@ -121,11 +121,26 @@ async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
     assert_eq!(keeper.health().heartbeat_panics, 1);
 }
 
-/// A `tracing` subscriber that panics once, on the first event whose
+/// A `tracing` subscriber that panics on the first `limit` events whose
 /// message contains `trigger`: a log hook panicking inside the keeper.
 struct PanickingLogHook {
     trigger: &'static str,
-    fired: AtomicBool,
+    limit: u64,
+    fired: AtomicU64,
+}
+
+impl PanickingLogHook {
+    fn once(trigger: &'static str) -> Self {
+        Self::times(trigger, 1)
+    }
+
+    fn times(trigger: &'static str, limit: u64) -> Self {
+        PanickingLogHook {
+            trigger,
+            limit,
+            fired: AtomicU64::new(0),
+        }
+    }
 }
 
 struct Message(String);
@@ -150,7 +165,9 @@ impl tracing::Subscriber for PanickingLogHook {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut message = Message(String::new());
         event.record(&mut message);
-        if message.0.contains(self.trigger) && !self.fired.swap(true, Ordering::SeqCst) {
+        if message.0.contains(self.trigger)
+            && self.fired.fetch_add(1, Ordering::SeqCst) < self.limit
+        {
             panic!("log hook panicked on {:?}", message.0);
         }
     }
@@ -162,10 +179,8 @@ impl tracing::Subscriber for PanickingLogHook {
 async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let _subscriber = tracing::subscriber::set_default(PanickingLogHook {
-        trigger: "work lost its lease",
-        fired: AtomicBool::new(false),
-    });
+    let _subscriber =
+        tracing::subscriber::set_default(PanickingLogHook::once("work lost its lease"));
     let store = FaultyStore::new();
     let keeper = start(&store, config());
     let t0 = Instant::now();
@@ -190,6 +205,51 @@ async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
     );
     keeper.shutdown(Instant::now()).await;
     assert_eq!(keeper.health().state, KeeperState::Stopping);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_loop_that_keeps_panicking_gives_up_and_stops_everything_held() {
+    let counters = PanicCounters::default();
+    let _recorder = metrics::set_default_local_recorder(&counters);
+    // Every loss the loop reports panics: with five runs overdue at once,
+    // the loop dies on the first of them each time it is restarted.
+    let _subscriber =
+        tracing::subscriber::set_default(PanickingLogHook::times("work lost its lease", u64::MAX));
+    let store = FaultyStore::new();
+    let keeper = start(&store, config());
+    let t0 = Instant::now();
+    let mut doomed = Vec::new();
+    for index in 0..5 {
+        let id = format!("doomed-{index}");
+        doomed.push(admit(&keeper, &id).await);
+        store.inject(Op::Renew, Some(&id), Fault::Fail);
+    }
+    common::at(t0, BEAT * 2).await;
+    let kept = admit(&keeper, "kept").await;
+
+    common::at(t0, TTL + BEAT).await;
+    let health = keeper.health();
+    assert_eq!(health.state, KeeperState::Failed { task: "heartbeat" });
+    assert_eq!(health.heartbeat_panics, 3, "{health:?}");
+    assert_eq!(counters.get("heartbeat"), 3);
+    for guard in doomed.iter().chain([&kept]) {
+        assert!(guard.loss().is_some(), "{} is still held", guard.id());
+        assert!(guard.token().is_cancelled());
+    }
+    assert_eq!(kept.loss(), Some(LossCause::HeartbeatFailed));
+    assert_eq!(
+        keeper.held_count(),
+        0,
+        "nothing is kept that nothing renews"
+    );
+    assert!(matches!(
+        keeper.admit(keeper.request("late")).await,
+        Err(KeeperError::HeartbeatFailed)
+    ));
+    assert!(
+        store.inner.get("late").await.unwrap().is_none(),
+        "a refused admission never reaches the store"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -4,27 +4,35 @@
 -- KEYS[1] finished zset.
 -- ARGV[1] key prefix (job hash and dead-letter keys of the ids found),
 -- ARGV[2] retention in us (rounded up), ARGV[3] batch size.
--- Reply: { deleted, looked_at }: the number of jobs deleted, and of ids
--- taken from the index (a full batch means more may be due).
+-- Reply: { deleted, looked_at, unreadable }: the number of jobs deleted, of
+-- ids taken from the index (a full batch means more may be due), and of ids
+-- whose job key is not a hash (left as they are, dropped from the index).
 
 local prefix = ARGV[1]
 local now = now_us()
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now - tonumber(ARGV[2])),
   'LIMIT', 0, tonumber(ARGV[3]))
-local deleted = 0
+local deleted, unreadable = 0, 0
 for _, id in ipairs(ids) do
   local key = prefix .. 'job:' .. id
-  local fields = redis.call('HMGET', key, 'state', 'queue')
-  local state, queue = fields[1], fields[2]
-  -- Only a job the hash says is finished goes. An id whose hash is gone or
-  -- not finished is an index entry left behind, dropped from the index only.
-  if state == 'completed' or state == 'dead_lettered' then
-    if type(queue) == 'string' then
-      redis.call('ZREM', prefix .. 'dead:' .. queue, id)
+  -- pcall: a key of another type must neither stop this batch half done
+  -- nor wedge every later purge on the same id.
+  local fields = redis.pcall('HMGET', key, 'state', 'queue')
+  if fields.err then
+    unreadable = unreadable + 1
+  else
+    local state, queue = fields[1], fields[2]
+    -- Only a job the hash says is finished goes. An id whose hash is gone
+    -- or not finished is an index entry left behind, dropped from the
+    -- index only.
+    if state == 'completed' or state == 'dead_lettered' then
+      if type(queue) == 'string' then
+        redis.pcall('ZREM', prefix .. 'dead:' .. queue, id)
+      end
+      redis.call('DEL', key)
+      deleted = deleted + 1
     end
-    redis.call('DEL', key)
-    deleted = deleted + 1
   end
   redis.call('ZREM', KEYS[1], id)
 end
-return { deleted, #ids }
+return { deleted, #ids, unreadable }

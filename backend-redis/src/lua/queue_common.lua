@@ -117,8 +117,9 @@ local function load_job(key, id)
     fence = fields.fence,
     priority = bounded(key, fields, 'priority', -2147483648, 2147483647),
     run_at = timestamp(key, fields, 'run_at'),
-    attempt = bounded(key, fields, 'attempt', 0, 4294967295),
-    max_attempts = bounded(key, fields, 'max_attempts', 0, 4294967295),
+    -- 1000: rules::MAX_ATTEMPTS, above which a count is damage.
+    attempt = bounded(key, fields, 'attempt', 0, 1000),
+    max_attempts = bounded(key, fields, 'max_attempts', 0, 1000),
     created = timestamp(key, fields, 'created'),
     updated = timestamp(key, fields, 'updated'),
     caps = string_array(key, 'caps', fields.caps),

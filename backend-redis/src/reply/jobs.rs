@@ -62,8 +62,14 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
             .map_err(|error| format!("payload is not JSON: {error}"))?,
         priority: number("priority", required_text("priority")?)?,
         run_at: required_instant("run_at")?,
-        attempt: number("attempt", required_text("attempt")?)?,
-        max_attempts: number("max_attempts", required_text("max_attempts")?)?,
+        attempt: rules::stored_attempt_count(
+            "attempt",
+            number("attempt", required_text("attempt")?)?,
+        )?,
+        max_attempts: rules::stored_attempt_count(
+            "max_attempts",
+            number("max_attempts", required_text("max_attempts")?)?,
+        )?,
         required_capabilities,
         state: required_text("state")?.parse().map_err(reason)?,
         owner: optional_text("owner")?,

@@ -42,6 +42,9 @@ pub enum LossCause {
     Shutdown,
     /// Every guard was dropped without settling: nobody renews it any more.
     Abandoned,
+    /// The keeper's heartbeat kept panicking and gave up, so nothing renews
+    /// the lease or would stop the work at its deadline: stopped at once.
+    HeartbeatFailed,
 }
 
 impl LossCause {
@@ -56,6 +59,7 @@ impl LossCause {
             LossCause::Cancelled => "cancelled",
             LossCause::Shutdown => "shutdown",
             LossCause::Abandoned => "abandoned",
+            LossCause::HeartbeatFailed => "heartbeat_failed",
         }
     }
 }

@@ -154,9 +154,11 @@ pub enum KeeperState {
     Stopping,
     /// A background task ended although nobody stopped it: the keeper no
     /// longer renews leases (`heartbeat`) or recovers orphans
-    /// (`reconciler`). Every panic is caught and the task restarted, so this
-    /// is not expected; a host seeing it should stop this keeper (its runs
-    /// fail-stop at their confirmed deadlines) and start a new one.
+    /// (`reconciler`). Every panic is caught and the task restarted, except
+    /// a heartbeat loop that panics three times in a row before finishing a
+    /// round: it gives up, stopping everything held at once and refusing new
+    /// leases. A host seeing this should stop this keeper and start a new
+    /// one.
     Failed {
         /// `heartbeat` or `reconciler`.
         task: &'static str,

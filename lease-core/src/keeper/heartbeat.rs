@@ -33,8 +33,18 @@ use crate::outcome::Renewal;
 use crate::queue::JobRenewal;
 use crate::record::Claim;
 
+/// How many times in a row the heartbeat loop may panic before finishing a
+/// round before it is given up (see [`run`]).
+pub(crate) const PANIC_LIMIT: u32 = 3;
+
 /// The heartbeat task: runs the loop, restarting it after a panic (with its
 /// first beat at once, so no lease misses a renewal because of it).
+///
+/// A loop that panics [`PANIC_LIMIT`] times in a row without finishing a
+/// round cannot be trusted to renew or to fail-stop anything: the heartbeat
+/// gives up. Everything held is stopped ([`LossCause::HeartbeatFailed`]),
+/// the keeper takes no new leases, and the task ends, so
+/// [`Keeper::health`](super::Keeper::health) answers `Failed { heartbeat }`.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     ttl: Duration,
@@ -42,6 +52,7 @@ pub(crate) async fn run(
     stop: CancellationToken,
 ) {
     let mut first_beat = Instant::now() + beat;
+    let mut in_a_row = 0_u32;
     loop {
         let mut rounds = 0_u64;
         let looped = health::catch(beat_loop(
@@ -60,6 +71,16 @@ pub(crate) async fn run(
             &*payload,
             "the heartbeat loop panicked; restarting it (renewals in flight are dropped and extend nothing)",
         );
+        in_a_row = if rounds == 0 { in_a_row + 1 } else { 1 };
+        if in_a_row >= PANIC_LIMIT {
+            tracing::error!(
+                panics = in_a_row,
+                "the heartbeat loop keeps panicking before finishing a round; giving up: \
+                 everything held is stopped and the keeper takes no new leases (replace this keeper)"
+            );
+            shared.heartbeat_failed();
+            return;
+        }
         if rounds == 0 {
             // It panicked again before finishing one round: pause, so a
             // panic that repeats cannot spin a core. Overdue work is still
@@ -299,8 +320,18 @@ async fn renew_chunk(
                 });
             }
             while let Some(joined) = singles.join_next().await {
-                let Ok((index, sent, answer)) = joined else {
-                    continue;
+                let (index, sent, answer) = match joined {
+                    Ok(answered) => answered,
+                    Err(error) => {
+                        if error.is_panic() {
+                            shared.panics.record(
+                                Task::Heartbeat,
+                                &*error.into_panic(),
+                                "a renewal task panicked; its lease keeps only its confirmed deadline",
+                            );
+                        }
+                        continue;
+                    }
                 };
                 let (deadline, run) = &chunk[index];
                 let now = Instant::now();

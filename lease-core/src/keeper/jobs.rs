@@ -327,9 +327,7 @@ impl Keeper {
     }
 
     fn job_ttl(&self) -> Result<std::time::Duration, KeeperError> {
-        if !self.shared.is_accepting() {
-            return Err(KeeperError::ShuttingDown);
-        }
+        self.shared.ensure_accepting()?;
         self.shared.config.ttl.ok_or(KeeperError::NoTtl)
     }
 }

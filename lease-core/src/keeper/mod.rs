@@ -113,6 +113,7 @@ mod telemetry;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -157,6 +158,13 @@ pub enum KeeperError {
     /// [`Keeper::shutdown`] has begun: no new leases.
     #[error("the keeper is shutting down")]
     ShuttingDown,
+    /// The keeper's heartbeat kept panicking and gave up
+    /// ([`KeeperState::Failed`]): nothing would renew a new lease. Replace
+    /// this keeper.
+    #[error(
+        "the keeper's heartbeat failed; no new leases: shut this keeper down and start another"
+    )]
+    HeartbeatFailed,
     /// Job claims need a lease for the reaper to judge, and this keeper has
     /// no ttl (single-worker mode).
     #[error("holding jobs needs a keeper with a ttl")]
@@ -240,6 +248,8 @@ pub(crate) struct Shared {
     held: Mutex<HashMap<HeldKey, Entry>>,
     held_count: watch::Sender<usize>,
     accepting: AtomicBool,
+    /// Set once when the heartbeat gives up (see `heartbeat::run`).
+    heartbeat_gone: AtomicBool,
     pub(crate) reconciling: AtomicBool,
     pub(crate) heartbeat_wake: Notify,
     /// Panics caught in background work, for [`Keeper::health`].
@@ -253,6 +263,35 @@ impl Shared {
 
     pub(crate) fn is_accepting(&self) -> bool {
         self.accepting.load(Ordering::Acquire)
+    }
+
+    /// Whether new leases may be taken: not shutting down, and the
+    /// heartbeat that would renew them has not given up.
+    pub(crate) fn ensure_accepting(&self) -> Result<(), KeeperError> {
+        if !self.is_accepting() {
+            Err(KeeperError::ShuttingDown)
+        } else if self.heartbeat_gone.load(Ordering::Acquire) {
+            Err(KeeperError::HeartbeatFailed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The heartbeat gave up: nothing will renew or fail-stop what is held,
+    /// so it is all stopped now, and nothing new is taken. Something that
+    /// starts being held concurrently sees the flag in `start_holding`.
+    pub(crate) fn heartbeat_failed(&self) {
+        self.heartbeat_gone.store(true, Ordering::SeqCst);
+        for entry in self.snapshot() {
+            // Each loss is stopped even if reporting another one panics
+            // (a panicking log or metrics hook may be why the loop died).
+            let stopped = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.lose(entry.core(), LossCause::HeartbeatFailed, true)
+            }));
+            if stopped.is_err() {
+                entry.core().token.cancel();
+            }
+        }
     }
 
     pub(crate) fn claim_reconcile_flight(&self) -> bool {
@@ -352,7 +391,9 @@ impl Shared {
         }
         self.heartbeat_wake.notify_one();
         let core = entry.core();
-        if core
+        if self.heartbeat_gone.load(Ordering::SeqCst) {
+            self.lose(core, LossCause::HeartbeatFailed, true);
+        } else if core
             .deadline()
             .is_some_and(|deadline| deadline <= Instant::now())
         {
@@ -482,6 +523,7 @@ impl KeeperBuilder {
             held: Mutex::new(HashMap::new()),
             held_count: watch::Sender::new(0),
             accepting: AtomicBool::new(true),
+            heartbeat_gone: AtomicBool::new(false),
             reconciling: AtomicBool::new(false),
             heartbeat_wake: Notify::new(),
             panics: health::PanicLog::default(),
@@ -639,8 +681,11 @@ impl Keeper {
     /// [`ReconcileError::Panicked`] and frees the single-flight flag, a
     /// callback that panicked counts as failed and drops the adopted guard it
     /// held (the lease is left to expire). A panicking heartbeat or
-    /// reconciler loop is restarted. [`KeeperState::Failed`] means a
-    /// background task ended anyway; stop the keeper and start another.
+    /// reconciler loop is restarted; a heartbeat loop that panics three
+    /// times in a row without finishing a round gives up instead, stopping
+    /// everything held ([`LossCause::HeartbeatFailed`]) and refusing new
+    /// leases ([`KeeperError::HeartbeatFailed`]). [`KeeperState::Failed`]
+    /// means a background task ended; stop the keeper and start another.
     pub fn health(&self) -> KeeperHealth {
         let state = if !self.shared.is_accepting() {
             KeeperState::Stopping
@@ -671,9 +716,7 @@ impl Keeper {
     ///
     /// Runs of this keeper that the admission interrupted are stopped.
     pub async fn admit(&self, request: AdmitRequest) -> Result<AdmitOutcome, KeeperError> {
-        if !self.shared.is_accepting() {
-            return Err(KeeperError::ShuttingDown);
-        }
+        self.shared.ensure_accepting()?;
         let request = AdmitRequest {
             owner: self.shared.worker_id.clone(),
             ttl: self.shared.config.ttl,

@@ -17,6 +17,24 @@ pub const MAX_CLAIM: usize = 1000;
 pub const MAX_REAP: usize = 1000;
 /// Largest `max_attempts`.
 pub const MAX_ATTEMPTS: u32 = 1000;
+/// An attempt count (`attempt` or `max_attempts`) read from a store, checked
+/// as every backend decodes it: the contract never writes one above
+/// [`MAX_ATTEMPTS`], so a larger one is damage (and `claim`'s `attempt + 1`
+/// cannot overflow).
+///
+/// # Errors
+///
+/// The reason, naming `field`, when `count` is above [`MAX_ATTEMPTS`]; the
+/// backend reports it as a `Corrupt` record.
+pub fn stored_attempt_count(field: &str, count: u32) -> Result<u32, String> {
+    if count > MAX_ATTEMPTS {
+        return Err(format!(
+            "{field} is {count}, above the largest max_attempts ({MAX_ATTEMPTS})"
+        ));
+    }
+    Ok(count)
+}
+
 /// Largest payload, serialised as JSON.
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
