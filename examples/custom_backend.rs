@@ -3,8 +3,8 @@
 //! Here the "backend" is a thin layer over the memory store that counts
 //! operations: any type implementing `LeaseStore` runs the same way. Give the
 //! kit a `Factory` that creates a fresh, isolated store per case, then either
-//! call `conformance::run_all` (below) or put
-//! `conformance::tenure_conformance!(CountingFactory);` in a test file to get
+//! call `tenure_conformance::run_all` (below) or put
+//! `tenure_conformance::tenure_conformance!(CountingFactory);` in a test file to get
 //! one named test per case.
 //!
 //! `cargo run --example custom_backend`
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use conformance::{ClockControl, Factory, Subject};
+use tenure_conformance::{ClockControl, Factory, Subject};
 use tenure::memory::MemoryStore;
 use tenure::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
@@ -97,7 +97,7 @@ impl Factory for CountingFactory {
 
 #[tokio::main]
 async fn main() {
-    let report = conformance::run_all(&CountingFactory).await;
+    let report = tenure_conformance::run_all(&CountingFactory).await;
     println!("{report}");
     if !report.all_passed() {
         std::process::exit(1);

@@ -14,6 +14,7 @@
 //! | `postgres` | `postgres`   | PostgreSQL via sqlx |
 //! | `redis`    | `redis`      | Redis via Lua scripts |
 //! | `full`     | all of them  | |
+//! | `conformance` | `conformance` | the conformance kit, to test a backend of your own |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
@@ -35,20 +36,25 @@
 //! # Ok(()) }
 //! ```
 
-pub use lease_core::*;
+pub use tenure_lease_core::*;
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]
-pub use backend_memory as memory;
+pub use tenure_backend_memory as memory;
 
 /// The SQLite backend.
 #[cfg(feature = "sqlite")]
-pub use backend_sqlite as sqlite;
+pub use tenure_backend_sqlite as sqlite;
 
 /// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
-pub use backend_postgres as postgres;
+pub use tenure_backend_postgres as postgres;
 
 /// The Redis backend.
 #[cfg(feature = "redis")]
-pub use backend_redis as redis;
+pub use tenure_backend_redis as redis;
+
+/// The conformance kit: the suite every backend passes, to run against a
+/// backend of your own.
+#[cfg(feature = "conformance")]
+pub use tenure_conformance as conformance;

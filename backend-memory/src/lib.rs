@@ -1,6 +1,6 @@
 //! # backend-memory
 //!
-//! An in-process [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue):
+//! An in-process [`LeaseStore`] and [`JobQueue`](tenure_lease_core::JobQueue):
 //! every operation is one critical section under a mutex, so it is atomic
 //! across tasks and threads of one process. Leases and jobs share that
 //! state and its one fence sequence, so a job claim never reuses a fence a
@@ -9,8 +9,8 @@
 //! deployments and the conformance kit's reference runs.
 //!
 //! Its clock is injectable ([`MemoryStore::with_clock`]): tests move time
-//! with a [`ManualClock`](lease_core::ManualClock), or with tokio's paused
-//! clock through a [`TokioClock`](lease_core::TokioClock).
+//! with a [`ManualClock`](tenure_lease_core::ManualClock), or with tokio's paused
+//! clock through a [`TokioClock`](tenure_lease_core::TokioClock).
 //!
 //! ## The clock: wall-clock steps move expiry
 //!
@@ -18,7 +18,7 @@
 //! `now + ttl`, and takeover, `list_expired`, admission over an expired
 //! holder and the queue's `claim` (`run_at`) and `reap` compare it with
 //! `now`. [`MemoryStore::new`] reads [`SystemClock`], the host's wall clock,
-//! while a [`Keeper`](lease_core::Keeper) trusts its lease by tokio's
+//! while a [`Keeper`](tenure_lease_core::Keeper) trusts its lease by tokio's
 //! monotonic clock (the send instant of its last confirmed renewal plus
 //! the ttl). A *step* of the wall clock moves the store's judgement and not
 //! the keeper's:
@@ -33,7 +33,7 @@
 //!
 //! Fences still protect what the lease guards: the taker holds a newer,
 //! larger fence, so a resource that checks fences (a
-//! [`FenceGate`](lease_core::FenceGate), a conditional write) refuses the
+//! [`FenceGate`](tenure_lease_core::FenceGate), a conditional write) refuses the
 //! displaced holder's writes once it has seen the taker's, and that
 //! holder's next renewal answers `Lost`, which fail-stops its keeper.
 //!
@@ -49,10 +49,10 @@
 //! `date -s` or `ntpdate` on a running host.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use backend_memory::MemoryStore;
-//! use lease_core::{AdmitRequest, LeaseStore, Renewal};
+//! use tenure_backend_memory::MemoryStore;
+//! use tenure_lease_core::{AdmitRequest, LeaseStore, Renewal};
 //!
 //! let store = MemoryStore::new();
 //! let admission = store
@@ -67,10 +67,10 @@
 //! the job by presenting the claim.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use backend_memory::MemoryStore;
-//! use lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
+//! use tenure_backend_memory::MemoryStore;
+//! use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
 //!
 //! let store = MemoryStore::new();
 //! store.enqueue(&NewJob::new("emails", serde_json::json!({ "to": "a@example.com" }))).await?;
@@ -89,8 +89,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::rules::{self, AdmissionPlan};
-use lease_core::{
+use tenure_lease_core::rules::{self, AdmissionPlan};
+use tenure_lease_core::{
     validate, Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
     Transition,
@@ -271,7 +271,7 @@ impl LeaseStore for MemoryStore {
         let mut state = self.lock();
         let Some(record) = state.records.get(&claim.id) else {
             return Ok(Transition::Rejected(
-                lease_core::TransitionRejection::Missing,
+                tenure_lease_core::TransitionRejection::Missing,
             ));
         };
         if let Err(rejection) = rules::judge_transition(Some(record), claim, change.status) {
@@ -291,7 +291,7 @@ impl LeaseStore for MemoryStore {
         let now = self.now();
         let mut state = self.lock();
         let Some(record) = state.records.get(&request.id) else {
-            return Ok(Takeover::NotTaken(lease_core::NotTakenReason::Missing));
+            return Ok(Takeover::NotTaken(tenure_lease_core::NotTakenReason::Missing));
         };
         if let Err(reason) = rules::judge_takeover(Some(record), request.grace, now) {
             return Ok(Takeover::NotTaken(reason));

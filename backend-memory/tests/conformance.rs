@@ -1,3 +1,3 @@
 //! The whole conformance kit against the memory backend, one test per case.
 
-conformance::tenure_conformance!(conformance::memory::MemoryFactory);
+tenure_conformance::tenure_conformance!(tenure_conformance::memory::MemoryFactory);

@@ -1,3 +1,3 @@
 //! The kit's job-queue cases against the memory backend, one test per case.
 
-conformance::tenure_queue_conformance!(conformance::memory::MemoryFactory);
+tenure_conformance::tenure_queue_conformance!(tenure_conformance::memory::MemoryFactory);

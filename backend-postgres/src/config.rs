@@ -7,8 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
-pub(crate) use lease_core::redact::redact_url;
-use lease_core::{Error, ErrorKind, Result};
+pub(crate) use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 /// The schema a store uses unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "tenure";
@@ -27,7 +27,7 @@ const MAX_SCHEMA_BYTES: usize = 63;
 ///
 /// ```
 /// use std::time::Duration;
-/// use backend_postgres::PgStoreConfig;
+/// use tenure_backend_postgres::PgStoreConfig;
 ///
 /// let config = PgStoreConfig::new("postgres://app:s3cret@db.internal:5432/jobs")
 ///     .schema("tenure_leases")
@@ -115,8 +115,8 @@ impl PgStoreConfig {
     /// silent after a statement was sent keeps the call waiting for as long
     /// as the operating system keeps the TCP connection open.
     ///
-    /// [`LeaseStore`]: lease_core::LeaseStore
-    /// [`JobQueue`]: lease_core::queue::JobQueue
+    /// [`LeaseStore`]: tenure_lease_core::LeaseStore
+    /// [`JobQueue`]: tenure_lease_core::queue::JobQueue
     pub fn operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self

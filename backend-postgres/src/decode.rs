@@ -4,7 +4,7 @@
 //! out of range, a null capability, a timestamp such as `infinity` that no
 //! [`Timestamp`] can hold...) is an [`Undecodable`] with the reason, never a
 //! panic: scans skip it and report it, point reads answer
-//! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt).
+//! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt).
 //!
 //! Every `timestamptz` is read as a [`StoredInstant`], never through sqlx's
 //! own chrono decoding, which panics on values outside chrono's range
@@ -12,8 +12,8 @@
 
 use std::collections::BTreeSet;
 
-use lease_core::queue::{rules, DeadReason, Job, JobState};
-use lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
+use tenure_lease_core::queue::{rules, DeadReason, Job, JobState};
+use tenure_lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
 use sqlx::{Decode, Row, Type};
@@ -170,8 +170,8 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
 }
 
 /// Reads a row that is known to hold a record (point reads, writes):
-/// undecodable means [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt).
-pub(crate) fn trusted_record(row: &PgRow) -> lease_core::Result<LeaseRecord> {
+/// undecodable means [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt).
+pub(crate) fn trusted_record(row: &PgRow) -> tenure_lease_core::Result<LeaseRecord> {
     record(row).map_err(Undecodable::into_error)
 }
 
@@ -241,8 +241,8 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
 }
 
 /// Reads a row that is known to hold a job (point reads, fenced writes):
-/// undecodable means [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt).
-pub(crate) fn trusted_job(row: &PgRow) -> lease_core::Result<Job> {
+/// undecodable means [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt).
+pub(crate) fn trusted_job(row: &PgRow) -> tenure_lease_core::Result<Job> {
     job(row).map_err(|undecodable| undecodable.into_corrupt("job"))
 }
 

@@ -1,4 +1,4 @@
-//! Every sqlx error becomes a [`lease_core::Error`] here, in one place, so
+//! Every sqlx error becomes a [`tenure_lease_core::Error`] here, in one place, so
 //! each operation answers the same class for the same failure.
 //!
 //! The rule: anything that says "the server could not be reached or gave up"
@@ -7,7 +7,7 @@
 //! does not know is [`ErrorKind::Incompatible`]; a bad URL, login or
 //! permission is [`ErrorKind::Config`].
 
-use lease_core::{Error, ErrorKind};
+use tenure_lease_core::{Error, ErrorKind};
 use sqlx::migrate::MigrateError;
 
 /// SQLSTATE of a unique violation.

@@ -1,7 +1,7 @@
 //! # backend-postgres
 //!
-//! A [`LeaseStore`](lease_core::LeaseStore) and
-//! [`JobQueue`](lease_core::JobQueue) on PostgreSQL (12 or newer), through
+//! A [`LeaseStore`](tenure_lease_core::LeaseStore) and
+//! [`JobQueue`](tenure_lease_core::JobQueue) on PostgreSQL (12 or newer), through
 //! sqlx with runtime-checked queries: building it needs no database.
 //!
 //! ## Connecting
@@ -9,10 +9,10 @@
 //! From a URL, with [`PgStoreConfig`] (its `Debug` redacts the password):
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use backend_postgres::{PgStore, PgStoreConfig};
-//! use lease_core::{AdmitRequest, LeaseStore};
+//! use tenure_backend_postgres::{PgStore, PgStoreConfig};
+//! use tenure_lease_core::{AdmitRequest, LeaseStore};
 //!
 //! let config = PgStoreConfig::new("postgres://app:secret@db.internal:5432/jobs")
 //!     .schema("tenure")
@@ -28,8 +28,8 @@
 //! or on a pool the application already has:
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
-//! use backend_postgres::PgStore;
+//! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
+//! use tenure_backend_postgres::PgStore;
 //!
 //! let pool = sqlx::PgPool::connect("postgres://app@db.internal/jobs")
 //!     .await
@@ -101,8 +101,8 @@
 //! lacks (and how to apply it) when it is behind:
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
-//! use backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
+//! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
+//! use tenure_backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
 //!
 //! // At deployment, as the schema's owner:
 //! PgStore::apply_migrations(&PgStoreConfig::new("postgres://admin@db/jobs").schema("tenure"))
@@ -173,13 +173,13 @@
 //! another; one claim's fences ascend in claim order. A dropped connection
 //! or a server error mid-transaction rolls the whole transaction back and
 //! answers a retryable error
-//! ([`Error::is_retryable`](lease_core::Error::is_retryable)): the outcome is
+//! ([`Error::is_retryable`](tenure_lease_core::Error::is_retryable)): the outcome is
 //! unknown to the caller, but nothing is half-applied.
 //!
 //! ## Timeouts
 //!
-//! Every [`LeaseStore`](lease_core::LeaseStore) and
-//! [`JobQueue`](lease_core::JobQueue) call is bounded as a whole (waiting
+//! Every [`LeaseStore`](tenure_lease_core::LeaseStore) and
+//! [`JobQueue`](tenure_lease_core::JobQueue) call is bounded as a whole (waiting
 //! for a connection, each statement, any retries) by
 //! [`PgStoreConfig::operation_timeout`] (default
 //! [`DEFAULT_OPERATION_TIMEOUT`]); past it the call answers
@@ -224,7 +224,7 @@
 //!
 //! Most admissions are that one call, in a transaction of its own: one
 //! round trip admits, and one answers a conflict, judged by
-//! [`lease_core::rules::plan_admission`] on the holders it read (they held
+//! [`tenure_lease_core::rules::plan_admission`] on the holders it read (they held
 //! the scopes at that instant). An admission that interrupts holders calls
 //! the function again inside a `READ COMMITTED` transaction, asking it to
 //! lock the holders (`FOR UPDATE`, records only, in id order) until the
@@ -259,7 +259,7 @@
 //! Then the admission answers `Conflict` with a holder of its scopes if
 //! there is one, and otherwise decides once more under the locks.
 //!
-//! [`LeaseStore::now`]: lease_core::LeaseStore::now
+//! [`LeaseStore::now`]: tenure_lease_core::LeaseStore::now
 
 mod config;
 mod decode;
@@ -275,7 +275,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Error, ErrorKind, Result};
+use tenure_lease_core::{Error, ErrorKind, Result};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};

@@ -15,7 +15,7 @@
 //! run never happens. Admissions, which need a transaction anyway, start
 //! theirs at `READ COMMITTED` explicitly (see the crate docs).
 
-use lease_core::Result;
+use tenure_lease_core::Result;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;

@@ -3,11 +3,11 @@
 //! Writes are single conditional statements where the contract allows
 //! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning
 //! path is one round trip, and only a refused write reads the row back to
-//! say why, with the same `lease_core::rules` judgements every backend uses.
+//! say why, with the same `tenure_lease_core::rules` judgements every backend uses.
 //! `admit` must look before it writes: one call of the schema's
 //! `admit_if_free` function takes its scopes' advisory locks (see the crate
 //! docs), then admits if nothing holds them, or answers the holders for
-//! `lease_core::rules` to judge. Only an admission that interrupts holders,
+//! `tenure_lease_core::rules` to judge. Only an admission that interrupts holders,
 //! or one on a session above `READ COMMITTED`, needs an explicit
 //! transaction.
 
@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::rules::{self, AdmissionPlan};
-use lease_core::{
+use tenure_lease_core::rules::{self, AdmissionPlan};
+use tenure_lease_core::{
     validate, Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition, TransitionRejection,
@@ -51,12 +51,12 @@ const EARLIEST_TIMESTAMP_MICROS: i64 = -210_866_803_200_000_000;
 const LEASES_PRIMARY_KEY: &str = "leases_pkey";
 
 /// A grace or retention as an interval, rounded up to whole microseconds so
-/// the server's comparisons agree with `lease_core::clock::is_before_end`.
+/// the server's comparisons agree with `tenure_lease_core::clock::is_before_end`.
 pub(crate) fn interval_rounded_up(duration: Duration) -> PgInterval {
     PgInterval {
         months: 0,
         days: 0,
-        microseconds: lease_core::clock::micros_rounded_up(duration),
+        microseconds: tenure_lease_core::clock::micros_rounded_up(duration),
     }
 }
 
@@ -597,7 +597,7 @@ impl LeaseStore for PgStore {
             validate::expired_query(query)?;
             let mut scan = ExpiredScan::default();
             if query.created_before.is_some_and(|instant| {
-                lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
+                tenure_lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
             }) {
                 // No record is older than PostgreSQL's calendar, which refuses
                 // the bound itself.

@@ -3,4 +3,4 @@
 
 mod support;
 
-conformance::tenure_conformance!(support::PgFactory::from_env());
+tenure_conformance::tenure_conformance!(support::PgFactory::from_env());

@@ -6,13 +6,13 @@
 mod support;
 
 mod leases {
-    conformance::tenure_conformance!(super::support::PgFactory::from_env_at_isolation(
+    tenure_conformance::tenure_conformance!(super::support::PgFactory::from_env_at_isolation(
         "serializable"
     ));
 }
 
 mod queue {
-    conformance::tenure_queue_conformance!(super::support::PgFactory::from_env_at_isolation(
+    tenure_conformance::tenure_queue_conformance!(super::support::PgFactory::from_env_at_isolation(
         "serializable"
     ));
 }

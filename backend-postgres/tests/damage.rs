@@ -12,9 +12,9 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use backend_postgres::PgStore;
-use lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
-use lease_core::{
+use tenure_backend_postgres::PgStore;
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
 };
@@ -114,7 +114,7 @@ const DROP_JOB_CHECKS: &str = "ALTER TABLE $schema.jobs \
      DROP CONSTRAINT jobs_dead_reason_known;";
 
 fn assert_corrupt_or<T: std::fmt::Debug>(
-    answer: lease_core::Result<T>,
+    answer: tenure_lease_core::Result<T>,
     corrupt: bool,
     what: &str,
 ) -> Option<T> {
@@ -375,7 +375,7 @@ async fn every_damaged_job_column_is_corrupt_or_skipped_never_a_panic() {
                 );
 
                 // Fenced writes and operator calls on the victims: typed answers.
-                let claim = lease_core::queue::JobClaim {
+                let claim = tenure_lease_core::queue::JobClaim {
                     id: victim.clone(),
                     owner: "worker-a".to_owned(),
                     fence: 1,

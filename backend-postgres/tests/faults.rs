@@ -4,7 +4,7 @@
 //! riding through (or fail-stopping in) an outage, and calls whose replies
 //! never come, cut short by the store's operation timeout.
 //!
-//! Each test but the last runs one of `test_support::scenarios` on a store connected
+//! Each test but the last runs one of `tenure_test_support::scenarios` on a store connected
 //! through a [`FaultProxy`], judged by a store connected straight to the
 //! server in the same fresh schema (dropped afterwards). The proxied pool
 //! waits at most half a second for a connection: the pool checks an idle
@@ -18,10 +18,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend_postgres::{PgStore, PgStoreConfig};
-use lease_core::{Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseStore, Renewal};
-use test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
-use test_support::FaultProxy;
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::{Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseStore, Renewal};
+use tenure_test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
+use tenure_test_support::FaultProxy;
 
 /// How long the proxied pool waits for a connection (checked or new).
 const CONNECTION_WAIT: Duration = Duration::from_millis(500);
@@ -36,7 +36,7 @@ const PROXIED_POOL_SIZE: u32 = 2;
 const COMMIT: &[u8] = b"Q\x00\x00\x00\x0bCOMMIT\x00";
 /// The request that interrupts the holders inside an admission's
 /// transaction: the only one carrying the interrupted records' stop reason.
-const INTERRUPT: &[u8] = lease_core::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
+const INTERRUPT: &[u8] = tenure_lease_core::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
 
 /// Runs `scenario` on a rig in a fresh schema, then stops the proxy, closes
 /// the proxied pool and drops the schema, even when the scenario panics

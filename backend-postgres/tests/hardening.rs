@@ -7,9 +7,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_postgres::{PgStore, PgStoreConfig};
-use lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, TakeBack};
-use lease_core::{
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, TakeBack};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
 };
@@ -186,7 +186,7 @@ async fn store_at(url: &str, store: &PgStore, isolation: &str) -> PgStore {
 /// Every error of a workload, as text.
 type Errors = Arc<Mutex<Vec<String>>>;
 
-async fn note<T>(errors: &Errors, what: &str, answer: lease_core::Result<T>) -> Option<T> {
+async fn note<T>(errors: &Errors, what: &str, answer: tenure_lease_core::Result<T>) -> Option<T> {
     match answer {
         Ok(value) => Some(value),
         Err(error) => {

@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
+use tenure_backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
 use futures_util::FutureExt as _;
-use lease_core::queue::{ClaimRequest, FailAction, JobQueue, JobSettle, NewJob};
-use lease_core::{
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, JobSettle, NewJob};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseStore, Renewal,
     StatusChange, TakeoverRequest, Transition,
 };
@@ -54,8 +54,8 @@ async fn try_execute(url: &str, sql: &str) -> Result<(), sqlx::Error> {
     outcome.map(drop)
 }
 
-fn admin_error(error: sqlx::Error) -> lease_core::Error {
-    lease_core::Error::unavailable(format!("admin statement failed: {error}"))
+fn admin_error(error: sqlx::Error) -> tenure_lease_core::Error {
+    tenure_lease_core::Error::unavailable(format!("admin statement failed: {error}"))
 }
 
 /// The conformance kit's factory for a restricted role: per case, an admin
@@ -69,7 +69,7 @@ struct RestrictedFactory {
 impl RestrictedFactory {
     fn from_env() -> Self {
         RestrictedFactory {
-            url: conformance::service_url(URL_VAR),
+            url: tenure_conformance::service_url(URL_VAR),
         }
     }
 
@@ -78,7 +78,7 @@ impl RestrictedFactory {
         format!("{schema}_app")
     }
 
-    async fn remove(admin: &str, schema: &str) -> lease_core::Result<()> {
+    async fn remove(admin: &str, schema: &str) -> tenure_lease_core::Result<()> {
         let role = Self::role(schema);
         try_execute(
             admin,
@@ -94,7 +94,7 @@ impl RestrictedFactory {
 }
 
 #[async_trait::async_trait]
-impl conformance::Factory for RestrictedFactory {
+impl tenure_conformance::Factory for RestrictedFactory {
     type Store = PgStore;
 
     fn unavailable_reason(&self) -> Option<String> {
@@ -104,9 +104,9 @@ impl conformance::Factory for RestrictedFactory {
         }
     }
 
-    async fn create(&self) -> lease_core::Result<conformance::Subject<PgStore>> {
+    async fn create(&self) -> tenure_lease_core::Result<tenure_conformance::Subject<PgStore>> {
         let admin = self.url.as_deref().ok_or_else(|| {
-            lease_core::Error::new(ErrorKind::Config, format!("{URL_VAR} is not set"))
+            tenure_lease_core::Error::new(ErrorKind::Config, format!("{URL_VAR} is not set"))
         })?;
         let schema = fresh_schema();
         let role = Self::role(&schema);
@@ -128,9 +128,9 @@ impl conformance::Factory for RestrictedFactory {
         }
         .await;
         match created {
-            Ok(store) => Ok(conformance::Subject {
+            Ok(store) => Ok(tenure_conformance::Subject {
                 store,
-                clock: conformance::ClockControl::Real,
+                clock: tenure_conformance::ClockControl::Real,
             }),
             Err(error) => {
                 Self::remove(admin, &schema).await?;
@@ -139,7 +139,7 @@ impl conformance::Factory for RestrictedFactory {
         }
     }
 
-    async fn teardown(&self, store: &PgStore) -> lease_core::Result<()> {
+    async fn teardown(&self, store: &PgStore) -> tenure_lease_core::Result<()> {
         store.close().await;
         match self.url.as_deref() {
             Some(admin) => Self::remove(admin, store.schema()).await,
@@ -149,11 +149,11 @@ impl conformance::Factory for RestrictedFactory {
 }
 
 mod kit {
-    conformance::tenure_conformance!(super::RestrictedFactory::from_env());
+    tenure_conformance::tenure_conformance!(super::RestrictedFactory::from_env());
 }
 
 mod queue_kit {
-    conformance::tenure_queue_conformance!(super::RestrictedFactory::from_env());
+    tenure_conformance::tenure_queue_conformance!(super::RestrictedFactory::from_env());
 }
 
 /// `url` with `role` as its user and no password.
@@ -259,7 +259,7 @@ async fn restricted_role_verifies_the_schema_and_runs_every_operation() {
     with_store(
         "restricted_role_verifies_the_schema_and_runs_every_operation",
         |admin, url| async move {
-            let role = format!("tenure_app_{}", lease_core::generate_id().replace('-', ""));
+            let role = format!("tenure_app_{}", tenure_lease_core::generate_id().replace('-', ""));
             execute(&url, &format!("CREATE ROLE {role} LOGIN")).await;
             let outcome = AssertUnwindSafe(async {
                 execute(&url, &grants(admin.schema(), &role)).await;

@@ -2,7 +2,7 @@
 //!
 //! The test re-invokes its own binary as child processes (selected by an
 //! environment variable), each with its own connection pool, and plays the
-//! history of `test_support::history`: random admissions over three scopes,
+//! history of `tenure_test_support::history`: random admissions over three scopes,
 //! renewals, transitions, takeovers of expired records and one contested
 //! takeover per round. The parent checks mutual exclusion, single winners
 //! and fences from the answers and from the schema, which is dropped
@@ -13,7 +13,7 @@ mod support;
 
 use std::panic::AssertUnwindSafe;
 
-use test_support::history;
+use tenure_test_support::history;
 
 const TEST_NAME: &str = "processes_race_on_one_schema";
 const WORKER_VAR: &str = "TENURE_PG_RACE_WORKER";

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use backend_postgres::{PgStore, PgStoreConfig};
-use lease_core::{
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
 };
@@ -259,7 +259,7 @@ async fn kill_blocked_admission(
     store: &PgStore,
     blocker_sql: &str,
     request: AdmitRequest,
-) -> lease_core::Result<Admission> {
+) -> tenure_lease_core::Result<Admission> {
     let mut blocker = PgConnection::connect(url).await.expect("blocker");
     sqlx::query("BEGIN")
         .execute(&mut blocker)
@@ -337,7 +337,7 @@ fn takeover_request() -> AdmitRequest {
 async fn assert_untouched_then_working(
     store: &PgStore,
     holder: &LeaseRecord,
-    outcome: lease_core::Result<Admission>,
+    outcome: tenure_lease_core::Result<Admission>,
 ) {
     let error = outcome.expect_err("a killed admission answers Err");
     assert!(error.is_retryable(), "{error}");
@@ -568,7 +568,7 @@ async fn storm_lifecycle(store: PgStore, record: LeaseRecord, n: usize) {
             .map(drop),
         1 => store.renew(&claim, LONG).await.map(drop),
         _ => store
-            .claim_for_takeover(&lease_core::TakeoverRequest::adopt(
+            .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt(
                 record.id.as_str(),
                 "reaper",
                 None,
@@ -712,7 +712,7 @@ async fn list_expired_before_postgres_calendar_is_empty_not_an_error() {
             // 4714-11-24 BC, midnight UTC: PostgreSQL's first instant.
             const EARLIEST: i64 = -210_866_803_200_000_000;
             for micros in [EARLIEST - 1, EARLIEST, i64::MIN / 2] {
-                let bound = lease_core::clock::from_micros(micros).expect("instant");
+                let bound = tenure_lease_core::clock::from_micros(micros).expect("instant");
                 let scan = store
                     .list_expired(&ExpiredQuery::new(Duration::ZERO).created_before(bound))
                     .await
@@ -736,7 +736,7 @@ const INTERRUPTED_PER_ADMISSION: usize = 6;
 /// at least once after; every answer must be an outcome.
 async fn renew_batches_until(
     store: PgStore,
-    claims: Vec<lease_core::Claim>,
+    claims: Vec<tenure_lease_core::Claim>,
     mut interrupts_done: tokio::sync::watch::Receiver<bool>,
 ) -> usize {
     let mut batches = 0;
@@ -811,7 +811,7 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
             assert!(
                 outcomes
                     .iter()
-                    .all(|outcome| *outcome == Renewal::Lost(lease_core::LossReason::Interrupted)),
+                    .all(|outcome| *outcome == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
                 "{outcomes:?}"
             );
         },

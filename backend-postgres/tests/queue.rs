@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::queue::{ClaimRequest, ClaimedJob, JobQueue, JobState, NewJob};
-use lease_core::ErrorKind;
+use tenure_lease_core::queue::{ClaimRequest, ClaimedJob, JobQueue, JobState, NewJob};
+use tenure_lease_core::ErrorKind;
 use tokio::sync::Barrier;
 
 use support::{execute, with_store};

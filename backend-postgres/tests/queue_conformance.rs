@@ -4,4 +4,4 @@
 
 mod support;
 
-conformance::tenure_queue_conformance!(support::PgFactory::from_env());
+tenure_conformance::tenure_queue_conformance!(support::PgFactory::from_env());

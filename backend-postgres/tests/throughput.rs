@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! TENURE_PG_URL=postgres://postgres@127.0.0.1:5432/test \
-//!   cargo test -j2 --release -p backend-postgres --test throughput -- --ignored --nocapture
+//!   cargo test -j2 --release -p tenure-backend-postgres --test throughput -- --ignored --nocapture
 //! ```
 
 mod support;
@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend_postgres::PgStore;
-use lease_core::queue::{ClaimRequest, JobQueue, JobSettle, NewJob};
-use lease_core::{Admission, AdmitRequest, Claim, LeaseStore, Renewal};
+use tenure_backend_postgres::PgStore;
+use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, NewJob};
+use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseStore, Renewal};
 
 const LEASES: usize = 256;
 const TASKS: usize = 8;

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lease_core::redact::redact_url;
-use lease_core::{validate, Error, ErrorKind, Result};
+use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::{validate, Error, ErrorKind, Result};
 
 /// How a [`RedisStore`](crate::RedisStore) reaches its server and which
 /// namespace of keys it owns.
@@ -14,7 +14,7 @@ use lease_core::{validate, Error, ErrorKind, Result};
 ///
 /// ```
 /// use std::time::Duration;
-/// use backend_redis::RedisConfig;
+/// use tenure_backend_redis::RedisConfig;
 ///
 /// let config = RedisConfig::new("redis://:s3cret@cache.internal:6379/0", "billing")
 ///     .operation_timeout(Duration::from_secs(2));

@@ -1,6 +1,6 @@
 //! Redis errors as tenure errors, decided in one place.
 
-use lease_core::{Error, ErrorKind};
+use tenure_lease_core::{Error, ErrorKind};
 use redis::{RedisError, ServerErrorKind};
 
 /// The error code scripts raise when a stored record cannot be judged.

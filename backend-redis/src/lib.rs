@@ -1,19 +1,19 @@
 //! # backend-redis
 //!
-//! A [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue) on Redis: every
+//! A [`LeaseStore`] and [`JobQueue`](tenure_lease_core::JobQueue) on Redis: every
 //! operation is one Lua script, run with
 //! `EVALSHA` (loaded again on `NOSCRIPT`), so it is atomic on the server. The
 //! scripts read the time from the server (`TIME`, microseconds), never from
-//! the client, and mirror [`lease_core::rules`] exactly: the same reasons in
+//! the client, and mirror [`tenure_lease_core::rules`] exactly: the same reasons in
 //! the same precedence, the same retry-after. Each script judges everything
 //! before its first write, because Lua does not roll back: an `Interrupt`
 //! admission interrupts every holder or none.
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() -> lease_core::Result<()> {
+//! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use backend_redis::{RedisConfig, RedisStore};
-//! use lease_core::{AdmitRequest, LeaseStore};
+//! use tenure_backend_redis::{RedisConfig, RedisStore};
+//! use tenure_lease_core::{AdmitRequest, LeaseStore};
 //!
 //! let store = RedisStore::connect(RedisConfig::new("redis://127.0.0.1:6379", "billing")).await?;
 //! let admission = store
@@ -70,7 +70,7 @@
 //! replica that had not received the latest writes, the sequence goes on from
 //! the clock, so a fence drawn afterwards still exceeds every fence drawn
 //! before, and a stale owner cannot pass a
-//! [`FenceGate`](lease_core::FenceGate), provided that
+//! [`FenceGate`](tenure_lease_core::FenceGate), provided that
 //! * the counter never ran ahead of the clock by more than the time the loss
 //!   went back: it runs ahead only while the namespace draws more than one
 //!   fence per microsecond (a million per second, far above what one Redis
@@ -133,7 +133,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{
+use tenure_lease_core::{
     clock, rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ErrorKind,
     ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover,
     TakeoverAction, TakeoverRequest, Timestamp, Transition,
@@ -573,7 +573,7 @@ impl LeaseStore for RedisStore {
             .arg(
                 query
                     .created_before
-                    .map(|cutoff| lease_core::clock::to_micros(cutoff).to_string())
+                    .map(|cutoff| tenure_lease_core::clock::to_micros(cutoff).to_string())
                     .unwrap_or_default(),
             )
             .arg(query.limit);

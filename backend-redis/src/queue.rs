@@ -2,7 +2,7 @@
 //! in the same namespace and hash slot as the leases, drawing fences from the
 //! same counter.
 //!
-//! The scripts mirror [`lease_core::queue::rules`] (same precedence, same
+//! The scripts mirror [`tenure_lease_core::queue::rules`] (same precedence, same
 //! state changes) and judge before they write. Two bounds keep one `claim`
 //! from blocking the server for long, each the price of an index that needs
 //! no background process:
@@ -22,11 +22,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::queue::{
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
 };
-use lease_core::{clock, validate, Error, Result};
+use tenure_lease_core::{clock, validate, Error, Result};
 use redis::FromRedisValue;
 
 use crate::reply::jobs as reply;
@@ -194,8 +194,8 @@ impl JobQueue for RedisStore {
         invocation
             .key(self.keys.claimed_jobs())
             .arg(self.keys.prefix())
-            .arg(lease_core::clock::micros_rounded_up(grace))
-            .arg(lease_core::queue::rules::MAX_REAP);
+            .arg(tenure_lease_core::clock::micros_rounded_up(grace))
+            .arg(tenure_lease_core::queue::rules::MAX_REAP);
         reply::reaped(self.script(&invocation).await?)
     }
 
@@ -245,7 +245,7 @@ impl JobQueue for RedisStore {
 
     /// Deletes in batches of up to 1000 jobs,
     /// one script call each, until a batch finds fewer, as
-    /// [`purge`](lease_core::LeaseStore::purge) does for records: each batch
+    /// [`purge`](tenure_lease_core::LeaseStore::purge) does for records: each batch
     /// is atomic, the whole purge need not be (a due finished job stays due).
     /// Only jobs finished by this version or later are in the finished
     /// index this walks: a job finished under an older version stays until

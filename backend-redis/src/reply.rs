@@ -1,13 +1,13 @@
 //! Script replies as typed outcomes: every reply shape the Lua scripts
 //! answer (see each script's header) is decoded here and nowhere else.
 //!
-//! A reply of the wrong shape is [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt):
+//! A reply of the wrong shape is [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt):
 //! the store answered something this code does not understand.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     clock, rules, Admission, AdmitRequest, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LossReason, NotTakenReason, Renewal, Result, SkippedRecord, Status, Takeover, Timestamp,
     Transition, TransitionRejection,
@@ -209,7 +209,7 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
     })
 }
 
-/// Decodes a stored record, answering [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt)
+/// Decodes a stored record, answering [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)
 /// when it cannot.
 fn decode(raw: RawRecord) -> Result<LeaseRecord> {
     decode_fields(&raw).map_err(|reason| {

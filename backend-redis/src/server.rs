@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use lease_core::{Error, ErrorKind, Result};
+use tenure_lease_core::{Error, ErrorKind, Result};
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, RedisResult};
 

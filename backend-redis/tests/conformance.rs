@@ -4,4 +4,4 @@
 
 mod common;
 
-conformance::tenure_conformance!(common::RedisFactory::from_env());
+tenure_conformance::tenure_conformance!(common::RedisFactory::from_env());

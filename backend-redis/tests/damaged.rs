@@ -14,9 +14,9 @@ use std::future::Future;
 use std::io::Write as _;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
-use lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
-use lease_core::{Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore};
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::{Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
@@ -103,9 +103,9 @@ const JOB_TEXT_DAMAGES: &[Damage] = &[
 
 fn skip(test: &str, reason: &str) {
     assert!(
-        !conformance::services_required(),
+        !tenure_conformance::services_required(),
         "{test}: {reason}, but {}=1 requires it",
-        conformance::REQUIRE_SERVICES_VAR
+        tenure_conformance::REQUIRE_SERVICES_VAR
     );
     let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
 }
@@ -124,10 +124,10 @@ where
     F: FnOnce(Scratch) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(url) = conformance::service_url(URL_VAR) else {
+    let Some(url) = tenure_conformance::service_url(URL_VAR) else {
         return skip(test, &format!("{URL_VAR} is not set"));
     };
-    let namespace = format!("test:{test}:{}", lease_core::generate_id());
+    let namespace = format!("test:{test}:{}", tenure_lease_core::generate_id());
     let store = RedisStore::connect(RedisConfig::new(url.clone(), namespace.clone()))
         .await
         .expect("connect");
@@ -203,7 +203,7 @@ async fn admitted(store: &RedisStore, request: AdmitRequest) -> LeaseRecord {
     }
 }
 
-fn assert_corrupt<T: std::fmt::Debug>(what: &str, answer: lease_core::Result<T>) {
+fn assert_corrupt<T: std::fmt::Debug>(what: &str, answer: tenure_lease_core::Result<T>) {
     match answer {
         Err(error) => assert_eq!(error.kind(), ErrorKind::Corrupt, "{what}: {error}"),
         Ok(value) => panic!("{what} answered {value:?}, not Corrupt"),
@@ -488,7 +488,7 @@ async fn fences_follow_the_clock_and_never_go_back() {
         // A counter lost or left behind (a restart, a lagging replica):
         // the next fence comes from the server's clock.
         let _: () = raw.set(&fence_key, "5").await.expect("SET");
-        let now = lease_core::clock::to_micros(store.now().await.expect("now"));
+        let now = tenure_lease_core::clock::to_micros(store.now().await.expect("now"));
         let first = admitted(&store, AdmitRequest::new("a", "w")).await;
         assert!(
             i128::from(first.fence) >= i128::from(now),
@@ -542,14 +542,14 @@ async fn a_damaged_or_exhausted_fence_counter_is_corrupt_and_changes_nothing() {
                     .admit(
                         &AdmitRequest::new("rival", "w2")
                             .scope("s")
-                            .strategy(lease_core::AdmitStrategy::Interrupt),
+                            .strategy(tenure_lease_core::AdmitStrategy::Interrupt),
                     )
                     .await,
             );
             assert_corrupt(
                 &format!("takeover with counter {counter}"),
                 store
-                    .claim_for_takeover(&lease_core::TakeoverRequest::adopt("holder", "w3", None))
+                    .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt("holder", "w3", None))
                     .await,
             );
             assert_corrupt(

@@ -9,14 +9,14 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
-use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
-use lease_core::{
+use tenure_backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
+use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, LeaseStore, LossReason, Renewal, Takeover,
     TakeoverRequest,
 };
 use serde_json::json;
-use test_support::servers::{until_ok, PrivateRedis};
+use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 const TTL: Duration = Duration::from_secs(600);
 /// Long enough that a refusal answered within it was not a time-out (which
@@ -28,9 +28,9 @@ const PATIENT: Duration = Duration::from_secs(60);
 async fn private_server(test: &str, args: &[&str]) -> Option<PrivateRedis> {
     if let Some(reason) = PrivateRedis::unavailable_reason() {
         assert!(
-            !conformance::services_required(),
+            !tenure_conformance::services_required(),
             "{test}: {reason}, but {}=1 requires it",
-            conformance::REQUIRE_SERVICES_VAR
+            tenure_conformance::REQUIRE_SERVICES_VAR
         );
         let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
         return None;
@@ -46,7 +46,7 @@ fn config(url: impl Into<String>) -> RedisConfig {
     RedisConfig::new(url, "deployment").connect_timeout(PATIENT)
 }
 
-async fn connect(url: impl Into<String>) -> lease_core::Result<RedisStore> {
+async fn connect(url: impl Into<String>) -> tenure_lease_core::Result<RedisStore> {
     RedisStore::connect(config(url)).await
 }
 
@@ -150,7 +150,7 @@ async fn no_tenure_key_carries_an_expiry() {
         .fail(
             &claimed[0].claim,
             "no",
-            lease_core::queue::FailAction::DeadLetter,
+            tenure_lease_core::queue::FailAction::DeadLetter,
         )
         .await
         .expect("fail");

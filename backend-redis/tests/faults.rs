@@ -2,7 +2,7 @@
 //! no answer, a connection dropped mid-call, a reply lost after the script
 //! ran, and a keeper riding through (or fail-stopping in) an outage.
 //!
-//! Each test runs one of `test_support::scenarios` on a store connected
+//! Each test runs one of `tenure_test_support::scenarios` on a store connected
 //! through a [`FaultProxy`] (operation timeout of half a second), judged by
 //! a store connected straight to the server in the same fresh namespace,
 //! deleted afterwards. Without `TENURE_REDIS_URL` each prints one skip line
@@ -15,11 +15,11 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
+use tenure_backend_redis::{RedisConfig, RedisStore};
 use common::RedisFactory;
-use conformance::Factory as _;
-use test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
-use test_support::FaultProxy;
+use tenure_conformance::Factory as _;
+use tenure_test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
+use tenure_test_support::FaultProxy;
 
 const URL_VAR: &str = "TENURE_REDIS_URL";
 /// Bound on one call of the proxied store, reconnecting included.
@@ -36,13 +36,13 @@ where
 {
     let factory = RedisFactory::from_env();
     let (Some(url), None) = (
-        conformance::service_url(URL_VAR),
+        tenure_conformance::service_url(URL_VAR),
         factory.unavailable_reason(),
     ) else {
         assert!(
-            !conformance::services_required(),
+            !tenure_conformance::services_required(),
             "{test}: {URL_VAR} is not set, but {}=1 requires it",
-            conformance::REQUIRE_SERVICES_VAR
+            tenure_conformance::REQUIRE_SERVICES_VAR
         );
         let _ = std::io::stderr()
             .write_all(format!("SKIPPED {test}: {URL_VAR} is not set\n").as_bytes());

@@ -2,7 +2,7 @@
 //!
 //! The test re-invokes its own binary as child processes (selected by an
 //! environment variable), each with its own connection, and plays the
-//! history of `test_support::history`: random admissions over three scopes,
+//! history of `tenure_test_support::history`: random admissions over three scopes,
 //! renewals, transitions, takeovers of expired records and one contested
 //! takeover per round. The parent checks mutual exclusion, single winners
 //! and fences from the answers and from the namespace, which is deleted
@@ -12,8 +12,8 @@
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 
-use backend_redis::{RedisConfig, RedisStore};
-use test_support::history;
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_test_support::history;
 
 const TEST_NAME: &str = "processes_race_on_one_namespace";
 const URL_VAR: &str = "TENURE_REDIS_URL";
@@ -31,11 +31,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn processes_race_on_one_namespace() {
-    let Some(url) = conformance::service_url(URL_VAR) else {
+    let Some(url) = tenure_conformance::service_url(URL_VAR) else {
         assert!(
-            !conformance::services_required(),
+            !tenure_conformance::services_required(),
             "{TEST_NAME}: {URL_VAR} is not set, but {}=1 requires it",
-            conformance::REQUIRE_SERVICES_VAR
+            tenure_conformance::REQUIRE_SERVICES_VAR
         );
         let _ = std::io::stderr()
             .write_all(format!("SKIPPED {TEST_NAME}: {URL_VAR} is not set\n").as_bytes());
@@ -59,7 +59,7 @@ fn play_as_child(url: &str, worker: &str) {
 
 fn check_race_as_parent(url: &str) {
     let runtime = runtime();
-    let namespace = format!("multi-process:{}", lease_core::generate_id());
+    let namespace = format!("multi-process:{}", tenure_lease_core::generate_id());
     let store = runtime
         .block_on(RedisStore::connect(RedisConfig::new(url, &namespace)))
         .expect("the parent connects");

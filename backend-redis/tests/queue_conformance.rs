@@ -5,4 +5,4 @@
 
 mod common;
 
-conformance::tenure_queue_conformance!(common::RedisFactory::from_env());
+tenure_conformance::tenure_queue_conformance!(common::RedisFactory::from_env());

@@ -14,18 +14,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
-use lease_core::queue::{
+use tenure_backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobQueue, JobSettle, JobState, NewJob, OperatorRetry,
 };
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest,
 };
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
-use test_support::servers::{until_ok, PrivateRedis};
+use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 const URL_VAR: &str = "TENURE_REDIS_URL";
 const TTL: Duration = Duration::from_secs(600);
@@ -33,10 +33,10 @@ const TTL: Duration = Duration::from_secs(600);
 /// Prints one skip line past the test harness's capture, or panics when
 /// services are required.
 fn skip(test: &str, reason: &str) {
-    if conformance::services_required() {
+    if tenure_conformance::services_required() {
         panic!(
             "{test}: {reason}, but {}=1 requires it",
-            conformance::REQUIRE_SERVICES_VAR
+            tenure_conformance::REQUIRE_SERVICES_VAR
         );
     }
     let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
@@ -68,10 +68,10 @@ async fn with_namespace<F, Fut>(
     F: FnOnce(Scratch) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(url) = conformance::service_url(URL_VAR) else {
+    let Some(url) = tenure_conformance::service_url(URL_VAR) else {
         return skip(test, &format!("{URL_VAR} is not set"));
     };
-    let namespace = format!("test:{test}:{}", lease_core::generate_id());
+    let namespace = format!("test:{test}:{}", tenure_lease_core::generate_id());
     let store = RedisStore::connect(config(RedisConfig::new(url.clone(), namespace.clone())))
         .await
         .expect("connect to TENURE_REDIS_URL");
@@ -385,7 +385,7 @@ async fn assert_consistent(scratch: &Scratch) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_connection_is_retryable_and_leaves_nothing_half_applied() {
-    let name = format!("tenure-kill-test-{}", lease_core::generate_id());
+    let name = format!("tenure-kill-test-{}", tenure_lease_core::generate_id());
     let config_name = name.clone();
     with_namespace(
         "killed_connection_is_retryable_and_leaves_nothing_half_applied",
@@ -505,7 +505,7 @@ async fn fences_survive_a_restart_with_aof() {
 }
 
 /// A first rough figure of renewals per second. Run with
-/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p backend-redis --release --test redis -- --ignored --nocapture renewal_throughput`.
+/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p tenure-backend-redis --release --test redis -- --ignored --nocapture renewal_throughput`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
 async fn renewal_throughput() {
@@ -600,7 +600,7 @@ fn ids(jobs: &[ClaimedJob]) -> Vec<&str> {
 
 /// Waits on the store's clock until `instant` has passed (no signal can
 /// tell: only the server's clock decides).
-async fn wait_past(store: &RedisStore, instant: lease_core::Timestamp) {
+async fn wait_past(store: &RedisStore, instant: tenure_lease_core::Timestamp) {
     while store.now().await.expect("now") <= instant {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -710,7 +710,7 @@ async fn indexes_follow_job_states() {
             let store = &scratch.store;
             let now = store.now().await.expect("now");
             // Far enough ahead that the enqueue surely runs before it.
-            let soon = lease_core::clock::add(now, Duration::from_millis(500));
+            let soon = tenure_lease_core::clock::add(now, Duration::from_millis(500));
             enqueued(store, NewJob::new("q", json!(1)).id("later").run_at(soon)).await;
             assert_eq!(scratch.index("delayed:q").await.len(), 1);
             assert!(scratch.index("ready:q").await.is_empty());
@@ -810,7 +810,7 @@ async fn claim_order_holds_at_the_extremes_of_priority_and_time() {
 }
 
 /// A rough figure of claims per second (claim + complete). Run with
-/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p backend-redis --release --test redis -- --ignored --nocapture claim_throughput`.
+/// `TENURE_REDIS_URL=redis://127.0.0.1:6379 cargo test -j2 -p tenure-backend-redis --release --test redis -- --ignored --nocapture claim_throughput`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a check"]
 async fn claim_throughput() {

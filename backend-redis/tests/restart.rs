@@ -1,7 +1,7 @@
 //! A Redis restart (SIGKILL, then a fresh process on the same append-only
 //! file) in the middle of a busy run, on a private server in a temporary
 //! directory; the shared server at `TENURE_REDIS_URL` is never stopped. The
-//! scenario is [`test_support::servers::workload`]; this file only builds
+//! scenario is [`tenure_test_support::servers::workload`]; this file only builds
 //! the server and the store.
 //!
 //! Without `redis-server` it prints one skip line (and fails under
@@ -11,9 +11,9 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_redis::{RedisConfig, RedisStore};
-use test_support::servers::workload::{rides_through_restart, DOWN_FOR};
-use test_support::servers::PrivateRedis;
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_test_support::servers::workload::{rides_through_restart, DOWN_FOR};
+use tenure_test_support::servers::PrivateRedis;
 
 /// Bound on each call and on (re)connecting, so calls during the outage fail
 /// quickly instead of hanging.
@@ -23,10 +23,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 async fn workload_and_keeper_ride_through_a_server_restart() {
     const TEST: &str = "workload_and_keeper_ride_through_a_server_restart";
     if let Some(reason) = PrivateRedis::unavailable_reason() {
-        if conformance::services_required() {
+        if tenure_conformance::services_required() {
             panic!(
                 "{TEST}: {reason}, but {}=1 requires it",
-                conformance::REQUIRE_SERVICES_VAR
+                tenure_conformance::REQUIRE_SERVICES_VAR
             );
         }
         let _ = std::io::stderr().write_all(format!("SKIPPED {TEST}: {reason}\n").as_bytes());

@@ -3,7 +3,7 @@
 //! each durability, with tens of thousands of jobs waiting in the queue.
 //!
 //! ```text
-//! cargo run --release -p backend-sqlite --example claim_throughput
+//! cargo run --release -p tenure-backend-sqlite --example claim_throughput
 //! ```
 //!
 //! The file lives in a temporary directory (set `TMPDIR` to measure another
@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
-use lease_core::queue::{ClaimRequest, JobQueue, JobSettle, NewJob};
+use tenure_backend_sqlite::{Durability, SqliteConfig, SqliteStore};
+use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, NewJob};
 
 const QUEUE: &str = "bench";
 /// Jobs waiting when the measurement starts: more than one worker gets

@@ -2,7 +2,7 @@
 //! for each durability, one claim per call and in `renew_many` batches.
 //!
 //! ```text
-//! cargo run --release -p backend-sqlite --example renew_throughput
+//! cargo run --release -p tenure-backend-sqlite --example renew_throughput
 //! ```
 //!
 //! The file lives in a temporary directory (set `TMPDIR` to measure another
@@ -10,8 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
-use lease_core::{AdmitRequest, Claim, LeaseStore, Renewal};
+use tenure_backend_sqlite::{Durability, SqliteConfig, SqliteStore};
+use tenure_lease_core::{AdmitRequest, Claim, LeaseStore, Renewal};
 
 const LEASES: usize = 100;
 const MEASURE_FOR: Duration = Duration::from_secs(2);
@@ -38,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let claim = &claims[round % claims.len()];
             async move {
                 let renewal = store.renew(claim, TTL).await?;
-                Ok::<_, lease_core::Error>(usize::from(matches!(renewal, Renewal::Renewed { .. })))
+                Ok::<_, tenure_lease_core::Error>(usize::from(matches!(renewal, Renewal::Renewed { .. })))
             }
         })
         .await?;
@@ -64,10 +64,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Runs `round` back to back for [`MEASURE_FOR`]; answers how many renewals
 /// succeeded and how many per second.
-async fn measure<F, Fut>(mut round: F) -> Result<(usize, f64), lease_core::Error>
+async fn measure<F, Fut>(mut round: F) -> Result<(usize, f64), tenure_lease_core::Error>
 where
     F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<usize, lease_core::Error>>,
+    Fut: std::future::Future<Output = Result<usize, tenure_lease_core::Error>>,
 {
     let start = Instant::now();
     let mut renewed = 0;

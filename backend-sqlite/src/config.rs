@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
+use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
 
 /// How long a write waits for another connection's lock by default.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -20,7 +20,7 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 ///   transactions before the failure. For leases that rollback matters: an
 ///   admission answered `Admitted` may vanish, and the fence sequence may go
 ///   back and hand out numbers already given to workers still running, so a
-///   downstream [`FenceGate`](lease_core::FenceGate) may accept a stale
+///   downstream [`FenceGate`](tenure_lease_core::FenceGate) may accept a stale
 ///   writer. Choose it when throughput matters more than surviving a power
 ///   loss (e.g. files on a tmpfs, or hosts whose workers die with the OS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -49,13 +49,13 @@ impl Durability {
 ///
 /// ```
 /// use std::time::Duration;
-/// use backend_sqlite::{Durability, SqliteConfig};
+/// use tenure_backend_sqlite::{Durability, SqliteConfig};
 ///
 /// let config = SqliteConfig::from_url("sqlite:///var/lib/app/leases.db")?
 ///     .durability(Durability::Normal)
 ///     .busy_timeout(Duration::from_secs(2));
 /// assert_eq!(config.path(), std::path::Path::new("/var/lib/app/leases.db"));
-/// # Ok::<(), lease_core::Error>(())
+/// # Ok::<(), tenure_lease_core::Error>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteConfig {
@@ -125,7 +125,7 @@ impl SqliteConfig {
 
     /// Sets the clock that judges expiry and stamps records. Every process
     /// sharing a file must read the same time: the default [`SystemClock`]
-    /// does; tests inject a [`ManualClock`](lease_core::ManualClock).
+    /// does; tests inject a [`ManualClock`](tenure_lease_core::ManualClock).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

@@ -8,7 +8,7 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 
-use lease_core::{Clock, Error, Result, Timestamp};
+use tenure_lease_core::{Clock, Error, Result, Timestamp};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 

@@ -5,10 +5,10 @@
 //! (retryable), undecodable data is [`ErrorKind::Corrupt`], and everything
 //! else the store could not do is [`ErrorKind::Unavailable`].
 //!
-//! [`ErrorKind::Unavailable`]: lease_core::ErrorKind::Unavailable
-//! [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
+//! [`ErrorKind::Unavailable`]: tenure_lease_core::ErrorKind::Unavailable
+//! [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
 
-use lease_core::Error;
+use tenure_lease_core::Error;
 use rusqlite::ErrorCode;
 
 /// Maps every error rusqlite raises to a tenure [`Error`], keeping it as the
@@ -40,7 +40,7 @@ pub(crate) fn map_sqlite_error(error: rusqlite::Error) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use lease_core::ErrorKind;
+    use tenure_lease_core::ErrorKind;
 
     use super::*;
 

@@ -8,9 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use lease_core::clock::to_micros;
-use lease_core::queue::{rules, DeadReason, Job, JobState};
-use lease_core::{Error, Result};
+use tenure_lease_core::clock::to_micros;
+use tenure_lease_core::queue::{rules, DeadReason, Job, JobState};
+use tenure_lease_core::{Error, Result};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::map_sqlite_error;

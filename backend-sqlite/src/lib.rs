@@ -1,6 +1,6 @@
 //! # backend-sqlite
 //!
-//! A [`LeaseStore`] and [`JobQueue`](lease_core::JobQueue) in one SQLite
+//! A [`LeaseStore`] and [`JobQueue`](tenure_lease_core::JobQueue) in one SQLite
 //! file: the backend that needs no server.
 //! Several stores, in one process or in several processes on one host, may
 //! share a file; SQLite's locking keeps every operation atomic across all of
@@ -8,10 +8,10 @@
 //! kit, like the server backends.
 //!
 //! ```no_run
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use backend_sqlite::{SqliteConfig, SqliteStore};
-//! use lease_core::{AdmitRequest, LeaseStore, Renewal};
+//! use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
+//! use tenure_lease_core::{AdmitRequest, LeaseStore, Renewal};
 //!
 //! let store = SqliteStore::open(SqliteConfig::from_url("sqlite:///var/lib/app/leases.db")?).await?;
 //! let admission = store
@@ -27,7 +27,7 @@
 //! Opening creates the file and its schema, or migrates an older schema
 //! forward. The version is kept in `PRAGMA user_version`; a file written by a
 //! newer version of this crate is refused with
-//! [`ErrorKind::Incompatible`](lease_core::ErrorKind::Incompatible), never
+//! [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible), never
 //! downgraded. Tables:
 //!
 //! * `leases`: one row per record. Timestamps are INTEGER microseconds since
@@ -69,14 +69,14 @@
 //! one round trip into that thread, so SQLite's blocking calls never block
 //! the async runtime. Every write runs in one `BEGIN IMMEDIATE` transaction:
 //! it takes the file's write lock before reading, decides with
-//! [`lease_core::rules`] (or [`lease_core::queue::rules`] for jobs), writes,
+//! [`tenure_lease_core::rules`] (or [`tenure_lease_core::queue::rules`] for jobs), writes,
 //! commits. Transactions of all stores and processes on the file are
 //! thereby serialised, which is what makes racing admissions and takeovers
 //! have exactly one winner, and racing job claimers never share a job. A
 //! writer waits for the lock up to the
 //! [busy timeout](SqliteConfig::busy_timeout) (5 s by default); past it the
 //! operation fails with the retryable
-//! [`ErrorKind::Unavailable`](lease_core::ErrorKind::Unavailable), having
+//! [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable), having
 //! changed nothing; it is never reported as lost or as a conflict.
 //!
 //! ## The clock: keep the host's wall clock from stepping
@@ -85,14 +85,14 @@
 //! `now + ttl`, and `claim_for_takeover`, `list_expired`, admission over an
 //! expired holder and the queue's `claim` (`run_at`) and `reap` compare
 //! what is stored with `now`. The default is
-//! [`SystemClock`](lease_core::SystemClock), the host's wall clock
+//! [`SystemClock`](tenure_lease_core::SystemClock), the host's wall clock
 //! (`CLOCK_REALTIME`), so every process sharing the file agrees (it must be
 //! on one host anyway, see WAL above). Tests inject a
-//! [`ManualClock`](lease_core::ManualClock) with [`SqliteConfig::clock`].
+//! [`ManualClock`](tenure_lease_core::ManualClock) with [`SqliteConfig::clock`].
 //!
-//! A [`Keeper`](lease_core::Keeper), though, trusts its own lease by a
+//! A [`Keeper`](tenure_lease_core::Keeper), though, trusts its own lease by a
 //! monotonic clock: until the send instant of its last confirmed renewal
-//! plus the ttl ([`RunGuard::confirmed_deadline`](lease_core::RunGuard::confirmed_deadline)).
+//! plus the ttl ([`RunGuard::confirmed_deadline`](tenure_lease_core::RunGuard::confirmed_deadline)).
 //! A *step* of the wall clock moves the store's judgement and not the
 //! keeper's:
 //!
@@ -108,7 +108,7 @@
 //!
 //! Fences still protect what the lease guards: a takeover draws a new,
 //! larger fence, so a resource that checks fences (a
-//! [`FenceGate`](lease_core::FenceGate), a conditional write) refuses the
+//! [`FenceGate`](tenure_lease_core::FenceGate), a conditional write) refuses the
 //! displaced holder's writes once it has seen the taker's, and the
 //! displaced holder's next renewal answers `Lost`, which fail-stops its
 //! keeper. A step costs duplicated work, not a corrupted resource, provided
@@ -130,7 +130,7 @@
 //!   migrates: drain its workers first.
 //!
 //! A file used by one process only may instead take a
-//! [`TokioClock`](lease_core::TokioClock) (`SqliteConfig::new(path).clock(Arc::new(TokioClock::new()))`,
+//! [`TokioClock`](tenure_lease_core::TokioClock) (`SqliteConfig::new(path).clock(Arc::new(TokioClock::new()))`,
 //! created inside the runtime): it follows the keeper's monotonic clock
 //! from the wall-clock time at its creation, so no step moves expiry while
 //! the process runs. Processes sharing a file must all keep the default:
@@ -144,10 +144,10 @@
 //! belongs, an instant no [`Timestamp`] can represent, an unknown status,
 //! malformed JSON, text that is not UTF-8. Such a row is skipped by
 //! `list_expired` and reported in
-//! [`ExpiredScan::skipped`](lease_core::ExpiredScan) and as a `tracing`
+//! [`ExpiredScan::skipped`](tenure_lease_core::ExpiredScan) and as a `tracing`
 //! warning; a job row likewise by `claim` and `reap` (as a warning); any
 //! other operation that needs it answers
-//! [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt), naming the row
+//! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt), naming the row
 //! and the column, and changes nothing. A damaged `held_scopes` row or fence
 //! counter is `Corrupt` too: the fence sequence is never restarted from a
 //! value that is not a fence. Nothing panics.
@@ -174,7 +174,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{
+use tenure_lease_core::{
     validate, Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
@@ -199,9 +199,9 @@ impl SqliteStore {
     /// Opens the store in the file `config` names, creating or migrating its
     /// schema.
     ///
-    /// Fails with [`ErrorKind::Incompatible`](lease_core::ErrorKind::Incompatible)
+    /// Fails with [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible)
     /// when the file's schema is newer than this crate's, and with
-    /// [`ErrorKind::Config`](lease_core::ErrorKind::Config) when it cannot be
+    /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config) when it cannot be
     /// opened or cannot use WAL.
     pub async fn open(config: SqliteConfig) -> Result<Self> {
         let clock = Arc::clone(&config.clock);

@@ -2,16 +2,16 @@
 //! transaction.
 //!
 //! Writes follow one shape: read the records involved, judge them with
-//! [`lease_core::rules`], write the result. SQL only finds rows (using the
+//! [`tenure_lease_core::rules`], write the result. SQL only finds rows (using the
 //! indexes); the contract's decisions are the shared rules', so this
 //! backend judges exactly as the reference backend does.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lease_core::clock::to_micros;
-use lease_core::rules::{self, AdmissionPlan};
-use lease_core::{
+use tenure_lease_core::clock::to_micros;
+use tenure_lease_core::rules::{self, AdmissionPlan};
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LossReason,
     NotTakenReason, Renewal, Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest,
     Timestamp, Transition, TransitionRejection,
@@ -63,7 +63,7 @@ pub(crate) fn admit(
     metadata: Metadata,
 ) -> Result<Admission> {
     if records::exists(connection, &request.id)? {
-        return Err(lease_core::Error::already_exists(&request.id));
+        return Err(tenure_lease_core::Error::already_exists(&request.id));
     }
     let mut holders: Vec<LeaseRecord> = Vec::new();
     for scope in &request.scopes {
@@ -74,7 +74,7 @@ pub(crate) fn admit(
             continue;
         }
         let holder = records::load(connection, &holder_id)?.ok_or_else(|| {
-            lease_core::Error::corrupt(format!(
+            tenure_lease_core::Error::corrupt(format!(
                 "scope {scope:?} is held by lease {holder_id:?}, which does not exist"
             ))
         })?;
@@ -219,7 +219,7 @@ pub(crate) fn list_by_scope(connection: &Connection, scope: &str) -> Result<Vec<
 }
 
 /// Active records by id. A row with an unknown status may be active, so it
-/// makes the answer [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt)
+/// makes the answer [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)
 /// rather than silently incomplete.
 pub(crate) fn list_active(connection: &Connection) -> Result<Vec<LeaseRecord>> {
     let statement = connection
@@ -262,7 +262,7 @@ pub(crate) fn delete_finished_before(
     older_than: Duration,
 ) -> Result<u64> {
     // Rounded up, so a sub-microsecond retention never purges early.
-    let older_than = lease_core::clock::micros_rounded_up(older_than);
+    let older_than = tenure_lease_core::clock::micros_rounded_up(older_than);
     let updated_before = to_micros(now).saturating_sub(older_than);
     let deleted = connection
         .prepare_cached(delete)

@@ -2,7 +2,7 @@
 //! transaction.
 //!
 //! Same shape as the lease operations: read the jobs involved, judge them
-//! with [`lease_core::queue::rules`], write the result. SQL only finds
+//! with [`tenure_lease_core::queue::rules`], write the result. SQL only finds
 //! candidate rows through the indexes; the rules have the last word on each,
 //! so this backend claims, settles and reaps exactly as the reference
 //! backend does.
@@ -10,12 +10,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use lease_core::clock::to_micros;
-use lease_core::queue::{
+use tenure_lease_core::clock::to_micros;
+use tenure_lease_core::queue::{
     rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
-use lease_core::{Result, Timestamp};
+use tenure_lease_core::{Result, Timestamp};
 use rusqlite::{params, Connection};
 
 use crate::error::map_sqlite_error;
@@ -218,7 +218,7 @@ pub(crate) fn take_back(
     }
     let Some(mut job) = job else {
         return Ok(TakeBack::NotTaken(
-            lease_core::queue::TakeBackRefusal::Missing,
+            tenure_lease_core::queue::TakeBackRefusal::Missing,
         ));
     };
     let fence = records::next_fence(connection)?;
@@ -228,7 +228,7 @@ pub(crate) fn take_back(
 }
 
 /// Dead letters of `queue`, oldest update first. A damaged row makes the
-/// answer [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt) rather than
+/// answer [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) rather than
 /// silently incomplete, as the lease listings do.
 pub(crate) fn list_dead_letters(
     connection: &Connection,

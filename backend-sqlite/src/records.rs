@@ -9,8 +9,8 @@
 
 use std::collections::BTreeSet;
 
-use lease_core::clock::{from_micros, to_micros};
-use lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
+use tenure_lease_core::clock::{from_micros, to_micros};
+use tenure_lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -47,7 +47,7 @@ pub(crate) struct Undecodable {
 }
 
 impl Undecodable {
-    /// The [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt) error of
+    /// The [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) error of
     /// an operation that needed this row.
     pub(crate) fn into_error(self) -> Error {
         Error::corrupt(format!(
@@ -143,7 +143,7 @@ fn metadata_text(record: &LeaseRecord) -> Result<String> {
 /// The record with this id, if any; [`ErrorKind::Corrupt`] when it cannot
 /// be decoded.
 ///
-/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
+/// [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
 pub(crate) fn load(connection: &Connection, id: &str) -> Result<Option<LeaseRecord>> {
     let mut statement = connection.prepare_cached(LOAD).map_err(map_sqlite_error)?;
     statement
@@ -165,7 +165,7 @@ pub(crate) fn exists(connection: &Connection, id: &str) -> Result<bool> {
 /// The id of the active record holding `scope`, if any;
 /// [`ErrorKind::Corrupt`] when the stored id is not text.
 ///
-/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
+/// [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
 pub(crate) fn holder_of(connection: &Connection, scope: &str) -> Result<Option<String>> {
     let mut statement = connection
         .prepare_cached("SELECT lease_id FROM held_scopes WHERE scope = ?1")
@@ -194,7 +194,7 @@ const LAST_DRAWABLE_FENCE: i64 = i64::MAX - 1;
 /// overflow into a float. Any other value is [`ErrorKind::Corrupt`], and the
 /// counter is left as it is.
 ///
-/// [`ErrorKind::Corrupt`]: lease_core::ErrorKind::Corrupt
+/// [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
 pub(crate) fn next_fence(connection: &Connection) -> Result<u64> {
     let mut statement = connection
         .prepare_cached(

@@ -6,7 +6,7 @@
 //! once never both create it. A file written by a newer version of this
 //! crate is refused ([`ErrorKind::Incompatible`]), never downgraded.
 
-use lease_core::{Error, ErrorKind, Result};
+use tenure_lease_core::{Error, ErrorKind, Result};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::config::SqliteConfig;
@@ -217,8 +217,8 @@ fn migrate(connection: &mut Connection, config: &SqliteConfig) -> Result<()> {
 mod tests {
     use std::time::Duration;
 
-    use lease_core::queue::{ClaimRequest, JobQueue, NewJob};
-    use lease_core::{AdmitRequest, LeaseStore, Status};
+    use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+    use tenure_lease_core::{AdmitRequest, LeaseStore, Status};
 
     use super::*;
     use crate::SqliteStore;

@@ -6,4 +6,4 @@ mod common;
 
 use common::SqliteFactory;
 
-conformance::tenure_conformance!(SqliteFactory::default());
+tenure_conformance::tenure_conformance!(SqliteFactory::default());

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_sqlite::{Durability, SqliteConfig, SqliteStore};
-use lease_core::queue::{ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, NewJob};
-use lease_core::{
+use tenure_backend_sqlite::{Durability, SqliteConfig, SqliteStore};
+use tenure_lease_core::queue::{ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, NewJob};
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     ManualClock, Renewal, StatusChange, TakeoverRequest,
 };
@@ -139,7 +139,7 @@ fn everything(path: &Path, tables: &[&str]) -> Vec<Vec<Vec<Stored>>> {
 }
 
 fn assert_corrupt<T: std::fmt::Debug>(
-    answer: lease_core::Result<T>,
+    answer: tenure_lease_core::Result<T>,
     damage: &Damage,
     operation: &str,
     names: &str,
@@ -441,7 +441,7 @@ async fn a_damaged_fence_counter_is_corrupt_and_never_restarts_the_sequence() {
         ];
         let damaged = everything(&leases.path, &tables);
 
-        let check = |answer: lease_core::Result<String>, operation: &str| {
+        let check = |answer: tenure_lease_core::Result<String>, operation: &str| {
             let error = answer.expect_err(operation);
             assert_eq!(
                 error.kind(),

@@ -5,4 +5,4 @@ mod common;
 
 use common::SqliteFactory;
 
-conformance::tenure_queue_conformance!(SqliteFactory::default());
+tenure_conformance::tenure_queue_conformance!(SqliteFactory::default());

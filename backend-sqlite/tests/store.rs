@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
-use lease_core::{
+use tenure_backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
+use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, LeaseRecord, LeaseStore, LossReason,
     ManualClock, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverRequest, Transition,
 };
@@ -160,7 +160,7 @@ async fn a_lock_held_beyond_the_busy_timeout_is_unavailable_and_changes_nothing(
     admitted(&store, AdmitRequest::new("blocked", "worker-b").scope("t")).await;
     assert!(matches!(
         store.renew(&claim, LONG_TTL).await,
-        Ok(lease_core::Renewal::Renewed { .. })
+        Ok(tenure_lease_core::Renewal::Renewed { .. })
     ));
 }
 

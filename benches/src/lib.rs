@@ -5,7 +5,7 @@
 //! statement a hand-rolled lease would run), because the machines these
 //! numbers come from are noisy and only ratios survive the noise.
 //!
-//! `cargo run --release -p benches` runs the embedded default (SQLite in a
+//! `cargo run --release -p tenure-benches` runs the embedded default (SQLite in a
 //! temporary file, and memory); `--backend all` adds PostgreSQL and Redis
 //! (`TENURE_PG_URL`, `TENURE_REDIS_URL`), each run in a fresh schema or
 //! namespace that is removed afterwards. See [`options::USAGE`] and

@@ -1,10 +1,10 @@
-//! `cargo run --release -p benches -- [options]`: see `--help` and
+//! `cargo run --release -p tenure-benches -- [options]`: see `--help` and
 //! BENCHMARKS.md.
 
 use std::process::ExitCode;
 
-use benches::options::{self, Command};
-use benches::progress::Progress;
+use tenure_benches::options::{self, Command};
+use tenure_benches::progress::Progress;
 
 fn main() -> ExitCode {
     let options = match options::parse(std::env::args().skip(1)) {
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     };
     let steps = (options.backends.len() * options.scenarios.len()) as u64;
     let progress = Progress::new(steps, options.progress);
-    let outcome = runtime.block_on(benches::run(&options, &progress));
+    let outcome = runtime.block_on(tenure_benches::run(&options, &progress));
     progress.finish();
     let report = match outcome {
         Ok(report) => report,
@@ -39,12 +39,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    print!("{}", benches::report::render(&report));
+    print!("{}", tenure_benches::report::render(&report));
     match report.write_json(&options.out_dir) {
         Ok(path) => println!("\nfigures: {}", path.display()),
         Err(error) => eprintln!("could not write the JSON figures: {error}"),
     }
-    match benches::plot::draw_all(&report, &options.out_dir) {
+    match tenure_benches::plot::draw_all(&report, &options.out_dir) {
         Ok(paths) => {
             for path in paths {
                 println!("chart: {}", path.display());

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lease_core::redact::redact_url;
+use tenure_lease_core::redact::redact_url;
 use serde::Serialize;
 
 /// The environment variable naming the PostgreSQL server.

@@ -8,10 +8,10 @@
 //! promise holds: missed deadlines and latencies are figures here, never
 //! failures (the benchmark binary still fails a real run that misses one).
 
-use benches::options::{BackendKind, Options, ScenarioKind, Sizes};
-use benches::progress::Progress;
-use benches::report::Report;
-use benches::scenario::hot_key::RetryStrategy;
+use tenure_benches::options::{BackendKind, Options, ScenarioKind, Sizes};
+use tenure_benches::progress::Progress;
+use tenure_benches::report::Report;
+use tenure_benches::scenario::hot_key::RetryStrategy;
 
 async fn tiny_run(backend: BackendKind, out: &std::path::Path) -> Report {
     let options = Options {
@@ -23,7 +23,7 @@ async fn tiny_run(backend: BackendKind, out: &std::path::Path) -> Report {
         progress: false,
         ..Options::standard()
     };
-    benches::run(&options, &Progress::hidden())
+    tenure_benches::run(&options, &Progress::hidden())
         .await
         .expect("embedded backends always run")
 }
@@ -92,9 +92,9 @@ async fn every_scenario_runs_sanely_on_memory() {
     let report = tiny_run(BackendKind::Memory, out.path()).await;
     check(&report);
     assert!(report.write_json(out.path()).expect("json").exists());
-    let charts = benches::plot::draw_all(&report, out.path()).expect("charts");
+    let charts = tenure_benches::plot::draw_all(&report, out.path()).expect("charts");
     assert_eq!(charts.len(), 2);
-    assert!(benches::report::render(&report).contains("hot-key"));
+    assert!(tenure_benches::report::render(&report).contains("hot-key"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{LeaseStore, ManualClock, Timestamp};
+use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 
 /// The environment variable that turns "service not configured" from a skip
 /// into a failure (CI sets it).
@@ -36,11 +36,11 @@ pub trait Factory: Send + Sync + 'static {
 
     /// A new store with its own namespace (schema, key prefix, file...),
     /// sharing nothing with any other case.
-    async fn create(&self) -> lease_core::Result<Subject<Self::Store>>;
+    async fn create(&self) -> tenure_lease_core::Result<Subject<Self::Store>>;
 
     /// Removes what [`create`](Factory::create) made. Runs after every case,
     /// passed or failed.
-    async fn teardown(&self, store: &Self::Store) -> lease_core::Result<()> {
+    async fn teardown(&self, store: &Self::Store) -> tenure_lease_core::Result<()> {
         let _ = store;
         Ok(())
     }
@@ -61,7 +61,7 @@ pub type Footprint = BTreeMap<String, u64>;
 
 /// Counts what a store keeps: see [`Factory::footprint_probe`].
 pub type FootprintProbe<S> = Arc<
-    dyn Fn(Arc<S>) -> Pin<Box<dyn Future<Output = lease_core::Result<Footprint>> + Send>>
+    dyn Fn(Arc<S>) -> Pin<Box<dyn Future<Output = tenure_lease_core::Result<Footprint>> + Send>>
         + Send
         + Sync,
 >;
@@ -97,8 +97,8 @@ impl fmt::Display for Failure {
     }
 }
 
-impl From<lease_core::Error> for Failure {
-    fn from(error: lease_core::Error) -> Self {
+impl From<tenure_lease_core::Error> for Failure {
+    fn from(error: tenure_lease_core::Error) -> Self {
         Failure(format!("unexpected store error: {error}"))
     }
 }
@@ -206,7 +206,7 @@ impl<S: LeaseStore> Ctx<S> {
     pub async fn advance_past(&self, instant: Timestamp) -> Result<(), Failure> {
         match &self.clock {
             ClockControl::Manual(clock) => {
-                clock.advance_to(lease_core::clock::add(instant, Duration::from_millis(1)));
+                clock.advance_to(tenure_lease_core::clock::add(instant, Duration::from_millis(1)));
                 Ok(())
             }
             ClockControl::Real => loop {
@@ -214,7 +214,7 @@ impl<S: LeaseStore> Ctx<S> {
                 if now > instant {
                     return Ok(());
                 }
-                let wait = lease_core::clock::until(now, instant) + Duration::from_millis(2);
+                let wait = tenure_lease_core::clock::until(now, instant) + Duration::from_millis(2);
                 tokio::time::sleep(wait).await;
             },
         }
@@ -223,7 +223,7 @@ impl<S: LeaseStore> Ctx<S> {
     /// Moves the store's clock by at least `by`.
     pub async fn advance(&self, by: Duration) -> Result<(), Failure> {
         let now = self.store.now().await?;
-        self.advance_past(lease_core::clock::add(now, by)).await
+        self.advance_past(tenure_lease_core::clock::add(now, by)).await
     }
 }
 

@@ -8,7 +8,7 @@
 //! * run every case as its own named test:
 //!
 //!   ```ignore
-//!   conformance::tenure_conformance!(MyFactory::default());
+//!   tenure_conformance::tenure_conformance!(MyFactory::default());
 //!   ```
 //!
 //! * or run them all from your own code and read the [`Report`]:
@@ -17,7 +17,7 @@
 //!   # #[tokio::main] async fn main() {
 //!   // `MemoryFactory` is the kit's reference factory; see `memory.rs` for
 //!   // the dozen lines a factory takes.
-//!   let report = conformance::run_all(&conformance::memory::MemoryFactory).await;
+//!   let report = tenure_conformance::run_all(&tenure_conformance::memory::MemoryFactory).await;
 //!   assert!(report.all_passed(), "{report}");
 //!   # }
 //!   ```
@@ -39,7 +39,7 @@ pub use harness::{
     CASE_TIMEOUT, REQUIRE_SERVICES_VAR,
 };
 
-use lease_core::{JobQueue, LeaseStore};
+use tenure_lease_core::{JobQueue, LeaseStore};
 
 /// Runs every lease case against fresh stores from `factory` and reports each.
 pub async fn run_all<F: Factory>(factory: &F) -> Report {
@@ -96,7 +96,7 @@ macro_rules! define_cases {
         ///
         /// ```ignore
         /// mod memory {
-        ///     conformance::tenure_conformance!(my_crate::tests::MemoryFactory::default());
+        ///     tenure_conformance::tenure_conformance!(my_crate::tests::MemoryFactory::default());
         /// }
         /// ```
         #[macro_export]

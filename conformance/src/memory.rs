@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use backend_memory::MemoryStore;
-use lease_core::ManualClock;
+use tenure_backend_memory::MemoryStore;
+use tenure_lease_core::ManualClock;
 
 use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 
@@ -17,7 +17,7 @@ pub struct MemoryFactory;
 impl Factory for MemoryFactory {
     type Store = MemoryStore;
 
-    async fn create(&self) -> lease_core::Result<Subject<MemoryStore>> {
+    async fn create(&self) -> tenure_lease_core::Result<Subject<MemoryStore>> {
         let clock = Arc::new(ManualClock::starting_now());
         Ok(Subject {
             store: MemoryStore::with_clock(clock.clone()),

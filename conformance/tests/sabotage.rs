@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backend_memory::MemoryStore;
-use conformance::memory::MemoryFactory;
-use conformance::{CaseOutcome, ClockControl, Factory, Report, Subject};
-use lease_core::{
+use tenure_backend_memory::MemoryStore;
+use tenure_conformance::memory::MemoryFactory;
+use tenure_conformance::{CaseOutcome, ClockControl, Factory, Report, Subject};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp,
     Transition, TransitionRejection,
@@ -302,7 +302,7 @@ impl Bug for ListExpiredIgnoresGrace {
 async fn honest_report() -> &'static Report {
     static HONEST: OnceCell<Report> = OnceCell::const_new();
     HONEST
-        .get_or_init(|| conformance::run_all(&MemoryFactory))
+        .get_or_init(|| tenure_conformance::run_all(&MemoryFactory))
         .await
 }
 
@@ -314,7 +314,7 @@ async fn assert_caught<B: Bug>() {
         .next()
         .unwrap_or("bug");
     let honest = honest_report().await;
-    let broken = conformance::run_all(&BrokenFactory::<B>::default()).await;
+    let broken = tenure_conformance::run_all(&BrokenFactory::<B>::default()).await;
     let passes_honestly = |name: &str| {
         honest
             .cases

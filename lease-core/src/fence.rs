@@ -22,7 +22,7 @@ pub struct StaleFence {
 /// Remembers the highest fence seen per resource and refuses lower ones.
 ///
 /// ```
-/// use lease_core::FenceGate;
+/// use tenure_lease_core::FenceGate;
 ///
 /// let gate = FenceGate::new();
 /// gate.admit("report.csv", 7).unwrap();

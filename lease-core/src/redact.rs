@@ -29,7 +29,7 @@ const SECRET_PARAMETERS: [&str; 5] = ["password", "pass", "passwd", "pwd", "sslp
 /// * Text without a `scheme://` prefix is hidden entirely.
 ///
 /// ```
-/// use lease_core::redact::redact_url;
+/// use tenure_lease_core::redact::redact_url;
 ///
 /// assert_eq!(redact_url("postgres://app:pa/ss@db/jobs"), "postgres://app:***@db/jobs");
 /// assert_eq!(

@@ -24,7 +24,7 @@ pub enum AdmitStrategy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_core::{AdmitRequest, AdmitStrategy};
+/// use tenure_lease_core::{AdmitRequest, AdmitStrategy};
 ///
 /// let request = AdmitRequest::new("nightly-report-2026-11-29", "worker-a")
 ///     .scope("cron:nightly-report")

@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{at, config, ms, start, CountDrop, Fault, FaultyStore, Op, BEAT, TTL};
-use lease_core::keeper::{
+use tenure_lease_core::keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
 };
-use lease_core::{
+use tenure_lease_core::{
     AdmitRequest, LeaseRecord, LeaseStore, LossReason, Status, StatusChange, Takeover,
     TakeoverRequest,
 };
@@ -279,7 +279,7 @@ async fn late_successful_renewal_does_not_revive_the_lease() {
     let extended = record(&store, "run").await.lease_expires_at.unwrap();
     let admitted = record(&store, "run").await.created_at;
     assert!(
-        extended > lease_core::clock::add(admitted, TTL),
+        extended > tenure_lease_core::clock::add(admitted, TTL),
         "the store did renew"
     );
     store.clear();
@@ -720,7 +720,7 @@ async fn shutdown_deadline_cancels_a_stuck_heartbeat_and_a_stuck_callback() {
     assert!(work.await.unwrap_err().is_cancelled());
     assert!(matches!(
         keeper.admit(keeper.request("late")).await,
-        Err(lease_core::keeper::KeeperError::ShuttingDown)
+        Err(tenure_lease_core::keeper::KeeperError::ShuttingDown)
     ));
 }
 
@@ -924,7 +924,7 @@ async fn worker_ids_are_unique_and_shaped_host_pid_random() {
     let parts: Vec<&str> = a.worker_id().split(':').collect();
     assert_eq!(parts.len(), 3, "{}", a.worker_id());
     assert_eq!(parts[1], std::process::id().to_string());
-    assert!(lease_core::validate::owner("owner", a.worker_id()).is_ok());
+    assert!(tenure_lease_core::validate::owner("owner", a.worker_id()).is_ok());
 }
 
 #[tokio::test]

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{at, config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
-use lease_core::keeper::{JobGuard, JobWriteError};
-use lease_core::keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
-use lease_core::queue::{
+use tenure_lease_core::keeper::{JobGuard, JobWriteError};
+use tenure_lease_core::keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
+use tenure_lease_core::queue::{
     ClaimRequest, DeadReason, FailAction, Job, JobLoss, JobQueue, JobState, NewJob,
 };
-use lease_core::ErrorKind;
+use tenure_lease_core::ErrorKind;
 use tokio::time::Instant;
 
 const QUEUE: &str = "emails";
@@ -47,7 +47,7 @@ async fn stored(store: &FaultyStore, id: &str) -> Job {
 }
 
 /// Store time jumps far past every lease and the reaper runs.
-async fn reaper_runs_after_a_stall(store: &FaultyStore) -> lease_core::queue::ReapReport {
+async fn reaper_runs_after_a_stall(store: &FaultyStore) -> tenure_lease_core::queue::ReapReport {
     store.clock.jump(TTL * 10);
     store.inner.reap(Duration::ZERO).await.unwrap()
 }
@@ -69,7 +69,7 @@ async fn job_lease_is_kept_alive_across_several_ttls() {
     let claimed = stored(&store, "kept").await;
     assert_eq!(
         claimed.lease_expires_at,
-        Some(lease_core::clock::add(claimed.updated_at, TTL)),
+        Some(tenure_lease_core::clock::add(claimed.updated_at, TTL)),
         "claimed under the keeper's ttl, not the request's"
     );
     // A second job claimed straight from the store, with nobody renewing it.
@@ -407,8 +407,8 @@ async fn hold_job_takes_a_claim_made_elsewhere_and_checks_its_owner() {
         .unwrap()
         .remove(0);
 
-    let stranger = lease_core::queue::ClaimedJob {
-        claim: lease_core::queue::JobClaim {
+    let stranger = tenure_lease_core::queue::ClaimedJob {
+        claim: tenure_lease_core::queue::JobClaim {
             owner: "someone-else".to_owned(),
             ..claimed.claim.clone()
         },

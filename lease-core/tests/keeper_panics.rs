@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
-use lease_core::keeper::{
+use tenure_lease_core::keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
 };
-use lease_core::{AdmitRequest, LeaseStore, Status, StatusChange};
+use tenure_lease_core::{AdmitRequest, LeaseStore, Status, StatusChange};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tokio::time::Instant;
 

@@ -21,7 +21,7 @@ use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, Takeover, TakeoverRequest, Transition,
 };
@@ -217,7 +217,7 @@ pub async fn prepare<S: LeaseStore>(store: &S, rounds: usize) {
     }
 }
 
-fn unknown(op: &str, id: &str, error: &lease_core::Error) -> Value {
+fn unknown(op: &str, id: &str, error: &tenure_lease_core::Error) -> Value {
     json!({ "op": op, "id": id, "outcome": "unknown", "error": error.to_string() })
 }
 
@@ -367,7 +367,7 @@ async fn race_for_orphan<S: LeaseStore>(store: &S, worker: &str, round: usize) {
     // From its admission, not its current lease: a faster worker may have
     // adopted it already.
     let expiry = match store.get(&id).await {
-        Ok(Some(record)) => lease_core::clock::add(record.created_at, orphan_ttl(round)),
+        Ok(Some(record)) => tenure_lease_core::clock::add(record.created_at, orphan_ttl(round)),
         Ok(None) => panic!("{id} is missing"),
         Err(error) => return answer(unknown("orphan", &id, &error)),
     };

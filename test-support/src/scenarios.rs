@@ -16,8 +16,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
-use lease_core::{
+use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore,
     LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
     TransitionRejection,
@@ -83,7 +83,7 @@ pub enum ScopeAfterCut {
 
 /// A name no other scenario or run uses.
 fn unique(prefix: &str) -> String {
-    format!("{prefix}-{}", lease_core::generate_id())
+    format!("{prefix}-{}", tenure_lease_core::generate_id())
 }
 
 /// Awaits `call`, failing the scenario if it takes more than [`CALL_BOUND`].
@@ -96,10 +96,10 @@ async fn bounded<T>(what: &str, call: impl Future<Output = T>) -> T {
 
 /// Calls `call` until it answers something other than a retryable error,
 /// as a client does while its store reconnects after a fault.
-async fn once_reconnected<T, F, Fut>(what: &str, mut call: F) -> lease_core::Result<T>
+async fn once_reconnected<T, F, Fut>(what: &str, mut call: F) -> tenure_lease_core::Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = lease_core::Result<T>>,
+    Fut: Future<Output = tenure_lease_core::Result<T>>,
 {
     let give_up = Instant::now() + CALL_BOUND;
     loop {
@@ -116,7 +116,7 @@ where
 async fn answered<T, F, Fut>(what: &str, call: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = lease_core::Result<T>>,
+    Fut: Future<Output = tenure_lease_core::Result<T>>,
 {
     match once_reconnected(what, call).await {
         Ok(answer) => answer,
@@ -142,7 +142,7 @@ where
 
 /// Asserts that a call under a fault answered a retryable error, not an
 /// outcome.
-fn assert_unknown<T: Debug>(what: &str, answer: lease_core::Result<T>) {
+fn assert_unknown<T: Debug>(what: &str, answer: tenure_lease_core::Result<T>) {
     match answer {
         Ok(outcome) => panic!("{what}: answered {outcome:?}; only an unknown outcome is true"),
         Err(error) => assert!(
@@ -368,7 +368,7 @@ async fn judge_scope(
     assert_eq!(holder.owner.as_deref(), Some(request.owner.as_str()));
     assert_eq!(
         holder.stop_reason.as_deref(),
-        Some(lease_core::rules::INTERRUPTED_BY_ADMISSION)
+        Some(tenure_lease_core::rules::INTERRUPTED_BY_ADMISSION)
     );
     assert_eq!(holder.lease_expires_at, holder_before.lease_expires_at);
     assert!(
@@ -514,7 +514,7 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
             .admit(request.clone())
             .await
             .map_err(|error| match error {
-                lease_core::keeper::KeeperError::Store(error) => error,
+                tenure_lease_core::keeper::KeeperError::Store(error) => error,
                 other => panic!("keeper admit: {other}"),
             })
     })
@@ -583,9 +583,9 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
 
 /// Waits out a lease a takeover found still valid (bounded by the keeper's
 /// ttl); any other refusal ends the scenario.
-async fn wait_out_valid_lease(reason: lease_core::NotTakenReason) {
+async fn wait_out_valid_lease(reason: tenure_lease_core::NotTakenReason) {
     match reason {
-        lease_core::NotTakenReason::LeaseValid { retry_after } => {
+        tenure_lease_core::NotTakenReason::LeaseValid { retry_after } => {
             tokio::time::sleep(retry_after.clamp(POLL_STEP, KEEPER_TTL)).await;
         }
         other => panic!("peer takeover refused: {other:?}"),

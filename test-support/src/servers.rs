@@ -29,7 +29,7 @@ use tokio::process::{Child, Command};
 /// On an error that is not retryable, or when the 20th call still fails.
 pub async fn until_ok<T, Fut>(mut call: impl FnMut() -> Fut) -> T
 where
-    Fut: std::future::Future<Output = lease_core::Result<T>>,
+    Fut: std::future::Future<Output = tenure_lease_core::Result<T>>,
 {
     let mut last = None;
     for _ in 0..20 {

@@ -10,8 +10,8 @@ use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 
 use async_trait::async_trait;
-use backend_postgres::{PgStore, PgStoreConfig};
-use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use futures_util::FutureExt as _;
 use sqlx::{Connection, PgConnection};
 
@@ -36,13 +36,13 @@ pub const POOL_SIZE: u32 = 4;
 /// The server URL, or `None` after printing one skip line for `test` (past
 /// the harness's capture). Panics instead when services are required.
 pub fn server_url(test: &str) -> Option<String> {
-    if let Some(url) = conformance::service_url(URL_VAR) {
+    if let Some(url) = tenure_conformance::service_url(URL_VAR) {
         return Some(url);
     }
-    if conformance::services_required() {
+    if tenure_conformance::services_required() {
         panic!(
             "{test}: {URL_VAR} is not set, but {}=1 requires it",
-            conformance::REQUIRE_SERVICES_VAR
+            tenure_conformance::REQUIRE_SERVICES_VAR
         );
     }
     let line = format!("SKIPPED {test}: {URL_VAR} is not set\n");
@@ -60,11 +60,11 @@ pub fn with_isolation(url: &str, isolation: &str) -> String {
 
 /// A schema name no other test or run uses.
 pub fn fresh_schema() -> String {
-    format!("tenure_test_{}", lease_core::generate_id().replace('-', ""))
+    format!("tenure_test_{}", tenure_lease_core::generate_id().replace('-', ""))
 }
 
 /// A migrated store in `schema`, with a small pool.
-pub async fn connect(url: &str, schema: &str) -> lease_core::Result<PgStore> {
+pub async fn connect(url: &str, schema: &str) -> tenure_lease_core::Result<PgStore> {
     PgStore::connect(
         &PgStoreConfig::new(url)
             .schema(schema)
@@ -74,7 +74,7 @@ pub async fn connect(url: &str, schema: &str) -> lease_core::Result<PgStore> {
 }
 
 /// Drops the store's schema and closes its pool.
-pub async fn drop_schema(store: &PgStore) -> lease_core::Result<()> {
+pub async fn drop_schema(store: &PgStore) -> tenure_lease_core::Result<()> {
     let outcome = sqlx::query(&format!(
         "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
         store.schema()
@@ -83,7 +83,7 @@ pub async fn drop_schema(store: &PgStore) -> lease_core::Result<()> {
     .await;
     store.close().await;
     outcome.map(drop).map_err(|error| {
-        lease_core::Error::unavailable(format!("could not drop schema {}: {error}", store.schema()))
+        tenure_lease_core::Error::unavailable(format!("could not drop schema {}: {error}", store.schema()))
     })
 }
 
@@ -122,7 +122,7 @@ impl PgFactory {
     /// A factory for the server named by [`URL_VAR`], if any.
     pub fn from_env() -> Self {
         PgFactory {
-            url: conformance::service_url(URL_VAR),
+            url: tenure_conformance::service_url(URL_VAR),
         }
     }
 
@@ -131,7 +131,7 @@ impl PgFactory {
     /// deployment might set it).
     pub fn from_env_at_isolation(isolation: &str) -> Self {
         PgFactory {
-            url: conformance::service_url(URL_VAR).map(|url| with_isolation(&url, isolation)),
+            url: tenure_conformance::service_url(URL_VAR).map(|url| with_isolation(&url, isolation)),
         }
     }
 }
@@ -147,9 +147,9 @@ impl Factory for PgFactory {
         }
     }
 
-    async fn create(&self) -> lease_core::Result<Subject<PgStore>> {
+    async fn create(&self) -> tenure_lease_core::Result<Subject<PgStore>> {
         let url = self.url.as_deref().ok_or_else(|| {
-            lease_core::Error::new(lease_core::ErrorKind::Config, "no server URL")
+            tenure_lease_core::Error::new(tenure_lease_core::ErrorKind::Config, "no server URL")
         })?;
         Ok(Subject {
             store: connect(url, &fresh_schema()).await?,
@@ -157,7 +157,7 @@ impl Factory for PgFactory {
         })
     }
 
-    async fn teardown(&self, store: &PgStore) -> lease_core::Result<()> {
+    async fn teardown(&self, store: &PgStore) -> tenure_lease_core::Result<()> {
         drop_schema(store).await
     }
 
@@ -170,9 +170,9 @@ impl Factory for PgFactory {
 }
 
 /// Rows per table of `store`'s schema.
-async fn count_rows(store: &PgStore) -> lease_core::Result<Footprint> {
+async fn count_rows(store: &PgStore) -> tenure_lease_core::Result<Footprint> {
     let failed = |error: sqlx::Error| {
-        lease_core::Error::unavailable("cannot count the rows of the case's schema")
+        tenure_lease_core::Error::unavailable("cannot count the rows of the case's schema")
             .with_source(error)
     };
     let tables: Vec<String> = sqlx::query_scalar(

@@ -1,16 +1,16 @@
 //! Replies of the job-queue scripts as typed outcomes, decoded here and
 //! nowhere else, with the same helpers and the same error policy as the
 //! lease replies: a reply of the wrong shape or a job that cannot be decoded
-//! is [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt), except where
+//! is [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt), except where
 //! `claim` and `reap` skip an undecodable job and report it.
 
 use std::collections::BTreeSet;
 
-use lease_core::queue::{
+use tenure_lease_core::queue::{
     rules, ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
     OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
-use lease_core::{Error, Result, Timestamp};
+use tenure_lease_core::{Error, Result, Timestamp};
 use redis::Value;
 
 use super::{array, malformed, micros, raw, script_skips, unknown, Parts, RawRecord};
@@ -85,7 +85,7 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
     })
 }
 
-/// Decodes a stored job, answering [`ErrorKind::Corrupt`](lease_core::ErrorKind::Corrupt)
+/// Decodes a stored job, answering [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)
 /// when it cannot.
 fn decode_job(raw: RawRecord) -> Result<Job> {
     decode_job_fields(&raw).map_err(|reason| {
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(job.priority, -3);
         assert_eq!(job.payload, serde_json::json!({ "n": 1 }));
         assert_eq!(
-            lease_core::clock::to_micros(job.run_at),
+            tenure_lease_core::clock::to_micros(job.run_at),
             1_700_000_000_000_001
         );
         assert_eq!(
@@ -317,7 +317,7 @@ mod tests {
         fields.retain(|(name, _)| *name != "state");
         fields.push(("state", "bogus"));
         let error = jobs(Value::Array(vec![stored(&fields)])).expect_err("bad state");
-        assert_eq!(error.kind(), lease_core::ErrorKind::Corrupt);
+        assert_eq!(error.kind(), tenure_lease_core::ErrorKind::Corrupt);
         assert!(error.message().contains("bogus"), "{error}");
     }
 }

@@ -4,8 +4,8 @@
 //! fails under `TENURE_REQUIRE_SERVICES=1`).
 
 use async_trait::async_trait;
-use backend_redis::{RedisConfig, RedisStore};
-use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 
 /// The environment variable naming the server the kit runs against.
 const URL_VAR: &str = "TENURE_REDIS_URL";
@@ -19,7 +19,7 @@ impl RedisFactory {
     /// The factory for the server the environment names, if any.
     pub fn from_env() -> Self {
         RedisFactory {
-            url: conformance::service_url(URL_VAR),
+            url: tenure_conformance::service_url(URL_VAR),
         }
     }
 }
@@ -35,16 +35,16 @@ impl Factory for RedisFactory {
         }
     }
 
-    async fn create(&self) -> lease_core::Result<Subject<RedisStore>> {
+    async fn create(&self) -> tenure_lease_core::Result<Subject<RedisStore>> {
         let url = self.url.clone().unwrap_or_default();
-        let namespace = format!("conformance:{}", lease_core::generate_id());
+        let namespace = format!("conformance:{}", tenure_lease_core::generate_id());
         Ok(Subject {
             store: RedisStore::connect(RedisConfig::new(url, namespace)).await?,
             clock: ClockControl::Real,
         })
     }
 
-    async fn teardown(&self, store: &RedisStore) -> lease_core::Result<()> {
+    async fn teardown(&self, store: &RedisStore) -> tenure_lease_core::Result<()> {
         store.delete_namespace().await.map(drop)
     }
 
@@ -63,9 +63,9 @@ impl Factory for RedisFactory {
 /// Entries per key (members, fields, or 1 for a string) of the keys of
 /// `namespace`, by name after the namespace's prefix. The case namespaces
 /// hold no glob characters.
-async fn count_entries(url: &str, namespace: &str) -> lease_core::Result<Footprint> {
+async fn count_entries(url: &str, namespace: &str) -> tenure_lease_core::Result<Footprint> {
     let failed = |error: redis::RedisError| {
-        lease_core::Error::unavailable("cannot count the keys of the case's namespace")
+        tenure_lease_core::Error::unavailable("cannot count the keys of the case's namespace")
             .with_source(error)
     };
     let client = redis::Client::open(url).map_err(failed)?;

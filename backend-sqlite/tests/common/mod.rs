@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use backend_sqlite::{SqliteConfig, SqliteStore};
-use conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use lease_core::{Error, ManualClock};
+use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
+use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_lease_core::{Error, ManualClock};
 use tempfile::TempDir;
 
 /// Creates each case's store in a fresh temporary directory, kept alive
@@ -22,7 +22,7 @@ pub struct SqliteFactory {
 impl Factory for SqliteFactory {
     type Store = SqliteStore;
 
-    async fn create(&self) -> lease_core::Result<Subject<SqliteStore>> {
+    async fn create(&self) -> tenure_lease_core::Result<Subject<SqliteStore>> {
         let directory = TempDir::with_prefix("tenure-sqlite-conformance-").map_err(|error| {
             Error::unavailable("cannot create a temporary directory").with_source(error)
         })?;
@@ -46,7 +46,7 @@ impl Factory for SqliteFactory {
         }))
     }
 
-    async fn teardown(&self, store: &SqliteStore) -> lease_core::Result<()> {
+    async fn teardown(&self, store: &SqliteStore) -> tenure_lease_core::Result<()> {
         let directory = self
             .directories
             .lock()
@@ -63,7 +63,7 @@ impl Factory for SqliteFactory {
 }
 
 /// Rows per table of the file at `path`.
-fn count_rows(path: &std::path::Path) -> lease_core::Result<Footprint> {
+fn count_rows(path: &std::path::Path) -> tenure_lease_core::Result<Footprint> {
     let failed = |error: rusqlite::Error| {
         Error::unavailable("cannot count the rows of the case's file").with_source(error)
     };

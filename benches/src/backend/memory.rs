@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use backend_memory::MemoryStore;
-use lease_core::{JobQueue, LeaseStore};
+use tenure_backend_memory::MemoryStore;
+use tenure_lease_core::{JobQueue, LeaseStore};
 use tokio::sync::oneshot;
 
 use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::{JobQueue, LeaseStore};
+use tenure_lease_core::{JobQueue, LeaseStore};
 
 use crate::options::{BackendKind, Options};
 use crate::BenchResult;
@@ -152,5 +152,5 @@ fn missing_url(var: &str) -> crate::BenchError {
 
 /// A name no other run uses, for schemas, namespaces and owners.
 pub fn unique_name(prefix: &str) -> String {
-    format!("{prefix}_{}", lease_core::generate_id().replace('-', ""))
+    format!("{prefix}_{}", tenure_lease_core::generate_id().replace('-', ""))
 }

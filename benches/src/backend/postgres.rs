@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backend_postgres::{PgStore, PgStoreConfig};
-use lease_core::{JobQueue, LeaseStore};
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::{JobQueue, LeaseStore};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Postgres};

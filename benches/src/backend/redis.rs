@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backend_redis::{RedisConfig, RedisStore};
-use lease_core::{JobQueue, LeaseStore};
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_lease_core::{JobQueue, LeaseStore};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script};
 

@@ -10,8 +10,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use backend_sqlite::{SqliteConfig, SqliteStore, DEFAULT_BUSY_TIMEOUT};
-use lease_core::{JobQueue, LeaseStore};
+use tenure_backend_sqlite::{SqliteConfig, SqliteStore, DEFAULT_BUSY_TIMEOUT};
+use tenure_lease_core::{JobQueue, LeaseStore};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use tempfile::TempDir;
 use tokio::sync::oneshot;

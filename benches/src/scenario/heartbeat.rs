@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::keeper::{AdmitOutcome, KeeperConfig};
-use lease_core::{
+use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig};
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, Keeper, LeaseRecord, LeaseStore,
     Renewal, Result, RunGuard, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
+use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
 use serde::Serialize;
 
 use crate::backend::{Backend, PeerSession, WakeSession};

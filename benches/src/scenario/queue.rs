@@ -11,8 +11,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::queue::{ClaimRequest, JobSettle, NewJob};
-use lease_core::JobQueue;
+use tenure_lease_core::queue::{ClaimRequest, JobSettle, NewJob};
+use tenure_lease_core::JobQueue;
 use serde::Serialize;
 
 use crate::backend::{Backend, RawBaseline};
@@ -77,7 +77,7 @@ enum Drainer {
 
 /// What a claim answered: a job to complete (with what completing needs), or none left.
 enum Claimed {
-    Tenure(lease_core::queue::JobClaim),
+    Tenure(tenure_lease_core::queue::JobClaim),
     Raw(String),
 }
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Admission, AdmitRequest, Claim, Renewal};
+use tenure_lease_core::{Admission, AdmitRequest, Claim, Renewal};
 use serde::Serialize;
 
 use super::{drive_alternating, Step};

@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, LeaseStore, Renewal, StatusChange, Takeover, TakeoverRequest,
     Transition,
 };

@@ -14,8 +14,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
-use lease_core::{
+use tenure_lease_core::keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
+use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, Keeper, LeaseStore, Renewal, StatusChange,
     Transition,
 };

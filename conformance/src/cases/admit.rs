@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     clock, rules, Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseRecord, LeaseStore,
     LossReason, Status, StatusChange, DEFAULT_KIND,
 };

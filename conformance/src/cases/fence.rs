@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, LeaseRecord, LeaseStore, LossReason, Status,
     StatusChange, TakeoverRequest,
 };

@@ -9,11 +9,11 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use lease_core::validate::{
+use tenure_lease_core::validate::{
     MAX_GRACE, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_RETENTION, MAX_SCOPES,
     MAX_TEXT_BYTES, MAX_TTL,
 };
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, LeaseRecord, LeaseStore, Renewal,
     Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
 };

@@ -23,11 +23,11 @@
 
 use std::time::Duration;
 
-use lease_core::keeper::{
+use tenure_lease_core::keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, Recovered,
     RunGuard, WriteError, CANCELLED,
 };
-use lease_core::{
+use tenure_lease_core::{
     AdmitRequest, LeaseRecord, LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover,
     TakeoverRequest, Timestamp,
 };
@@ -109,7 +109,7 @@ fn expiry_of(record: &LeaseRecord) -> Result<Timestamp, Failure> {
 /// then store time moved past it.
 async fn shorten_and_expire<S: LeaseStore>(
     ctx: &Ctx<S>,
-    claim: &lease_core::Claim,
+    claim: &tenure_lease_core::Claim,
 ) -> Result<(), Failure> {
     match ctx.store.renew(claim, Duration::from_millis(1)).await? {
         Renewal::Renewed { expires_at } => ctx.advance_past(expires_at).await,

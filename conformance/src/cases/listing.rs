@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use chrono::{FixedOffset, TimeZone, Timelike, Utc};
-use lease_core::{
+use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, TakeoverRequest, Timestamp,
 };
@@ -116,7 +116,7 @@ pub async fn list_expired_includes_no_lease<S: LeaseStore + 'static>(ctx: Ctx<S>
     apply_transition(&ctx, &claim_of(&running)?, &StatusChange::running()).await?;
     admit(&ctx, AdmitRequest::new("valid", "worker-a").ttl(LONG_TTL)).await?;
 
-    for grace in [Duration::ZERO, LONG_GRACE, lease_core::validate::MAX_GRACE] {
+    for grace in [Duration::ZERO, LONG_GRACE, tenure_lease_core::validate::MAX_GRACE] {
         let scan = ctx.store.list_expired(&ExpiredQuery::new(grace)).await?;
         ensure_eq!(
             ids_of(&scan.records),
@@ -273,7 +273,7 @@ pub async fn list_expired_limit_and_order<S: LeaseStore + 'static>(ctx: Ctx<S>) 
         2,
         3,
         expected.len(),
-        lease_core::validate::MAX_LIST_LIMIT,
+        tenure_lease_core::validate::MAX_LIST_LIMIT,
     ] {
         let listed = expired_ids(&ctx, ExpiredQuery::new(Duration::ZERO).limit(limit)).await?;
         ensure_eq!(
@@ -730,8 +730,8 @@ const TRICKY_RECORDS: &[(&str, &[&str])] = &[
 pub async fn verbatim_ids_and_scopes_never_collide<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let longest_id = "i".repeat(lease_core::validate::MAX_NAME_BYTES);
-    let longest_scope = "s".repeat(lease_core::validate::MAX_NAME_BYTES);
+    let longest_id = "i".repeat(tenure_lease_core::validate::MAX_NAME_BYTES);
+    let longest_scope = "s".repeat(tenure_lease_core::validate::MAX_NAME_BYTES);
     let records: Vec<(&str, Vec<&str>)> = TRICKY_RECORDS
         .iter()
         .map(|(id, scopes)| (*id, scopes.to_vec()))
@@ -808,7 +808,7 @@ pub async fn verbatim_ids_and_scopes_never_collide<S: LeaseStore + 'static>(
         .admit(&AdmitRequest::new("a:b", "worker-b").scope("fresh"))
         .await
     {
-        Err(error) if error.kind() == lease_core::ErrorKind::AlreadyExists => {}
+        Err(error) if error.kind() == tenure_lease_core::ErrorKind::AlreadyExists => {}
         other => {
             return Err(Failure(format!(
                 "re-admitting the id \"a:b\" is AlreadyExists, got {other:?}"

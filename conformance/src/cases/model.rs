@@ -20,7 +20,7 @@ mod runner;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use lease_core::LeaseStore;
+use tenure_lease_core::LeaseStore;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tokio::runtime::Handle;
 

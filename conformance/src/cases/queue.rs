@@ -4,7 +4,7 @@
 //! later write fenced by it, so a copy that lost its job (reaped, requeued,
 //! re-claimed, finished) can never touch it again. Each case drives jobs
 //! through claim, renew, complete, fail, defer, reap, take-back and operator
-//! retry, checks every typed answer against `lease_core::queue::rules`, and
+//! retry, checks every typed answer against `tenure_lease_core::queue::rules`, and
 //! checks that every refused write changed nothing. Deadlines are crossed
 //! with short leases and `advance_past`, so the cases run unchanged on manual
 //! and on real (server) clocks, each waiting well under a second.
@@ -20,13 +20,13 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::queue::rules::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES};
-use lease_core::queue::{
+use tenure_lease_core::queue::rules::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES};
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
     JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
-use lease_core::validate::{MAX_GRACE, MAX_LIST_LIMIT, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL};
-use lease_core::{
+use tenure_lease_core::validate::{MAX_GRACE, MAX_LIST_LIMIT, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL};
+use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, ErrorKind, JobQueue, TakeoverRequest, Timestamp,
 };
 use serde_json::json;
@@ -116,7 +116,7 @@ fn ensure_within(
 }
 
 /// Fails the case unless `result` is an `AlreadyExists` error.
-fn expect_already_exists<T: Debug>(result: lease_core::Result<T>, what: &str) -> CaseResult {
+fn expect_already_exists<T: Debug>(result: tenure_lease_core::Result<T>, what: &str) -> CaseResult {
     match result {
         Err(error) if error.kind() == ErrorKind::AlreadyExists => Ok(()),
         other => Err(Failure(format!(
@@ -400,7 +400,7 @@ impl FencedWrite {
         self,
         ctx: &Ctx<S>,
         claim: &JobClaim,
-    ) -> lease_core::Result<JobSettle> {
+    ) -> tenure_lease_core::Result<JobSettle> {
         match self {
             FencedWrite::Complete => ctx.store.complete(claim).await,
             FencedWrite::FailRetry => {
@@ -2280,7 +2280,7 @@ pub async fn queue_invalid_input_rejected_and_changes_nothing<S: JobQueue + 'sta
     let largest_payload = json!("x".repeat(MAX_PAYLOAD_BYTES - 2));
     ensure_eq!(largest_payload.to_string().len(), MAX_PAYLOAD_BYTES);
     let at_limits = NewJob::new("limits", largest_payload)
-        .id("i".repeat(lease_core::validate::MAX_NAME_BYTES))
+        .id("i".repeat(tenure_lease_core::validate::MAX_NAME_BYTES))
         .max_attempts(MAX_ATTEMPTS);
     enqueue(&ctx, at_limits.clone()).await?;
     claim(
@@ -2404,6 +2404,6 @@ pub async fn queue_fences_shared_with_leases<S: JobQueue + 'static>(ctx: Ctx<S>)
 }
 
 /// The ids of lease `records`, in order.
-fn ids_of_records(records: &[lease_core::LeaseRecord]) -> Vec<&str> {
+fn ids_of_records(records: &[tenure_lease_core::LeaseRecord]) -> Vec<&str> {
     records.iter().map(|record| record.id.as_str()).collect()
 }

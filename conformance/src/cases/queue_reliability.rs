@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use lease_core::queue::{
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobSettle, JobState, NewJob,
     TakeBack,
 };
-use lease_core::{clock, validate, ErrorKind, FenceGate, Timestamp};
+use tenure_lease_core::{clock, validate, ErrorKind, FenceGate, Timestamp};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -240,7 +240,7 @@ fn hostile_op() -> BoxedStrategy<HostileOp> {
 /// object, nested past the depth limit or huge, `max_attempts` around its
 /// bounds, extreme priorities, `run_at` at chrono's extremes, limits 0 and
 /// `usize::MAX`, fences 0 and `u64::MAX`, durations up to `Duration::MAX`),
-/// answers `Ok` exactly when `lease_core::validate` accepts the input,
+/// answers `Ok` exactly when `tenure_lease_core::validate` accepts the input,
 /// `InvalidInput` naming the same field otherwise (`AlreadyExists` only for
 /// an existing id), never another error, never a panic; a refused call
 /// changes no job, and an enqueued job reads back verbatim.
@@ -330,8 +330,8 @@ fn shown(value: &impl std::fmt::Debug) -> String {
 /// `AlreadyExists` only when `may_exist`.
 fn judge<T: std::fmt::Debug>(
     call: &str,
-    verdict: &lease_core::Result<()>,
-    answer: &lease_core::Result<T>,
+    verdict: &tenure_lease_core::Result<()>,
+    answer: &tenure_lease_core::Result<T>,
     may_exist: bool,
 ) -> CaseResult {
     match (verdict, answer) {
@@ -901,7 +901,7 @@ async fn audit<S: JobQueue>(
             );
             let renewal = ctx.store.renew_job(&stale.claim, SHORT_TTL).await?;
             ensure!(
-                matches!(renewal, lease_core::queue::JobRenewal::Lost(_)),
+                matches!(renewal, tenure_lease_core::queue::JobRenewal::Lost(_)),
                 "a superseded claim {:?} renewed {id:?}: {renewal:?}",
                 stale.claim
             );

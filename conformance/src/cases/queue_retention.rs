@@ -18,12 +18,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lease_core::queue::{
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobLoss, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, TakeBack, TakeBackRefusal,
 };
-use lease_core::validate::MAX_RETENTION;
-use lease_core::{
+use tenure_lease_core::validate::MAX_RETENTION;
+use tenure_lease_core::{
     clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
 };
 use serde_json::json;

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use lease_core::validate::{
+use tenure_lease_core::validate::{
     MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
 };
-use lease_core::{
+use tenure_lease_core::{
     validate, Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, FenceGate,
     LeaseRecord, LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition,
@@ -54,7 +54,7 @@ const MAX_SHOWN_CHARS: usize = 600;
 /// 100 KiB, control characters, NUL, emoji, key-pattern characters,
 /// durations from zero to `Duration::MAX`, fences 0 and `u64::MAX`,
 /// timestamps at chrono's extremes, metadata that is no object, deeply
-/// nested or huge), answers `Ok` exactly when `lease_core::validate` accepts
+/// nested or huge), answers `Ok` exactly when `tenure_lease_core::validate` accepts
 /// the input and `InvalidInput` exactly when it refuses it (or
 /// `AlreadyExists` for an existing id), never another error, never a panic;
 /// a refused call changes nothing, and an admitted record reads back
@@ -666,9 +666,9 @@ enum Answer {
 }
 
 impl Call {
-    /// What the contract says about this input: `lease_core::validate`,
+    /// What the contract says about this input: `tenure_lease_core::validate`,
     /// which every backend calls first.
-    fn validity(&self) -> lease_core::Result<()> {
+    fn validity(&self) -> tenure_lease_core::Result<()> {
         match self {
             Call::Admit(request) => validate::admit(request).map(drop),
             Call::Renew(claim, ttl) => validate::claim(claim).and_then(|()| validate::ttl(*ttl)),
@@ -698,14 +698,14 @@ impl Call {
         }
     }
 
-    async fn run<S: LeaseStore>(&self, store: &S) -> lease_core::Result<Answer> {
+    async fn run<S: LeaseStore>(&self, store: &S) -> tenure_lease_core::Result<Answer> {
         Ok(match self {
             Call::Admit(request) => Answer::Admission(store.admit(request).await?),
             Call::Renew(claim, ttl) => store.renew(claim, *ttl).await.map(|_| Answer::Other)?,
             Call::RenewMany(claims, ttl) => {
                 let outcomes = store.renew_many(claims, *ttl).await?;
                 if outcomes.len() != claims.len() {
-                    return Err(lease_core::Error::new(
+                    return Err(tenure_lease_core::Error::new(
                         ErrorKind::Corrupt,
                         format!(
                             "renew_many answered {} outcomes for {} claims",
@@ -1575,7 +1575,7 @@ async fn transition_held<S: LeaseStore>(ctx: &Ctx<S>, worker: &mut Worker, at: u
     worker.calls += 1;
     match ctx.store.transition(&claim, &change).await {
         Ok(Transition::Applied(record)) if record.is_active() => {}
-        Ok(Transition::Rejected(lease_core::TransitionRejection::NotAllowed { .. })) => {}
+        Ok(Transition::Rejected(tenure_lease_core::TransitionRejection::NotAllowed { .. })) => {}
         Ok(_) => {
             worker.held.remove(at);
         }

@@ -4,7 +4,7 @@
 //! a typed `Lost` that changes nothing (§6 invariants 4 and 6).
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, Claim, LeaseRecord, LeaseStore, LossReason, Renewal,
     Status, StatusChange, TakeoverRequest,
 };

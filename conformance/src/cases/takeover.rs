@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, LossReason,
     NotTakenReason, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
 };

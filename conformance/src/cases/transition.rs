@@ -5,7 +5,7 @@
 //! can never report a late success after a peer took over.
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     rules, AdmitRequest, AdmitStrategy, Claim, ErrorKind, LeaseRecord, LeaseStore, LossReason,
     Status, StatusChange, TakeoverRequest, Transition, TransitionRejection,
 };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease_core::{Admission, AdmitRequest, Claim, LeaseRecord, LeaseStore};
+use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseRecord, LeaseStore};
 
 use crate::harness::{Ctx, Failure};
 
@@ -64,7 +64,7 @@ pub async fn expire<S: LeaseStore>(
     let expires = record
         .lease_expires_at
         .ok_or_else(|| Failure(format!("record {:?} has no lease to expire", record.id)))?;
-    ctx.advance_past(lease_core::clock::add(expires, grace))
+    ctx.advance_past(tenure_lease_core::clock::add(expires, grace))
         .await
 }
 
@@ -75,18 +75,18 @@ pub async fn renew_confirmed<S: LeaseStore>(
     ctx: &Ctx<S>,
     claim: &Claim,
     ttl: Duration,
-) -> Result<lease_core::Timestamp, Failure> {
+) -> Result<tenure_lease_core::Timestamp, Failure> {
     let before = ctx.store.now().await?;
     let outcome = ctx.store.renew(claim, ttl).await?;
     let after = ctx.store.now().await?;
-    let lease_core::Renewal::Renewed { expires_at } = outcome else {
+    let tenure_lease_core::Renewal::Renewed { expires_at } = outcome else {
         return Err(Failure(format!(
             "expected {claim:?} to be renewed, got {outcome:?}"
         )));
     };
     crate::ensure!(
-        lease_core::clock::add(before, ttl) <= expires_at
-            && expires_at <= lease_core::clock::add(after, ttl),
+        tenure_lease_core::clock::add(before, ttl) <= expires_at
+            && expires_at <= tenure_lease_core::clock::add(after, ttl),
         "renewed expiry {expires_at} is not store now + {ttl:?} (now was {before} .. {after})"
     );
     crate::ensure_eq!(
@@ -102,13 +102,13 @@ pub async fn renew_confirmed<S: LeaseStore>(
 pub async fn expect_lost<S: LeaseStore>(
     ctx: &Ctx<S>,
     claim: &Claim,
-    reason: lease_core::LossReason,
+    reason: tenure_lease_core::LossReason,
 ) -> Result<(), Failure> {
     let before = snapshot(ctx, &[&claim.id]).await?;
     let outcome = ctx.store.renew(claim, LONG_TTL).await?;
     crate::ensure_eq!(
         outcome,
-        lease_core::Renewal::Lost(reason),
+        tenure_lease_core::Renewal::Lost(reason),
         "renewing {claim:?}"
     );
     crate::ensure_eq!(
@@ -124,10 +124,10 @@ pub async fn expect_lost<S: LeaseStore>(
 pub async fn apply_transition<S: LeaseStore>(
     ctx: &Ctx<S>,
     claim: &Claim,
-    change: &lease_core::StatusChange,
+    change: &tenure_lease_core::StatusChange,
 ) -> Result<LeaseRecord, Failure> {
     match ctx.store.transition(claim, change).await? {
-        lease_core::Transition::Applied(record) => {
+        tenure_lease_core::Transition::Applied(record) => {
             crate::ensure_eq!(
                 get(ctx, &claim.id).await?,
                 record,
@@ -145,10 +145,10 @@ pub async fn apply_transition<S: LeaseStore>(
 /// the record `get` then reads; answers that record.
 pub async fn take_over<S: LeaseStore>(
     ctx: &Ctx<S>,
-    request: &lease_core::TakeoverRequest,
+    request: &tenure_lease_core::TakeoverRequest,
 ) -> Result<LeaseRecord, Failure> {
     match ctx.store.claim_for_takeover(request).await? {
-        lease_core::Takeover::Taken(record) => {
+        tenure_lease_core::Takeover::Taken(record) => {
             crate::ensure_eq!(
                 get(ctx, &request.id).await?,
                 record,
@@ -198,13 +198,13 @@ pub async fn ensure_scope_held_by<S: LeaseStore>(
 /// Fails the case unless `result` is an `InvalidInput` error naming `field`;
 /// `what` says which bad input it was.
 pub fn expect_invalid<T: std::fmt::Debug>(
-    result: lease_core::Result<T>,
+    result: tenure_lease_core::Result<T>,
     field: &str,
     what: &str,
 ) -> Result<(), Failure> {
     match result {
         Err(error)
-            if error.kind() == lease_core::ErrorKind::InvalidInput
+            if error.kind() == tenure_lease_core::ErrorKind::InvalidInput
                 && error.field() == Some(field) =>
         {
             Ok(())

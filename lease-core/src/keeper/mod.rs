@@ -567,9 +567,9 @@ impl KeeperBuilder {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// use backend_memory::MemoryStore;
-/// use lease_core::keeper::{AdmitOutcome, Keeper, KeeperConfig, ReconcileAction, WriteError};
-/// use lease_core::StatusChange;
+/// use tenure_backend_memory::MemoryStore;
+/// use tenure_lease_core::keeper::{AdmitOutcome, Keeper, KeeperConfig, ReconcileAction, WriteError};
+/// use tenure_lease_core::StatusChange;
 ///
 /// let store = Arc::new(MemoryStore::new());
 /// let config = KeeperConfig::with_ttl(Duration::from_secs(30))

@@ -112,7 +112,7 @@ impl FromStr for DeadReason {
 /// A job to enqueue. Build one with [`NewJob::new`] and the chained setters.
 ///
 /// ```
-/// use lease_core::queue::NewJob;
+/// use tenure_lease_core::queue::NewJob;
 ///
 /// let job = NewJob::new("emails", serde_json::json!({ "to": "a@example.com" }))
 ///     .priority(5)

@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use backend_memory::MemoryStore;
-use lease_core::keeper::{Keeper, KeeperConfig};
-use lease_core::queue::{
+use tenure_backend_memory::MemoryStore;
+use tenure_lease_core::keeper::{Keeper, KeeperConfig};
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
 };
-use lease_core::{
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
     Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, TokioClock, Transition,
 };
@@ -43,7 +43,7 @@ impl OffsetClock {
 
 impl Clock for OffsetClock {
     fn now(&self) -> Timestamp {
-        lease_core::clock::add(self.base.now(), *self.offset.lock().unwrap())
+        tenure_lease_core::clock::add(self.base.now(), *self.offset.lock().unwrap())
     }
 }
 
@@ -156,8 +156,8 @@ impl FaultyStore {
         match fault {
             Some(Fault::PanicOnce) => panic!("injected panic in {op:?}"),
             None => Ok(Duration::ZERO),
-            Some(Fault::Fail) => Err(lease_core::Error::unavailable("injected failure")),
-            Some(Fault::Corrupt) => Err(lease_core::Error::corrupt("injected undecodable record")),
+            Some(Fault::Fail) => Err(tenure_lease_core::Error::unavailable("injected failure")),
+            Some(Fault::Corrupt) => Err(tenure_lease_core::Error::corrupt("injected undecodable record")),
             Some(Fault::SlowAnswer(delay)) => Ok(delay),
             Some(Fault::Hang) => {
                 let dropped = CountDrop(self.hangs_dropped.clone());

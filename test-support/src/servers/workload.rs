@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::keeper::{AdmitOutcome, KeeperConfig, KeeperError};
-use lease_core::{
+use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, KeeperError};
+use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, Timestamp, Transition,
 };
@@ -147,7 +147,7 @@ impl Shared {
 
     /// Counts one call's answer; panics on an error the contract does not
     /// allow here (anything but "could not say").
-    fn count<T>(&self, what: &str, answer: &lease_core::Result<T>) {
+    fn count<T>(&self, what: &str, answer: &tenure_lease_core::Result<T>) {
         self.operations.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = answer {
             self.errors.fetch_add(1, Ordering::Relaxed);
@@ -176,7 +176,7 @@ impl Shared {
     async fn until_ok<T, F, Fut>(&self, what: &str, mut call: F) -> T
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = lease_core::Result<T>>,
+        Fut: Future<Output = tenure_lease_core::Result<T>>,
     {
         let give_up = Instant::now() + SETTLE_BOUND;
         loop {
@@ -211,7 +211,7 @@ pub async fn rides_through_restart<R>(store: Arc<dyn LeaseStore>, restart: R) ->
 where
     R: Future<Output = std::io::Result<()>>,
 {
-    let run = lease_core::generate_id();
+    let run = tenure_lease_core::generate_id();
     let shared = Arc::new(Shared {
         store: Arc::clone(&store),
         phase: AtomicU8::new(BEFORE),
@@ -462,7 +462,7 @@ fn assert_one_holder_per_scope(active: &[LeaseRecord]) {
 async fn check_keeper(
     shared: &Shared,
     keeper: &Keeper,
-    guards: &[lease_core::RunGuard],
+    guards: &[tenure_lease_core::RunGuard],
     back: Timestamp,
 ) -> usize {
     for guard in guards {

@@ -13,7 +13,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::{
+use tenure_lease_core::{
     clock, validate, Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
     Timestamp, Transition, DEFAULT_KIND,
@@ -86,7 +86,7 @@ struct Run<'a, S> {
     window: Option<Window>,
 }
 
-fn store_error(operation: &str, error: lease_core::Error) -> String {
+fn store_error(operation: &str, error: tenure_lease_core::Error) -> String {
     format!("{operation} answered an error: {error}")
 }
 
@@ -623,7 +623,7 @@ impl<S: LeaseStore> Run<'_, S> {
         &mut self,
         claim: &Claim,
         ttl: Ttl,
-        expected: Result<(), lease_core::LossReason>,
+        expected: Result<(), tenure_lease_core::LossReason>,
         answer: Renewal,
     ) -> Result<Option<Timestamp>, String> {
         match (expected, answer) {
