@@ -1,78 +1,41 @@
 //! Your own backend, proven by the conformance kit in a few lines.
 //!
-//! Here the "backend" is a thin layer over the memory store that counts
-//! operations: any type implementing `LeaseStore` runs the same way. Give the
-//! kit a `Factory` that creates a fresh, isolated store per case, then either
-//! call `tenure_conformance::run_all` (below) or put
-//! `tenure_conformance::tenure_conformance!(CountingFactory);` in a test file to get
-//! one named test per case.
+//! Here the "backend" is the memory store with a layer that counts the
+//! operations reaching it: any type implementing `LeaseStore` runs the same
+//! way. A layer ([`tenure::layer`]) wraps every operation of a store once,
+//! so no operation can be forgotten (a hand-written wrapper that forgets
+//! `renew_many` silently turns every batch renewal into one round trip per
+//! lease). Give the kit a `Factory` that creates a fresh, isolated store per
+//! case, then either call `tenure_conformance::run_all` (below) or put
+//! `tenure_conformance::tenure_conformance!(CountingFactory);` in a test file
+//! to get one named test per case.
 //!
 //! `cargo run --example custom_backend`
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_conformance::{ClockControl, Factory, Subject};
+use tenure::layer::{Answer, Hook, LayerExt, Layered, Operation, Pending};
 use tenure::memory::MemoryStore;
-use tenure::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
-    ManualClock, Renewal, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
-};
+use tenure::ManualClock;
+use tenure_conformance::{ClockControl, Factory, Subject};
 
-/// A store that counts every operation it forwards.
-struct CountingStore {
-    inner: MemoryStore,
-    operations: AtomicU64,
-}
+/// Counts every operation but `now` (which the kit calls to read the
+/// clock).
+#[derive(Default)]
+struct Counting(AtomicU64);
 
-impl CountingStore {
-    fn count(&self) {
-        self.operations.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-#[async_trait]
-impl LeaseStore for CountingStore {
-    async fn admit(&self, request: &AdmitRequest) -> tenure::Result<Admission> {
-        self.count();
-        self.inner.admit(request).await
-    }
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> tenure::Result<Renewal> {
-        self.count();
-        self.inner.renew(claim, ttl).await
-    }
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> tenure::Result<Transition> {
-        self.count();
-        self.inner.transition(claim, change).await
-    }
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> tenure::Result<Takeover> {
-        self.count();
-        self.inner.claim_for_takeover(request).await
-    }
-    async fn list_expired(&self, query: &ExpiredQuery) -> tenure::Result<ExpiredScan> {
-        self.count();
-        self.inner.list_expired(query).await
-    }
-    async fn get(&self, id: &str) -> tenure::Result<Option<LeaseRecord>> {
-        self.count();
-        self.inner.get(id).await
-    }
-    async fn list_by_scope(&self, scope: &str) -> tenure::Result<Vec<LeaseRecord>> {
-        self.count();
-        self.inner.list_by_scope(scope).await
-    }
-    async fn list_active(&self) -> tenure::Result<Vec<LeaseRecord>> {
-        self.count();
-        self.inner.list_active().await
-    }
-    async fn now(&self) -> tenure::Result<Timestamp> {
-        self.inner.now().await
-    }
-    async fn purge(&self, terminal_older_than: Duration) -> tenure::Result<u64> {
-        self.count();
-        self.inner.purge(terminal_older_than).await
+impl Hook for Counting {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        if operation.name != "now" {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        call
     }
 }
 
@@ -81,15 +44,12 @@ struct CountingFactory;
 
 #[async_trait]
 impl Factory for CountingFactory {
-    type Store = CountingStore;
+    type Store = Layered<MemoryStore, Counting>;
 
-    async fn create(&self) -> tenure::Result<Subject<CountingStore>> {
+    async fn create(&self) -> tenure::Result<Subject<Self::Store>> {
         let clock = Arc::new(ManualClock::starting_now());
         Ok(Subject {
-            store: CountingStore {
-                inner: MemoryStore::with_clock(clock.clone()),
-                operations: AtomicU64::new(0),
-            },
+            store: MemoryStore::with_clock(clock.clone()).layer(Counting::default()),
             clock: ClockControl::Manual(clock),
         })
     }

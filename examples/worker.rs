@@ -3,7 +3,7 @@
 //! over.
 //!
 //! worker-a reaches the store through a connection the example can cut (a
-//! store wrapper that fails every call while cut). Its keeper renews the
+//! layer that fails every call while cut). Its keeper renews the
 //! lease every beat; the work checks `guard.check()` between items.
 //!
 //! 1. The outage: renewals and checks fail for less than the lease, so the
@@ -21,12 +21,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tenure::keeper::{AdmitOutcome, Keeper, KeeperConfig, WriteError};
+use tenure::layer::{Answer, Hook, LayerExt, Operation, Pending};
 use tenure::memory::MemoryStore;
 use tenure::{
-    clock, Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LeaseStore, Renewal, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
+    clock, Clock, LeaseStore, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
     Transition,
 };
 use tokio::sync::watch;
@@ -60,69 +59,28 @@ impl Clock for JumpableClock {
     }
 }
 
-/// worker-a's connection to the store: every call fails while it is cut.
-struct Connection {
-    store: Arc<MemoryStore>,
+/// worker-a's connection to the store, as a layer: every call fails while
+/// it is cut.
+#[derive(Default)]
+struct Cable {
     cut: AtomicBool,
 }
 
-impl Connection {
-    fn check(&self) -> tenure::Result<()> {
+impl Hook for Cable {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        _: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
         if self.cut.load(Ordering::SeqCst) {
-            Err(tenure::Error::unavailable(
-                "connection to the store is down",
-            ))
+            Box::pin(async {
+                Err(tenure::Error::unavailable(
+                    "connection to the store is down",
+                ))
+            })
         } else {
-            Ok(())
+            call
         }
-    }
-}
-
-#[async_trait]
-impl LeaseStore for Connection {
-    async fn admit(&self, request: &AdmitRequest) -> tenure::Result<Admission> {
-        self.check()?;
-        self.store.admit(request).await
-    }
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> tenure::Result<Renewal> {
-        self.check()?;
-        self.store.renew(claim, ttl).await
-    }
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> tenure::Result<Vec<Renewal>> {
-        self.check()?;
-        self.store.renew_many(claims, ttl).await
-    }
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> tenure::Result<Transition> {
-        self.check()?;
-        self.store.transition(claim, change).await
-    }
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> tenure::Result<Takeover> {
-        self.check()?;
-        self.store.claim_for_takeover(request).await
-    }
-    async fn list_expired(&self, query: &ExpiredQuery) -> tenure::Result<ExpiredScan> {
-        self.check()?;
-        self.store.list_expired(query).await
-    }
-    async fn get(&self, id: &str) -> tenure::Result<Option<LeaseRecord>> {
-        self.check()?;
-        self.store.get(id).await
-    }
-    async fn list_by_scope(&self, scope: &str) -> tenure::Result<Vec<LeaseRecord>> {
-        self.check()?;
-        self.store.list_by_scope(scope).await
-    }
-    async fn list_active(&self) -> tenure::Result<Vec<LeaseRecord>> {
-        self.check()?;
-        self.store.list_active().await
-    }
-    async fn now(&self) -> tenure::Result<Timestamp> {
-        self.check()?;
-        self.store.now().await
-    }
-    async fn purge(&self, terminal_older_than: Duration) -> tenure::Result<u64> {
-        self.check()?;
-        self.store.purge(terminal_older_than).await
     }
 }
 
@@ -138,10 +96,7 @@ async fn main() -> Result<(), BoxError> {
     let started = Instant::now();
     let clock = Arc::new(JumpableClock::default());
     let store = Arc::new(MemoryStore::with_clock(clock.clone()));
-    let connection = Arc::new(Connection {
-        store: Arc::clone(&store),
-        cut: AtomicBool::new(false),
-    });
+    let connection = Arc::new(Arc::clone(&store).layer(Cable::default()));
     let config = KeeperConfig::with_ttl(TTL)
         .renew_interval(BEAT)
         .worker_id("worker-a")
@@ -183,14 +138,14 @@ async fn main() -> Result<(), BoxError> {
     items_done.wait_for(|done| *done >= 10).await?;
     say(started, "worker-a has written 10 items");
 
-    connection.cut.store(true, Ordering::SeqCst);
+    connection.hook().cut.store(true, Ordering::SeqCst);
     say(
         started,
         format_args!("the store becomes unreachable for {OUTAGE:?} (less than the lease)"),
     );
     let before_outage = *items_done.borrow();
     tokio::time::sleep(OUTAGE).await;
-    connection.cut.store(false, Ordering::SeqCst);
+    connection.hook().cut.store(false, Ordering::SeqCst);
     let during_outage = *items_done.borrow() - before_outage;
     if let Some(cause) = guard.loss() {
         return Err(format!("worker-a lost its lease in a short outage ({cause})").into());
@@ -215,7 +170,7 @@ async fn main() -> Result<(), BoxError> {
         "the next renewal went through: the lease is confirmed again",
     );
 
-    connection.cut.store(true, Ordering::SeqCst);
+    connection.hook().cut.store(true, Ordering::SeqCst);
     clock.jump(TTL * 2);
     say(
         started,
@@ -234,7 +189,7 @@ async fn main() -> Result<(), BoxError> {
             guard.fence()
         ),
     );
-    connection.cut.store(false, Ordering::SeqCst);
+    connection.hook().cut.store(false, Ordering::SeqCst);
 
     match guard.complete(StatusChange::succeeded()).await {
         Err(WriteError::TakenOver) => say(

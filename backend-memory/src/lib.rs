@@ -291,7 +291,9 @@ impl LeaseStore for MemoryStore {
         let now = self.now();
         let mut state = self.lock();
         let Some(record) = state.records.get(&request.id) else {
-            return Ok(Takeover::NotTaken(tenure_lease_core::NotTakenReason::Missing));
+            return Ok(Takeover::NotTaken(
+                tenure_lease_core::NotTakenReason::Missing,
+            ));
         };
         if let Err(reason) = rules::judge_takeover(Some(record), request.grace, now) {
             return Ok(Takeover::NotTaken(reason));

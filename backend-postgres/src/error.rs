@@ -7,8 +7,8 @@
 //! does not know is [`ErrorKind::Incompatible`]; a bad URL, login or
 //! permission is [`ErrorKind::Config`].
 
-use tenure_lease_core::{Error, ErrorKind};
 use sqlx::migrate::MigrateError;
+use tenure_lease_core::{Error, ErrorKind};
 
 /// SQLSTATE of a unique violation.
 pub(crate) const UNIQUE_VIOLATION: &str = "23505";

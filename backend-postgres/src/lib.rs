@@ -275,10 +275,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::{Error, ErrorKind, Result};
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 pub use config::{MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
 
@@ -451,18 +451,8 @@ impl PgStore {
         operation: &str,
         work: impl Future<Output = Result<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.operation_timeout, work).await {
-            Ok(answer) => answer,
-            Err(elapsed) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "{operation} got no answer from PostgreSQL within {:?}; \
-                     whether it took effect is unknown",
-                    self.operation_timeout
-                ),
-            )
-            .with_source(elapsed)),
-        }
+        let what = format!("{operation} on PostgreSQL");
+        tenure_lease_core::layer::bounded(self.operation_timeout, &what, work).await
     }
 
     /// The pool the store runs on.

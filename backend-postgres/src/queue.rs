@@ -14,14 +14,14 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use sqlx::Row;
 use tenure_lease_core::queue::{
     rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
     JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, validate, Error, ErrorKind, Result, Timestamp};
-use sqlx::postgres::PgRow;
-use sqlx::types::Json;
-use sqlx::Row;
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};

@@ -15,10 +15,10 @@
 //! run never happens. Admissions, which need a transaction anyway, start
 //! theirs at `READ COMMITTED` explicitly (see the crate docs).
 
-use tenure_lease_core::Result;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;
+use tenure_lease_core::Result;
 
 use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
 use crate::PgStore;

@@ -15,15 +15,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
 use tenure_lease_core::rules::{self, AdmissionPlan};
 use tenure_lease_core::{
     validate, Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
-use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 
 use crate::decode::{self, Undecodable};
 use crate::error::{

@@ -12,9 +12,9 @@ mod leases {
 }
 
 mod queue {
-    tenure_conformance::tenure_queue_conformance!(super::support::PgFactory::from_env_at_isolation(
-        "serializable"
-    ));
+    tenure_conformance::tenure_queue_conformance!(
+        super::support::PgFactory::from_env_at_isolation("serializable")
+    );
 }
 
 /// The factory's sessions really default to SERIALIZABLE.

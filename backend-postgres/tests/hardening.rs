@@ -7,13 +7,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, TakeBack};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::Mutex;
 
 use support::{server_url, with_store};

@@ -9,14 +9,14 @@ use std::collections::BTreeSet;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use tenure_backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
 use futures_util::FutureExt as _;
+use sqlx::postgres::PgConnectOptions;
+use tenure_backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, JobSettle, NewJob};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseStore, Renewal,
     StatusChange, TakeoverRequest, Transition,
 };
-use sqlx::postgres::PgConnectOptions;
 
 use support::{fresh_schema, with_store, POOL_SIZE, URL_VAR};
 
@@ -259,7 +259,10 @@ async fn restricted_role_verifies_the_schema_and_runs_every_operation() {
     with_store(
         "restricted_role_verifies_the_schema_and_runs_every_operation",
         |admin, url| async move {
-            let role = format!("tenure_app_{}", tenure_lease_core::generate_id().replace('-', ""));
+            let role = format!(
+                "tenure_app_{}",
+                tenure_lease_core::generate_id().replace('-', "")
+            );
             execute(&url, &format!("CREATE ROLE {role} LOGIN")).await;
             let outcome = AssertUnwindSafe(async {
                 execute(&url, &grants(admin.schema(), &role)).await;

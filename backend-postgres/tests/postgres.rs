@@ -6,13 +6,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
 };
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection};
 
 use support::{execute, fresh_schema, server_url, with_store};
 
@@ -811,7 +811,8 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
             assert!(
                 outcomes
                     .iter()
-                    .all(|outcome| *outcome == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
+                    .all(|outcome| *outcome
+                        == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
                 "{outcomes:?}"
             );
         },

@@ -1,7 +1,7 @@
 //! Redis errors as tenure errors, decided in one place.
 
-use tenure_lease_core::{Error, ErrorKind};
 use redis::{RedisError, ServerErrorKind};
+use tenure_lease_core::{Error, ErrorKind};
 
 /// The error code scripts raise when a stored record cannot be judged.
 const CORRUPT_CODE: &str = "TENURE_CORRUPT";

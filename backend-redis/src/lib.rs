@@ -133,13 +133,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::{
-    clock, rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ErrorKind,
-    ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover,
-    TakeoverAction, TakeoverRequest, Timestamp, Transition,
-};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult, ScriptInvocation, Value};
+use tenure_lease_core::{
+    clock, rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery,
+    ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
+    TakeoverRequest, Timestamp, Transition,
+};
 
 pub use config::RedisConfig;
 pub use queue::{CLAIM_SCAN_PER_JOB, PROMOTE_BATCH};
@@ -308,20 +308,16 @@ impl RedisStore {
     /// Awaits one call to the server within the operation timeout and maps
     /// its errors.
     async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T> {
-        let timeout = self.config.operation_timeout;
-        match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => {
+        let answered = async {
+            call.await.map_err(|error| {
                 if error.is_unrecoverable_error() {
                     self.needs_name.store(true, Ordering::Release);
                 }
-                Err(error::from_redis(error))
-            }
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!("Redis did not answer within {timeout:?}; the outcome is unknown"),
-            )),
-        }
+                error::from_redis(error)
+            })
+        };
+        tenure_lease_core::layer::bounded(self.config.operation_timeout, "a Redis call", answered)
+            .await
     }
 
     async fn command<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {

@@ -22,12 +22,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use redis::FromRedisValue;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, validate, Error, Result};
-use redis::FromRedisValue;
 
 use crate::reply::jobs as reply;
 use crate::scripts::SCRIPTS;

@@ -7,12 +7,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use redis::Value;
 use tenure_lease_core::{
     clock, rules, Admission, AdmitRequest, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LossReason, NotTakenReason, Renewal, Result, SkippedRecord, Status, Takeover, Timestamp,
     Transition, TransitionRejection,
 };
-use redis::Value;
 
 pub(crate) mod jobs;
 

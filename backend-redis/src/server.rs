@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use tenure_lease_core::{Error, ErrorKind, Result};
 use redis::aio::MultiplexedConnection;
 use redis::{RedisError, RedisResult};
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 use crate::error;
 

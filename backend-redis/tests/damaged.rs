@@ -14,12 +14,14 @@ use std::future::Future;
 use std::io::Write as _;
 use std::time::Duration;
 
-use tenure_backend_redis::{RedisConfig, RedisStore};
-use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
-use tenure_lease_core::{Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::{
+    Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
+};
 
 const URL_VAR: &str = "TENURE_REDIS_URL";
 const TTL: Duration = Duration::from_secs(600);
@@ -549,7 +551,9 @@ async fn a_damaged_or_exhausted_fence_counter_is_corrupt_and_changes_nothing() {
             assert_corrupt(
                 &format!("takeover with counter {counter}"),
                 store
-                    .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt("holder", "w3", None))
+                    .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt(
+                        "holder", "w3", None,
+                    ))
                     .await,
             );
             assert_corrupt(

@@ -9,13 +9,13 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
 use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, LeaseStore, LossReason, Renewal, Takeover,
     TakeoverRequest,
 };
-use serde_json::json;
 use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 const TTL: Duration = Duration::from_secs(600);

@@ -15,8 +15,8 @@ use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_backend_redis::{RedisConfig, RedisStore};
 use common::RedisFactory;
+use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_conformance::Factory as _;
 use tenure_test_support::scenarios::{self, CutAfter, Rig, ScopeAfterCut};
 use tenure_test_support::FaultProxy;

@@ -14,6 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use serde_json::json;
 use tenure_backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobQueue, JobSettle, JobState, NewJob, OperatorRetry,
@@ -22,9 +25,6 @@ use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest,
 };
-use redis::aio::MultiplexedConnection;
-use redis::AsyncCommands;
-use serde_json::json;
 use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 const URL_VAR: &str = "TENURE_REDIS_URL";

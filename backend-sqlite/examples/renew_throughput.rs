@@ -38,7 +38,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let claim = &claims[round % claims.len()];
             async move {
                 let renewal = store.renew(claim, TTL).await?;
-                Ok::<_, tenure_lease_core::Error>(usize::from(matches!(renewal, Renewal::Renewed { .. })))
+                Ok::<_, tenure_lease_core::Error>(usize::from(matches!(
+                    renewal,
+                    Renewal::Renewed { .. }
+                )))
             }
         })
         .await?;

@@ -8,8 +8,8 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{mpsc, Arc};
 
-use tenure_lease_core::{Clock, Error, Result, Timestamp};
 use rusqlite::{Connection, Transaction, TransactionBehavior};
+use tenure_lease_core::{Clock, Error, Result, Timestamp};
 use tokio::sync::oneshot;
 
 use crate::config::SqliteConfig;

@@ -8,8 +8,8 @@
 //! [`ErrorKind::Unavailable`]: tenure_lease_core::ErrorKind::Unavailable
 //! [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
 
-use tenure_lease_core::Error;
 use rusqlite::ErrorCode;
+use tenure_lease_core::Error;
 
 /// Maps every error rusqlite raises to a tenure [`Error`], keeping it as the
 /// source.

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use tenure_lease_core::{Result, Timestamp};
 use rusqlite::Connection;
+use tenure_lease_core::{Result, Timestamp};
 
 use crate::ops::delete_finished_before;
 

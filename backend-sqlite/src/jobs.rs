@@ -8,10 +8,10 @@
 
 use std::collections::BTreeSet;
 
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use tenure_lease_core::clock::to_micros;
 use tenure_lease_core::queue::{rules, DeadReason, Job, JobState};
 use tenure_lease_core::{Error, Result};
-use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::error::map_sqlite_error;
 use crate::records::{column, decode_row, fence_value, timestamp, Undecodable};

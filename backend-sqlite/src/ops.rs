@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use rusqlite::{params, Connection};
 use tenure_lease_core::clock::to_micros;
 use tenure_lease_core::rules::{self, AdmissionPlan};
 use tenure_lease_core::{
@@ -16,7 +17,6 @@ use tenure_lease_core::{
     NotTakenReason, Renewal, Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest,
     Timestamp, Transition, TransitionRejection,
 };
-use rusqlite::{params, Connection};
 
 use crate::error::map_sqlite_error;
 use crate::records::{self, decode_record, select_records, Undecodable};

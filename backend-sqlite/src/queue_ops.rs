@@ -10,13 +10,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use rusqlite::{params, Connection};
 use tenure_lease_core::clock::to_micros;
 use tenure_lease_core::queue::{
     rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
-use rusqlite::{params, Connection};
 
 use crate::error::map_sqlite_error;
 use crate::jobs::{self, decode_job, select_jobs};

@@ -9,10 +9,10 @@
 
 use std::collections::BTreeSet;
 
-use tenure_lease_core::clock::{from_micros, to_micros};
-use tenure_lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use tenure_lease_core::clock::{from_micros, to_micros};
+use tenure_lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
 
 use crate::error::map_sqlite_error;
 

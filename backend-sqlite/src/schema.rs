@@ -6,8 +6,8 @@
 //! once never both create it. A file written by a newer version of this
 //! crate is refused ([`ErrorKind::Incompatible`]), never downgraded.
 
-use tenure_lease_core::{Error, ErrorKind, Result};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;

@@ -10,14 +10,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rusqlite::types::ValueRef;
+use tempfile::TempDir;
 use tenure_backend_sqlite::{Durability, SqliteConfig, SqliteStore};
-use tenure_lease_core::queue::{ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, NewJob};
+use tenure_lease_core::queue::{
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, NewJob,
+};
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     ManualClock, Renewal, StatusChange, TakeoverRequest,
 };
-use rusqlite::types::ValueRef;
-use tempfile::TempDir;
 
 const TTL: Duration = Duration::from_secs(1);
 const LONG_TTL: Duration = Duration::from_secs(600);

@@ -14,14 +14,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use serde_json::{json, Value};
+use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
 use tenure_lease_core::{
     Admission, AdmitRequest, LeaseRecord, LeaseStore, Status, StatusChange, Takeover,
     TakeoverRequest, Transition,
 };
-use serde_json::{json, Value};
-use tempfile::TempDir;
 use tenure_test_support::history::{self, answer, field, ChildAnswers};
 
 const TEST_NAME: &str = "processes_race_on_one_file";

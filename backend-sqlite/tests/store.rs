@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore, SCHEMA_VERSION};
 use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, LeaseRecord, LeaseStore, LossReason,
     ManualClock, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverRequest, Transition,
 };
-use tempfile::TempDir;
 
 const LONG_TTL: Duration = Duration::from_secs(600);
 

@@ -5,8 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tenure_lease_core::redact::redact_url;
 use serde::Serialize;
+use tenure_lease_core::redact::redact_url;
 
 /// The environment variable naming the PostgreSQL server.
 pub const PG_URL_VAR: &str = "TENURE_PG_URL";

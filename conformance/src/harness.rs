@@ -206,7 +206,10 @@ impl<S: LeaseStore> Ctx<S> {
     pub async fn advance_past(&self, instant: Timestamp) -> Result<(), Failure> {
         match &self.clock {
             ClockControl::Manual(clock) => {
-                clock.advance_to(tenure_lease_core::clock::add(instant, Duration::from_millis(1)));
+                clock.advance_to(tenure_lease_core::clock::add(
+                    instant,
+                    Duration::from_millis(1),
+                ));
                 Ok(())
             }
             ClockControl::Real => loop {
@@ -223,7 +226,8 @@ impl<S: LeaseStore> Ctx<S> {
     /// Moves the store's clock by at least `by`.
     pub async fn advance(&self, by: Duration) -> Result<(), Failure> {
         let now = self.store.now().await?;
-        self.advance_past(tenure_lease_core::clock::add(now, by)).await
+        self.advance_past(tenure_lease_core::clock::add(now, by))
+            .await
     }
 }
 

@@ -21,8 +21,8 @@
 pub mod clock;
 mod error;
 mod fence;
-mod instrument;
 pub mod keeper;
+pub mod layer;
 mod outcome;
 pub mod queue;
 mod record;
@@ -35,8 +35,8 @@ pub mod validate;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceGate, StaleFence};
-pub use instrument::{Instrumented, LeaseStoreExt};
 pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
+pub use layer::{Instrumented, LayerExt};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,
     Transition, TransitionRejection,

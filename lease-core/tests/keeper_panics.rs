@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use common::{config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tenure_lease_core::keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
 };
 use tenure_lease_core::{AdmitRequest, LeaseStore, Status, StatusChange};
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tokio::time::Instant;
 
 /// Counts `tenure_keeper_task_panics_total` per `task` label.

@@ -21,11 +21,11 @@ use std::io::{BufRead, BufReader, Write as _};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, Takeover, TakeoverRequest, Transition,
 };
-use serde_json::{json, Value};
 
 /// Prefix of every answer line a child prints.
 pub const ANSWER_MARK: &str = "tenure-answer ";

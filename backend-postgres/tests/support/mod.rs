@@ -10,10 +10,10 @@ use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 
 use async_trait::async_trait;
-use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use futures_util::FutureExt as _;
 use sqlx::{Connection, PgConnection};
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 
 /// Runs `sql`, with `$schema` standing for the store's quoted schema, on a
 /// connection of its own (to damage or inspect what the store keeps).
@@ -60,7 +60,10 @@ pub fn with_isolation(url: &str, isolation: &str) -> String {
 
 /// A schema name no other test or run uses.
 pub fn fresh_schema() -> String {
-    format!("tenure_test_{}", tenure_lease_core::generate_id().replace('-', ""))
+    format!(
+        "tenure_test_{}",
+        tenure_lease_core::generate_id().replace('-', "")
+    )
 }
 
 /// A migrated store in `schema`, with a small pool.
@@ -83,7 +86,10 @@ pub async fn drop_schema(store: &PgStore) -> tenure_lease_core::Result<()> {
     .await;
     store.close().await;
     outcome.map(drop).map_err(|error| {
-        tenure_lease_core::Error::unavailable(format!("could not drop schema {}: {error}", store.schema()))
+        tenure_lease_core::Error::unavailable(format!(
+            "could not drop schema {}: {error}",
+            store.schema()
+        ))
     })
 }
 
@@ -131,7 +137,8 @@ impl PgFactory {
     /// deployment might set it).
     pub fn from_env_at_isolation(isolation: &str) -> Self {
         PgFactory {
-            url: tenure_conformance::service_url(URL_VAR).map(|url| with_isolation(&url, isolation)),
+            url: tenure_conformance::service_url(URL_VAR)
+                .map(|url| with_isolation(&url, isolation)),
         }
     }
 }

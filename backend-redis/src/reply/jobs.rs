@@ -6,12 +6,12 @@
 
 use std::collections::BTreeSet;
 
+use redis::Value;
 use tenure_lease_core::queue::{
     rules, ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
     OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
 use tenure_lease_core::{Error, Result, Timestamp};
-use redis::Value;
 
 use super::{array, malformed, micros, raw, script_skips, unknown, Parts, RawRecord};
 

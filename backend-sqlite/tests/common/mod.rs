@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Error, ManualClock};
-use tempfile::TempDir;
 
 /// Creates each case's store in a fresh temporary directory, kept alive
 /// until the case's teardown removes it.

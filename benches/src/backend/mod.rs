@@ -152,5 +152,8 @@ fn missing_url(var: &str) -> crate::BenchError {
 
 /// A name no other run uses, for schemas, namespaces and owners.
 pub fn unique_name(prefix: &str) -> String {
-    format!("{prefix}_{}", tenure_lease_core::generate_id().replace('-', ""))
+    format!(
+        "{prefix}_{}",
+        tenure_lease_core::generate_id().replace('-', "")
+    )
 }

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_lease_core::{JobQueue, LeaseStore};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Postgres};
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::{JobQueue, LeaseStore};
 
 use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;

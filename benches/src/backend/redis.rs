@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_backend_redis::{RedisConfig, RedisStore};
-use tenure_lease_core::{JobQueue, LeaseStore};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script};
+use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_lease_core::{JobQueue, LeaseStore};
 
 use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
 use crate::options::BackendKind;

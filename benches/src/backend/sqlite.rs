@@ -10,10 +10,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use tenure_backend_sqlite::{SqliteConfig, SqliteStore, DEFAULT_BUSY_TIMEOUT};
-use tenure_lease_core::{JobQueue, LeaseStore};
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use tempfile::TempDir;
+use tenure_backend_sqlite::{SqliteConfig, SqliteStore, DEFAULT_BUSY_TIMEOUT};
+use tenure_lease_core::{JobQueue, LeaseStore};
 use tokio::sync::oneshot;
 
 use super::memory::InProcessWakeUps;

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
 use serde::Serialize;
+use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
 
 use crate::backend::{Backend, PeerSession, WakeSession};
 use crate::options::Sizes;

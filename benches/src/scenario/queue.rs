@@ -11,9 +11,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use tenure_lease_core::queue::{ClaimRequest, JobSettle, NewJob};
 use tenure_lease_core::JobQueue;
-use serde::Serialize;
 
 use crate::backend::{Backend, RawBaseline};
 use crate::options::Sizes;

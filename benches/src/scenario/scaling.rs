@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::{Admission, AdmitRequest, Claim, Renewal};
 use serde::Serialize;
+use tenure_lease_core::{Admission, AdmitRequest, Claim, Renewal};
 
 use super::{drive_alternating, Step};
 use crate::backend::Backend;

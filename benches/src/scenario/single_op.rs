@@ -14,11 +14,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Serialize;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, LeaseStore, Renewal, StatusChange, Takeover, TakeoverRequest,
     Transition,
 };
-use serde::Serialize;
 
 use super::{drive_alternating, Step};
 use crate::backend::{Backend, RawBaseline};

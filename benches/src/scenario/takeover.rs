@@ -14,12 +14,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::Serialize;
 use tenure_lease_core::keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
 use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, FenceGate, Keeper, LeaseStore, Renewal, StatusChange,
     Transition,
 };
-use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_lease_core::{
     clock, rules, Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseRecord, LeaseStore,
     LossReason, Status, StatusChange, DEFAULT_KIND,
 };
-use serde_json::json;
 use tokio::sync::Barrier;
 
 use super::util::{

@@ -9,6 +9,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_lease_core::validate::{
     MAX_GRACE, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_RETENTION, MAX_SCOPES,
     MAX_TEXT_BYTES, MAX_TTL,
@@ -17,7 +18,6 @@ use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, LeaseRecord, LeaseStore, Renewal,
     Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
 };
-use serde_json::json;
 
 use super::util::{
     admit, apply_transition, claim_of, expect_invalid, expire, snapshot, LONG_TTL, SHORT_TTL,

@@ -13,11 +13,11 @@
 use std::time::Duration;
 
 use chrono::{FixedOffset, TimeZone, Timelike, Utc};
+use serde_json::json;
 use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, TakeoverRequest, Timestamp,
 };
-use serde_json::json;
 
 use super::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, snapshot, take_over,
@@ -116,7 +116,11 @@ pub async fn list_expired_includes_no_lease<S: LeaseStore + 'static>(ctx: Ctx<S>
     apply_transition(&ctx, &claim_of(&running)?, &StatusChange::running()).await?;
     admit(&ctx, AdmitRequest::new("valid", "worker-a").ttl(LONG_TTL)).await?;
 
-    for grace in [Duration::ZERO, LONG_GRACE, tenure_lease_core::validate::MAX_GRACE] {
+    for grace in [
+        Duration::ZERO,
+        LONG_GRACE,
+        tenure_lease_core::validate::MAX_GRACE,
+    ] {
         let scan = ctx.store.list_expired(&ExpiredQuery::new(grace)).await?;
         ensure_eq!(
             ids_of(&scan.records),

@@ -20,8 +20,8 @@ mod runner;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tenure_lease_core::LeaseStore;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use tenure_lease_core::LeaseStore;
 use tokio::runtime::Handle;
 
 use crate::harness::{CaseResult, ClockControl, Ctx, Failure};

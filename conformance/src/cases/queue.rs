@@ -20,6 +20,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_lease_core::queue::rules::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES};
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
@@ -29,7 +30,6 @@ use tenure_lease_core::validate::{MAX_GRACE, MAX_LIST_LIMIT, MAX_SCOPES, MAX_TEX
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, ErrorKind, JobQueue, TakeoverRequest, Timestamp,
 };
-use serde_json::json;
 use tokio::sync::Barrier;
 
 use super::util::{admit, expect_invalid, expire, get, take_over, LONG_GRACE, LONG_TTL, SHORT_TTL};

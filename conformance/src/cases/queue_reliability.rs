@@ -15,15 +15,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::Value;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobSettle, JobState, NewJob,
     TakeBack,
 };
 use tenure_lease_core::{clock, validate, ErrorKind, FenceGate, Timestamp};
-use proptest::prelude::*;
-use proptest::sample::select;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use serde_json::Value;
 use tokio::runtime::Handle;
 
 use super::reliability::{

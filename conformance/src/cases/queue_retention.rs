@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobLoss, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, TakeBack, TakeBackRefusal,
@@ -26,7 +27,6 @@ use tenure_lease_core::validate::MAX_RETENTION;
 use tenure_lease_core::{
     clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
 };
-use serde_json::json;
 
 use super::util::{
     admit, apply_transition, claim_of, expect_invalid, take_over, LONG_GRACE, LONG_TTL, SHORT_TTL,

@@ -16,6 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use proptest::prelude::*;
+use proptest::sample::{select, Index};
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use serde_json::{Map, Number, Value};
 use tenure_lease_core::validate::{
     MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
 };
@@ -24,10 +28,6 @@ use tenure_lease_core::{
     LeaseRecord, LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition,
 };
-use proptest::prelude::*;
-use proptest::sample::{select, Index};
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
-use serde_json::{Map, Number, Value};
 use tokio::runtime::Handle;
 
 use super::util::SHORT_TTL;

@@ -116,3 +116,53 @@ pub trait JobQueue: LeaseStore {
     /// deletes in batches may have deleted some batches before an error.
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64>;
 }
+
+macro_rules! forward_job_queue {
+    ($($pointer:tt)*) => {
+        #[async_trait]
+        impl<Q: JobQueue + ?Sized> JobQueue for $($pointer)*<Q> {
+            async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+                (**self).enqueue(job).await
+            }
+            async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+                (**self).enqueue_batch(jobs).await
+            }
+            async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+                (**self).claim(request).await
+            }
+            async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+                (**self).renew_job(claim, ttl).await
+            }
+            async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
+                (**self).complete(claim).await
+            }
+            async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
+                (**self).fail(claim, error, action).await
+            }
+            async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
+                (**self).defer(claim, missing).await
+            }
+            async fn reap(&self, grace: Duration) -> Result<ReapReport> {
+                (**self).reap(grace).await
+            }
+            async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
+                (**self).take_back(claim, ttl).await
+            }
+            async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+                (**self).get_job(id).await
+            }
+            async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
+                (**self).list_dead_letters(queue, limit).await
+            }
+            async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
+                (**self).retry_dead_letter(id).await
+            }
+            async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+                (**self).purge_jobs(finished_older_than).await
+            }
+        }
+    };
+}
+
+forward_job_queue!(std::sync::Arc);
+forward_job_queue!(Box);

@@ -4,10 +4,10 @@
 //! seen so far rather than by id, so every generated sequence is meaningful
 //! whatever came before, and shrinking (dropping steps) keeps it so.
 
-use tenure_lease_core::{AdmitStrategy, Status};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::strategy::{BoxedStrategy, Union};
+use tenure_lease_core::{AdmitStrategy, Status};
 
 use super::reference::{Grace, Ttl};
 

@@ -13,12 +13,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use proptest::sample::Index;
 use tenure_lease_core::{
     clock, validate, Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
     Timestamp, Transition, DEFAULT_KIND,
 };
-use proptest::sample::Index;
 
 use super::ops::{ActionChoice, AdmitOp, ClaimChoice, IdChoice, Op, TakeoverOp, TransitionOp};
 use super::reference::{

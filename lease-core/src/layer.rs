@@ -1,0 +1,530 @@
+//! Wrapping a store, once: [`Layered`] implements [`LeaseStore`] and
+//! [`JobQueue`] by handing every operation to a [`Hook`].
+//!
+//! Cross-cutting concerns (tracing and metrics, a time limit, injected
+//! faults in tests) belong around a store, not inside each backend, and a
+//! wrapper that forwards fifteen methods by hand is easy to get subtly wrong
+//! (forget `renew_many` and every batch renewal silently becomes one round
+//! trip per lease). A hook sees each operation as its name and the lease or
+//! job it concerns, plus the inner store's pending call, and decides what to
+//! do around it: it may run code before and after, race it against a timer,
+//! or answer without calling the store at all. [`Layered`] does the
+//! forwarding, for every operation, exactly once.
+//!
+//! Hooks in this crate: [`Tracing`] (spans, warnings and metrics; see
+//! [`LayerExt::instrumented`]) and [`Timeout`]. Layers stack: the last one
+//! added runs outermost.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::time::Duration;
+//! use tenure_lease_core::layer::{Answer, Hook, LayerExt, Operation, Pending};
+//! # use tenure_lease_core::{AdmitRequest, LeaseStore};
+//! # let store = tenure_backend_memory::MemoryStore::new();
+//!
+//! /// Counts the operations that reached the store.
+//! #[derive(Default)]
+//! struct Counting(AtomicU64);
+//!
+//! impl Hook for Counting {
+//!     fn call<'a, T: Answer + 'a>(&'a self, _: Operation<'a>, call: Pending<'a, T>) -> Pending<'a, T> {
+//!         self.0.fetch_add(1, Ordering::Relaxed);
+//!         call
+//!     }
+//! }
+//!
+//! let store = store
+//!     .layer(Counting::default())
+//!     .with_timeout(Duration::from_secs(2))
+//!     .instrumented();
+//! store.admit(&AdmitRequest::new("run-1", "worker-a").ttl(Duration::from_secs(30))).await?;
+//! assert_eq!(store.inner().inner().hook().0.load(Ordering::Relaxed), 1);
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tracing::{field, Instrument};
+
+use crate::clock::Timestamp;
+use crate::error::{Error, ErrorKind, Result};
+use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
+use crate::queue::{
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
+};
+use crate::record::{Claim, LeaseRecord};
+use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
+use crate::store::LeaseStore;
+
+/// An operation on its way to the store: the inner store's call, not yet
+/// polled. A hook awaits it (or drops it, to answer without the store).
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// One store operation, as a hook sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Operation<'a> {
+    /// The trait method's name: `admit`, `renew`, `claim`, `purge_jobs`...
+    pub name: &'static str,
+    /// The lease or job it concerns, when it concerns one.
+    pub id: Option<&'a str>,
+    /// The worker asking, when the request names one.
+    pub owner: Option<&'a str>,
+    /// The fence of the claim it carries, when it carries one.
+    pub fence: Option<u64>,
+}
+
+impl<'a> Operation<'a> {
+    fn named(name: &'static str) -> Self {
+        Operation {
+            name,
+            id: None,
+            owner: None,
+            fence: None,
+        }
+    }
+
+    fn on(name: &'static str, id: &'a str) -> Self {
+        Operation {
+            id: Some(id),
+            ..Operation::named(name)
+        }
+    }
+
+    fn by(name: &'static str, id: &'a str, owner: &'a str) -> Self {
+        Operation {
+            owner: Some(owner),
+            ..Operation::on(name, id)
+        }
+    }
+
+    fn claim(name: &'static str, claim: &'a Claim) -> Self {
+        Operation {
+            fence: Some(claim.fence),
+            ..Operation::by(name, &claim.id, &claim.owner)
+        }
+    }
+
+    fn job_claim(name: &'static str, claim: &'a JobClaim) -> Self {
+        Operation {
+            fence: Some(claim.fence),
+            ..Operation::by(name, &claim.id, &claim.owner)
+        }
+    }
+}
+
+/// What an operation answered, as hooks that log or count see it.
+pub trait Answer: Send {
+    /// A short name of the answer, for logs and metric labels (`admitted`,
+    /// `conflict`, `lost`, `listed`...).
+    fn label(&self) -> &'static str;
+
+    /// The fence the answer hands out, when it hands one out (an admission
+    /// or a takeover won).
+    fn fence(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A concern wrapped around every operation of a store; see the
+/// [module docs](self).
+pub trait Hook: Send + Sync {
+    /// Runs `operation`, whose inner call is `call`, and answers for it.
+    /// Return `call` itself to pass it through untouched.
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T>;
+}
+
+/// A store whose every operation goes through `hook`; built with
+/// [`LayerExt::layer`]. It is a [`LeaseStore`], and a [`JobQueue`] when the
+/// inner store is one.
+#[derive(Debug, Clone)]
+pub struct Layered<S, H> {
+    inner: S,
+    hook: H,
+}
+
+impl<S, H> Layered<S, H> {
+    /// `inner` with `hook` around each of its operations.
+    pub fn new(inner: S, hook: H) -> Self {
+        Layered { inner, hook }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The hook.
+    pub fn hook(&self) -> &H {
+        &self.hook
+    }
+
+    /// Unwraps the store.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+/// Layering on every store.
+pub trait LayerExt: Sized {
+    /// Wraps the store so every operation goes through `hook`.
+    fn layer<H: Hook>(self, hook: H) -> Layered<Self, H> {
+        Layered::new(self, hook)
+    }
+
+    /// Wraps the store so every operation is traced and counted
+    /// ([`Tracing`]).
+    fn instrumented(self) -> Instrumented<Self> {
+        self.layer(Tracing)
+    }
+
+    /// Wraps the store so no operation waits longer than `limit`
+    /// ([`Timeout`]).
+    fn with_timeout(self, limit: Duration) -> Layered<Self, Timeout> {
+        self.layer(Timeout::new(limit))
+    }
+}
+
+impl<S: LeaseStore> LayerExt for S {}
+
+/// A store whose every operation is traced and counted ([`Tracing`]).
+pub type Instrumented<S> = Layered<S, Tracing>;
+
+/// Tracing and metrics for every operation: one `tracing` span
+/// (`tenure.store`, fields `operation`, `lease.id`, `owner`, `fence`,
+/// `outcome`), a warning for each failure, and two metrics:
+///
+/// | metric | kind | labels |
+/// |---|---|---|
+/// | `tenure_store_operations_total` | counter | `operation`, `outcome` (an [`Answer::label`] or an [`ErrorKind`] name) |
+/// | `tenure_store_operation_seconds` | histogram | `operation` |
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tracing;
+
+/// The counter [`Tracing`] increments once per operation.
+pub const OPERATIONS_TOTAL: &str = "tenure_store_operations_total";
+/// The histogram of operation durations [`Tracing`] records.
+pub const OPERATION_SECONDS: &str = "tenure_store_operation_seconds";
+
+impl Hook for Tracing {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        let span = tracing::debug_span!(
+            "tenure.store",
+            operation = operation.name,
+            lease.id = operation.id,
+            owner = operation.owner,
+            fence = operation.fence,
+            outcome = field::Empty,
+        );
+        let traced = async move {
+            let started = Instant::now();
+            let answer = call.await;
+            let span = tracing::Span::current();
+            let outcome = match &answer {
+                Ok(value) => {
+                    if let Some(fence) = value.fence() {
+                        span.record("fence", fence);
+                    }
+                    value.label()
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "store operation failed");
+                    error.kind().as_str()
+                }
+            };
+            span.record("outcome", outcome);
+            metrics::counter!(OPERATIONS_TOTAL, "operation" => operation.name, "outcome" => outcome)
+                .increment(1);
+            metrics::histogram!(OPERATION_SECONDS, "operation" => operation.name)
+                .record(started.elapsed().as_secs_f64());
+            answer
+        };
+        Box::pin(traced.instrument(span))
+    }
+}
+
+/// A time limit on every operation: one that has not answered within it is
+/// dropped and answers [`ErrorKind::Timeout`] (its outcome unknown, as for
+/// any dropped store call; see each operation's `# Cancellation`).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeout {
+    limit: Duration,
+}
+
+impl Timeout {
+    /// At most `limit` per operation.
+    pub fn new(limit: Duration) -> Self {
+        Timeout { limit }
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+}
+
+impl Hook for Timeout {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        Box::pin(bounded(self.limit, operation.name, call))
+    }
+}
+
+/// Awaits `work` for at most `limit`; past it answers
+/// [`ErrorKind::Timeout`] naming `what`. The one time limit every store and
+/// the keeper use.
+///
+/// # Errors
+///
+/// `work`'s own error, or the timeout.
+pub async fn bounded<T>(
+    limit: Duration,
+    what: &str,
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, work).await {
+        Ok(answer) => answer,
+        Err(elapsed) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{what} got no answer within {limit:?}; whether it took effect is unknown \
+                 (retry it, or raise the time limit if the store is just slow)"
+            ),
+        )
+        .with_source(elapsed)),
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        let operation = Operation::by("admit", &request.id, &request.owner);
+        self.hook.call(operation, self.inner.admit(request)).await
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        let operation = Operation::claim("renew", claim);
+        self.hook
+            .call(operation, self.inner.renew(claim, ttl))
+            .await
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        let operation = Operation::named("renew_many");
+        self.hook
+            .call(operation, self.inner.renew_many(claims, ttl))
+            .await
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        let operation = Operation::claim("transition", claim);
+        self.hook
+            .call(operation, self.inner.transition(claim, change))
+            .await
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        let operation = Operation::by("claim_for_takeover", &request.id, &request.claimer);
+        self.hook
+            .call(operation, self.inner.claim_for_takeover(request))
+            .await
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        let operation = Operation::named("list_expired");
+        self.hook
+            .call(operation, self.inner.list_expired(query))
+            .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        self.hook
+            .call(Operation::on("get", id), self.inner.get(id))
+            .await
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        let operation = Operation::named("list_by_scope");
+        self.hook
+            .call(operation, self.inner.list_by_scope(scope))
+            .await
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let operation = Operation::named("list_active");
+        self.hook.call(operation, self.inner.list_active()).await
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        self.hook
+            .call(Operation::named("now"), self.inner.now())
+            .await
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        let operation = Operation::named("purge");
+        self.hook
+            .call(operation, self.inner.purge(terminal_older_than))
+            .await
+    }
+}
+
+#[async_trait]
+impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
+    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+        let operation = Operation::on("enqueue", &job.id);
+        self.hook.call(operation, self.inner.enqueue(job)).await
+    }
+
+    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        let operation = Operation::named("enqueue_batch");
+        self.hook
+            .call(operation, self.inner.enqueue_batch(jobs))
+            .await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        let operation = Operation {
+            owner: Some(&request.worker),
+            ..Operation::named("claim")
+        };
+        self.hook.call(operation, self.inner.claim(request)).await
+    }
+
+    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+        let operation = Operation::job_claim("renew_job", claim);
+        self.hook
+            .call(operation, self.inner.renew_job(claim, ttl))
+            .await
+    }
+
+    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
+        let operation = Operation::job_claim("complete", claim);
+        self.hook.call(operation, self.inner.complete(claim)).await
+    }
+
+    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
+        let operation = Operation::job_claim("fail", claim);
+        self.hook
+            .call(operation, self.inner.fail(claim, error, action))
+            .await
+    }
+
+    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
+        let operation = Operation::job_claim("defer", claim);
+        self.hook
+            .call(operation, self.inner.defer(claim, missing))
+            .await
+    }
+
+    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
+        let operation = Operation::named("reap");
+        self.hook.call(operation, self.inner.reap(grace)).await
+    }
+
+    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
+        let operation = Operation::job_claim("take_back", claim);
+        self.hook
+            .call(operation, self.inner.take_back(claim, ttl))
+            .await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+        let operation = Operation::on("get_job", id);
+        self.hook.call(operation, self.inner.get_job(id)).await
+    }
+
+    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
+        let operation = Operation::named("list_dead_letters");
+        self.hook
+            .call(operation, self.inner.list_dead_letters(queue, limit))
+            .await
+    }
+
+    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
+        let operation = Operation::on("retry_dead_letter", id);
+        self.hook
+            .call(operation, self.inner.retry_dead_letter(id))
+            .await
+    }
+
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        let operation = Operation::named("purge_jobs");
+        self.hook
+            .call(operation, self.inner.purge_jobs(finished_older_than))
+            .await
+    }
+}
+
+macro_rules! answer {
+    ($($type:ty => |$value:ident| $label:expr $(, fence $fence:expr)?;)*) => {
+        $(impl Answer for $type {
+            fn label(&self) -> &'static str {
+                let $value = self;
+                $label
+            }
+            $(fn fence(&self) -> Option<u64> {
+                let $value = self;
+                $fence
+            })?
+        })*
+    };
+}
+
+answer! {
+    Admission => |answer| answer.label(), fence match answer {
+        Admission::Admitted { record, .. } => Some(record.fence),
+        _ => None,
+    };
+    Takeover => |answer| answer.label(), fence match answer {
+        Takeover::Taken(record) => Some(record.fence),
+        _ => None,
+    };
+    Renewal => |answer| answer.label();
+    Transition => |answer| answer.label();
+    Vec<Renewal> => |_answer| "answered";
+    ExpiredScan => |_answer| "listed";
+    Vec<LeaseRecord> => |_answer| "listed";
+    Option<LeaseRecord> => |answer| if answer.is_some() { "found" } else { "missing" };
+    Timestamp => |_answer| "answered";
+    u64 => |_answer| "purged";
+    Job => |_answer| "enqueued";
+    Vec<Job> => |_answer| "listed";
+    Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" };
+    Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" };
+    JobRenewal => |answer| match answer {
+        JobRenewal::Renewed { .. } => "renewed",
+        JobRenewal::Lost(_) => "lost",
+    };
+    JobSettle => |answer| match answer {
+        JobSettle::Settled(_) => "settled",
+        JobSettle::Rejected(_) => "rejected",
+    };
+    ReapReport => |_answer| "reaped";
+    TakeBack => |answer| match answer {
+        TakeBack::Taken(_) => "taken",
+        TakeBack::NotTaken(_) => "not_taken",
+    };
+    OperatorRetry => |answer| match answer {
+        OperatorRetry::Requeued(_) => "requeued",
+        OperatorRetry::NotDeadLettered(_) => "not_dead_lettered",
+        OperatorRetry::Missing => "missing",
+    };
+}
