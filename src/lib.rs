@@ -36,7 +36,17 @@
 //! # Ok(()) }
 //! ```
 
-pub use tenure_lease_core::*;
+// What users need; `tenure_lease_core::backend` (rules, validation) and
+// `redact` are for backend authors and stay in the core crate.
+pub use tenure_lease_core::{clock, keeper, layer, queue};
+pub use tenure_lease_core::{
+    generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
+    ExpiredQuery, ExpiredScan, FenceGate, Instrumented, JobGuard, JobQueue, Keeper, KeeperConfig,
+    LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal, Result,
+    RunGuard, SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover,
+    TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection,
+    DEFAULT_KIND,
+};
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]

@@ -89,9 +89,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::{
-    validate, Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
+    Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
     LeaseStore, Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
     Transition,
 };

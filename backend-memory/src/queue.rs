@@ -3,7 +3,7 @@
 //! Jobs live beside the leases in the same state, under the same mutex, and
 //! draw fences from the same counter, so a job claim and a lease admission
 //! never share a fence and every operation is one critical section. The
-//! decisions are [`tenure_lease_core::queue::rules`]; this module only finds the
+//! decisions are [`tenure_lease_core::backend::queue_rules`]; this module only finds the
 //! jobs they apply to.
 //!
 //! `claim` is the hot path, so [`Jobs`] keeps the queued jobs of each queue
@@ -16,11 +16,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{
-    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
-    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
-use tenure_lease_core::{validate, Error, Result, Timestamp};
+use tenure_lease_core::{Error, Result, Timestamp};
 
 use crate::{MemoryStore, State};
 

@@ -15,7 +15,8 @@ use std::collections::BTreeSet;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
 use sqlx::{Decode, Row, Type};
-use tenure_lease_core::queue::{rules, DeadReason, Job, JobState};
+use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::queue::{DeadReason, Job, JobState};
 use tenure_lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC), the

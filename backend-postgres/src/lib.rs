@@ -224,7 +224,7 @@
 //!
 //! Most admissions are that one call, in a transaction of its own: one
 //! round trip admits, and one answers a conflict, judged by
-//! [`tenure_lease_core::rules::plan_admission`] on the holders it read (they held
+//! [`tenure_lease_core::backend::rules::plan_admission`] on the holders it read (they held
 //! the scopes at that instant). An admission that interrupts holders calls
 //! the function again inside a `READ COMMITTED` transaction, asking it to
 //! lock the holders (`FOR UPDATE`, records only, in id order) until the

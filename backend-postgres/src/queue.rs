@@ -5,7 +5,7 @@
 //! different jobs without waiting on each other, and a job being renewed or
 //! settled is simply left for the next pass. The fenced writes (`renew_job`,
 //! `complete`, `fail`, `defer`, `take_back`, `retry_dead_letter`) are
-//! conditional updates whose conditions are `tenure_lease_core::queue::rules`'
+//! conditional updates whose conditions are `tenure_lease_core::backend::queue_rules`'
 //! judgements; only a refused write reads the job back to say why, with
 //! those same rules. The choices `fail` and `reap` make per job (requeue or
 //! dead-letter) are the rules' `attempt < max_attempts`, written as `CASE`.
@@ -17,11 +17,13 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
+use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{
-    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
-    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{clock, validate, Error, ErrorKind, Result, Timestamp};
+use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};

@@ -4,7 +4,7 @@
 //! works on any pool whatever its `search_path`. Everything else a statement
 //! needs is a bound parameter.
 
-use tenure_lease_core::queue::rules::MAX_ATTEMPTS;
+use tenure_lease_core::backend::queue_rules::MAX_ATTEMPTS;
 use tenure_lease_core::queue::DeadReason;
 
 use crate::config::SchemaName;
@@ -130,7 +130,7 @@ pub(crate) struct Statements {
 /// The statements of the job queue. Every one answers whole jobs (the
 /// columns of [`JOB_COLUMNS`]) unless it says otherwise. A fenced write's
 /// `$1` id, `$2` owner, `$3` fence name the claim; it matches only while
-/// that claim holds the job (`tenure_lease_core::queue::rules::judge_job`).
+/// that claim holds the job (`tenure_lease_core::backend::queue_rules::judge_job`).
 #[derive(Debug)]
 pub(crate) struct JobStatements {
     /// Per job position: `$1` ids, `$2` queues, `$3` payloads, `$4`

@@ -3,11 +3,11 @@
 //! Writes are single conditional statements where the contract allows
 //! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning
 //! path is one round trip, and only a refused write reads the row back to
-//! say why, with the same `tenure_lease_core::rules` judgements every backend uses.
+//! say why, with the same `tenure_lease_core::backend::rules` judgements every backend uses.
 //! `admit` must look before it writes: one call of the schema's
 //! `admit_if_free` function takes its scopes' advisory locks (see the crate
 //! docs), then admits if nothing holds them, or answers the holders for
-//! `tenure_lease_core::rules` to judge. Only an admission that interrupts holders,
+//! `tenure_lease_core::backend::rules` to judge. Only an admission that interrupts holders,
 //! or one on a session above `READ COMMITTED`, needs an explicit
 //! transaction.
 
@@ -18,10 +18,11 @@ use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
-use tenure_lease_core::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::{
-    validate, Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LeaseStore, NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
+    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
+    NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
 

@@ -36,7 +36,7 @@ const PROXIED_POOL_SIZE: u32 = 2;
 const COMMIT: &[u8] = b"Q\x00\x00\x00\x0bCOMMIT\x00";
 /// The request that interrupts the holders inside an admission's
 /// transaction: the only one carrying the interrupted records' stop reason.
-const INTERRUPT: &[u8] = tenure_lease_core::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
+const INTERRUPT: &[u8] = tenure_lease_core::backend::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
 
 /// Runs `scenario` on a rig in a fresh schema, then stops the proxy, closes
 /// the proxied pool and drops the schema, even when the scenario panics

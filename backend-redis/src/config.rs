@@ -4,8 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::redact::redact_url;
-use tenure_lease_core::{validate, Error, ErrorKind, Result};
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 /// How a [`RedisStore`](crate::RedisStore) reaches its server and which
 /// namespace of keys it owns.

@@ -4,7 +4,7 @@
 //! operation is one Lua script, run with
 //! `EVALSHA` (loaded again on `NOSCRIPT`), so it is atomic on the server. The
 //! scripts read the time from the server (`TIME`, microseconds), never from
-//! the client, and mirror [`tenure_lease_core::rules`] exactly: the same reasons in
+//! the client, and mirror [`tenure_lease_core::backend::rules`] exactly: the same reasons in
 //! the same precedence, the same retry-after. Each script judges everything
 //! before its first write, because Lua does not roll back: an `Interrupt`
 //! admission interrupts every holder or none.
@@ -135,9 +135,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult, ScriptInvocation, Value};
+use tenure_lease_core::backend::{rules, validate};
 use tenure_lease_core::{
-    clock, rules, validate, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery,
-    ExpiredScan, LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
+    clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
+    LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, Transition,
 };
 

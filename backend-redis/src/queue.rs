@@ -2,7 +2,7 @@
 //! in the same namespace and hash slot as the leases, drawing fences from the
 //! same counter.
 //!
-//! The scripts mirror [`tenure_lease_core::queue::rules`] (same precedence, same
+//! The scripts mirror [`tenure_lease_core::backend::queue_rules`] (same precedence, same
 //! state changes) and judge before they write. Two bounds keep one `claim`
 //! from blocking the server for long, each the price of an index that needs
 //! no background process:
@@ -23,11 +23,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{clock, validate, Error, Result};
+use tenure_lease_core::{clock, Error, Result};
 
 use crate::reply::jobs as reply;
 use crate::scripts::SCRIPTS;
@@ -195,7 +196,7 @@ impl JobQueue for RedisStore {
             .key(self.keys.claimed_jobs())
             .arg(self.keys.prefix())
             .arg(tenure_lease_core::clock::micros_rounded_up(grace))
-            .arg(tenure_lease_core::queue::rules::MAX_REAP);
+            .arg(tenure_lease_core::backend::queue_rules::MAX_REAP);
         reply::reaped(self.script(&invocation).await?)
     }
 

@@ -8,10 +8,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use redis::Value;
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
-    clock, rules, Admission, AdmitRequest, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LossReason, NotTakenReason, Renewal, Result, SkippedRecord, Status, Takeover, Timestamp,
-    Transition, TransitionRejection,
+    clock, Admission, AdmitRequest, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LossReason,
+    NotTakenReason, Renewal, Result, SkippedRecord, Status, Takeover, Timestamp, Transition,
+    TransitionRejection,
 };
 
 pub(crate) mod jobs;

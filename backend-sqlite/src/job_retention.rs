@@ -17,7 +17,7 @@ use crate::ops::delete_finished_before;
 const PURGE_FINISHED: &str = "DELETE FROM jobs INDEXED BY jobs_finished_by_update \
      WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1";
 
-/// Deletes the jobs [`tenure_lease_core::queue::rules::job_purgeable`] allows:
+/// Deletes the jobs [`tenure_lease_core::backend::queue_rules::job_purgeable`] allows:
 /// finished with `updated_at + older_than <= now`; answers how many.
 pub(crate) fn purge_finished(
     connection: &Connection,

@@ -9,8 +9,9 @@
 use std::collections::BTreeSet;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::clock::to_micros;
-use tenure_lease_core::queue::{rules, DeadReason, Job, JobState};
+use tenure_lease_core::queue::{DeadReason, Job, JobState};
 use tenure_lease_core::{Error, Result};
 
 use crate::error::map_sqlite_error;

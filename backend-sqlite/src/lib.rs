@@ -69,7 +69,7 @@
 //! one round trip into that thread, so SQLite's blocking calls never block
 //! the async runtime. Every write runs in one `BEGIN IMMEDIATE` transaction:
 //! it takes the file's write lock before reading, decides with
-//! [`tenure_lease_core::rules`] (or [`tenure_lease_core::queue::rules`] for jobs), writes,
+//! [`tenure_lease_core::backend::rules`] (or [`tenure_lease_core::backend::queue_rules`] for jobs), writes,
 //! commits. Transactions of all stores and processes on the file are
 //! thereby serialised, which is what makes racing admissions and takeovers
 //! have exactly one winner, and racing job claimers never share a job. A
@@ -174,9 +174,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::{
-    validate, Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
+    Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT};

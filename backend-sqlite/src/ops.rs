@@ -2,7 +2,7 @@
 //! transaction.
 //!
 //! Writes follow one shape: read the records involved, judge them with
-//! [`tenure_lease_core::rules`], write the result. SQL only finds rows (using the
+//! [`tenure_lease_core::backend::rules`], write the result. SQL only finds rows (using the
 //! indexes); the contract's decisions are the shared rules', so this
 //! backend judges exactly as the reference backend does.
 
@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
+use tenure_lease_core::backend::rules::{self, AdmissionPlan};
 use tenure_lease_core::clock::to_micros;
-use tenure_lease_core::rules::{self, AdmissionPlan};
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LossReason,
     NotTakenReason, Renewal, Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest,

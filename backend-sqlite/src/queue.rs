@@ -7,11 +7,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{validate, Result};
+use tenure_lease_core::Result;
 
 use crate::{job_retention, jobs, queue_ops, SqliteStore};
 

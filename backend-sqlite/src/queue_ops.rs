@@ -2,7 +2,7 @@
 //! transaction.
 //!
 //! Same shape as the lease operations: read the jobs involved, judge them
-//! with [`tenure_lease_core::queue::rules`], write the result. SQL only finds
+//! with [`tenure_lease_core::backend::queue_rules`], write the result. SQL only finds
 //! candidate rows through the indexes; the rules have the last word on each,
 //! so this backend claims, settles and reaps exactly as the reference
 //! backend does.
@@ -11,10 +11,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
+use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::clock::to_micros;
 use tenure_lease_core::queue::{
-    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 

@@ -18,6 +18,7 @@
 //! * contention is an outcome ([`Admission::Conflict`], [`Renewal::Lost`]),
 //!   `Err` means "the store could not say".
 
+pub mod backend;
 pub mod clock;
 mod error;
 mod fence;
@@ -28,9 +29,7 @@ pub mod queue;
 mod record;
 pub mod redact;
 mod request;
-pub mod rules;
 mod store;
-pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};

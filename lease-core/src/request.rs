@@ -254,7 +254,7 @@ pub struct ExpiredQuery {
     pub grace: Duration,
     /// Only records created at or before this instant.
     pub created_before: Option<Timestamp>,
-    /// At most this many records (1 ..= [`MAX_LIST_LIMIT`](crate::validate::MAX_LIST_LIMIT)).
+    /// At most this many records (1 ..= [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT)).
     pub limit: usize,
 }
 

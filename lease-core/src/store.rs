@@ -15,7 +15,7 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 ///
 /// Every operation is atomic: one transaction, one script, one critical
 /// section. Every operation validates its input first (through
-/// [`crate::validate`]) and answers [`ErrorKind::InvalidInput`] without
+/// [`crate::backend::validate`]) and answers [`ErrorKind::InvalidInput`] without
 /// changing anything when it is bad. `Ok` carries a typed outcome, contention
 /// included; `Err` means the store could not say (see [`crate::Error`]).
 ///
@@ -39,8 +39,8 @@ pub trait LeaseStore: Send + Sync {
     /// The default renews one by one; backends override it with one round
     /// trip.
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        crate::validate::claims(claims)?;
-        crate::validate::ttl(ttl)?;
+        crate::backend::validate::claims(claims)?;
+        crate::backend::validate::ttl(ttl)?;
         let mut outcomes = Vec::with_capacity(claims.len());
         for claim in claims {
             outcomes.push(self.renew(claim, ttl).await?);

@@ -924,7 +924,7 @@ async fn worker_ids_are_unique_and_shaped_host_pid_random() {
     let parts: Vec<&str> = a.worker_id().split(':').collect();
     assert_eq!(parts.len(), 3, "{}", a.worker_id());
     assert_eq!(parts[1], std::process::id().to_string());
-    assert!(tenure_lease_core::validate::owner("owner", a.worker_id()).is_ok());
+    assert!(tenure_lease_core::backend::validate::owner("owner", a.worker_id()).is_ok());
 }
 
 #[tokio::test]

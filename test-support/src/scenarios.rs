@@ -368,7 +368,7 @@ async fn judge_scope(
     assert_eq!(holder.owner.as_deref(), Some(request.owner.as_str()));
     assert_eq!(
         holder.stop_reason.as_deref(),
-        Some(tenure_lease_core::rules::INTERRUPTED_BY_ADMISSION)
+        Some(tenure_lease_core::backend::rules::INTERRUPTED_BY_ADMISSION)
     );
     assert_eq!(holder.lease_expires_at, holder_before.lease_expires_at);
     assert!(

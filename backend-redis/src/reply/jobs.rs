@@ -7,9 +7,10 @@
 use std::collections::BTreeSet;
 
 use redis::Value;
+use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::queue::{
-    rules, ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob, OperatorRetry,
+    ReapReport, TakeBack, TakeBackRefusal,
 };
 use tenure_lease_core::{Error, Result, Timestamp};
 

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
-    clock, rules, Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseRecord, LeaseStore,
-    LossReason, Status, StatusChange, DEFAULT_KIND,
+    clock, Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseRecord, LeaseStore, LossReason,
+    Status, StatusChange, DEFAULT_KIND,
 };
 use tokio::sync::Barrier;
 

@@ -10,7 +10,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use serde_json::json;
-use tenure_lease_core::validate::{
+use tenure_lease_core::backend::validate::{
     MAX_GRACE, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_NAME_BYTES, MAX_RETENTION, MAX_SCOPES,
     MAX_TEXT_BYTES, MAX_TTL,
 };

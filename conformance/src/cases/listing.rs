@@ -119,7 +119,7 @@ pub async fn list_expired_includes_no_lease<S: LeaseStore + 'static>(ctx: Ctx<S>
     for grace in [
         Duration::ZERO,
         LONG_GRACE,
-        tenure_lease_core::validate::MAX_GRACE,
+        tenure_lease_core::backend::validate::MAX_GRACE,
     ] {
         let scan = ctx.store.list_expired(&ExpiredQuery::new(grace)).await?;
         ensure_eq!(
@@ -277,7 +277,7 @@ pub async fn list_expired_limit_and_order<S: LeaseStore + 'static>(ctx: Ctx<S>) 
         2,
         3,
         expected.len(),
-        tenure_lease_core::validate::MAX_LIST_LIMIT,
+        tenure_lease_core::backend::validate::MAX_LIST_LIMIT,
     ] {
         let listed = expired_ids(&ctx, ExpiredQuery::new(Duration::ZERO).limit(limit)).await?;
         ensure_eq!(
@@ -734,8 +734,8 @@ const TRICKY_RECORDS: &[(&str, &[&str])] = &[
 pub async fn verbatim_ids_and_scopes_never_collide<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let longest_id = "i".repeat(tenure_lease_core::validate::MAX_NAME_BYTES);
-    let longest_scope = "s".repeat(tenure_lease_core::validate::MAX_NAME_BYTES);
+    let longest_id = "i".repeat(tenure_lease_core::backend::validate::MAX_NAME_BYTES);
+    let longest_scope = "s".repeat(tenure_lease_core::backend::validate::MAX_NAME_BYTES);
     let records: Vec<(&str, Vec<&str>)> = TRICKY_RECORDS
         .iter()
         .map(|(id, scopes)| (*id, scopes.to_vec()))

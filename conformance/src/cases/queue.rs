@@ -4,7 +4,7 @@
 //! later write fenced by it, so a copy that lost its job (reaped, requeued,
 //! re-claimed, finished) can never touch it again. Each case drives jobs
 //! through claim, renew, complete, fail, defer, reap, take-back and operator
-//! retry, checks every typed answer against `tenure_lease_core::queue::rules`, and
+//! retry, checks every typed answer against `tenure_lease_core::backend::queue_rules`, and
 //! checks that every refused write changed nothing. Deadlines are crossed
 //! with short leases and `advance_past`, so the cases run unchanged on manual
 //! and on real (server) clocks, each waiting well under a second.
@@ -21,12 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tenure_lease_core::queue::rules::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES};
+use tenure_lease_core::backend::queue_rules::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES};
+use tenure_lease_core::backend::validate::{
+    MAX_GRACE, MAX_LIST_LIMIT, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL,
+};
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
     JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
-use tenure_lease_core::validate::{MAX_GRACE, MAX_LIST_LIMIT, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL};
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, ErrorKind, JobQueue, TakeoverRequest, Timestamp,
 };
@@ -2280,7 +2282,7 @@ pub async fn queue_invalid_input_rejected_and_changes_nothing<S: JobQueue + 'sta
     let largest_payload = json!("x".repeat(MAX_PAYLOAD_BYTES - 2));
     ensure_eq!(largest_payload.to_string().len(), MAX_PAYLOAD_BYTES);
     let at_limits = NewJob::new("limits", largest_payload)
-        .id("i".repeat(tenure_lease_core::validate::MAX_NAME_BYTES))
+        .id("i".repeat(tenure_lease_core::backend::validate::MAX_NAME_BYTES))
         .max_attempts(MAX_ATTEMPTS);
     enqueue(&ctx, at_limits.clone()).await?;
     claim(

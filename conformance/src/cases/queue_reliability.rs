@@ -19,11 +19,12 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::Value;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobSettle, JobState, NewJob,
     TakeBack,
 };
-use tenure_lease_core::{clock, validate, ErrorKind, FenceGate, Timestamp};
+use tenure_lease_core::{clock, ErrorKind, FenceGate, Timestamp};
 use tokio::runtime::Handle;
 
 use super::reliability::{
@@ -240,7 +241,7 @@ fn hostile_op() -> BoxedStrategy<HostileOp> {
 /// object, nested past the depth limit or huge, `max_attempts` around its
 /// bounds, extreme priorities, `run_at` at chrono's extremes, limits 0 and
 /// `usize::MAX`, fences 0 and `u64::MAX`, durations up to `Duration::MAX`),
-/// answers `Ok` exactly when `tenure_lease_core::validate` accepts the input,
+/// answers `Ok` exactly when `tenure_lease_core::backend::validate` accepts the input,
 /// `InvalidInput` naming the same field otherwise (`AlreadyExists` only for
 /// an existing id), never another error, never a panic; a refused call
 /// changes no job, and an enqueued job reads back verbatim.

@@ -19,11 +19,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
+use tenure_lease_core::backend::validate::MAX_RETENTION;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobLoss, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, TakeBack, TakeBackRefusal,
 };
-use tenure_lease_core::validate::MAX_RETENTION;
 use tenure_lease_core::{
     clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
 };

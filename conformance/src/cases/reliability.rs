@@ -20,13 +20,14 @@ use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{Map, Number, Value};
-use tenure_lease_core::validate::{
+use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::{
     MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
 };
 use tenure_lease_core::{
-    validate, Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, FenceGate,
-    LeaseRecord, LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverAction,
-    TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, FenceGate, LeaseRecord,
+    LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
+    Timestamp, Transition,
 };
 use tokio::runtime::Handle;
 
@@ -54,7 +55,7 @@ const MAX_SHOWN_CHARS: usize = 600;
 /// 100 KiB, control characters, NUL, emoji, key-pattern characters,
 /// durations from zero to `Duration::MAX`, fences 0 and `u64::MAX`,
 /// timestamps at chrono's extremes, metadata that is no object, deeply
-/// nested or huge), answers `Ok` exactly when `tenure_lease_core::validate` accepts
+/// nested or huge), answers `Ok` exactly when `tenure_lease_core::backend::validate` accepts
 /// the input and `InvalidInput` exactly when it refuses it (or
 /// `AlreadyExists` for an existing id), never another error, never a panic;
 /// a refused call changes nothing, and an admitted record reads back
@@ -666,7 +667,7 @@ enum Answer {
 }
 
 impl Call {
-    /// What the contract says about this input: `tenure_lease_core::validate`,
+    /// What the contract says about this input: `tenure_lease_core::backend::validate`,
     /// which every backend calls first.
     fn validity(&self) -> tenure_lease_core::Result<()> {
         match self {

@@ -5,9 +5,10 @@
 //! can never report a late success after a peer took over.
 use std::time::Duration;
 
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
-    rules, AdmitRequest, AdmitStrategy, Claim, ErrorKind, LeaseRecord, LeaseStore, LossReason,
-    Status, StatusChange, TakeoverRequest, Transition, TransitionRejection,
+    AdmitRequest, AdmitStrategy, Claim, ErrorKind, LeaseRecord, LeaseStore, LossReason, Status,
+    StatusChange, TakeoverRequest, Transition, TransitionRejection,
 };
 
 use super::util::{

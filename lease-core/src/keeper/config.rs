@@ -4,8 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::backend::validate;
 use crate::error::{Error, Result};
-use crate::validate;
 
 /// What the reconciler does with an orphan it wins.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::held::{HeldRun, Phase, SettleFailure};
 use super::Shared;
+use crate::backend::rules;
 use crate::error::Error;
 use crate::outcome::{LossReason, Transition, TransitionRejection};
 use crate::queue::{JobLoss, JobState};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::StatusChange;
-use crate::rules;
 
 /// Why a run (or a job) no longer owns its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use super::guard::{LossCause, OwnershipLost};
 use super::held::{HeldJob, SettleFailure};
 use super::{Keeper, KeeperError, Shared};
+use crate::backend::queue_rules as rules;
 use crate::error::{Error, ErrorKind};
 use crate::queue::{
-    rules, ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobSettle,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobSettle,
 };
 
 /// A job's item in the keeper's table: where it lives, the claim, and the

@@ -131,12 +131,12 @@ pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
 };
 
+use crate::backend::rules;
 use crate::error::{Error, ErrorKind};
 use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
 use crate::queue::{ClaimedJob, JobLoss, JobQueue};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::{AdmitRequest, StatusChange};
-use crate::rules;
 use crate::store::LeaseStore;
 use held::{Entry, HeldCore, HeldKey, HeldRun, Phase};
 

@@ -6,10 +6,9 @@
 //! before it, and a stale copy of a worker can always be told apart.
 //!
 //! Like [`LeaseStore`], every operation is atomic, validates its input first
-//! ([`validate`](crate::validate) and this module's checks), and answers
+//! ([`validate`](crate::backend::validate) and this module's checks), and answers
 //! contention as typed outcomes; `Err` means the store could not say.
 
-pub mod rules;
 mod types;
 
 pub use types::{
@@ -36,7 +35,7 @@ pub trait JobQueue: LeaseStore {
     /// The default enqueues a batch of one; backends override it only where
     /// a single job has a cheaper path.
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        crate::validate::new_job(job)?;
+        crate::backend::validate::new_job(job)?;
         self.enqueue_batch(std::slice::from_ref(job))
             .await?
             .pop()
@@ -68,7 +67,7 @@ pub trait JobQueue: LeaseStore {
 
     /// Jobs whose lease expired beyond `grace`: requeued when attempts are
     /// left, else dead-lettered with [`DeadReason::LeaseExpired`]. Handles at
-    /// most [`MAX_REAP`](rules::MAX_REAP) jobs per call, oldest expiry first.
+    /// most [`MAX_REAP`](crate::backend::queue_rules::MAX_REAP) jobs per call, oldest expiry first.
     async fn reap(&self, grace: Duration) -> Result<ReapReport>;
 
     /// A live copy takes back a job the reaper dead-lettered (a false "dead"
@@ -95,7 +94,7 @@ pub trait JobQueue: LeaseStore {
     /// `updated_at` of a finished job, which nothing changes afterwards),
     /// never from when it was enqueued: a job that ran for longer than the
     /// retention and has just finished stays. A job finished exactly
-    /// `finished_older_than` ago is deleted ([`rules::job_purgeable`]).
+    /// `finished_older_than` ago is deleted ([`job_purgeable`](crate::backend::queue_rules::job_purgeable)).
     /// Queued and claimed jobs are never touched, whatever their age; a
     /// dead letter that an operator retries or a live copy takes back is no
     /// longer finished and its age starts again when it finishes next.
@@ -111,7 +110,7 @@ pub trait JobQueue: LeaseStore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    /// retention over [`MAX_RETENTION`](crate::validate::MAX_RETENTION)
+    /// retention over [`MAX_RETENTION`](crate::backend::validate::MAX_RETENTION)
     /// (nothing is deleted); otherwise the store's errors. A backend that
     /// deletes in batches may have deleted some batches before an error.
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64>;

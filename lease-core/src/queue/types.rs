@@ -273,7 +273,7 @@ pub struct ClaimRequest {
     pub capabilities: BTreeSet<String>,
     /// Lease length of each claim.
     pub ttl: Duration,
-    /// At most this many jobs (1 ..= [`MAX_CLAIM`](super::rules::MAX_CLAIM)).
+    /// At most this many jobs (1 ..= [`MAX_CLAIM`](crate::backend::queue_rules::MAX_CLAIM)).
     pub limit: usize,
 }
 

@@ -1,5 +1,5 @@
 //! The reference model: what SPEC §2 says each operation answers, written
-//! out plainly over a `BTreeMap`, without `tenure_lease_core::rules` or
+//! out plainly over a `BTreeMap`, without `tenure_lease_core::backend::rules` or
 //! `backend-memory`, so that it is a second opinion rather than a copy of
 //! the code it checks.
 //!
@@ -26,7 +26,7 @@ use crate::cases::util::{LONG_GRACE, LONG_TTL, SHORT_TTL};
 
 /// The stop reason SPEC §2 and the brief's decisions give records interrupted
 /// by an admission: part of the contract's vocabulary, not of its logic.
-const INTERRUPTED_BY_ADMISSION: &str = tenure_lease_core::rules::INTERRUPTED_BY_ADMISSION;
+const INTERRUPTED_BY_ADMISSION: &str = tenure_lease_core::backend::rules::INTERRUPTED_BY_ADMISSION;
 
 /// A lease length the model knows how to age.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

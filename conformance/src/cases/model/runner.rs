@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use proptest::sample::Index;
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::{
-    clock, validate, Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
-    LeaseStore, NotTakenReason, Renewal, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
-    Timestamp, Transition, DEFAULT_KIND,
+    clock, Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
+    NotTakenReason, Renewal, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
+    Transition, DEFAULT_KIND,
 };
 
 use super::ops::{ActionChoice, AdmitOp, ClaimChoice, IdChoice, Op, TakeoverOp, TransitionOp};

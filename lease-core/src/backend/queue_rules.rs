@@ -1,15 +1,15 @@
 //! The queue contract's decisions as pure functions (SPEC §3), shared by
 //! every backend that decides in Rust and mirrored by those that cannot
-//! (Redis Lua), as [`crate::rules`] is for leases.
+//! (Redis Lua), as [`crate::backend::rules`] is for leases.
 
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::types::{
+use crate::clock::{self, Timestamp};
+use crate::queue::{
     DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, TakeBackRefusal,
 };
-use crate::clock::{self, Timestamp};
 
 /// Most jobs one `claim` hands out.
 pub const MAX_CLAIM: usize = 1000;
@@ -240,7 +240,7 @@ pub fn dead_letter_order(job: &Job) -> (Timestamp, &str) {
 
 /// Whether `job` is finished (completed or dead-lettered) and finished at
 /// least `older_than` before `now`, so
-/// [`purge_jobs`](super::JobQueue::purge_jobs) deletes it. A finished job's
+/// [`purge_jobs`](crate::queue::JobQueue::purge_jobs) deletes it. A finished job's
 /// `updated_at` is its finish time: no operation changes a finished job
 /// without making it unfinished.
 pub fn job_purgeable(job: &Job, older_than: Duration, now: Timestamp) -> bool {

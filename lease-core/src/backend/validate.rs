@@ -316,7 +316,7 @@ fn retention_of(field: &'static str, older_than: Duration) -> Result<()> {
 
 /// A job to enqueue.
 pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
-    use crate::queue::rules::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
+    use crate::backend::queue_rules::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
     lease_id(&job.id)?;
     name("queue", &job.queue)?;
     if job.max_attempts == 0 || job.max_attempts > MAX_ATTEMPTS {
@@ -378,7 +378,7 @@ pub fn capabilities(capabilities: &std::collections::BTreeSet<String>) -> Result
 
 /// A claim request.
 pub fn claim_request(request: &crate::queue::ClaimRequest) -> Result<()> {
-    use crate::queue::rules::MAX_CLAIM;
+    use crate::backend::queue_rules::MAX_CLAIM;
     name("queue", &request.queue)?;
     owner("worker", &request.worker)?;
     capabilities(&request.capabilities)?;
