@@ -4,6 +4,9 @@
 //! workers (pods, processes, cron hosts) that must agree who owns a run, a job
 //! or a thread, and recover safely when an owner dies, stalls or is cut off.
 //!
+//! The rules every backend honours, in numbered sections the code cites as
+//! "contract §n", are in [`contract`].
+//!
 //! This facade re-exports the core contract ([`LeaseStore`], the typed
 //! outcomes, [`FenceGate`], ...) and each backend behind a Cargo feature:
 //!

@@ -9,7 +9,9 @@
 //! `backend-postgres`, `backend-redis`) and prove themselves with the
 //! `conformance` kit. Most users depend on the `tenure` facade instead.
 //!
-//! The behavioural contract is SPEC.md; the short version:
+//! The behavioural contract every backend honours is the [`contract`]
+//! module, with numbered sections the rest of the code cites as
+//! "contract §n"; the short version:
 //! * a **lease** says "worker W owns operation X until T" (store time);
 //! * a [`Claim`] `(id, owner, fence)` is what the winner holds;
 //! * the **fence** grows from one store-wide sequence at every change of
@@ -19,6 +21,9 @@
 //!   `Err` means "the store could not say".
 
 pub mod clock;
+pub mod contract {
+    #![doc = include_str!("contract.md")]
+}
 mod error;
 mod fence;
 mod instrument;
