@@ -4,6 +4,9 @@
 //! workers (pods, processes, cron hosts) that must agree who owns a run, a job
 //! or a thread, and recover safely when an owner dies, stalls or is cut off.
 //!
+//! The rules every backend honours, in numbered sections the code cites as
+//! "contract §n", are in [`contract`].
+//!
 //! This facade re-exports the core contract ([`LeaseStore`], the typed
 //! outcomes, [`FenceGate`], ...) and each backend behind a Cargo feature:
 //!
@@ -38,7 +41,7 @@
 
 // What users need; `tenure_lease_core::backend` (rules, validation) and
 // `redact` are for backend authors and stay in the core crate.
-pub use tenure_lease_core::{clock, keeper, layer, queue};
+pub use tenure_lease_core::{clock, contract, keeper, layer, queue};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
     ExpiredQuery, ExpiredScan, FenceGate, Instrumented, JobGuard, JobQueue, Keeper, KeeperConfig,

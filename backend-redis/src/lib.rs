@@ -56,11 +56,11 @@
 //! owners then hold one scope. [`RedisStore::connect`] reads the policy
 //! (`CONFIG GET`, or `INFO memory` where `CONFIG` is renamed or forbidden, as
 //! on managed services) and refuses such a server with
-//! [`ErrorKind::Incompatible`]; set `noeviction`. A `volatile-*` policy is
+//! [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible); set `noeviction`. A `volatile-*` policy is
 //! accepted: it evicts only keys with an expiry, and no script of this crate
 //! sets one (none calls `EXPIRE`, `PEXPIRE`, `EXPIREAT`, `SETEX` or `SET` with
 //! `EX`/`PX`; leases expire by the times stored in them). A server out of
-//! memory then refuses writes (`OOM`, [`ErrorKind::Unavailable`]): a
+//! memory then refuses writes (`OOM`, [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)): a
 //! script is refused at its first write, never half-way through.
 //!
 //! **Fences survive a wipe.** Fences are a hybrid logical clock: each is the
@@ -82,7 +82,7 @@
 //! Fences are then about 1.7 × 10^15 (microseconds since 1970) rather than
 //! small integers; the sequence has gaps, as it may. Lua numbers are doubles,
 //! exact only up to 2^53: a counter or clock beyond 2^53 − 2^32 (the year
-//! 2255) is refused with [`ErrorKind::Corrupt`], never rounded.
+//! 2255) is refused with [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt), never rounded.
 //!
 //! **Records are only as durable as the server.** A restart without
 //! persistence loses every record and job, a crash with `appendfsync
@@ -99,17 +99,17 @@
 //! ## Errors
 //!
 //! A dropped connection or a server that is loading, read-only or out of
-//! memory answers [`ErrorKind::Unavailable`], and no answer within
-//! [`RedisConfig::operation_timeout`] answers [`ErrorKind::Timeout`]: both
+//! memory answers [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable), and no answer within
+//! [`RedisConfig::operation_timeout`] answers [`ErrorKind::Timeout`](tenure_lease_core::ErrorKind::Timeout): both
 //! retryable, the outcome unknown; the connection reconnects by itself
 //! meanwhile. Refused credentials (`WRONGPASS`, `NOAUTH`, `NOPERM`) answer
-//! [`ErrorKind::Config`], not retryable, at once at connect.
+//! [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config), not retryable, at once at connect.
 //!
 //! A stored value this crate cannot represent (a timestamp out of range or
 //! not an integer, an unknown status, malformed scopes, metadata or
 //! capabilities, text that is not UTF-8, a missing field, a key of the wrong
 //! type) never panics: point reads and writes on it answer
-//! [`ErrorKind::Corrupt`] and change nothing; `list_expired` skips it and
+//! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) and change nothing; `list_expired` skips it and
 //! reports it in [`ExpiredScan::skipped`], `claim` and `reap` skip it, leave
 //! it as it is and log it; `list_by_scope`, `list_active` and
 //! `list_dead_letters`, which have nowhere to report a skip, answer
@@ -187,15 +187,15 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// * [`ErrorKind::Config`], at once and not retryable: a bad URL,
+    /// * [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config), at once and not retryable: a bad URL,
     ///   namespace or client name, or credentials the server refuses
     ///   (`WRONGPASS`, `NOAUTH`: a password is required and none was given,
     ///   `NOPERM`);
-    /// * [`ErrorKind::Incompatible`]: the server's `maxmemory-policy` may
+    /// * [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible): the server's `maxmemory-policy` may
     ///   evict any key (`allkeys-lru`, `allkeys-lfu`, `allkeys-random`, or a
     ///   policy this version does not know; set `noeviction`), or neither
     ///   `CONFIG GET` nor `INFO` may be run to read it;
-    /// * [`ErrorKind::Unavailable`]: the server could not be reached within
+    /// * [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable): the server could not be reached within
     ///   [`RedisConfig::connect_timeout`] (the message names the last cause).
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;

@@ -4,8 +4,8 @@
 //! file: the backend that needs no server.
 //! Several stores, in one process or in several processes on one host, may
 //! share a file; SQLite's locking keeps every operation atomic across all of
-//! them. It honours the whole contract (SPEC §2) and passes the conformance
-//! kit, like the server backends.
+//! them. It honours the whole [contract](tenure_lease_core::contract) and passes
+//! the conformance kit, like the server backends.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {

@@ -75,7 +75,7 @@ const SCHEMA_V1: &str = concat!(
     INSERT INTO fence_counter (singleton, last_fence) VALUES (1, 0);"
 );
 
-/// Version 2: the job queue (SPEC §3).
+/// Version 2: the job queue ([contract §9](tenure_lease_core::contract)).
 ///
 /// * `jobs`: one row per job; timestamps are INTEGER microseconds since the
 ///   Unix epoch, `payload` is JSON text, `required_capabilities` a JSON

@@ -1,7 +1,7 @@
 //! # conformance
 //!
 //! One suite every [`LeaseStore`] backend runs, so "implements the trait" and
-//! "honours the contract" (SPEC.md) mean the same thing. Bring your own
+//! "honours the contract" ([`tenure_lease_core::contract`]) mean the same thing. Bring your own
 //! backend: implement [`Factory`] (a fresh, isolated store per case), then
 //! either
 //!
@@ -74,7 +74,8 @@ macro_rules! define_cases {
         leases: [$($module:ident :: $name:ident),* $(,)?]
         queues: [$($queue_module:ident :: $queue_name:ident),* $(,)?]
     ) => {
-        /// Every lease case of the kit (SPEC §2, §6), in order.
+        /// Every lease case of the kit ([contract §3 to §8 and
+        /// §13](tenure_lease_core::contract)), in order.
         pub fn cases<S: LeaseStore + 'static>() -> Vec<Case<S>> {
             vec![$(Case {
                 name: stringify!($name),
@@ -82,7 +83,8 @@ macro_rules! define_cases {
             }),*]
         }
 
-        /// Every job-queue case of the kit (SPEC §3), in order.
+        /// Every job-queue case of the kit
+        /// ([contract §9](tenure_lease_core::contract)), in order.
         pub fn queue_cases<S: JobQueue + 'static>() -> Vec<Case<S>> {
             vec![$(Case {
                 name: stringify!($queue_name),

@@ -1,4 +1,4 @@
-//! Fences checked downstream (SPEC §5).
+//! Fences checked downstream ([contract §7](crate::contract)).
 //!
 //! A fencing token protects nothing unless the resource being written checks
 //! it. [`FenceGate`] is that check for resources that live in this process: it

@@ -1,15 +1,20 @@
-//! # lease-core
+//! # tenure-lease-core
 //!
 //! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`]
-//! trait every backend implements, the typed outcomes it answers, the errors
-//! it may raise, and the pieces every backend shares (input
-//! [`validate`]ion, the contract's decisions in [`rules`], the [`clock`]).
+//! and [`JobQueue`] traits every backend implements, the typed outcomes they
+//! answer, the errors they may raise, the [`keeper`], the [`layer`]s that
+//! wrap a store, and, for backend authors only, what every backend shares
+//! under [`backend`] (input validation and the contract's decisions).
 //!
-//! Backends live in their own crates (`backend-memory`, `backend-sqlite`,
-//! `backend-postgres`, `backend-redis`) and prove themselves with the
-//! `conformance` kit. Most users depend on the `tenure` facade instead.
+//! Backends live in their own crates (`tenure-backend-memory`,
+//! `tenure-backend-sqlite`, `tenure-backend-postgres`,
+//! `tenure-backend-redis`) and prove themselves with the `tenure-conformance`
+//! kit. Users depend on the `tenure` facade, which re-exports everything here
+//! but [`backend`] and [`redact`].
 //!
-//! The behavioural contract is SPEC.md; the short version:
+//! The behavioural contract every backend honours is the [`contract`]
+//! module, with numbered sections the rest of the code cites as
+//! "contract §n"; the short version:
 //! * a **lease** says "worker W owns operation X until T" (store time);
 //! * a [`Claim`] `(id, owner, fence)` is what the winner holds;
 //! * the **fence** grows from one store-wide sequence at every change of
@@ -20,6 +25,9 @@
 
 pub mod backend;
 pub mod clock;
+pub mod contract {
+    #![doc = include_str!("contract.md")]
+}
 mod error;
 mod fence;
 pub mod keeper;

@@ -1,4 +1,5 @@
-//! The stored lease record and the claim a worker holds on it (SPEC §1).
+//! The stored lease record and the claim a worker holds on it
+//! ([contract §1](crate::contract)).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -63,7 +64,8 @@ impl Status {
         }
     }
 
-    /// Whether the state machine allows `self → to` (SPEC §2, transition).
+    /// Whether the state machine allows `self → to`
+    /// ([contract §5](crate::contract)).
     pub fn can_become(self, to: Status) -> bool {
         use Status::*;
         matches!(

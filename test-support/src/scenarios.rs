@@ -3,7 +3,8 @@
 //! straight to its server, a store through a [`FaultProxy`], both on the
 //! same schema or namespace) and calls these.
 //!
-//! They check SPEC's promise for `Err`: "the store could not say" — a
+//! They check the promise of [contract §10](tenure_lease_core::contract) for
+//! `Err`: "the store could not say" — a
 //! retryable error, never a made-up outcome — and that whatever the server
 //! did is whole and visible to the next call. Outcomes are always judged
 //! through the direct store, which no fault touches.

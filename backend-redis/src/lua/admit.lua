@@ -1,4 +1,5 @@
--- admit: creates a record, with per-scope admission (SPEC §2, rules::plan_admission).
+-- admit: creates a record, with per-scope admission
+-- (contract §3 (tenure_lease_core::contract), rules::plan_admission).
 -- KEYS[1] fence counter, KEYS[2] expiry zset, KEYS[3] active zset,
 -- KEYS[4] record hash of the new id,
 -- KEYS[4+i] holder key of scope i, KEYS[4+n+i] scope index of scope i

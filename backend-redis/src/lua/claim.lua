@@ -1,5 +1,6 @@
 -- claim: hands out up to `limit` visible jobs of a queue, best first
--- (SPEC §3, rules::claimable, rules::claim_order, rules::claim_job).
+-- (contract §9 (tenure_lease_core::contract), rules::claimable, rules::claim_order,
+-- rules::claim_job).
 -- KEYS[1] the queue's ready zset, KEYS[2] the queue's delayed zset,
 -- KEYS[3] fence counter, KEYS[4] claimed zset.
 -- ARGV[1] key prefix (job hashes are found at run time), ARGV[2] queue,

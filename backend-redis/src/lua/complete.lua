@@ -1,5 +1,5 @@
--- complete: the fenced "done" write (SPEC §3, rules::judge_job,
--- rules::complete_job).
+-- complete: the fenced "done" write (contract §9 (tenure_lease_core::contract),
+-- rules::judge_job, rules::complete_job).
 -- KEYS[1] job hash, KEYS[2] claimed zset, KEYS[3] finished zset.
 -- ARGV[1] id, ARGV[2] owner, ARGV[3] fence.
 -- Reply: { 'settled', job } | { 'rejected', loss... } with the loss parts of

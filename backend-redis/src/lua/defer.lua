@@ -1,6 +1,6 @@
--- defer: the worker cannot run the job (SPEC §3, rules::judge_job,
--- rules::defer_job): un-claimed, attempt refunded, the missing capabilities
--- added to its requirements, visible at once.
+-- defer: the worker cannot run the job (contract §9 (tenure_lease_core::contract),
+-- rules::judge_job, rules::defer_job): un-claimed, attempt refunded, the
+-- missing capabilities added to its requirements, visible at once.
 -- KEYS[1] job hash.
 -- ARGV[1] key prefix (the claimed zset and the job's queue keys are built
 -- from it), ARGV[2] id, ARGV[3] owner, ARGV[4] fence,

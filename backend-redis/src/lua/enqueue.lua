@@ -1,4 +1,5 @@
--- enqueue and enqueue_batch: adds jobs, all or none (SPEC §3, rules::new_job).
+-- enqueue and enqueue_batch: adds jobs, all or none
+-- (contract §9 (tenure_lease_core::contract), rules::new_job).
 -- Every id is checked before the first write.
 -- KEYS[i] job hash of job i (i = 1..n).
 -- ARGV[1] key prefix (the queues' ready and delayed keys are built from it),

@@ -1,4 +1,5 @@
--- fail: records a failed attempt (SPEC §3, rules::judge_job, rules::fail_job).
+-- fail: records a failed attempt (contract §9 (tenure_lease_core::contract),
+-- rules::judge_job, rules::fail_job).
 -- KEYS[1] job hash.
 -- ARGV[1] key prefix (the claimed zset and the job's queue keys are built
 -- from it), ARGV[2] id, ARGV[3] owner, ARGV[4] fence,

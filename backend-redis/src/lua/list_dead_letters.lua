@@ -1,5 +1,5 @@
 -- list_dead_letters: a queue's dead letters, oldest update first, then by id
--- (SPEC §3, rules::dead_letter_order).
+-- (contract §9 (tenure_lease_core::contract), rules::dead_letter_order).
 -- KEYS[1] the queue's dead-letter zset.
 -- ARGV[1] key prefix (job hashes are built from it), ARGV[2] limit.
 -- Reply: { job, ... } in index order, where a job is { id, HGETALL pairs };

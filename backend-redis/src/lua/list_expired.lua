@@ -1,4 +1,5 @@
--- list_expired: the reaper's scan (SPEC §2, rules::matches_expired).
+-- list_expired: the reaper's scan (contract §6 (tenure_lease_core::contract),
+-- rules::matches_expired).
 -- KEYS[1] expiry zset.
 -- ARGV[1] key prefix (record keys of the ids found in the index),
 -- ARGV[2] grace in us (rounded up), ARGV[3] created_before in us ('' = any),

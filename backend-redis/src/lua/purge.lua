@@ -1,5 +1,6 @@
 -- purge: deletes terminal records last updated at least a retention ago
--- (SPEC §2, rules::purgeable), at most one batch per call.
+-- (contract §8 (tenure_lease_core::contract), rules::purgeable), at most one batch
+-- per call.
 -- KEYS[1] terminal zset.
 -- ARGV[1] key prefix (record and scope index keys of the ids found),
 -- ARGV[2] retention in us (rounded up), ARGV[3] batch size.

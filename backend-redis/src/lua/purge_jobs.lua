@@ -1,6 +1,7 @@
 -- purge_jobs: deletes finished jobs (completed or dead-lettered) that
--- finished at least a retention ago (SPEC §3, rules::job_purgeable), with
--- their index entries, at most one batch per call.
+-- finished at least a retention ago (contract §9 (tenure_lease_core::contract),
+-- rules::job_purgeable), with their index entries, at most one batch per
+-- call.
 -- KEYS[1] finished zset.
 -- ARGV[1] key prefix (job hash and dead-letter keys of the ids found),
 -- ARGV[2] retention in us (rounded up), ARGV[3] batch size.

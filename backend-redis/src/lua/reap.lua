@@ -1,6 +1,6 @@
 -- reap: handles claimed jobs whose lease expired beyond grace, oldest expiry
--- first, then by id (SPEC §3, rules::reapable, rules::reap_order,
--- rules::reap_job).
+-- first, then by id (contract §9 (tenure_lease_core::contract), rules::reapable,
+-- rules::reap_order, rules::reap_job).
 -- KEYS[1] claimed zset.
 -- ARGV[1] key prefix (job hashes and queue keys are built from it),
 -- ARGV[2] grace in us (rounded up), ARGV[3] most entries looked at.

@@ -1,5 +1,5 @@
--- renew_job: extends a claimed job's lease (SPEC §3, rules::judge_job,
--- rules::renew_job).
+-- renew_job: extends a claimed job's lease (contract §9
+-- (tenure_lease_core::contract), rules::judge_job, rules::renew_job).
 -- KEYS[1] job hash, KEYS[2] claimed zset.
 -- ARGV[1] id, ARGV[2] owner, ARGV[3] fence, ARGV[4] ttl in us.
 -- Reply: { 'renewed', expires_at in us } | { 'lost', 'missing' }

@@ -1,5 +1,5 @@
--- retry_dead_letter: an operator's retry (SPEC §3, rules::retry_dead_letter):
--- queued again, attempts reset, visible at once.
+-- retry_dead_letter: an operator's retry (contract §9 (tenure_lease_core::contract),
+-- rules::retry_dead_letter): queued again, attempts reset, visible at once.
 -- KEYS[1] job hash.
 -- ARGV[1] key prefix (the job's queue keys are built from it), ARGV[2] id.
 -- Reply: { 'requeued', job } | { 'missing' } | { 'not_dead_lettered', state }

@@ -1,5 +1,6 @@
 -- take_back: a live copy takes back a job the reaper dead-lettered
--- (SPEC §3, rules::judge_take_back, rules::take_back_job).
+-- (contract §9 (tenure_lease_core::contract), rules::judge_take_back,
+-- rules::take_back_job).
 -- KEYS[1] job hash, KEYS[2] fence counter, KEYS[3] claimed zset.
 -- ARGV[1] key prefix (the job's dead-letter and finished keys are built
 -- from it),

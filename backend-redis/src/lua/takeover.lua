@@ -1,4 +1,5 @@
--- claim_for_takeover: orphan recovery (SPEC §2, rules::judge_takeover).
+-- claim_for_takeover: orphan recovery (contract §6 (tenure_lease_core::contract),
+-- rules::judge_takeover).
 -- KEYS[1] record hash, KEYS[2] fence counter, KEYS[3] expiry zset,
 -- KEYS[4] active zset, KEYS[5] terminal zset.
 -- ARGV[1] key prefix (the record's holder keys are found at run time),

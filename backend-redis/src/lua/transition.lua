@@ -1,4 +1,5 @@
--- transition: the fenced status write (SPEC §2, rules::judge_transition).
+-- transition: the fenced status write (contract §5 (tenure_lease_core::contract),
+-- rules::judge_transition).
 -- KEYS[1] record hash, KEYS[2] expiry zset, KEYS[3] active zset, KEYS[4] terminal zset.
 -- ARGV[1] key prefix (the record's holder keys are found at run time),
 -- ARGV[2] id, ARGV[3] owner, ARGV[4] fence, ARGV[5] target status,

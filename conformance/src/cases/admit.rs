@@ -1,4 +1,5 @@
-//! Conformance cases: admit (SPEC §2 admit; §6 invariants 1, 3, 5, 7).
+//! Conformance cases: admit ([contract §3](tenure_lease_core::contract); §13
+//! invariants 1, 3, 5, 7).
 //!
 //! Admission is where mutual exclusion is won or lost, so each case builds
 //! holders of a known kind, asks for an admission, and checks both the answer

@@ -1,4 +1,5 @@
-//! Conformance cases: fences (SPEC §1 fence; §6 invariant 2).
+//! Conformance cases: fences ([contract §7](tenure_lease_core::contract); §13
+//! invariant 2).
 //!
 //! A fence is only worth something if it never goes back: these cases walk a
 //! lease, a scope and a whole store through every way fences are handed out

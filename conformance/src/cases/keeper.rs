@@ -1,4 +1,5 @@
-//! Conformance cases: the keeper on top of the store (SPEC §4).
+//! Conformance cases: the keeper on top of the store
+//! ([contract §12](tenure_lease_core::contract)).
 //!
 //! The keeper needs nothing but a [`LeaseStore`], so its promises (leases
 //! kept alive, takeovers noticed, stale completions refused, orphans

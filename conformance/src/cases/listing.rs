@@ -1,6 +1,7 @@
 //! Conformance cases: the read side (`list_expired`, `get`, `list_by_scope`,
 //! `list_active`), `purge`, and what must survive a trip through any store
-//! unchanged: timestamps, metadata, ids and scopes (SPEC §1, §2, §6.7).
+//! unchanged: timestamps, metadata, ids and scopes
+//! ([contract §2, §6 and §8](tenure_lease_core::contract); §13 invariant 7).
 //!
 //! Every case must also hold on a store whose clock only moves in real time,
 //! so leases are crossed with [`SHORT_TTL`] and waits stay within a few

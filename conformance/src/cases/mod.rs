@@ -1,4 +1,5 @@
-//! The kit's cases, one module per area of SPEC §2 and §6.
+//! The kit's cases, one module per area of the
+//! [contract](tenure_lease_core::contract).
 
 pub mod admit;
 pub mod fence;

@@ -1,13 +1,13 @@
 //! Conformance case: random sequences of operations against a reference
-//! model (SPEC §2 and §6).
+//! model ([contract §3 to §8 and §13](tenure_lease_core::contract)).
 //!
 //! The other cases check the contract one rule at a time; this one checks
 //! that the rules compose. proptest draws sequences of operations and clock
 //! moves; each is played against the store and against an independent model
-//! of SPEC §2 (the `reference` submodule), step by step. Any difference in
-//! an outcome, a record, a fence or an invariant fails the case with the
-//! shortest sequence proptest can shrink the run to, and the step where the
-//! store and the model parted.
+//! of contract §3 to §8 (the `reference` submodule), step by step. Any
+//! difference in an outcome, a record, a fence or an invariant fails the case
+//! with the shortest sequence proptest can shrink the run to, and the step
+//! where the store and the model parted.
 //!
 //! The case runs on real clocks too: every lease is either long (valid for
 //! the whole run) or short (the runner waits it out at once), so a run waits
@@ -73,9 +73,10 @@ const MAX_SHRINK_MILLIS: u32 = 45_000;
 
 /// Random sequences of admit, renew, renew_many, transition,
 /// claim_for_takeover, list_expired, get, list_active, list_by_scope, purge
-/// and clock moves answer exactly what an independent model of SPEC §2
-/// predicts, while no scope ever has two active holders, fences only grow,
-/// and every admitted record reads back until purged.
+/// and clock moves answer exactly what an independent model of
+/// [contract §3 to §8](tenure_lease_core::contract) predicts, while no scope ever
+/// has two active holders, fences only grow, and every admitted record reads
+/// back until purged.
 pub async fn model_based_random_operations<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let plan = Plan::for_clock(ctx.clock())?;
     let handle = Handle::current();

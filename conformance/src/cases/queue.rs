@@ -1,4 +1,5 @@
-//! Conformance cases: the job queue (SPEC §3; §6 invariants 2, 3, 4).
+//! Conformance cases: the job queue ([contract §9](tenure_lease_core::contract);
+//! §13 invariants 2, 3, 4).
 //!
 //! A queue is only as safe as its claims: each must be exclusive, and every
 //! later write fenced by it, so a copy that lost its job (reaped, requeued,

@@ -1,5 +1,6 @@
 //! Conformance cases: the job queue under hostile input and under
-//! concurrency (SPEC §3, with the validation of §2 and the fencing of §5).
+//! concurrency ([contract §9](tenure_lease_core::contract), with the input limits
+//! of §11 and the fences of §7).
 //!
 //! The queue cases in [`super::queue`] feed each operation the values their
 //! author thought of. These feed every `JobQueue` entry point random and

@@ -1,6 +1,6 @@
-//! Conformance cases: job retention, `purge_jobs` (SPEC §3), and that
-//! `purge` and `purge_jobs` together leave nothing behind that grows with
-//! the work a store has done.
+//! Conformance cases: job retention, `purge_jobs`
+//! ([contract §9](tenure_lease_core::contract)), and that `purge` and `purge_jobs`
+//! together leave nothing behind that grows with the work a store has done.
 //!
 //! A queue that only ever adds rows fills its disk or its memory: finished
 //! jobs must go once they are older than the retention, and with them every

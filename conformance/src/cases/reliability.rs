@@ -1,5 +1,6 @@
 //! Conformance cases: reliability under hostile input and under concurrency
-//! (SPEC §2 validation, §5 fencing, §6 invariants).
+//! ([contract](tenure_lease_core::contract) §11 input limits, §7 fences, §13
+//! invariants).
 //!
 //! The other cases feed each operation the values its author thought of.
 //! These two feed it what nobody thought of: random and adversarial values

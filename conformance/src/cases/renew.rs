@@ -1,7 +1,8 @@
-//! Conformance cases: renew and renew_many, the heartbeat (SPEC §2).
+//! Conformance cases: renew and renew_many, the heartbeat
+//! ([contract §4](tenure_lease_core::contract)).
 //!
 //! A renewal extends only a lease its claim still holds; every other answer is
-//! a typed `Lost` that changes nothing (§6 invariants 4 and 6).
+//! a typed `Lost` that changes nothing (§13 invariants 4 and 6).
 use std::time::Duration;
 
 use tenure_lease_core::{

@@ -1,7 +1,8 @@
-//! Conformance cases: claim_for_takeover, orphan recovery (SPEC §2).
+//! Conformance cases: claim_for_takeover, orphan recovery
+//! ([contract §6](tenure_lease_core::contract)).
 //!
 //! Only an active record whose lease is gone (none, or expired beyond grace)
-//! is taken; taking it bumps the fence (§6 invariant 2), exactly one of many
+//! is taken; taking it bumps the fence (§13 invariant 2), exactly one of many
 //! racing claimers wins (invariant 3), and every refusal changes nothing.
 use std::sync::Arc;
 use std::time::Duration;

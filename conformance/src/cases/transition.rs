@@ -1,7 +1,8 @@
-//! Conformance cases: transition, the fenced status write (SPEC §2).
+//! Conformance cases: transition, the fenced status write
+//! ([contract §5](tenure_lease_core::contract)).
 //!
 //! Only the current claim may write, only along the state machine's edges,
-//! and terminal records never change again (§6 invariant 4); a stale copy
+//! and terminal records never change again (§13 invariant 4); a stale copy
 //! can never report a late success after a peer took over.
 use std::time::Duration;
 

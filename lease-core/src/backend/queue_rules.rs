@@ -1,6 +1,7 @@
-//! The queue contract's decisions as pure functions (SPEC §3), shared by
-//! every backend that decides in Rust and mirrored by those that cannot
-//! (Redis Lua), as [`crate::backend::rules`] is for leases.
+//! The queue contract's decisions as pure functions
+//! ([contract §9](crate::contract)), shared by every backend that decides in
+//! Rust and mirrored by those that cannot (Redis Lua), as [`crate::backend::rules`] is
+//! for leases.
 
 use std::cmp::Reverse;
 use std::collections::BTreeSet;

@@ -1,4 +1,5 @@
-//! The contract's decisions as pure functions (SPEC §2).
+//! The contract's decisions as pure functions
+//! ([contract §3 to §8](crate::contract)).
 //!
 //! Backends that read records into Rust and decide there (memory, SQLite,
 //! PostgreSQL's read paths) call these, so every backend judges validity,

@@ -1,7 +1,8 @@
-//! Job claims held by the keeper (SPEC §3 and §4): a claimed job's lease is
-//! renewed by the same heartbeat, judged by the same confirmed deadline and
-//! stopped by the same loss path as a run's; only the store calls differ
-//! (`renew_job`, `get_job`, `complete` / `fail` / `defer`).
+//! Job claims held by the keeper ([contract §9 and §12](crate::contract)):
+//! a claimed job's lease is renewed by the same heartbeat, judged by the same
+//! confirmed deadline and stopped by the same loss path as a run's; only the
+//! store calls differ (`renew_job`, `get_job`, `complete` / `fail` /
+//! `defer`).
 //!
 //! Jobs have no batch renewal, so each held job is renewed by its own call,
 //! bounded by its own confirmed deadline: one slow queue call delays no

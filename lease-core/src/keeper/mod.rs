@@ -1,7 +1,7 @@
 //! The keeper: the client-side runtime that holds a worker's leases, keeps
 //! them alive, stops work the moment ownership is gone, and recovers other
-//! workers' orphans (SPEC §4). It needs nothing but a [`LeaseStore`], so it
-//! behaves the same on every backend.
+//! workers' orphans ([contract §12](crate::contract)). It needs nothing but
+//! a [`LeaseStore`], so it behaves the same on every backend.
 //!
 //! It holds job claims the same way ([`Keeper::claim_jobs`],
 //! [`JobGuard`]): one heartbeat, one confirmed deadline per claim, one loss
@@ -558,8 +558,8 @@ impl KeeperBuilder {
     }
 }
 
-/// Holds a worker's leases and keeps them alive (SPEC §4); see the
-/// [module docs](self).
+/// Holds a worker's leases and keeps them alive
+/// ([contract §12](crate::contract)); see the [module docs](self).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

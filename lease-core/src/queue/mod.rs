@@ -1,4 +1,4 @@
-//! The job queue contract (SPEC §3).
+//! The job queue ([contract §9](crate::contract)).
 //!
 //! A queue is a lease store whose records are claimed by whoever comes
 //! first. Jobs share the store's fence sequence with leases, so every claim
@@ -25,15 +25,44 @@ use async_trait::async_trait;
 use crate::error::{Error, Result};
 use crate::store::LeaseStore;
 
-/// A store of jobs (SPEC §3), implemented by the same stores as
-/// [`LeaseStore`] so both share one fence sequence and one clock.
+/// A store of jobs ([contract §9](crate::contract)), implemented by the
+/// same stores as [`LeaseStore`] so both share one fence sequence and one
+/// clock.
+///
+/// As for leases, every operation is atomic and validates its input first
+/// ([`ErrorKind::InvalidInput`], nothing changed). A claim that no longer
+/// holds its job is a typed answer ([`JobLoss`]), never an error. Besides
+/// what each method's `# Errors` section names, any call may answer the
+/// [store errors](LeaseStore#store-errors) (`Unavailable`, `Timeout`,
+/// `Corrupt`, `Incompatible`, `Config`), and dropping a call's future is an
+/// unknown outcome, like a `Timeout` (see each method's `# Cancellation`).
+///
+/// [`ErrorKind::InvalidInput`]: crate::ErrorKind::InvalidInput
 #[async_trait]
 pub trait JobQueue: LeaseStore {
-    /// Adds a job. A duplicate id is an
-    /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) error.
+    /// Adds a job: `Queued`, attempt 0, fence 0, visible from `run_at` (at
+    /// once when unset). Answers the job as stored.
     ///
     /// The default enqueues a batch of one; backends override it only where
     /// a single job has a cheaper path.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad id or queue, `max_attempts` outside 1 to
+    ///   [`MAX_ATTEMPTS`](crate::backend::queue_rules::MAX_ATTEMPTS), bad or too many required
+    ///   capabilities, a payload over
+    ///   [`MAX_PAYLOAD_BYTES`](crate::backend::queue_rules::MAX_PAYLOAD_BYTES), too deep or holding
+    ///   a NUL, or a `run_at` outside the years 1 to 9999;
+    /// * [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when a
+    ///   job with this id exists;
+    /// * the [store errors](LeaseStore#store-errors).
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped enqueue may or may not have stored the job. Retrying the
+    /// same [`NewJob`] (its id was drawn when it was built) is safe: it
+    /// answers `AlreadyExists` when the first one landed.
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
         crate::backend::validate::new_job(job)?;
         self.enqueue_batch(std::slice::from_ref(job))
@@ -42,53 +71,217 @@ pub trait JobQueue: LeaseStore {
             .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
     }
 
-    /// Adds several jobs, all or none (one transaction or script).
+    /// Adds several jobs, all or none (one transaction or script), as
+    /// [`enqueue`](JobQueue::enqueue) does one.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for more
+    ///   than [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT) jobs, any
+    ///   invalid job, or an id twice in the batch;
+    /// * [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when
+    ///   any of the ids exists;
+    /// * the [store errors](LeaseStore#store-errors).
+    ///
+    /// On any of them no job of the batch is stored.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped batch was stored whole or not at all; retrying the same
+    /// batch is safe and answers `AlreadyExists` when the first one landed.
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>>;
 
     /// Claims up to `limit` visible jobs of a queue, best first (priority
     /// descending, then `run_at`, then creation, then id), whose required
     /// capabilities are a subset of the worker's: owner, lease, `attempt + 1`
-    /// and a new fence each. Concurrent claimers never get the same job.
+    /// and a new fence each. Concurrent claimers never get the same job. An
+    /// empty answer means nothing was claimable (within the bound on what
+    /// one Redis claim looks at, [contract §9](crate::contract)).
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad queue, worker, capability or ttl, or a limit outside 1 to
+    ///   [`MAX_CLAIM`](crate::backend::queue_rules::MAX_CLAIM);
+    /// * the [store errors](LeaseStore#store-errors). A job that cannot be
+    ///   decoded is no error: it is passed over, left as it is and logged.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped claim may have claimed jobs whose claims were in the lost
+    /// answer, and there is no way to ask for them again. Nobody renews
+    /// them: each stays claimed until its lease ends plus the reaper's
+    /// grace, then [`reap`](JobQueue::reap) requeues it (or dead-letters it,
+    /// [`DeadReason::LeaseExpired`], on its last attempt); the attempt is
+    /// spent. A retry is a new claim, of other jobs.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>>;
 
-    /// Extends a claimed job's lease when the claim still holds it.
+    /// Extends a claimed job's lease to `now + ttl` while the claim holds it
+    /// (`Claimed`, same owner and fence); otherwise answers
+    /// [`JobRenewal::Lost`] with the [`JobLoss`], changing nothing.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim (id, owner, fence 0) or ttl;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
+    ///   cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// As for [`LeaseStore::renew`]: a dropped renewal may still be applied,
+    /// only while the claim holds the job, and a retry with the same claim
+    /// is safe.
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal>;
 
-    /// Marks the job completed (fenced by the claim).
+    /// Marks the job completed (fenced by the claim); a claim that no longer
+    /// holds it is answered [`JobSettle::Rejected`], nothing changed.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
+    ///   cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped write may or may not have completed the job. Retrying with
+    /// the same claim is safe: when the first one landed it answers
+    /// `Rejected(Finished(Completed))`.
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle>;
 
     /// Records a failed attempt: back to the queue after `backoff` when
-    /// attempts are left and the action is `Retry`, else dead-lettered.
+    /// attempts are left and the action is `Retry`, else dead-lettered
+    /// (fenced by the claim; a claim that no longer holds the job is
+    /// answered [`JobSettle::Rejected`], nothing changed).
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim, an error text over
+    ///   [`MAX_TEXT_BYTES`](crate::backend::validate::MAX_TEXT_BYTES) or holding a
+    ///   NUL, or a backoff over [`MAX_TTL`](crate::backend::validate::MAX_TTL);
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
+    ///   cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped write may or may not have been applied. Retrying with the
+    /// same claim is safe and never records the attempt twice: once the first
+    /// one landed the claim no longer holds the job, so the retry is
+    /// rejected (`Requeued`, `Finished(DeadLettered)`, or whoever claimed it
+    /// since).
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle>;
 
     /// The worker cannot run the job: un-claim it, refund the attempt, add
-    /// `missing` to its required capabilities, visible again at once.
+    /// `missing` to its required capabilities, visible again at once
+    /// (fenced by the claim; a claim that no longer holds the job is
+    /// answered [`JobSettle::Rejected`], nothing changed).
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim, or bad or too many capabilities in `missing`;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
+    ///   cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped deferral may or may not have been applied. Retrying with
+    /// the same claim is safe and refunds at most once: once the first one
+    /// landed the retry is rejected (`Requeued`, or whoever claimed it
+    /// since).
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle>;
 
     /// Jobs whose lease expired beyond `grace`: requeued when attempts are
     /// left, else dead-lettered with [`DeadReason::LeaseExpired`]. Handles at
     /// most [`MAX_REAP`](crate::backend::queue_rules::MAX_REAP) jobs per call, oldest expiry first.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   grace over [`MAX_GRACE`](crate::backend::validate::MAX_GRACE);
+    /// * the [store errors](LeaseStore#store-errors). A job that cannot be
+    ///   decoded is no error: it is passed over, left as it is and logged.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped reap handled all of its jobs or none, and its report is
+    /// lost. Retrying is safe: it handles what is still due.
     async fn reap(&self, grace: Duration) -> Result<ReapReport>;
 
     /// A live copy takes back a job the reaper dead-lettered (a false "dead"
     /// after an outage longer than the lease): only when the job is still
     /// dead-lettered by the reaper, nobody claimed it since (same fence), and
     /// no operator retried it. Answers a new claim with a new fence.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim or ttl;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
+    ///   or the fence counter cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped take-back may have won the job, and its new fence was in the
+    /// lost answer. A retry then answers `NotTaken(NotDeadLettered(Claimed))`;
+    /// [`get_job`](JobQueue::get_job) shows the job claimed by this worker,
+    /// and its [`claim`](Job::claim) is the new one. Left alone, nobody
+    /// renews it and the reaper deals with it again when its lease ends.
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack>;
 
     /// The job with this id, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an
+    /// invalid id; the [store errors](LeaseStore#store-errors), `Corrupt`
+    /// when the job cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
     async fn get_job(&self, id: &str) -> Result<Option<Job>>;
 
     /// Dead-lettered jobs of a queue, oldest update first, at most `limit`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an
+    /// invalid queue or a limit outside 1 to
+    /// [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT); the
+    /// [store errors](LeaseStore#store-errors). A dead letter that cannot be
+    /// decoded makes SQLite and Redis answer `Corrupt`; PostgreSQL leaves it
+    /// out with a warning.
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>>;
 
     /// An operator's retry of a dead letter: back to the queue with its
-    /// attempts reset, visible at once.
+    /// attempts reset, visible at once. A job that is not dead-lettered is
+    /// answered [`OperatorRetry::NotDeadLettered`], nothing changed.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an
+    /// invalid id; the [store errors](LeaseStore#store-errors), `Corrupt`
+    /// when the job cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped retry may or may not have requeued the job. Retrying is
+    /// safe: when the first one landed it answers `NotDeadLettered` with the
+    /// job's new state.
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry>;
 
-    /// Retention: deletes the finished jobs (completed or dead-lettered)
-    /// that finished at least `finished_older_than` ago, with every index
-    /// entry the store keeps for them; answers how many.
+    /// Retention ([contract §9](crate::contract)): deletes the finished jobs
+    /// (completed or dead-lettered) that finished at least
+    /// `finished_older_than` ago, with every index entry the store keeps for
+    /// them; answers how many.
     ///
     /// Age counts from when the job finished (its last settle, the
     /// `updated_at` of a finished job, which nothing changes afterwards),
@@ -111,8 +304,16 @@ pub trait JobQueue: LeaseStore {
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     /// retention over [`MAX_RETENTION`](crate::backend::validate::MAX_RETENTION)
-    /// (nothing is deleted); otherwise the store's errors. A backend that
-    /// deletes in batches may have deleted some batches before an error.
+    /// (nothing is deleted); otherwise the
+    /// [store errors](LeaseStore#store-errors). A backend that deletes in
+    /// batches (Redis, 1000 jobs per script) may have deleted some batches
+    /// before an error.
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped purge may have deleted all, none or some batches of what
+    /// it would have, whole jobs only. Retrying is safe: it deletes what is
+    /// left and counts only that.
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64>;
 }
 

@@ -1,7 +1,7 @@
-//! The reference model: what SPEC §2 says each operation answers, written
-//! out plainly over a `BTreeMap`, without `tenure_lease_core::backend::rules` or
-//! `backend-memory`, so that it is a second opinion rather than a copy of
-//! the code it checks.
+//! The reference model: what contract §3 to §8 say each operation answers
+//! ([`tenure_lease_core::contract`]), written out plainly over a `BTreeMap`, without
+//! `tenure_lease_core::backend::rules` or `backend-memory`, so that it is a second opinion
+//! rather than a copy of the code it checks.
 //!
 //! Two simplifications keep it exact on every backend, real clocks included:
 //!
@@ -24,8 +24,9 @@ use tenure_lease_core::{
 
 use crate::cases::util::{LONG_GRACE, LONG_TTL, SHORT_TTL};
 
-/// The stop reason SPEC §2 and the brief's decisions give records interrupted
-/// by an admission: part of the contract's vocabulary, not of its logic.
+/// The stop reason [contract §3](tenure_lease_core::contract) gives records
+/// interrupted by an admission: part of the contract's vocabulary, not of its
+/// logic.
 const INTERRUPTED_BY_ADMISSION: &str = tenure_lease_core::backend::rules::INTERRUPTED_BY_ADMISSION;
 
 /// A lease length the model knows how to age.
@@ -272,7 +273,7 @@ pub(crate) enum NotTaken {
     Because(NotTakenReason),
 }
 
-/// The state machine of SPEC §2, transition.
+/// The state machine of [contract §5](tenure_lease_core::contract).
 fn may_become(from: Status, to: Status) -> bool {
     match from {
         Status::Pending => matches!(to, Status::Running | Status::Succeeded | Status::Failed),
@@ -315,7 +316,7 @@ impl Model {
             .collect()
     }
 
-    /// SPEC §2, admit.
+    /// [Contract §3](tenure_lease_core::contract), admit.
     pub(crate) fn admit(&mut self, request: &Admit) -> AdmitExpectation {
         if self.records.contains_key(&request.id) {
             return AdmitExpectation::AlreadyExists;
@@ -370,7 +371,8 @@ impl Model {
         AdmitExpectation::Admitted { interrupted }
     }
 
-    /// SPEC §2, renew: `Ok` when the claim holds and the lease is extended.
+    /// [Contract §4](tenure_lease_core::contract), renew: `Ok` when the claim holds
+    /// and the lease is extended.
     pub(crate) fn renew(&mut self, claim: &Claim, ttl: Ttl) -> Result<(), LossReason> {
         let record = self.records.get_mut(&claim.id).ok_or(LossReason::Missing)?;
         if record.status == Status::Interrupted {
@@ -390,7 +392,8 @@ impl Model {
         Ok(())
     }
 
-    /// SPEC §2, transition: `Ok` when the write is applied.
+    /// [Contract §5](tenure_lease_core::contract), transition: `Ok` when the write
+    /// is applied.
     pub(crate) fn transition(
         &mut self,
         claim: &Claim,
@@ -425,7 +428,8 @@ impl Model {
         Ok(())
     }
 
-    /// SPEC §2, claim_for_takeover: `Ok` when `claimer` wins the record.
+    /// [Contract §6](tenure_lease_core::contract), claim_for_takeover: `Ok` when
+    /// `claimer` wins the record.
     pub(crate) fn take_over(
         &mut self,
         id: &str,
@@ -465,9 +469,10 @@ impl Model {
         Ok(())
     }
 
-    /// SPEC §2, list_expired: active records whose lease no longer holds
-    /// under `grace`, created at or before `created_before`; those without a
-    /// lease first, then by expiry, then by id.
+    /// [Contract §6](tenure_lease_core::contract), list_expired: active records
+    /// whose lease no longer holds under `grace`, created at or before
+    /// `created_before`; those without a lease first, then by expiry, then by
+    /// id.
     pub(crate) fn expired(
         &self,
         grace: Grace,
@@ -489,7 +494,8 @@ impl Model {
         records
     }
 
-    /// SPEC §2, list_by_scope: every record naming `scope`, newest first.
+    /// [Contract §8](tenure_lease_core::contract), list_by_scope: every record
+    /// naming `scope`, newest first.
     pub(crate) fn by_scope(&self, scope: &str) -> Vec<&ModelRecord> {
         let mut records: Vec<&ModelRecord> = self
             .records
@@ -505,7 +511,8 @@ impl Model {
         records
     }
 
-    /// SPEC §2, purge with a retention of zero: every terminal record goes.
+    /// [Contract §8](tenure_lease_core::contract), purge with a retention of zero:
+    /// every terminal record goes.
     pub(crate) fn purge_terminal(&mut self) -> u64 {
         let before = self.records.len();
         self.records.retain(|_, record| !record.is_terminal());

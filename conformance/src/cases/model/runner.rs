@@ -6,7 +6,8 @@
 //! just after, the window every freshly drawn timestamp must fall in),
 //! compare, teach the model the values the store drew, move the clock past
 //! any short lease just set, then audit every record and the mutual
-//! exclusion of scopes (SPEC §6, invariants 1, 2 and 7).
+//! exclusion of scopes ([contract §13](tenure_lease_core::contract), invariants 1, 2
+//! and 7).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -956,7 +957,7 @@ impl<S: LeaseStore> Run<'_, S> {
                 (true, None) => {
                     return Err(format!(
                         "after the step, get {id:?} finds nothing, but it was admitted and never \
-                         purged (SPEC §6.7)"
+                         purged (contract §13, invariant 7)"
                     ))
                 }
                 (false, Some(record)) => {
@@ -984,7 +985,8 @@ impl<S: LeaseStore> Run<'_, S> {
             for scope in &record.scopes {
                 if let Some(other) = holders.insert(scope, &record.id) {
                     return Err(format!(
-                        "two active records hold scope {scope:?}: {other:?} and {:?} (SPEC §6.1)",
+                        "two active records hold scope {scope:?}: {other:?} and {:?} \
+                         (contract §13, invariant 1)",
                         record.id
                     ));
                 }
