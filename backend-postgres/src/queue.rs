@@ -250,12 +250,6 @@ impl JobQueue for PgStore {
             let (retry, backoff) = match action {
                 FailAction::Retry { backoff } => (true, backoff),
                 FailAction::DeadLetter => (false, Duration::ZERO),
-                other => {
-                    return Err(Error::invalid_input(
-                        "action",
-                        format_args!("{other:?} is not supported by this store version"),
-                    ))
-                }
             };
             let fence = fence_param(claim.fence);
             self.settle("fail", claim, || {

@@ -556,12 +556,6 @@ impl LeaseStore for PgStore {
                     None,
                 ),
                 TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
-                other => {
-                    return Err(Error::invalid_input(
-                        "action",
-                        format_args!("{other:?} is not supported by this store version"),
-                    ))
-                }
             };
             let adopt = status == Status::Running;
             for _ in 0..WRITE_ATTEMPTS {

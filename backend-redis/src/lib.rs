@@ -434,12 +434,6 @@ impl LeaseStore for RedisStore {
         let strategy = match request.strategy {
             AdmitStrategy::Reject => "reject",
             AdmitStrategy::Interrupt => "interrupt",
-            _ => {
-                return Err(Error::invalid_input(
-                    "strategy",
-                    "is not supported by the Redis backend",
-                ))
-            }
         };
         let scopes = serde_json::Value::Array(
             request
@@ -533,12 +527,6 @@ impl LeaseStore for RedisStore {
                 ("fail", error.as_str(), stop_reason.as_deref(), None)
             }
             TakeoverAction::Adopt { ttl } => ("adopt", "", None, *ttl),
-            _ => {
-                return Err(Error::invalid_input(
-                    "action",
-                    "is not supported by the Redis backend",
-                ))
-            }
         };
         let (has_stop, stop) = optional(stop_reason);
         let mut invocation = SCRIPTS.takeover.prepare_invoke();

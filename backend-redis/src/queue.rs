@@ -153,12 +153,6 @@ impl JobQueue for RedisStore {
         let (action, backoff) = match action {
             FailAction::Retry { backoff } => ("retry", micros(backoff)),
             FailAction::DeadLetter => ("dead_letter", 0),
-            _ => {
-                return Err(Error::invalid_input(
-                    "action",
-                    "is not supported by the Redis backend",
-                ))
-            }
         };
         let mut invocation = SCRIPTS.fail.prepare_invoke();
         invocation

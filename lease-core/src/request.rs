@@ -8,7 +8,6 @@ use crate::record::{Status, DEFAULT_KIND};
 
 /// How `admit` treats scopes that already have an active holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
 pub enum AdmitStrategy {
     /// Any active holder of a requested scope blocks the admission.
     #[default]
@@ -182,7 +181,6 @@ impl StatusChange {
 
 /// What a successful takeover does to the orphan.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum TakeoverAction {
     /// Mark it `Failed` (owner := claimer).
     Fail {

@@ -350,7 +350,6 @@ pub enum JobSettle {
 
 /// What [`fail`](super::JobQueue::fail) does with the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum FailAction {
     /// Back to the queue, visible after `backoff`, when attempts are left;
     /// dead-lettered ([`DeadReason::AttemptsExhausted`]) otherwise.
