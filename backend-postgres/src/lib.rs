@@ -471,6 +471,26 @@ impl PgStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+
+    /// Drops the store's schema with everything in it (records, jobs, the
+    /// fence sequence, the migration history), then closes the pool: for
+    /// tests and benchmarks that made a schema of their own, as
+    /// `RedisStore::delete_namespace` is for Redis. Needs a role that owns
+    /// the schema.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors; the pool is closed either way.
+    pub async fn drop_schema(&self) -> Result<()> {
+        let dropped = sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            self.schema.quoted()
+        ))
+        .execute(&self.pool)
+        .await;
+        self.pool.close().await;
+        dropped.map(drop).map_err(store_error)
+    }
 }
 
 /// Creates the schema if missing and applies the migrations it lacks, on

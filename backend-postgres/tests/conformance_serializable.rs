@@ -34,7 +34,7 @@ async fn factory_sessions_default_to_serializable() {
             .fetch_one(store.pool())
             .await
             .expect("show");
-        support::drop_schema(&store).await.expect("drop schema");
+        store.drop_schema().await.expect("drop schema");
         assert_eq!(shown, isolation);
     }
 }

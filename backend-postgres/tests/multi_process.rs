@@ -72,7 +72,7 @@ fn check_race_as_parent(url: &str) {
         let summary = runtime.block_on(history::check_history(&store, &results, ROUNDS));
         eprintln!("{PROCESSES} processes, seed {seed}: {summary:?}");
     }));
-    if let Err(error) = runtime.block_on(support::drop_schema(&store)) {
+    if let Err(error) = runtime.block_on(store.drop_schema()) {
         panic!("{TEST_NAME}: {error}");
     }
     if let Err(panic) = outcome {

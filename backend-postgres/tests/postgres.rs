@@ -67,7 +67,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     let seen = from_pool.get("op-1").await.expect("get");
     // Migrating again finds nothing to do.
     from_pool.migrate().await.expect("re-migrate");
-    support::drop_schema(&from_url).await.expect("drop");
+    from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
     assert_eq!(applied, 4);
     assert_eq!(seen, Some(record));
@@ -110,7 +110,7 @@ async fn a_sessions_temporary_table_cannot_stand_in_for_the_schemas() {
         count(format!("\"{schema}\".leases")).await,
         count("pg_temp.leases".to_owned()).await,
     );
-    support::drop_schema(&store).await.expect("drop");
+    store.drop_schema().await.expect("drop");
     pool.close().await;
     admitted(answer.expect("admit"));
     assert_eq!((in_schema, in_temporary), (1, 0));

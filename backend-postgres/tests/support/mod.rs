@@ -76,23 +76,6 @@ pub async fn connect(url: &str, schema: &str) -> tenure_lease_core::Result<PgSto
     .await
 }
 
-/// Drops the store's schema and closes its pool.
-pub async fn drop_schema(store: &PgStore) -> tenure_lease_core::Result<()> {
-    let outcome = sqlx::query(&format!(
-        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
-        store.schema()
-    ))
-    .execute(store.pool())
-    .await;
-    store.close().await;
-    outcome.map(drop).map_err(|error| {
-        tenure_lease_core::Error::unavailable(format!(
-            "could not drop schema {}: {error}",
-            store.schema()
-        ))
-    })
-}
-
 /// Runs `body` on a store in a fresh schema, dropped afterwards even when
 /// the body panics (the panic is then re-raised). Skips when no server is
 /// configured.
@@ -109,7 +92,7 @@ where
     let outcome = AssertUnwindSafe(body(store.clone(), url))
         .catch_unwind()
         .await;
-    if let Err(error) = drop_schema(&store).await {
+    if let Err(error) = store.drop_schema().await {
         panic!("{test}: {error}");
     }
     if let Err(panic) = outcome {
@@ -165,7 +148,7 @@ impl Factory for PgFactory {
     }
 
     async fn teardown(&self, store: &PgStore) -> tenure_lease_core::Result<()> {
-        drop_schema(store).await
+        store.drop_schema().await
     }
 
     /// Rows per table of the case's schema.

@@ -83,14 +83,7 @@ impl Backend for PgBackend {
     }
 
     async fn cleanup(&self) -> BenchResult<()> {
-        let dropped = sqlx::query(&format!(
-            "DROP SCHEMA IF EXISTS {} CASCADE",
-            self.raw.schema
-        ))
-        .execute(&self.raw.pool)
-        .await;
-        self.store.close().await;
-        dropped?;
+        self.store.drop_schema().await?;
         Ok(())
     }
 }
