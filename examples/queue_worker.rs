@@ -42,13 +42,19 @@ struct JumpableClock {
 
 impl JumpableClock {
     fn jump(&self, by: Duration) {
-        *self.jumped.lock().unwrap_or_else(|e| e.into_inner()) += by;
+        *self
+            .jumped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += by;
     }
 }
 
 impl Clock for JumpableClock {
     fn now(&self) -> Timestamp {
-        let jumped = *self.jumped.lock().unwrap_or_else(|e| e.into_inner());
+        let jumped = *self
+            .jumped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         clock::add(SystemClock.now(), jumped)
     }
 }

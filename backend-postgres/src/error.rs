@@ -46,7 +46,7 @@ pub(crate) fn sqlstate_kind(code: &str) -> ErrorKind {
 /// The SQLSTATE of `error`, when the server sent one.
 pub(crate) fn sqlstate(error: &sqlx::Error) -> Option<String> {
     match error {
-        sqlx::Error::Database(database) => database.code().map(|code| code.into_owned()),
+        sqlx::Error::Database(database) => database.code().map(std::borrow::Cow::into_owned),
         _ => None,
     }
 }

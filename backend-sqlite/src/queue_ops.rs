@@ -156,7 +156,7 @@ pub(crate) fn fail(
     action: FailAction,
 ) -> Result<JobSettle> {
     fenced_write(connection, claim, |job| {
-        rules::fail_job(job, error, action, now)
+        rules::fail_job(job, error, action, now);
     })
     .map(settle)
 }

@@ -78,22 +78,22 @@ async fn run_scenario(
     let outcome: BenchResult<()> = async {
         match scenario {
             ScenarioKind::SingleOp => {
-                entry.single_op = Some(scenario::single_op::run(backend, sizes, progress).await?)
+                entry.single_op = Some(scenario::single_op::run(backend, sizes, progress).await?);
             }
             ScenarioKind::Scaling => {
-                entry.scaling = Some(scenario::scaling::run(backend, sizes, progress).await?)
+                entry.scaling = Some(scenario::scaling::run(backend, sizes, progress).await?);
             }
             ScenarioKind::HotKey => {
-                entry.hot_key = Some(scenario::hot_key::run(backend, sizes, progress).await?)
+                entry.hot_key = Some(scenario::hot_key::run(backend, sizes, progress).await?);
             }
             ScenarioKind::Queue => {
-                entry.queue = Some(scenario::queue::run(backend, sizes, progress).await?)
+                entry.queue = Some(scenario::queue::run(backend, sizes, progress).await?);
             }
             ScenarioKind::HeartbeatScale => {
-                entry.heartbeat = Some(scenario::heartbeat::run(backend, sizes, progress).await?)
+                entry.heartbeat = Some(scenario::heartbeat::run(backend, sizes, progress).await?);
             }
             ScenarioKind::Takeover => {
-                entry.takeover = Some(scenario::takeover::run(backend, sizes, progress).await?)
+                entry.takeover = Some(scenario::takeover::run(backend, sizes, progress).await?);
             }
         }
         Ok(())

@@ -463,7 +463,7 @@ mod tests {
     use super::*;
 
     fn run(args: &[&str]) -> Options {
-        match parse(args.iter().map(|arg| arg.to_string())) {
+        match parse(args.iter().map(std::string::ToString::to_string)) {
             Ok(Command::Run(options)) => *options,
             other => panic!("{other:?}"),
         }

@@ -250,7 +250,12 @@ impl Table {
         let _ = writeln!(
             out,
             "{}",
-            line(self.header.iter().map(|h| h.to_string()).collect())
+            line(
+                self.header
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect()
+            )
         );
         let _ = writeln!(
             out,

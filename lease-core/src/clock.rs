@@ -125,14 +125,20 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *now = add(*now, by);
     }
 
     /// Sets the clock to `instant`, if that is later than its current time.
     /// Time never runs backwards.
     pub fn advance_to(&self, instant: Timestamp) {
-        let mut now = self.now.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if instant > *now {
             *now = truncate_to_micros(instant);
         }
@@ -141,7 +147,10 @@ impl ManualClock {
 
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
-        *self.now.lock().unwrap_or_else(|e| e.into_inner())
+        *self
+            .now
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

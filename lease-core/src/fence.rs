@@ -45,7 +45,10 @@ impl FenceGate {
     /// seen for it, and remembers `fence`. Check and record are one atomic
     /// step; do the write only after `Ok`.
     pub fn admit(&self, resource: &str, fence: u64) -> Result<(), StaleFence> {
-        let mut highest = self.highest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut highest = self
+            .highest
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match highest.get_mut(resource) {
             Some(seen) if *seen > fence => Err(StaleFence {
                 presented: fence,
@@ -66,7 +69,7 @@ impl FenceGate {
     pub fn highest_seen(&self, resource: &str) -> Option<u64> {
         self.highest
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(resource)
             .copied()
     }

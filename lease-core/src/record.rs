@@ -70,12 +70,8 @@ impl Status {
         use Status::*;
         matches!(
             (self, to),
-            (Pending, Running)
-                | (Pending, Succeeded)
-                | (Pending, Failed)
-                | (Running, Succeeded)
-                | (Running, Failed)
-                | (Running, Interrupted)
+            (Pending, Running | Succeeded | Failed)
+                | (Running, Succeeded | Failed | Interrupted)
                 | (Interrupted, Failed)
         )
     }

@@ -31,7 +31,7 @@ impl Factory for SqliteFactory {
         let store = SqliteStore::open(SqliteConfig::new(&path).clock(clock.clone())).await?;
         self.directories
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(path, directory);
         Ok(Subject {
             store,
@@ -50,7 +50,7 @@ impl Factory for SqliteFactory {
         let directory = self
             .directories
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(store.path());
         match directory {
             Some(directory) => directory.close().map_err(|error| {

@@ -84,7 +84,9 @@ struct RawMemory {
 }
 
 fn lock(state: &Mutex<RawState>) -> MutexGuard<'_, RawState> {
-    state.lock().unwrap_or_else(|e| e.into_inner())
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl RawMemory {
@@ -210,7 +212,9 @@ struct InProcessWaiter {
 
 impl InProcessWaiter {
     fn queues(&self) -> MutexGuard<'_, WaitQueues> {
-        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+        self.queues
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -74,7 +74,7 @@ impl Backend for SqliteBackend {
         let directory = self
             .directory
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
         if let Some(directory) = directory {
             directory.close()?;

@@ -166,7 +166,7 @@ async fn hold_and_measure(
     let calls: Vec<CallSpan> = timed
         .calls
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .filter(|call| call.sent >= measuring)
         .cloned()
@@ -248,7 +248,7 @@ impl TimedStore {
         };
         self.calls
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(span);
     }
 }

@@ -450,7 +450,7 @@ async fn race(
     let handoff_gap = arena
         .gaps
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .summary();
     let total = |figure: fn(&WorkerTally) -> u64| tallies.iter().map(figure).sum();
     Ok(HotKeyCell {
@@ -515,12 +515,12 @@ async fn contend(
             }
             let released = *arena.released_at[index]
                 .lock()
-                .unwrap_or_else(|e| e.into_inner());
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Some(released) = released {
                 arena
                     .gaps
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .record(won.saturating_duration_since(released));
             }
             tally.wins += 1;
@@ -530,7 +530,7 @@ async fn contend(
             arena.holders[index].fetch_sub(1, Ordering::SeqCst);
             *arena.released_at[index]
                 .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
             if contender.release(scope).await.is_err() {
                 tally.errors += 1;
             }

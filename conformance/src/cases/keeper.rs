@@ -133,7 +133,7 @@ async fn peer_takes_over<S: LeaseStore>(
         shorten_and_expire(ctx, guard.claim()).await?;
         match ctx.store.claim_for_takeover(&request).await? {
             Takeover::Taken(record) => return Ok(record),
-            Takeover::NotTaken(_) => continue,
+            Takeover::NotTaken(_) => {}
             other => return Err(Failure(format!("the peer's takeover answered {other:?}"))),
         }
     }
@@ -264,8 +264,8 @@ pub async fn keeper_complete_after_takeover_answers_stale<S: LeaseStore + 'stati
     ensure!(
         matches!(
             answer,
-            Err(WriteError::TakenOver)
-                | Err(WriteError::OwnershipLost(
+            Err(WriteError::TakenOver
+                | WriteError::OwnershipLost(
                     LossCause::Lost(LossReason::OwnerChanged) | LossCause::DeadlinePassed
                 ))
         ),

@@ -288,7 +288,7 @@ fn explore_hostile<S: JobQueue>(
             .map_err(|why| {
                 first_failure
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .get_or_insert_with(|| why.0.clone());
                 TestCaseError::fail(why.0)
             })
@@ -377,7 +377,7 @@ async fn play<S: JobQueue>(
         let mut mentioned = touched.clone();
         match op {
             HostileOp::Enqueue(jobs) => {
-                mentioned.extend(jobs.iter().map(|j| job_id(prefix, &j.id)))
+                mentioned.extend(jobs.iter().map(|j| job_id(prefix, &j.id)));
             }
             HostileOp::Write(claim, _) => {
                 mentioned.insert(job_id(prefix, &claim.id));
@@ -693,7 +693,10 @@ struct Guarded {
 
 impl Guarded {
     fn write(&self, job: &str, fence: u64) -> bool {
-        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut decisions = self
+            .decisions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let accepted = self.gate.admit(job, fence).is_ok();
         decisions.push((job.to_owned(), fence, accepted));
         accepted
@@ -939,7 +942,10 @@ async fn audit<S: JobQueue>(
     }
     // The gate: per job, an accepted fence is never below an accepted one
     // before it, and a refused one always is.
-    let decisions = guarded.decisions.lock().unwrap_or_else(|e| e.into_inner());
+    let decisions = guarded
+        .decisions
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut highest: BTreeMap<&str, u64> = BTreeMap::new();
     for (job, fence, accepted) in decisions.iter() {
         let seen = highest.get(job.as_str()).copied();

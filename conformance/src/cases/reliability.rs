@@ -136,12 +136,14 @@ fn explore_hostile<S: LeaseStore>(
             .map_err(|why| {
                 first_failure
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .get_or_insert_with(|| why.clone());
                 TestCaseError::fail(why)
             })
     });
-    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
+    let tally = tally
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     tracing::debug!(
         "hostile input: {} runs, {} calls in {:?}: {tally:?}",
         runs.load(Ordering::Relaxed),
@@ -795,7 +797,7 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
                 .map_err(|why| format!("{}\n{why}", transcript.join("\n")))?;
             *tally
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .entry(format!("{} {answered}", call.label()))
                 .or_default() += 1;
         }
@@ -855,9 +857,10 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
         } else {
             None
         };
-        let (current_owner, current_fence) = current
-            .map(|record| (record.owner.unwrap_or_default(), record.fence))
-            .unwrap_or_else(|| ("worker-a".to_owned(), 1));
+        let (current_owner, current_fence) = current.map_or_else(
+            || ("worker-a".to_owned(), 1),
+            |record| (record.owner.unwrap_or_default(), record.fence),
+        );
         let owner = match &pick.owner {
             OwnerPick::Current => current_owner,
             OwnerPick::Text(text) => text.clone(),
@@ -1232,7 +1235,10 @@ impl std::fmt::Display for GateDecision {
 
 impl GuardedResource {
     fn write(&self, scope: &str, fence: u64, writer: &str, must_pass: bool) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let accepted = self.gate.admit(scope, fence).is_ok();
         if accepted {
             state
@@ -1491,7 +1497,7 @@ async fn mix<S: LeaseStore>(
         let pick = (!worker.held.is_empty()).then(|| worker.dice.below(worker.held.len()));
         match (roll, pick) {
             (0..=39, _) | (_, None) => {
-                admit_one(&ctx, &resource, &mut worker, phase, round, op).await
+                admit_one(&ctx, &resource, &mut worker, phase, round, op).await;
             }
             (40..=59, Some(at)) => {
                 renew_held(&ctx, &mut worker, at).await;
@@ -1706,7 +1712,10 @@ async fn audit<S: LeaseStore>(
     // The gate: per resource, accepted fences never go down, a write older
     // than an accepted one is refused, a takeover winner's write passes, and
     // the log holds exactly the accepted writes, in fence order.
-    let state = resource.state.lock().unwrap_or_else(|e| e.into_inner());
+    let state = resource
+        .state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut highest: HashMap<&str, u64> = HashMap::new();
     let mut accepted: HashMap<&str, usize> = HashMap::new();
     let mut stale_refused = 0;
@@ -1765,7 +1774,7 @@ pub(crate) fn hostile_verdict<T>(
              shortest failing run found ({} operations):\n{reason}",
             first_failure
                 .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .unwrap_or_default(),
             ops.len()
         ))),

@@ -235,6 +235,8 @@ fn hostname() -> String {
                 .collect::<String>()
         })
         .filter(|name| !name.is_empty())
-        .map(|name| name.chars().take(64).collect())
-        .unwrap_or_else(|| "localhost".to_owned())
+        .map_or_else(
+            || "localhost".to_owned(),
+            |name| name.chars().take(64).collect(),
+        )
 }

@@ -76,7 +76,10 @@ impl PanicLog {
         count.fetch_add(1, Ordering::Relaxed);
         telemetry::task_panic(task.label());
         tracing::error!(task = task.label(), panic = %message, "{what}");
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) =
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some(format!("{}: {message}", task.label()));
         message
     }
@@ -91,7 +94,10 @@ impl PanicLog {
     }
 
     fn last(&self) -> Option<String> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 

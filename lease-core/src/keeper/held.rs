@@ -119,7 +119,9 @@ impl HeldCore {
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, CoreState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn phase(&self) -> Phase {
@@ -373,11 +375,17 @@ pub(crate) struct RunItem {
 
 impl RunItem {
     pub(crate) fn status(&self) -> Status {
-        *self.status.lock().unwrap_or_else(|e| e.into_inner())
+        *self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn set_status(&self, status: Status) {
-        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+        *self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = status;
     }
 }
 

@@ -258,7 +258,9 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn table(&self) -> MutexGuard<'_, HashMap<HeldKey, Entry>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub(crate) fn is_accepting(&self) -> bool {
@@ -628,12 +630,14 @@ impl std::fmt::Debug for Keeper {
 }
 
 fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+    slot.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
 }
 
 fn has_ended(slot: &Mutex<Option<JoinHandle<()>>>) -> bool {
     slot.lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .as_ref()
         .is_some_and(JoinHandle::is_finished)
 }

@@ -315,9 +315,8 @@ impl<S: LeaseStore> Run<'_, S> {
             .cloned()
             .unwrap_or_else(|| Claim::new(id, owner_name(0), 1));
         match choice {
-            ClaimChoice::Current => current,
             ClaimChoice::Earlier(index) if !history.is_empty() => index.get(history).clone(),
-            ClaimChoice::Earlier(_) => current,
+            ClaimChoice::Current | ClaimChoice::Earlier(_) => current,
             ClaimChoice::WrongOwner => Claim {
                 owner: format!("{}-impostor", current.owner),
                 ..current
