@@ -89,12 +89,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::backend::rules::{self, AdmissionPlan};
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::engine::{self, RecordTransaction};
+use tenure_lease_core::backend::{rules, validate};
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, Clock, Error, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LeaseStore, Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp,
-    Transition,
+    Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
+    Renewal, Result, StatusChange, SystemClock, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 mod queue;
@@ -127,12 +126,53 @@ impl State {
         self.last_fence
     }
 
+    fn hold_scopes(&mut self, record: &LeaseRecord) {
+        for scope in &record.scopes {
+            self.holders.insert(scope.clone(), record.id.clone());
+        }
+    }
+
     fn release_scopes(&mut self, record: &LeaseRecord) {
         for scope in &record.scopes {
             if self.holders.get(scope) == Some(&record.id) {
                 self.holders.remove(scope);
             }
         }
+    }
+}
+
+/// The engine's view of the records: the locked state is the transaction
+/// (every operation decides before it mutates, so there is nothing to roll
+/// back).
+impl RecordTransaction for State {
+    fn exists(&mut self, id: &str) -> Result<bool> {
+        Ok(self.records.contains_key(id))
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<LeaseRecord>> {
+        Ok(self.records.get(id).cloned())
+    }
+
+    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
+        Ok(self.holders.get(scope).cloned())
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        Ok(State::next_fence(self))
+    }
+
+    fn insert(&mut self, record: &LeaseRecord) -> Result<()> {
+        self.hold_scopes(record);
+        self.records.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    fn save(&mut self, record: &LeaseRecord) -> Result<()> {
+        if !record.is_active() {
+            self.release_scopes(record);
+        }
+        self.records.insert(record.id.clone(), record.clone());
+        Ok(())
     }
 }
 
@@ -189,126 +229,34 @@ impl LeaseStore for MemoryStore {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
         let metadata = validate::admit(request)?.clone();
         let now = self.now();
-        let mut state = self.lock();
-        if state.records.contains_key(&request.id) {
-            return Err(Error::already_exists(&request.id));
-        }
-        let holders: Vec<LeaseRecord> = request
-            .scopes
-            .iter()
-            .filter_map(|scope| state.holders.get(scope))
-            .filter_map(|id| state.records.get(id))
-            .cloned()
-            .collect();
-        let interrupt = match rules::plan_admission(request, &holders, now) {
-            AdmissionPlan::Conflict {
-                holder,
-                retry_after,
-            } => {
-                return Ok(Admission::Conflict {
-                    holder,
-                    retry_after,
-                })
-            }
-            AdmissionPlan::Proceed { interrupt } => interrupt,
-        };
-        let mut interrupted = Vec::with_capacity(interrupt.len());
-        for id in interrupt {
-            let fence = state.next_fence();
-            let mut holder = state.records[&id].clone();
-            state.release_scopes(&holder);
-            rules::interrupt(&mut holder, &request.owner, fence, now);
-            state.records.insert(id, holder.clone());
-            interrupted.push(holder);
-        }
-        let fence = state.next_fence();
-        let record = rules::new_record(request, metadata, fence, now);
-        for scope in &record.scopes {
-            state.holders.insert(scope.clone(), record.id.clone());
-        }
-        state.records.insert(record.id.clone(), record.clone());
-        Ok(Admission::Admitted {
-            record,
-            interrupted,
-        })
+        engine::admit(&mut *self.lock(), now, request, metadata)
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
         validate::claim(claim)?;
         validate::ttl(ttl)?;
         let now = self.now();
-        let mut state = self.lock();
-        let record = state.records.get_mut(&claim.id);
-        if let Err(reason) = rules::judge_renewal(record.as_deref(), claim) {
-            return Ok(Renewal::Lost(reason));
-        }
-        let record = record.expect("judged present");
-        Ok(Renewal::Renewed {
-            expires_at: rules::renew(record, ttl, now),
-        })
+        engine::renew(&mut *self.lock(), now, claim, ttl)
     }
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         validate::claims(claims)?;
         validate::ttl(ttl)?;
         let now = self.now();
-        let mut state = self.lock();
-        Ok(claims
-            .iter()
-            .map(|claim| {
-                let record = state.records.get_mut(&claim.id);
-                match rules::judge_renewal(record.as_deref(), claim) {
-                    Err(reason) => Renewal::Lost(reason),
-                    Ok(()) => Renewal::Renewed {
-                        expires_at: rules::renew(record.expect("judged present"), ttl, now),
-                    },
-                }
-            })
-            .collect())
+        engine::renew_many(&mut *self.lock(), now, claims, ttl)
     }
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
         validate::claim(claim)?;
         validate::status_change(change)?;
         let now = self.now();
-        let mut state = self.lock();
-        let Some(record) = state.records.get(&claim.id) else {
-            return Ok(Transition::Rejected(
-                tenure_lease_core::TransitionRejection::Missing,
-            ));
-        };
-        if let Err(rejection) = rules::judge_transition(Some(record), claim, change.status) {
-            return Ok(Transition::Rejected(rejection));
-        }
-        let mut record = record.clone();
-        rules::transition(&mut record, change, now);
-        if !record.is_active() {
-            state.release_scopes(&record);
-        }
-        state.records.insert(record.id.clone(), record.clone());
-        Ok(Transition::Applied(record))
+        engine::transition(&mut *self.lock(), now, claim, change)
     }
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
         validate::takeover(request)?;
         let now = self.now();
-        let mut state = self.lock();
-        let Some(record) = state.records.get(&request.id) else {
-            return Ok(Takeover::NotTaken(
-                tenure_lease_core::NotTakenReason::Missing,
-            ));
-        };
-        if let Err(reason) = rules::judge_takeover(Some(record), request.grace, now) {
-            return Ok(Takeover::NotTaken(reason));
-        }
-        let mut record = record.clone();
-        let fence = state.next_fence();
-        rules::take_over(&mut record, &request.claimer, &request.action, fence, now);
-        if !record.is_active() {
-            state.release_scopes(&record);
-        }
-        state.records.insert(record.id.clone(), record.clone());
-        Ok(Takeover::Taken(record))
+        engine::claim_for_takeover(&mut *self.lock(), now, request)
     }
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {

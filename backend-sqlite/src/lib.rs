@@ -174,7 +174,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::{engine, validate};
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
     Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
@@ -184,6 +184,7 @@ pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT};
 pub use schema::SCHEMA_VERSION;
 
 use connection::ConnectionThread;
+use records::Records;
 
 /// A lease store in a SQLite file. See the [crate docs](crate).
 ///
@@ -234,7 +235,9 @@ impl LeaseStore for SqliteStore {
         let request = request.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| ops::admit(transaction, now, &request, metadata))
+                session.write(|transaction, now| {
+                    engine::admit(&mut Records(transaction), now, &request, metadata)
+                })
             })
             .await
     }
@@ -245,7 +248,9 @@ impl LeaseStore for SqliteStore {
         let claim = claim.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| ops::renew(transaction, now, &claim, ttl))
+                session.write(|transaction, now| {
+                    engine::renew(&mut Records(transaction), now, &claim, ttl)
+                })
             })
             .await
     }
@@ -257,10 +262,7 @@ impl LeaseStore for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
-                    claims
-                        .iter()
-                        .map(|claim| ops::renew(transaction, now, claim, ttl))
-                        .collect()
+                    engine::renew_many(&mut Records(transaction), now, &claims, ttl)
                 })
             })
             .await
@@ -273,7 +275,9 @@ impl LeaseStore for SqliteStore {
         let change = change.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| ops::transition(transaction, now, &claim, &change))
+                session.write(|transaction, now| {
+                    engine::transition(&mut Records(transaction), now, &claim, &change)
+                })
             })
             .await
     }
@@ -283,8 +287,9 @@ impl LeaseStore for SqliteStore {
         let request = request.clone();
         self.connection
             .run(move |session| {
-                session
-                    .write(|transaction, now| ops::claim_for_takeover(transaction, now, &request))
+                session.write(|transaction, now| {
+                    engine::claim_for_takeover(&mut Records(transaction), now, &request)
+                })
             })
             .await
     }

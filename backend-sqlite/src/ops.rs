@@ -1,28 +1,22 @@
-//! The store operations, run on the connection thread inside their
-//! transaction.
+//! The scans and retention, run on the connection thread inside their
+//! transaction. (Admission, renewal, transitions and takeovers are the
+//! shared [`engine`](tenure_lease_core::backend::engine)'s, over
+//! [`Records`](crate::records::Records).)
 //!
-//! Writes follow one shape: read the records involved, judge them with
-//! [`tenure_lease_core::backend::rules`], write the result. SQL only finds rows (using the
-//! indexes); the contract's decisions are the shared rules', so this
-//! backend judges exactly as the reference backend does.
+//! SQL only finds rows (using the indexes); the contract's decisions are
+//! the shared rules', so this backend judges exactly as the reference
+//! backend does.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use tenure_lease_core::backend::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::clock::to_micros;
-use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LossReason,
-    NotTakenReason, Renewal, Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest,
-    Timestamp, Transition, TransitionRejection,
-};
+use tenure_lease_core::{ExpiredQuery, ExpiredScan, LeaseRecord, Result, SkippedRecord, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::records::{self, decode_record, select_records, Undecodable};
 use crate::schema::finished_statuses;
-
-type Metadata = serde_json::Map<String, serde_json::Value>;
 
 /// Unfinished records (active, or with a status nobody knows) whose expiry
 /// is none, at most `?1`, or no instant at all (not an integer, or beyond
@@ -55,115 +49,6 @@ const LIST_ACTIVE: &str = select_records!(
 /// Terminal records last updated at or before `?1`.
 const PURGE: &str =
     "DELETE FROM leases WHERE status IN ('succeeded', 'failed') AND updated_at <= ?1";
-
-pub(crate) fn admit(
-    connection: &Connection,
-    now: Timestamp,
-    request: &AdmitRequest,
-    metadata: Metadata,
-) -> Result<Admission> {
-    if records::exists(connection, &request.id)? {
-        return Err(tenure_lease_core::Error::already_exists(&request.id));
-    }
-    let mut holders: Vec<LeaseRecord> = Vec::new();
-    for scope in &request.scopes {
-        let Some(holder_id) = records::holder_of(connection, scope)? else {
-            continue;
-        };
-        if holders.iter().any(|holder| holder.id == holder_id) {
-            continue;
-        }
-        let holder = records::load(connection, &holder_id)?.ok_or_else(|| {
-            tenure_lease_core::Error::corrupt(format!(
-                "scope {scope:?} is held by lease {holder_id:?}, which does not exist"
-            ))
-        })?;
-        holders.push(holder);
-    }
-    let interrupt = match rules::plan_admission(request, &holders, now) {
-        AdmissionPlan::Conflict {
-            holder,
-            retry_after,
-        } => {
-            return Ok(Admission::Conflict {
-                holder,
-                retry_after,
-            })
-        }
-        AdmissionPlan::Proceed { interrupt } => interrupt,
-    };
-    let mut holders: HashMap<String, LeaseRecord> = holders
-        .into_iter()
-        .map(|holder| (holder.id.clone(), holder))
-        .collect();
-    let mut interrupted = Vec::with_capacity(interrupt.len());
-    for id in interrupt {
-        if let Some(mut holder) = holders.remove(&id) {
-            let fence = records::next_fence(connection)?;
-            rules::interrupt(&mut holder, &request.owner, fence, now);
-            records::save(connection, &holder)?;
-            interrupted.push(holder);
-        }
-    }
-    let fence = records::next_fence(connection)?;
-    let record = rules::new_record(request, metadata, fence, now);
-    records::insert(connection, &record)?;
-    Ok(Admission::Admitted {
-        record,
-        interrupted,
-    })
-}
-
-pub(crate) fn renew(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &Claim,
-    ttl: Duration,
-) -> Result<Renewal> {
-    let Some(mut record) = records::load(connection, &claim.id)? else {
-        return Ok(Renewal::Lost(LossReason::Missing));
-    };
-    if let Err(reason) = rules::judge_renewal(Some(&record), claim) {
-        return Ok(Renewal::Lost(reason));
-    }
-    let expires_at = rules::renew(&mut record, ttl, now);
-    records::save(connection, &record)?;
-    Ok(Renewal::Renewed { expires_at })
-}
-
-pub(crate) fn transition(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &Claim,
-    change: &StatusChange,
-) -> Result<Transition> {
-    let Some(mut record) = records::load(connection, &claim.id)? else {
-        return Ok(Transition::Rejected(TransitionRejection::Missing));
-    };
-    if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status) {
-        return Ok(Transition::Rejected(rejection));
-    }
-    rules::transition(&mut record, change, now);
-    records::save(connection, &record)?;
-    Ok(Transition::Applied(record))
-}
-
-pub(crate) fn claim_for_takeover(
-    connection: &Connection,
-    now: Timestamp,
-    request: &TakeoverRequest,
-) -> Result<Takeover> {
-    let Some(mut record) = records::load(connection, &request.id)? else {
-        return Ok(Takeover::NotTaken(NotTakenReason::Missing));
-    };
-    if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
-        return Ok(Takeover::NotTaken(reason));
-    }
-    let fence = records::next_fence(connection)?;
-    rules::take_over(&mut record, &request.claimer, &request.action, fence, now);
-    records::save(connection, &record)?;
-    Ok(Takeover::Taken(record))
-}
 
 /// Walks unfinished records (active, or with a status nobody knows) in
 /// [`rules::expired_order`], those whose expiry cannot be an integer too, so

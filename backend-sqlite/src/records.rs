@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use tenure_lease_core::backend::engine::RecordTransaction;
 use tenure_lease_core::clock::{from_micros, to_micros};
 use tenure_lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
 
@@ -309,4 +310,34 @@ pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> 
         release.execute([&record.id]).map_err(map_sqlite_error)?;
     }
     Ok(())
+}
+
+/// The engine's view of the records, on a connection inside a write
+/// transaction.
+pub(crate) struct Records<'a>(pub(crate) &'a Connection);
+
+impl RecordTransaction for Records<'_> {
+    fn exists(&mut self, id: &str) -> Result<bool> {
+        exists(self.0, id)
+    }
+
+    fn load(&mut self, id: &str) -> Result<Option<LeaseRecord>> {
+        load(self.0, id)
+    }
+
+    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
+        holder_of(self.0, scope)
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        next_fence(self.0)
+    }
+
+    fn insert(&mut self, record: &LeaseRecord) -> Result<()> {
+        insert(self.0, record)
+    }
+
+    fn save(&mut self, record: &LeaseRecord) -> Result<()> {
+        save(self.0, record)
+    }
 }

@@ -3,12 +3,14 @@
 //!
 //! Users of tenure never need this module (the `tenure` facade does not
 //! export it): a store already validates what it is given and judges by
-//! these rules. A backend that decides in Rust (memory, SQLite) calls
-//! [`rules`] and [`queue_rules`] on the records it loaded and writes the
-//! result back in the same transaction; one that cannot (Redis Lua,
-//! PostgreSQL SQL) mirrors them and is held to them by the conformance kit.
+//! these rules. A backend that decides in Rust (memory, SQLite) runs the
+//! lease operations through the [`engine`] over its own
+//! [`RecordTransaction`](engine::RecordTransaction), and the queue's with
+//! [`queue_rules`]; one that cannot (Redis Lua, PostgreSQL SQL) mirrors the
+//! [`rules`] and is held to them by the conformance kit.
 //! Each store operation starts with the matching [`validate`] check.
 
+pub mod engine;
 pub mod queue_rules;
 pub mod rules;
 pub mod validate;

@@ -1,0 +1,235 @@
+//! The lease operations of a store that decides in Rust, written once.
+//!
+//! A store that can hold a transaction open while Rust code runs (the
+//! memory store's mutex, SQLite's `BEGIN IMMEDIATE`) need not restate how an
+//! admission, a renewal, a transition or a takeover goes: it implements
+//! [`RecordTransaction`], six small synchronous steps over its storage, and
+//! calls these functions inside its transaction. Each loads what it needs,
+//! judges it with [`rules`](super::rules), and writes the result back, so
+//! every such store decides exactly as the contract's rules do.
+//!
+//! Input is validated by the caller first ([`validate`](super::validate)),
+//! so a transaction is never opened for a request that would be refused.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::rules::{self, AdmissionPlan};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::outcome::{
+    Admission, LossReason, NotTakenReason, Renewal, Takeover, Transition, TransitionRejection,
+};
+use crate::record::{Claim, LeaseRecord};
+use crate::request::{AdmitRequest, StatusChange, TakeoverRequest};
+
+/// Metadata of a record, as [`validate::admit`](super::validate::admit)
+/// answers it.
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
+
+/// A store's lease records inside one open transaction: what the
+/// [engine](self) reads and writes. Every step may fail with the store's
+/// error; the caller then rolls the transaction back.
+pub trait RecordTransaction {
+    /// Whether a record with `id` exists, decodable or not.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn exists(&mut self, id: &str) -> Result<bool>;
+
+    /// The record with `id`, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when it cannot be
+    /// decoded; the store's errors.
+    fn load(&mut self, id: &str) -> Result<Option<LeaseRecord>>;
+
+    /// The id of the active record holding `scope`, if any.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn holder_of(&mut self, scope: &str) -> Result<Option<String>>;
+
+    /// Draws the next value of the store-wide fence sequence.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when the counter
+    /// is damaged or exhausted; the store's errors.
+    fn next_fence(&mut self) -> Result<u64>;
+
+    /// Stores a new record, which holds its scopes (it is active).
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn insert(&mut self, record: &LeaseRecord) -> Result<()>;
+
+    /// Writes back a record loaded in this transaction; when it is no
+    /// longer active, the scopes it held are released.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn save(&mut self, record: &LeaseRecord) -> Result<()>;
+}
+
+/// `admit` ([`LeaseStore::admit`](crate::LeaseStore::admit)): refuses a
+/// taken id, plans against the scopes' active holders, interrupts those the
+/// plan names (each under a new fence) and inserts the new record.
+///
+/// # Errors
+///
+/// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) for a
+/// taken id; [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when a scope
+/// names a holder that does not exist or cannot be decoded; the store's
+/// errors.
+pub fn admit(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    request: &AdmitRequest,
+    metadata: Metadata,
+) -> Result<Admission> {
+    if records.exists(&request.id)? {
+        return Err(Error::already_exists(&request.id));
+    }
+    let mut holders: Vec<LeaseRecord> = Vec::new();
+    for scope in &request.scopes {
+        let Some(holder_id) = records.holder_of(scope)? else {
+            continue;
+        };
+        if holders.iter().any(|holder| holder.id == holder_id) {
+            continue;
+        }
+        let holder = records.load(&holder_id)?.ok_or_else(|| {
+            Error::corrupt(format!(
+                "scope {scope:?} is held by lease {holder_id:?}, which does not exist"
+            ))
+        })?;
+        holders.push(holder);
+    }
+    let interrupt = match rules::plan_admission(request, &holders, now) {
+        AdmissionPlan::Conflict {
+            holder,
+            retry_after,
+        } => {
+            return Ok(Admission::Conflict {
+                holder,
+                retry_after,
+            })
+        }
+        AdmissionPlan::Proceed { interrupt } => interrupt,
+    };
+    let mut holders: HashMap<String, LeaseRecord> = holders
+        .into_iter()
+        .map(|holder| (holder.id.clone(), holder))
+        .collect();
+    let mut interrupted = Vec::with_capacity(interrupt.len());
+    for id in interrupt {
+        if let Some(mut holder) = holders.remove(&id) {
+            let fence = records.next_fence()?;
+            rules::interrupt(&mut holder, &request.owner, fence, now);
+            records.save(&holder)?;
+            interrupted.push(holder);
+        }
+    }
+    let fence = records.next_fence()?;
+    let record = rules::new_record(request, metadata, fence, now);
+    records.insert(&record)?;
+    Ok(Admission::Admitted {
+        record,
+        interrupted,
+    })
+}
+
+/// `renew` ([`LeaseStore::renew`](crate::LeaseStore::renew)).
+///
+/// # Errors
+///
+/// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) for an undecodable
+/// record; the store's errors.
+pub fn renew(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    claim: &Claim,
+    ttl: Duration,
+) -> Result<Renewal> {
+    let Some(mut record) = records.load(&claim.id)? else {
+        return Ok(Renewal::Lost(LossReason::Missing));
+    };
+    if let Err(reason) = rules::judge_renewal(Some(&record), claim) {
+        return Ok(Renewal::Lost(reason));
+    }
+    let expires_at = rules::renew(&mut record, ttl, now);
+    records.save(&record)?;
+    Ok(Renewal::Renewed { expires_at })
+}
+
+/// `renew_many` ([`LeaseStore::renew_many`](crate::LeaseStore::renew_many)):
+/// [`renew`] for each claim, in order, in the one transaction.
+///
+/// # Errors
+///
+/// As [`renew`], for any of the claims (then nothing is renewed, once the
+/// caller rolls back).
+pub fn renew_many(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    claims: &[Claim],
+    ttl: Duration,
+) -> Result<Vec<Renewal>> {
+    claims
+        .iter()
+        .map(|claim| renew(records, now, claim, ttl))
+        .collect()
+}
+
+/// `transition` ([`LeaseStore::transition`](crate::LeaseStore::transition)).
+///
+/// # Errors
+///
+/// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) for an undecodable
+/// record; the store's errors.
+pub fn transition(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    claim: &Claim,
+    change: &StatusChange,
+) -> Result<Transition> {
+    let Some(mut record) = records.load(&claim.id)? else {
+        return Ok(Transition::Rejected(TransitionRejection::Missing));
+    };
+    if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status) {
+        return Ok(Transition::Rejected(rejection));
+    }
+    rules::transition(&mut record, change, now);
+    records.save(&record)?;
+    Ok(Transition::Applied(record))
+}
+
+/// `claim_for_takeover`
+/// ([`LeaseStore::claim_for_takeover`](crate::LeaseStore::claim_for_takeover)).
+///
+/// # Errors
+///
+/// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) for an undecodable
+/// record or a damaged fence counter; the store's errors.
+pub fn claim_for_takeover(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    request: &TakeoverRequest,
+) -> Result<Takeover> {
+    let Some(mut record) = records.load(&request.id)? else {
+        return Ok(Takeover::NotTaken(NotTakenReason::Missing));
+    };
+    if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
+        return Ok(Takeover::NotTaken(reason));
+    }
+    let fence = records.next_fence()?;
+    rules::take_over(&mut record, &request.claimer, &request.action, fence, now);
+    records.save(&record)?;
+    Ok(Takeover::Taken(record))
+}
