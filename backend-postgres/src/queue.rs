@@ -28,9 +28,7 @@ use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
 use crate::statement::PgQuery;
-use crate::store::{
-    changed_concurrently, fence_param, interval, interval_rounded_up, WRITE_ATTEMPTS,
-};
+use crate::store::{fence_param, interval, interval_rounded_up};
 use crate::PgStore;
 
 /// The primary key whose violation means a job id is taken.
@@ -60,16 +58,13 @@ impl PgStore {
         claim: &JobClaim,
         write: impl Fn() -> PgQuery<'q> + Send,
     ) -> Result<JobSettle> {
-        for _ in 0..WRITE_ATTEMPTS {
-            let row = self.fetch_optional(&write).await?;
-            if let Some(row) = row {
-                return Ok(JobSettle::Settled(decode::trusted_job(&row)?));
-            }
-            if let Some(loss) = self.job_loss(claim).await? {
-                return Ok(JobSettle::Rejected(loss));
-            }
-        }
-        Err(changed_concurrently(operation, &claim.id))
+        self.write_or_explain(
+            (operation, &claim.id),
+            write,
+            |row| Ok(JobSettle::Settled(decode::trusted_job(row)?)),
+            move || async move { Ok(self.job_loss(claim).await?.map(JobSettle::Rejected)) },
+        )
+        .await
     }
 
     /// The jobs of a multi-job answer; an undecodable row is left out of the
@@ -205,26 +200,23 @@ impl JobQueue for PgStore {
         self.bounded("renew_job", async move {
             validate::job_claim(claim)?;
             validate::ttl(ttl)?;
-            for _ in 0..WRITE_ATTEMPTS {
-                let renewed = self
-                    .fetch_optional(|| {
-                        sqlx::query(&self.sql.jobs.renew)
-                            .bind(&claim.id)
-                            .bind(&claim.owner)
-                            .bind(fence_param(claim.fence))
-                            .bind(interval(ttl))
-                    })
-                    .await?;
-                if let Some(row) = renewed {
+            self.write_or_explain(
+                ("job renewal", &claim.id),
+                || {
+                    sqlx::query(&self.sql.jobs.renew)
+                        .bind(&claim.id)
+                        .bind(&claim.owner)
+                        .bind(fence_param(claim.fence))
+                        .bind(interval(ttl))
+                },
+                |row| {
                     let expires_at =
-                        decode::instant(&row, "lease_expires_at").map_err(store_error)?;
-                    return Ok(JobRenewal::Renewed { expires_at });
-                }
-                if let Some(loss) = self.job_loss(claim).await? {
-                    return Ok(JobRenewal::Lost(loss));
-                }
-            }
-            Err(changed_concurrently("job renewal", &claim.id))
+                        decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                    Ok(JobRenewal::Renewed { expires_at })
+                },
+                move || async move { Ok(self.job_loss(claim).await?.map(JobRenewal::Lost)) },
+            )
+            .await
         })
         .await
     }
@@ -310,25 +302,24 @@ impl JobQueue for PgStore {
         self.bounded("take_back", async move {
             validate::job_claim(claim)?;
             validate::ttl(ttl)?;
-            for _ in 0..WRITE_ATTEMPTS {
-                let row = self
-                    .fetch_optional(|| {
-                        sqlx::query(&self.sql.jobs.take_back)
-                            .bind(&claim.id)
-                            .bind(&claim.owner)
-                            .bind(fence_param(claim.fence))
-                            .bind(interval(ttl))
-                    })
-                    .await?;
-                if let Some(row) = row {
-                    return Ok(TakeBack::Taken(claimed(decode::trusted_job(&row)?)?));
-                }
-                let job = self.read_job(&claim.id).await?;
-                if let Err(refusal) = rules::judge_take_back(job.as_ref(), claim) {
-                    return Ok(TakeBack::NotTaken(refusal));
-                }
-            }
-            Err(changed_concurrently("take-back", &claim.id))
+            self.write_or_explain(
+                ("take-back", &claim.id),
+                || {
+                    sqlx::query(&self.sql.jobs.take_back)
+                        .bind(&claim.id)
+                        .bind(&claim.owner)
+                        .bind(fence_param(claim.fence))
+                        .bind(interval(ttl))
+                },
+                |row| Ok(TakeBack::Taken(claimed(decode::trusted_job(row)?)?)),
+                move || async move {
+                    let job = self.read_job(&claim.id).await?;
+                    Ok(rules::judge_take_back(job.as_ref(), claim)
+                        .err()
+                        .map(TakeBack::NotTaken))
+                },
+            )
+            .await
         })
         .await
     }
@@ -361,22 +352,21 @@ impl JobQueue for PgStore {
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         self.bounded("retry_dead_letter", async move {
             validate::lease_id(id)?;
-            for _ in 0..WRITE_ATTEMPTS {
-                let row = self
-                    .fetch_optional(|| sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id))
-                    .await?;
-                if let Some(row) = row {
-                    return Ok(OperatorRetry::Requeued(decode::trusted_job(&row)?));
-                }
-                match self.read_job(id).await? {
-                    None => return Ok(OperatorRetry::Missing),
-                    Some(job) if job.state != JobState::DeadLettered => {
-                        return Ok(OperatorRetry::NotDeadLettered(job.state))
-                    }
-                    Some(_) => {}
-                }
-            }
-            Err(changed_concurrently("dead-letter retry", id))
+            self.write_or_explain(
+                ("dead-letter retry", id),
+                || sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id),
+                |row| Ok(OperatorRetry::Requeued(decode::trusted_job(row)?)),
+                move || async move {
+                    Ok(match self.read_job(id).await? {
+                        None => Some(OperatorRetry::Missing),
+                        Some(job) if job.state != JobState::DeadLettered => {
+                            Some(OperatorRetry::NotDeadLettered(job.state))
+                        }
+                        Some(_) => None,
+                    })
+                },
+            )
+            .await
         })
         .await
     }

@@ -15,12 +15,15 @@
 //! run never happens. Admissions, which need a transaction anyway, start
 //! theirs at `READ COMMITTED` explicitly (see the crate docs).
 
+use std::future::Future;
+
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;
 use tenure_lease_core::Result;
 
 use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
+use crate::store::{changed_concurrently, WRITE_ATTEMPTS};
 use crate::PgStore;
 
 /// How a transaction of the store starts: a fresh snapshot per statement,
@@ -71,5 +74,33 @@ impl PgStore {
         statement: impl Fn() -> PgQuery<'q>,
     ) -> Result<Option<PgRow>> {
         Ok(self.fetch_all(statement).await?.into_iter().next())
+    }
+
+    /// A conditional write whose `WHERE` holds the contract's conditions:
+    /// the row it returns is turned into the answer by `applied`. When it
+    /// matches no row, `explain` reads the record back and answers why it
+    /// was refused; `None` means the record read back allows the write (it
+    /// changed between the two statements), and the write runs again, at
+    /// most [`WRITE_ATTEMPTS`] times in all. `what` and `id` name it in the
+    /// error that ends a persistent race.
+    pub(crate) async fn write_or_explain<'q, T, Explained>(
+        &self,
+        (what, id): (&str, &str),
+        write: impl Fn() -> PgQuery<'q>,
+        applied: impl Fn(&PgRow) -> Result<T>,
+        explain: impl Fn() -> Explained,
+    ) -> Result<T>
+    where
+        Explained: Future<Output = Result<Option<T>>>,
+    {
+        for _ in 0..WRITE_ATTEMPTS {
+            if let Some(row) = self.fetch_optional(&write).await? {
+                return applied(&row);
+            }
+            if let Some(refusal) = explain().await? {
+                return Ok(refusal);
+            }
+        }
+        Err(changed_concurrently(what, id))
     }
 }

@@ -403,27 +403,28 @@ impl LeaseStore for PgStore {
         self.bounded("renew", async move {
             validate::claim(claim)?;
             validate::ttl(ttl)?;
-            for _ in 0..WRITE_ATTEMPTS {
-                let renewed = self
-                    .fetch_optional(|| {
-                        sqlx::query(&self.sql.renew)
-                            .bind(&claim.id)
-                            .bind(&claim.owner)
-                            .bind(fence_param(claim.fence))
-                            .bind(interval(ttl))
-                    })
-                    .await?;
-                if let Some(row) = renewed {
+            self.write_or_explain(
+                ("renewal", &claim.id),
+                || {
+                    sqlx::query(&self.sql.renew)
+                        .bind(&claim.id)
+                        .bind(&claim.owner)
+                        .bind(fence_param(claim.fence))
+                        .bind(interval(ttl))
+                },
+                |row| {
                     let expires_at =
-                        decode::instant(&row, "lease_expires_at").map_err(store_error)?;
-                    return Ok(Renewal::Renewed { expires_at });
-                }
-                let record = self.read_record(&claim.id).await?;
-                if let Err(reason) = rules::judge_renewal(record.as_ref(), claim) {
-                    return Ok(Renewal::Lost(reason));
-                }
-            }
-            Err(changed_concurrently("renewal", &claim.id))
+                        decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                    Ok(Renewal::Renewed { expires_at })
+                },
+                move || async move {
+                    let record = self.read_record(&claim.id).await?;
+                    Ok(rules::judge_renewal(record.as_ref(), claim)
+                        .err()
+                        .map(Renewal::Lost))
+                },
+            )
+            .await
         })
         .await
     }
@@ -515,32 +516,29 @@ impl LeaseStore for PgStore {
                 .filter(|from| from.can_become(change.status))
                 .map(Status::as_str)
                 .collect();
-            for _ in 0..WRITE_ATTEMPTS {
-                let row = self
-                    .fetch_optional(|| {
-                        sqlx::query(&self.sql.transition)
-                            .bind(&claim.id)
-                            .bind(&claim.owner)
-                            .bind(fence_param(claim.fence))
-                            .bind(change.status.as_str())
-                            .bind(change.error.as_deref())
-                            .bind(change.stop_reason.as_deref())
-                            .bind(&allowed_from)
-                    })
-                    .await?;
-                if let Some(row) = row {
-                    return Ok(Transition::Applied(decode::trusted_record(&row)?));
-                }
-                let record = self.read_record(&claim.id).await?;
-                let Some(record) = record else {
-                    return Ok(Transition::Rejected(TransitionRejection::Missing));
-                };
-                if let Err(rejection) = rules::judge_transition(Some(&record), claim, change.status)
-                {
-                    return Ok(Transition::Rejected(rejection));
-                }
-            }
-            Err(changed_concurrently("transition", &claim.id))
+            self.write_or_explain(
+                ("transition", &claim.id),
+                || {
+                    sqlx::query(&self.sql.transition)
+                        .bind(&claim.id)
+                        .bind(&claim.owner)
+                        .bind(fence_param(claim.fence))
+                        .bind(change.status.as_str())
+                        .bind(change.error.as_deref())
+                        .bind(change.stop_reason.as_deref())
+                        .bind(&allowed_from)
+                },
+                |row| Ok(Transition::Applied(decode::trusted_record(row)?)),
+                move || async move {
+                    let Some(record) = self.read_record(&claim.id).await? else {
+                        return Ok(Some(Transition::Rejected(TransitionRejection::Missing)));
+                    };
+                    Ok(rules::judge_transition(Some(&record), claim, change.status)
+                        .err()
+                        .map(Transition::Rejected))
+                },
+            )
+            .await
         })
         .await
     }
@@ -558,31 +556,30 @@ impl LeaseStore for PgStore {
                 TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
             };
             let adopt = status == Status::Running;
-            for _ in 0..WRITE_ATTEMPTS {
-                let row = self
-                    .fetch_optional(|| {
-                        sqlx::query(&self.sql.take_over)
-                            .bind(&request.id)
-                            .bind(&request.claimer)
-                            .bind(status.as_str())
-                            .bind(error)
-                            .bind(stop_reason)
-                            .bind(adopt)
-                            .bind(adopt_ttl.map(interval))
-                            .bind(interval_rounded_up(request.grace))
-                    })
-                    .await?;
-                if let Some(row) = row {
-                    return Ok(Takeover::Taken(decode::trusted_record(&row)?));
-                }
-                let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
-                    return Ok(Takeover::NotTaken(NotTakenReason::Missing));
-                };
-                if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
-                    return Ok(Takeover::NotTaken(reason));
-                }
-            }
-            Err(changed_concurrently("takeover", &request.id))
+            self.write_or_explain(
+                ("takeover", &request.id),
+                || {
+                    sqlx::query(&self.sql.take_over)
+                        .bind(&request.id)
+                        .bind(&request.claimer)
+                        .bind(status.as_str())
+                        .bind(error)
+                        .bind(stop_reason)
+                        .bind(adopt)
+                        .bind(adopt_ttl.map(interval))
+                        .bind(interval_rounded_up(request.grace))
+                },
+                |row| Ok(Takeover::Taken(decode::trusted_record(row)?)),
+                move || async move {
+                    let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
+                        return Ok(Some(Takeover::NotTaken(NotTakenReason::Missing)));
+                    };
+                    Ok(rules::judge_takeover(Some(&record), request.grace, now)
+                        .err()
+                        .map(Takeover::NotTaken))
+                },
+            )
+            .await
         })
         .await
     }

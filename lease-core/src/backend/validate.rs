@@ -238,9 +238,14 @@ pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_js
 
 /// A claim.
 pub fn claim(claim: &Claim) -> Result<()> {
-    lease_id(&claim.id)?;
-    owner("owner", &claim.owner)?;
-    if claim.fence == 0 {
+    held_by(&claim.id, &claim.owner, claim.fence)
+}
+
+/// The parts every claim has, of a lease or of a job.
+fn held_by(id: &str, holder: &str, fence: u64) -> Result<()> {
+    lease_id(id)?;
+    owner("owner", holder)?;
+    if fence == 0 {
         return Err(Error::invalid_input(
             "fence",
             "fences start at 1; 0 is never handed out",
@@ -394,15 +399,7 @@ pub fn claim_request(request: &crate::queue::ClaimRequest) -> Result<()> {
 
 /// A job claim.
 pub fn job_claim(claim: &crate::queue::JobClaim) -> Result<()> {
-    lease_id(&claim.id)?;
-    owner("owner", &claim.owner)?;
-    if claim.fence == 0 {
-        return Err(Error::invalid_input(
-            "fence",
-            "fences start at 1; 0 is never handed out",
-        ));
-    }
-    Ok(())
+    held_by(&claim.id, &claim.owner, claim.fence)
 }
 
 /// A failure write.
