@@ -12,8 +12,9 @@
 //! forwarding, for every operation, exactly once.
 //!
 //! Hooks in this crate: [`Tracing`] (spans, warnings and metrics; see
-//! [`LayerExt::instrumented`]) and [`Timeout`]. Layers stack: the last one
-//! added runs outermost.
+//! [`LayerExt::instrumented`]), [`Timeout`], and [`Faults`], which injects
+//! failures, hangs, slow answers and panics for tests. Layers stack: the
+//! last one added runs outermost.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
@@ -43,9 +44,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -78,6 +81,9 @@ pub struct Operation<'a> {
     pub owner: Option<&'a str>,
     /// The fence of the claim it carries, when it carries one.
     pub fence: Option<u64>,
+    /// The claims of a batch (`renew_many`); empty for every other
+    /// operation.
+    pub batch: &'a [Claim],
 }
 
 impl<'a> Operation<'a> {
@@ -87,6 +93,7 @@ impl<'a> Operation<'a> {
             id: None,
             owner: None,
             fence: None,
+            batch: &[],
         }
     }
 
@@ -312,6 +319,162 @@ pub async fn bounded<T>(
     }
 }
 
+/// What an injected fault does to a matching call (see [`Faults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Answer [`ErrorKind::Unavailable`] without calling the store.
+    Unavailable,
+    /// Answer [`ErrorKind::Corrupt`] without calling the store, as a backend
+    /// does when a record it must read cannot be decoded.
+    Corrupt,
+    /// Never answer until [`Faults::release_hangs`], then call the store.
+    Hang,
+    /// Call the store at once, answer after this long.
+    SlowAnswer(Duration),
+    /// Panic inside the call without calling the store, as a buggy store
+    /// would; the rule is removed after its first panic.
+    PanicOnce,
+}
+
+/// Fault injection, for tests and examples: rules that make matching
+/// operations fail, hang, answer late or panic, and a count of the calls of
+/// each operation. A rule names an operation ([`Operation::name`]) and
+/// optionally an id, which matches the operation's id or any claim of its
+/// batch; the first matching rule applies. Rules can be added and cleared
+/// while the store is in use.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// use tenure_lease_core::layer::{Fault, Faults, LayerExt};
+/// use tenure_lease_core::{AdmitRequest, ErrorKind, LeaseStore};
+///
+/// let store = tenure_backend_memory::MemoryStore::new().layer(Faults::new());
+/// store.hook().inject("admit", None, Fault::Unavailable);
+/// let request = AdmitRequest::new("run-1", "worker-a").ttl(Duration::from_secs(30));
+/// let error = store.admit(&request).await.unwrap_err();
+/// assert_eq!(error.kind(), ErrorKind::Unavailable);
+/// assert_eq!(store.hook().calls("admit"), 1);
+/// assert!(store.inner().get("run-1").await.unwrap().is_none(), "the store was not called");
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct Faults {
+    rules: Mutex<Vec<(&'static str, Option<String>, Fault)>>,
+    calls: Mutex<HashMap<&'static str, usize>>,
+    released: tokio::sync::watch::Sender<bool>,
+    hangs_dropped: AtomicUsize,
+}
+
+impl Faults {
+    /// No rules yet: every call goes through.
+    pub fn new() -> Self {
+        Faults::default()
+    }
+
+    /// Adds a rule: calls of `operation` (on `id`, or any id) meet `fault`.
+    pub fn inject(&self, operation: &'static str, id: Option<&str>, fault: Fault) {
+        lock(&self.rules).push((operation, id.map(str::to_owned), fault));
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        lock(&self.rules).clear();
+    }
+
+    /// Removes every rule and lets every hanging call go on to the store.
+    pub fn release_hangs(&self) {
+        self.clear();
+        self.released.send_replace(true);
+    }
+
+    /// How many calls of `operation` have started.
+    pub fn calls(&self, operation: &str) -> usize {
+        lock(&self.calls).get(operation).copied().unwrap_or(0)
+    }
+
+    /// How many hanging calls were dropped (cancelled) before release.
+    pub fn hangs_dropped(&self) -> usize {
+        self.hangs_dropped.load(Ordering::SeqCst)
+    }
+
+    /// Counts the call and picks the first matching rule's fault.
+    fn enter(&self, operation: &Operation<'_>) -> Option<Fault> {
+        *lock(&self.calls).entry(operation.name).or_default() += 1;
+        let mut rules = lock(&self.rules);
+        let index = rules.iter().position(|(name, id, _)| {
+            *name == operation.name
+                && id.as_deref().is_none_or(|id| {
+                    operation.id == Some(id) || operation.batch.iter().any(|claim| claim.id == id)
+                })
+        })?;
+        Some(match rules[index].2 {
+            Fault::PanicOnce => rules.remove(index).2,
+            fault => fault,
+        })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counts a hanging call that is dropped before its release.
+struct HangGuard<'a> {
+    dropped: &'a AtomicUsize,
+    released: bool,
+}
+
+impl Drop for HangGuard<'_> {
+    fn drop(&mut self) {
+        if !self.released {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Hook for Faults {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        Box::pin(async move {
+            match self.enter(&operation) {
+                None => call.await,
+                Some(Fault::Unavailable) => Err(Error::unavailable(format!(
+                    "injected failure of {}",
+                    operation.name
+                ))),
+                Some(Fault::Corrupt) => Err(Error::corrupt(format!(
+                    "injected undecodable record in {}",
+                    operation.name
+                ))),
+                Some(Fault::SlowAnswer(delay)) => {
+                    let answer = call.await;
+                    tokio::time::sleep(delay).await;
+                    answer
+                }
+                Some(Fault::Hang) => {
+                    let mut guard = HangGuard {
+                        dropped: &self.hangs_dropped,
+                        released: false,
+                    };
+                    let mut released = self.released.subscribe();
+                    // An error means the sender is gone with `self`: go on.
+                    let _ = released.wait_for(|released| *released).await;
+                    guard.released = true;
+                    call.await
+                }
+                Some(Fault::PanicOnce) => panic!("injected panic in {}", operation.name),
+            }
+        })
+    }
+}
+
 #[async_trait]
 impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
@@ -327,7 +490,10 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     }
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        let operation = Operation::named("renew_many");
+        let operation = Operation {
+            batch: claims,
+            ..Operation::named("renew_many")
+        };
         self.hook
             .call(operation, self.inner.renew_many(claims, ttl))
             .await

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{at, config, ms, start, CountDrop, Fault, FaultyStore, Op, BEAT, TTL};
+use common::{
+    at, config, faulty_store, ms, start, CountDrop, Fault, FaultControl, FaultyStore, Op, BEAT, TTL,
+};
 use tenure_lease_core::keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
@@ -40,7 +42,7 @@ async fn orphan(store: &FaultyStore, id: &str, ttl: Option<Duration>) -> LeaseRe
     let mut request = AdmitRequest::new(id, "ghost:1:dead");
     request.ttl = ttl;
     store
-        .inner
+        .inner()
         .admit(&request)
         .await
         .unwrap()
@@ -50,15 +52,15 @@ async fn orphan(store: &FaultyStore, id: &str, ttl: Option<Duration>) -> LeaseRe
 }
 
 async fn record(store: &FaultyStore, id: &str) -> LeaseRecord {
-    store.inner.get(id).await.unwrap().unwrap()
+    store.inner().get(id).await.unwrap().unwrap()
 }
 
 /// A peer takes `id` over: store time jumps past its lease, then "peer:2:x"
 /// adopts it, unseen by the keeper until it next looks.
 async fn peer_takes_over(store: &FaultyStore, id: &str) -> LeaseRecord {
-    store.clock.jump(TTL * 10);
+    store.clock().jump(TTL * 10);
     match store
-        .inner
+        .inner()
         .claim_for_takeover(&TakeoverRequest::adopt(id, "peer:2:x", Some(TTL * 100)))
         .await
         .unwrap()
@@ -80,12 +82,12 @@ enum PeerTakeover {
 /// A peer takes `id` over with `how`, unseen by the keeper until it next
 /// looks (store time jumps past the lease first).
 async fn peer_takes_over_by(store: &FaultyStore, id: &str, how: PeerTakeover) -> LeaseRecord {
-    store.clock.jump(TTL * 10);
+    store.clock().jump(TTL * 10);
     let request = match how {
         PeerTakeover::Fail => TakeoverRequest::fail(id, "peer:2:x", "orphaned"),
         PeerTakeover::Adopt => TakeoverRequest::adopt(id, "peer:2:x", Some(TTL * 100)),
     };
-    match store.inner.claim_for_takeover(&request).await.unwrap() {
+    match store.inner().claim_for_takeover(&request).await.unwrap() {
         Takeover::Taken(record) => record,
         other => panic!("peer could not take {id} over: {other:?}"),
     }
@@ -125,14 +127,14 @@ impl tracing::Subscriber for LogCapture {
 
 #[tokio::test(start_paused = true)]
 async fn pending_leases_are_renewed_before_work_starts() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "pending").await;
     let admitted_expiry = record(&store, "pending").await.lease_expires_at.unwrap();
 
     tokio::time::sleep(TTL * 3).await;
 
-    let now = store.inner.now().await.unwrap();
+    let now = store.inner().now().await.unwrap();
     let stored = record(&store, "pending").await;
     assert_eq!(stored.status, Status::Pending);
     assert!(
@@ -151,11 +153,11 @@ async fn pending_leases_are_renewed_before_work_starts() {
 
 #[tokio::test(start_paused = true)]
 async fn transient_renewal_error_before_the_deadline_keeps_the_run() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = admit(&keeper, "run").await;
-    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Renew, None, Fault::Unavailable);
 
     at(t0, ms(1500)).await; // the beat at 1 s failed
     assert_eq!(store.calls(Op::Renew), 1);
@@ -179,7 +181,7 @@ async fn transient_renewal_error_before_the_deadline_keeps_the_run() {
 
 #[tokio::test(start_paused = true)]
 async fn renewal_errors_through_the_confirmed_deadline_fail_stop_the_run() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = admit(&keeper, "run").await;
@@ -190,7 +192,7 @@ async fn renewal_errors_through_the_confirmed_deadline_fail_stop_the_run() {
         "confirmed deadline = admission sent + ttl"
     );
     let owner = guard.spawn(|_guard| std::future::pending::<()>());
-    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Renew, None, Fault::Unavailable);
 
     tokio::time::sleep_until(deadline - ms(1)).await;
     assert_eq!(guard.loss(), None);
@@ -213,7 +215,7 @@ async fn renewal_errors_through_the_confirmed_deadline_fail_stop_the_run() {
 
 #[tokio::test(start_paused = true)]
 async fn hung_renewal_is_cut_at_the_deadline_and_delays_no_other_lease() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let hung = admit(&keeper, "hung").await;
     let healthy = admit(&keeper, "healthy").await;
@@ -235,17 +237,17 @@ async fn hung_renewal_is_cut_at_the_deadline_and_delays_no_other_lease() {
     tokio::time::sleep(TTL * 2).await;
     assert_eq!(healthy.loss(), None);
     assert!(healthy.confirmed_deadline().unwrap() > Instant::now() + BEAT);
-    let now = store.inner.now().await.unwrap();
+    let now = store.inner().now().await.unwrap();
     assert!(record(&store, "healthy").await.lease_expires_at.unwrap() > now);
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_renewal_is_sent_past_the_confirmed_deadline_even_while_settling() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = admit(&keeper, "run").await;
-    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Renew, None, Fault::Unavailable);
     store.inject(Op::Transition, None, Fault::Hang);
     at(t0, ms(500)).await; // the hung write's store timeout ends at 3.5 s
     let settling = tokio::spawn({
@@ -266,7 +268,7 @@ async fn no_renewal_is_sent_past_the_confirmed_deadline_even_while_settling() {
 
 #[tokio::test(start_paused = true)]
 async fn late_successful_renewal_does_not_revive_the_lease() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = admit(&keeper, "run").await;
@@ -298,7 +300,7 @@ async fn late_successful_renewal_does_not_revive_the_lease() {
 
 #[tokio::test(start_paused = true)]
 async fn loss_noticed_by_check_cancels_the_owner_task_at_once() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     let owner = guard.spawn(|_guard| std::future::pending::<()>());
@@ -325,7 +327,7 @@ async fn loss_noticed_by_check_cancels_the_owner_task_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn heartbeat_notices_a_peer_takeover_within_one_beat() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     let token = guard.token();
@@ -350,7 +352,7 @@ async fn heartbeat_notices_a_peer_takeover_within_one_beat() {
 
 #[tokio::test(start_paused = true)]
 async fn check_reads_the_store_at_most_every_tenth_of_a_beat() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     for _ in 0..50 {
@@ -362,7 +364,7 @@ async fn check_reads_the_store_at_most_every_tenth_of_a_beat() {
         guard.check().await.unwrap();
     }
     assert_eq!(store.calls(Op::Get), 1);
-    store.inject(Op::Get, None, Fault::Fail);
+    store.inject(Op::Get, None, Fault::Unavailable);
     tokio::time::sleep(ms(150)).await;
     assert!(guard.check().await.is_ok(), "a failed read is not a loss");
     assert_eq!(store.calls(Op::Get), 2);
@@ -370,13 +372,13 @@ async fn check_reads_the_store_at_most_every_tenth_of_a_beat() {
 
 #[tokio::test(start_paused = true)]
 async fn long_side_effect_under_the_work_lock_never_produces_a_loss() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     let work_state = Arc::new(tokio::sync::Mutex::new(Vec::<u32>::new()));
     // One renewal error on the way: the deadline, not lock contention,
     // decides.
-    store.inject(Op::Renew, None, Fault::Fail);
+    store.inject(Op::Renew, None, Fault::Unavailable);
     let work = guard.spawn({
         let work_state = work_state.clone();
         |guard| async move {
@@ -403,7 +405,7 @@ async fn long_side_effect_under_the_work_lock_never_produces_a_loss() {
 
 #[tokio::test(start_paused = true)]
 async fn renewal_answering_lost_after_complete_settled_is_not_a_loss() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = admit(&keeper, "run").await;
@@ -430,12 +432,12 @@ async fn renewal_answering_lost_after_complete_settled_is_not_a_loss() {
 
 #[tokio::test(start_paused = true)]
 async fn unconfirmed_terminal_write_fails_closed() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     guard.mark_running().await.unwrap();
     let before = record(&store, "run").await;
-    store.inject(Op::Transition, None, Fault::Fail);
+    store.inject(Op::Transition, None, Fault::Unavailable);
 
     let answer = guard.complete(StatusChange::succeeded()).await;
     assert!(
@@ -466,7 +468,7 @@ async fn unconfirmed_terminal_write_fails_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn stale_owner_cannot_overwrite_a_peer_takeover() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     guard.mark_running().await.unwrap();
@@ -486,7 +488,7 @@ async fn stale_owner_cannot_overwrite_a_peer_takeover() {
 #[tokio::test(start_paused = true)]
 async fn complete_after_a_peer_failed_or_adopted_the_run_answers_taken_over() {
     for how in [PeerTakeover::Fail, PeerTakeover::Adopt] {
-        let store = FaultyStore::new();
+        let store = faulty_store();
         let keeper = start(&store, config());
         let guard = admit(&keeper, "run").await;
         guard.mark_running().await.unwrap();
@@ -511,7 +513,7 @@ async fn cancel_after_a_peer_failed_or_adopted_the_run_answers_taken_over() {
         (PeerTakeover::Fail, true),
         (PeerTakeover::Adopt, false),
     ] {
-        let store = FaultyStore::new();
+        let store = faulty_store();
         let keeper = start(&store, config());
         let guard = admit(&keeper, "run").await;
         if !pending {
@@ -535,14 +537,14 @@ async fn cancel_after_a_peer_failed_or_adopted_the_run_answers_taken_over() {
 
 #[tokio::test(start_paused = true)]
 async fn reconciler_claims_expired_and_no_lease_records_and_skips_valid_and_own() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let _own = admit(&keeper, "own").await;
     orphan(&store, "valid", Some(Duration::from_secs(3600))).await;
     orphan(&store, "expired", Some(Duration::from_secs(1))).await;
     orphan(&store, "no-lease", None).await;
     // Store time jumps past "own" and "expired": the keeper still holds "own".
-    store.clock.jump(TTL * 2);
+    store.clock().jump(TTL * 2);
 
     let report = keeper.reconcile_now().await.unwrap();
     assert_eq!(report.recovered, ["no-lease", "expired"]);
@@ -561,7 +563,7 @@ async fn reconciler_claims_expired_and_no_lease_records_and_skips_valid_and_own(
 
 #[tokio::test(start_paused = true)]
 async fn two_reconcilers_report_one_winner() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let first = start(&store, config());
     let second = start(&store, config());
     orphan(&store, "orphan", Some(Duration::from_secs(1))).await;
@@ -587,7 +589,7 @@ async fn two_reconcilers_report_one_winner() {
 
 #[tokio::test(start_paused = true)]
 async fn reconciler_is_single_flight() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     store.inject(Op::ListExpired, None, Fault::Hang);
     let keeper = start(&store, config().auto_reconcile(true));
     tokio::time::sleep(ms(10)).await; // the start pass is now hanging in its scan
@@ -610,7 +612,7 @@ async fn reconciler_is_single_flight() {
 async fn failing_recovery_callback_logs_every_recovered_id() {
     let logs = LogCapture::default();
     let _subscriber = tracing::subscriber::set_default(logs.clone());
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = Keeper::builder(store.clone(), config())
         .on_recovered(|recovered: Recovered| async move {
             Err::<(), _>(format!("cannot resume {}", recovered.record.id))
@@ -639,7 +641,7 @@ async fn failing_recovery_callback_logs_every_recovered_id() {
 
 #[tokio::test(start_paused = true)]
 async fn reconciler_scan_and_callback_never_block_renewal() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     store.inject(Op::ListExpired, None, Fault::Hang);
     let keeper = Keeper::builder(store.clone(), config().auto_reconcile(true))
         .on_recovered(|_recovered: Recovered| async move {
@@ -671,7 +673,7 @@ async fn reconciler_scan_and_callback_never_block_renewal() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_deadline_cancels_a_stuck_heartbeat_and_a_stuck_callback() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let callbacks_dropped = Arc::new(AtomicUsize::new(0));
     let keeper = Keeper::builder(store.clone(), config().auto_reconcile(true))
         .on_recovered({
@@ -726,7 +728,7 @@ async fn shutdown_deadline_cancels_a_stuck_heartbeat_and_a_stuck_callback() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_work_that_finishes_in_time() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "work").await;
     let work = guard.spawn(|guard| async move {
@@ -748,7 +750,7 @@ async fn shutdown_waits_for_work_that_finishes_in_time() {
 
 #[tokio::test(start_paused = true)]
 async fn single_worker_mode_reclaims_a_crashed_run_at_once_on_restart() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let (recovered_tx, mut recovered_rx) = mpsc::unbounded_channel();
     let single = || {
         let recovered_tx = recovered_tx.clone();
@@ -797,7 +799,7 @@ async fn single_worker_mode_reclaims_a_crashed_run_at_once_on_restart() {
 
 #[tokio::test(start_paused = true)]
 async fn ten_thousand_leases_renew_through_few_renew_many_calls() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let mut guards = Vec::new();
@@ -818,8 +820,8 @@ async fn ten_thousand_leases_renew_through_few_renew_many_calls() {
     assert_eq!(store.calls(Op::RenewMany), 90);
     assert_eq!(keeper.held_count(), 10_000);
     assert!(guards.iter().all(|guard| guard.loss().is_none()));
-    let now = store.inner.now().await.unwrap();
-    let stored = store.inner.list_active().await.unwrap();
+    let now = store.inner().now().await.unwrap();
+    let stored = store.inner().list_active().await.unwrap();
     assert!(stored
         .iter()
         .all(|record| record.lease_expires_at.unwrap() > now));
@@ -827,7 +829,7 @@ async fn ten_thousand_leases_renew_through_few_renew_many_calls() {
 
 #[tokio::test(start_paused = true)]
 async fn an_undecodable_record_costs_its_batch_neighbours_nothing() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config().solo_renewal_limit(4));
     let t0 = Instant::now();
     let mut guards = Vec::new();
@@ -858,7 +860,7 @@ async fn an_undecodable_record_costs_its_batch_neighbours_nothing() {
 
 #[tokio::test(start_paused = true)]
 async fn cancel_answers_each_outcome() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config().grace(Duration::from_secs(5)));
 
     let pending = admit(&keeper, "pending").await;
@@ -911,13 +913,13 @@ async fn cancel_answers_each_outcome() {
         Some("peer:2:x")
     );
 
-    store.inject(Op::Get, None, Fault::Fail);
+    store.inject(Op::Get, None, Fault::Unavailable);
     assert_eq!(keeper.cancel("elsewhere").await, CancelOutcome::Unknown);
 }
 
 #[tokio::test]
 async fn worker_ids_are_unique_and_shaped_host_pid_random() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let a = start(&store, config());
     let b = start(&store, config());
     assert_ne!(a.worker_id(), b.worker_id());
@@ -929,7 +931,7 @@ async fn worker_ids_are_unique_and_shaped_host_pid_random() {
 
 #[tokio::test]
 async fn invalid_configuration_is_refused_naming_the_field() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let too_slow = KeeperConfig::with_ttl(TTL).renew_interval(TTL);
     let error = Keeper::builder(store.clone(), too_slow)
         .start()

@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{at, config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
+use common::{
+    at, config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, Op, BEAT, TTL,
+};
 use tenure_lease_core::keeper::{JobGuard, JobWriteError};
 use tenure_lease_core::keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
 use tenure_lease_core::queue::{
@@ -23,7 +25,7 @@ async fn enqueue(store: &FaultyStore, id: &str, max_attempts: u32) {
     let job = NewJob::new(QUEUE, serde_json::json!({ "id": id }))
         .id(id)
         .max_attempts(max_attempts);
-    store.inner.enqueue(&job).await.unwrap();
+    store.inner().enqueue(&job).await.unwrap();
 }
 
 /// Enqueues job `id` and claims it through the keeper.
@@ -43,20 +45,20 @@ async fn claim(keeper: &Keeper, store: &Arc<FaultyStore>, id: &str) -> JobGuard 
 }
 
 async fn stored(store: &FaultyStore, id: &str) -> Job {
-    store.inner.get_job(id).await.unwrap().unwrap()
+    store.inner().get_job(id).await.unwrap().unwrap()
 }
 
 /// Store time jumps far past every lease and the reaper runs.
 async fn reaper_runs_after_a_stall(store: &FaultyStore) -> tenure_lease_core::queue::ReapReport {
-    store.clock.jump(TTL * 10);
-    store.inner.reap(Duration::ZERO).await.unwrap()
+    store.clock().jump(TTL * 10);
+    store.inner().reap(Duration::ZERO).await.unwrap()
 }
 
 // ------------------------------------------------------------- renewals --
 
 #[tokio::test(start_paused = true)]
 async fn job_lease_is_kept_alive_across_several_ttls() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = claim(&keeper, &store, "kept").await;
@@ -75,7 +77,7 @@ async fn job_lease_is_kept_alive_across_several_ttls() {
     // A second job claimed straight from the store, with nobody renewing it.
     enqueue(&store, "unkept", 3).await;
     let unkept = store
-        .inner
+        .inner()
         .claim(&ClaimRequest::new(QUEUE, "ghost:1:dead", TTL))
         .await
         .unwrap();
@@ -90,7 +92,7 @@ async fn job_lease_is_kept_alive_across_several_ttls() {
     );
     assert_eq!(guard.loss(), None);
     assert!(guard.confirmed_deadline().unwrap() > Instant::now() + BEAT);
-    let report = store.inner.reap(Duration::ZERO).await.unwrap();
+    let report = store.inner().reap(Duration::ZERO).await.unwrap();
     let requeued: Vec<&str> = report.requeued.iter().map(|job| job.id.as_str()).collect();
     assert_eq!(requeued, ["unkept"], "only the unrenewed claim expired");
     assert_eq!(stored(&store, "kept").await.state, JobState::Claimed);
@@ -112,7 +114,7 @@ async fn job_lease_is_kept_alive_across_several_ttls() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hung_job_renewal_is_cut_at_its_deadline_and_delays_no_other_job() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let hung = claim(&keeper, &store, "hung").await;
     let healthy = claim(&keeper, &store, "healthy").await;
@@ -138,7 +140,7 @@ async fn a_hung_job_renewal_is_cut_at_its_deadline_and_delays_no_other_job() {
 
 #[tokio::test(start_paused = true)]
 async fn job_requeued_by_the_reaper_cancels_its_task_at_once() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = claim(&keeper, &store, "stalled").await;
     let work = guard.spawn(|_guard| std::future::pending::<()>());
@@ -172,7 +174,7 @@ async fn job_requeued_by_the_reaper_cancels_its_task_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn job_dead_lettered_by_the_reaper_is_noticed_by_check() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     enqueue(&store, "last-try", 1).await;
     let guard = keeper
@@ -202,12 +204,12 @@ async fn job_dead_lettered_by_the_reaper_is_noticed_by_check() {
 
 #[tokio::test(start_paused = true)]
 async fn job_renewal_errors_through_the_confirmed_deadline_fail_stop_the_job() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = claim(&keeper, &store, "job").await;
     let work = guard.spawn(|_guard| std::future::pending::<()>());
-    store.inject(Op::RenewJob, None, Fault::Fail);
+    store.inject(Op::RenewJob, None, Fault::Unavailable);
 
     at(t0, ms(1500)).await; // the beat at 1 s failed: unknown, not lost
     assert_eq!(store.calls(Op::RenewJob), 1);
@@ -238,7 +240,7 @@ async fn job_renewal_errors_through_the_confirmed_deadline_fail_stop_the_job() {
 
 #[tokio::test(start_paused = true)]
 async fn renewal_answering_lost_after_complete_settled_is_not_a_loss() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let guard = claim(&keeper, &store, "job").await;
@@ -265,11 +267,11 @@ async fn renewal_answering_lost_after_complete_settled_is_not_a_loss() {
 
 #[tokio::test(start_paused = true)]
 async fn unconfirmed_complete_fails_closed() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = claim(&keeper, &store, "job").await;
     let before = stored(&store, "job").await;
-    store.inject(Op::Complete, None, Fault::Fail);
+    store.inject(Op::Complete, None, Fault::Unavailable);
 
     let answer = guard.complete().await;
     assert!(
@@ -300,12 +302,12 @@ async fn unconfirmed_complete_fails_closed() {
 
 #[tokio::test(start_paused = true)]
 async fn settle_refused_because_a_peer_reclaimed_says_taken_away() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = claim(&keeper, &store, "job").await;
     reaper_runs_after_a_stall(&store).await;
     let peer = store
-        .inner
+        .inner()
         .claim(&ClaimRequest::new(QUEUE, "peer:2:x", TTL))
         .await
         .unwrap();
@@ -330,7 +332,7 @@ async fn settle_refused_because_a_peer_reclaimed_says_taken_away() {
 
 #[tokio::test(start_paused = true)]
 async fn fail_and_defer_settle_the_job_and_stop_renewing() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let failed = claim(&keeper, &store, "failed").await;
     let backoff = Duration::from_secs(60);
@@ -363,7 +365,7 @@ async fn fail_and_defer_settle_the_job_and_stop_renewing() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_stops_held_jobs_at_the_deadline() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let stuck = claim(&keeper, &store, "stuck").await;
     let work = stuck.spawn(|_guard| std::future::pending::<()>());
@@ -395,13 +397,13 @@ async fn shutdown_stops_held_jobs_at_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn hold_job_takes_a_claim_made_elsewhere_and_checks_its_owner() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     enqueue(&store, "own", 3).await;
     let lease = TTL * 2;
     let sent = Instant::now();
     let claimed = store
-        .inner
+        .inner()
         .claim(&ClaimRequest::new(QUEUE, keeper.worker_id(), lease))
         .await
         .unwrap()
@@ -444,7 +446,7 @@ async fn hold_job_takes_a_claim_made_elsewhere_and_checks_its_owner() {
 
 #[tokio::test(start_paused = true)]
 async fn claim_timeout_is_a_store_error() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     store.inject(Op::Claim, None, Fault::Hang);
     let answer = keeper

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{config, ms, start, Fault, FaultyStore, Op, BEAT, TTL};
+use common::{config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, Op, BEAT, TTL};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tenure_lease_core::keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
@@ -75,14 +75,14 @@ async fn admit(keeper: &Keeper, id: &str) -> RunGuard {
 async fn orphan(store: &FaultyStore, id: &str) {
     let mut request = AdmitRequest::new(id, "ghost:1:dead");
     request.ttl = None;
-    store.inner.admit(&request).await.unwrap();
+    store.inner().admit(&request).await.unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let store = FaultyStore::new();
+    let store = faulty_store();
     // Batch renewal even for one lease, so the panic is in `renew_many`.
     let keeper = start(&store, config().solo_renewal_limit(0));
     let t0 = Instant::now();
@@ -105,7 +105,7 @@ async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
         health
             .last_panic
             .as_deref()
-            .is_some_and(|text| text.contains("injected panic in RenewMany")),
+            .is_some_and(|text| text.contains("injected panic in renew_many")),
         "{health:?}"
     );
     assert_eq!(counters.get("heartbeat"), 1);
@@ -181,12 +181,12 @@ async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
     let _recorder = metrics::set_default_local_recorder(&counters);
     let _subscriber =
         tracing::subscriber::set_default(PanickingLogHook::once("work lost its lease"));
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let doomed = admit(&keeper, "doomed").await;
     let kept = admit(&keeper, "kept").await;
-    store.inject(Op::Renew, Some("doomed"), Fault::Fail);
+    store.inject(Op::Renew, Some("doomed"), Fault::Unavailable);
 
     // At 3 s the loop fail-stops "doomed"; logging that loss panics.
     common::at(t0, TTL + ms(10)).await;
@@ -215,14 +215,14 @@ async fn a_heartbeat_loop_that_keeps_panicking_gives_up_and_stops_everything_hel
     // the loop dies on the first of them each time it is restarted.
     let _subscriber =
         tracing::subscriber::set_default(PanickingLogHook::times("work lost its lease", u64::MAX));
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
     let mut doomed = Vec::new();
     for index in 0..5 {
         let id = format!("doomed-{index}");
         doomed.push(admit(&keeper, &id).await);
-        store.inject(Op::Renew, Some(&id), Fault::Fail);
+        store.inject(Op::Renew, Some(&id), Fault::Unavailable);
     }
     common::at(t0, BEAT * 2).await;
     let kept = admit(&keeper, "kept").await;
@@ -247,7 +247,7 @@ async fn a_heartbeat_loop_that_keeps_panicking_gives_up_and_stops_everything_hel
         Err(KeeperError::HeartbeatFailed)
     ));
     assert!(
-        store.inner.get("late").await.unwrap().is_none(),
+        store.inner().get("late").await.unwrap().is_none(),
         "a refused admission never reaches the store"
     );
 }
@@ -256,7 +256,7 @@ async fn a_heartbeat_loop_that_keeps_panicking_gives_up_and_stops_everything_hel
 async fn renewals_that_keep_panicking_fail_stop_the_run_at_its_confirmed_deadline() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     let guard = admit(&keeper, "run").await;
     let deadline = guard.confirmed_deadline().unwrap();
@@ -288,7 +288,7 @@ async fn renewals_that_keep_panicking_fail_stop_the_run_at_its_confirmed_deadlin
 async fn a_scan_that_panics_frees_reconcile_now() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     orphan(&store, "orphan").await;
     store.inject(Op::ListExpired, None, Fault::PanicOnce);
@@ -310,7 +310,7 @@ async fn a_scan_that_panics_frees_reconcile_now() {
 async fn a_takeover_that_panics_is_a_claim_error_and_the_pass_goes_on() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
     orphan(&store, "orphan-a").await;
     orphan(&store, "orphan-b").await;
@@ -330,7 +330,7 @@ async fn a_takeover_that_panics_is_a_claim_error_and_the_pass_goes_on() {
 async fn a_recovery_callback_that_panics_is_a_failed_callback_and_its_lease_is_not_kept() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = Keeper::builder(
         store.clone(),
         config().reconcile_action(ReconcileAction::Adopt),
@@ -358,17 +358,17 @@ async fn a_recovery_callback_that_panics_is_a_failed_callback_and_its_lease_is_n
         !keeper.holds("orphan-a"),
         "the adopted guard died with the callback: the lease is left to expire"
     );
-    let adopted = store.inner.get("orphan-a").await.unwrap().unwrap();
+    let adopted = store.inner().get("orphan-a").await.unwrap().unwrap();
     assert_eq!(adopted.status, Status::Running);
     assert_eq!(adopted.owner.as_deref(), Some(keeper.worker_id()));
     tokio::time::sleep(TTL * 2).await;
     assert_eq!(
-        store.inner.get("orphan-a").await.unwrap().unwrap(),
+        store.inner().get("orphan-a").await.unwrap().unwrap(),
         adopted,
         "nobody renews it"
     );
     assert_eq!(
-        store.inner.get("orphan-b").await.unwrap().unwrap().status,
+        store.inner().get("orphan-b").await.unwrap().unwrap().status,
         Status::Succeeded
     );
     assert!(keeper.reconcile_now().await.is_ok());
@@ -376,7 +376,7 @@ async fn a_recovery_callback_that_panics_is_a_failed_callback_and_its_lease_is_n
 
 #[tokio::test(start_paused = true)]
 async fn a_terminal_write_that_panics_or_is_dropped_fails_closed() {
-    let store = FaultyStore::new();
+    let store = faulty_store();
     let keeper = start(&store, config());
 
     let panicked = admit(&keeper, "panicked").await;
