@@ -5,7 +5,7 @@
 //! admission, a renewal, a transition or a takeover goes: it implements
 //! [`RecordTransaction`], six small synchronous steps over its storage, and
 //! calls these functions inside its transaction. Each loads what it needs,
-//! judges it with [`rules`](super::rules), and writes the result back, so
+//! judges it with [`rules`] and writes the result back, so
 //! every such store decides exactly as the contract's rules do.
 //!
 //! Input is validated by the caller first ([`validate`](super::validate)),

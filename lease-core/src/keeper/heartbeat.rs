@@ -24,9 +24,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::LossCause;
 use super::health::{self, Task};
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
+use super::loss::LossCause;
 use super::{telemetry, Shared};
 use crate::error::ErrorKind;
 use crate::outcome::Renewal;

@@ -22,8 +22,8 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{LossCause, OwnershipLost};
-use super::jobs::JobItem;
+use super::job_guard::JobItem;
+use super::loss::{LossCause, OwnershipLost};
 use super::Shared;
 use crate::error::{Error, ErrorKind};
 use crate::record::{Claim, Status};

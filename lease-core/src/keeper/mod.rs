@@ -102,43 +102,46 @@
 //! dropped (the lease expires); a heartbeat or reconciler loop that panicked
 //! is restarted.
 
+mod accessors;
+mod builder;
 mod config;
-mod guard;
 mod health;
 mod heartbeat;
 mod held;
-mod jobs;
+mod job_guard;
+mod loss;
 mod reconciler;
+mod run_guard;
+mod table;
 mod telemetry;
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use builder::KeeperBuilder;
 pub use config::{KeeperConfig, ReconcileAction};
-pub use guard::{LossCause, OwnershipLost, RunGuard, WriteError};
 pub use health::{KeeperHealth, KeeperState};
-pub use jobs::{JobGuard, JobWriteError};
+pub use job_guard::{JobGuard, JobWriteError};
+pub use loss::{LossCause, OwnershipLost};
 pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
 };
+pub use run_guard::{RunGuard, WriteError};
 
 use crate::backend::rules;
 use crate::error::{Error, ErrorKind};
 use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
-use crate::queue::{ClaimedJob, JobLoss, JobQueue};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::{AdmitRequest, StatusChange};
 use crate::store::LeaseStore;
-use held::{Entry, HeldCore, HeldKey, HeldRun, Phase};
+use held::{Entry, Phase};
+pub(crate) use table::Shared;
 
 /// The reason written on records stopped by [`Keeper::cancel`].
 pub const CANCELLED: &str = "cancelled";
@@ -237,329 +240,6 @@ pub struct ShutdownReport {
     pub reconciler_cancelled: bool,
 }
 
-/// State shared by the keeper, its tasks and its guards.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) config: KeeperConfig,
-    pub(crate) worker_id: String,
-    /// How often `check()` may read the store.
-    pub(crate) check_interval: Duration,
-    /// Every held run and job.
-    held: Mutex<HashMap<HeldKey, Entry>>,
-    held_count: watch::Sender<usize>,
-    accepting: AtomicBool,
-    /// Set once when the heartbeat gives up (see `heartbeat::run`).
-    heartbeat_gone: AtomicBool,
-    pub(crate) reconciling: AtomicBool,
-    pub(crate) heartbeat_wake: Notify,
-    /// Panics caught in background work, for [`Keeper::health`].
-    pub(crate) panics: health::PanicLog,
-}
-
-impl Shared {
-    fn table(&self) -> MutexGuard<'_, HashMap<HeldKey, Entry>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    pub(crate) fn is_accepting(&self) -> bool {
-        self.accepting.load(Ordering::Acquire)
-    }
-
-    /// Whether new leases may be taken: not shutting down, and the
-    /// heartbeat that would renew them has not given up.
-    pub(crate) fn ensure_accepting(&self) -> Result<(), KeeperError> {
-        if !self.is_accepting() {
-            Err(KeeperError::ShuttingDown)
-        } else if self.heartbeat_gone.load(Ordering::Acquire) {
-            Err(KeeperError::HeartbeatFailed)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// The heartbeat gave up: nothing will renew or fail-stop what is held,
-    /// so it is all stopped now, and nothing new is taken. Something that
-    /// starts being held concurrently sees the flag in `start_holding`.
-    pub(crate) fn heartbeat_failed(&self) {
-        self.heartbeat_gone.store(true, Ordering::SeqCst);
-        for entry in self.snapshot() {
-            // Each loss is stopped even if reporting another one panics
-            // (a panicking log or metrics hook may be why the loop died).
-            let stopped = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                self.lose(entry.core(), LossCause::HeartbeatFailed, true)
-            }));
-            if stopped.is_err() {
-                entry.core().token.cancel();
-            }
-        }
-    }
-
-    pub(crate) fn claim_reconcile_flight(&self) -> bool {
-        self.reconciling
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    }
-
-    /// Whether run `id` is held.
-    pub(crate) fn holds(&self, id: &str) -> bool {
-        self.table().contains_key(&HeldKey::Run(id.to_owned()))
-    }
-
-    fn holds_job(&self, id: &str) -> bool {
-        self.table().contains_key(&HeldKey::Job(id.to_owned()))
-    }
-
-    fn lookup(&self, id: &str) -> Option<Arc<HeldRun>> {
-        match self.table().get(&HeldKey::Run(id.to_owned())) {
-            Some(Entry::Run(run)) => Some(Arc::clone(run)),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn snapshot(&self) -> Vec<Entry> {
-        self.table().values().cloned().collect()
-    }
-
-    /// Starts holding `record`, won by a call sent at `sent`.
-    pub(crate) fn hold(
-        self: &Arc<Self>,
-        record: &LeaseRecord,
-        sent: Instant,
-    ) -> Result<RunGuard, Error> {
-        let claim = record.claim().ok_or_else(|| {
-            Error::corrupt(format!("record {:?} came back without an owner", record.id))
-        })?;
-        let deadline = self.config.ttl.map(|ttl| sent + ttl);
-        let core = HeldCore::new(
-            HeldKey::Run(claim.id.clone()),
-            claim.fence,
-            deadline,
-            Instant::now(),
-        );
-        let item = held::RunItem {
-            claim,
-            status: Mutex::new(record.status),
-        };
-        let run = Arc::new(HeldRun::new(item, core));
-        let guard = RunGuard::new(Arc::clone(self), Arc::clone(&run));
-        self.start_holding(Entry::Run(run), LossCause::Lost(LossReason::FenceChanged));
-        Ok(guard)
-    }
-
-    /// Starts holding a claimed job, confirmed until `deadline`.
-    pub(crate) fn hold_job(
-        self: &Arc<Self>,
-        queue: Arc<dyn JobQueue>,
-        claimed: ClaimedJob,
-        deadline: Instant,
-    ) -> JobGuard {
-        let ClaimedJob { job, claim } = claimed;
-        let core = HeldCore::new(
-            HeldKey::Job(claim.id.clone()),
-            claim.fence,
-            Some(deadline),
-            Instant::now(),
-        );
-        let held = Arc::new(held::HeldJob::new(
-            jobs::JobItem { queue, claim, job },
-            core,
-        ));
-        let guard = JobGuard::new(Arc::clone(self), Arc::clone(&held));
-        self.start_holding(Entry::Job(held), LossCause::JobLost(JobLoss::FenceChanged));
-        guard
-    }
-
-    /// Puts `entry` in the table (stopping an older copy of the same key
-    /// with `stale`) and wakes the heartbeat; loses it at once when its
-    /// confirmed deadline has already passed.
-    fn start_holding(&self, entry: Entry, stale: LossCause) {
-        let key = entry.core().key.clone();
-        let replaced = {
-            let mut table = self.table();
-            let replaced = table.insert(key, entry.clone());
-            if replaced.is_none() {
-                telemetry::held(1.0);
-            }
-            self.held_count.send_replace(table.len());
-            replaced
-        };
-        if let Some(older) = replaced {
-            // A purged and re-admitted run, or a job requeued and claimed
-            // again here before the older claim noticed: the store handed
-            // out a newer fence, so the older copy is stale by definition.
-            self.lose(older.core(), stale, true);
-        }
-        self.heartbeat_wake.notify_one();
-        let core = entry.core();
-        if self.heartbeat_gone.load(Ordering::SeqCst) {
-            self.lose(core, LossCause::HeartbeatFailed, true);
-        } else if core
-            .deadline()
-            .is_some_and(|deadline| deadline <= Instant::now())
-        {
-            self.lose(core, LossCause::DeadlinePassed, false);
-        }
-    }
-
-    /// Stops holding `held` (after it settled or was lost).
-    pub(crate) fn release(&self, held: &HeldCore) {
-        let mut table = self.table();
-        if table
-            .get(&held.key)
-            .is_some_and(|entry| std::ptr::eq(entry.core(), held))
-        {
-            table.remove(&held.key);
-            telemetry::held(-1.0);
-            self.held_count.send_replace(table.len());
-        }
-    }
-
-    /// Ends ownership: cancels the token, aborts the owner task, stops
-    /// renewing. False when the phase did not allow it (already over, or
-    /// settling and `settling_too` is false).
-    pub(crate) fn lose(&self, held: &HeldCore, cause: LossCause, settling_too: bool) -> bool {
-        let Some(task) = held.lose(cause, settling_too) else {
-            return false;
-        };
-        held.token.cancel();
-        if let Some(task) = task {
-            task.abort();
-        }
-        self.release(held);
-        telemetry::loss(&cause);
-        let (kind, id) = (held.key.kind(), held.key.id());
-        match cause {
-            LossCause::Cancelled | LossCause::Shutdown => {
-                tracing::info!(kind, lease.id = %id, fence = held.fence, cause = cause.label(), "work stopped");
-            }
-            _ => {
-                tracing::warn!(kind, lease.id = %id, fence = held.fence, cause = cause.label(), "work lost its lease and was stopped");
-            }
-        }
-        true
-    }
-
-    /// The earliest confirmed deadline among held things that can still
-    /// lose by it.
-    pub(crate) fn earliest_deadline(&self) -> Option<Instant> {
-        self.snapshot()
-            .iter()
-            .filter_map(|entry| {
-                let state = entry.core().state();
-                state.deadline.filter(|_| state.phase == Phase::Held)
-            })
-            .min()
-    }
-
-    /// Fail-stops every held run and job whose confirmed deadline has passed.
-    pub(crate) fn fail_stop_overdue(&self, now: Instant) {
-        for entry in self.snapshot() {
-            let core = entry.core();
-            let overdue = {
-                let state = core.state();
-                state.phase == Phase::Held && state.deadline.is_some_and(|deadline| deadline <= now)
-            };
-            if overdue {
-                self.lose(core, LossCause::DeadlinePassed, false);
-            }
-        }
-    }
-}
-
-/// Builds a [`Keeper`]; see [`Keeper::builder`].
-pub struct KeeperBuilder {
-    store: Arc<dyn LeaseStore>,
-    config: KeeperConfig,
-    on_recovered: Option<RecoveryCallback>,
-}
-
-impl KeeperBuilder {
-    /// Sets the recovery callback, called once per orphan the reconciler
-    /// wins. Required with [`ReconcileAction::Adopt`].
-    pub fn on_recovered<F, Fut, E>(mut self, callback: F) -> Self
-    where
-        F: Fn(Recovered) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), E>> + Send + 'static,
-        E: Into<RecoveryError> + 'static,
-    {
-        self.on_recovered = Some(Arc::new(move |recovered| {
-            let work = callback(recovered);
-            Box::pin(async move { work.await.map_err(Into::into) })
-        }));
-        self
-    }
-
-    /// Validates the configuration and starts the heartbeat and the
-    /// reconciler. Must be called inside a tokio runtime.
-    pub fn start(self) -> Result<Keeper, Error> {
-        self.config.validate()?;
-        if self.config.reconcile_action == ReconcileAction::Adopt && self.on_recovered.is_none() {
-            return Err(Error::invalid_input(
-                "on_recovered",
-                "ReconcileAction::Adopt needs a recovery callback to resume the adopted runs",
-            ));
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::new(
-                ErrorKind::Config,
-                "a Keeper must be started inside a tokio runtime",
-            ));
-        }
-        let worker_id = self
-            .config
-            .worker_id
-            .clone()
-            .unwrap_or_else(config::generate_worker_id);
-        let check_interval = self
-            .config
-            .effective_renew_interval()
-            .unwrap_or(self.config.reconcile_interval)
-            / 10;
-        let shared = Arc::new(Shared {
-            store: self.store,
-            config: self.config,
-            worker_id,
-            check_interval,
-            held: Mutex::new(HashMap::new()),
-            held_count: watch::Sender::new(0),
-            accepting: AtomicBool::new(true),
-            heartbeat_gone: AtomicBool::new(false),
-            reconciling: AtomicBool::new(false),
-            heartbeat_wake: Notify::new(),
-            panics: health::PanicLog::default(),
-        });
-        let stop_heartbeat = CancellationToken::new();
-        let stop_reconciler = CancellationToken::new();
-        let heartbeat = match (shared.config.ttl, shared.config.effective_renew_interval()) {
-            (Some(ttl), Some(beat)) => Some(tokio::spawn(heartbeat::run(
-                Arc::clone(&shared),
-                ttl,
-                beat,
-                stop_heartbeat.clone(),
-            ))),
-            _ => None,
-        };
-        let (reconcile_requests, requests) = mpsc::channel(1);
-        let reconciler = tokio::spawn(reconciler::run(
-            Arc::clone(&shared),
-            self.on_recovered,
-            requests,
-            stop_reconciler.clone(),
-        ));
-        tracing::info!(worker_id = %shared.worker_id, ttl = ?shared.config.ttl, "keeper started");
-        Ok(Keeper {
-            shared,
-            stop_heartbeat,
-            stop_reconciler,
-            heartbeat: Mutex::new(heartbeat),
-            reconciler: Mutex::new(Some(reconciler)),
-            reconcile_requests,
-        })
-    }
-}
-
 /// Holds a worker's leases and keeps them alive
 /// ([contract §12](crate::contract)); see the [module docs](self).
 ///
@@ -645,11 +325,7 @@ fn has_ended(slot: &Mutex<Option<JoinHandle<()>>>) -> bool {
 impl Keeper {
     /// A keeper over `store` (any `Arc<impl LeaseStore>` coerces).
     pub fn builder(store: Arc<dyn LeaseStore>, config: KeeperConfig) -> KeeperBuilder {
-        KeeperBuilder {
-            store,
-            config,
-            on_recovered: None,
-        }
+        KeeperBuilder::new(store, config)
     }
 
     /// The worker id this keeper claims leases under.
@@ -664,7 +340,7 @@ impl Keeper {
 
     /// How many runs and jobs it holds right now.
     pub fn held_count(&self) -> usize {
-        *self.shared.held_count.borrow()
+        self.shared.held_count()
     }
 
     /// Whether it holds run `id`.
@@ -857,9 +533,9 @@ impl Keeper {
     /// aborted, lease left to expire) and the heartbeat ends, aborting any
     /// renewal in flight.
     pub async fn shutdown(&self, deadline: Instant) -> ShutdownReport {
-        self.shared.accepting.store(false, Ordering::Release);
+        self.shared.stop_accepting();
         self.stop_reconciler.cancel();
-        let mut held = self.shared.held_count.subscribe();
+        let mut held = self.shared.watch_held_count();
         // Answers a plain bool so the watch borrow `wait_for` yields (not
         // `Send`) never lives across an await of this future.
         let drain = async {
@@ -915,7 +591,7 @@ impl Drop for Keeper {
     /// like a crash would, minus the surprise: every run is stopped locally
     /// and nothing more is written.
     fn drop(&mut self) {
-        self.shared.accepting.store(false, Ordering::Release);
+        self.shared.stop_accepting();
         self.stop_heartbeat.cancel();
         self.stop_reconciler.cancel();
         for task in [take(&self.heartbeat), take(&self.reconciler)]

@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::ReconcileAction;
-use super::guard::RunGuard;
 use super::health::{self, Task};
+use super::run_guard::RunGuard;
 use super::{telemetry, Shared, ORPHANED};
 use crate::error::Error;
 use crate::outcome::{SkippedRecord, Takeover};

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::guard::LossCause;
+use super::loss::LossCause;
 
 pub(crate) const RENEWALS: &str = "tenure_keeper_renewals_total";
 pub(crate) const RENEW_CALLS: &str = "tenure_keeper_renew_calls_total";

@@ -18,8 +18,9 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::guard::{LossCause, OwnershipLost};
+use super::accessors::guard_accessors;
 use super::held::{HeldJob, SettleFailure};
+use super::loss::{LossCause, OwnershipLost};
 use super::{Keeper, KeeperError, Shared};
 use crate::backend::queue_rules as rules;
 use crate::error::{Error, ErrorKind};
@@ -117,6 +118,8 @@ impl fmt::Debug for JobGuard {
     }
 }
 
+guard_accessors!(JobGuard, JobClaim, "job");
+
 impl JobGuard {
     pub(crate) fn new(shared: Arc<Shared>, job: Arc<HeldJob>) -> Self {
         JobGuard {
@@ -132,59 +135,9 @@ impl JobGuard {
         &self.inner.shared
     }
 
-    /// The job id.
-    pub fn id(&self) -> &str {
-        &self.claim().id
-    }
-
-    /// The claim every fenced job write presents.
-    pub fn claim(&self) -> &JobClaim {
-        &self.held().item.claim
-    }
-
     /// The job as it was when claimed (payload, attempt, requirements).
     pub fn job(&self) -> &Job {
         &self.held().item.job
-    }
-
-    /// The fencing token of this claim, for downstream resources.
-    pub fn fence(&self) -> u64 {
-        self.claim().fence
-    }
-
-    /// A token cancelled the moment the claim loses the job (never when it
-    /// is settled normally).
-    pub fn token(&self) -> CancellationToken {
-        self.held().token.clone()
-    }
-
-    /// Why the claim lost the job, if it did.
-    pub fn loss(&self) -> Option<LossCause> {
-        self.held().loss()
-    }
-
-    /// The local instant until which the claim is confirmed: the send
-    /// instant of the last confirmed renewal (or of the claim) plus the ttl.
-    pub fn confirmed_deadline(&self) -> Option<Instant> {
-        self.held().deadline()
-    }
-
-    /// Registers the task running the job: aborted the moment the claim is
-    /// lost, or at once if it already is.
-    pub fn register_task(&self, task: AbortHandle) {
-        self.held().register_task(task);
-    }
-
-    /// Spawns the job's work with a clone of this guard and registers it.
-    pub fn spawn<F, Fut>(&self, work: F) -> JoinHandle<Fut::Output>
-    where
-        F: FnOnce(JobGuard) -> Fut,
-        Fut: Future + Send + 'static,
-        Fut::Output: Send + 'static,
-    {
-        let handle = tokio::spawn(work(self.clone()));
-        self.register_task(handle.abort_handle());
-        handle
     }
 
     /// Whether the claim still holds the job; as

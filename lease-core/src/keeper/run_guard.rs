@@ -1,6 +1,6 @@
-//! The [`RunGuard`] the work of a run holds, and the loss and write errors
-//! both kinds of guard answer. The state behind it is
-//! [`HeldCore`](super::held::HeldCore), shared with job claims.
+//! The [`RunGuard`] the work of a run holds, and the errors of its writes.
+//! The state behind it is [`HeldCore`](super::held::HeldCore), shared with
+//! job claims; the loss types are in [`loss`](super::loss).
 
 use std::fmt;
 use std::future::Future;
@@ -10,88 +10,15 @@ use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::accessors::guard_accessors;
 use super::held::{HeldRun, Phase, SettleFailure};
+use super::loss::{LossCause, OwnershipLost};
 use super::Shared;
 use crate::backend::rules;
 use crate::error::Error;
 use crate::outcome::{LossReason, Transition, TransitionRejection};
-use crate::queue::{JobLoss, JobState};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::StatusChange;
-
-/// Why a run (or a job) no longer owns its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LossCause {
-    /// The store said so (a renewal or a `check()` read).
-    Lost(LossReason),
-    /// The queue said so for a job claim (a renewal, a `check()` read, or a
-    /// refused settle write): requeued by the reaper, re-claimed, finished
-    /// or gone.
-    JobLost(JobLoss),
-    /// Fail-stop: the store could not confirm the lease before its confirmed
-    /// deadline, so ownership is unknown and treated as gone.
-    DeadlinePassed,
-    /// A fenced write was refused as stale: a peer took over.
-    TakenOver,
-    /// A terminal write could not be confirmed (fail closed).
-    UnconfirmedWrite,
-    /// [`Keeper::cancel`](super::Keeper::cancel) stopped it.
-    Cancelled,
-    /// The keeper shut down (or was dropped) before the work finished.
-    Shutdown,
-    /// Every guard was dropped without settling: nobody renews it any more.
-    Abandoned,
-    /// The keeper's heartbeat kept panicking and gave up, so nothing renews
-    /// the lease or would stop the work at its deadline: stopped at once.
-    HeartbeatFailed,
-}
-
-impl LossCause {
-    /// Short name, for logs and metrics.
-    pub fn label(&self) -> &'static str {
-        match self {
-            LossCause::Lost(reason) => reason.label(),
-            LossCause::JobLost(loss) => job_loss_label(*loss),
-            LossCause::DeadlinePassed => "deadline_passed",
-            LossCause::TakenOver => "taken_over",
-            LossCause::UnconfirmedWrite => "unconfirmed_write",
-            LossCause::Cancelled => "cancelled",
-            LossCause::Shutdown => "shutdown",
-            LossCause::Abandoned => "abandoned",
-            LossCause::HeartbeatFailed => "heartbeat_failed",
-        }
-    }
-}
-
-fn job_loss_label(loss: JobLoss) -> &'static str {
-    match loss {
-        JobLoss::Missing => "missing",
-        JobLoss::Finished(JobState::Completed) => "completed",
-        JobLoss::Finished(JobState::DeadLettered) => "dead_lettered",
-        JobLoss::Finished(_) => "finished",
-        JobLoss::Requeued => "requeued",
-        JobLoss::OwnerChanged => "owner_changed",
-        JobLoss::FenceChanged => "fence_changed",
-    }
-}
-
-impl fmt::Display for LossCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// The answer of [`RunGuard::check`] (and
-/// [`JobGuard::check`](super::JobGuard::check)) once ownership is gone.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{id} is no longer owned here ({cause})")]
-pub struct OwnershipLost {
-    /// The lease (or job) id.
-    pub id: String,
-    /// Why.
-    pub cause: LossCause,
-}
 
 /// Why [`RunGuard::complete`] or [`RunGuard::mark_running`] did not write.
 #[derive(Debug, thiserror::Error)]
@@ -156,10 +83,12 @@ impl fmt::Debug for RunGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RunGuard")
             .field("claim", self.claim())
-            .field("phase", &self.run().phase())
+            .field("phase", &self.held().phase())
             .finish()
     }
 }
+
+guard_accessors!(RunGuard, Claim, "run");
 
 impl RunGuard {
     pub(crate) fn new(shared: Arc<Shared>, run: Arc<HeldRun>) -> Self {
@@ -168,64 +97,12 @@ impl RunGuard {
         }
     }
 
-    fn run(&self) -> &HeldRun {
+    fn held(&self) -> &HeldRun {
         &self.inner.run
     }
 
     fn shared(&self) -> &Shared {
         &self.inner.shared
-    }
-
-    /// The lease id.
-    pub fn id(&self) -> &str {
-        &self.claim().id
-    }
-
-    /// The claim every fenced write presents.
-    pub fn claim(&self) -> &Claim {
-        &self.run().item.claim
-    }
-
-    /// The fencing token, for downstream resources that check it.
-    pub fn fence(&self) -> u64 {
-        self.claim().fence
-    }
-
-    /// A token cancelled the moment the run loses its lease (never on a
-    /// normal completion).
-    pub fn token(&self) -> CancellationToken {
-        self.run().token.clone()
-    }
-
-    /// Why the run lost its lease, if it did.
-    pub fn loss(&self) -> Option<LossCause> {
-        self.run().loss()
-    }
-
-    /// The local instant until which the lease is confirmed (`None` without
-    /// a lease). Conservative: the send instant of the last confirmed
-    /// renewal plus the ttl.
-    pub fn confirmed_deadline(&self) -> Option<Instant> {
-        self.run().deadline()
-    }
-
-    /// Registers the task doing the work: it is aborted the moment the lease
-    /// is lost. A task registered after the loss is aborted at once.
-    pub fn register_task(&self, task: AbortHandle) {
-        self.run().register_task(task);
-    }
-
-    /// Spawns the work with a clone of this guard and registers it, so a
-    /// loss aborts it at once.
-    pub fn spawn<F, Fut>(&self, work: F) -> JoinHandle<Fut::Output>
-    where
-        F: FnOnce(RunGuard) -> Fut,
-        Fut: Future + Send + 'static,
-        Fut::Output: Send + 'static,
-    {
-        let handle = tokio::spawn(work(self.clone()));
-        self.register_task(handle.abort_handle());
-        handle
     }
 
     /// Whether the run still owns its lease, for work that handles many
@@ -239,7 +116,7 @@ impl RunGuard {
     pub async fn check(&self) -> Result<(), OwnershipLost> {
         let claim = self.claim();
         let store = &self.shared().store;
-        self.run()
+        self.held()
             .check(self.shared(), || async move {
                 let record = store.get(&claim.id).await?;
                 Ok(rules::judge_renewal(record.as_ref(), claim).map_err(LossCause::Lost))
@@ -250,7 +127,7 @@ impl RunGuard {
     /// The fenced `Pending → Running` write. The run keeps its lease whatever
     /// the answer, except when the store says a peer took over.
     pub async fn mark_running(&self) -> Result<LeaseRecord, WriteError> {
-        let run = self.run();
+        let run = self.held();
         let shared = self.shared();
         let bound = {
             let state = run.state();
@@ -308,7 +185,7 @@ impl RunGuard {
                 },
             )
         };
-        match self.run().settle(shared, "complete", write).await {
+        match self.held().settle(shared, "complete", write).await {
             Ok(Ok(record)) => Ok(record),
             Ok(Err(rejection)) => Err(self.rejected(rejection, true)),
             Err(SettleFailure::OwnershipLost(cause)) => Err(WriteError::OwnershipLost(cause)),
@@ -321,7 +198,7 @@ impl RunGuard {
     /// Handles a refused write: stale, missing or terminal records end the
     /// run; `NotAllowed` leaves it held.
     fn rejected(&self, rejection: TransitionRejection, settling: bool) -> WriteError {
-        let run = self.run();
+        let run = self.held();
         let cause = match rejection {
             TransitionRejection::Stale => LossCause::TakenOver,
             TransitionRejection::Missing => LossCause::Lost(LossReason::Missing),
