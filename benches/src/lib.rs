@@ -73,7 +73,7 @@ async fn run_scenario(
     entry: &mut BackendReport,
 ) -> BenchResult<()> {
     let opened = backend::open(kind, options).await?;
-    let backend = opened.as_ref();
+    let backend = &opened;
     let sizes = &options.sizes;
     let outcome: BenchResult<()> = async {
         match scenario {

@@ -8,57 +8,33 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_backend_memory::MemoryStore;
-use tenure_lease_core::{JobQueue, LeaseStore};
 use tokio::sync::oneshot;
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
 /// A fresh [`MemoryStore`] and a bare map beside it.
-pub(super) struct MemoryBackend {
-    store: Arc<MemoryStore>,
-    raw: Arc<RawMemory>,
-    wake_ups: Arc<InProcessWakeUps>,
-}
-
-impl MemoryBackend {
-    pub(super) fn open() -> Self {
-        MemoryBackend {
-            store: Arc::new(MemoryStore::new()),
-            raw: Arc::new(RawMemory::default()),
-            wake_ups: Arc::new(InProcessWakeUps::default()),
-        }
+pub(super) fn open() -> Backend {
+    let store = Arc::new(MemoryStore::new());
+    let raw = Arc::new(RawMemory::default());
+    Backend {
+        kind: BackendKind::Memory,
+        store: store.clone(),
+        queue: store,
+        raw: raw.clone(),
+        peer: raw,
+        wake_ups: Arc::new(InProcessWakeUps::default()),
+        teardown: Box::new(NothingToRemove),
     }
 }
+
+/// The memory store leaves nothing behind.
+struct NothingToRemove;
 
 #[async_trait]
-impl Backend for MemoryBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Memory
-    }
-
-    fn store(&self) -> Arc<dyn LeaseStore> {
-        self.store.clone()
-    }
-
-    fn queue(&self) -> Arc<dyn JobQueue> {
-        self.store.clone()
-    }
-
-    fn raw(&self) -> Arc<dyn RawBaseline> {
-        self.raw.clone()
-    }
-
-    fn peer(&self) -> Arc<dyn PeerLock> {
-        self.raw.clone()
-    }
-
-    fn wake_ups(&self) -> Arc<dyn WakeUps> {
-        self.wake_ups.clone()
-    }
-
-    async fn cleanup(&self) -> BenchResult<()> {
+impl Teardown for NothingToRemove {
+    async fn teardown(&self) -> BenchResult<()> {
         Ok(())
     }
 }

@@ -25,22 +25,38 @@ use crate::BenchResult;
 
 /// A backend opened for one scenario: a fresh store (temp file, schema or
 /// namespace), its raw baseline and its peer lock.
-#[async_trait]
-pub trait Backend: Send + Sync {
+pub struct Backend {
     /// Which backend this is.
-    fn kind(&self) -> BackendKind;
+    pub kind: BackendKind,
     /// The store under test.
-    fn store(&self) -> Arc<dyn LeaseStore>;
+    pub store: Arc<dyn LeaseStore>,
     /// The same store's job queue.
-    fn queue(&self) -> Arc<dyn JobQueue>;
+    pub queue: Arc<dyn JobQueue>,
     /// The bare statements of the same store.
-    fn raw(&self) -> Arc<dyn RawBaseline>;
+    pub raw: Arc<dyn RawBaseline>,
     /// The lock people use instead of leases on this store.
-    fn peer(&self) -> Arc<dyn PeerLock>;
+    pub peer: Arc<dyn PeerLock>,
     /// Where waiters for a held scope sleep until a release wakes them.
-    fn wake_ups(&self) -> Arc<dyn WakeUps>;
+    pub wake_ups: Arc<dyn WakeUps>,
+    /// What removes everything the run created.
+    teardown: Box<dyn Teardown>,
+}
+
+impl Backend {
     /// Removes everything the run created (schema, namespace, file).
-    async fn cleanup(&self) -> BenchResult<()>;
+    ///
+    /// # Errors
+    ///
+    /// The store's or the file system's.
+    pub async fn cleanup(&self) -> BenchResult<()> {
+        self.teardown.teardown().await
+    }
+}
+
+/// Removes what one backend's run created.
+#[async_trait]
+trait Teardown: Send + Sync {
+    async fn teardown(&self) -> BenchResult<()>;
 }
 
 /// The bare statements a hand-rolled lease table would run.
@@ -111,24 +127,24 @@ pub trait WakeSession: Send {
 }
 
 /// Opens `kind` afresh for one scenario.
-pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Box<dyn Backend>> {
+pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Backend> {
     match kind {
-        BackendKind::Memory => Ok(Box::new(memory::MemoryBackend::open())),
-        BackendKind::Sqlite => Ok(Box::new(sqlite::SqliteBackend::open().await?)),
+        BackendKind::Memory => Ok(memory::open()),
+        BackendKind::Sqlite => sqlite::open().await,
         BackendKind::Postgres => {
             let url = options
                 .pg_url
                 .as_deref()
                 .ok_or_else(|| missing_url(crate::options::PG_URL_VAR))?;
             let hot_racers = options.sizes.hot_workers.iter().copied().max().unwrap_or(0);
-            Ok(Box::new(postgres::PgBackend::open(url, hot_racers).await?))
+            postgres::open(url, hot_racers).await
         }
         BackendKind::Redis => {
             let url = options
                 .redis_url
                 .as_deref()
                 .ok_or_else(|| missing_url(crate::options::REDIS_URL_VAR))?;
-            Ok(Box::new(redis::RedisBackend::open(url).await?))
+            redis::open(url).await
         }
     }
 }

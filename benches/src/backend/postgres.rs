@@ -14,9 +14,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Postgres};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_lease_core::{JobQueue, LeaseStore};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -28,62 +27,39 @@ const BASE_POOL_SIZE: u32 = 40;
 /// statements) for the store's calls.
 const HOT_KEY_SPARE: u32 = 8;
 
-/// A store in a fresh schema and the bare statements beside it.
-pub(super) struct PgBackend {
-    store: Arc<PgStore>,
-    raw: Arc<RawPg>,
+/// A store in a fresh schema and the bare statements beside it, with a
+/// pool big enough for `hot_racers` `hot-key` workers at once.
+pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Backend> {
+    let schema = super::unique_name("tenure_bench");
+    let hot_key_pool = u32::try_from(hot_racers)? * 2 + HOT_KEY_SPARE;
+    let config = PgStoreConfig::new(url)
+        .schema(schema.as_str())
+        .max_connections(BASE_POOL_SIZE.max(hot_key_pool));
+    let store = Arc::new(PgStore::connect(&config).await?);
+    let raw = RawPg {
+        pool: store.pool().clone(),
+        schema: format!("\"{schema}\""),
+    };
+    raw.create_tables().await?;
+    let raw = Arc::new(raw);
+    Ok(Backend {
+        kind: BackendKind::Postgres,
+        store: store.clone(),
+        queue: store.clone(),
+        raw: raw.clone(),
+        peer: raw.clone(),
+        wake_ups: raw,
+        teardown: Box::new(DropSchema(store)),
+    })
 }
 
-impl PgBackend {
-    /// Opens a fresh schema with a pool big enough for `hot_racers`
-    /// `hot-key` workers at once.
-    pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Self> {
-        let schema = super::unique_name("tenure_bench");
-        let hot_key_pool = u32::try_from(hot_racers)? * 2 + HOT_KEY_SPARE;
-        let config = PgStoreConfig::new(url)
-            .schema(schema.as_str())
-            .max_connections(BASE_POOL_SIZE.max(hot_key_pool));
-        let store = PgStore::connect(&config).await?;
-        let raw = RawPg {
-            pool: store.pool().clone(),
-            schema: format!("\"{schema}\""),
-        };
-        raw.create_tables().await?;
-        Ok(PgBackend {
-            store: Arc::new(store),
-            raw: Arc::new(raw),
-        })
-    }
-}
+/// Drops the run's schema (the raw tables live in it too).
+struct DropSchema(Arc<PgStore>);
 
 #[async_trait]
-impl Backend for PgBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Postgres
-    }
-
-    fn store(&self) -> Arc<dyn LeaseStore> {
-        self.store.clone()
-    }
-
-    fn queue(&self) -> Arc<dyn JobQueue> {
-        self.store.clone()
-    }
-
-    fn raw(&self) -> Arc<dyn RawBaseline> {
-        self.raw.clone()
-    }
-
-    fn peer(&self) -> Arc<dyn PeerLock> {
-        self.raw.clone()
-    }
-
-    fn wake_ups(&self) -> Arc<dyn WakeUps> {
-        self.raw.clone()
-    }
-
-    async fn cleanup(&self) -> BenchResult<()> {
-        self.store.drop_schema().await?;
+impl Teardown for DropSchema {
+    async fn teardown(&self) -> BenchResult<()> {
+        self.0.drop_schema().await?;
         Ok(())
     }
 }

@@ -13,9 +13,8 @@ use async_trait::async_trait;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script};
 use tenure_backend_redis::{RedisConfig, RedisStore};
-use tenure_lease_core::{JobQueue, LeaseStore};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeSession, WakeUps};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -34,60 +33,37 @@ const WAKE_NEXT_SCRIPT: &str = "local waiter = redis.call('LPOP', KEYS[1]) \
      if waiter then redis.call('RPUSH', waiter, 1) return 1 end return 0";
 
 /// A store in a fresh namespace and a bare connection beside it.
-pub(super) struct RedisBackend {
-    store: Arc<RedisStore>,
-    raw: Arc<RawRedis>,
+pub(super) async fn open(url: &str) -> BenchResult<Backend> {
+    let namespace = super::unique_name("bench");
+    let store = Arc::new(RedisStore::connect(RedisConfig::new(url, namespace.as_str())).await?);
+    let client = redis::Client::open(url)?;
+    let connection = ConnectionManager::new(client.clone()).await?;
+    let raw = Arc::new(RawRedis {
+        client,
+        connection,
+        prefix: format!("tenure:{{{namespace}}}:raw:"),
+        cas: Script::new(CAS_SCRIPT),
+        release: Script::new(RELEASE_SCRIPT),
+        wake_next: Script::new(WAKE_NEXT_SCRIPT),
+    });
+    Ok(Backend {
+        kind: BackendKind::Redis,
+        store: store.clone(),
+        queue: store.clone(),
+        raw: raw.clone(),
+        peer: raw.clone(),
+        wake_ups: raw,
+        teardown: Box::new(DeleteNamespace(store)),
+    })
 }
 
-impl RedisBackend {
-    pub(super) async fn open(url: &str) -> BenchResult<Self> {
-        let namespace = super::unique_name("bench");
-        let store = RedisStore::connect(RedisConfig::new(url, namespace.as_str())).await?;
-        let client = redis::Client::open(url)?;
-        let connection = ConnectionManager::new(client.clone()).await?;
-        let raw = RawRedis {
-            client,
-            connection,
-            prefix: format!("tenure:{{{namespace}}}:raw:"),
-            cas: Script::new(CAS_SCRIPT),
-            release: Script::new(RELEASE_SCRIPT),
-            wake_next: Script::new(WAKE_NEXT_SCRIPT),
-        };
-        Ok(RedisBackend {
-            store: Arc::new(store),
-            raw: Arc::new(raw),
-        })
-    }
-}
+/// Deletes the run's namespace (the raw keys live in it too).
+struct DeleteNamespace(Arc<RedisStore>);
 
 #[async_trait]
-impl Backend for RedisBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Redis
-    }
-
-    fn store(&self) -> Arc<dyn LeaseStore> {
-        self.store.clone()
-    }
-
-    fn queue(&self) -> Arc<dyn JobQueue> {
-        self.store.clone()
-    }
-
-    fn raw(&self) -> Arc<dyn RawBaseline> {
-        self.raw.clone()
-    }
-
-    fn peer(&self) -> Arc<dyn PeerLock> {
-        self.raw.clone()
-    }
-
-    fn wake_ups(&self) -> Arc<dyn WakeUps> {
-        self.raw.clone()
-    }
-
-    async fn cleanup(&self) -> BenchResult<()> {
-        self.store.delete_namespace().await?;
+impl Teardown for DeleteNamespace {
+    async fn teardown(&self) -> BenchResult<()> {
+        self.0.delete_namespace().await?;
         Ok(())
     }
 }

@@ -13,66 +13,38 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore, DEFAULT_BUSY_TIMEOUT};
-use tenure_lease_core::{JobQueue, LeaseStore};
 use tokio::sync::oneshot;
 
 use super::memory::InProcessWakeUps;
-use super::{Backend, PeerLock, PeerSession, RawBaseline, WakeUps};
+use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
 /// A fresh store file and a bare connection on a sibling file.
-pub(super) struct SqliteBackend {
-    store: Arc<SqliteStore>,
-    raw: Arc<RawSqlite>,
-    wake_ups: Arc<InProcessWakeUps>,
-    directory: Mutex<Option<TempDir>>,
+pub(super) async fn open() -> BenchResult<Backend> {
+    let directory = tempfile::Builder::new().prefix("tenure-bench").tempdir()?;
+    let store =
+        Arc::new(SqliteStore::open(SqliteConfig::new(directory.path().join("leases.db"))).await?);
+    let raw = Arc::new(RawSqlite::open(directory.path().join("raw.db")).await?);
+    Ok(Backend {
+        kind: BackendKind::Sqlite,
+        store: store.clone(),
+        queue: store,
+        raw: raw.clone(),
+        peer: raw,
+        wake_ups: Arc::new(InProcessWakeUps::default()),
+        teardown: Box::new(TempFiles(Mutex::new(Some(directory)))),
+    })
 }
 
-impl SqliteBackend {
-    pub(super) async fn open() -> BenchResult<Self> {
-        let directory = tempfile::Builder::new().prefix("tenure-bench").tempdir()?;
-        let store =
-            SqliteStore::open(SqliteConfig::new(directory.path().join("leases.db"))).await?;
-        let raw = RawSqlite::open(directory.path().join("raw.db")).await?;
-        Ok(SqliteBackend {
-            store: Arc::new(store),
-            raw: Arc::new(raw),
-            wake_ups: Arc::new(InProcessWakeUps::default()),
-            directory: Mutex::new(Some(directory)),
-        })
-    }
-}
+/// The directory holding both files, removed at cleanup.
+struct TempFiles(Mutex<Option<TempDir>>);
 
 #[async_trait]
-impl Backend for SqliteBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Sqlite
-    }
-
-    fn store(&self) -> Arc<dyn LeaseStore> {
-        self.store.clone()
-    }
-
-    fn queue(&self) -> Arc<dyn JobQueue> {
-        self.store.clone()
-    }
-
-    fn raw(&self) -> Arc<dyn RawBaseline> {
-        self.raw.clone()
-    }
-
-    fn peer(&self) -> Arc<dyn PeerLock> {
-        self.raw.clone()
-    }
-
-    fn wake_ups(&self) -> Arc<dyn WakeUps> {
-        self.wake_ups.clone()
-    }
-
-    async fn cleanup(&self) -> BenchResult<()> {
+impl Teardown for TempFiles {
+    async fn teardown(&self) -> BenchResult<()> {
         let directory = self
-            .directory
+            .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();

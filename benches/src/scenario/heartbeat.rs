@@ -79,7 +79,7 @@ pub struct HeartbeatReport {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<HeartbeatReport> {
@@ -97,8 +97,14 @@ pub async fn run(
             ));
             let prefix = format!("hb{index}-{mode:?}");
             points.push(
-                hold_and_measure(backend.store(), size, mode, sizes.heartbeat_beats, &prefix)
-                    .await?,
+                hold_and_measure(
+                    backend.store.clone(),
+                    size,
+                    mode,
+                    sizes.heartbeat_beats,
+                    &prefix,
+                )
+                .await?,
             );
         }
     }

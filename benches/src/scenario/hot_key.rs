@@ -252,7 +252,7 @@ enum Waiting {
 impl Waiting {
     async fn new(
         strategy: RetryStrategy,
-        backend: &dyn Backend,
+        backend: &Backend,
         sizes: &Sizes,
         scopes: usize,
         workers: usize,
@@ -264,7 +264,7 @@ impl Waiting {
                 cap: (sizes.hold * BACKOFF_CAP_HOLDS).max(BACKOFF_BASE),
             },
             RetryStrategy::WakeOnRelease => Waiting::WakeOnRelease {
-                session: backend.wake_ups().session().await?,
+                session: backend.wake_ups.clone().session().await?,
                 fallback: ((sizes.hold + HANDOFF_ALLOWANCE)
                     * FALLBACK_TURNS
                     * u32::try_from(workers)?)
@@ -365,7 +365,7 @@ struct Arena {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<HotKeyReport> {
@@ -384,13 +384,13 @@ pub async fn run(
                     for worker in 0..racers {
                         let contender: Box<dyn Contender> = match lock {
                             LockKind::Tenure => Box::new(TenureContender {
-                                store: backend.store(),
+                                store: backend.store.clone(),
                                 worker: format!("hot-{round}-w{worker}"),
                                 attempts: 0,
                                 held: None,
                             }),
                             LockKind::Peer => Box::new(PeerContender {
-                                session: backend.peer().session().await?,
+                                session: backend.peer.clone().session().await?,
                             }),
                         };
                         let waiting =
@@ -407,8 +407,8 @@ pub async fn run(
     }
     Ok(HotKeyReport {
         hold_ms: sizes.hold.as_secs_f64() * 1e3,
-        peer_lock: backend.peer().describe(),
-        wake_channel: backend.wake_ups().describe(),
+        peer_lock: backend.peer.clone().describe(),
+        wake_channel: backend.wake_ups.clone().describe(),
         cells,
     })
 }

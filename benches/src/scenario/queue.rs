@@ -117,12 +117,12 @@ impl Drainer {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<QueueReport> {
-    let queue = backend.queue();
-    let raw = backend.raw();
+    let queue = backend.queue.clone();
+    let raw = backend.raw.clone();
     let tenure_drainer = Arc::new(Drainer::Tenure(Arc::clone(&queue)));
     let raw_drainer = Arc::new(Drainer::Raw(Arc::clone(&raw)));
     let (mut tenure, mut raw_tally) = (Tally::default(), Tally::default());

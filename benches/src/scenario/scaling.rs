@@ -51,12 +51,12 @@ pub struct ScalingReport {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<ScalingReport> {
-    let store = backend.store();
-    let raw = backend.raw();
+    let store = backend.store.clone();
+    let raw = backend.raw.clone();
     let per_worker = sizes.keys_per_worker.max(1);
     let most_workers = sizes.workers.iter().copied().max().unwrap_or(1);
     let total = most_workers * per_worker;

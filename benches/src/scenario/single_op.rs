@@ -68,12 +68,12 @@ pub struct SingleOpReport {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<SingleOpReport> {
-    let store = backend.store();
-    let raw = backend.raw();
+    let store = backend.store.clone();
+    let raw = backend.raw.clone();
     let claims: Arc<Mutex<Vec<Claim>>> = Arc::default();
     let keys: Arc<Mutex<Vec<String>>> = Arc::default();
 

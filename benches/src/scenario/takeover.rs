@@ -63,11 +63,11 @@ pub struct TakeoverReport {
 
 /// Runs the scenario.
 pub async fn run(
-    backend: &dyn Backend,
+    backend: &Backend,
     sizes: &Sizes,
     progress: &Progress,
 ) -> BenchResult<TakeoverReport> {
-    let store = backend.store();
+    let store = backend.store.clone();
     let (mut death_to_write, mut beyond_floor) = (Latencies::new(), Latencies::new());
     let (mut early, mut stale, mut late) = (0_u64, 0_u64, 0_u64);
     for trial in 0..sizes.takeover_trials {

@@ -25,9 +25,9 @@ macro_rules! guard_accessors {
             }
 
             #[doc = concat!(
-                        "A token cancelled the moment the ", $what,
-                        " loses its lease (never when it is settled normally)."
-                    )]
+                                        "A token cancelled the moment the ", $what,
+                                        " loses its lease (never when it is settled normally)."
+                                    )]
             pub fn token(&self) -> CancellationToken {
                 self.held().token.clone()
             }
