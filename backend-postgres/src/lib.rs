@@ -161,7 +161,7 @@
 //! inside the statement or transaction that acts on it (one instant per
 //! operation; an admission reads `clock_timestamp()` after its lock waits,
 //! and one that interrupts holders stamps them at the instant it judged
-//! them), never the worker's clock. [`LeaseStore::now`] answers
+//! them), never the worker's clock. [`LeaseStore::now`](tenure_lease_core::LeaseStore::now) answers
 //! `SELECT now()`, microsecond precision like every stored timestamp.
 //!
 //! ## Atomicity and errors
@@ -259,16 +259,16 @@
 //! Then the admission answers `Conflict` with a holder of its scopes if
 //! there is one, and otherwise decides once more under the locks.
 //!
-//! [`LeaseStore::now`]: tenure_lease_core::LeaseStore::now
+//! [`LeaseStore::now`](tenure_lease_core::LeaseStore::now): tenure_lease_core::LeaseStore::now
 
 mod config;
 mod decode;
 mod error;
+mod lease;
 mod queue;
 mod scope_locks;
 mod sql;
 mod statement;
-mod store;
 
 use std::fmt;
 use std::future::Future;

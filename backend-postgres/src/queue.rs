@@ -27,8 +27,8 @@ use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
+use crate::lease::{fence_param, interval, interval_rounded_up};
 use crate::statement::PgQuery;
-use crate::store::{fence_param, interval, interval_rounded_up};
 use crate::PgStore;
 
 /// The primary key whose violation means a job id is taken.

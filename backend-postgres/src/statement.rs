@@ -23,7 +23,7 @@ use sqlx::Postgres;
 use tenure_lease_core::Result;
 
 use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
-use crate::store::{changed_concurrently, WRITE_ATTEMPTS};
+use crate::lease::{changed_concurrently, WRITE_ATTEMPTS};
 use crate::PgStore;
 
 /// How a transaction of the store starts: a fresh snapshot per statement,

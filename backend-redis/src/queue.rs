@@ -30,7 +30,7 @@ use tenure_lease_core::queue::{
 };
 use tenure_lease_core::{clock, Error, Result};
 
-use crate::reply::jobs as reply;
+use crate::decode::jobs as decode;
 use crate::scripts::SCRIPTS;
 use crate::{micros, RedisStore};
 
@@ -82,11 +82,11 @@ impl RedisStore {
                 .arg(job.max_attempts)
                 .arg(capabilities);
         }
-        reply::enqueued(self.script(&invocation).await?, jobs)
+        decode::enqueued(self.script(&invocation).await?, jobs)
     }
 
     async fn settle(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<JobSettle> {
-        reply::settle(self.script(invocation).await?)
+        decode::settle(self.script(invocation).await?)
     }
 }
 
@@ -118,7 +118,7 @@ impl JobQueue for RedisStore {
         for capability in &request.capabilities {
             invocation.arg(capability);
         }
-        reply::claimed(self.script(&invocation).await?)
+        decode::claimed(self.script(&invocation).await?)
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
@@ -132,7 +132,7 @@ impl JobQueue for RedisStore {
             .arg(&claim.owner)
             .arg(claim.fence)
             .arg(micros(ttl));
-        reply::job_renewal(self.script(&invocation).await?)
+        decode::job_renewal(self.script(&invocation).await?)
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
@@ -191,7 +191,7 @@ impl JobQueue for RedisStore {
             .arg(self.keys.prefix())
             .arg(tenure_lease_core::clock::micros_rounded_up(grace))
             .arg(tenure_lease_core::backend::queue_rules::MAX_REAP);
-        reply::reaped(self.script(&invocation).await?)
+        decode::reaped(self.script(&invocation).await?)
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
@@ -207,14 +207,14 @@ impl JobQueue for RedisStore {
             .arg(&claim.owner)
             .arg(claim.fence)
             .arg(micros(ttl));
-        reply::take_back(self.script(&invocation).await?)
+        decode::take_back(self.script(&invocation).await?)
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
         validate::lease_id(id)?;
         let mut invocation = SCRIPTS.get.prepare_invoke();
         invocation.key(self.keys.job(id)).arg(id);
-        Ok(reply::jobs(self.script(&invocation).await?)?.pop())
+        Ok(decode::jobs(self.script(&invocation).await?)?.pop())
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
@@ -225,7 +225,7 @@ impl JobQueue for RedisStore {
             .key(self.keys.dead_letters(queue))
             .arg(self.keys.prefix())
             .arg(limit);
-        reply::jobs(self.script(&invocation).await?)
+        decode::jobs(self.script(&invocation).await?)
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
@@ -235,7 +235,7 @@ impl JobQueue for RedisStore {
             .key(self.keys.job(id))
             .arg(self.keys.prefix())
             .arg(id);
-        reply::operator_retry(self.script(&invocation).await?)
+        decode::operator_retry(self.script(&invocation).await?)
     }
 
     /// Deletes in batches of up to 1000 jobs,

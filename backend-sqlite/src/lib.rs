@@ -1,6 +1,6 @@
 //! # backend-sqlite
 //!
-//! A [`LeaseStore`] and [`JobQueue`](tenure_lease_core::JobQueue) in one SQLite
+//! A [`LeaseStore`](tenure_lease_core::LeaseStore) and [`JobQueue`](tenure_lease_core::JobQueue) in one SQLite
 //! file: the backend that needs no server.
 //! Several stores, in one process or in several processes on one host, may
 //! share a file; SQLite's locking keeps every operation atomic across all of
@@ -141,7 +141,7 @@
 //!
 //! SQLite keeps any value in any column, so a row edited by hand (or by
 //! another program) may hold text, a float or a blob where an integer
-//! belongs, an instant no [`Timestamp`] can represent, an unknown status,
+//! belongs, an instant no [`Timestamp`](tenure_lease_core::Timestamp) can represent, an unknown status,
 //! malformed JSON, text that is not UTF-8. Such a row is skipped by
 //! `list_expired` and reported in
 //! [`ExpiredScan::skipped`](tenure_lease_core::ExpiredScan) and as a `tracing`
@@ -161,9 +161,9 @@
 mod config;
 mod connection;
 mod error;
-mod job_retention;
 mod jobs;
-mod ops;
+mod lease;
+mod lease_ops;
 mod queue;
 mod queue_ops;
 mod records;
@@ -171,20 +171,13 @@ mod schema;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use tenure_lease_core::backend::{engine, validate};
-use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, Clock, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
-    Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
-};
+use tenure_lease_core::{Clock, Result};
 
 pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT};
 pub use schema::SCHEMA_VERSION;
 
 use connection::ConnectionThread;
-use records::Records;
 
 /// A lease store in a SQLite file. See the [crate docs](crate).
 ///
@@ -225,119 +218,5 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-#[async_trait]
-impl LeaseStore for SqliteStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?.clone();
-        let request = request.clone();
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| {
-                    engine::admit(&mut Records(transaction), now, &request, metadata)
-                })
-            })
-            .await
-    }
-
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::claim(claim)?;
-        validate::ttl(ttl)?;
-        let claim = claim.clone();
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| {
-                    engine::renew(&mut Records(transaction), now, &claim, ttl)
-                })
-            })
-            .await
-    }
-
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::claims(claims)?;
-        validate::ttl(ttl)?;
-        let claims = claims.to_vec();
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| {
-                    engine::renew_many(&mut Records(transaction), now, &claims, ttl)
-                })
-            })
-            .await
-    }
-
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::claim(claim)?;
-        validate::status_change(change)?;
-        let claim = claim.clone();
-        let change = change.clone();
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| {
-                    engine::transition(&mut Records(transaction), now, &claim, &change)
-                })
-            })
-            .await
-    }
-
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::takeover(request)?;
-        let request = request.clone();
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| {
-                    engine::claim_for_takeover(&mut Records(transaction), now, &request)
-                })
-            })
-            .await
-    }
-
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::expired_query(query)?;
-        let query = query.clone();
-        self.connection
-            .run(move |session| {
-                session.read(|connection, now| ops::list_expired(connection, now, &query))
-            })
-            .await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::lease_id(id)?;
-        let id = id.to_owned();
-        self.connection
-            .run(move |session| session.read(|connection, _| records::load(connection, &id)))
-            .await
-    }
-
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::scope(scope)?;
-        let scope = scope.to_owned();
-        self.connection
-            .run(move |session| {
-                session.read(|connection, _| ops::list_by_scope(connection, &scope))
-            })
-            .await
-    }
-
-    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
-        self.connection
-            .run(|session| session.read(|connection, _| ops::list_active(connection)))
-            .await
-    }
-
-    async fn now(&self) -> Result<Timestamp> {
-        Ok(self.clock.now())
-    }
-
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::retention(terminal_older_than)?;
-        self.connection
-            .run(move |session| {
-                session.write(|transaction, now| ops::purge(transaction, now, terminal_older_than))
-            })
-            .await
     }
 }

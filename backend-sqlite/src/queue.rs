@@ -14,7 +14,7 @@ use tenure_lease_core::queue::{
 };
 use tenure_lease_core::Result;
 
-use crate::{job_retention, jobs, queue_ops, SqliteStore};
+use crate::{jobs, queue_ops, SqliteStore};
 
 #[async_trait]
 impl JobQueue for SqliteStore {
@@ -157,7 +157,7 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
-                    job_retention::purge_finished(transaction, now, finished_older_than)
+                    queue_ops::purge_finished(transaction, now, finished_older_than)
                 })
             })
             .await

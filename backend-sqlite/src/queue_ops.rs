@@ -21,7 +21,7 @@ use tenure_lease_core::{Result, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::jobs::{self, decode_job, select_jobs};
-use crate::ops::micros;
+use crate::lease_ops::{delete_finished_before, micros};
 use crate::records::{self, Undecodable};
 
 /// Queued jobs of queue `?1` visible at `?2`, in [`rules::claim_order`]. A
@@ -277,12 +277,30 @@ fn warn_skipped(operation: &str, undecodable: &Undecodable) {
     );
 }
 
+/// Finished jobs (`rules::job_purgeable`) whose finish time, their last
+/// update, is at or before `?1`. A row whose `updated_at` is not an integer
+/// (edited by hand) compares greater than any integer and stays, for an
+/// operator to see. A job row is the only thing the file keeps for a job
+/// (its indexes are SQLite's own), so deleting the row leaves nothing behind.
+const PURGE_FINISHED: &str = "DELETE FROM jobs INDEXED BY jobs_finished_by_update \
+     WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1";
+
+/// Deletes the jobs [`rules::job_purgeable`] allows: finished with
+/// `updated_at + older_than <= now`; answers how many.
+pub(crate) fn purge_finished(
+    connection: &Connection,
+    now: Timestamp,
+    older_than: Duration,
+) -> Result<u64> {
+    delete_finished_before(connection, PURGE_FINISHED, now, older_than)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::SqliteConfig;
     use crate::jobs::LOAD_JOB;
-    use crate::ops::tests::plan;
+    use crate::lease_ops::tests::plan;
 
     #[test]
     fn every_queue_query_uses_its_index() {
@@ -294,6 +312,10 @@ mod tests {
             (CLAIM_CANDIDATES, "USING INDEX jobs_claim_order (queue=?)"),
             (REAP_CANDIDATES, "USING INDEX jobs_claimed_by_expiry"),
             (DEAD_LETTERS, "USING INDEX jobs_dead_letters (queue=?)"),
+            (
+                PURGE_FINISHED,
+                "USING INDEX jobs_finished_by_update (updated_at<?)",
+            ),
         ];
         for (sql, expected) in expectations {
             let plan = plan(&connection, sql);

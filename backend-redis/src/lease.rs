@@ -1,0 +1,202 @@
+//! The [`LeaseStore`] side of [`RedisStore`]: one Lua script per operation
+//! (`src/lua/`), each judging by the same rules as every other backend
+//! ([`tenure_lease_core::backend::rules`]) before it writes.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::FromRedisValue;
+use tenure_lease_core::backend::{rules, validate};
+use tenure_lease_core::{
+    clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
+    LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
+    TakeoverRequest, Timestamp, Transition,
+};
+
+use crate::scripts::SCRIPTS;
+use crate::{decode, micros, optional, RedisStore, PURGE_BATCH, RENEW_BATCH};
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        validate::admit(request)?;
+        let strategy = match request.strategy {
+            AdmitStrategy::Reject => "reject",
+            AdmitStrategy::Interrupt => "interrupt",
+        };
+        let scopes = serde_json::Value::Array(
+            request
+                .scopes
+                .iter()
+                .cloned()
+                .map(serde_json::Value::String)
+                .collect(),
+        );
+        let mut invocation = SCRIPTS.admit.prepare_invoke();
+        invocation
+            .key(self.keys.fence())
+            .key(self.keys.expiry())
+            .key(self.keys.active())
+            .key(self.keys.record(&request.id));
+        for scope in &request.scopes {
+            invocation.key(self.keys.holder(scope));
+        }
+        for scope in &request.scopes {
+            invocation.key(self.keys.scope(scope));
+        }
+        invocation
+            .arg(self.keys.prefix())
+            .arg(&request.id)
+            .arg(&request.owner)
+            .arg(&request.kind)
+            .arg(
+                request
+                    .ttl
+                    .map(|ttl| micros(ttl).to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(strategy)
+            .arg(clock::micros_rounded_up(request.grace))
+            .arg(request.metadata.to_string())
+            .arg(scopes.to_string())
+            .arg(rules::INTERRUPTED_BY_ADMISSION);
+        decode::admission(self.script(&invocation).await?, request)
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        validate::claim(claim)?;
+        validate::ttl(ttl)?;
+        let mut outcomes = self.renew_batch(std::slice::from_ref(claim), ttl).await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| Error::corrupt("renew.lua answered no outcome"))
+    }
+
+    /// One script call per [`RENEW_BATCH`] claims. A batch split over
+    /// several calls that fails part way answers `Err`, although earlier
+    /// calls may have renewed their claims (the outcome is unknown, as every
+    /// `Err` says).
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        validate::claims(claims)?;
+        validate::ttl(ttl)?;
+        let mut outcomes = Vec::with_capacity(claims.len());
+        for batch in claims.chunks(RENEW_BATCH) {
+            outcomes.extend(self.renew_batch(batch, ttl).await?);
+        }
+        Ok(outcomes)
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        validate::claim(claim)?;
+        validate::status_change(change)?;
+        let (has_error, error) = optional(change.error.as_deref());
+        let (has_stop, stop) = optional(change.stop_reason.as_deref());
+        let mut invocation = SCRIPTS.transition.prepare_invoke();
+        invocation
+            .key(self.keys.record(&claim.id))
+            .key(self.keys.expiry())
+            .key(self.keys.active())
+            .key(self.keys.terminal())
+            .arg(self.keys.prefix())
+            .arg(&claim.id)
+            .arg(&claim.owner)
+            .arg(claim.fence)
+            .arg(change.status.as_str())
+            .arg(has_error)
+            .arg(error)
+            .arg(has_stop)
+            .arg(stop);
+        decode::transition(self.script(&invocation).await?)
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        validate::takeover(request)?;
+        let (action, error, stop_reason, ttl) = match &request.action {
+            TakeoverAction::Fail { error, stop_reason } => {
+                ("fail", error.as_str(), stop_reason.as_deref(), None)
+            }
+            TakeoverAction::Adopt { ttl } => ("adopt", "", None, *ttl),
+        };
+        let (has_stop, stop) = optional(stop_reason);
+        let mut invocation = SCRIPTS.takeover.prepare_invoke();
+        invocation
+            .key(self.keys.record(&request.id))
+            .key(self.keys.fence())
+            .key(self.keys.expiry())
+            .key(self.keys.active())
+            .key(self.keys.terminal())
+            .arg(self.keys.prefix())
+            .arg(&request.id)
+            .arg(&request.claimer)
+            .arg(clock::micros_rounded_up(request.grace))
+            .arg(action)
+            .arg(error)
+            .arg(has_stop)
+            .arg(stop)
+            .arg(ttl.map(|ttl| micros(ttl).to_string()).unwrap_or_default());
+        decode::takeover(self.script(&invocation).await?, request.grace)
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        validate::expired_query(query)?;
+        let mut invocation = SCRIPTS.list_expired.prepare_invoke();
+        invocation
+            .key(self.keys.expiry())
+            .arg(self.keys.prefix())
+            .arg(clock::micros_rounded_up(query.grace))
+            .arg(
+                query
+                    .created_before
+                    .map(|cutoff| tenure_lease_core::clock::to_micros(cutoff).to_string())
+                    .unwrap_or_default(),
+            )
+            .arg(query.limit);
+        decode::expired(self.script(&invocation).await?, query)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        validate::lease_id(id)?;
+        let mut invocation = SCRIPTS.get.prepare_invoke();
+        invocation.key(self.keys.record(id)).arg(id);
+        Ok(decode::records(self.script(&invocation).await?)?.pop())
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        validate::scope(scope)?;
+        let mut records = self.list_index(self.keys.scope(scope)).await?;
+        records.sort_by_key(rules::newest_first);
+        Ok(records)
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let mut records = self.list_index(self.keys.active()).await?;
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(records)
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        decode::server_time(self.command(&redis::cmd("TIME")).await?)
+    }
+
+    /// Deletes in batches of up to 1000 records, one script call each, until
+    /// a batch finds fewer: each batch is atomic, the whole purge is not (it
+    /// needs not be: purged records are terminal and never change).
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        validate::retention(terminal_older_than)?;
+        let mut purged = 0_u64;
+        loop {
+            let mut invocation = SCRIPTS.purge.prepare_invoke();
+            invocation
+                .key(self.keys.terminal())
+                .arg(self.keys.prefix())
+                .arg(clock::micros_rounded_up(terminal_older_than))
+                .arg(PURGE_BATCH);
+            let deleted = u64::from_redis_value(self.script(&invocation).await?)
+                .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;
+            purged = purged.saturating_add(deleted);
+            if deleted < PURGE_BATCH as u64 {
+                return Ok(purged);
+            }
+        }
+    }
+}
