@@ -87,11 +87,9 @@ local function fence_field(key, fields)
   return fence
 end
 
--- The record stored at `key` as a table (nil when there is none); raises
--- TENURE_CORRUPT when a field cannot be read (every field the Rust side
--- decodes but the UTF-8 of texts and that metadata is an object, not an
--- array), and WRONGTYPE when the key is not a hash.
-local function load(key, id)
+-- The fields of the hash at `key` as a table, and as HGETALL answered them;
+-- nil when there is no such key; WRONGTYPE when the key is not a hash.
+local function hash_fields(key)
   local flat = redis.call('HGETALL', key)
   if #flat == 0 then
     return nil
@@ -99,6 +97,18 @@ local function load(key, id)
   local fields = {}
   for i = 1, #flat, 2 do
     fields[flat[i]] = flat[i + 1]
+  end
+  return fields, flat
+end
+
+-- The record stored at `key` as a table (nil when there is none); raises
+-- TENURE_CORRUPT when a field cannot be read (every field the Rust side
+-- decodes but the UTF-8 of texts and that metadata is an object, not an
+-- array), and WRONGTYPE when the key is not a hash.
+local function load(key, id)
+  local fields, flat = hash_fields(key)
+  if fields == nil then
+    return nil
   end
   if not KNOWN[fields.status] then
     corrupt(key, 'unknown status ' .. tostring(fields.status))

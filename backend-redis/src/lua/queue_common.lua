@@ -86,13 +86,9 @@ end
 -- the UTF-8 of texts), so a job a script writes is one the caller can
 -- decode, and WRONGTYPE when the key is not a hash.
 local function load_job(key, id)
-  local flat = redis.call('HGETALL', key)
-  if #flat == 0 then
+  local fields = hash_fields(key)
+  if fields == nil then
     return nil
-  end
-  local fields = {}
-  for i = 1, #flat, 2 do
-    fields[flat[i]] = flat[i + 1]
   end
   if not JOB_STATES[fields.state] then
     corrupt(key, 'unknown job state ' .. tostring(fields.state))
