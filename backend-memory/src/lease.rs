@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
-use tenure_lease_core::backend::{rules, validate};
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
     Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
@@ -58,34 +59,31 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew(claim, ttl)?;
         let now = self.now();
         engine::renew(&mut *self.lock(), now, claim, ttl)
     }
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::claims(claims)?;
-        validate::ttl(ttl)?;
+        validate::renew_many(claims, ttl)?;
         let now = self.now();
         engine::renew_many(&mut *self.lock(), now, claims, ttl)
     }
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::claim(claim)?;
-        validate::status_change(change)?;
+        validate::transition(claim, change)?;
         let now = self.now();
         engine::transition(&mut *self.lock(), now, claim, change)
     }
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::takeover(request)?;
+        validate::claim_for_takeover(request)?;
         let now = self.now();
         engine::claim_for_takeover(&mut *self.lock(), now, request)
     }
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::expired_query(query)?;
+        validate::list_expired(query)?;
         let now = self.now();
         let state = self.lock();
         let mut records: Vec<LeaseRecord> = state
@@ -103,12 +101,12 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::lease_id(id)?;
+        validate::get(id)?;
         Ok(self.lock().records.get(id).cloned())
     }
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::scope(scope)?;
+        validate::list_by_scope(scope)?;
         let mut records: Vec<LeaseRecord> = self
             .lock()
             .records
@@ -137,7 +135,7 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::retention(terminal_older_than)?;
+        validate::purge(terminal_older_than)?;
         let now = self.now();
         let mut state = self.lock();
         let before = state.records.len();

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
@@ -149,7 +149,7 @@ impl State {
 #[async_trait]
 impl JobQueue for MemoryStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::new_job(job)?;
+        validate::enqueue(job)?;
         let now = self.now();
         let mut state = self.lock();
         state.reject_known_job_ids(std::iter::once(job.id.as_str()))?;
@@ -159,7 +159,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::new_jobs(jobs)?;
+        validate::enqueue_batch(jobs)?;
         let now = self.now();
         let mut state = self.lock();
         state.reject_known_job_ids(jobs.iter().map(|job| job.id.as_str()))?;
@@ -171,7 +171,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim_request(request)?;
+        validate::claim(request)?;
         let now = self.now();
         let mut state = self.lock();
         // Ordered by priority first, so a job not visible yet may come
@@ -194,8 +194,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew_job(claim, ttl)?;
         Ok(
             match self.write_claimed(claim, |job, now| rules::renew_job(job, ttl, now)) {
                 Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
@@ -205,23 +204,22 @@ impl JobQueue for MemoryStore {
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
+        validate::complete(claim)?;
         Ok(self.settle(claim, rules::complete_job))
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::job_failure(claim, error, action)?;
+        validate::fail(claim, error, action)?;
         Ok(self.settle(claim, |job, now| rules::fail_job(job, error, action, now)))
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
-        validate::capabilities(missing)?;
+        validate::defer(claim, missing)?;
         Ok(self.settle(claim, |job, now| rules::defer_job(job, missing, now)))
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::grace(grace)?;
+        validate::reap(grace)?;
         let now = self.now();
         let mut state = self.lock();
         let mut expired: Vec<Job> = state
@@ -244,8 +242,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::take_back(claim, ttl)?;
         let now = self.now();
         let mut state = self.lock();
         let Some(job) = state.jobs.get(&claim.id) else {
@@ -262,13 +259,12 @@ impl JobQueue for MemoryStore {
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::lease_id(id)?;
+        validate::get_job(id)?;
         Ok(self.lock().jobs.get(id).cloned())
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::queue(queue)?;
-        validate::limit(limit)?;
+        validate::list_dead_letters(queue, limit)?;
         let state = self.lock();
         let mut dead: Vec<&Job> = state
             .jobs
@@ -280,7 +276,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::lease_id(id)?;
+        validate::retry_dead_letter(id)?;
         let now = self.now();
         let mut state = self.lock();
         let Some(job) = state.jobs.get(id) else {
@@ -296,7 +292,7 @@ impl JobQueue for MemoryStore {
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::job_retention(finished_older_than)?;
+        validate::purge_jobs(finished_older_than)?;
         let now = self.now();
         Ok(self
             .lock()

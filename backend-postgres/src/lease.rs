@@ -19,7 +19,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
     NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
@@ -401,8 +401,7 @@ impl LeaseStore for PgStore {
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
         self.bounded("renew", async move {
-            validate::claim(claim)?;
-            validate::ttl(ttl)?;
+            validate::renew(claim, ttl)?;
             self.write_or_explain(
                 ("renewal", &claim.id),
                 || {
@@ -431,8 +430,7 @@ impl LeaseStore for PgStore {
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         self.bounded("renew_many", async move {
-            validate::claims(claims)?;
-            validate::ttl(ttl)?;
+            validate::renew_many(claims, ttl)?;
             // One row per distinct claim: a repeated claim shares its outcome.
             let mut distinct: Vec<&Claim> = Vec::new();
             let mut position_of: HashMap<&Claim, usize> = HashMap::new();
@@ -509,8 +507,7 @@ impl LeaseStore for PgStore {
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
         self.bounded("transition", async move {
-            validate::claim(claim)?;
-            validate::status_change(change)?;
+            validate::transition(claim, change)?;
             let allowed_from: Vec<&str> = Status::ALL
                 .into_iter()
                 .filter(|from| from.can_become(change.status))
@@ -545,7 +542,7 @@ impl LeaseStore for PgStore {
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
         self.bounded("claim_for_takeover", async move {
-            validate::takeover(request)?;
+            validate::claim_for_takeover(request)?;
             let (status, error, stop_reason, adopt_ttl) = match &request.action {
                 TakeoverAction::Fail { error, stop_reason } => (
                     Status::Failed,
@@ -586,7 +583,7 @@ impl LeaseStore for PgStore {
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
         self.bounded("list_expired", async move {
-            validate::expired_query(query)?;
+            validate::list_expired(query)?;
             let mut scan = ExpiredScan::default();
             if query.created_before.is_some_and(|instant| {
                 tenure_lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
@@ -635,7 +632,7 @@ impl LeaseStore for PgStore {
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
         self.bounded("get", async move {
-            validate::lease_id(id)?;
+            validate::get(id)?;
             self.read_record(id).await
         })
         .await
@@ -643,7 +640,7 @@ impl LeaseStore for PgStore {
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
         self.bounded("list_by_scope", async move {
-            validate::scope(scope)?;
+            validate::list_by_scope(scope)?;
             let rows = self
                 .fetch_all(|| sqlx::query(&self.sql.list_by_scope).bind(scope))
                 .await?;
@@ -675,7 +672,7 @@ impl LeaseStore for PgStore {
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         self.bounded("purge", async move {
-            validate::retention(terminal_older_than)?;
+            validate::purge(terminal_older_than)?;
             self.purge_older_than(&self.sql.purge, terminal_older_than)
                 .await
         })

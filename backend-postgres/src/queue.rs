@@ -18,7 +18,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
@@ -128,7 +128,7 @@ fn claimed(job: Job) -> Result<ClaimedJob> {
 impl JobQueue for PgStore {
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         self.bounded("enqueue_batch", async move {
-            validate::new_jobs(jobs)?;
+            validate::enqueue_batch(jobs)?;
             let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
             let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
             let payloads: Vec<Json<&serde_json::Value>> =
@@ -175,7 +175,7 @@ impl JobQueue for PgStore {
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         self.bounded("claim", async move {
-            validate::claim_request(request)?;
+            validate::claim(request)?;
             let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
             let rows = self
                 .fetch_all(|| {
@@ -198,8 +198,7 @@ impl JobQueue for PgStore {
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         self.bounded("renew_job", async move {
-            validate::job_claim(claim)?;
-            validate::ttl(ttl)?;
+            validate::renew_job(claim, ttl)?;
             self.write_or_explain(
                 ("job renewal", &claim.id),
                 || {
@@ -223,7 +222,7 @@ impl JobQueue for PgStore {
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         self.bounded("complete", async move {
-            validate::job_claim(claim)?;
+            validate::complete(claim)?;
             let fence = fence_param(claim.fence);
             self.settle("complete", claim, || {
                 sqlx::query(&self.sql.jobs.complete)
@@ -238,7 +237,7 @@ impl JobQueue for PgStore {
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         self.bounded("fail", async move {
-            validate::job_failure(claim, error, action)?;
+            validate::fail(claim, error, action)?;
             let (retry, backoff) = match action {
                 FailAction::Retry { backoff } => (true, backoff),
                 FailAction::DeadLetter => (false, Duration::ZERO),
@@ -260,8 +259,7 @@ impl JobQueue for PgStore {
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
         self.bounded("defer", async move {
-            validate::job_claim(claim)?;
-            validate::capabilities(missing)?;
+            validate::defer(claim, missing)?;
             let fence = fence_param(claim.fence);
             let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
             self.settle("defer", claim, || {
@@ -278,7 +276,7 @@ impl JobQueue for PgStore {
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         self.bounded("reap", async move {
-            validate::grace(grace)?;
+            validate::reap(grace)?;
             let rows = self
                 .fetch_all(|| {
                     sqlx::query(&self.sql.jobs.reap)
@@ -300,8 +298,7 @@ impl JobQueue for PgStore {
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         self.bounded("take_back", async move {
-            validate::job_claim(claim)?;
-            validate::ttl(ttl)?;
+            validate::take_back(claim, ttl)?;
             self.write_or_explain(
                 ("take-back", &claim.id),
                 || {
@@ -326,7 +323,7 @@ impl JobQueue for PgStore {
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
         self.bounded("get_job", async move {
-            validate::lease_id(id)?;
+            validate::get_job(id)?;
             self.read_job(id).await
         })
         .await
@@ -334,8 +331,7 @@ impl JobQueue for PgStore {
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
         self.bounded("list_dead_letters", async move {
-            validate::queue(queue)?;
-            validate::limit(limit)?;
+            validate::list_dead_letters(queue, limit)?;
             let rows = self
                 .fetch_all(|| {
                     sqlx::query(&self.sql.jobs.list_dead_letters)
@@ -351,7 +347,7 @@ impl JobQueue for PgStore {
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         self.bounded("retry_dead_letter", async move {
-            validate::lease_id(id)?;
+            validate::retry_dead_letter(id)?;
             self.write_or_explain(
                 ("dead-letter retry", id),
                 || sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id),
@@ -376,7 +372,7 @@ impl JobQueue for PgStore {
     /// re-checked on its new version and stays.
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
         self.bounded("purge_jobs", async move {
-            validate::job_retention(finished_older_than)?;
+            validate::purge_jobs(finished_older_than)?;
             self.purge_older_than(&self.sql.jobs.purge_finished, finished_older_than)
                 .await
         })

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
-use tenure_lease_core::backend::{rules, validate};
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
     LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
@@ -64,8 +65,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew(claim, ttl)?;
         let mut outcomes = self.renew_batch(std::slice::from_ref(claim), ttl).await?;
         outcomes
             .pop()
@@ -77,8 +77,7 @@ impl LeaseStore for RedisStore {
     /// calls may have renewed their claims (the outcome is unknown, as every
     /// `Err` says).
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::claims(claims)?;
-        validate::ttl(ttl)?;
+        validate::renew_many(claims, ttl)?;
         let mut outcomes = Vec::with_capacity(claims.len());
         for batch in claims.chunks(RENEW_BATCH) {
             outcomes.extend(self.renew_batch(batch, ttl).await?);
@@ -87,8 +86,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::claim(claim)?;
-        validate::status_change(change)?;
+        validate::transition(claim, change)?;
         let (has_error, error) = optional(change.error.as_deref());
         let (has_stop, stop) = optional(change.stop_reason.as_deref());
         let mut invocation = SCRIPTS.transition.prepare_invoke();
@@ -110,7 +108,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::takeover(request)?;
+        validate::claim_for_takeover(request)?;
         let (action, error, stop_reason, ttl) = match &request.action {
             TakeoverAction::Fail { error, stop_reason } => {
                 ("fail", error.as_str(), stop_reason.as_deref(), None)
@@ -138,7 +136,7 @@ impl LeaseStore for RedisStore {
     }
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::expired_query(query)?;
+        validate::list_expired(query)?;
         let mut invocation = SCRIPTS.list_expired.prepare_invoke();
         invocation
             .key(self.keys.expiry())
@@ -155,14 +153,14 @@ impl LeaseStore for RedisStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::lease_id(id)?;
+        validate::get(id)?;
         let mut invocation = SCRIPTS.get.prepare_invoke();
         invocation.key(self.keys.record(id)).arg(id);
         Ok(decode::records(self.script(&invocation).await?)?.pop())
     }
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::scope(scope)?;
+        validate::list_by_scope(scope)?;
         let mut records = self.list_index(self.keys.scope(scope)).await?;
         records.sort_by_key(rules::newest_first);
         Ok(records)
@@ -182,7 +180,7 @@ impl LeaseStore for RedisStore {
     /// a batch finds fewer: each batch is atomic, the whole purge is not (it
     /// needs not be: purged records are terminal and never change).
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::retention(terminal_older_than)?;
+        validate::purge(terminal_older_than)?;
         let mut purged = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge.prepare_invoke();

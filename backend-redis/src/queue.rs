@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
@@ -93,7 +93,7 @@ impl RedisStore {
 #[async_trait]
 impl JobQueue for RedisStore {
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::new_jobs(jobs)?;
+        validate::enqueue_batch(jobs)?;
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -101,7 +101,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim_request(request)?;
+        validate::claim(request)?;
         let mut invocation = SCRIPTS.claim.prepare_invoke();
         invocation
             .key(self.keys.ready(&request.queue))
@@ -122,8 +122,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew_job(claim, ttl)?;
         let mut invocation = SCRIPTS.renew_job.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -136,7 +135,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
+        validate::complete(claim)?;
         let mut invocation = SCRIPTS.complete.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -149,7 +148,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::job_failure(claim, error, action)?;
+        validate::fail(claim, error, action)?;
         let (action, backoff) = match action {
             FailAction::Retry { backoff } => ("retry", micros(backoff)),
             FailAction::DeadLetter => ("dead_letter", 0),
@@ -168,8 +167,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
-        validate::capabilities(missing)?;
+        validate::defer(claim, missing)?;
         let mut invocation = SCRIPTS.defer.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -184,7 +182,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::grace(grace)?;
+        validate::reap(grace)?;
         let mut invocation = SCRIPTS.reap.prepare_invoke();
         invocation
             .key(self.keys.claimed_jobs())
@@ -195,8 +193,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::take_back(claim, ttl)?;
         let mut invocation = SCRIPTS.take_back.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -211,15 +208,14 @@ impl JobQueue for RedisStore {
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::lease_id(id)?;
+        validate::get_job(id)?;
         let mut invocation = SCRIPTS.get.prepare_invoke();
         invocation.key(self.keys.job(id)).arg(id);
         Ok(decode::jobs(self.script(&invocation).await?)?.pop())
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::queue(queue)?;
-        validate::limit(limit)?;
+        validate::list_dead_letters(queue, limit)?;
         let mut invocation = SCRIPTS.list_dead_letters.prepare_invoke();
         invocation
             .key(self.keys.dead_letters(queue))
@@ -229,7 +225,7 @@ impl JobQueue for RedisStore {
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::lease_id(id)?;
+        validate::retry_dead_letter(id)?;
         let mut invocation = SCRIPTS.retry_dead_letter.prepare_invoke();
         invocation
             .key(self.keys.job(id))
@@ -246,7 +242,7 @@ impl JobQueue for RedisStore {
     /// index this walks: a job finished under an older version stays until
     /// an operator deletes it or [`RedisStore::delete_namespace`] runs.
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::job_retention(finished_older_than)?;
+        validate::purge_jobs(finished_older_than)?;
         let mut purged = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge_jobs.prepare_invoke();

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::backend::{engine, validate};
+use tenure_lease_core::backend::engine;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
     Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
@@ -30,8 +31,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew(claim, ttl)?;
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -43,8 +43,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::claims(claims)?;
-        validate::ttl(ttl)?;
+        validate::renew_many(claims, ttl)?;
         let claims = claims.to_vec();
         self.connection
             .run(move |session| {
@@ -56,8 +55,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::claim(claim)?;
-        validate::status_change(change)?;
+        validate::transition(claim, change)?;
         let claim = claim.clone();
         let change = change.clone();
         self.connection
@@ -70,7 +68,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::takeover(request)?;
+        validate::claim_for_takeover(request)?;
         let request = request.clone();
         self.connection
             .run(move |session| {
@@ -82,7 +80,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::expired_query(query)?;
+        validate::list_expired(query)?;
         let query = query.clone();
         self.connection
             .run(move |session| {
@@ -92,7 +90,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::lease_id(id)?;
+        validate::get(id)?;
         let id = id.to_owned();
         self.connection
             .run(move |session| session.read(|connection, _| records::load(connection, &id)))
@@ -100,7 +98,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::scope(scope)?;
+        validate::list_by_scope(scope)?;
         let scope = scope.to_owned();
         self.connection
             .run(move |session| {
@@ -120,7 +118,7 @@ impl LeaseStore for SqliteStore {
     }
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::retention(terminal_older_than)?;
+        validate::purge(terminal_older_than)?;
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {

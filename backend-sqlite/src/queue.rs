@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
     OperatorRetry, ReapReport, TakeBack,
@@ -19,7 +19,7 @@ use crate::{jobs, queue_ops, SqliteStore};
 #[async_trait]
 impl JobQueue for SqliteStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::new_job(job)?;
+        validate::enqueue(job)?;
         let job = job.clone();
         self.connection
             .run(move |session| {
@@ -29,7 +29,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::new_jobs(jobs)?;
+        validate::enqueue_batch(jobs)?;
         let jobs = jobs.to_vec();
         self.connection
             .run(move |session| {
@@ -43,7 +43,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim_request(request)?;
+        validate::claim(request)?;
         let request = request.clone();
         self.connection
             .run(move |session| {
@@ -53,8 +53,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::renew_job(claim, ttl)?;
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -65,7 +64,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
+        validate::complete(claim)?;
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -75,7 +74,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::job_failure(claim, error, action)?;
+        validate::fail(claim, error, action)?;
         let claim = claim.clone();
         let error = error.to_owned();
         self.connection
@@ -88,8 +87,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::job_claim(claim)?;
-        validate::capabilities(missing)?;
+        validate::defer(claim, missing)?;
         let claim = claim.clone();
         let missing = missing.clone();
         self.connection
@@ -101,7 +99,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::grace(grace)?;
+        validate::reap(grace)?;
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| queue_ops::reap(transaction, now, grace))
@@ -110,8 +108,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::job_claim(claim)?;
-        validate::ttl(ttl)?;
+        validate::take_back(claim, ttl)?;
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -122,7 +119,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::lease_id(id)?;
+        validate::get_job(id)?;
         let id = id.to_owned();
         self.connection
             .run(move |session| session.read(|connection, _| jobs::load_job(connection, &id)))
@@ -130,8 +127,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::queue(queue)?;
-        validate::limit(limit)?;
+        validate::list_dead_letters(queue, limit)?;
         let queue = queue.to_owned();
         self.connection
             .run(move |session| {
@@ -142,7 +138,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::lease_id(id)?;
+        validate::retry_dead_letter(id)?;
         let id = id.to_owned();
         self.connection
             .run(move |session| {
@@ -153,7 +149,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::job_retention(finished_older_than)?;
+        validate::purge_jobs(finished_older_than)?;
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {

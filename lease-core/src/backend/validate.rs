@@ -1,9 +1,12 @@
 //! Input validation shared by every backend.
 //!
-//! Each [`LeaseStore`](crate::LeaseStore) operation calls the matching
-//! function here before touching its store, so bad input gets the same typed
+//! Each store operation starts with one call, to the function of
+//! [`operation`] named after it, before touching its store, so bad input
+//! gets the same typed
 //! [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) error, naming
-//! the field, on every backend, and changes nothing.
+//! the field, on every backend, and changes nothing. What each operation
+//! checks is decided there, once; the functions of this module are its
+//! parts (and the keeper's, for its own configuration).
 
 use std::time::Duration;
 
@@ -435,4 +438,223 @@ pub fn limit(limit: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What each store operation checks, one function per operation of
+/// [`LeaseStore`](crate::LeaseStore) and [`JobQueue`](crate::JobQueue),
+/// named after it: a backend calls the one of the operation it runs, first.
+pub mod operation {
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    use crate::error::Result;
+    use crate::queue::{ClaimRequest, FailAction, JobClaim, NewJob};
+    use crate::record::Claim;
+    use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
+
+    /// `admit`: answers the request's metadata, checked.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput), naming
+    /// the field; so do all the functions of this module.
+    pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_json::Value>> {
+        super::admit(request)
+    }
+
+    /// `renew`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn renew(claim: &Claim, ttl: Duration) -> Result<()> {
+        super::claim(claim)?;
+        super::ttl(ttl)
+    }
+
+    /// `renew_many`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn renew_many(claims: &[Claim], ttl: Duration) -> Result<()> {
+        super::claims(claims)?;
+        super::ttl(ttl)
+    }
+
+    /// `transition`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn transition(claim: &Claim, change: &StatusChange) -> Result<()> {
+        super::claim(claim)?;
+        super::status_change(change)
+    }
+
+    /// `claim_for_takeover`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn claim_for_takeover(request: &TakeoverRequest) -> Result<()> {
+        super::takeover(request)
+    }
+
+    /// `list_expired`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn list_expired(query: &ExpiredQuery) -> Result<()> {
+        super::expired_query(query)
+    }
+
+    /// `get`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn get(id: &str) -> Result<()> {
+        super::lease_id(id)
+    }
+
+    /// `list_by_scope`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn list_by_scope(scope: &str) -> Result<()> {
+        super::scope(scope)
+    }
+
+    /// `purge`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn purge(terminal_older_than: Duration) -> Result<()> {
+        super::retention(terminal_older_than)
+    }
+
+    /// `enqueue`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn enqueue(job: &NewJob) -> Result<()> {
+        super::new_job(job)
+    }
+
+    /// `enqueue_batch`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn enqueue_batch(jobs: &[NewJob]) -> Result<()> {
+        super::new_jobs(jobs)
+    }
+
+    /// `claim`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn claim(request: &ClaimRequest) -> Result<()> {
+        super::claim_request(request)
+    }
+
+    /// `renew_job`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn renew_job(claim: &JobClaim, ttl: Duration) -> Result<()> {
+        super::job_claim(claim)?;
+        super::ttl(ttl)
+    }
+
+    /// `complete`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn complete(claim: &JobClaim) -> Result<()> {
+        super::job_claim(claim)
+    }
+
+    /// `fail`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn fail(claim: &JobClaim, error: &str, action: FailAction) -> Result<()> {
+        super::job_failure(claim, error, action)
+    }
+
+    /// `defer`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn defer(claim: &JobClaim, missing: &BTreeSet<String>) -> Result<()> {
+        super::job_claim(claim)?;
+        super::capabilities(missing)
+    }
+
+    /// `reap`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn reap(grace: Duration) -> Result<()> {
+        super::grace(grace)
+    }
+
+    /// `take_back`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn take_back(claim: &JobClaim, ttl: Duration) -> Result<()> {
+        super::job_claim(claim)?;
+        super::ttl(ttl)
+    }
+
+    /// `get_job`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn get_job(id: &str) -> Result<()> {
+        super::lease_id(id)
+    }
+
+    /// `list_dead_letters`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn list_dead_letters(queue: &str, limit: usize) -> Result<()> {
+        super::queue(queue)?;
+        super::limit(limit)
+    }
+
+    /// `retry_dead_letter`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn retry_dead_letter(id: &str) -> Result<()> {
+        super::lease_id(id)
+    }
+
+    /// `purge_jobs`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn purge_jobs(finished_older_than: Duration) -> Result<()> {
+        super::job_retention(finished_older_than)
+    }
 }
