@@ -5,7 +5,7 @@
 use std::fmt;
 
 use crate::outcome::LossReason;
-use crate::queue::{JobLoss, JobState};
+use crate::queue::JobLoss;
 
 /// Why a run (or a job) no longer owns its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +40,7 @@ impl LossCause {
     pub fn label(&self) -> &'static str {
         match self {
             LossCause::Lost(reason) => reason.label(),
-            LossCause::JobLost(loss) => job_loss_label(*loss),
+            LossCause::JobLost(loss) => loss.label(),
             LossCause::DeadlinePassed => "deadline_passed",
             LossCause::TakenOver => "taken_over",
             LossCause::UnconfirmedWrite => "unconfirmed_write",
@@ -49,18 +49,6 @@ impl LossCause {
             LossCause::Abandoned => "abandoned",
             LossCause::HeartbeatFailed => "heartbeat_failed",
         }
-    }
-}
-
-fn job_loss_label(loss: JobLoss) -> &'static str {
-    match loss {
-        JobLoss::Missing => "missing",
-        JobLoss::Finished(JobState::Completed) => "completed",
-        JobLoss::Finished(JobState::DeadLettered) => "dead_lettered",
-        JobLoss::Finished(_) => "finished",
-        JobLoss::Requeued => "requeued",
-        JobLoss::OwnerChanged => "owner_changed",
-        JobLoss::FenceChanged => "fence_changed",
     }
 }
 

@@ -323,6 +323,22 @@ pub enum JobLoss {
     FenceChanged,
 }
 
+impl JobLoss {
+    /// Short name of the loss, for logs and metrics: the finished state's
+    /// name (`completed`, `dead_lettered`) for a finished job.
+    pub fn label(&self) -> &'static str {
+        match self {
+            JobLoss::Missing => "missing",
+            JobLoss::Finished(JobState::Completed) => "completed",
+            JobLoss::Finished(JobState::DeadLettered) => "dead_lettered",
+            JobLoss::Finished(_) => "finished",
+            JobLoss::Requeued => "requeued",
+            JobLoss::OwnerChanged => "owner_changed",
+            JobLoss::FenceChanged => "fence_changed",
+        }
+    }
+}
+
 /// The answer of [`renew_job`](super::JobQueue::renew_job).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
