@@ -5,19 +5,16 @@
 //! default past `solo_renewal_limit`) and with one `renew` call per lease,
 //! to show what batching buys.
 //!
-//! The round is timed by a thin wrapper around the store that logs every
-//! renewal call; the keeper itself is used as shipped.
+//! The round is timed by a layer around the store that logs every renewal
+//! call; the keeper itself is used as shipped.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde::Serialize;
 use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig};
-use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, Keeper, LeaseRecord, LeaseStore,
-    Renewal, Result, RunGuard, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
-};
+use tenure_lease_core::layer::{Answer, Hook, LayerExt, Operation, Pending};
+use tenure_lease_core::{Keeper, LeaseStore, RunGuard};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -120,10 +117,7 @@ async fn hold_and_measure(
 ) -> BenchResult<HeartbeatPoint> {
     let HeartbeatSize { leases, ttl, .. } = *size;
     let beat = ttl / 3;
-    let timed = Arc::new(TimedStore {
-        inner: store,
-        calls: Mutex::new(Vec::new()),
-    });
+    let timed = Arc::new(store.layer(RenewalLog::default()));
     let solo_limit = match mode {
         RenewMode::RenewMany => KeeperConfig::with_ttl(ttl).solo_renewal_limit,
         RenewMode::Solo => leases,
@@ -170,6 +164,7 @@ async fn hold_and_measure(
     drop(guards);
 
     let calls: Vec<CallSpan> = timed
+        .hook()
         .calls
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -239,68 +234,36 @@ fn group_rounds(mut calls: Vec<CallSpan>, split: Duration) -> Vec<Round> {
         .collect()
 }
 
-/// A store that logs the time of every renewal call and forwards everything.
-struct TimedStore {
-    inner: Arc<dyn LeaseStore>,
+/// A layer that logs the time of every renewal call.
+#[derive(Default)]
+struct RenewalLog {
     calls: Mutex<Vec<CallSpan>>,
 }
 
-impl TimedStore {
-    fn log(&self, sent: Instant, claims: usize) {
-        let span = CallSpan {
-            sent,
-            answered: Instant::now(),
-            claims,
+impl Hook for RenewalLog {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        let claims = match operation.name {
+            "renew" => 1,
+            "renew_many" => operation.batch.len(),
+            _ => return call,
         };
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(span);
-    }
-}
-
-// Written by hand (it changes answers, not only wraps them): every
-// method is spelled out, so none silently falls back to a default.
-#[deny(clippy::missing_trait_methods)]
-#[async_trait]
-impl LeaseStore for TimedStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        self.inner.admit(request).await
-    }
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        let sent = Instant::now();
-        let outcome = self.inner.renew(claim, ttl).await;
-        self.log(sent, 1);
-        outcome
-    }
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        let sent = Instant::now();
-        let outcome = self.inner.renew_many(claims, ttl).await;
-        self.log(sent, claims.len());
-        outcome
-    }
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        self.inner.transition(claim, change).await
-    }
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        self.inner.claim_for_takeover(request).await
-    }
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        self.inner.list_expired(query).await
-    }
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        self.inner.get(id).await
-    }
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        self.inner.list_by_scope(scope).await
-    }
-    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
-        self.inner.list_active().await
-    }
-    async fn now(&self) -> Result<Timestamp> {
-        self.inner.now().await
-    }
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        self.inner.purge(terminal_older_than).await
+        Box::pin(async move {
+            let sent = Instant::now();
+            let outcome = call.await;
+            let span = CallSpan {
+                sent,
+                answered: Instant::now(),
+                claims,
+            };
+            self.calls
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(span);
+            outcome
+        })
     }
 }
