@@ -38,12 +38,22 @@ const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 /// by the statements themselves or never fail to decode.)
 fn decodable_job() -> String {
     let dead_reasons = DeadReason::ALL.map(|reason| format!("'{}'", reason.as_str()));
+    // PostgreSQL's calendar starts after chrono's but ends long after it.
+    let latest = chrono::DateTime::<chrono::Utc>::MAX_UTC
+        .format("%Y-%m-%d %H:%M:%S%.6f+00")
+        .to_string();
+    let latest = latest.trim_start_matches('+');
+    let instant = |column: &str| format!("(isfinite({column}) AND {column} <= '{latest}')");
     format!(
-        "isfinite(run_at) AND isfinite(created_at) AND isfinite(updated_at) \
-         AND (lease_expires_at IS NULL OR isfinite(lease_expires_at)) \
+        "{} AND {} AND {} AND (lease_expires_at IS NULL OR {}) \
          AND attempt BETWEEN 0 AND {MAX_ATTEMPTS} AND max_attempts BETWEEN 0 AND {MAX_ATTEMPTS} \
          AND fence >= 0 AND (dead_reason IS NULL OR dead_reason IN ({})) \
+         AND COALESCE(array_ndims(required_capabilities), 1) = 1 \
          AND array_position(required_capabilities, NULL) IS NULL",
+        instant("run_at"),
+        instant("created_at"),
+        instant("updated_at"),
+        instant("lease_expires_at"),
         dead_reasons.join(", ")
     )
 }
@@ -191,12 +201,14 @@ impl JobStatements {
             // Fences are drawn after the jobs are picked and locked, then
             // paired with them in claim order: values of one sequence,
             // sorted ascending, are in the order they were drawn.
-            // Only decodable rows are picked, so `attempt + 1` stays
-            // within MAX_ATTEMPTS + 1.
+            // Only decodable rows with attempts below MAX_ATTEMPTS are
+            // picked (rules::claimable), so `attempt + 1` is one a reader
+            // accepts.
             claim: format!(
                 "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
                    WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
                    AND required_capabilities <@ $2::text[] AND {decodable} \
+                   AND attempt < {MAX_ATTEMPTS} \
                    ORDER BY priority DESC, run_at, created_at, id LIMIT $3 \
                    FOR UPDATE SKIP LOCKED), \
                  ranked AS (SELECT id, row_number() OVER \

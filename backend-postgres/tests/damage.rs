@@ -86,6 +86,8 @@ const JOB_DAMAGES: &[Damage] = &[
     damage("created_at", "'-infinity'", true),
     damage("updated_at", "'infinity'", true),
     damage("updated_at", "'-infinity'", true),
+    damage("run_at", "'270000-01-01 00:00:00+00'", true),
+    damage("created_at", "'270000-01-01 00:00:00+00'", true),
     damage("state", "'bogus'", true),
     damage("dead_reason", "'bogus'", true),
     damage("attempt", "-1", true),

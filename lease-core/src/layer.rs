@@ -209,7 +209,8 @@ pub type Instrumented<S> = Layered<S, Tracing>;
 
 /// Tracing and metrics for every operation: one `tracing` span
 /// (`tenure.store`, fields `operation`, `lease.id`, `owner`, `fence`,
-/// `outcome`), a warning for each failure, and two metrics:
+/// `claims` for a batch, `outcome`), a warning for each failure, and two
+/// metrics:
 ///
 /// | metric | kind | labels |
 /// |---|---|---|
@@ -235,8 +236,12 @@ impl Hook for Tracing {
             lease.id = operation.id,
             owner = operation.owner,
             fence = operation.fence,
+            claims = field::Empty,
             outcome = field::Empty,
         );
+        if !operation.batch.is_empty() {
+            span.record("claims", operation.batch.len());
+        }
         let traced = async move {
             let started = Instant::now();
             let answer = call.await;
@@ -328,7 +333,8 @@ pub enum Fault {
     /// Answer [`ErrorKind::Corrupt`] without calling the store, as a backend
     /// does when a record it must read cannot be decoded.
     Corrupt,
-    /// Never answer until [`Faults::release_hangs`], then call the store.
+    /// Never answer until the next [`Faults::release_hangs`], then call the
+    /// store.
     Hang,
     /// Call the store at once, answer after this long.
     SlowAnswer(Duration),
@@ -363,7 +369,8 @@ pub enum Fault {
 pub struct Faults {
     rules: Mutex<Vec<(&'static str, Option<String>, Fault)>>,
     calls: Mutex<HashMap<&'static str, usize>>,
-    released: tokio::sync::watch::Sender<bool>,
+    /// How many times hanging calls were released.
+    releases: tokio::sync::watch::Sender<u64>,
     hangs_dropped: AtomicUsize,
 }
 
@@ -384,9 +391,10 @@ impl Faults {
     }
 
     /// Removes every rule and lets every hanging call go on to the store.
+    /// A `Hang` injected afterwards hangs again, until the next release.
     pub fn release_hangs(&self) {
         self.clear();
-        self.released.send_replace(true);
+        self.releases.send_modify(|releases| *releases += 1);
     }
 
     /// How many calls of `operation` have started.
@@ -443,6 +451,7 @@ impl Hook for Faults {
         call: Pending<'a, T>,
     ) -> Pending<'a, T> {
         Box::pin(async move {
+            let releases_before = *self.releases.borrow();
             match self.enter(&operation) {
                 None => call.await,
                 Some(Fault::Unavailable) => Err(Error::unavailable(format!(
@@ -463,9 +472,11 @@ impl Hook for Faults {
                         dropped: &self.hangs_dropped,
                         released: false,
                     };
-                    let mut released = self.released.subscribe();
+                    let mut releases = self.releases.subscribe();
                     // An error means the sender is gone with `self`: go on.
-                    let _ = released.wait_for(|released| *released).await;
+                    let _ = releases
+                        .wait_for(|releases| *releases > releases_before)
+                        .await;
                     guard.released = true;
                     call.await
                 }
@@ -672,7 +683,7 @@ answer! {
     Timestamp => |_answer| "answered";
     u64 => |_answer| "purged";
     Job => |_answer| "enqueued";
-    Vec<Job> => |_answer| "listed";
+    Vec<Job> => |_answer| "answered";
     Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" };
     Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" };
     JobRenewal => |answer| match answer {

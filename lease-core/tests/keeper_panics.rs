@@ -122,21 +122,22 @@ async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
 }
 
 /// A `tracing` subscriber that panics on the first `limit` events whose
-/// message contains `trigger`: a log hook panicking inside the keeper.
+/// message contains one of `triggers`: a log hook panicking inside the
+/// keeper.
 struct PanickingLogHook {
-    trigger: &'static str,
+    triggers: Vec<&'static str>,
     limit: u64,
     fired: AtomicU64,
 }
 
 impl PanickingLogHook {
     fn once(trigger: &'static str) -> Self {
-        Self::times(trigger, 1)
+        Self::on_any(vec![trigger], 1)
     }
 
-    fn times(trigger: &'static str, limit: u64) -> Self {
+    fn on_any(triggers: Vec<&'static str>, limit: u64) -> Self {
         PanickingLogHook {
-            trigger,
+            triggers,
             limit,
             fired: AtomicU64::new(0),
         }
@@ -165,7 +166,10 @@ impl tracing::Subscriber for PanickingLogHook {
     fn event(&self, event: &tracing::Event<'_>) {
         let mut message = Message(String::new());
         event.record(&mut message);
-        if message.0.contains(self.trigger)
+        if self
+            .triggers
+            .iter()
+            .any(|trigger| message.0.contains(trigger))
             && self.fired.fetch_add(1, Ordering::SeqCst) < self.limit
         {
             panic!("log hook panicked on {:?}", message.0);
@@ -209,12 +213,23 @@ async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
 
 #[tokio::test(start_paused = true)]
 async fn a_heartbeat_loop_that_keeps_panicking_gives_up_and_stops_everything_held() {
-    let counters = PanicCounters::default();
-    let _recorder = metrics::set_default_local_recorder(&counters);
     // Every loss the loop reports panics: with five runs overdue at once,
     // the loop dies on the first of them each time it is restarted.
+    gives_up_and_stops_everything_held(vec!["work lost its lease"]).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_gives_up_even_when_reporting_its_own_panics_panics() {
+    gives_up_and_stops_everything_held(vec!["work lost its lease", "heartbeat"]).await;
+}
+
+/// Five overdue runs and one healthy run, under a log hook that panics on
+/// every event containing one of `triggers`.
+async fn gives_up_and_stops_everything_held(triggers: Vec<&'static str>) {
+    let counters = PanicCounters::default();
+    let _recorder = metrics::set_default_local_recorder(&counters);
     let _subscriber =
-        tracing::subscriber::set_default(PanickingLogHook::times("work lost its lease", u64::MAX));
+        tracing::subscriber::set_default(PanickingLogHook::on_any(triggers, u64::MAX));
     let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();

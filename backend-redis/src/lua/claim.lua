@@ -85,6 +85,11 @@ local function judge(rank)
   if not loaded then
     return 'corrupt', id, failure_reason(job)
   end
+  -- rules::claimable: a count at MAX_ATTEMPTS (1000) is never claimed into
+  -- one no reader accepts.
+  if job.attempt >= 1000 then
+    return 'skip'
+  end
   return 'pick', job
 end
 

@@ -79,6 +79,10 @@ pub fn claimable(job: &Job, queue: &str, capabilities: &BTreeSet<String>, now: T
         && job.queue == queue
         && job.run_at <= now
         && job.required_capabilities.is_subset(capabilities)
+        // Never true of a job the contract wrote (a queued job has attempts
+        // left, and max_attempts is at most MAX_ATTEMPTS); a damaged count
+        // must not be claimed into one no store can read back.
+        && job.attempt < MAX_ATTEMPTS
 }
 
 /// Sort key of `claim`: priority descending, then `run_at`, creation, id.

@@ -74,13 +74,15 @@ impl PanicLog {
             Task::RecoveryCallback => &self.recovery_callback,
         };
         count.fetch_add(1, Ordering::Relaxed);
-        telemetry::task_panic(task.label());
-        tracing::error!(task = task.label(), panic = %message, "{what}");
         *self
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
             Some(format!("{}: {message}", task.label()));
+        log_surviving_hooks(|| {
+            telemetry::task_panic(task.label());
+            tracing::error!(task = task.label(), panic = %message, "{what}");
+        });
         message
     }
 
@@ -99,6 +101,14 @@ impl PanicLog {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+}
+
+/// Runs `report` (a log line, a metric), surviving a log or metrics hook
+/// that panics: the panic may be why the task is reporting at all, and must
+/// not take the task (and with it the fail-stop of what it holds) down too.
+pub(crate) fn log_surviving_hooks(report: impl FnOnce()) {
+    // Unwind safety: `report` only reads the values it logs.
+    let _ = std::panic::catch_unwind(AssertUnwindSafe(report));
 }
 
 /// Polls `future` to its end, answering `Err(payload)` if it panics.

@@ -53,19 +53,23 @@ pub(crate) async fn run(
 ) {
     let mut first_beat = Instant::now() + beat;
     let mut in_a_row = 0_u32;
+    // Kept here rather than in the loop, so that after a panic every call
+    // in flight is aborted and has released its in-flight mark before the
+    // restarted loop's first beat looks for work.
+    let mut renewals = JoinSet::new();
     loop {
         let mut rounds = 0_u64;
         let looped = health::catch(beat_loop(
             &shared,
-            ttl,
-            beat,
-            first_beat,
+            (ttl, beat, first_beat),
             &stop,
+            &mut renewals,
             &mut rounds,
         ));
         let Err(payload) = looped.await else {
             return;
         };
+        renewals.shutdown().await;
         shared.panics.record(
             Task::Heartbeat,
             &*payload,
@@ -73,12 +77,14 @@ pub(crate) async fn run(
         );
         in_a_row = if rounds == 0 { in_a_row + 1 } else { 1 };
         if in_a_row >= PANIC_LIMIT {
-            tracing::error!(
-                panics = in_a_row,
-                "the heartbeat loop keeps panicking before finishing a round; giving up: \
-                 everything held is stopped and the keeper takes no new leases (replace this keeper)"
-            );
             shared.heartbeat_failed();
+            health::log_surviving_hooks(|| {
+                tracing::error!(
+                    panics = in_a_row,
+                    "the heartbeat loop kept panicking before finishing a round and gave up: \
+                     everything held was stopped and the keeper takes no new leases (replace this keeper)"
+                );
+            });
             return;
         }
         if rounds == 0 {
@@ -94,16 +100,15 @@ pub(crate) async fn run(
     }
 }
 
+/// Beats until `stop`: `timing` is the lease ttl, the beat, and when the
+/// first beat is due. Renewal calls are spawned into `renewals`.
 async fn beat_loop(
     shared: &Arc<Shared>,
-    ttl: Duration,
-    beat: Duration,
-    first_beat: Instant,
+    (ttl, beat, first_beat): (Duration, Duration, Instant),
     stop: &CancellationToken,
+    renewals: &mut JoinSet<()>,
     rounds: &mut u64,
 ) {
-    // Dropped on return or unwind: aborts every renewal still in flight.
-    let mut renewals = JoinSet::new();
     let mut next_beat = first_beat;
     loop {
         let wake = shared
@@ -128,7 +133,7 @@ async fn beat_loop(
         let now = Instant::now();
         shared.fail_stop_overdue(now);
         if now >= next_beat {
-            start_beat(shared, ttl, now, &mut renewals);
+            start_beat(shared, ttl, now, renewals);
             next_beat = now + beat;
         }
         *rounds += 1;
