@@ -48,6 +48,22 @@ impl RecordTransaction for State {
         self.records.insert(record.id.clone(), record.clone());
         Ok(())
     }
+
+    fn update<T>(
+        &mut self,
+        id: &str,
+        change: impl FnOnce(&mut LeaseRecord) -> (T, bool),
+    ) -> Result<Option<T>> {
+        let Some(record) = self.records.get_mut(id) else {
+            return Ok(None);
+        };
+        let (answer, write) = change(record);
+        if write && !record.is_active() {
+            let finished = record.clone();
+            self.release_scopes(&finished);
+        }
+        Ok(Some(answer))
+    }
 }
 
 #[async_trait]

@@ -75,6 +75,33 @@ pub trait RecordTransaction {
     ///
     /// The store's errors.
     fn save(&mut self, record: &LeaseRecord) -> Result<()>;
+
+    /// Lets `change` edit the record with `id` and writes it back (as
+    /// [`save`](Self::save) does) when `change` answers `true` with its
+    /// answer; `change` edits nothing when it answers `false`. Answers
+    /// `None` when there is no such record.
+    ///
+    /// The default loads a copy and saves it; a store that keeps records in
+    /// memory edits them in place, sparing the hot path (renewal) two
+    /// copies.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load) and [`save`](Self::save).
+    fn update<T>(
+        &mut self,
+        id: &str,
+        change: impl FnOnce(&mut LeaseRecord) -> (T, bool),
+    ) -> Result<Option<T>> {
+        let Some(mut record) = self.load(id)? else {
+            return Ok(None);
+        };
+        let (answer, write) = change(&mut record);
+        if write {
+            self.save(&record)?;
+        }
+        Ok(Some(answer))
+    }
 }
 
 /// `admit` ([`LeaseStore::admit`](crate::LeaseStore::admit)): refuses a
@@ -157,15 +184,16 @@ pub fn renew(
     claim: &Claim,
     ttl: Duration,
 ) -> Result<Renewal> {
-    let Some(mut record) = records.load(&claim.id)? else {
-        return Ok(Renewal::Lost(LossReason::Missing));
-    };
-    if let Err(reason) = rules::judge_renewal(Some(&record), claim) {
-        return Ok(Renewal::Lost(reason));
-    }
-    let expires_at = rules::renew(&mut record, ttl, now);
-    records.save(&record)?;
-    Ok(Renewal::Renewed { expires_at })
+    let renewal = records.update(&claim.id, |record| {
+        match rules::judge_renewal(Some(record), claim) {
+            Err(reason) => (Renewal::Lost(reason), false),
+            Ok(()) => {
+                let expires_at = rules::renew(record, ttl, now);
+                (Renewal::Renewed { expires_at }, true)
+            }
+        }
+    })?;
+    Ok(renewal.unwrap_or(Renewal::Lost(LossReason::Missing)))
 }
 
 /// `renew_many` ([`LeaseStore::renew_many`](crate::LeaseStore::renew_many)):
