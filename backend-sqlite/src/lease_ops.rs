@@ -185,11 +185,31 @@ pub(crate) mod tests {
         details.join("\n")
     }
 
-    #[test]
-    fn every_query_uses_its_index() {
+    /// Asserts that each statement's plan contains its expected detail and,
+    /// for those in `in_order`, sorts nothing (it walks its index in order
+    /// and can stop at its limit).
+    pub(crate) fn assert_plans(expectations: &[(&str, &str)], in_order: &[&str]) {
         let directory = tempfile::TempDir::new().expect("a temporary directory");
         let connection = crate::schema::open(&SqliteConfig::new(directory.path().join("plan.db")))
             .expect("open");
+        for &(sql, expected) in expectations {
+            let plan = plan(&connection, sql);
+            assert!(
+                plan.contains(expected),
+                "{sql}\nplan:\n{plan}\nlacks {expected:?}"
+            );
+        }
+        for sql in in_order {
+            let plan = plan(&connection, sql);
+            assert!(
+                !plan.contains("TEMP B-TREE"),
+                "{sql} walks its index in order and can stop early\nplan:\n{plan}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_query_uses_its_index() {
         let expectations = [
             (LOAD, "USING INDEX sqlite_autoindex_leases_1 (id=?)"),
             (LOAD, "SEARCH s USING PRIMARY KEY (lease_id=?)"),
@@ -201,16 +221,6 @@ pub(crate) mod tests {
                 "USING INDEX leases_terminal_by_update (updated_at<?)",
             ),
         ];
-        for (sql, expected) in expectations {
-            let plan = plan(&connection, sql);
-            assert!(
-                plan.contains(expected),
-                "{sql}\nplan:\n{plan}\nlacks {expected:?}"
-            );
-        }
-        assert!(
-            !plan(&connection, LIST_EXPIRED).contains("TEMP B-TREE"),
-            "the scan walks the index in order and can stop at the limit"
-        );
+        assert_plans(&expectations, &[LIST_EXPIRED]);
     }
 }

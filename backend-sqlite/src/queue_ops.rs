@@ -298,15 +298,11 @@ pub(crate) fn purge_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SqliteConfig;
     use crate::jobs::LOAD_JOB;
-    use crate::lease_ops::tests::plan;
+    use crate::lease_ops::tests::assert_plans;
 
     #[test]
     fn every_queue_query_uses_its_index() {
-        let directory = tempfile::TempDir::new().expect("a temporary directory");
-        let connection = crate::schema::open(&SqliteConfig::new(directory.path().join("plan.db")))
-            .expect("open");
         let expectations = [
             (LOAD_JOB, "USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
             (CLAIM_CANDIDATES, "USING INDEX jobs_claim_order (queue=?)"),
@@ -317,16 +313,7 @@ mod tests {
                 "USING INDEX jobs_finished_by_update (updated_at<?)",
             ),
         ];
-        for (sql, expected) in expectations {
-            let plan = plan(&connection, sql);
-            assert!(
-                plan.contains(expected),
-                "{sql}\nplan:\n{plan}\nlacks {expected:?}"
-            );
-            assert!(
-                !plan.contains("TEMP B-TREE"),
-                "{sql} walks its index in order and can stop early\nplan:\n{plan}"
-            );
-        }
+        let statements: Vec<&str> = expectations.iter().map(|(sql, _)| *sql).collect();
+        assert_plans(&expectations, &statements);
     }
 }
