@@ -8,8 +8,6 @@
 //! works in its own namespace and deletes it afterwards.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::future::Future;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,105 +25,11 @@ use tenure_lease_core::{
 };
 use tenure_test_support::servers::{until_ok, PrivateRedis};
 
-const URL_VAR: &str = "TENURE_REDIS_URL";
+mod scratch;
+
+use scratch::{admitted, namespace_keys, skip, with_namespace, Scratch};
+
 const TTL: Duration = Duration::from_secs(600);
-
-/// Prints one skip line past the test harness's capture, or panics when
-/// services are required.
-fn skip(test: &str, reason: &str) {
-    if tenure_conformance::services_required() {
-        panic!(
-            "{test}: {reason}, but {}=1 requires it",
-            tenure_conformance::REQUIRE_SERVICES_VAR
-        );
-    }
-    let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
-}
-
-/// A store in a fresh namespace of the shared server, and a plain connection
-/// to the same server for looking at (and tampering with) the raw keys.
-#[derive(Clone)]
-struct Scratch {
-    store: RedisStore,
-    raw: MultiplexedConnection,
-    prefix: String,
-}
-
-impl Scratch {
-    fn record_key(&self, id: &str) -> String {
-        format!("{}rec:{id}", self.prefix)
-    }
-}
-
-/// Runs `body` on a [`Scratch`] (its store built from `config`), then
-/// deletes the namespace, whether `body` passed or panicked, and checks that
-/// nothing of it is left.
-async fn with_namespace<F, Fut>(
-    test: &str,
-    config: impl FnOnce(RedisConfig) -> RedisConfig,
-    body: F,
-) where
-    F: FnOnce(Scratch) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let Some(url) = tenure_conformance::service_url(URL_VAR) else {
-        return skip(test, &format!("{URL_VAR} is not set"));
-    };
-    let namespace = format!("test:{test}:{}", tenure_lease_core::generate_id());
-    let store = RedisStore::connect(config(RedisConfig::new(url.clone(), namespace.clone())))
-        .await
-        .expect("connect to TENURE_REDIS_URL");
-    let raw = redis::Client::open(url)
-        .expect("a valid URL")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("a raw connection");
-    let scratch = Scratch {
-        store: store.clone(),
-        raw: raw.clone(),
-        prefix: format!("tenure:{{{namespace}}}:"),
-    };
-    let outcome = tokio::spawn(body(scratch)).await;
-    store
-        .delete_namespace()
-        .await
-        .expect("delete the namespace");
-    let left: Vec<String> =
-        namespace_keys(&mut raw.clone(), &format!("tenure:{{{namespace}}}:")).await;
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic.into_panic());
-    }
-    assert!(left.is_empty(), "delete_namespace left {left:?}");
-}
-
-/// Every key starting with `prefix` (which holds no glob characters).
-async fn namespace_keys(raw: &mut MultiplexedConnection, prefix: &str) -> Vec<String> {
-    let mut keys = Vec::new();
-    let mut cursor = 0_u64;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(raw)
-            .await
-            .expect("SCAN");
-        keys.extend(batch);
-        if next == 0 {
-            return keys;
-        }
-        cursor = next;
-    }
-}
-
-async fn admitted(store: &RedisStore, request: AdmitRequest) -> LeaseRecord {
-    match store.admit(&request).await.expect("admit") {
-        Admission::Admitted { record, .. } => record,
-        other => panic!("{} was not admitted: {other:?}", request.id),
-    }
-}
 
 fn claim(record: &LeaseRecord) -> Claim {
     record.claim().expect("an owner")
