@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{
-    at, config, faulty_store, ms, start, CountDrop, Fault, FaultControl, FaultyStore, Op, BEAT, TTL,
+    at, config, faulty_store, ms, start, CountDrop, Fault, FaultControl, FaultyStore, OnEvent, Op,
+    BEAT, TTL,
 };
 use tenure_lease_core::keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, ReconcileError,
@@ -91,36 +91,6 @@ async fn peer_takes_over_by(store: &FaultyStore, id: &str, how: PeerTakeover) ->
         Takeover::Taken(record) => record,
         other => panic!("peer could not take {id} over: {other:?}"),
     }
-}
-
-/// A minimal `tracing` subscriber that keeps every event's fields as text.
-#[derive(Clone, Default)]
-struct LogCapture(Arc<Mutex<Vec<String>>>);
-
-struct FieldText(String);
-
-impl tracing::field::Visit for FieldText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, "{}={:?} ", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for LogCapture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut text = FieldText(String::new());
-        event.record(&mut text);
-        self.0.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 // ------------------------------------------------------------- heartbeat --
@@ -610,8 +580,11 @@ async fn reconciler_is_single_flight() {
 
 #[tokio::test(start_paused = true)]
 async fn failing_recovery_callback_logs_every_recovered_id() {
-    let logs = LogCapture::default();
-    let _subscriber = tracing::subscriber::set_default(logs.clone());
+    let logs = Arc::new(Mutex::new(Vec::new()));
+    let captured = Arc::clone(&logs);
+    let _subscriber = tracing::subscriber::set_default(OnEvent(move |event| {
+        captured.lock().unwrap().push(event);
+    }));
     let store = faulty_store();
     let keeper = Keeper::builder(store.clone(), config())
         .on_recovered(|recovered: Recovered| async move {
@@ -625,7 +598,7 @@ async fn failing_recovery_callback_logs_every_recovered_id() {
     let report = keeper.reconcile_now().await.unwrap();
     assert_eq!(report.recovered, ["orphan-a", "orphan-b"]);
     assert_eq!(report.callback_failed, ["orphan-a", "orphan-b"]);
-    let logs = logs.0.lock().unwrap();
+    let logs = logs.lock().unwrap();
     let summary = logs
         .iter()
         .find(|line| line.contains("recovery callback failed;"))

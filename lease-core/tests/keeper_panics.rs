@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, Op, BEAT, TTL};
+use common::{
+    config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, OnEvent, Op, BEAT, TTL,
+};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tenure_lease_core::keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
@@ -121,62 +123,21 @@ async fn a_renewal_that_panics_extends_nothing_and_the_heartbeat_goes_on() {
     assert_eq!(keeper.health().heartbeat_panics, 1);
 }
 
-/// A `tracing` subscriber that panics on the first `limit` events whose
-/// message contains one of `triggers`: a log hook panicking inside the
-/// keeper.
-struct PanickingLogHook {
+/// A log hook panicking inside the keeper: a `tracing` subscriber that
+/// panics on the first `limit` events whose text contains one of
+/// `triggers`.
+fn panicking_log_hook(
     triggers: Vec<&'static str>,
     limit: u64,
-    fired: AtomicU64,
-}
-
-impl PanickingLogHook {
-    fn once(trigger: &'static str) -> Self {
-        Self::on_any(vec![trigger], 1)
-    }
-
-    fn on_any(triggers: Vec<&'static str>, limit: u64) -> Self {
-        PanickingLogHook {
-            triggers,
-            limit,
-            fired: AtomicU64::new(0),
-        }
-    }
-}
-
-struct Message(String);
-
-impl tracing::field::Visit for Message {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
-}
-
-impl tracing::Subscriber for PanickingLogHook {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        if self
-            .triggers
-            .iter()
-            .any(|trigger| message.0.contains(trigger))
-            && self.fired.fetch_add(1, Ordering::SeqCst) < self.limit
+) -> OnEvent<impl Fn(String) + Send + Sync + 'static> {
+    let fired = AtomicU64::new(0);
+    OnEvent(move |event: String| {
+        if triggers.iter().any(|trigger| event.contains(trigger))
+            && fired.fetch_add(1, Ordering::SeqCst) < limit
         {
-            panic!("log hook panicked on {:?}", message.0);
+            panic!("log hook panicked on {event:?}");
         }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
+    })
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,7 +145,7 @@ async fn a_heartbeat_loop_that_panics_is_restarted_and_keeps_renewing() {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
     let _subscriber =
-        tracing::subscriber::set_default(PanickingLogHook::once("work lost its lease"));
+        tracing::subscriber::set_default(panicking_log_hook(vec!["work lost its lease"], 1));
     let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();
@@ -228,8 +189,7 @@ async fn a_heartbeat_gives_up_even_when_reporting_its_own_panics_panics() {
 async fn gives_up_and_stops_everything_held(triggers: Vec<&'static str>) {
     let counters = PanicCounters::default();
     let _recorder = metrics::set_default_local_recorder(&counters);
-    let _subscriber =
-        tracing::subscriber::set_default(PanickingLogHook::on_any(triggers, u64::MAX));
+    let _subscriber = tracing::subscriber::set_default(panicking_log_hook(triggers, u64::MAX));
     let store = faulty_store();
     let keeper = start(&store, config());
     let t0 = Instant::now();

@@ -5,6 +5,7 @@
 //! Each test crate uses a part of these, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -169,4 +170,34 @@ pub async fn at(start: Instant, offset: Duration) {
 
 pub fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
+}
+
+/// A minimal `tracing` subscriber that hands every event to `on_event`,
+/// its fields rendered as `name=value` text (the message as `message=...`).
+pub struct OnEvent<F>(pub F);
+
+struct FieldText(String);
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let _ = write!(self.0, "{}={:?} ", field.name(), value);
+    }
+}
+
+impl<F: Fn(String) + Send + Sync + 'static> tracing::Subscriber for OnEvent<F> {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut text = FieldText(String::new());
+        event.record(&mut text);
+        (self.0)(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
