@@ -32,7 +32,7 @@ use super::reliability::{
     hostile_case_count, hostile_duration, hostile_metadata, hostile_text, hostile_verdict,
     owner_text, AbandonOnDrop,
 };
-use super::util::SHORT_TTL;
+use super::util::{same_json, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -580,7 +580,7 @@ async fn check_enqueued<S: JobQueue>(
         given.id
     );
     ensure!(
-        stored.payload == given.payload,
+        same_json(&stored.payload, &given.payload),
         "{call}: payload of {:?} came back as {}",
         given.id,
         shown(&stored.payload)

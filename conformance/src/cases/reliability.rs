@@ -32,7 +32,7 @@ use tenure_lease_core::{
 };
 use tokio::runtime::Handle;
 
-use super::util::SHORT_TTL;
+use super::util::{same_json, SHORT_TTL};
 use crate::harness::{CaseResult, ClockControl, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -1088,7 +1088,7 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
             && record.scopes == request.scopes
             && record.kind == request.kind
             && record.owner.as_deref() == Some(request.owner.as_str())
-            && Value::Object(record.metadata.clone()) == request.metadata;
+            && same_json(&Value::Object(record.metadata.clone()), &request.metadata);
         if !as_requested {
             return Err(format!(
                 "admit answered a record that is not the request verbatim: {}",

@@ -214,3 +214,55 @@ pub fn expect_invalid<T: std::fmt::Debug>(
         ))),
     }
 }
+
+/// Whether a JSON document a store gave back is the one it was given. A
+/// number keeps its value, not necessarily its notation: PostgreSQL's
+/// `jsonb` gives `1.5e18` back as `1500000000000000000`, which reads as an
+/// integer (contract §11).
+pub fn same_json(stored: &serde_json::Value, given: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (stored, given) {
+        (Value::Number(stored), Value::Number(given)) => {
+            stored == given
+                || ((stored.is_f64() || given.is_f64())
+                    && stored.as_f64().is_some()
+                    && stored.as_f64() == given.as_f64())
+        }
+        (Value::Array(stored), Value::Array(given)) => {
+            stored.len() == given.len() && stored.iter().zip(given).all(|(s, g)| same_json(s, g))
+        }
+        (Value::Object(stored), Value::Object(given)) => {
+            stored.len() == given.len()
+                && stored
+                    .iter()
+                    .all(|(key, s)| given.get(key).is_some_and(|g| same_json(s, g)))
+        }
+        _ => stored == given,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::same_json;
+
+    #[test]
+    fn numbers_compare_by_value_not_notation() {
+        let given = json!({ "n": [1.920929927478905e18, 0.5, 3] });
+        let from_jsonb: serde_json::Value =
+            serde_json::from_str(r#"{ "n": [1920929927478905000, 0.5, 3] }"#).unwrap();
+        assert!(same_json(&from_jsonb, &given));
+        assert!(!same_json(&json!({ "n": [2e18, 0.5, 3] }), &given));
+        assert!(!same_json(
+            &json!({ "n": [1.920929927478905e18, 0.5, 4] }),
+            &given
+        ));
+        assert!(!same_json(
+            &json!({ "n": [1.920929927478905e18, 0.5] }),
+            &given
+        ));
+        assert!(!same_json(&json!({ "m": 1 }), &json!({ "n": 1 })));
+        assert!(!same_json(&json!(u64::MAX), &json!(i64::MIN)));
+    }
+}
