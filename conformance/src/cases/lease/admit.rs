@@ -18,7 +18,7 @@ use tenure_lease_core::{
 };
 use tokio::sync::Barrier;
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, expect_lost, expire, get, snapshot, LONG_GRACE, LONG_TTL,
     SHORT_TTL,
 };

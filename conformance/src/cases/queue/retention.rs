@@ -28,7 +28,7 @@ use tenure_lease_core::{
     clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, expect_invalid, take_over, LONG_GRACE, LONG_TTL, SHORT_TTL,
 };
 use crate::harness::{CaseResult, ClockControl, Ctx, Failure};

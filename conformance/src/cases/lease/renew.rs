@@ -10,7 +10,7 @@ use tenure_lease_core::{
     Status, StatusChange, TakeoverRequest,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, expect_lost, expire, get, renew_confirmed, snapshot,
     take_over, LONG_TTL, SHORT_TTL,
 };

@@ -19,7 +19,7 @@ use tenure_lease_core::{
     Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, expect_invalid, expire, snapshot, LONG_TTL, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};

@@ -13,7 +13,7 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, expect_lost, expire, get, renew_confirmed, take_over,
     LONG_TTL, SHORT_TTL,
 };

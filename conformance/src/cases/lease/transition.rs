@@ -12,7 +12,7 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest, Transition, TransitionRejection,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
     expire, get, take_over, LONG_TTL, SHORT_TTL,
 };

@@ -20,7 +20,7 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest, Timestamp,
 };
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, snapshot, take_over,
     LONG_GRACE, LONG_TTL, SHORT_TTL,
 };

@@ -13,7 +13,7 @@ use tenure_lease_core::{
 };
 use tokio::sync::Barrier;
 
-use super::util::{
+use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
     expire, get, renew_confirmed, take_over, LONG_GRACE, LONG_TTL, SHORT_TTL,
 };

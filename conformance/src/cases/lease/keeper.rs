@@ -34,7 +34,7 @@ use tenure_lease_core::{
 };
 use tokio::time::Instant;
 
-use super::util::{admit, claim_of, expire, get, SHORT_TTL};
+use crate::cases::util::{admit, claim_of, expire, get, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 

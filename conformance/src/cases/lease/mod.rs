@@ -1,0 +1,11 @@
+//! The lease cases, one file per operation or area of the
+//! [contract](tenure_lease_core::contract).
+
+pub mod admit;
+pub mod fence;
+pub mod input;
+pub mod keeper;
+pub mod listing;
+pub mod renew;
+pub mod takeover;
+pub mod transition;

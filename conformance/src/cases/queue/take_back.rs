@@ -1,0 +1,244 @@
+//! `take_back`: when the worker whose claim was reaped may still finish its job, and when never.
+
+use std::time::Duration;
+
+use tenure_lease_core::queue::{
+    DeadReason, Job, JobClaim, JobLoss, JobState, OperatorRetry, TakeBackRefusal,
+};
+use tenure_lease_core::JobQueue;
+
+use super::{
+    claim_one, enqueue_and_claim, ensure_within, expect_every_write_refused, expect_job_lost,
+    expect_not_taken_back, expire_job, get_job, job, reap, renew_job_confirmed, settled, take_back,
+    QUEUE,
+};
+use crate::cases::util::{LONG_TTL, SHORT_TTL};
+use crate::harness::{CaseResult, Ctx, Failure};
+use crate::{ensure, ensure_eq};
+
+/// A job the reaper requeued (attempts left) is lost to its old copy
+/// (`Requeued`) and never taken back by it: `NotDeadLettered(Queued)`, and
+/// `NotDeadLettered(Claimed)` once another worker re-claims it.
+pub async fn queue_requeued_job_stops_old_copy_and_is_never_taken_back<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let old = enqueue_and_claim(&ctx, job("job-1").max_attempts(2), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &old.job).await?;
+    let before = ctx.store.now().await?;
+    let report = reap(&ctx, Duration::ZERO, &["job-1"], &[]).await?;
+    let after = ctx.store.now().await?;
+    let requeued = report
+        .requeued
+        .first()
+        .ok_or_else(|| Failure("the reaper requeued nothing".into()))?;
+    ensure_eq!(
+        *requeued,
+        Job {
+            state: JobState::Queued,
+            lease_expires_at: None,
+            run_at: requeued.run_at,
+            updated_at: requeued.updated_at,
+            ..old.job.clone()
+        },
+        "requeued with its lease cleared; owner, fence and attempt kept"
+    );
+    ensure_within(requeued.run_at, before, after, "the requeued job's run_at")?;
+    ensure_within(requeued.updated_at, before, after, "updated_at")?;
+
+    expect_job_lost(&ctx, &old.claim, JobLoss::Requeued).await?;
+    expect_not_taken_back(
+        &ctx,
+        &old.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Queued),
+    )
+    .await?;
+
+    let reclaimed = claim_one(&ctx, "worker-b", LONG_TTL, "job-1").await?;
+    expect_job_lost(&ctx, &old.claim, JobLoss::OwnerChanged).await?;
+    expect_not_taken_back(
+        &ctx,
+        &old.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Claimed),
+    )
+    .await?;
+    renew_job_confirmed(&ctx, &reclaimed.claim, LONG_TTL).await?;
+    Ok(())
+}
+
+/// A job re-claimed after a requeue, even by the same worker name, is never
+/// taken back by the earlier copy: not while the new claim holds it, nor after
+/// the reaper dead-letters the new claim (`NotTheReapedClaim`); the reaped
+/// claim itself may.
+pub async fn queue_reclaimed_job_is_never_taken_back<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let first =
+        enqueue_and_claim(&ctx, job("job-1").max_attempts(2), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &first.job).await?;
+    reap(&ctx, Duration::ZERO, &["job-1"], &[]).await?;
+    let second = claim_one(&ctx, "worker-a", SHORT_TTL, "job-1").await?;
+    expect_not_taken_back(
+        &ctx,
+        &first.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Claimed),
+    )
+    .await?;
+
+    expire_job(&ctx, &second.job).await?;
+    reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    expect_not_taken_back(&ctx, &first.claim, TakeBackRefusal::NotTheReapedClaim).await?;
+    let taken = take_back(&ctx, &second.claim, LONG_TTL).await?;
+    expect_not_taken_back(
+        &ctx,
+        &first.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Claimed),
+    )
+    .await?;
+    expect_job_lost(&ctx, &first.claim, JobLoss::FenceChanged).await?;
+    renew_job_confirmed(&ctx, &taken.claim, LONG_TTL).await?;
+    Ok(())
+}
+
+/// On its last attempt a job whose lease ran out is dead-lettered by the
+/// reaper (`LeaseExpired`); the live copy takes it back under a new, greater
+/// fence (same attempt), its old claim is then stale, and the new one completes it.
+pub async fn queue_reaped_last_attempt_is_taken_back_and_completed<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let copy = enqueue_and_claim(&ctx, job("job-1").max_attempts(1), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &copy.job).await?;
+    let before = ctx.store.now().await?;
+    let report = reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    let after = ctx.store.now().await?;
+    let dead = report
+        .dead_lettered
+        .first()
+        .ok_or_else(|| Failure("the reaper dead-lettered nothing".into()))?;
+    ensure_eq!(
+        *dead,
+        Job {
+            state: JobState::DeadLettered,
+            dead_reason: Some(DeadReason::LeaseExpired),
+            lease_expires_at: None,
+            updated_at: dead.updated_at,
+            ..copy.job.clone()
+        },
+        "dead-lettered by the reaper with its lease cleared; owner, fence and attempt kept"
+    );
+    ensure_within(dead.updated_at, before, after, "updated_at")?;
+    ensure_eq!(
+        ctx.store.list_dead_letters(QUEUE, 10).await?,
+        vec![dead.clone()],
+        "the reaped job is listed as a dead letter"
+    );
+    expect_job_lost(&ctx, &copy.claim, JobLoss::Finished(JobState::DeadLettered)).await?;
+
+    let nobody = JobClaim {
+        id: "never-enqueued".into(),
+        ..copy.claim.clone()
+    };
+    expect_not_taken_back(&ctx, &nobody, TakeBackRefusal::Missing).await?;
+    let other_owner = JobClaim {
+        owner: "worker-b".into(),
+        ..copy.claim.clone()
+    };
+    expect_not_taken_back(&ctx, &other_owner, TakeBackRefusal::NotTheReapedClaim).await?;
+
+    let taken = take_back(&ctx, &copy.claim, LONG_TTL).await?;
+    ensure_eq!(
+        taken.job,
+        Job {
+            state: JobState::Claimed,
+            dead_reason: None,
+            fence: taken.claim.fence,
+            lease_expires_at: taken.job.lease_expires_at,
+            updated_at: taken.job.updated_at,
+            ..dead.clone()
+        },
+        "taken back: claimed again under a new fence, nothing else changed"
+    );
+    ensure_eq!(
+        ctx.store.list_dead_letters(QUEUE, 10).await?,
+        Vec::<Job>::new(),
+        "a taken-back job is no dead letter"
+    );
+    expect_every_write_refused(&ctx, &copy.claim, JobLoss::FenceChanged).await?;
+    expect_not_taken_back(
+        &ctx,
+        &copy.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Claimed),
+    )
+    .await?;
+    let done = settled(&ctx, ctx.store.complete(&taken.claim).await?, "complete").await?;
+    ensure_eq!(done.state, JobState::Completed);
+    Ok(())
+}
+
+/// An operator's retry of a reaped dead letter wins over the live copy: the
+/// job is Queued with attempt 0, visible at once, and the copy's take-back is
+/// refused (`NotDeadLettered`) before and after the job is claimed again.
+pub async fn queue_operator_retry_beats_take_back<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let copy = enqueue_and_claim(&ctx, job("job-1").max_attempts(1), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &copy.job).await?;
+    let report = reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    let dead = report
+        .dead_lettered
+        .first()
+        .ok_or_else(|| Failure("the reaper dead-lettered nothing".into()))?;
+
+    let before = ctx.store.now().await?;
+    let outcome = ctx.store.retry_dead_letter("job-1").await?;
+    let after = ctx.store.now().await?;
+    let OperatorRetry::Requeued(retried) = outcome else {
+        return Err(Failure(format!(
+            "expected the dead letter to be requeued, got {outcome:?}"
+        )));
+    };
+    ensure_eq!(
+        retried,
+        Job {
+            state: JobState::Queued,
+            attempt: 0,
+            dead_reason: None,
+            run_at: retried.run_at,
+            updated_at: retried.updated_at,
+            ..dead.clone()
+        },
+        "an operator's retry: queued, attempts reset, nothing else changed"
+    );
+    ensure_within(retried.run_at, before, after, "the retried job's run_at")?;
+    ensure_eq!(
+        get_job(&ctx, "job-1").await?,
+        retried,
+        "get_job reads the retried job"
+    );
+
+    expect_not_taken_back(
+        &ctx,
+        &copy.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Queued),
+    )
+    .await?;
+    expect_job_lost(&ctx, &copy.claim, JobLoss::Requeued).await?;
+    let again = claim_one(&ctx, "worker-b", LONG_TTL, "job-1").await?;
+    ensure_eq!(
+        again.claim.attempt,
+        1,
+        "attempts restart after an operator's retry"
+    );
+    ensure!(
+        again.claim.fence > copy.claim.fence,
+        "the new claim's fence {} is greater than the old copy's {}",
+        again.claim.fence,
+        copy.claim.fence
+    );
+    expect_not_taken_back(
+        &ctx,
+        &copy.claim,
+        TakeBackRefusal::NotDeadLettered(JobState::Claimed),
+    )
+    .await?;
+    Ok(())
+}
