@@ -5,7 +5,8 @@ use std::fmt;
 use std::future::Future;
 use std::io::Write as _;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,6 +18,14 @@ pub const REQUIRE_SERVICES_VAR: &str = "TENURE_REQUIRE_SERVICES";
 
 /// How long one case may run before it counts as hung.
 pub const CASE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long [`Factory::create`] may take before the kit gives up on it.
+pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After this many failed [`Factory::create`] calls in one process, the kit
+/// runs no more cases there: each answers the last creation error at once
+/// instead of trying (and maybe waiting out [`CREATE_TIMEOUT`]) again.
+pub const CREATE_FAILURES_BEFORE_GIVING_UP: usize = 3;
 
 /// Creates a fresh, isolated store for each case and removes it afterwards.
 ///
@@ -155,6 +164,7 @@ pub struct Ctx<S> {
     pub store: Arc<S>,
     clock: ClockControl,
     footprint: Option<FootprintProbe<S>>,
+    skipped: Arc<Mutex<Option<String>>>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -163,6 +173,7 @@ impl<S> Clone for Ctx<S> {
             store: Arc::clone(&self.store),
             clock: self.clock.clone(),
             footprint: self.footprint.clone(),
+            skipped: Arc::clone(&self.skipped),
         }
     }
 }
@@ -174,6 +185,7 @@ impl<S: LeaseStore> Ctx<S> {
             store,
             clock,
             footprint: None,
+            skipped: Arc::default(),
         }
     }
 
@@ -200,6 +212,33 @@ impl<S: LeaseStore> Ctx<S> {
     /// How this store's clock moves.
     pub fn clock(&self) -> &ClockControl {
         &self.clock
+    }
+
+    /// The store's clock when the kit can place it at any instant, to the
+    /// microsecond; `None` for a server's clock.
+    pub fn manual_clock(&self) -> Option<&ManualClock> {
+        match &self.clock {
+            ClockControl::Manual(clock) => Some(clock),
+            ClockControl::Real => None,
+        }
+    }
+
+    /// Ends the case as skipped, saying why (e.g. it needs a clock the kit
+    /// can place): the report counts it as not run, never as passed.
+    /// Whatever the case checked before still had to hold.
+    pub fn skip(&self, why: impl Into<String>) -> CaseResult {
+        *self
+            .skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why.into());
+        Ok(())
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        self.skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// Moves the store's clock until its `now()` is strictly after `instant`.
@@ -354,21 +393,23 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
             CaseOutcome::Skipped(reason)
         };
     }
-    let subject = match factory.create().await {
+    let subject = match create(factory).await {
         Ok(subject) => subject,
-        Err(error) => {
-            return CaseOutcome::Failed(format!("factory could not create a store: {error}"))
-        }
+        Err(why) => return CaseOutcome::Failed(why),
     };
     let store = Arc::new(subject.store);
     let ctx = Ctx::new(Arc::clone(&store), subject.clock).with_footprint(factory.footprint_probe());
     // Spawned so that a panicking case is a failure, not a crashed run.
-    let outcome = match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx))).await {
-        Ok(Ok(Ok(()))) => CaseOutcome::Passed,
-        Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
-        Ok(Err(join_error)) => CaseOutcome::Failed(format!("case panicked: {join_error}")),
-        Err(_) => CaseOutcome::Failed(format!("case did not finish within {CASE_TIMEOUT:?}")),
-    };
+    let outcome =
+        match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx.clone()))).await {
+            Ok(Ok(Ok(()))) => match ctx.skip_reason() {
+                Some(why) => CaseOutcome::Skipped(why),
+                None => CaseOutcome::Passed,
+            },
+            Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
+            Ok(Err(join_error)) => CaseOutcome::Failed(format!("case panicked: {join_error}")),
+            Err(_) => CaseOutcome::Failed(format!("case did not finish within {CASE_TIMEOUT:?}")),
+        };
     if let Err(error) = factory.teardown(&store).await {
         let note = format!("teardown failed: {error}");
         return match outcome {
@@ -377,6 +418,39 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
         };
     }
     outcome
+}
+
+/// Failed creations so far in this process, and the last one's error.
+static CREATE_FAILURES: AtomicUsize = AtomicUsize::new(0);
+static LAST_CREATE_ERROR: Mutex<String> = Mutex::new(String::new());
+
+/// A fresh store from `factory`, bounded by [`CREATE_TIMEOUT`]; after
+/// [`CREATE_FAILURES_BEFORE_GIVING_UP`] failures in this process, the last
+/// error at once.
+async fn create<F: Factory>(factory: &F) -> Result<Subject<F::Store>, String> {
+    let failures = CREATE_FAILURES.load(Ordering::SeqCst);
+    if failures >= CREATE_FAILURES_BEFORE_GIVING_UP {
+        let last = LAST_CREATE_ERROR
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        return Err(format!(
+            "not run: the factory failed to create a store {failures} times in this process; \
+             the last time: {last}"
+        ));
+    }
+    let why = match tokio::time::timeout(CREATE_TIMEOUT, factory.create()).await {
+        Ok(Ok(subject)) => return Ok(subject),
+        Ok(Err(error)) => format!("factory could not create a store: {error}"),
+        Err(_) => format!("factory did not create a store within {CREATE_TIMEOUT:?}"),
+    };
+    CREATE_FAILURES.fetch_add(1, Ordering::SeqCst);
+    why.clone_into(
+        &mut LAST_CREATE_ERROR
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    Err(why)
 }
 
 /// The body of each test [`tenure_conformance!`](crate::tenure_conformance)

@@ -1,7 +1,13 @@
 //! Helpers shared by the cases: standard durations, admitting with an
-//! expectation, snapshots for "nothing changed" checks.
+//! expectation, snapshots for "nothing changed" checks, placing the clock at
+//! an exact instant, and racing two calls.
 
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Barrier;
 
 use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseRecord, LeaseStore};
 
@@ -13,6 +19,79 @@ pub const LONG_TTL: Duration = Duration::from_secs(600);
 pub const SHORT_TTL: Duration = Duration::from_millis(50);
 /// A grace long enough to cover the whole case.
 pub const LONG_GRACE: Duration = Duration::from_secs(600);
+
+/// Why a case that checks a rule at its exact instant is skipped on a clock
+/// the kit cannot place.
+pub const NEEDS_MANUAL_CLOCK: &str = "needs a clock the kit can place to the microsecond \
+     (ClockControl::Manual); on a server's clock the before/after cases cover this rule \
+     with margins";
+
+/// How many times each race between two unlike operations is run: enough
+/// that a check-then-write gap of a few milliseconds loses at least once.
+pub const UNLIKE_RACE_ROUNDS: usize = 16;
+
+/// One microsecond, the precision every store keeps.
+pub const MICROSECOND: Duration = Duration::from_micros(1);
+
+/// `instant` less one microsecond.
+pub fn micro_before(instant: tenure_lease_core::Timestamp) -> tenure_lease_core::Timestamp {
+    instant - chrono::Duration::microseconds(1)
+}
+
+/// Runs `call` against the store and fails the case unless it answers
+/// `expected` and every record of `ids` (or its absence) reads the same
+/// before and after: the one check of every refusal.
+pub async fn refused<S, T, Fut>(
+    ctx: &Ctx<S>,
+    ids: &[&str],
+    expected: T,
+    what: &str,
+    call: Fut,
+) -> Result<(), Failure>
+where
+    S: LeaseStore,
+    T: PartialEq + Debug,
+    Fut: Future<Output = tenure_lease_core::Result<T>>,
+{
+    let before = snapshot(ctx, ids).await?;
+    let answer = call.await?;
+    crate::ensure_eq!(answer, expected, "{what}");
+    crate::ensure_eq!(
+        snapshot(ctx, ids).await?,
+        before,
+        "{what}: a refusal changes nothing"
+    );
+    Ok(())
+}
+
+/// Starts `first` and `second` on two tasks released together by a barrier
+/// and answers both outputs, in that order.
+pub async fn race_two<A, B>(first: A, second: B) -> Result<(A::Output, B::Output), Failure>
+where
+    A: Future + Send + 'static,
+    B: Future + Send + 'static,
+    A::Output: Send + 'static,
+    B::Output: Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(2));
+    let first = tokio::spawn({
+        let barrier = Arc::clone(&barrier);
+        async move {
+            barrier.wait().await;
+            first.await
+        }
+    });
+    let second = tokio::spawn(async move {
+        barrier.wait().await;
+        second.await
+    });
+    let panicked =
+        |error: tokio::task::JoinError| Failure(format!("a racing call panicked: {error}"));
+    Ok((
+        first.await.map_err(panicked)?,
+        second.await.map_err(panicked)?,
+    ))
+}
 
 /// Admits `request`, failing the case unless it is `Admitted`.
 pub async fn admit<S: LeaseStore>(

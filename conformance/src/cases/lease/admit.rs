@@ -19,8 +19,8 @@ use tenure_lease_core::{
 use tokio::sync::Barrier;
 
 use crate::cases::util::{
-    admit, apply_transition, claim_of, expect_lost, expire, get, snapshot, LONG_GRACE, LONG_TTL,
-    SHORT_TTL,
+    admit, apply_transition, claim_of, expect_lost, expire, get, micro_before, refused, snapshot,
+    LONG_GRACE, LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -1334,4 +1334,207 @@ async fn race<S: LeaseStore + 'static>(
                 "racing admissions did not finish within {RACE_TIMEOUT:?}"
             ))
         })?
+}
+
+/// Admission's time rule at its exact instant: with a holder's expiry `E`
+/// and grace `g`, 1 µs before `E + g` an `Interrupt` admission meets a valid
+/// holder (`Conflict`, `retry_after` of exactly 1 µs, nothing changed), as
+/// does a `Reject` one; at `E + g` the `Interrupt` admission takes the
+/// holder and a `Reject` one still conflicts, with no retry-after. Needs a
+/// clock the kit can place; skipped on a server's clock.
+pub async fn admit_interrupt_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    let grace = Duration::from_millis(3);
+    let holder = admit(
+        &ctx,
+        AdmitRequest::new("edge-holder", "owner-a")
+            .scope("edge")
+            .ttl(SHORT_TTL),
+    )
+    .await?;
+    let expires = holder
+        .lease_expires_at
+        .ok_or_else(|| Failure("admitted with a ttl but no expiry".into()))?;
+    let limit = clock::add(expires, grace);
+    let request = |strategy| {
+        AdmitRequest::new("edge-newcomer", "owner-b")
+            .scope("edge")
+            .ttl(LONG_TTL)
+            .grace(grace)
+            .strategy(strategy)
+    };
+    manual.advance_to(micro_before(limit));
+    for strategy in [AdmitStrategy::Interrupt, AdmitStrategy::Reject] {
+        refused(
+            &ctx,
+            &["edge-holder", "edge-newcomer"],
+            Admission::Conflict {
+                holder: holder.clone(),
+                retry_after: Some(MICROSECOND),
+            },
+            &format!("{strategy:?} 1 µs before expiry + grace meets a valid holder"),
+            ctx.store.admit(&request(strategy)),
+        )
+        .await?;
+    }
+    manual.advance_to(limit);
+    refused(
+        &ctx,
+        &["edge-holder", "edge-newcomer"],
+        Admission::Conflict {
+            holder: holder.clone(),
+            retry_after: None,
+        },
+        "Reject at expiry + grace meets a lapsed holder, with no time to wait",
+        ctx.store.admit(&request(AdmitStrategy::Reject)),
+    )
+    .await?;
+    match ctx.store.admit(&request(AdmitStrategy::Interrupt)).await? {
+        Admission::Admitted { interrupted, .. } => {
+            let ids: Vec<&str> = interrupted
+                .iter()
+                .map(|record| record.id.as_str())
+                .collect();
+            ensure_eq!(
+                ids,
+                vec!["edge-holder"],
+                "at expiry + grace the holder is interrupted"
+            );
+        }
+        other => {
+            return Err(Failure(format!(
+                "Interrupt at exactly expiry + grace is admitted, got {other:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// One `Interrupt` admission naming two (then all three) scopes of one
+/// lapsed holder interrupts it once: one entry in `interrupted`, whose fence
+/// `get` then reads, and every scope of the holder released, including the
+/// one the admission did not name.
+pub async fn admit_interrupt_of_a_multi_scope_holder_interrupts_it_once<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    for (round, named) in [&["a", "b"][..], &["a", "b", "c"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let scope = |name: &str| format!("multi-{round}-{name}");
+        let holder_id = format!("multi-holder-{round}");
+        let holder = admit(
+            &ctx,
+            AdmitRequest::new(holder_id.as_str(), "owner-a")
+                .scopes(["a", "b", "c"].map(scope))
+                .ttl(SHORT_TTL),
+        )
+        .await?;
+        expire(&ctx, &holder, Duration::ZERO).await?;
+        let request = AdmitRequest::new(format!("multi-newcomer-{round}"), "owner-b")
+            .scopes(named.iter().map(|name| scope(name)))
+            .ttl(LONG_TTL)
+            .strategy(AdmitStrategy::Interrupt);
+        let Admission::Admitted {
+            record,
+            interrupted,
+        } = ctx.store.admit(&request).await?
+        else {
+            return Err(Failure(format!("{request:?} interrupts a lapsed holder")));
+        };
+        ensure_eq!(
+            interrupted
+                .iter()
+                .map(|record| record.id.as_str())
+                .collect::<Vec<_>>(),
+            vec![holder_id.as_str()],
+            "a holder of {} named scopes is interrupted once",
+            named.len()
+        );
+        let stored = get(&ctx, &holder_id).await?;
+        ensure_eq!(
+            &stored,
+            &interrupted[0],
+            "get reads the interruption answered"
+        );
+        ensure!(
+            stored.fence > holder.fence && record.fence != stored.fence,
+            "the interruption drew one new fence of its own"
+        );
+        let unnamed = admit(
+            &ctx,
+            AdmitRequest::new(format!("multi-after-{round}"), "owner-c").scope(scope("c")),
+        );
+        if named.len() < 3 {
+            unnamed.await?;
+        }
+    }
+    Ok(())
+}
+
+/// Overlapping multi-scope admissions (a ring of scope pairs and a chord)
+/// issued one after another in a fixed order, its reverse and two seeded
+/// shuffles, then all at once: each answer is what the scopes' holders at
+/// that moment dictate (admitted exactly when every scope is free), and at
+/// the end every scope has at most one active holder, which holds all its
+/// scopes.
+pub async fn admit_overlapping_multi_scope_admissions_keep_one_holder_per_scope<
+    S: LeaseStore + 'static,
+>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    const PAIRS: [[usize; 2]; 5] = [[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]];
+    let orders: [Vec<usize>; 4] = [
+        vec![0, 1, 2, 3, 4],
+        vec![4, 3, 2, 1, 0],
+        vec![2, 0, 4, 1, 3],
+        vec![3, 4, 0, 2, 1],
+    ];
+    for (round, order) in orders.iter().enumerate() {
+        let scope = |index: usize| format!("ring-{round}-{index}");
+        let mut held = BTreeSet::new();
+        for &pair in order {
+            let scopes = PAIRS[pair].map(scope);
+            let request = AdmitRequest::new(format!("ring-{round}-{pair}"), REQUESTER)
+                .scopes(scopes.clone())
+                .ttl(LONG_TTL);
+            let free = scopes.iter().all(|scope| !held.contains(scope));
+            match (ctx.store.admit(&request).await?, free) {
+                (Admission::Admitted { .. }, true) => held.extend(scopes),
+                (Admission::Conflict { holder, .. }, false) => ensure!(
+                    holder.scopes.iter().any(|scope| scopes.contains(scope)),
+                    "{request:?} is blocked by a holder of one of its scopes, not {holder:?}"
+                ),
+                (answer, free) => {
+                    return Err(Failure(format!(
+                    "order {order:?}: {request:?} with its scopes free={free} answered {answer:?}"
+                )))
+                }
+            }
+        }
+        ensure_one_holder_per_scope(&ctx).await?;
+    }
+    let barrier = Arc::new(Barrier::new(PAIRS.len()));
+    let mut racers = Vec::with_capacity(PAIRS.len());
+    for (pair, scopes) in PAIRS.iter().enumerate() {
+        let store = Arc::clone(&ctx.store);
+        let barrier = Arc::clone(&barrier);
+        let request = AdmitRequest::new(format!("ring-race-{pair}"), REQUESTER)
+            .scopes(scopes.map(|index| format!("ring-race-{index}")))
+            .ttl(LONG_TTL);
+        racers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store.admit(&request).await
+        }));
+    }
+    for racer in racers {
+        racer
+            .await
+            .map_err(|error| Failure(format!("an admission panicked: {error}")))??;
+    }
+    ensure_one_holder_per_scope(&ctx).await
 }

@@ -15,14 +15,15 @@ use std::time::Duration;
 
 use chrono::{FixedOffset, TimeZone, Timelike, Utc};
 use serde_json::json;
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, TakeoverRequest, Timestamp,
 };
 
 use crate::cases::util::{
-    admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, snapshot, take_over,
-    LONG_GRACE, LONG_TTL, SHORT_TTL,
+    admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, micro_before, snapshot,
+    take_over, LONG_GRACE, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -820,5 +821,283 @@ pub async fn verbatim_ids_and_scopes_never_collide<S: LeaseStore + 'static>(
             )))
         }
     }
+    Ok(())
+}
+
+/// `list_expired` at its exact instant: with expiry `E` and grace `g`, a
+/// record is not listed 1 µs before `E + g` and is at `E + g`. Needs a
+/// clock the kit can place; skipped on a server's clock.
+pub async fn list_expired_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    let grace = Duration::from_millis(5);
+    let record = admit(
+        &ctx,
+        AdmitRequest::new("scan-edge", "worker-a").ttl(SHORT_TTL),
+    )
+    .await?;
+    let expires = record
+        .lease_expires_at
+        .ok_or_else(|| Failure("admitted with a ttl but no expiry".into()))?;
+    let limit = clock::add(expires, grace);
+    manual.advance_to(micro_before(limit));
+    ensure_eq!(
+        expired_ids(&ctx, ExpiredQuery::new(grace)).await?,
+        Vec::<String>::new(),
+        "1 µs before expiry + grace, the lease is not listed"
+    );
+    manual.advance_to(limit);
+    ensure_eq!(
+        expired_ids(&ctx, ExpiredQuery::new(grace)).await?,
+        vec!["scan-edge".to_owned()],
+        "at exactly expiry + grace, the lease is listed"
+    );
+    Ok(())
+}
+
+/// `purge` at its exact instant ([`rules::purgeable`]): a record that
+/// finished at `F` stays 1 µs before `F + retention` and is purged at
+/// `F + retention`. Needs a clock the kit can place; skipped on a server's
+/// clock.
+///
+/// [`rules::purgeable`]: tenure_lease_core::backend::rules::purgeable
+pub async fn purge_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    let retention = Duration::from_millis(40);
+    let record = admit(&ctx, AdmitRequest::new("purge-edge", "worker-a")).await?;
+    let finished = apply_transition(&ctx, &claim_of(&record)?, &StatusChange::succeeded()).await?;
+    let due = clock::add(finished.updated_at, retention);
+    manual.advance_to(micro_before(due));
+    ensure_eq!(
+        ctx.store.purge(retention).await?,
+        0,
+        "1 µs before its age reaches the retention, nothing is purged"
+    );
+    ensure_eq!(
+        get(&ctx, "purge-edge").await?,
+        finished,
+        "the record stays as it was"
+    );
+    manual.advance_to(due);
+    ensure_eq!(
+        ctx.store.purge(retention).await?,
+        1,
+        "at exactly the retention, the record is purged"
+    );
+    ensure_eq!(
+        ctx.store.get("purge-edge").await?,
+        None,
+        "a purged record is gone"
+    );
+    Ok(())
+}
+
+/// Purge measures a record's age from when it finished, not from when it
+/// was created: a record admitted longer than the retention ago that has
+/// just finished stays.
+pub async fn purge_counts_age_from_the_finish<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
+    const RETENTION: Duration = SLOW_MACHINE_MARGIN;
+    let record = admit(&ctx, AdmitRequest::new("long-runner", "worker-a")).await?;
+    let claim = claim_of(&record)?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    ctx.advance_past(clock::add(record.created_at, RETENTION))
+        .await?;
+    let finished = apply_transition(&ctx, &claim, &StatusChange::succeeded()).await?;
+    let purged = ctx.store.purge(RETENTION).await?;
+    let after = ctx.store.now().await?;
+    if clock::is_before_end(finished.updated_at, RETENTION, after) {
+        ensure_eq!(
+            purged,
+            0,
+            "a record created {RETENTION:?} ago that just finished is not old enough to purge"
+        );
+        ensure_eq!(
+            get(&ctx, "long-runner").await?,
+            finished,
+            "it stays as it was"
+        );
+    }
+    Ok(())
+}
+
+/// `list_expired` with `created_before` and `limit` together, where the
+/// records the cutoff excludes sort ahead of those it includes (no lease,
+/// or an earlier expiry): the answer is the first `limit` of the included
+/// records in expiry order, so a store that cuts at `limit` before it
+/// filters answers too few.
+pub async fn list_expired_applies_every_filter_before_the_limit<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let mut included = Vec::new();
+    for id in ["early-a", "early-b", "early-c"] {
+        included.push(admit(&ctx, AdmitRequest::new(id, "worker-a").ttl(SHORT_TTL * 4)).await?);
+    }
+    ctx.advance(TICK).await?;
+    let cutoff = ctx.store.now().await?;
+    ctx.advance(TICK).await?;
+    let mut excluded = Vec::new();
+    for (id, ttl) in [
+        ("late-a", None),
+        ("late-b", None),
+        ("late-c", Some(SHORT_TTL)),
+    ] {
+        let mut request = AdmitRequest::new(id, "worker-a");
+        request.ttl = ttl;
+        excluded.push(admit(&ctx, request).await?);
+    }
+    for late in &excluded {
+        ensure!(
+            late.created_at > cutoff,
+            "{} was created after the cutoff",
+            late.id
+        );
+    }
+    for record in included.iter().chain(&excluded) {
+        if record.lease_expires_at.is_some() {
+            expire(&ctx, record, Duration::ZERO).await?;
+        }
+    }
+    included.sort_by(|a, b| rules::expired_order(a).cmp(&rules::expired_order(b)));
+    for limit in [1, 2, 10] {
+        let expected: Vec<String> = included
+            .iter()
+            .take(limit)
+            .map(|record| record.id.clone())
+            .collect();
+        ensure_eq!(
+            expired_ids(
+                &ctx,
+                ExpiredQuery::new(Duration::ZERO)
+                    .created_before(cutoff)
+                    .limit(limit)
+            )
+            .await?,
+            expected,
+            "created_before and limit {limit} together"
+        );
+    }
+    Ok(())
+}
+
+/// `list_by_scope` orders records created at the same instant by fence,
+/// greatest first (on a clock the kit can hold still, every record here
+/// shares one creation time; on a server's clock the order is checked
+/// against the same rule, [`rules::newest_first`]).
+///
+/// [`rules::newest_first`]: tenure_lease_core::backend::rules::newest_first
+pub async fn list_by_scope_orders_ties_by_fence<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let mut records = Vec::new();
+    for id in ["tie-a", "tie-b", "tie-c"] {
+        let record = admit(
+            &ctx,
+            AdmitRequest::new(id, "worker-a")
+                .scope("tied")
+                .ttl(LONG_TTL),
+        )
+        .await?;
+        records
+            .push(apply_transition(&ctx, &claim_of(&record)?, &StatusChange::succeeded()).await?);
+    }
+    records.push(
+        admit(
+            &ctx,
+            AdmitRequest::new("tie-d", "worker-a")
+                .scope("tied")
+                .ttl(LONG_TTL),
+        )
+        .await?,
+    );
+    records.sort_by_key(rules::newest_first);
+    ensure_eq!(
+        ids_of(&ctx.store.list_by_scope("tied").await?),
+        ids_of(&records),
+        "newest first, ties by fence, greatest first"
+    );
+    Ok(())
+}
+
+/// After rounds of admissions on shared scopes, interruptions, takeovers and
+/// finishes, and a purge of everything terminal, nothing is left: no record,
+/// no scope entry, and (when the factory can count it) no more kept than
+/// after the first round, so per-scope side structures do not grow with the
+/// work done.
+pub async fn purge_leaves_nothing_behind<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
+    let mut footprints = Vec::new();
+    for round in 0..2 {
+        let scopes: Vec<String> = (0..3)
+            .map(|index| format!("grow-{round}-{index}"))
+            .collect();
+        let holder = admit(
+            &ctx,
+            AdmitRequest::new(format!("grow-{round}-holder"), "worker-a")
+                .scopes(scopes[..2].iter().cloned())
+                .ttl(SHORT_TTL),
+        )
+        .await?;
+        let orphan = admit(
+            &ctx,
+            AdmitRequest::new(format!("grow-{round}-orphan"), "worker-a")
+                .scope(scopes[2].clone())
+                .ttl(SHORT_TTL),
+        )
+        .await?;
+        expire(&ctx, &orphan, Duration::ZERO).await?;
+        let newcomer = admit(
+            &ctx,
+            AdmitRequest::new(format!("grow-{round}-newcomer"), "worker-b")
+                .scopes(scopes[..2].iter().cloned())
+                .ttl(LONG_TTL)
+                .strategy(AdmitStrategy::Interrupt),
+        )
+        .await?;
+        let interrupted = get(&ctx, &holder.id).await?;
+        apply_transition(
+            &ctx,
+            &claim_of(&interrupted)?,
+            &StatusChange::failed("interrupted"),
+        )
+        .await?;
+        take_over(
+            &ctx,
+            &TakeoverRequest::fail(orphan.id.clone(), "worker-c", "orphaned"),
+        )
+        .await?;
+        apply_transition(&ctx, &claim_of(&newcomer)?, &StatusChange::succeeded()).await?;
+        ensure_eq!(
+            ctx.store.purge(Duration::ZERO).await?,
+            3,
+            "every record of round {round} is terminal, and purged"
+        );
+        for id in [&holder.id, &orphan.id, &newcomer.id] {
+            ensure_eq!(ctx.store.get(id).await?, None, "{id} is purged");
+        }
+        for scope in &scopes {
+            ensure_eq!(
+                ctx.store.list_by_scope(scope).await?,
+                Vec::<LeaseRecord>::new(),
+                "nothing is left on {scope:?}"
+            );
+        }
+        ensure_eq!(
+            ctx.store.list_active().await?,
+            Vec::<LeaseRecord>::new(),
+            "nothing is active"
+        );
+        footprints.push(ctx.footprint().await?);
+    }
+    ensure_eq!(
+        footprints[1],
+        footprints[0],
+        "what the store keeps after a purge does not grow with the work done"
+    );
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod fence;
 pub mod input;
 pub mod keeper;
 pub mod listing;
+pub mod race;
 pub mod renew;
 pub mod takeover;
 pub mod transition;

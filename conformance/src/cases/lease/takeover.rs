@@ -15,7 +15,8 @@ use tokio::sync::Barrier;
 
 use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
-    expire, get, renew_confirmed, take_over, LONG_GRACE, LONG_TTL, SHORT_TTL,
+    expire, get, micro_before, refused, renew_confirmed, take_over, LONG_GRACE, LONG_TTL,
+    MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -516,5 +517,76 @@ pub async fn takeover_grace_is_exact_below_a_microsecond<S: LeaseStore + 'static
         ),
         "an expired lease under a sub-microsecond grace is taken"
     );
+    Ok(())
+}
+
+/// The takeover rule at its exact instant ([`rules::lease_valid`]): with
+/// expiry `E` and grace `g`, 1 µs before `E + g` the lease is still valid
+/// (`LeaseValid`, with exactly 1 µs left, nothing changed) and at `E + g` it
+/// is taken; for no grace and for a grace of milliseconds. Needs a clock the
+/// kit can place; skipped on a server's clock.
+///
+/// [`rules::lease_valid`]: tenure_lease_core::backend::rules::lease_valid
+pub async fn takeover_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    for (round, grace) in [Duration::ZERO, Duration::from_millis(7)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = format!("edge-{round}");
+        let record = admit(
+            &ctx,
+            AdmitRequest::new(id.as_str(), "owner-a").ttl(SHORT_TTL),
+        )
+        .await?;
+        let expires = record
+            .lease_expires_at
+            .ok_or_else(|| Failure("admitted with a ttl but no expiry".into()))?;
+        let limit = clock::add(expires, grace);
+        let request = TakeoverRequest::fail(id.as_str(), "claimer-b", "orphaned").grace(grace);
+        manual.advance_to(micro_before(limit));
+        refused(
+            &ctx,
+            &[&id],
+            Takeover::NotTaken(NotTakenReason::LeaseValid {
+                retry_after: MICROSECOND,
+            }),
+            &format!("1 µs before expiry + grace {grace:?}, the lease is valid"),
+            ctx.store.claim_for_takeover(&request),
+        )
+        .await?;
+        manual.advance_to(limit);
+        let Takeover::Taken(taken) = ctx.store.claim_for_takeover(&request).await? else {
+            return Err(Failure(format!(
+                "at exactly expiry + grace {grace:?}, the lease is taken"
+            )));
+        };
+        ensure!(taken.fence > record.fence, "the fence grows");
+    }
+    Ok(())
+}
+
+/// The owner of a valid lease claiming it for takeover is judged as anyone
+/// else: `LeaseValid`, nothing changed. Owning a record gives no right to
+/// take it over early; renewing is how an owner keeps it.
+pub async fn takeover_by_the_owner_of_a_valid_lease_is_not_taken<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let record = admit(
+        &ctx,
+        AdmitRequest::new("own-valid", "owner-a").ttl(LONG_TTL),
+    )
+    .await?;
+    let request = TakeoverRequest::adopt("own-valid", "owner-a", Some(LONG_TTL));
+    let reason = expect_not_taken(&ctx, &request).await?;
+    ensure!(
+        matches!(reason, NotTakenReason::LeaseValid { .. }),
+        "the owner's own valid lease answers LeaseValid, got {reason:?}"
+    );
+    ensure_eq!(get(&ctx, "own-valid").await?, record, "nothing changed");
     Ok(())
 }

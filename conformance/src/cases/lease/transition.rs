@@ -14,7 +14,7 @@ use tenure_lease_core::{
 
 use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
-    expire, get, take_over, LONG_TTL, SHORT_TTL,
+    expire, get, renew_confirmed, take_over, LONG_TTL, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -368,4 +368,77 @@ pub async fn transition_no_late_success_after_takeover<S: LeaseStore + 'static>(
     ensure_eq!(done.owner.as_deref(), Some("worker-b"));
     ensure_eq!(done.fence, adopted.fence);
     Ok(())
+}
+
+/// `updated_at` is the store time of the latest write ([contract
+/// §2](tenure_lease_core::contract)), which purge measures age from: it
+/// moves on a renewal, on every status write, on a takeover and on an
+/// interruption, each time to a store instant between the clock reads just
+/// before and just after the write, and never backwards.
+pub async fn updated_at_moves_with_every_write<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
+    const ID: &str = "stamped";
+    let record = admit(
+        &ctx,
+        AdmitRequest::new(ID, "owner-a").scope(ID).ttl(SHORT_TTL),
+    )
+    .await?;
+    let claim = claim_of(&record)?;
+    let mut last = record.updated_at;
+
+    let before = stamp_window(&ctx).await?;
+    renew_confirmed(&ctx, &claim, SHORT_TTL).await?;
+    last = ensure_stamped(&ctx, "a renewal", before, last).await?;
+
+    let before = stamp_window(&ctx).await?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    last = ensure_stamped(&ctx, "a status write", before, last).await?;
+
+    expire(&ctx, &get(&ctx, ID).await?, Duration::ZERO).await?;
+    let before = stamp_window(&ctx).await?;
+    take_over(
+        &ctx,
+        &TakeoverRequest::adopt(ID, "owner-b", Some(SHORT_TTL)),
+    )
+    .await?;
+    last = ensure_stamped(&ctx, "a takeover", before, last).await?;
+
+    expire(&ctx, &get(&ctx, ID).await?, Duration::ZERO).await?;
+    let before = stamp_window(&ctx).await?;
+    let request = AdmitRequest::new("stamper", "owner-c")
+        .scope(ID)
+        .strategy(AdmitStrategy::Interrupt);
+    admit(&ctx, request).await?;
+    last = ensure_stamped(&ctx, "an interruption", before, last).await?;
+
+    let before = stamp_window(&ctx).await?;
+    let interrupted = claim_of(&get(&ctx, ID).await?)?;
+    apply_transition(&ctx, &interrupted, &StatusChange::failed("interrupted")).await?;
+    ensure_stamped(&ctx, "the final status write", before, last).await?;
+    Ok(())
+}
+
+/// Lets store time move on (so a write gets a later stamp than the last)
+/// and answers the store's now, the earliest stamp the next write may get.
+async fn stamp_window<S: LeaseStore>(
+    ctx: &Ctx<S>,
+) -> Result<tenure_lease_core::Timestamp, Failure> {
+    ctx.advance(Duration::from_millis(3)).await?;
+    Ok(ctx.store.now().await?)
+}
+
+/// Fails the case unless the record's `updated_at` moved past `last` to an
+/// instant between `before` and now; answers it.
+async fn ensure_stamped<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    write: &str,
+    before: tenure_lease_core::Timestamp,
+    last: tenure_lease_core::Timestamp,
+) -> Result<tenure_lease_core::Timestamp, Failure> {
+    let after = ctx.store.now().await?;
+    let stamped = get(ctx, "stamped").await?.updated_at;
+    ensure!(
+        before <= stamped && stamped <= after && stamped > last,
+        "after {write}, updated_at {stamped} lies between {before} and {after}, after {last}"
+    );
+    Ok(stamped)
 }

@@ -14,10 +14,12 @@ use tokio::sync::Barrier;
 use super::{
     capabilities, claim, claim_one, earlier_by, enqueue, enqueue_and_claim, ensure_within,
     expect_every_write_refused, expect_job_lost, expire_job, get_job, job, judged_before, not_yet,
-    reap, renew_job_confirmed, settled, take_back, Landed, NotYetTry, CLAIMERS, QUEUE, RACED_JOBS,
-    TICK,
+    reap, renew_job_confirmed, settled, take_back, Landed, NotYetTry, CLAIMERS, DELAY, QUEUE,
+    RACED_JOBS, TICK,
 };
-use crate::cases::util::{admit, expire, take_over, LONG_TTL, SHORT_TTL};
+use crate::cases::util::{
+    admit, expire, micro_before, take_over, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -507,4 +509,65 @@ pub async fn queue_fences_shared_with_leases<S: JobQueue + 'static>(ctx: Ctx<S>)
 /// The ids of lease `records`, in order.
 fn ids_of_records(records: &[tenure_lease_core::LeaseRecord]) -> Vec<&str> {
     records.iter().map(|record| record.id.as_str()).collect()
+}
+
+/// The queue's time rules at their exact instants: a job enqueued with
+/// `run_at` `R` is not claimable 1 µs before `R` and is at `R`; a claim
+/// whose lease ends at `E` is not reaped (grace `g`) 1 µs before `E + g`
+/// and is at `E + g`; a job failed with a retry backoff `b` at `F` is
+/// claimable again at exactly `F + b`, not 1 µs before. Needs a clock the
+/// kit can place; skipped on a server's clock.
+pub async fn queue_time_rules_are_exact_to_the_microsecond<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    let run_at = clock::add(ctx.store.now().await?, DELAY);
+    enqueue(&ctx, job("edge-run-at").run_at(run_at)).await?;
+    let request = ClaimRequest::new(QUEUE, "worker-a", SHORT_TTL);
+    manual.advance_to(micro_before(run_at));
+    claim(&ctx, &request, &[]).await?;
+    manual.advance_to(run_at);
+    let claimed = claim(&ctx, &request, &["edge-run-at"]).await?;
+    let claimed = claimed
+        .first()
+        .ok_or_else(|| Failure("the job due now was not claimed".into()))?;
+
+    let grace = Duration::from_millis(3);
+    let expires = claimed
+        .job
+        .lease_expires_at
+        .ok_or_else(|| Failure("a claimed job has a lease".into()))?;
+    let reapable = clock::add(expires, grace);
+    manual.advance_to(micro_before(reapable));
+    reap(&ctx, grace, &[], &[]).await?;
+    manual.advance_to(reapable);
+    reap(&ctx, grace, &["edge-run-at"], &[]).await?;
+
+    let again = claim(&ctx, &request, &["edge-run-at"]).await?;
+    let again = again
+        .first()
+        .ok_or_else(|| Failure("the requeued job was not claimed".into()))?;
+    let backoff = Duration::from_millis(9);
+    let failed_at = ctx.store.now().await?;
+    let retried = settled(
+        &ctx,
+        ctx.store
+            .fail(&again.claim, "retry later", FailAction::Retry { backoff })
+            .await?,
+        "fail with a retry",
+    )
+    .await?;
+    let due = clock::add(failed_at, backoff);
+    ensure_eq!(
+        retried.run_at,
+        due,
+        "the retry is due exactly one backoff after the failure"
+    );
+    manual.advance_to(micro_before(due));
+    claim(&ctx, &request, &[]).await?;
+    manual.advance_to(due);
+    claim(&ctx, &request, &["edge-run-at"]).await?;
+    Ok(())
 }

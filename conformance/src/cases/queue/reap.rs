@@ -1,10 +1,11 @@
 //! `reap` and the dead-letter list: lapsed claims requeued or dead-lettered, operator retries.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use tenure_lease_core::queue::{
-    ClaimRequest, DeadReason, FailAction, Job, JobState, NewJob, OperatorRetry,
+    ClaimRequest, DeadReason, FailAction, Job, JobLoss, JobSettle, JobState, NewJob, OperatorRetry,
 };
 use tenure_lease_core::JobQueue;
 
@@ -12,9 +13,9 @@ use super::{
     claim, enqueue, enqueue_and_claim, ensure_within, expire_job, get_job, ids, job, jobs, reap,
     renew_job_confirmed, settled, QUEUE, TICK,
 };
-use crate::cases::util::{LONG_GRACE, LONG_TTL, SHORT_TTL};
-use crate::ensure_eq;
+use crate::cases::util::{race_two, LONG_GRACE, LONG_TTL, SHORT_TTL, UNLIKE_RACE_ROUNDS};
 use crate::harness::{CaseResult, Ctx, Failure};
+use crate::{ensure, ensure_eq};
 
 /// `reap(grace)` leaves claims whose lease plus grace still runs, then
 /// requeues expired claims with attempts left and dead-letters
@@ -206,5 +207,52 @@ pub async fn queue_dead_letters_listed_and_retried<S: JobQueue + 'static>(
         1,
         "attempts restart after a retry"
     );
+    Ok(())
+}
+
+/// A `complete` and a `reap` of one lapsed claim, released together, many
+/// times: either the completion wins (`Settled` as completed, and the reaper
+/// leaves the job alone) or the reaper does (the job requeued, and the
+/// completion answers `Requeued`); never both, never neither.
+pub async fn race_complete_vs_reap_exactly_one_wins<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    for round in 0..UNLIKE_RACE_ROUNDS {
+        let id = format!("complete-vs-reap-{round}");
+        let held = enqueue_and_claim(&ctx, job(&id).max_attempts(3), "worker-a", SHORT_TTL).await?;
+        expire_job(&ctx, &held.job).await?;
+        let store = Arc::clone(&ctx.store);
+        let claim = held.claim.clone();
+        let completion = async move { store.complete(&claim).await };
+        let store = Arc::clone(&ctx.store);
+        let reaper = async move { store.reap(Duration::ZERO).await };
+        let (completion, reaped) = race_two(completion, reaper).await?;
+        let (completion, reaped) = (completion?, reaped?);
+        let stored = get_job(&ctx, &id).await?;
+        let requeued = reaped.requeued.iter().any(|job| job.id == id);
+        match (&completion, requeued) {
+            (JobSettle::Settled(done), false) => {
+                ensure_eq!(done.state, JobState::Completed, "the completion won {id}");
+                ensure_eq!(&stored, done, "get_job reads the completion");
+            }
+            (JobSettle::Rejected(JobLoss::Requeued), true) => {
+                ensure_eq!(
+                    stored.state,
+                    JobState::Queued,
+                    "the reaper won {id}: it is queued"
+                );
+            }
+            _ => {
+                return Err(Failure(format!(
+                    "exactly one of a completion and a reap of {id} wins, and the other answers \
+                     its truth; got complete {completion:?} and reap {reaped:?}"
+                )))
+            }
+        }
+        ensure!(
+            reaped.dead_lettered.is_empty(),
+            "a job with attempts left is never dead-lettered by the reaper: {reaped:?}"
+        );
+    }
     Ok(())
 }

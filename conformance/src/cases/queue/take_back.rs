@@ -2,15 +2,17 @@
 
 use std::time::Duration;
 
+use tenure_lease_core::backend::queue_rules;
 use tenure_lease_core::queue::{
-    DeadReason, Job, JobClaim, JobLoss, JobState, OperatorRetry, TakeBackRefusal,
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, OperatorRetry,
+    TakeBackRefusal,
 };
 use tenure_lease_core::JobQueue;
 
 use super::{
-    claim_one, enqueue_and_claim, ensure_within, expect_every_write_refused, expect_job_lost,
-    expect_not_taken_back, expire_job, get_job, job, reap, renew_job_confirmed, settled, take_back,
-    QUEUE,
+    capabilities, claim_one, enqueue_and_claim, ensure_within, expect_every_write_refused,
+    expect_job_lost, expect_not_taken_back, expire_job, get_job, job, reap, renew_job_confirmed,
+    settled, take_back, QUEUE,
 };
 use crate::cases::util::{LONG_TTL, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -241,4 +243,90 @@ pub async fn queue_operator_retry_beats_take_back<S: JobQueue + 'static>(
     )
     .await?;
     Ok(())
+}
+
+/// A claim that lost its job is refused everything, whatever took the job
+/// from it: after the reaper requeues it, after an operator retries it from
+/// the dead letters, and after the worker itself defers it. Each time its
+/// `renew_job`, `complete`, `fail` (both actions), `defer` and `take_back`
+/// answer the refusal [`queue_rules`] gives for the job as stored, and
+/// change nothing.
+///
+/// [`queue_rules`]: tenure_lease_core::backend::queue_rules
+pub async fn queue_old_copy_is_refused_after_every_state_change<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let reaped = enqueue_and_claim(
+        &ctx,
+        job_of_its_own("copy-reaped").max_attempts(3),
+        "worker-a",
+        SHORT_TTL,
+    )
+    .await?;
+    expire_job(&ctx, &reaped.job).await?;
+    reap(&ctx, Duration::ZERO, &["copy-reaped"], &[]).await?;
+    expect_old_copy_refused(&ctx, &reaped.claim, "after a reap requeued it").await?;
+
+    let retried = enqueue_and_claim(
+        &ctx,
+        job_of_its_own("copy-retried").max_attempts(1),
+        "worker-a",
+        LONG_TTL,
+    )
+    .await?;
+    settled(
+        &ctx,
+        ctx.store
+            .fail(&retried.claim, "gave up", FailAction::DeadLetter)
+            .await?,
+        "dead-lettering",
+    )
+    .await?;
+    ensure!(
+        matches!(
+            ctx.store.retry_dead_letter("copy-retried").await?,
+            OperatorRetry::Requeued(_)
+        ),
+        "an operator retries the dead letter"
+    );
+    expect_old_copy_refused(&ctx, &retried.claim, "after an operator retry").await?;
+
+    let deferred =
+        enqueue_and_claim(&ctx, job_of_its_own("copy-deferred"), "worker-a", LONG_TTL).await?;
+    settled(
+        &ctx,
+        ctx.store
+            .defer(&deferred.claim, &capabilities(&["gpu"]))
+            .await?,
+        "deferring",
+    )
+    .await?;
+    expect_old_copy_refused(&ctx, &deferred.claim, "after it deferred the job").await
+}
+
+/// A job with id `id` alone in a queue of its own.
+fn job_of_its_own(id: &str) -> NewJob {
+    NewJob::new(format!("{id}-queue"), serde_json::json!({ "job": id })).id(id)
+}
+
+/// Every write and the take-back of `claim` answer what the rules say of
+/// the job as stored, and change nothing.
+async fn expect_old_copy_refused<S: JobQueue>(
+    ctx: &Ctx<S>,
+    claim: &JobClaim,
+    after: &str,
+) -> CaseResult {
+    let stored = ctx.store.get_job(&claim.id).await?;
+    let Err(loss) = queue_rules::judge_job(stored.as_ref(), claim) else {
+        return Err(Failure(format!(
+            "{after}, the old claim {claim:?} no longer holds its job"
+        )));
+    };
+    expect_every_write_refused(ctx, claim, loss).await?;
+    let Err(refusal) = queue_rules::judge_take_back(stored.as_ref(), claim) else {
+        return Err(Failure(format!(
+            "{after}, the old claim {claim:?} may not take the job back"
+        )));
+    };
+    expect_not_taken_back(ctx, claim, refusal).await
 }
