@@ -65,24 +65,40 @@ where
 }
 
 /// Starts `first` and `second` on two tasks released together by a barrier
-/// and answers both outputs, in that order.
-pub async fn race_two<A, B>(first: A, second: B) -> Result<(A::Output, B::Output), Failure>
+/// and answers both outputs, in that order. Round `round` of a race holds
+/// one side back by a few milliseconds (none in rounds 0 and 1, then 1 to
+/// 7 ms, the first side in even rounds and the second in odd ones): a store's
+/// gap between check and write may lie anywhere in its operation, and over
+/// [`UNLIKE_RACE_ROUNDS`] rounds some lag lines the two gaps up.
+pub async fn race_two<A, B>(
+    round: usize,
+    first: A,
+    second: B,
+) -> Result<(A::Output, B::Output), Failure>
 where
     A: Future + Send + 'static,
     B: Future + Send + 'static,
     A::Output: Send + 'static,
     B::Output: Send + 'static,
 {
+    let lag = Duration::from_millis((round / 2 % 8) as u64);
+    let (first_lag, second_lag) = if round % 2 == 0 {
+        (lag, Duration::ZERO)
+    } else {
+        (Duration::ZERO, lag)
+    };
     let barrier = Arc::new(Barrier::new(2));
     let first = tokio::spawn({
         let barrier = Arc::clone(&barrier);
         async move {
-            barrier.wait().await;
+            released_together(&barrier).await;
+            tokio::time::sleep(first_lag).await;
             first.await
         }
     });
     let second = tokio::spawn(async move {
-        barrier.wait().await;
+        released_together(&barrier).await;
+        tokio::time::sleep(second_lag).await;
         second.await
     });
     let panicked =
@@ -91,6 +107,15 @@ where
         first.await.map_err(panicked)?,
         second.await.map_err(panicked)?,
     ))
+}
+
+/// Waits at `barrier`, then yields once: the task the barrier wakes may sit
+/// in a worker's slot no other worker can steal from, and would then start
+/// only once the racer that woke it is done, if that racer never yields (a
+/// store that blocks its thread).
+pub async fn released_together(barrier: &Barrier) {
+    barrier.wait().await;
+    tokio::task::yield_now().await;
 }
 
 /// Admits `request`, failing the case unless it is `Admitted`.

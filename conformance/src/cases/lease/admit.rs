@@ -19,8 +19,8 @@ use tenure_lease_core::{
 use tokio::sync::Barrier;
 
 use crate::cases::util::{
-    admit, apply_transition, claim_of, expect_lost, expire, get, micro_before, refused, snapshot,
-    LONG_GRACE, LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    admit, apply_transition, claim_of, expect_lost, expire, get, micro_before, refused,
+    released_together, snapshot, LONG_GRACE, LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -875,7 +875,7 @@ pub async fn race_admissions_one_id_exactly_one_admitted<S: LeaseStore + 'static
                 .scope(format!("twin-scope-{i}"))
                 .ttl(LONG_TTL);
             tokio::spawn(async move {
-                barrier.wait().await;
+                released_together(&barrier).await;
                 (request.scopes.clone(), store.admit(&request).await)
             })
         })
@@ -1305,7 +1305,7 @@ async fn race<S: LeaseStore + 'static>(
             let store = Arc::clone(&ctx.store);
             let barrier = Arc::clone(&barrier);
             tokio::spawn(async move {
-                barrier.wait().await;
+                released_together(&barrier).await;
                 let answer = store.admit(&request).await;
                 (request, answer)
             })
@@ -1527,7 +1527,7 @@ pub async fn admit_overlapping_multi_scope_admissions_keep_one_holder_per_scope<
             .scopes(scopes.map(|index| format!("ring-race-{index}")))
             .ttl(LONG_TTL);
         racers.push(tokio::spawn(async move {
-            barrier.wait().await;
+            released_together(&barrier).await;
             store.admit(&request).await
         }));
     }

@@ -24,7 +24,8 @@ use tenure_lease_core::{
 use tokio::sync::Barrier;
 
 use crate::cases::util::{
-    admit, claim_of, expire, get, race_two, LONG_TTL, SHORT_TTL, UNLIKE_RACE_ROUNDS,
+    admit, claim_of, expire, get, race_two, released_together, LONG_TTL, SHORT_TTL,
+    UNLIKE_RACE_ROUNDS,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -69,12 +70,13 @@ fn takeover_by<S: LeaseStore + 'static>(
 pub async fn race_renew_vs_takeover_exactly_one_wins<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    for record in lapsed_records(&ctx, "renew-vs-takeover", UNLIKE_RACE_ROUNDS).await? {
+    let records = lapsed_records(&ctx, "renew-vs-takeover", UNLIKE_RACE_ROUNDS).await?;
+    for (round, record) in records.into_iter().enumerate() {
         let claim = claim_of(&record)?;
         let store = Arc::clone(&ctx.store);
         let renewal = async move { store.renew(&claim, LONG_TTL).await };
         let takeover = TakeoverRequest::fail(record.id.clone(), "claimer-b", "orphaned");
-        let (renewal, takeover) = race_two(renewal, takeover_by(&ctx, takeover)).await?;
+        let (renewal, takeover) = race_two(round, renewal, takeover_by(&ctx, takeover)).await?;
         let (renewal, takeover) = (renewal?, takeover?);
         let stored = get(&ctx, &record.id).await?;
         match (&renewal, &takeover) {
@@ -128,7 +130,7 @@ pub async fn race_terminal_write_vs_takeover_exactly_one_wins<S: LeaseStore + 's
         let store = Arc::clone(&ctx.store);
         let write = async move { store.transition(&claim, &change).await };
         let takeover = TakeoverRequest::adopt(record.id.clone(), "claimer-b", Some(LONG_TTL));
-        let (write, takeover) = race_two(write, takeover_by(&ctx, takeover)).await?;
+        let (write, takeover) = race_two(round, write, takeover_by(&ctx, takeover)).await?;
         let (write, takeover) = (write?, takeover?);
         let stored = get(&ctx, &record.id).await?;
         match (&write, &takeover) {
@@ -181,7 +183,7 @@ pub async fn race_renew_vs_interrupt_admission_exactly_one_wins<S: LeaseStore + 
         let renewal = async move { store.renew(&claim, LONG_TTL).await };
         let store = Arc::clone(&ctx.store);
         let admission = async move { store.admit(&admission).await };
-        let (renewal, admission) = race_two(renewal, admission).await?;
+        let (renewal, admission) = race_two(round, renewal, admission).await?;
         let (renewal, admission) = (renewal?, admission?);
         let stored = get(&ctx, &holder.id).await?;
         match (&renewal, &admission) {
@@ -264,7 +266,7 @@ pub async fn race_adopters_leave_the_greatest_fence_stored<S: LeaseStore + 'stat
             let request =
                 TakeoverRequest::adopt(record.id.clone(), format!("adopter-{adopter}"), None);
             adopters.push(tokio::spawn(async move {
-                barrier.wait().await;
+                released_together(&barrier).await;
                 let mut fences = Vec::with_capacity(ADOPTIONS_EACH);
                 for _ in 0..ADOPTIONS_EACH {
                     match store.claim_for_takeover(&request).await? {
@@ -333,7 +335,7 @@ pub async fn race_admissions_one_id_overlapping_scopes_answer_already_exists<
                 .scope(format!("own-{round}-{racer}"))
                 .ttl(LONG_TTL);
             racers.push(tokio::spawn(async move {
-                barrier.wait().await;
+                released_together(&barrier).await;
                 store.admit(&request).await
             }));
         }

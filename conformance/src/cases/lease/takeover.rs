@@ -15,8 +15,8 @@ use tokio::sync::Barrier;
 
 use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
-    expire, get, micro_before, refused, renew_confirmed, take_over, LONG_GRACE, LONG_TTL,
-    MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    expire, get, micro_before, refused, released_together, renew_confirmed, take_over, LONG_GRACE,
+    LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -412,7 +412,7 @@ pub async fn race_takeovers_exactly_one_taken<S: LeaseStore + 'static>(ctx: Ctx<
             let store = Arc::clone(&ctx.store);
             let barrier = Arc::clone(&barrier);
             racers.push(tokio::spawn(async move {
-                barrier.wait().await;
+                released_together(&barrier).await;
                 let outcome = store.claim_for_takeover(&request).await;
                 (request.claimer, outcome)
             }));

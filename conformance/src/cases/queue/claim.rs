@@ -18,7 +18,8 @@ use super::{
     RACED_JOBS, TICK,
 };
 use crate::cases::util::{
-    admit, expire, micro_before, take_over, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    admit, expire, micro_before, released_together, take_over, LONG_TTL, NEEDS_MANUAL_CLOCK,
+    SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -258,7 +259,7 @@ pub async fn race_queue_claimers_never_share_a_job<S: JobQueue + 'static>(
         let store = Arc::clone(&ctx.store);
         let barrier = Arc::clone(&barrier);
         claimers.push(tokio::spawn(async move {
-            barrier.wait().await;
+            released_together(&barrier).await;
             let mut won = Vec::new();
             loop {
                 let batch = store.claim(&request).await.map_err(|error| {

@@ -65,6 +65,12 @@ pub(crate) fn job(id: &str) -> NewJob {
     NewJob::new(QUEUE, json!({ "job": id })).id(id)
 }
 
+/// A job with id `id` alone in a queue of its own, for cases that leave
+/// jobs of earlier rounds visible.
+pub(crate) fn job_of_its_own(id: &str) -> NewJob {
+    NewJob::new(format!("{id}-queue"), json!({ "job": id })).id(id)
+}
+
 /// The set of capabilities `names`.
 pub(crate) fn capabilities(names: &[&str]) -> BTreeSet<String> {
     names.iter().map(|name| (*name).to_owned()).collect()

@@ -10,8 +10,8 @@ use tenure_lease_core::queue::{
 use tenure_lease_core::JobQueue;
 
 use super::{
-    claim, enqueue, enqueue_and_claim, ensure_within, expire_job, get_job, ids, job, jobs, reap,
-    renew_job_confirmed, settled, QUEUE, TICK,
+    claim, enqueue, enqueue_and_claim, ensure_within, expire_job, get_job, ids, job,
+    job_of_its_own, jobs, reap, renew_job_confirmed, settled, QUEUE, TICK,
 };
 use crate::cases::util::{race_two, LONG_GRACE, LONG_TTL, SHORT_TTL, UNLIKE_RACE_ROUNDS};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -219,14 +219,20 @@ pub async fn race_complete_vs_reap_exactly_one_wins<S: JobQueue + 'static>(
 ) -> CaseResult {
     for round in 0..UNLIKE_RACE_ROUNDS {
         let id = format!("complete-vs-reap-{round}");
-        let held = enqueue_and_claim(&ctx, job(&id).max_attempts(3), "worker-a", SHORT_TTL).await?;
+        let held = enqueue_and_claim(
+            &ctx,
+            job_of_its_own(&id).max_attempts(3),
+            "worker-a",
+            SHORT_TTL,
+        )
+        .await?;
         expire_job(&ctx, &held.job).await?;
         let store = Arc::clone(&ctx.store);
         let claim = held.claim.clone();
         let completion = async move { store.complete(&claim).await };
         let store = Arc::clone(&ctx.store);
         let reaper = async move { store.reap(Duration::ZERO).await };
-        let (completion, reaped) = race_two(completion, reaper).await?;
+        let (completion, reaped) = race_two(round, completion, reaper).await?;
         let (completion, reaped) = (completion?, reaped?);
         let stored = get_job(&ctx, &id).await?;
         let requeued = reaped.requeued.iter().any(|job| job.id == id);

@@ -4,15 +4,14 @@ use std::time::Duration;
 
 use tenure_lease_core::backend::queue_rules;
 use tenure_lease_core::queue::{
-    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, OperatorRetry,
-    TakeBackRefusal,
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, OperatorRetry, TakeBackRefusal,
 };
 use tenure_lease_core::JobQueue;
 
 use super::{
     capabilities, claim_one, enqueue_and_claim, ensure_within, expect_every_write_refused,
-    expect_job_lost, expect_not_taken_back, expire_job, get_job, job, reap, renew_job_confirmed,
-    settled, take_back, QUEUE,
+    expect_job_lost, expect_not_taken_back, expire_job, get_job, job, job_of_its_own, reap,
+    renew_job_confirmed, settled, take_back, QUEUE,
 };
 use crate::cases::util::{LONG_TTL, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -302,11 +301,6 @@ pub async fn queue_old_copy_is_refused_after_every_state_change<S: JobQueue + 's
     )
     .await?;
     expect_old_copy_refused(&ctx, &deferred.claim, "after it deferred the job").await
-}
-
-/// A job with id `id` alone in a queue of its own.
-fn job_of_its_own(id: &str) -> NewJob {
-    NewJob::new(format!("{id}-queue"), serde_json::json!({ "job": id })).id(id)
 }
 
 /// Every write and the take-back of `claim` answer what the rules say of

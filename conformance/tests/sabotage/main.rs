@@ -1,0 +1,799 @@
+//! Proof that the kit catches bugs.
+//!
+//! Each test runs the whole kit against a store with one deliberate bug
+//! and expects at least one case that passes on the honest store to fail on
+//! the broken one. A kit that let such a store through would certify
+//! backends with the same bug. Most bugs are an honest [`MemoryStore`]
+//! behind a wrapper that breaks one behaviour; the race bugs need a store
+//! whose operations are not atomic, the [`torn`] store.
+
+mod torn;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_backend_memory::MemoryStore;
+use tenure_conformance::memory::MemoryFactory;
+use tenure_conformance::{
+    CaseOutcome, ClockControl, Factory, Footprint, FootprintProbe, Report, Subject,
+};
+use tenure_lease_core::backend::queue_rules;
+use tenure_lease_core::queue::{
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
+};
+use tenure_lease_core::{
+    clock, Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, ExpiredScan, LeaseRecord,
+    LeaseStore, ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp,
+    Transition, TransitionRejection,
+};
+use tokio::sync::OnceCell;
+use torn::{Gap, TornStore};
+
+/// One deliberate bug. Every operation defaults to the honest store; a bug
+/// overrides the one operation it breaks.
+#[async_trait]
+trait Bug: Default + Send + Sync + 'static {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        honest.admit(request).await
+    }
+
+    async fn renew(&self, honest: &MemoryStore, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        honest.renew(claim, ttl).await
+    }
+
+    async fn transition(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        change: &StatusChange,
+    ) -> Result<Transition> {
+        honest.transition(claim, change).await
+    }
+
+    async fn claim_for_takeover(
+        &self,
+        honest: &MemoryStore,
+        request: &TakeoverRequest,
+    ) -> Result<Takeover> {
+        honest.claim_for_takeover(request).await
+    }
+
+    async fn list_expired(
+        &self,
+        honest: &MemoryStore,
+        query: &ExpiredQuery,
+    ) -> Result<ExpiredScan> {
+        honest.list_expired(query).await
+    }
+
+    async fn purge(&self, honest: &MemoryStore, terminal_older_than: Duration) -> Result<u64> {
+        honest.purge(terminal_older_than).await
+    }
+
+    async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
+        honest.complete(claim).await
+    }
+
+    /// What the bug keeps beside the honest store, for the growth case.
+    fn footprint(&self) -> Footprint {
+        Footprint::new()
+    }
+}
+
+/// A memory store that behaves honestly except where `B` breaks it.
+struct Broken<B> {
+    honest: MemoryStore,
+    bug: B,
+}
+
+// Written by hand (it changes answers, not only wraps them): every
+// method is spelled out, so none silently falls back to a default.
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<B: Bug> LeaseStore for Broken<B> {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        self.bug.admit(&self.honest, request).await
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        self.bug.renew(&self.honest, claim, ttl).await
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        self.honest.renew_many(claims, ttl).await
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        self.bug.transition(&self.honest, claim, change).await
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        self.bug.claim_for_takeover(&self.honest, request).await
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        self.bug.list_expired(&self.honest, query).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        self.honest.get(id).await
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        self.honest.list_by_scope(scope).await
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        self.honest.list_active().await
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        self.honest.now().await
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        self.bug.purge(&self.honest, terminal_older_than).await
+    }
+}
+
+#[deny(clippy::missing_trait_methods)]
+#[async_trait]
+impl<B: Bug> JobQueue for Broken<B> {
+    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
+        self.honest.enqueue(job).await
+    }
+
+    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        self.honest.enqueue_batch(jobs).await
+    }
+
+    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
+        self.honest.claim(request).await
+    }
+
+    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+        self.honest.renew_job(claim, ttl).await
+    }
+
+    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
+        self.bug.complete(&self.honest, claim).await
+    }
+
+    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
+        self.honest.fail(claim, error, action).await
+    }
+
+    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
+        self.honest.defer(claim, missing).await
+    }
+
+    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
+        self.honest.reap(grace).await
+    }
+
+    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
+        self.honest.take_back(claim, ttl).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
+        self.honest.get_job(id).await
+    }
+
+    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
+        self.honest.list_dead_letters(queue, limit).await
+    }
+
+    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
+        self.honest.retry_dead_letter(id).await
+    }
+
+    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
+        self.honest.purge_jobs(finished_older_than).await
+    }
+}
+
+/// Creates a fresh [`Broken`] store with bug `B` on a manual clock per case.
+struct BrokenFactory<B>(PhantomData<fn() -> B>);
+
+impl<B> Default for BrokenFactory<B> {
+    fn default() -> Self {
+        BrokenFactory(PhantomData)
+    }
+}
+
+#[async_trait]
+impl<B: Bug> Factory for BrokenFactory<B> {
+    type Store = Broken<B>;
+
+    async fn create(&self) -> Result<Subject<Broken<B>>> {
+        let clock = Arc::new(ManualClock::starting_now());
+        Ok(Subject {
+            store: Broken {
+                honest: MemoryStore::with_clock(clock.clone()),
+                bug: B::default(),
+            },
+            clock: ClockControl::Manual(clock),
+        })
+    }
+
+    fn footprint_probe(&self) -> Option<FootprintProbe<Broken<B>>> {
+        Some(Arc::new(|store: Arc<Broken<B>>| {
+            Box::pin(async move {
+                let mut footprint = store.bug.footprint();
+                for (name, entries) in store.honest.footprint() {
+                    footprint.insert(name.to_owned(), entries as u64);
+                }
+                Ok(footprint)
+            })
+        }))
+    }
+}
+
+/// Creates a fresh [`TornStore`] with the gap `G` names, on a manual clock.
+struct TornFactory(Gap);
+
+#[async_trait]
+impl Factory for TornFactory {
+    type Store = TornStore;
+
+    async fn create(&self) -> Result<Subject<TornStore>> {
+        let clock = Arc::new(ManualClock::starting_now());
+        Ok(Subject {
+            store: TornStore::new(clock.clone(), self.0),
+            clock: ClockControl::Manual(clock),
+        })
+    }
+}
+
+/// Interrupt admission that mutates before checking: fails every
+/// reclaimable holder of the requested scopes, then asks the honest store,
+/// which may still answer `Conflict` (or reject the request).
+#[derive(Default)]
+struct InterruptMutatesFirst;
+
+#[async_trait]
+impl Bug for InterruptMutatesFirst {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        if request.strategy == AdmitStrategy::Interrupt {
+            for scope in &request.scopes {
+                for holder in honest.list_by_scope(scope).await? {
+                    if holder.is_active() {
+                        let takeover =
+                            TakeoverRequest::fail(holder.id, request.owner.clone(), "interrupted")
+                                .grace(request.grace);
+                        honest.claim_for_takeover(&takeover).await?;
+                    }
+                }
+            }
+        }
+        honest.admit(request).await
+    }
+}
+
+/// Renew that ignores the fence: renews with the stored fence whenever the
+/// owner matches, so a stale copy keeps renewing.
+#[derive(Default)]
+struct RenewIgnoresFence;
+
+#[async_trait]
+impl Bug for RenewIgnoresFence {
+    async fn renew(&self, honest: &MemoryStore, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        let stored_fence = honest
+            .get(&claim.id)
+            .await?
+            .filter(|record| record.owner.as_deref() == Some(claim.owner.as_str()))
+            .map(|record| record.fence);
+        let claim = Claim {
+            fence: stored_fence.unwrap_or(claim.fence),
+            ..claim.clone()
+        };
+        honest.renew(&claim, ttl).await
+    }
+}
+
+/// Takeover that ignores grace: judges every lease with no grace at all.
+#[derive(Default)]
+struct TakeoverIgnoresGrace;
+
+#[async_trait]
+impl Bug for TakeoverIgnoresGrace {
+    async fn claim_for_takeover(
+        &self,
+        honest: &MemoryStore,
+        request: &TakeoverRequest,
+    ) -> Result<Takeover> {
+        let request = TakeoverRequest {
+            grace: Duration::ZERO,
+            ..request.clone()
+        };
+        honest.claim_for_takeover(&request).await
+    }
+}
+
+/// Transition that overwrites terminal rows: answers `Applied` with the
+/// requested status where the honest answer is `Rejected(Terminal)`.
+#[derive(Default)]
+struct TransitionOverwritesTerminal;
+
+#[async_trait]
+impl Bug for TransitionOverwritesTerminal {
+    async fn transition(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        change: &StatusChange,
+    ) -> Result<Transition> {
+        let answer = honest.transition(claim, change).await?;
+        let Transition::Rejected(TransitionRejection::Terminal(_)) = answer else {
+            return Ok(answer);
+        };
+        let Some(mut record) = honest.get(&claim.id).await? else {
+            return Ok(answer);
+        };
+        record.status = change.status;
+        Ok(Transition::Applied(record))
+    }
+}
+
+/// Takeover without a fence bump: answers `Taken` with the record's old
+/// fence, so the new owner's claim is indistinguishable from the old one.
+#[derive(Default)]
+struct TakeoverKeepsFence;
+
+#[async_trait]
+impl Bug for TakeoverKeepsFence {
+    async fn claim_for_takeover(
+        &self,
+        honest: &MemoryStore,
+        request: &TakeoverRequest,
+    ) -> Result<Takeover> {
+        let old_fence = honest.get(&request.id).await?.map(|record| record.fence);
+        match honest.claim_for_takeover(request).await? {
+            Takeover::Taken(mut record) => {
+                record.fence = old_fence.unwrap_or(record.fence);
+                Ok(Takeover::Taken(record))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// Admission without scope exclusion: admits with the scopes stripped and
+/// answers as if they were held.
+#[derive(Default)]
+struct AdmitIgnoresScopes;
+
+#[async_trait]
+impl Bug for AdmitIgnoresScopes {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let stripped = AdmitRequest {
+            scopes: BTreeSet::new(),
+            ..request.clone()
+        };
+        match honest.admit(&stripped).await? {
+            Admission::Admitted {
+                mut record,
+                interrupted,
+            } => {
+                record.scopes = request.scopes.clone();
+                Ok(Admission::Admitted {
+                    record,
+                    interrupted,
+                })
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// The reaper's scan ignoring grace: lists leases that are still within it.
+#[derive(Default)]
+struct ListExpiredIgnoresGrace;
+
+#[async_trait]
+impl Bug for ListExpiredIgnoresGrace {
+    async fn list_expired(
+        &self,
+        honest: &MemoryStore,
+        query: &ExpiredQuery,
+    ) -> Result<ExpiredScan> {
+        let query = ExpiredQuery {
+            grace: Duration::ZERO,
+            ..query.clone()
+        };
+        honest.list_expired(&query).await
+    }
+}
+
+/// Takeover whose grace runs 1 µs long: a lease is still judged valid at
+/// exactly its expiry plus grace.
+#[derive(Default)]
+struct TakeoverGraceOneMicroLong;
+
+#[async_trait]
+impl Bug for TakeoverGraceOneMicroLong {
+    async fn claim_for_takeover(
+        &self,
+        honest: &MemoryStore,
+        request: &TakeoverRequest,
+    ) -> Result<Takeover> {
+        let request = TakeoverRequest {
+            grace: request.grace + Duration::from_micros(1),
+            ..request.clone()
+        };
+        honest.claim_for_takeover(&request).await
+    }
+}
+
+/// Purge that measures age from a record's creation instead of its finish:
+/// a record admitted long ago that finished a moment ago is purged.
+#[derive(Default)]
+struct PurgeByCreation {
+    admitted: Mutex<BTreeSet<String>>,
+}
+
+#[async_trait]
+impl Bug for PurgeByCreation {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let admission = honest.admit(request).await?;
+        if let Admission::Admitted { record, .. } = &admission {
+            lock(&self.admitted).insert(record.id.clone());
+        }
+        Ok(admission)
+    }
+
+    async fn purge(&self, honest: &MemoryStore, terminal_older_than: Duration) -> Result<u64> {
+        let now = honest.now().await?;
+        let ids: Vec<String> = lock(&self.admitted).iter().cloned().collect();
+        let mut retention = terminal_older_than;
+        for id in ids {
+            if let Some(record) = honest.get(&id).await? {
+                if record.status.is_terminal()
+                    && clock::until(record.created_at, now) >= terminal_older_than
+                {
+                    retention = retention.min(clock::until(record.updated_at, now));
+                }
+            }
+        }
+        honest.purge(retention).await
+    }
+}
+
+/// The reaper's scan cutting at `limit` before it applies `created_before`.
+#[derive(Default)]
+struct ListExpiredLimitsBeforeFiltering;
+
+#[async_trait]
+impl Bug for ListExpiredLimitsBeforeFiltering {
+    async fn list_expired(
+        &self,
+        honest: &MemoryStore,
+        query: &ExpiredQuery,
+    ) -> Result<ExpiredScan> {
+        let unfiltered = ExpiredQuery {
+            created_before: None,
+            ..query.clone()
+        };
+        let mut scan = honest.list_expired(&unfiltered).await?;
+        if let Some(cutoff) = query.created_before {
+            scan.records.retain(|record| record.created_at <= cutoff);
+        }
+        Ok(scan)
+    }
+}
+
+/// A completion that still works for the copy whose job was requeued (by
+/// the reaper, an operator or its own defer): it claims the job again under
+/// the old worker's name and completes it.
+#[derive(Default)]
+struct CompleteByAnyOldCopy;
+
+#[async_trait]
+impl Bug for CompleteByAnyOldCopy {
+    async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
+        let answer = honest.complete(claim).await?;
+        let Some(job) = honest.get_job(&claim.id).await? else {
+            return Ok(answer);
+        };
+        if !matches!(answer, JobSettle::Rejected(JobLoss::Requeued)) {
+            return Ok(answer);
+        }
+        let request = ClaimRequest::new(
+            job.queue.clone(),
+            claim.owner.clone(),
+            Duration::from_secs(60),
+        )
+        .capabilities(job.required_capabilities.iter().cloned());
+        match honest
+            .claim(&request)
+            .await?
+            .into_iter()
+            .find(|taken| taken.job.id == claim.id)
+        {
+            Some(taken) => honest.complete(&taken.claim).await,
+            None => Ok(answer),
+        }
+    }
+}
+
+/// A completion that decides before it writes: it checks the claim, waits a
+/// round trip, and answers completed whatever happened in between (here, a
+/// reap).
+#[derive(Default)]
+struct CompleteDecidesBeforeWriting;
+
+#[async_trait]
+impl Bug for CompleteDecidesBeforeWriting {
+    async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
+        let read = honest.get_job(&claim.id).await?;
+        if queue_rules::judge_job(read.as_ref(), claim).is_err() {
+            return honest.complete(claim).await;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        match (honest.complete(claim).await?, read) {
+            (JobSettle::Rejected(_), Some(mut stale)) => {
+                queue_rules::complete_job(&mut stale, honest.now().await?);
+                Ok(JobSettle::Settled(stale))
+            }
+            (answer, _) => Ok(answer),
+        }
+    }
+}
+
+/// An interruption answered once per scope the holder shares with the
+/// admission, as a store that interrupts scope by scope would.
+#[derive(Default)]
+struct InterruptPerScope;
+
+#[async_trait]
+impl Bug for InterruptPerScope {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        match honest.admit(request).await? {
+            Admission::Admitted {
+                record,
+                interrupted,
+            } => {
+                let interrupted = interrupted
+                    .into_iter()
+                    .flat_map(|holder| {
+                        let shared = holder.scopes.intersection(&request.scopes).count();
+                        std::iter::repeat_n(holder, shared.max(1))
+                    })
+                    .collect();
+                Ok(Admission::Admitted {
+                    record,
+                    interrupted,
+                })
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// A per-scope lock table beside the records that purge never empties.
+#[derive(Default)]
+struct ScopeLocksNeverPurged {
+    locks: Mutex<BTreeSet<String>>,
+}
+
+#[async_trait]
+impl Bug for ScopeLocksNeverPurged {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        lock(&self.locks).extend(request.scopes.iter().cloned());
+        honest.admit(request).await
+    }
+
+    fn footprint(&self) -> Footprint {
+        BTreeMap::from([("scope locks".to_owned(), lock(&self.locks).len() as u64)])
+    }
+}
+
+/// A status write that answers the record with its old `updated_at`.
+#[derive(Default)]
+struct TransitionKeepsUpdatedAt;
+
+#[async_trait]
+impl Bug for TransitionKeepsUpdatedAt {
+    async fn transition(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        change: &StatusChange,
+    ) -> Result<Transition> {
+        let before = honest.get(&claim.id).await?;
+        match (honest.transition(claim, change).await?, before) {
+            (Transition::Applied(mut record), Some(before)) => {
+                record.updated_at = before.updated_at;
+                Ok(Transition::Applied(record))
+            }
+            (answer, _) => Ok(answer),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The kit against the honest memory store, run once and shared by every test.
+async fn honest_report() -> &'static Report {
+    static HONEST: OnceCell<Report> = OnceCell::const_new();
+    HONEST.get_or_init(|| whole_kit(&MemoryFactory)).await
+}
+
+/// Every lease and job-queue case against `factory`, in one report.
+async fn whole_kit<F: Factory>(factory: &F) -> Report
+where
+    F::Store: JobQueue,
+{
+    let mut report = tenure_conformance::run_all(factory).await;
+    report
+        .cases
+        .extend(tenure_conformance::run_queue_all(factory).await.cases);
+    report
+}
+
+/// Runs the whole kit against bug `B` and fails unless `expected` (a case
+/// of the class the bug belongs to) is among the cases that pass on the
+/// honest store and fail on the broken one.
+async fn assert_caught<B: Bug>(expected: &[&str]) {
+    let bug = std::any::type_name::<B>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("bug");
+    let broken = whole_kit(&BrokenFactory::<B>::default()).await;
+    assert_report_caught(bug, &broken, expected).await;
+}
+
+/// Fails unless every case of `expected` passes on the honest store and
+/// fails in `broken`; prints every case that caught `bug`.
+async fn assert_report_caught(bug: &str, broken: &Report, expected: &[&str]) {
+    let honest = honest_report().await;
+    let passes_honestly = |name: &str| {
+        honest
+            .cases
+            .iter()
+            .any(|case| case.name == name && case.outcome == CaseOutcome::Passed)
+    };
+    let caught: Vec<&str> = broken
+        .failures()
+        .into_iter()
+        .map(|case| case.name)
+        .filter(|name| passes_honestly(name))
+        .collect();
+    println!("{bug} caught by {} case(s): {caught:?}", caught.len());
+    assert!(
+        !caught.is_empty(),
+        "no case that passes on the honest store caught {bug}:\n{broken}"
+    );
+    for name in expected {
+        assert!(
+            caught.contains(name),
+            "{name} did not catch {bug} (caught by {caught:?}):\n{broken}"
+        );
+    }
+}
+
+/// Runs the lease kit against a torn store with `gap`.
+async fn assert_torn_caught(gap: Gap, expected: &[&str]) {
+    let broken = tenure_conformance::run_all(&TornFactory(gap)).await;
+    assert_report_caught(&format!("TornStore({gap:?})"), &broken, expected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_interrupt_that_mutates_before_checking() {
+    assert_caught::<InterruptMutatesFirst>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_renew_that_ignores_the_fence() {
+    assert_caught::<RenewIgnoresFence>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_takeover_that_ignores_grace() {
+    assert_caught::<TakeoverIgnoresGrace>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_transition_that_overwrites_terminal_records() {
+    assert_caught::<TransitionOverwritesTerminal>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_takeover_without_fence_bump() {
+    assert_caught::<TakeoverKeepsFence>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_admission_without_scope_exclusion() {
+    assert_caught::<AdmitIgnoresScopes>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_list_expired_that_ignores_grace() {
+    assert_caught::<ListExpiredIgnoresGrace>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_boundary_off_by_one_microsecond() {
+    assert_caught::<TakeoverGraceOneMicroLong>(&["takeover_boundary_is_exact_to_the_microsecond"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_purge_that_reads_the_creation_time() {
+    assert_caught::<PurgeByCreation>(&["purge_counts_age_from_the_finish"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_updated_at_left_behind_by_a_write() {
+    assert_caught::<TransitionKeepsUpdatedAt>(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_check_then_write_races_between_unlike_operations() {
+    assert_torn_caught(
+        Gap::CheckThenWrite,
+        &[
+            "race_renew_vs_takeover_exactly_one_wins",
+            "race_terminal_write_vs_takeover_exactly_one_wins",
+            "race_admissions_one_id_overlapping_scopes_answer_already_exists",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_completion_racing_the_reaper() {
+    assert_caught::<CompleteDecidesBeforeWriting>(&["race_complete_vs_reap_exactly_one_wins"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_fence_drawn_before_the_record_is_locked() {
+    assert_torn_caught(
+        Gap::FenceBeforeLock,
+        &["race_adopters_leave_the_greatest_fence_stored"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_limit_applied_before_the_cutoff() {
+    assert_caught::<ListExpiredLimitsBeforeFiltering>(&[
+        "list_expired_applies_every_filter_before_the_limit",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_an_old_copy_completing_a_requeued_job() {
+    assert_caught::<CompleteByAnyOldCopy>(&["queue_old_copy_is_refused_after_every_state_change"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_multi_scope_holder_interrupted_per_scope() {
+    assert_caught::<InterruptPerScope>(&[
+        "admit_interrupt_of_a_multi_scope_holder_interrupts_it_once",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_side_tables_that_grow_with_the_work() {
+    assert_caught::<ScopeLocksNeverPurged>(&["purge_leaves_nothing_behind"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn honest_memory_store_passes_every_case() {
+    let report = honest_report().await;
+    assert!(report.all_passed(), "{report}");
+}

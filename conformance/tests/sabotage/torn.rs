@@ -1,0 +1,275 @@
+//! A lease store whose operations are not atomic: the shared engine's
+//! rules, over storage that each step locks on its own. It decides exactly
+//! as an honest store does when calls do not overlap, so only the race
+//! cases can tell it apart.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_lease_core::backend::engine::{self, RecordTransaction};
+use tenure_lease_core::backend::{rules, validate::operation as validate};
+use tenure_lease_core::clock::Clock;
+use tenure_lease_core::{
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
+    ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+};
+
+/// Where the store lets other calls in.
+#[derive(Debug, Clone, Copy)]
+pub enum Gap {
+    /// Between every read and the write that depends on it (a
+    /// check-then-write store): racing writers both act on what they read.
+    CheckThenWrite,
+    /// Only between drawing a fence and locking the record: a store that
+    /// draws its fence first, so a smaller fence can be written last.
+    FenceBeforeLock,
+}
+
+/// How long a gap lasts: a few milliseconds, as a round trip would.
+const GAP: Duration = Duration::from_millis(2);
+
+#[derive(Default)]
+struct Tables {
+    records: HashMap<String, LeaseRecord>,
+    holders: HashMap<String, String>,
+}
+
+/// The torn store.
+pub struct TornStore {
+    tables: Mutex<Tables>,
+    fence: AtomicU64,
+    clock: Arc<ManualClock>,
+    gap: Gap,
+}
+
+impl TornStore {
+    pub fn new(clock: Arc<ManualClock>, gap: Gap) -> Self {
+        TornStore {
+            tables: Mutex::default(),
+            fence: AtomicU64::new(0),
+            clock,
+            gap,
+        }
+    }
+
+    fn tables(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn draw_fence(&self) -> u64 {
+        self.fence.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Runs `step` on the engine with this store's kind of transaction.
+    fn run<T>(&self, step: impl FnOnce(&mut dyn Steps) -> Result<T>) -> Result<T> {
+        match self.gap {
+            Gap::CheckThenWrite => step(&mut Unlocked { store: self }),
+            Gap::FenceBeforeLock => {
+                let early = self.draw_fence();
+                std::thread::sleep(GAP);
+                let mut tables = self.tables();
+                step(&mut Locked {
+                    tables: &mut tables,
+                    early: Some(early),
+                    store: self,
+                })
+            }
+        }
+    }
+}
+
+/// The engine's steps, object-safe so one `run` serves both gaps.
+trait Steps {
+    fn exists(&mut self, id: &str) -> bool;
+    fn load(&mut self, id: &str) -> Option<LeaseRecord>;
+    fn holder_of(&mut self, scope: &str) -> Option<String>;
+    fn next_fence(&mut self) -> u64;
+    fn write(&mut self, record: &LeaseRecord, holds: bool);
+}
+
+impl RecordTransaction for &mut dyn Steps {
+    fn exists(&mut self, id: &str) -> Result<bool> {
+        Ok(Steps::exists(*self, id))
+    }
+    fn load(&mut self, id: &str) -> Result<Option<LeaseRecord>> {
+        Ok(Steps::load(*self, id))
+    }
+    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
+        Ok(Steps::holder_of(*self, scope))
+    }
+    fn next_fence(&mut self) -> Result<u64> {
+        Ok(Steps::next_fence(*self))
+    }
+    fn insert(&mut self, record: &LeaseRecord) -> Result<()> {
+        self.write(record, true);
+        Ok(())
+    }
+    fn save(&mut self, record: &LeaseRecord) -> Result<()> {
+        self.write(record, record.is_active());
+        Ok(())
+    }
+}
+
+fn write_into(tables: &mut Tables, record: &LeaseRecord, holds: bool) {
+    for scope in &record.scopes {
+        if holds {
+            tables.holders.insert(scope.clone(), record.id.clone());
+        } else if tables.holders.get(scope) == Some(&record.id) {
+            tables.holders.remove(scope);
+        }
+    }
+    tables.records.insert(record.id.clone(), record.clone());
+}
+
+/// Each step locks alone, and every read is followed by a gap.
+struct Unlocked<'a> {
+    store: &'a TornStore,
+}
+
+impl Steps for Unlocked<'_> {
+    fn exists(&mut self, id: &str) -> bool {
+        let found = self.store.tables().records.contains_key(id);
+        std::thread::sleep(GAP);
+        found
+    }
+    fn load(&mut self, id: &str) -> Option<LeaseRecord> {
+        let found = self.store.tables().records.get(id).cloned();
+        std::thread::sleep(GAP);
+        found
+    }
+    fn holder_of(&mut self, scope: &str) -> Option<String> {
+        let found = self.store.tables().holders.get(scope).cloned();
+        std::thread::sleep(GAP);
+        found
+    }
+    fn next_fence(&mut self) -> u64 {
+        self.store.draw_fence()
+    }
+    fn write(&mut self, record: &LeaseRecord, holds: bool) {
+        write_into(&mut self.store.tables(), record, holds);
+    }
+}
+
+/// One lock for the whole operation, but the first fence drawn before it.
+struct Locked<'a, 'b> {
+    tables: &'a mut MutexGuard<'b, Tables>,
+    early: Option<u64>,
+    store: &'a TornStore,
+}
+
+impl Steps for Locked<'_, '_> {
+    fn exists(&mut self, id: &str) -> bool {
+        self.tables.records.contains_key(id)
+    }
+    fn load(&mut self, id: &str) -> Option<LeaseRecord> {
+        self.tables.records.get(id).cloned()
+    }
+    fn holder_of(&mut self, scope: &str) -> Option<String> {
+        self.tables.holders.get(scope).cloned()
+    }
+    fn next_fence(&mut self) -> u64 {
+        self.early.take().unwrap_or_else(|| self.store.draw_fence())
+    }
+    fn write(&mut self, record: &LeaseRecord, holds: bool) {
+        write_into(self.tables, record, holds);
+    }
+}
+
+#[async_trait]
+impl LeaseStore for TornStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        let metadata = validate::admit(request)?.clone();
+        let now = self.clock.now();
+        self.run(|mut steps| engine::admit(&mut steps, now, request, metadata))
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        validate::renew(claim, ttl)?;
+        let now = self.clock.now();
+        self.run(|mut steps| engine::renew(&mut steps, now, claim, ttl))
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        validate::renew_many(claims, ttl)?;
+        let now = self.clock.now();
+        self.run(|mut steps| engine::renew_many(&mut steps, now, claims, ttl))
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        validate::transition(claim, change)?;
+        let now = self.clock.now();
+        self.run(|mut steps| engine::transition(&mut steps, now, claim, change))
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        validate::claim_for_takeover(request)?;
+        let now = self.clock.now();
+        self.run(|mut steps| engine::claim_for_takeover(&mut steps, now, request))
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        validate::list_expired(query)?;
+        let now = self.clock.now();
+        let mut records: Vec<LeaseRecord> = self
+            .tables()
+            .records
+            .values()
+            .filter(|record| rules::matches_expired(record, query.grace, query.created_before, now))
+            .cloned()
+            .collect();
+        records.sort_by(|a, b| rules::expired_order(a).cmp(&rules::expired_order(b)));
+        records.truncate(query.limit);
+        Ok(ExpiredScan {
+            records,
+            skipped: Vec::new(),
+        })
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        validate::get(id)?;
+        Ok(self.tables().records.get(id).cloned())
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        validate::list_by_scope(scope)?;
+        let mut records: Vec<LeaseRecord> = self
+            .tables()
+            .records
+            .values()
+            .filter(|record| record.scopes.contains(scope))
+            .cloned()
+            .collect();
+        records.sort_by_key(rules::newest_first);
+        Ok(records)
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let mut records: Vec<LeaseRecord> = self
+            .tables()
+            .records
+            .values()
+            .filter(|record| record.is_active())
+            .cloned()
+            .collect();
+        records.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(records)
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        Ok(self.clock.now())
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        validate::purge(terminal_older_than)?;
+        let now = self.clock.now();
+        let mut tables = self.tables();
+        let before = tables.records.len();
+        tables
+            .records
+            .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
+        Ok((before - tables.records.len()) as u64)
+    }
+}
