@@ -30,9 +30,11 @@ mod harness;
 
 pub mod cases;
 pub mod memory;
+pub mod suites;
 
 #[doc(hidden)]
 pub use harness::run_named_case;
+pub use suites::{report_skip, skip_unless_required};
 pub use harness::{
     run_case, service_url, services_required, Case, CaseFuture, CaseOutcome, CaseReport,
     CaseResult, ClockControl, Ctx, Factory, Failure, Footprint, FootprintProbe, Report, Subject,
