@@ -324,7 +324,10 @@ impl DeploymentSupport for PgFactory {
         vec![Misdeployment::new(
             "a schema written by a newer version of tenure",
             ErrorKind::Incompatible,
-            [FUTURE_MIGRATION.to_string(), "upgrade the library".to_owned()],
+            [
+                FUTURE_MIGRATION.to_string(),
+                "upgrade the library".to_owned(),
+            ],
         )]
     }
 

@@ -93,12 +93,10 @@ impl Factory for RedisFactory {
     /// Entries per key of the case's namespace.
     fn footprint_probe(&self) -> Option<FootprintProbe<RedisStore>> {
         let url = self.url.clone().unwrap_or_default();
-        Some(Arc::new(
-            move |store: Arc<RedisStore>| {
-                let url = url.clone();
-                Box::pin(async move { count_entries(&url, store.config().namespace()).await })
-            },
-        ))
+        Some(Arc::new(move |store: Arc<RedisStore>| {
+            let url = url.clone();
+            Box::pin(async move { count_entries(&url, store.config().namespace()).await })
+        }))
     }
 }
 

@@ -151,7 +151,10 @@ async fn refused_at_connect(deployment: &dyn DeploymentSupport) {
             Err(error) => error,
         };
         assert_eq!(error.kind(), which.refusal, "{name}: {error}");
-        assert!(!error.is_retryable(), "{name}: refused as retryable: {error}");
+        assert!(
+            !error.is_retryable(),
+            "{name}: refused as retryable: {error}"
+        );
         let message = error.message();
         for word in &which.mentions {
             assert!(

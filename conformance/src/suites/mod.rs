@@ -118,7 +118,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// `outcome`, failed with `note` as well when a clean-up step failed.
-pub(crate) fn with_cleanup(outcome: CaseOutcome, cleanup: tenure_lease_core::Result<()>) -> CaseOutcome {
+pub(crate) fn with_cleanup(
+    outcome: CaseOutcome,
+    cleanup: tenure_lease_core::Result<()>,
+) -> CaseOutcome {
     match cleanup {
         Ok(()) => outcome,
         Err(error) => {
@@ -179,3 +182,62 @@ macro_rules! define_suite {
     };
 }
 pub(crate) use define_suite;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryFactory;
+
+    fn skipped_naming(outcome: CaseOutcome, method: &str) {
+        match outcome {
+            CaseOutcome::Skipped(why) => assert!(why.contains(method), "{why}"),
+            other => panic!("a suite the factory lacks answered {other:?}"),
+        }
+    }
+
+    /// The memory store has no network, no other process can open it, and
+    /// it has no server: every suite is skipped, naming the capability.
+    #[tokio::test]
+    async fn a_factory_without_the_capability_is_skipped_not_passed() {
+        let factory = MemoryFactory;
+        skipped_naming(
+            network::run_scenario(&factory, network::unanswered_call_is_retryable_unknown).await,
+            "Factory::network",
+        );
+        skipped_naming(
+            process::run_as_parent(
+                &factory,
+                "processes_race_random_history".to_owned(),
+                process::processes_race_random_history(),
+            )
+            .await,
+            "Factory::processes",
+        );
+        skipped_naming(
+            restart::run_scenario(
+                &factory,
+                "workload_and_keeper_ride_through_a_server_restart",
+                restart::workload_and_keeper_ride_through_a_server_restart,
+            )
+            .await,
+            "Factory::restart",
+        );
+        skipped_naming(
+            deployment::run_scenario(
+                &factory,
+                deployment::misdeployed_servers_are_refused_at_connect,
+            )
+            .await,
+            "Factory::deployment",
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_scenario_is_a_failure_naming_the_panic() {
+        let outcome = guarded(async { panic!("broken promise") }).await;
+        assert_eq!(
+            outcome,
+            CaseOutcome::Failed("case panicked: broken promise".to_owned())
+        );
+    }
+}

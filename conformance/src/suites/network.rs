@@ -29,7 +29,9 @@ use tenure_lease_core::{
 };
 use tokio::time::Instant;
 
-use super::{conclude, define_suite, factory_unavailable, guarded, runtime, unsupported, with_cleanup};
+use super::{
+    conclude, define_suite, factory_unavailable, guarded, runtime, unsupported, with_cleanup,
+};
 use crate::harness::{CaseOutcome, Factory};
 
 /// Faults on command between a store and its server; see the [module
@@ -132,7 +134,8 @@ pub trait NetworkSupport<S>: Send + Sync {
     ///
     /// When the faults cannot be set up or the store cannot connect through
     /// them; the scenario then fails.
-    async fn connect_behind_faults(&self, direct: &S) -> tenure_lease_core::Result<BehindFaults<S>>;
+    async fn connect_behind_faults(&self, direct: &S)
+        -> tenure_lease_core::Result<BehindFaults<S>>;
 }
 
 /// What a network scenario runs on.

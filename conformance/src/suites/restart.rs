@@ -123,7 +123,9 @@ where
     let private = match restart.start_private().await {
         Ok(private) => private,
         Err(error) => {
-            return CaseOutcome::Failed(format!("factory could not start a private server: {error}"))
+            return CaseOutcome::Failed(format!(
+                "factory could not start a private server: {error}"
+            ))
         }
     };
     let store: Arc<dyn LeaseStore> = Arc::new(private.store);

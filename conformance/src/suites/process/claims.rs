@@ -27,7 +27,9 @@ pub fn processes_race_admissions_takeovers_and_claims<S: JobQueue + 'static>() -
     ProcessScenario {
         prepare: |store| Box::pin(async move { prepare(store.as_ref()).await }),
         play: |store, worker, _seed| Box::pin(async move { play(store.as_ref(), &worker).await }),
-        check: |store, results| Box::pin(async move { check_results(store.as_ref(), &results).await }),
+        check: |store, results| {
+            Box::pin(async move { check_results(store.as_ref(), &results).await })
+        },
     }
 }
 
@@ -329,7 +331,8 @@ async fn check_job_claims<S: JobQueue>(
         assert_eq!(job.state, JobState::Completed, "{id}");
         assert_eq!(job.owner.as_deref(), Some(worker), "{id}");
         assert_eq!((job.fence, job.attempt), (fence, 1), "{id}");
-    }    per_worker
+    }
+    per_worker
         .into_iter()
         .map(|(worker, claimed)| (worker.to_owned(), claimed))
         .collect()

@@ -155,7 +155,7 @@ fn play_as_child<F: Factory>(factory: &F, worker: String, scenario: ProcessScena
 
 /// The parent's side: creates and prepares the shared store, runs the
 /// children, checks, tears the store down.
-async fn run_as_parent<F: Factory>(
+pub(crate) async fn run_as_parent<F: Factory>(
     factory: &F,
     test: String,
     scenario: ProcessScenario<F::Store>,
@@ -189,7 +189,10 @@ async fn run_as_parent<F: Factory>(
         .await
         .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
         let summary = (scenario.check)(checked, results).await;
-        report_note(&test, &format!("{PROCESSES} processes, seed {seed}: {summary}"));
+        report_note(
+            &test,
+            &format!("{PROCESSES} processes, seed {seed}: {summary}"),
+        );
         Ok(())
     })
     .await;
@@ -347,4 +350,3 @@ fn seed() -> u64 {
         Err(_) => fastrand::u64(..),
     }
 }
-
