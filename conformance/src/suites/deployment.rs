@@ -126,7 +126,7 @@ pub async fn run_scenario<F: Factory>(
 }
 
 /// Every misdeployment the factory stages is refused at connect, within
-/// [`CONNECT_BOUND`], with the kind of error it names, not retryable (no
+/// a minute, with the kind of error it names, not retryable (no
 /// retry can fix a configuration), its message naming what it must.
 pub fn misdeployed_servers_are_refused_at_connect(
     deployment: &dyn DeploymentSupport,

@@ -1,6 +1,6 @@
 //! The opt-in suites: what only some factories can offer.
 //!
-//! The cases of [`cases`](crate::cases) need nothing but a fresh store. A
+//! The cases of [`cases()`](crate::cases()) need nothing but a fresh store. A
 //! backend's strongest promises need more: a network that fails on demand
 //! between the store and its server, several OS processes sharing one
 //! store, a server of its own to restart, a deliberately misconfigured
