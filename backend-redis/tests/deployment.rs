@@ -1,13 +1,16 @@
 //! Hostile deployments, each on a private `redis-server` of its own (the
 //! shared server is never reconfigured): eviction policies that may drop
 //! tenure's keys, `CONFIG` renamed away, refused credentials, a server that
-//! keeps nothing on disk and forgets everything when it restarts.
+//! keeps nothing on disk and forgets everything when it restarts. The
+//! refused eviction policies are the kit's deployment suite, through
+//! [`common::RedisFactory`]'s deployment capability.
 //!
 //! Without `redis-server` each test prints one skip line (and fails under
 //! `TENURE_REQUIRE_SERVICES=1`).
 
-use std::io::Write as _;
 use std::time::Duration;
+
+mod common;
 
 use serde_json::json;
 use tenure_backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
@@ -27,12 +30,7 @@ const PATIENT: Duration = Duration::from_secs(60);
 /// line (panicking instead when services are required).
 async fn private_server(test: &str, args: &[&str]) -> Option<PrivateRedis> {
     if let Some(reason) = PrivateRedis::unavailable_reason() {
-        assert!(
-            !tenure_conformance::services_required(),
-            "{test}: {reason}, but {}=1 requires it",
-            tenure_conformance::REQUIRE_SERVICES_VAR
-        );
-        let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
+        tenure_conformance::skip_unless_required(test, &reason);
         return None;
     }
     Some(
@@ -50,24 +48,9 @@ async fn connect(url: impl Into<String>) -> tenure_lease_core::Result<RedisStore
     RedisStore::connect(config(url)).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_eviction_policy_that_may_drop_any_key_is_refused_at_connect() {
-    const TEST: &str = "an_eviction_policy_that_may_drop_any_key_is_refused_at_connect";
-    for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
-        let Some(server) = private_server(TEST, &["--maxmemory-policy", policy]).await else {
-            return;
-        };
-        let error = connect(server.url()).await.expect_err(policy);
-        assert_eq!(error.kind(), ErrorKind::Incompatible, "{policy}: {error}");
-        assert!(!error.is_retryable(), "{policy}: {error}");
-        let message = error.message();
-        assert!(
-            message.contains("maxmemory-policy") && message.contains(policy),
-            "{message}"
-        );
-        assert!(message.contains("noeviction"), "names the fix: {message}");
-    }
-}
+// Eviction policies that may drop any key (`allkeys-*`), refused at
+// connect: the kit's deployment suite, staged by the factory.
+tenure_conformance::tenure_deployment_conformance!(common::RedisFactory::from_env());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_that_never_evict_tenure_keys_are_accepted() {

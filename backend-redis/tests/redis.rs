@@ -27,7 +27,7 @@ use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 mod scratch;
 
-use scratch::{admitted, namespace_keys, skip, with_namespace, Scratch};
+use scratch::{admitted, namespace_keys, with_namespace, Scratch};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -364,7 +364,7 @@ async fn killed_connection_is_retryable_and_leaves_nothing_half_applied() {
 async fn fences_survive_a_restart_with_aof() {
     const TEST: &str = "fences_survive_a_restart_with_aof";
     if let Some(reason) = PrivateRedis::unavailable_reason() {
-        return skip(TEST, &reason);
+        return tenure_conformance::skip_unless_required(TEST, &reason);
     }
     let mut server = PrivateRedis::start().await.expect("start redis-server");
     let store = RedisStore::connect(RedisConfig::new(server.url(), "aof"))

@@ -1,48 +1,11 @@
 //! A Redis restart (SIGKILL, then a fresh process on the same append-only
-//! file) in the middle of a busy run, on a private server in a temporary
-//! directory; the shared server at `TENURE_REDIS_URL` is never stopped. The
-//! scenario is [`tenure_test_support::servers::workload`]; this file only builds
-//! the server and the store.
+//! file) in the middle of a busy run: the kit's restart suite, on a private
+//! server in a temporary directory from [`common::RedisFactory`]'s restart
+//! capability; the shared server at `TENURE_REDIS_URL` is never stopped.
 //!
 //! Without `redis-server` it prints one skip line (and fails under
 //! `TENURE_REQUIRE_SERVICES=1`).
 
-use std::io::Write as _;
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use tenure_backend_redis::{RedisConfig, RedisStore};
-use tenure_test_support::servers::workload::{rides_through_restart, DOWN_FOR};
-use tenure_test_support::servers::PrivateRedis;
-
-/// Bound on each call and on (re)connecting, so calls during the outage fail
-/// quickly instead of hanging.
-const CALL_TIMEOUT: Duration = Duration::from_secs(1);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workload_and_keeper_ride_through_a_server_restart() {
-    const TEST: &str = "workload_and_keeper_ride_through_a_server_restart";
-    if let Some(reason) = PrivateRedis::unavailable_reason() {
-        if tenure_conformance::services_required() {
-            panic!(
-                "{TEST}: {reason}, but {}=1 requires it",
-                tenure_conformance::REQUIRE_SERVICES_VAR
-            );
-        }
-        let _ = std::io::stderr().write_all(format!("SKIPPED {TEST}: {reason}\n").as_bytes());
-        return;
-    }
-    let mut server = PrivateRedis::start()
-        .await
-        .unwrap_or_else(|error| panic!("{TEST}: start a private server: {error}"));
-    let store = RedisStore::connect(
-        RedisConfig::new(server.url(), "restart")
-            .operation_timeout(CALL_TIMEOUT)
-            .connect_timeout(CALL_TIMEOUT),
-    )
-    .await
-    .unwrap_or_else(|error| panic!("{TEST}: connect to the private server: {error}"));
-
-    let report = rides_through_restart(Arc::new(store), server.restart(DOWN_FOR)).await;
-    let _ = std::io::stderr().write_all(format!("{TEST}: redis {report}\n").as_bytes());
-}
+tenure_conformance::tenure_restart_conformance!(common::RedisFactory::from_env());

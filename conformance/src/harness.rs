@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
-use std::io::Write as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,6 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
+
+use crate::suites::deployment::DeploymentSupport;
+use crate::suites::network::NetworkSupport;
+use crate::suites::process::ProcessSupport;
+use crate::suites::restart::RestartSupport;
 
 /// The environment variable that turns "service not configured" from a skip
 /// into a failure (CI sets it).
@@ -59,6 +63,34 @@ pub trait Factory: Send + Sync + 'static {
     /// (`queue_purge_leaves_nothing_behind`) then checks only what the
     /// store's operations can see.
     fn footprint_probe(&self) -> Option<FootprintProbe<Self::Store>> {
+        None
+    }
+
+    // Capabilities of the opt-in suites (`crate::suites`). Each answers
+    // `None` unless the factory offers it; the suite's scenarios are then
+    // reported skipped, with the reason.
+
+    /// A second store behind network faults, for the [network
+    /// suite](crate::suites::network).
+    fn network(&self) -> Option<&dyn NetworkSupport<Self::Store>> {
+        None
+    }
+
+    /// A store other processes can open, for the [process
+    /// suite](crate::suites::process).
+    fn processes(&self) -> Option<&dyn ProcessSupport<Self::Store>> {
+        None
+    }
+
+    /// A private server the kit may restart, for the [restart
+    /// suite](crate::suites::restart).
+    fn restart(&self) -> Option<&dyn RestartSupport<Self::Store>> {
+        None
+    }
+
+    /// Misdeployed servers to connect to, for the [deployment
+    /// suite](crate::suites::deployment).
+    fn deployment(&self) -> Option<&dyn DeploymentSupport> {
         None
     }
 }
@@ -385,13 +417,7 @@ pub fn service_url(var: &str) -> Option<String> {
 /// [`CASE_TIMEOUT`]), tear down.
 pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutcome {
     if let Some(reason) = factory.unavailable_reason() {
-        return if services_required() {
-            CaseOutcome::Failed(format!(
-                "{reason}, but {REQUIRE_SERVICES_VAR}=1 requires it"
-            ))
-        } else {
-            CaseOutcome::Skipped(reason)
-        };
+        return crate::suites::unavailable(reason);
     }
     let subject = match create(factory).await {
         Ok(subject) => subject,
@@ -399,25 +425,13 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
     };
     let store = Arc::new(subject.store);
     let ctx = Ctx::new(Arc::clone(&store), subject.clock).with_footprint(factory.footprint_probe());
-    // Spawned so that a panicking case is a failure, not a crashed run.
-    let outcome =
-        match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx.clone()))).await {
-            Ok(Ok(Ok(()))) => match ctx.skip_reason() {
-                Some(why) => CaseOutcome::Skipped(why),
-                None => CaseOutcome::Passed,
-            },
-            Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
-            Ok(Err(join_error)) => CaseOutcome::Failed(format!("case panicked: {join_error}")),
-            Err(_) => CaseOutcome::Failed(format!("case did not finish within {CASE_TIMEOUT:?}")),
-        };
-    if let Err(error) = factory.teardown(&store).await {
-        let note = format!("teardown failed: {error}");
-        return match outcome {
-            CaseOutcome::Failed(why) => CaseOutcome::Failed(format!("{why}; {note}")),
-            _ => CaseOutcome::Failed(note),
-        };
-    }
-    outcome
+    let outcome = match crate::suites::guarded((case.run)(ctx.clone())).await {
+        CaseOutcome::Passed => ctx
+            .skip_reason()
+            .map_or(CaseOutcome::Passed, CaseOutcome::Skipped),
+        other => other,
+    };
+    crate::suites::with_cleanup(outcome, factory.teardown(&store).await)
 }
 
 /// Failed creations so far in this process, and the last one's error.
@@ -456,23 +470,14 @@ async fn create<F: Factory>(factory: &F) -> Result<Subject<F::Store>, String> {
 /// The body of each test [`tenure_conformance!`](crate::tenure_conformance)
 /// generates: runs the case called `name` on its own runtime and panics
 /// when it fails. A skip prints one line to stderr, past the test harness's
-/// output capture, so it is seen in a plain `cargo test`.
+/// output capture, so it is seen in a plain `cargo test`
+/// ([`report_skip`](crate::report_skip)).
 #[doc(hidden)]
 pub fn run_named_case<F: Factory>(factory: F, name: &str, list: fn() -> Vec<Case<F::Store>>) {
     let case = list()
         .into_iter()
         .find(|case| case.name == name)
         .unwrap_or_else(|| panic!("no conformance case named {name}"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime for the conformance case");
-    match runtime.block_on(run_case(&factory, case)) {
-        CaseOutcome::Passed => {}
-        CaseOutcome::Failed(why) => panic!("conformance case {name} failed: {why}"),
-        CaseOutcome::Skipped(why) => {
-            let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
-        }
-    }
+    let outcome = crate::suites::runtime().block_on(run_case(&factory, case));
+    crate::suites::conclude(name, outcome);
 }

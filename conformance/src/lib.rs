@@ -25,11 +25,43 @@
 //! Both forms come from one list of cases, so names never drift. A case that
 //! cannot run (its server is not configured) is reported as skipped, never as
 //! passed; with `TENURE_REQUIRE_SERVICES=1` it fails instead.
+//!
+//! ## Opt-in suites
+//!
+//! Some promises take more than a fresh store to check: a network failing
+//! on demand, several processes, a server restarted mid-run, a server
+//! deployed wrongly. The [`suites`] hold those scenarios; a factory enables
+//! each by answering a capability method of [`Factory`] (all default to
+//! `None`, and the suite's tests are then reported skipped with the reason):
+//!
+//! * [`Factory::network`] ([`suites::network::NetworkSupport`]): a second
+//!   store on the case's records behind [`suites::network::NetworkFaults`],
+//!   for [`tenure_network_conformance!`];
+//! * [`Factory::processes`] ([`suites::process::ProcessSupport`]): a store
+//!   child processes open by an address, for [`tenure_process_conformance!`]
+//!   and [`tenure_queue_process_conformance!`] (the test binary re-runs
+//!   itself as the children, so the factory expression must build the same
+//!   factory there);
+//! * [`Factory::restart`] ([`suites::restart::RestartSupport`]): a private
+//!   server ([`suites::restart::RestartableServer`]) and a store on it, for
+//!   [`tenure_restart_conformance!`];
+//! * [`Factory::deployment`] ([`suites::deployment::DeploymentSupport`]):
+//!   misdeployments the factory can stage and connect to, whose typed
+//!   refusal [`tenure_deployment_conformance!`] checks.
+//!
+//! ```ignore
+//! tenure_conformance::tenure_network_conformance!(MyFactory::from_env());
+//! tenure_conformance::tenure_process_conformance!(MyFactory::from_env());
+//! ```
+//!
+//! Every skip line, of the kit and of a backend's own tests, is printed by
+//! [`report_skip`].
 
 mod harness;
 
 pub mod cases;
 pub mod memory;
+pub mod suites;
 
 #[doc(hidden)]
 pub use harness::run_named_case;
@@ -38,6 +70,7 @@ pub use harness::{
     CaseResult, ClockControl, Ctx, Factory, Failure, Footprint, FootprintProbe, Report, Subject,
     CASE_TIMEOUT, CREATE_FAILURES_BEFORE_GIVING_UP, CREATE_TIMEOUT, REQUIRE_SERVICES_VAR,
 };
+pub use suites::{report_skip, skip_unless_required};
 
 use tenure_lease_core::{JobQueue, LeaseStore};
 

@@ -9,14 +9,13 @@
 //! the server. It is byte-level and protocol-agnostic; the one protocol hook
 //! is a marker (e.g. a lease id) that tells which request's reply to lose.
 //!
-//! [`scenarios`] holds the fault scenarios every server backend runs
-//! through the proxy.
+//! The proxy is the workspace's [`NetworkFaults`]: a backend's test
+//! factory hands it to the conformance kit's network suite
+//! (`tenure_conformance::suites::network`), which holds the scenarios.
 //!
 //! It only ever listens on and connects to loopback addresses, and every
 //! task it starts ends with [`FaultProxy::stop`] (or when it is dropped).
 
-pub mod history;
-pub mod scenarios;
 pub mod servers;
 
 use std::collections::HashMap;
@@ -26,6 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use tenure_conformance::suites::network::NetworkFaults;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -253,6 +254,33 @@ impl FaultProxy {
             // nothing left to clean up.
             let _ = acceptor.await;
         }
+    }
+}
+
+#[async_trait]
+impl NetworkFaults for FaultProxy {
+    fn blackhole(&self) {
+        FaultProxy::blackhole(self);
+    }
+
+    fn heal(&self) {
+        FaultProxy::heal(self);
+    }
+
+    fn reset(&self) {
+        FaultProxy::reset(self);
+    }
+
+    fn drop_reply_after(&self, marker: &[u8]) {
+        FaultProxy::drop_reply_after(self, marker);
+    }
+
+    async fn request_reached_server(&self, within: Duration) -> bool {
+        FaultProxy::request_reached_server(self, within).await
+    }
+
+    async fn stop(&self) {
+        FaultProxy::stop(self).await;
     }
 }
 

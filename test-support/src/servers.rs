@@ -8,9 +8,9 @@
 //! directory), each on a free loopback port, each stopped and its directory
 //! removed when dropped — also when the test panics.
 //!
-//! [`workload`] holds the restart scenario every server backend runs on them.
-
-pub mod workload;
+//! Both are the conformance kit's [`RestartableServer`]: a backend's test
+//! factory hands one to the kit's restart suite
+//! (`tenure_conformance::suites::restart`), which holds the scenario.
 
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
+use tenure_conformance::suites::restart::RestartableServer;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
@@ -225,6 +227,13 @@ impl PrivatePostgres {
     }
 }
 
+#[async_trait]
+impl RestartableServer for PrivatePostgres {
+    async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
+        PrivatePostgres::restart(self, down_for).await
+    }
+}
+
 /// What [`PrivatePostgres::pg_ctl`] does.
 #[derive(Debug, Clone, Copy)]
 enum PgCtl {
@@ -325,6 +334,13 @@ impl PrivateRedis {
         tokio::time::sleep(down_for).await;
         self.server = launch_redis(&self.dir, self.port, &self.extra_args).await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl RestartableServer for PrivateRedis {
+    async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
+        PrivateRedis::restart(self, down_for).await
     }
 }
 

@@ -1,19 +1,31 @@
 //! Shared by the server tests: the server URL (or one skip line), a fresh
 //! schema per test, its removal afterwards, and the conformance kit's
-//! factory.
+//! factory with every capability of the kit's suites: a second store
+//! through a `FaultProxy`, schemas other processes open, a private server
+//! to restart, and misdeployed schemas to refuse.
 //!
 //! Each test binary uses a subset of these helpers.
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
+use tenure_conformance::suites::network::{
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+};
+use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
+use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_lease_core::{Error, ErrorKind};
+use tenure_test_support::servers::PrivatePostgres;
+use tenure_test_support::FaultProxy;
 
 /// Runs `sql`, with `$schema` standing for the store's quoted schema, on a
 /// connection of its own (to damage or inspect what the store keeps).
@@ -39,14 +51,7 @@ pub fn server_url(test: &str) -> Option<String> {
     if let Some(url) = tenure_conformance::service_url(URL_VAR) {
         return Some(url);
     }
-    if tenure_conformance::services_required() {
-        panic!(
-            "{test}: {URL_VAR} is not set, but {}=1 requires it",
-            tenure_conformance::REQUIRE_SERVICES_VAR
-        );
-    }
-    let line = format!("SKIPPED {test}: {URL_VAR} is not set\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
+    tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
     None
 }
 
@@ -138,11 +143,8 @@ impl Factory for PgFactory {
     }
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<PgStore>> {
-        let url = self.url.as_deref().ok_or_else(|| {
-            tenure_lease_core::Error::new(tenure_lease_core::ErrorKind::Config, "no server URL")
-        })?;
         Ok(Subject {
-            store: connect(url, &fresh_schema()).await?,
+            store: connect(self.url()?, &fresh_schema()).await?,
             clock: ClockControl::Real,
         })
     }
@@ -151,11 +153,202 @@ impl Factory for PgFactory {
         store.drop_schema().await
     }
 
+    fn network(&self) -> Option<&dyn NetworkSupport<PgStore>> {
+        Some(self)
+    }
+
+    fn processes(&self) -> Option<&dyn ProcessSupport<PgStore>> {
+        Some(self)
+    }
+
+    fn restart(&self) -> Option<&dyn RestartSupport<PgStore>> {
+        Some(self)
+    }
+
+    fn deployment(&self) -> Option<&dyn DeploymentSupport> {
+        Some(self)
+    }
+
     /// Rows per table of the case's schema.
     fn footprint_probe(&self) -> Option<FootprintProbe<PgStore>> {
         Some(std::sync::Arc::new(|store: std::sync::Arc<PgStore>| {
             Box::pin(async move { count_rows(&store).await })
         }))
+    }
+}
+
+/// How long a store behind faults waits for a connection (checked or new):
+/// the pool checks an idle connection before handing it out, so a silent
+/// server answers `Timeout` within this bound.
+pub const CONNECTION_WAIT: Duration = Duration::from_millis(500);
+/// Tries at connecting a store behind faults.
+const CONNECT_ATTEMPTS: u32 = 10;
+/// Connections of a pool behind faults.
+pub const PROXIED_POOL_SIZE: u32 = 2;
+/// The request that commits an admission's transaction: sqlx sends `COMMIT`
+/// as a simple-query message (`Q`, length 11, the text, a NUL). The whole
+/// message, because the bare word also occurs in the transaction's
+/// `BEGIN ISOLATION LEVEL READ COMMITTED`.
+const COMMIT: &[u8] = b"Q\x00\x00\x00\x0bCOMMIT\x00";
+/// The request that interrupts the holders inside an admission's
+/// transaction: the only one carrying the interrupted records' stop reason.
+pub const INTERRUPT: &[u8] = tenure_lease_core::backend::rules::INTERRUPTED_BY_ADMISSION.as_bytes();
+/// Bound on each call and on waiting for a connection to the private
+/// server of the restart suite, so calls during the outage fail quickly.
+const RESTART_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// A migration version no release of tenure has: the mark of a schema
+/// written by a newer one.
+const FUTURE_MIGRATION: i64 = 99_990_101_000_000;
+
+/// The proxied URL with TLS off: the proxy finds its markers in the bytes it
+/// forwards, which a TLS session (negotiated whenever the `tls` feature is
+/// on and the server offers it) would hide.
+pub fn plaintext(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}sslmode=disable")
+}
+
+/// Connects a store, trying again while connecting times out: on a busy
+/// machine a new session can take longer than the short
+/// [`CONNECTION_WAIT`] the fault scenarios need.
+pub async fn connect_patiently(config: &PgStoreConfig) -> tenure_lease_core::Result<PgStore> {
+    let mut attempts_left = CONNECT_ATTEMPTS;
+    loop {
+        attempts_left -= 1;
+        match PgStore::connect(config).await {
+            Err(error) if error.is_retryable() && attempts_left > 0 => {}
+            answer => return answer,
+        }
+    }
+}
+
+impl PgFactory {
+    fn url(&self) -> tenure_lease_core::Result<&str> {
+        self.url
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::Config, format!("{URL_VAR} is not set")))
+    }
+}
+
+/// An admission that interrupts first reads the holders on its own (the
+/// first request naming the new id), then interrupts them in a
+/// transaction: cut after the read, or after the interrupt (before its
+/// `COMMIT`), it leaves the scope as before; cut after the `COMMIT`, it
+/// lands whole. An admission into a free scope is one call that commits on
+/// its own: the reply to the request naming the new id is the one sent
+/// after its commit.
+#[async_trait]
+impl NetworkSupport<PgStore> for PgFactory {
+    fn profile(&self) -> NetworkProfile {
+        NetworkProfile {
+            admission_cuts: vec![
+                (CutAfter::NewId, ScopeAfterCut::AsBefore),
+                (CutAfter::Bytes(INTERRUPT), ScopeAfterCut::AsBefore),
+                (CutAfter::Bytes(COMMIT), ScopeAfterCut::FullyAdmitted),
+            ],
+            commit: CutAfter::NewId,
+        }
+    }
+
+    async fn connect_behind_faults(
+        &self,
+        direct: &PgStore,
+    ) -> tenure_lease_core::Result<BehindFaults<PgStore>> {
+        let (proxy, proxied_url) = FaultProxy::in_front_of(self.url()?)
+            .await
+            .map_err(|error| Error::unavailable("cannot start the proxy").with_source(error))?;
+        let config = PgStoreConfig::new(plaintext(&proxied_url))
+            .schema(direct.schema())
+            .max_connections(PROXIED_POOL_SIZE)
+            .acquire_timeout(CONNECTION_WAIT);
+        Ok(BehindFaults {
+            store: connect_patiently(&config).await?,
+            faults: Arc::new(proxy),
+        })
+    }
+}
+
+/// A fresh schema, named to the children.
+#[async_trait]
+impl ProcessSupport<PgStore> for PgFactory {
+    async fn create_shared(&self) -> tenure_lease_core::Result<SharedStore<PgStore>> {
+        let schema = fresh_schema();
+        Ok(SharedStore {
+            store: connect(self.url()?, &schema).await?,
+            address: schema,
+        })
+    }
+
+    async fn open_shared(&self, schema: &str) -> tenure_lease_core::Result<PgStore> {
+        connect(self.url()?, schema).await
+    }
+}
+
+/// `initdb` + `pg_ctl` in a temporary directory; the shared server is never
+/// stopped.
+#[async_trait]
+impl RestartSupport<PgStore> for PgFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivatePostgres::unavailable_reason()
+    }
+
+    async fn start_private(&self) -> tenure_lease_core::Result<PrivateServer<PgStore>> {
+        let server = PrivatePostgres::start().await.map_err(|error| {
+            Error::unavailable("cannot start a private PostgreSQL").with_source(error)
+        })?;
+        let store = PgStore::connect(
+            &PgStoreConfig::new(server.url())
+                .schema("restart")
+                .max_connections(8)
+                .acquire_timeout(RESTART_CALL_TIMEOUT)
+                .operation_timeout(RESTART_CALL_TIMEOUT),
+        )
+        .await?;
+        Ok(PrivateServer {
+            store,
+            server: Box::new(server),
+        })
+    }
+}
+
+/// A schema carrying a migration no release has (written by a newer
+/// version of tenure), in a fresh schema on the shared server, dropped
+/// afterwards.
+#[async_trait]
+impl DeploymentSupport for PgFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        Factory::unavailable_reason(self)
+    }
+
+    fn misdeployments(&self) -> Vec<Misdeployment> {
+        vec![Misdeployment::new(
+            "a schema written by a newer version of tenure",
+            ErrorKind::Incompatible,
+            [
+                FUTURE_MIGRATION.to_string(),
+                "upgrade the library".to_owned(),
+            ],
+        )]
+    }
+
+    async fn connect_misdeployed(&self, _which: &Misdeployment) -> tenure_lease_core::Result<()> {
+        let url = self.url()?;
+        let store = connect(url, &fresh_schema()).await?;
+        // On the store's own pool: a future of `execute`'s single
+        // connection is not `Send` for every lifetime, as the trait needs.
+        sqlx::query(&format!(
+            "INSERT INTO \"{}\"._sqlx_migrations \
+             (version, description, success, checksum, execution_time) \
+             VALUES ($1, 'from a newer tenure', true, '\\x00'::bytea, 0)",
+            store.schema()
+        ))
+        .bind(FUTURE_MIGRATION)
+        .execute(store.pool())
+        .await
+        .map_err(|error| Error::unavailable("cannot stage the schema").with_source(error))?;
+        let again = connect(url, store.schema()).await;
+        store.drop_schema().await?;
+        again.map(drop)
     }
 }
 

@@ -1,14 +1,41 @@
-//! The Redis factory both conformance files run the kit with: a fresh
-//! random namespace per case on the server `TENURE_REDIS_URL` names, deleted
-//! afterwards. Without the variable every case prints one skip line (and
-//! fails under `TENURE_REQUIRE_SERVICES=1`).
+//! The Redis factory the kit runs with: a fresh random namespace per case on
+//! the server `TENURE_REDIS_URL` names, deleted afterwards, and every
+//! capability of the kit's suites: a second store through a `FaultProxy`,
+//! namespaces other processes open, private servers to restart and to
+//! misconfigure. Without the variable every case but those on private
+//! servers prints one skip line (and fails under
+//! `TENURE_REQUIRE_SERVICES=1`).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
+use tenure_conformance::suites::network::{
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+};
+use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
+use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_lease_core::{Error, ErrorKind};
+use tenure_test_support::servers::PrivateRedis;
+use tenure_test_support::FaultProxy;
 
 /// The environment variable naming the server the kit runs against.
 const URL_VAR: &str = "TENURE_REDIS_URL";
+/// Bound on one call of a store behind faults, reconnecting included.
+const PROXIED_OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
+/// Bound on each call and on (re)connecting to the restart suite's private
+/// server, so calls during the outage fail quickly instead of hanging.
+const RESTART_CALL_TIMEOUT: Duration = Duration::from_secs(1);
+/// Connecting to a misconfigured server: long enough that a refusal
+/// answered within it was not a time-out, whatever the load of the machine.
+const PATIENT: Duration = Duration::from_secs(60);
+/// The eviction policies that may drop any key, tenure's included.
+const EVICTING_POLICIES: [&str; 3] = ["allkeys-lru", "allkeys-lfu", "allkeys-random"];
+/// How a misdeployment's name starts; the policy follows.
+const POLICY_PREFIX: &str = "maxmemory-policy ";
 
 /// A fresh random namespace per case on the server `TENURE_REDIS_URL` names.
 pub struct RedisFactory {
@@ -36,12 +63,27 @@ impl Factory for RedisFactory {
     }
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<RedisStore>> {
-        let url = self.url.clone().unwrap_or_default();
         let namespace = format!("conformance:{}", tenure_lease_core::generate_id());
         Ok(Subject {
-            store: RedisStore::connect(RedisConfig::new(url, namespace)).await?,
+            store: RedisStore::connect(RedisConfig::new(self.url()?, namespace)).await?,
             clock: ClockControl::Real,
         })
+    }
+
+    fn network(&self) -> Option<&dyn NetworkSupport<RedisStore>> {
+        Some(self)
+    }
+
+    fn processes(&self) -> Option<&dyn ProcessSupport<RedisStore>> {
+        Some(self)
+    }
+
+    fn restart(&self) -> Option<&dyn RestartSupport<RedisStore>> {
+        Some(self)
+    }
+
+    fn deployment(&self) -> Option<&dyn DeploymentSupport> {
+        Some(self)
     }
 
     async fn teardown(&self, store: &RedisStore) -> tenure_lease_core::Result<()> {
@@ -51,12 +93,122 @@ impl Factory for RedisFactory {
     /// Entries per key of the case's namespace.
     fn footprint_probe(&self) -> Option<FootprintProbe<RedisStore>> {
         let url = self.url.clone().unwrap_or_default();
-        Some(std::sync::Arc::new(
-            move |store: std::sync::Arc<RedisStore>| {
-                let url = url.clone();
-                Box::pin(async move { count_entries(&url, store.config().namespace()).await })
-            },
-        ))
+        Some(Arc::new(move |store: Arc<RedisStore>| {
+            let url = url.clone();
+            Box::pin(async move { count_entries(&url, store.config().namespace()).await })
+        }))
+    }
+}
+
+impl RedisFactory {
+    fn url(&self) -> tenure_lease_core::Result<&str> {
+        self.url
+            .as_deref()
+            .ok_or_else(|| Error::new(ErrorKind::Config, format!("{URL_VAR} is not set")))
+    }
+}
+
+/// One script is one admission: once it reached the server, the admission
+/// lands whole, and its reply is the one sent after the commit.
+#[async_trait]
+impl NetworkSupport<RedisStore> for RedisFactory {
+    fn profile(&self) -> NetworkProfile {
+        NetworkProfile {
+            admission_cuts: vec![(CutAfter::NewId, ScopeAfterCut::FullyAdmitted)],
+            commit: CutAfter::NewId,
+        }
+    }
+
+    async fn connect_behind_faults(
+        &self,
+        direct: &RedisStore,
+    ) -> tenure_lease_core::Result<BehindFaults<RedisStore>> {
+        let (proxy, proxied_url) = FaultProxy::in_front_of(self.url()?)
+            .await
+            .map_err(|error| Error::unavailable("cannot start the proxy").with_source(error))?;
+        let config = RedisConfig::new(proxied_url, direct.config().namespace())
+            .operation_timeout(PROXIED_OPERATION_TIMEOUT)
+            .connect_timeout(PROXIED_OPERATION_TIMEOUT);
+        Ok(BehindFaults {
+            store: RedisStore::connect(config).await?,
+            faults: Arc::new(proxy),
+        })
+    }
+}
+
+/// A fresh namespace, named to the children.
+#[async_trait]
+impl ProcessSupport<RedisStore> for RedisFactory {
+    async fn create_shared(&self) -> tenure_lease_core::Result<SharedStore<RedisStore>> {
+        let namespace = format!("multi-process:{}", tenure_lease_core::generate_id());
+        Ok(SharedStore {
+            store: self.open_shared(&namespace).await?,
+            address: namespace,
+        })
+    }
+
+    async fn open_shared(&self, namespace: &str) -> tenure_lease_core::Result<RedisStore> {
+        RedisStore::connect(RedisConfig::new(self.url()?, namespace)).await
+    }
+}
+
+/// A `redis-server` of its own (SIGKILL, then a fresh process on the same
+/// fsync-always append-only file); the shared server is never stopped.
+#[async_trait]
+impl RestartSupport<RedisStore> for RedisFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivateRedis::unavailable_reason()
+    }
+
+    async fn start_private(&self) -> tenure_lease_core::Result<PrivateServer<RedisStore>> {
+        let server = PrivateRedis::start().await.map_err(|error| {
+            Error::unavailable("cannot start a private redis-server").with_source(error)
+        })?;
+        let store = RedisStore::connect(
+            RedisConfig::new(server.url(), "restart")
+                .operation_timeout(RESTART_CALL_TIMEOUT)
+                .connect_timeout(RESTART_CALL_TIMEOUT),
+        )
+        .await?;
+        Ok(PrivateServer {
+            store,
+            server: Box::new(server),
+        })
+    }
+}
+
+/// A private `redis-server` per misdeployment, with an eviction policy that
+/// may drop any key; the shared server is never reconfigured.
+#[async_trait]
+impl DeploymentSupport for RedisFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivateRedis::unavailable_reason()
+    }
+
+    fn misdeployments(&self) -> Vec<Misdeployment> {
+        EVICTING_POLICIES
+            .iter()
+            .map(|policy| {
+                Misdeployment::new(
+                    format!("{POLICY_PREFIX}{policy}"),
+                    ErrorKind::Incompatible,
+                    ["maxmemory-policy", policy, "noeviction"],
+                )
+            })
+            .collect()
+    }
+
+    async fn connect_misdeployed(&self, which: &Misdeployment) -> tenure_lease_core::Result<()> {
+        let policy = which
+            .name
+            .strip_prefix(POLICY_PREFIX)
+            .unwrap_or_else(|| panic!("not a misdeployment of this factory: {which:?}"));
+        let server = PrivateRedis::start_with(&["--maxmemory-policy", policy])
+            .await
+            .unwrap_or_else(|error| panic!("start redis-server with {policy}: {error}"));
+        RedisStore::connect(RedisConfig::new(server.url(), "deployment").connect_timeout(PATIENT))
+            .await
+            .map(drop)
     }
 }
 

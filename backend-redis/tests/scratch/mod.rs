@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use std::future::Future;
-use std::io::Write as _;
 
 use redis::aio::MultiplexedConnection;
 use tenure_backend_redis::{RedisConfig, RedisStore};
@@ -15,18 +14,6 @@ use tenure_lease_core::{Admission, AdmitRequest, LeaseRecord, LeaseStore};
 
 /// The environment variable naming the shared server.
 pub const URL_VAR: &str = "TENURE_REDIS_URL";
-
-/// Prints one skip line past the test harness's capture, or panics when
-/// services are required.
-pub fn skip(test: &str, reason: &str) {
-    if tenure_conformance::services_required() {
-        panic!(
-            "{test}: {reason}, but {}=1 requires it",
-            tenure_conformance::REQUIRE_SERVICES_VAR
-        );
-    }
-    let _ = std::io::stderr().write_all(format!("SKIPPED {test}: {reason}\n").as_bytes());
-}
 
 /// A store in a fresh namespace of the shared server, and a plain connection
 /// to the same server for looking at (and tampering with) the raw keys.
@@ -55,7 +42,7 @@ pub async fn with_namespace<F, Fut>(
     Fut: Future<Output = ()> + Send + 'static,
 {
     let Some(url) = tenure_conformance::service_url(URL_VAR) else {
-        return skip(test, &format!("{URL_VAR} is not set"));
+        return tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
     };
     let namespace = format!("test:{test}:{}", tenure_lease_core::generate_id());
     let store = RedisStore::connect(config(RedisConfig::new(url.clone(), namespace.clone())))

@@ -1,15 +1,23 @@
-//! The test factory shared by the lease and queue conformance tests: each
-//! case gets its own file in its own temporary directory, on a manual clock.
+//! The test factory shared by the conformance tests: each case gets its own
+//! file in its own temporary directory, on a manual clock; the kit's
+//! process suites get a file on the system clock that the child processes
+//! open too.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
+use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Error, ManualClock};
+
+/// How long a process sharing the file waits for another's write lock:
+/// generous, as three processes commit one fsync after another.
+const SHARED_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Creates each case's store in a fresh temporary directory, kept alive
 /// until the case's teardown removes it.
@@ -23,20 +31,18 @@ impl Factory for SqliteFactory {
     type Store = SqliteStore;
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<SqliteStore>> {
-        let directory = TempDir::with_prefix("tenure-sqlite-conformance-").map_err(|error| {
-            Error::unavailable("cannot create a temporary directory").with_source(error)
-        })?;
-        let path = directory.path().join("leases.db");
         let clock = Arc::new(ManualClock::starting_now());
-        let store = SqliteStore::open(SqliteConfig::new(&path).clock(clock.clone())).await?;
-        self.directories
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(path, directory);
+        let store = self
+            .in_fresh_directory(|path| SqliteConfig::new(path).clock(clock.clone()))
+            .await?;
         Ok(Subject {
             store,
             clock: ClockControl::Manual(clock),
         })
+    }
+
+    fn processes(&self) -> Option<&dyn ProcessSupport<SqliteStore>> {
+        Some(self)
     }
 
     /// Rows per table of the file, read on a connection of its own.
@@ -62,8 +68,49 @@ impl Factory for SqliteFactory {
     }
 }
 
+impl SqliteFactory {
+    /// Opens the store `config` describes for a file in a fresh temporary
+    /// directory, kept until the store's teardown.
+    async fn in_fresh_directory(
+        &self,
+        config: impl FnOnce(&Path) -> SqliteConfig,
+    ) -> tenure_lease_core::Result<SqliteStore> {
+        let directory = TempDir::with_prefix("tenure-sqlite-conformance-").map_err(|error| {
+            Error::unavailable("cannot create a temporary directory").with_source(error)
+        })?;
+        let path = directory.path().join("leases.db");
+        let store = SqliteStore::open(config(&path)).await?;
+        self.directories
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(path, directory);
+        Ok(store)
+    }
+}
+
+/// The file on the system clock, waiting patiently for locks; its path is
+/// the address.
+fn shared_config(path: &Path) -> SqliteConfig {
+    SqliteConfig::new(path).busy_timeout(SHARED_BUSY_TIMEOUT)
+}
+
+#[async_trait]
+impl ProcessSupport<SqliteStore> for SqliteFactory {
+    async fn create_shared(&self) -> tenure_lease_core::Result<SharedStore<SqliteStore>> {
+        let store = self.in_fresh_directory(shared_config).await?;
+        Ok(SharedStore {
+            address: store.path().display().to_string(),
+            store,
+        })
+    }
+
+    async fn open_shared(&self, path: &str) -> tenure_lease_core::Result<SqliteStore> {
+        SqliteStore::open(shared_config(Path::new(path))).await
+    }
+}
+
 /// Rows per table of the file at `path`.
-fn count_rows(path: &std::path::Path) -> tenure_lease_core::Result<Footprint> {
+fn count_rows(path: &Path) -> tenure_lease_core::Result<Footprint> {
     let failed = |error: rusqlite::Error| {
         Error::unavailable("cannot count the rows of the case's file").with_source(error)
     };

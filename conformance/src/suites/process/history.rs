@@ -1,24 +1,10 @@
-//! Concurrent histories played by several OS processes on one store.
-//!
-//! Threads in one process share a connection pool and a runtime; separate
-//! processes share nothing but the store, which is what a deployment looks
-//! like. A test using this module re-invokes its own binary as child
-//! processes (an environment variable selects the child mode). Each child
-//! connects, prints [`READY_MARK`], waits for "go" on stdin, plays its part
-//! and prints every call and answer as a JSON line after [`ANSWER_MARK`];
-//! the parent collects the lines ([`run_children`]) and checks them.
-//!
-//! Two layers: the plumbing ([`run_children`], [`wait_for_go`], [`answer`],
-//! [`check_fences`]) that any multi-process test can use, and one workload
-//! for the server backends ([`play_child`], [`prepare`], [`check_history`]):
-//! rounds of random admissions (Reject or Interrupt, short leases) over
-//! [`SCOPES`], renewals, transitions, takeovers of expired records and one
-//! contested takeover per round. An `Err` answer is recorded as unknown: the
-//! call may or may not have happened, and the checks allow both.
+//! The history scenario: rounds of random admissions (`Reject` or
+//! `Interrupt`, short leases) over a few scopes, renewals, transitions,
+//! takeovers of expired records and one contested takeover per round. An
+//! `Err` answer is recorded as unknown: the call may or may not have
+//! happened, and the checks allow both.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write as _};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -27,161 +13,32 @@ use tenure_lease_core::{
     StatusChange, Takeover, TakeoverRequest, Transition,
 };
 
-/// Prefix of every answer line a child prints.
-pub const ANSWER_MARK: &str = "tenure-answer ";
-/// The line a child prints once connected, before it waits for "go".
-pub const READY_MARK: &str = "tenure-ready";
+use super::{answer, check_fences, field, ChildAnswers, ProcessScenario, ROUNDS};
 
-/// What one child process answered, in the order it got the answers.
-#[derive(Debug)]
-pub struct ChildAnswers {
-    /// The worker name the child ran as.
-    pub worker: String,
-    /// Its answers, one JSON object per call.
-    pub answers: Vec<Value>,
-}
-
-/// Spawns `workers` copies of the current test binary running only
-/// `test_name`, each with `worker_var` set to its worker name
-/// (`worker-0`...) and the variables of `env`; waits until every child is
-/// ready, says go to all of them, and returns their answers once they all
-/// exited. Panics if a child fails.
-pub fn run_children(
-    test_name: &str,
-    worker_var: &str,
-    workers: usize,
-    env: &[(&str, String)],
-) -> Vec<ChildAnswers> {
-    let mut children: Vec<(String, Child, BufReader<ChildStdout>)> = (0..workers)
-        .map(|index| {
-            let worker = format!("worker-{index}");
-            let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-                .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
-                .env(worker_var, &worker)
-                .envs(env.iter().map(|(name, value)| (name, value)))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn a child process");
-            let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-            (worker, child, stdout)
-        })
-        .collect();
-    for (worker, _, stdout) in &mut children {
-        wait_for_ready(worker, stdout);
-    }
-    for (_, child, _) in &mut children {
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        stdin.write_all(b"go\n").expect("say go");
-    }
-    children
-        .into_iter()
-        .map(|(worker, mut child, stdout)| {
-            let answers = stdout
-                .lines()
-                .map(|line| line.expect("child output"))
-                .filter_map(|line| {
-                    line.split_once(ANSWER_MARK).map(|(_, json)| {
-                        serde_json::from_str::<Value>(json).expect("a JSON answer")
-                    })
-                })
-                .collect();
-            let status = child.wait().expect("the child exits");
-            assert!(status.success(), "{worker} failed: {status}");
-            ChildAnswers { worker, answers }
-        })
-        .collect()
-}
-
-fn wait_for_ready(worker: &str, stdout: &mut impl BufRead) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let read = stdout.read_line(&mut line).expect("child output");
-        assert!(read > 0, "{worker} exited before it was ready");
-        if line.contains(READY_MARK) {
-            return;
-        }
-    }
-}
-
-/// Child side: says it is ready and blocks until the parent says go.
-pub fn wait_for_go() {
-    println!("{READY_MARK}");
-    let mut go = String::new();
-    std::io::stdin()
-        .read_line(&mut go)
-        .expect("the parent says go");
-}
-
-/// Child side: prints one answer line for the parent.
-pub fn answer(value: Value) {
-    println!("{ANSWER_MARK}{value}");
-}
-
-/// The field `name` of `answer`; panics naming the answer if it is missing.
-pub fn field<'a>(answer: &'a Value, name: &str) -> &'a Value {
-    answer
-        .get(name)
-        .unwrap_or_else(|| panic!("answer {answer} has no {name}"))
-}
-
-/// The fences one answer handed out, in the order the store drew them: the
-/// fences of the records it interrupted (key `interrupted`, objects with a
-/// `fence`), then its own (key `fence`).
-pub fn handed_out(answer: &Value) -> Vec<u64> {
-    let interrupted = answer
-        .get("interrupted")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|each| each.get("fence").and_then(Value::as_u64));
-    interrupted
-        .chain(answer.get("fence").and_then(Value::as_u64))
-        .collect()
-}
-
-/// Checks the fences the answers handed out: the ones one process got grow
-/// in the order it got them, and no fence was handed out twice. Answers how
-/// many were handed out.
-pub fn check_fences(results: &[ChildAnswers]) -> usize {
-    let mut everyone = Vec::new();
-    for child in results {
-        let fences: Vec<u64> = child.answers.iter().flat_map(handed_out).collect();
-        assert!(
-            fences.windows(2).all(|pair| pair[0] < pair[1]),
-            "fences handed to one process grow in the order it got them: {fences:?} ({})",
-            child.worker
-        );
-        everyone.extend(fences);
-    }
-    let distinct: BTreeSet<u64> = everyone.iter().copied().collect();
-    assert_eq!(
-        distinct.len(),
-        everyone.len(),
-        "no fence is handed out twice"
-    );
-    everyone.len()
-}
-
-/// The environment variable that fixes a history's random seed (default: a
-/// new one each run). The parent passes its seed to the children in it.
-pub const SEED_VAR: &str = "TENURE_MULTI_PROCESS_SEED";
-
-/// The seed [`SEED_VAR`] names, else a fresh one.
-pub fn seed() -> u64 {
-    match std::env::var(SEED_VAR) {
-        Ok(text) => text
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{SEED_VAR}={text:?} is not a number")),
-        Err(_) => fastrand::u64(..),
+/// Several processes play random histories on one store: admissions race
+/// over three scopes with short leases, holders renew, run and finish,
+/// workers take over what expired, and all of them race for one orphan per
+/// round. The parent checks mutual exclusion per scope, single winners,
+/// fences (distinct, growing per process, the last one stored) and that
+/// the store holds exactly what the processes were told, unknown answers
+/// allowing either outcome.
+pub fn processes_race_random_history<S: LeaseStore + 'static>() -> ProcessScenario<S> {
+    ProcessScenario {
+        prepare: |store| Box::pin(async move { prepare(store.as_ref(), ROUNDS).await }),
+        play: |store, worker, seed| {
+            Box::pin(async move { play_child(store.as_ref(), &worker, ROUNDS, seed).await })
+        },
+        check: |store, results| {
+            Box::pin(async move {
+                let summary = check_history(store.as_ref(), &results, ROUNDS).await;
+                format!("{summary:?}")
+            })
+        },
     }
 }
 
 /// The scopes the workers contend for.
-pub const SCOPES: [&str; 3] = ["scope-a", "scope-b", "scope-c"];
+const SCOPES: [&str; 3] = ["scope-a", "scope-b", "scope-c"];
 /// Shortest and longest lease of an admitted or adopted record.
 const SHORT_TTL_MILLIS: (u64, u64) = (20, 90);
 /// The first orphan's lease; every next one lasts [`ORPHAN_STEP`] longer, so
@@ -207,7 +64,7 @@ fn orphan_ttl(round: usize) -> Duration {
 
 /// Parent side, before go: admits one orphan per round, scope-less, owned by
 /// a crashed worker, each expiring `ORPHAN_STEP` after the previous one.
-pub async fn prepare<S: LeaseStore>(store: &S, rounds: usize) {
+async fn prepare<S: LeaseStore>(store: &S, rounds: usize) {
     for round in 0..rounds {
         let admitted = store
             .admit(&AdmitRequest::new(orphan(round), "crashed-worker").ttl(orphan_ttl(round)))
@@ -231,7 +88,7 @@ fn brief(record: &LeaseRecord) -> Value {
 /// or nothing) per record still held, takeovers of expired records, then the
 /// round's orphan, raced for by every worker once the store clock passed its
 /// expiry (Fail in even rounds, Adopt in odd ones).
-pub async fn play_child<S: LeaseStore>(store: &S, worker: &str, rounds: usize, seed: u64) {
+async fn play_child<S: LeaseStore>(store: &S, worker: &str, rounds: usize, seed: u64) {
     let worker_salt = worker.bytes().fold(0u64, |salt, byte| {
         salt.wrapping_mul(31).wrapping_add(u64::from(byte))
     });
@@ -397,24 +254,24 @@ async fn race_for_orphan<S: LeaseStore>(store: &S, worker: &str, round: usize) {
 
 /// What [`check_history`] counted.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HistorySummary {
+struct HistorySummary {
     /// Calls the children made and answered (unknown answers included).
-    pub calls: usize,
+    calls: usize,
     /// Calls answered with an `Err`.
-    pub unknown: usize,
+    unknown: usize,
     /// Fences handed out.
-    pub fences: usize,
+    fences: usize,
     /// Records admitted.
-    pub admitted: usize,
+    admitted: usize,
     /// Records interrupted by admissions.
-    pub interrupted: usize,
+    interrupted: usize,
     /// Admissions refused by a conflict.
-    pub conflicts: usize,
+    conflicts: usize,
     /// Takeovers won (orphans and expired scope records).
-    pub taken: usize,
+    taken: usize,
 }
 
-fn answers<'a>(results: &'a [ChildAnswers]) -> impl Iterator<Item = (&'a str, &'a Value)> + 'a {
+fn all_answers<'a>(results: &'a [ChildAnswers]) -> impl Iterator<Item = (&'a str, &'a Value)> + 'a {
     results.iter().flat_map(|child| {
         child
             .answers
@@ -440,7 +297,7 @@ fn is(answer: &Value, op: &str, outcome: &str) -> bool {
 ///   a call on it went unanswered);
 /// - per orphan, exactly one worker took it (at most one when a call went
 ///   unanswered), and the store agrees on its owner and fence.
-pub async fn check_history<S: LeaseStore>(
+async fn check_history<S: LeaseStore>(
     store: &S,
     results: &[ChildAnswers],
     rounds: usize,
@@ -464,13 +321,13 @@ pub async fn check_history<S: LeaseStore>(
         );
     }
     let fences = check_fences(results);
-    let unknown_ids: BTreeSet<&str> = answers(results)
+    let unknown_ids: BTreeSet<&str> = all_answers(results)
         .filter(|(_, answer)| field(answer, "outcome") == "unknown")
         .map(|(_, answer)| field(answer, "id").as_str().expect("an id"))
         .collect();
 
     let mut handed: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for (_, answer) in answers(results) {
+    for (_, answer) in all_answers(results) {
         if let Some(fence) = answer.get("fence").and_then(Value::as_u64) {
             let id = field(answer, "id").as_str().expect("an id");
             handed.entry(id).or_default().push(fence);
@@ -509,7 +366,7 @@ pub async fn check_history<S: LeaseStore>(
 
     let mut admitted = 0;
     for scope in SCOPES {
-        let told: BTreeMap<&str, u64> = answers(results)
+        let told: BTreeMap<&str, u64> = all_answers(results)
             .filter(|(_, answer)| is(answer, "admit", "admitted"))
             .filter(|(_, answer)| field(answer, "scope") == scope)
             .map(|(_, answer)| {
@@ -549,7 +406,7 @@ pub async fn check_history<S: LeaseStore>(
 
     for round in 0..rounds {
         let id = orphan(round);
-        let winners: Vec<(&str, u64)> = answers(results)
+        let winners: Vec<(&str, u64)> = all_answers(results)
             .filter(|(_, answer)| {
                 is(answer, "orphan", "taken") && field(answer, "id") == id.as_str()
             })
@@ -579,22 +436,22 @@ pub async fn check_history<S: LeaseStore>(
         }
     }
 
-    let calls = answers(results).count();
+    let calls = all_answers(results).count();
     HistorySummary {
         calls,
-        unknown: answers(results)
+        unknown: all_answers(results)
             .filter(|(_, answer)| field(answer, "outcome") == "unknown")
             .count(),
         fences,
         admitted,
-        interrupted: answers(results)
+        interrupted: all_answers(results)
             .filter_map(|(_, answer)| answer.get("interrupted").and_then(Value::as_array))
             .map(Vec::len)
             .sum(),
-        conflicts: answers(results)
+        conflicts: all_answers(results)
             .filter(|(_, answer)| is(answer, "admit", "conflict"))
             .count(),
-        taken: answers(results)
+        taken: all_answers(results)
             .filter(|(_, answer)| field(answer, "outcome") == "taken")
             .count(),
     }

@@ -1,14 +1,18 @@
-//! The server-restart scenario every server backend runs on its private
-//! server, written once over [`LeaseStore`]: workers admit, renew and finish
-//! records on a few shared scopes while a [`Keeper`] holds leases of its
-//! own, the server is restarted in the middle, and the run goes on.
+//! The restart suite: the server goes away in the middle of a busy run and
+//! comes back.
 //!
-//! Errors while the server is down are expected and counted; what must hold
-//! is what the contract promises across a restart: nothing admitted is lost
-//! (every record a worker saw admitted is still there, as last written),
-//! fences handed out afterwards are greater than every fence before, no
-//! scope ever has two active holders, and a keeper whose leases outlive the
-//! outage loses none of them.
+//! Workers admit, renew and finish records on a few shared scopes while a
+//! [`Keeper`] holds leases of its own, the server is restarted in the
+//! middle, and the run goes on. Errors while the server is down are
+//! expected and counted; what must hold is what the contract promises
+//! across a restart: nothing admitted is lost (every record a worker saw
+//! admitted is still there, as last written), fences handed out afterwards
+//! are greater than every fence before, no scope ever has two active
+//! holders, and a keeper whose leases outlive the outage loses none of them.
+//!
+//! A shared server serves other tests at once and must never be stopped,
+//! so the factory starts a private one ([`RestartSupport`]) the kit may
+//! restart ([`RestartableServer`]).
 //!
 //! The only waits that are not signals are the phases' lengths and the
 //! backoff between retries, all bounded.
@@ -20,6 +24,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, KeeperError};
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore, Renewal, Status,
@@ -28,6 +33,122 @@ use tenure_lease_core::{
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use super::{conclude, define_suite, guarded, report_note, runtime, unavailable, unsupported};
+use crate::harness::{CaseOutcome, Factory};
+
+/// A server of the test's own that the kit may restart.
+#[async_trait]
+pub trait RestartableServer: Send + Sync {
+    /// Stops the server (committed work kept, as its persistence settings
+    /// promise), keeps it down for `down_for`, and starts it again on the
+    /// same data and address; answers once it accepts connections again.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be stopped or started; the scenario then
+    /// fails.
+    async fn restart(&mut self, down_for: Duration) -> std::io::Result<()>;
+}
+
+/// A private server and a store on it: what [`RestartSupport::start_private`]
+/// answers.
+pub struct PrivateServer<S> {
+    /// A store reaching the server directly, with operation (and
+    /// connection-wait) timeouts of about a second or less, so calls during
+    /// the outage fail rather than hang.
+    pub store: S,
+    /// The server, stopped and removed when dropped.
+    pub server: Box<dyn RestartableServer>,
+}
+
+/// What a factory offers the restart suite; see the [module docs](self).
+#[async_trait]
+pub trait RestartSupport<S>: Send + Sync {
+    /// Why a private server cannot be started here (its programs are not
+    /// installed), or `None` when it can. The scenario is then skipped, or
+    /// fails under `TENURE_REQUIRE_SERVICES=1`.
+    fn unavailable_reason(&self) -> Option<String> {
+        None
+    }
+
+    /// Starts a private server and connects a store to it.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be started or the store cannot connect; the
+    /// scenario then fails.
+    async fn start_private(&self) -> tenure_lease_core::Result<PrivateServer<S>>;
+}
+
+define_suite! {$
+    /// Expands to one `#[test]` per scenario of the [restart
+    /// suite](crate::suites::restart), named after it, each on a private
+    /// server from [`Factory::restart`]; skipped with the reason when the
+    /// factory offers none.
+    ///
+    /// ```ignore
+    /// tenure_conformance::tenure_restart_conformance!(MyFactory::from_env());
+    /// ```
+    tenure_restart_conformance => restart [workload_and_keeper_ride_through_a_server_restart]
+}
+
+/// The body of each test [`tenure_restart_conformance!`](crate::tenure_restart_conformance)
+/// generates.
+#[doc(hidden)]
+pub fn run_named<F, G, Fut>(factory: F, _module: &str, name: &str, scenario: G)
+where
+    F: Factory,
+    G: FnOnce(Arc<dyn LeaseStore>, Box<dyn RestartableServer>) -> Fut,
+    Fut: Future<Output = String> + Send + 'static,
+{
+    let outcome = runtime().block_on(run_scenario(&factory, name, scenario));
+    conclude(name, outcome);
+}
+
+/// Runs one restart `scenario` (one of this module's public functions) on
+/// a private server from `factory`; reports what it counted under `name`.
+pub async fn run_scenario<F, G, Fut>(factory: &F, name: &str, scenario: G) -> CaseOutcome
+where
+    F: Factory,
+    G: FnOnce(Arc<dyn LeaseStore>, Box<dyn RestartableServer>) -> Fut,
+    Fut: Future<Output = String> + Send + 'static,
+{
+    let Some(restart) = factory.restart() else {
+        return unsupported("private server to restart", "restart");
+    };
+    if let Some(reason) = restart.unavailable_reason() {
+        return unavailable(reason);
+    }
+    let private = match restart.start_private().await {
+        Ok(private) => private,
+        Err(error) => {
+            return CaseOutcome::Failed(format!(
+                "factory could not start a private server: {error}"
+            ))
+        }
+    };
+    let store: Arc<dyn LeaseStore> = Arc::new(private.store);
+    let name = name.to_owned();
+    guarded(async move {
+        let report = scenario(store, private.server).await;
+        report_note(&name, &report);
+        Ok(())
+    })
+    .await
+}
+
+/// Workers and a keeper on the private server's store, the server restarted
+/// in the middle: the promises of the [module docs](self) hold. Answers the
+/// summary line of what it counted.
+pub async fn workload_and_keeper_ride_through_a_server_restart(
+    store: Arc<dyn LeaseStore>,
+    mut server: Box<dyn RestartableServer>,
+) -> String {
+    rides_through_restart(store, server.restart(DOWN_FOR))
+        .await
+        .to_string()
+}
 
 /// Workers admitting and finishing records.
 const WORKERS: usize = 4;
@@ -48,7 +169,7 @@ const BEFORE_RESTART: Duration = Duration::from_millis(1500);
 const AFTER_RESTART: Duration = Duration::from_secs(2);
 /// How long the restart should keep the server down: several of the
 /// keeper's beats, well under its ttl.
-pub const DOWN_FOR: Duration = Duration::from_millis(800);
+const DOWN_FOR: Duration = Duration::from_millis(800);
 /// The most the whole restart (stop, [`DOWN_FOR`], start) may take: the
 /// keeper needs a beat and a reconnection after it, before its ttl runs out.
 const OUTAGE_BOUND: Duration = Duration::from_millis(2000);
@@ -67,30 +188,30 @@ const AFTER: u8 = 2;
 
 /// What the scenario counted; [`fmt::Display`] gives the one summary line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RestartReport {
+struct RestartReport {
     /// Store calls made by the workers and the scope checker.
-    pub operations: u64,
+    operations: u64,
     /// Those answered `Err` (all retryable).
-    pub errors: u64,
+    errors: u64,
     /// Records admitted (seen `Admitted`, or found to exist after an
     /// admission whose answer was lost).
-    pub admitted: u64,
+    admitted: u64,
     /// Admissions refused because the scope was held.
-    pub conflicts: u64,
+    conflicts: u64,
     /// Records the workers finished (`Succeeded`).
-    pub finished: u64,
+    finished: u64,
     /// Admissions whose answer was lost but which had happened.
-    pub ambiguous_admissions: u64,
+    ambiguous_admissions: u64,
     /// Looks at the active records (none found two holders of a scope).
-    pub scope_checks: u64,
+    scope_checks: u64,
     /// How long the restart took, server down to server up.
-    pub outage: Duration,
+    outage: Duration,
     /// Highest fence handed out before the restart began.
-    pub last_fence_before: u64,
+    last_fence_before: u64,
     /// Lowest fence handed out after the server was back.
-    pub first_fence_after: u64,
+    first_fence_after: u64,
     /// Keeper leases held through the restart (none lost).
-    pub keeper_leases: usize,
+    keeper_leases: usize,
 }
 
 impl fmt::Display for RestartReport {
@@ -207,7 +328,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 ///
 /// `store` must reach the server directly, with operation timeouts of about
 /// a second or less, so calls during the outage fail rather than hang.
-pub async fn rides_through_restart<R>(store: Arc<dyn LeaseStore>, restart: R) -> RestartReport
+async fn rides_through_restart<R>(store: Arc<dyn LeaseStore>, restart: R) -> RestartReport
 where
     R: Future<Output = std::io::Result<()>>,
 {

@@ -1,13 +1,16 @@
-//! The network-fault scenarios every server backend runs, written once over
-//! [`LeaseStore`]: each backend's `tests/faults.rs` builds a [`Rig`] (a store
-//! straight to its server, a store through a [`FaultProxy`], both on the
-//! same schema or namespace) and calls these.
+//! The network suite: faults between a store and its server, at chosen
+//! moments, which a real server on loopback never produces by itself.
 //!
-//! They check the promise of [contract §10](tenure_lease_core::contract) for
-//! `Err`: "the store could not say" — a
-//! retryable error, never a made-up outcome — and that whatever the server
-//! did is whole and visible to the next call. Outcomes are always judged
-//! through the direct store, which no fault touches.
+//! [Contract §10](tenure_lease_core::contract) says an `Err` means "the
+//! store could not say": a retryable error, never a made-up outcome, and
+//! whatever the server did is whole and visible to the next call. Checking
+//! that takes a call whose answer never comes, a connection dropped while a
+//! request is in flight, a reply lost after the server acted. The factory
+//! hands out the means ([`NetworkSupport`]): a second store on the records
+//! of the case's store, connected through something that fails on command
+//! ([`NetworkFaults`]; the workspace's `FaultProxy` is one, a byte-level
+//! TCP proxy). Outcomes are always judged through the case's own store,
+//! which no fault touches.
 //!
 //! The only waits that are not signals are the faults themselves (an outage
 //! of a given length) and polls for a server-side effect, all bounded.
@@ -17,6 +20,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore,
@@ -25,7 +29,205 @@ use tenure_lease_core::{
 };
 use tokio::time::Instant;
 
-use crate::FaultProxy;
+use super::{
+    conclude, define_suite, factory_unavailable, guarded, runtime, unsupported, with_cleanup,
+};
+use crate::harness::{CaseOutcome, Factory};
+
+/// Faults on command between a store and its server; see the [module
+/// docs](self). Each acts at once on current and future connections.
+#[async_trait]
+pub trait NetworkFaults: Send + Sync {
+    /// Starts an outage: nothing is forwarded either way and nothing is
+    /// answered, yet connections stay open (a silent server).
+    fn blackhole(&self);
+
+    /// Ends the outage and any reply drop; connections that lost bytes
+    /// meanwhile are dropped (a stream with a gap cannot carry on), so
+    /// their clients reconnect.
+    fn heal(&self);
+
+    /// Drops every current connection, and disarms a pending reply drop.
+    fn reset(&self);
+
+    /// Arms a one-shot reply drop: the next request containing `marker`
+    /// reaches the server, and every reply on its connection is lost from
+    /// then on, until [`heal`](Self::heal) or [`reset`](Self::reset).
+    fn drop_reply_after(&self, marker: &[u8]);
+
+    /// Waits at most `within` until the request carrying the armed marker
+    /// reached the server; false if it did not in time.
+    async fn request_reached_server(&self, within: Duration) -> bool;
+
+    /// Ends the faults for good: drops every connection and stops whatever
+    /// runs them. The kit calls it once the scenario is over.
+    async fn stop(&self);
+}
+
+/// Which request of an admission's traffic is the one whose reply is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CutAfter {
+    /// The first request carrying the new record's id.
+    NewId,
+    /// The first request carrying the new record's owner.
+    NewOwner,
+    /// The first request carrying these bytes (a protocol keyword).
+    Bytes(&'static [u8]),
+}
+
+impl CutAfter {
+    /// The bytes that mark the request, for an admission of `request`.
+    pub fn marker(self, request: &AdmitRequest) -> Vec<u8> {
+        match self {
+            CutAfter::NewId => request.id.clone().into_bytes(),
+            CutAfter::NewOwner => request.owner.clone().into_bytes(),
+            CutAfter::Bytes(bytes) => bytes.to_vec(),
+        }
+    }
+}
+
+/// How a scope looks after a cut admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeAfterCut {
+    /// Exactly as before: no new record, the holder untouched.
+    AsBefore,
+    /// The admission applied whole: new record holding the scope, the holder
+    /// interrupted by it.
+    FullyAdmitted,
+}
+
+/// Where a backend's protocol may be cut, and what each cut must leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkProfile {
+    /// For an `Interrupt` admission over a holder: each request whose reply
+    /// is lost in turn, and how the scope must look afterwards (a backend
+    /// that admits in one request has one cut, landing whole; one that
+    /// reads, then writes in a transaction has a cut per step).
+    pub admission_cuts: Vec<(CutAfter, ScopeAfterCut)>,
+    /// For an admission into a free scope: the request after whose commit
+    /// the reply is lost.
+    pub commit: CutAfter,
+}
+
+/// A store behind [`NetworkFaults`]: what [`NetworkSupport`] hands out.
+pub struct BehindFaults<S> {
+    /// A store on the same records (schema, namespace...) as the case's
+    /// store, connected through `faults`, with operation (or
+    /// connection-wait) timeouts of well under a second, so a silent server
+    /// answers an error soon.
+    pub store: S,
+    /// The faults between `store` and its server.
+    pub faults: Arc<dyn NetworkFaults>,
+}
+
+/// What a factory offers the network suite; see the [module docs](self).
+#[async_trait]
+pub trait NetworkSupport<S>: Send + Sync {
+    /// Where this backend's protocol may be cut.
+    fn profile(&self) -> NetworkProfile;
+
+    /// A second store on the records of `direct` (a store this factory
+    /// created), connected through faults of its own.
+    ///
+    /// # Errors
+    ///
+    /// When the faults cannot be set up or the store cannot connect through
+    /// them; the scenario then fails.
+    async fn connect_behind_faults(&self, direct: &S)
+        -> tenure_lease_core::Result<BehindFaults<S>>;
+}
+
+/// What a network scenario runs on.
+#[derive(Clone)]
+pub struct NetworkRig {
+    /// A store connected straight to the server: the referee.
+    pub direct: Arc<dyn LeaseStore>,
+    /// A store on the same records, connected through `faults`.
+    pub proxied: Arc<dyn LeaseStore>,
+    /// The faults between `proxied` and the server.
+    pub faults: Arc<dyn NetworkFaults>,
+    /// Where the backend's protocol may be cut.
+    pub profile: NetworkProfile,
+}
+
+define_suite! {$
+    /// Expands to one `#[test]` per scenario of the [network
+    /// suite](crate::suites::network), named after it, each on a fresh
+    /// store from the factory expression (evaluated once per test) and a
+    /// second one behind its [`Factory::network`] faults; skipped with the
+    /// reason when the factory offers none.
+    ///
+    /// ```ignore
+    /// tenure_conformance::tenure_network_conformance!(MyFactory::from_env());
+    /// ```
+    tenure_network_conformance => network [
+        unanswered_call_is_retryable_unknown,
+        reset_connection_is_retryable_unknown,
+        admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted,
+        reply_dropped_after_commit_is_resolved_by_next_operation,
+        keeper_rides_through_short_outage_and_fail_stops_through_long_one,
+    ]
+}
+
+/// The body of each test [`tenure_network_conformance!`](crate::tenure_network_conformance)
+/// generates.
+#[doc(hidden)]
+pub fn run_named<F, G, Fut>(factory: F, _module: &str, name: &str, scenario: G)
+where
+    F: Factory,
+    G: FnOnce(NetworkRig) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    conclude(name, runtime().block_on(run_scenario(&factory, scenario)));
+}
+
+/// Runs one network `scenario` (one of this module's public functions) on a
+/// fresh store from `factory` and a second one behind its faults, then
+/// stops the faults and tears the store down.
+pub async fn run_scenario<F, G, Fut>(factory: &F, scenario: G) -> CaseOutcome
+where
+    F: Factory,
+    G: FnOnce(NetworkRig) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(network) = factory.network() else {
+        return unsupported("network faults", "network");
+    };
+    if let Some(outcome) = factory_unavailable(factory) {
+        return outcome;
+    }
+    let direct = match factory.create().await {
+        Ok(subject) => Arc::new(subject.store),
+        Err(error) => {
+            return CaseOutcome::Failed(format!("factory could not create a store: {error}"))
+        }
+    };
+    let outcome = match network.connect_behind_faults(&direct).await {
+        Ok(behind) => {
+            let faults = Arc::clone(&behind.faults);
+            let rig = NetworkRig {
+                direct: Arc::clone(&direct) as Arc<dyn LeaseStore>,
+                proxied: Arc::new(behind.store),
+                faults: Arc::clone(&faults),
+                profile: network.profile(),
+            };
+            let outcome = guarded(async move {
+                scenario(rig).await;
+                Ok(())
+            })
+            .await;
+            // Stopping the faults first ends any session a scenario left
+            // hanging, so the teardown does not wait on it.
+            faults.stop().await;
+            outcome
+        }
+        Err(error) => CaseOutcome::Failed(format!(
+            "factory could not connect a store behind faults: {error}"
+        )),
+    };
+    with_cleanup(outcome, factory.teardown(&direct).await)
+}
 
 /// Lease length of records the scenarios admit directly: far longer than any
 /// scenario, so no lease expires by accident.
@@ -47,40 +249,6 @@ const KEEPER_BEAT: Duration = Duration::from_millis(250);
 const SHORT_OUTAGE: Duration = Duration::from_millis(500);
 /// Scheduling slack allowed past the keeper's ttl before its fail-stop.
 const FAIL_STOP_SLACK: Duration = Duration::from_millis(1000);
-
-/// What a scenario runs on.
-#[derive(Clone)]
-pub struct Rig {
-    /// A store connected straight to the server: the referee.
-    pub direct: Arc<dyn LeaseStore>,
-    /// A store on the same records, connected through `proxy`, configured
-    /// with operation (or connection-wait) timeouts of well under a second.
-    pub proxied: Arc<dyn LeaseStore>,
-    /// The proxy between `proxied` and the server.
-    pub proxy: Arc<FaultProxy>,
-}
-
-/// Which bytes of an admission's traffic mark the request whose reply is
-/// lost, in [`admission_cut_mid_flight`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CutAfter {
-    /// The first request carrying the new record's id.
-    NewId,
-    /// The first request carrying the new record's owner.
-    NewOwner,
-    /// The first request carrying these bytes (a protocol keyword).
-    Bytes(&'static [u8]),
-}
-
-/// How a scope looks after a cut admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScopeAfterCut {
-    /// Exactly as before: no new record, the holder untouched.
-    AsBefore,
-    /// The admission applied whole: new record holding the scope, the holder
-    /// interrupted by it.
-    FullyAdmitted,
-}
 
 /// A name no other scenario or run uses.
 fn unique(prefix: &str) -> String {
@@ -180,17 +348,17 @@ async fn running_record(store: &dyn LeaseStore, scope: &str, owner: &str) -> (Cl
 
 /// Opens the proxied store's connection before a fault, so the fault hits
 /// an established connection rather than connection setup.
-async fn warm_up(rig: &Rig) {
+async fn warm_up(rig: &NetworkRig) {
     answered("warm up the proxied store", || rig.proxied.now()).await;
 }
 
 /// Blackholed `renew` and `admit` answer retryable errors, never an outcome;
 /// nothing reaches the server; once healed the store works again.
-pub async fn unanswered_call_is_retryable_unknown(rig: Rig) {
+pub async fn unanswered_call_is_retryable_unknown(rig: NetworkRig) {
     let (claim, before) =
         running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
-    rig.proxy.blackhole();
+    rig.faults.blackhole();
     let renewal = bounded("blackholed renew", rig.proxied.renew(&claim, RECORD_TTL)).await;
     assert_unknown("blackholed renew", renewal);
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
@@ -198,7 +366,7 @@ pub async fn unanswered_call_is_retryable_unknown(rig: Rig) {
         .ttl(RECORD_TTL);
     let admission = bounded("blackholed admit", rig.proxied.admit(&request)).await;
     assert_unknown("blackholed admit", admission);
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let after = answered("read the holder", || rig.direct.get(&claim.id)).await;
     assert_eq!(
@@ -219,20 +387,20 @@ pub async fn unanswered_call_is_retryable_unknown(rig: Rig) {
 }
 
 /// A connection reset while `renew` or `admit` waits for its reply answers a
-/// retryable error; the store then works again through the same proxy.
-pub async fn reset_connection_is_retryable_unknown(rig: Rig) {
+/// retryable error; the store then works again through the same faults.
+pub async fn reset_connection_is_retryable_unknown(rig: NetworkRig) {
     let (claim, _) = running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
 
-    rig.proxy.drop_reply_after(claim.id.as_bytes());
+    rig.faults.drop_reply_after(claim.id.as_bytes());
     let proxied = Arc::clone(&rig.proxied);
     let renewing = claim.clone();
     let renewal = tokio::spawn(async move { proxied.renew(&renewing, RECORD_TTL).await });
     assert!(
-        rig.proxy.request_reached_server(CALL_BOUND).await,
+        rig.faults.request_reached_server(CALL_BOUND).await,
         "the renewal never reached the server"
     );
-    rig.proxy.reset();
+    rig.faults.reset();
     assert_unknown(
         "renew cut by a reset",
         bounded("renew cut", renewal).await.expect("renew task"),
@@ -241,20 +409,20 @@ pub async fn reset_connection_is_retryable_unknown(rig: Rig) {
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
         .scope(unique("scope"))
         .ttl(RECORD_TTL);
-    rig.proxy.drop_reply_after(request.id.as_bytes());
+    rig.faults.drop_reply_after(request.id.as_bytes());
     let proxied = Arc::clone(&rig.proxied);
     let admitting = request.clone();
     let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
     assert!(
-        rig.proxy.request_reached_server(CALL_BOUND).await,
+        rig.faults.request_reached_server(CALL_BOUND).await,
         "the admission never reached the server"
     );
-    rig.proxy.reset();
+    rig.faults.reset();
     assert_unknown(
         "admit cut by a reset",
         bounded("admit cut", admission).await.expect("admit task"),
     );
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let renewal = answered("renew after the reset", || {
         rig.proxied.renew(&claim, RECORD_TTL)
@@ -264,7 +432,7 @@ pub async fn reset_connection_is_retryable_unknown(rig: Rig) {
         matches!(renewal, Renewal::Renewed { .. }),
         "renew after the reset: {renewal:?}"
     );
-    let seen_proxied = answered("read through the proxy", || rig.proxied.get(&request.id)).await;
+    let seen_proxied = answered("read behind the faults", || rig.proxied.get(&request.id)).await;
     let seen_direct = answered("read directly", || rig.direct.get(&request.id)).await;
     assert_eq!(
         seen_proxied, seen_direct,
@@ -272,62 +440,55 @@ pub async fn reset_connection_is_retryable_unknown(rig: Rig) {
     );
 }
 
-/// Runs an `Interrupt` admission over a running holder of the same owner
-/// through the proxy,
-/// loses its reply after the request `cut` names reached the server, resets
-/// the connection, and judges the scope through the direct store: exactly
-/// as before or fully admitted, never half. Answers which, once the server
-/// has settled on `expected` (waits for it when `Some`).
-pub async fn admission_cut_mid_flight(
-    rig: Rig,
-    cut: CutAfter,
-    expected: Option<ScopeAfterCut>,
-) -> ScopeAfterCut {
+/// An `Interrupt` admission over a running holder of the same owner, its
+/// reply lost after the request each of the profile's
+/// [`admission_cuts`](NetworkProfile::admission_cuts) names reached the
+/// server and the connection reset, leaves the scope exactly as before or
+/// fully admitted, never half; and as the profile says for that cut.
+pub async fn admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted(rig: NetworkRig) {
+    for &(cut, expected) in &rig.profile.admission_cuts {
+        admission_cut_mid_flight(&rig, cut, expected).await;
+    }
+}
+
+/// One cut of [`admission_cut_mid_flight_leaves_scope_as_before_or_fully_admitted`]:
+/// judges the scope through the direct store, waiting for a whole
+/// admission when `expected` says it lands.
+async fn admission_cut_mid_flight(rig: &NetworkRig, cut: CutAfter, expected: ScopeAfterCut) {
     let scope = unique("scope");
     // The holder's own worker admits again (as after a restart): the one
     // case where `Interrupt` displaces a holder whose lease is valid.
     let owner = unique("worker");
     let (_, holder_before) = running_record(rig.direct.as_ref(), &scope, &owner).await;
-    warm_up(&rig).await;
+    warm_up(rig).await;
     let request = AdmitRequest::new(unique("rec"), owner)
         .scope(&scope)
         .ttl(RECORD_TTL)
         .strategy(AdmitStrategy::Interrupt);
-    let marker: Vec<u8> = match cut {
-        CutAfter::NewId => request.id.clone().into_bytes(),
-        CutAfter::NewOwner => request.owner.clone().into_bytes(),
-        CutAfter::Bytes(bytes) => bytes.to_vec(),
-    };
-    rig.proxy.drop_reply_after(marker);
+    rig.faults.drop_reply_after(&cut.marker(&request));
     let proxied = Arc::clone(&rig.proxied);
     let admitting = request.clone();
     let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
     assert!(
-        rig.proxy.request_reached_server(CALL_BOUND).await,
+        rig.faults.request_reached_server(CALL_BOUND).await,
         "{cut:?}: the marked request never reached the server"
     );
-    rig.proxy.reset();
+    rig.faults.reset();
     let answer = bounded("cut admission", admission)
         .await
         .expect("admit task");
     assert_unknown(&format!("admission cut after {cut:?}"), answer);
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let judge = || judge_scope(rig.direct.as_ref(), &holder_before, &request);
-    let seen = judge().await;
     match expected {
-        Some(ScopeAfterCut::FullyAdmitted) => {
+        ScopeAfterCut::FullyAdmitted => {
             eventually(&format!("{cut:?}: the admission lands whole"), || async {
                 judge().await == ScopeAfterCut::FullyAdmitted
             })
             .await;
-            ScopeAfterCut::FullyAdmitted
         }
-        Some(ScopeAfterCut::AsBefore) => {
-            assert_eq!(seen, ScopeAfterCut::AsBefore, "{cut:?}");
-            seen
-        }
-        None => seen,
+        ScopeAfterCut::AsBefore => assert_eq!(judge().await, ScopeAfterCut::AsBefore, "{cut:?}"),
     }
 }
 
@@ -390,12 +551,13 @@ async fn judge_scope(
 /// A committed `transition(.., Succeeded)` whose reply is lost answers a
 /// retryable error; the caller's next calls tell the truth and the terminal
 /// write stays. Then the same for an admission, its reply lost after the
-/// request `commit` names: the record exists, a retry is `AlreadyExists`,
-/// one owner holds the scope.
-pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Rig, commit: CutAfter) {
+/// request the profile's [`commit`](NetworkProfile::commit) names: the
+/// record exists, a retry is `AlreadyExists`, one owner holds the scope.
+pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: NetworkRig) {
+    let commit = rig.profile.commit;
     let (claim, _) = running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
-    rig.proxy.drop_reply_after(claim.id.as_bytes());
+    rig.faults.drop_reply_after(claim.id.as_bytes());
     let proxied = Arc::clone(&rig.proxied);
     let finishing = claim.clone();
     let transition = tokio::spawn(async move {
@@ -404,7 +566,7 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Rig, 
             .await
     });
     assert!(
-        rig.proxy.request_reached_server(CALL_BOUND).await,
+        rig.faults.request_reached_server(CALL_BOUND).await,
         "the terminal write never reached the server"
     );
     eventually("the terminal write commits", || async {
@@ -417,12 +579,12 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Rig, 
         )
     })
     .await;
-    rig.proxy.reset();
+    rig.faults.reset();
     let answer = bounded("terminal write", transition)
         .await
         .expect("transition task");
     assert_unknown("terminal write without its reply", answer);
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let record = answered("read after the lost reply", || rig.proxied.get(&claim.id))
         .await
@@ -455,27 +617,22 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Rig, 
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
         .scope(&scope)
         .ttl(RECORD_TTL);
-    let marker: Vec<u8> = match commit {
-        CutAfter::NewId => request.id.clone().into_bytes(),
-        CutAfter::NewOwner => request.owner.clone().into_bytes(),
-        CutAfter::Bytes(bytes) => bytes.to_vec(),
-    };
-    rig.proxy.drop_reply_after(marker);
+    rig.faults.drop_reply_after(&commit.marker(&request));
     let proxied = Arc::clone(&rig.proxied);
     let admitting = request.clone();
     let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
     assert!(
-        rig.proxy.request_reached_server(CALL_BOUND).await,
+        rig.faults.request_reached_server(CALL_BOUND).await,
         "the admission never reached the server"
     );
     eventually("the admission commits", || async {
         matches!(rig.direct.get(&request.id).await, Ok(Some(_)))
     })
     .await;
-    rig.proxy.reset();
+    rig.faults.reset();
     let answer = bounded("admission", admission).await.expect("admit task");
     assert_unknown("admission without its reply", answer);
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let again = once_reconnected("repeat the admission", || rig.proxied.admit(&request)).await;
     match again {
@@ -500,7 +657,7 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Rig, 
 /// than the ttl (later renewals confirmed), fail-stops it in an outage
 /// longer than the ttl, after which a peer takes the record over with a
 /// greater fence.
-pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(rig: Rig) {
+pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(rig: NetworkRig) {
     let config = KeeperConfig::with_ttl(KEEPER_TTL)
         .renew_interval(KEEPER_BEAT)
         .auto_reconcile(false)
@@ -525,9 +682,9 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
     };
     let token = guard.token();
 
-    rig.proxy.blackhole();
+    rig.faults.blackhole();
     tokio::time::sleep(SHORT_OUTAGE).await;
-    rig.proxy.heal();
+    rig.faults.heal();
     assert!(
         !token.is_cancelled() && guard.loss().is_none(),
         "a {SHORT_OUTAGE:?} outage stopped a {KEEPER_TTL:?} lease: {:?}",
@@ -544,7 +701,7 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
         guard.loss()
     );
 
-    rig.proxy.blackhole();
+    rig.faults.blackhole();
     let outage_started = Instant::now();
     bounded("fail-stop in a long outage", token.cancelled()).await;
     let stopped_after = outage_started.elapsed();
@@ -553,7 +710,7 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
         stopped_after <= KEEPER_TTL + FAIL_STOP_SLACK,
         "fail-stop came {stopped_after:?} into the outage, ttl {KEEPER_TTL:?}"
     );
-    rig.proxy.heal();
+    rig.faults.heal();
 
     let peer = unique("peer");
     let give_up = Instant::now() + CALL_BOUND;
