@@ -5,11 +5,13 @@ use std::fmt;
 use std::future::Future;
 use std::io::Write as _;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
+
+use crate::damage::Damager;
 
 /// The environment variable that turns "service not configured" from a skip
 /// into a failure (CI sets it).
@@ -50,6 +52,14 @@ pub trait Factory: Send + Sync + 'static {
     /// (`queue_purge_leaves_nothing_behind`) then checks only what the
     /// store's operations can see.
     fn footprint_probe(&self) -> Option<FootprintProbe<Self::Store>> {
+        None
+    }
+
+    /// How to damage what a store of this factory keeps, one field of one
+    /// lease record or job at a time ([`Damage`](crate::damage::Damage)),
+    /// or `None` (the default) when the factory cannot: the kit's damage
+    /// cases (`fault_damaged_*`) are then reported skipped.
+    fn damager(&self) -> Option<Damager<Self::Store>> {
         None
     }
 }
@@ -155,6 +165,9 @@ pub struct Ctx<S> {
     pub store: Arc<S>,
     clock: ClockControl,
     footprint: Option<FootprintProbe<S>>,
+    pub(crate) damager: Option<Damager<S>>,
+    /// Why the case could not run here, once it said so ([`Ctx::skip`]).
+    skipped: Arc<OnceLock<String>>,
 }
 
 impl<S> Clone for Ctx<S> {
@@ -163,7 +176,21 @@ impl<S> Clone for Ctx<S> {
             store: Arc::clone(&self.store),
             clock: self.clock.clone(),
             footprint: self.footprint.clone(),
+            damager: self.damager.clone(),
+            skipped: Arc::clone(&self.skipped),
         }
+    }
+}
+
+impl<S> Ctx<S> {
+    /// Ends the case as skipped, not failed: it cannot run here, for the
+    /// reason `why` (the factory lacks a capability the case needs). Return
+    /// the answer as the case's error; the case is reported
+    /// [`CaseOutcome::Skipped`] whatever it returns afterwards.
+    pub fn skip(&self, why: impl Into<String>) -> Failure {
+        let why = why.into();
+        let first = self.skipped.get_or_init(|| why.clone());
+        Failure(format!("skipped: {first}"))
     }
 }
 
@@ -174,6 +201,8 @@ impl<S: LeaseStore> Ctx<S> {
             store,
             clock,
             footprint: None,
+            damager: None,
+            skipped: Arc::default(),
         }
     }
 
@@ -361,9 +390,15 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
         }
     };
     let store = Arc::new(subject.store);
-    let ctx = Ctx::new(Arc::clone(&store), subject.clock).with_footprint(factory.footprint_probe());
+    let ctx = Ctx::new(Arc::clone(&store), subject.clock)
+        .with_footprint(factory.footprint_probe())
+        .with_damager(factory.damager());
+    let skipped = Arc::clone(&ctx.skipped);
     // Spawned so that a panicking case is a failure, not a crashed run.
     let outcome = match tokio::time::timeout(CASE_TIMEOUT, tokio::spawn((case.run)(ctx))).await {
+        Ok(Ok(_)) if skipped.get().is_some() => {
+            CaseOutcome::Skipped(skipped.get().cloned().unwrap_or_default())
+        }
         Ok(Ok(Ok(()))) => CaseOutcome::Passed,
         Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
         Ok(Err(join_error)) => CaseOutcome::Failed(format!("case panicked: {join_error}")),

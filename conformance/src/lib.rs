@@ -29,6 +29,7 @@
 mod harness;
 
 pub mod cases;
+pub mod damage;
 pub mod memory;
 
 #[doc(hidden)]
@@ -217,6 +218,15 @@ keeper::keeper_adopted_orphan_is_kept_alive_and_completed,
 keeper::keeper_cancel_stops_local_runs_and_reports_valid_leases_elsewhere,
 reliability::hostile_input_is_rejected_or_answered_never_panics,
 reliability::concurrent_history_keeps_invariants_and_fences_guard_a_resource,
+fault::fault_keeper_fail_stops_at_its_deadline_when_renewals_fail,
+fault::fault_keeper_never_counts_a_lost_renewal_reply_as_renewed,
+fault::fault_keeper_rides_through_a_short_outage,
+fault::fault_admission_reply_lost_retry_answers_already_exists,
+fault::fault_timed_out_admission_changed_nothing,
+fault::fault_takeover_reply_lost_is_read_back_by_get,
+fault::fault_transition_reply_lost_retry_answers_terminal,
+fault::fault_renew_reply_lost_extended_the_lease,
+fault::fault_damaged_lease_is_corrupt_skipped_and_contained,
     ]
     queues: [
         queue::queue_enqueue_and_get_round_trip,
@@ -251,5 +261,8 @@ reliability::concurrent_history_keeps_invariants_and_fences_guard_a_resource,
         queue_retention::queue_purge_jobs_leaves_the_queue_working,
         queue_retention::queue_purge_jobs_invalid_retention_changes_nothing,
         queue_retention::queue_purge_leaves_nothing_behind,
+        fault::fault_queue_complete_reply_lost_retry_answers_finished,
+        fault::fault_queue_claim_reply_lost_never_hands_a_job_to_two_workers,
+        fault::fault_damaged_job_is_corrupt_passed_over_and_contained,
     ]
 }
