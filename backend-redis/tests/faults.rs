@@ -9,6 +9,7 @@
 //! (and fails under `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 use std::future::Future;
 use std::io::Write as _;
