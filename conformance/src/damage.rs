@@ -90,7 +90,11 @@ pub enum Damage {
     MalformedCapabilities,
 }
 
-const BAD_TIMES: [BadTime; 3] = [BadTime::OutOfRange, BadTime::NotFinite, BadTime::Unparseable];
+const BAD_TIMES: [BadTime; 3] = [
+    BadTime::OutOfRange,
+    BadTime::NotFinite,
+    BadTime::Unparseable,
+];
 
 impl Damage {
     /// Every damage the kit does to a lease record, one field at a time.
@@ -171,7 +175,8 @@ pub type Damager<S> = Arc<
             Arc<S>,
             Target,
             Damage,
-        ) -> Pin<Box<dyn Future<Output = tenure_lease_core::Result<DamageOutcome>> + Send>>
+        )
+            -> Pin<Box<dyn Future<Output = tenure_lease_core::Result<DamageOutcome>> + Send>>
         + Send
         + Sync,
 >;

@@ -25,6 +25,18 @@
 //! Both forms come from one list of cases, so names never drift. A case that
 //! cannot run (its server is not configured) is reported as skipped, never as
 //! passed; with `TENURE_REQUIRE_SERVICES=1` it fails instead.
+//!
+//! The `fault_*` cases ([`cases::fault`]) check the contract's error rules
+//! on any backend by wrapping the case's store in the
+//! [`Faults`](tenure_lease_core::layer::Faults) layer: lost replies
+//! ([`Fault::ReplyLost`](tenure_lease_core::layer::Fault::ReplyLost)) are
+//! resolved by the next call, hung calls cut off by a time limit changed
+//! nothing, and the keeper never takes an `Err` for an outcome. The damage
+//! cases need the optional [`Factory::damager`]: it damages one field of a
+//! stored record or job at a time ([`damage::Damage`]) so the kit can check
+//! that point reads answer `Corrupt`, scans skip and report, and nothing else
+//! changes. A factory without one (the default) sees them skipped, as a case
+//! reports with [`Ctx::skip`].
 
 mod harness;
 

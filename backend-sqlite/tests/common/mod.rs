@@ -142,7 +142,12 @@ fn apply_damage(
             };
             (table, key, column, value)
         }
-        Damage::UnknownStatus => (table, key, if is_job { "state" } else { "status" }, "'bogus'"),
+        Damage::UnknownStatus => (
+            table,
+            key,
+            if is_job { "state" } else { "status" },
+            "'bogus'",
+        ),
         Damage::NegativeFence => (table, key, "fence", "-1"),
         Damage::HugeFence => (table, key, "fence", "1e19"),
         Damage::NegativeAttempt if is_job => (table, key, "attempt", "-1"),

@@ -111,8 +111,7 @@ pub async fn fault_damaged_lease_is_corrupt_skipped_and_contained<S: LeaseStore 
             .await
             .map_err(|error| Failure(format!("{}: {error}", what("list_expired"))))?;
         ensure!(
-            scan.records.iter().any(|record| *record == bystander)
-                && scan.records.iter().all(|record| record.id != id),
+            scan.records.contains(&bystander) && scan.records.iter().all(|record| record.id != id),
             "{}: the scan serves the healthy record, not the damaged one: {scan:?}",
             what("list_expired")
         );
@@ -238,7 +237,9 @@ pub async fn fault_damaged_job_is_corrupt_passed_over_and_contained<S: JobQueue 
             .claim(&ClaimRequest::new(&queue, "worker-a", SHORT_TTL).limit(2))
             .await?;
         let [victim, bystander] = claimed.as_slice() else {
-            return Err(Failure(format!("expected two jobs claimed, got {claimed:?}")));
+            return Err(Failure(format!(
+                "expected two jobs claimed, got {claimed:?}"
+            )));
         };
         if ctx.damage(Target::Job(id.clone()), damage).await? == DamageOutcome::CannotHold {
             continue;
@@ -252,7 +253,8 @@ pub async fn fault_damaged_job_is_corrupt_passed_over_and_contained<S: JobQueue 
         });
     }
     ensure_damaged(&ctx, victims.len())?;
-    let what = |victim: &Victim, call: &str| format!("{call} of {} with {}", victim.id, victim.damage);
+    let what =
+        |victim: &Victim, call: &str| format!("{call} of {} with {}", victim.id, victim.damage);
 
     for victim in &victims {
         expect_kind(
@@ -340,7 +342,9 @@ pub async fn fault_damaged_job_is_corrupt_passed_over_and_contained<S: JobQueue 
         }
         let bystander = ctx.store.get_job(&victim.bystander.id).await?;
         ensure!(
-            bystander.as_ref().is_some_and(|job| job.owner.as_deref() == Some("worker-b")),
+            bystander
+                .as_ref()
+                .is_some_and(|job| job.owner.as_deref() == Some("worker-b")),
             "{}: the healthy job is still the second worker's: {bystander:?}",
             what(victim, "writes")
         );

@@ -65,7 +65,9 @@ fn start<S: LeaseStore + 'static>(store: &Faulty<S>, ttl: Duration) -> Result<Ke
 async fn hold(keeper: &Keeper, id: &str) -> Result<RunGuard, Failure> {
     match keeper.admit(keeper.request(id)).await {
         Ok(AdmitOutcome::Admitted { guard, .. }) => Ok(guard),
-        other => Err(Failure(format!("expected {id:?} to be admitted, got {other:?}"))),
+        other => Err(Failure(format!(
+            "expected {id:?} to be admitted, got {other:?}"
+        ))),
     }
 }
 
@@ -78,7 +80,10 @@ fn fail_renewals(faults: &Faults, fault: Fault) {
 
 /// How many renewals the keeper has sent so far.
 fn renewals_sent(faults: &Faults) -> usize {
-    RENEWALS.iter().map(|operation| faults.calls(operation)).sum()
+    RENEWALS
+        .iter()
+        .map(|operation| faults.calls(operation))
+        .sum()
 }
 
 /// Waits for `guard`'s run to be stopped; answers why.
@@ -156,9 +161,7 @@ async fn fail_stop_under<S: LeaseStore + 'static>(
 /// A keeper whose renewals all fail (`Unavailable`) keeps the run while its
 /// confirmed deadline is ahead and fail-stops it when it passes
 /// (`DeadlinePassed`, not `Lost`); it writes nothing over the record.
-pub async fn fault_keeper_fail_stops_at_its_deadline_when_renewals_fail<
-    S: LeaseStore + 'static,
->(
+pub async fn fault_keeper_fail_stops_at_its_deadline_when_renewals_fail<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
     fail_stop_under(&ctx, "fault-renewals-fail", Fault::Unavailable)
@@ -169,12 +172,11 @@ pub async fn fault_keeper_fail_stops_at_its_deadline_when_renewals_fail<
 /// Renewals that the store applies but whose replies are lost never count
 /// as confirmed: the store's lease moves on, yet the keeper fail-stops at
 /// its confirmed deadline all the same.
-pub async fn fault_keeper_never_counts_a_lost_renewal_reply_as_renewed<
-    S: LeaseStore + 'static,
->(
+pub async fn fault_keeper_never_counts_a_lost_renewal_reply_as_renewed<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let (expiry, after) = fail_stop_under(&ctx, "fault-renewal-replies-lost", Fault::ReplyLost).await?;
+    let (expiry, after) =
+        fail_stop_under(&ctx, "fault-renewal-replies-lost", Fault::ReplyLost).await?;
     ensure!(
         expiry_of(&after)? > expiry,
         "the renewals whose replies were lost were applied: expiry {:?} after {expiry}",
@@ -246,7 +248,10 @@ pub async fn fault_admission_reply_lost_retry_answers_already_exists<S: LeaseSto
         .metadata(metadata.clone());
     let store = faulty(&ctx);
     store.hook().inject("admit", Some(id), Fault::ReplyLost);
-    expect_unknown(store.admit(&request).await, "the admission whose reply was lost")?;
+    expect_unknown(
+        store.admit(&request).await,
+        "the admission whose reply was lost",
+    )?;
     store.hook().clear();
     expect_kind(
         store.admit(&request).await,
@@ -289,7 +294,11 @@ pub async fn fault_timed_out_admission_changed_nothing<S: LeaseStore + 'static>(
         ErrorKind::Timeout,
         "the hung admission",
     )?;
-    ensure_eq!(faults.hook().hangs_dropped(), 1, "the hung call was dropped");
+    ensure_eq!(
+        faults.hook().hangs_dropped(),
+        1,
+        "the hung call was dropped"
+    );
     faults.hook().release_hangs();
     ensure_eq!(ctx.store.get(id).await?, None, "nothing was admitted");
     ensure_eq!(ctx.store.list_by_scope(scope).await?, vec![]);
@@ -320,7 +329,11 @@ pub async fn fault_takeover_reply_lost_is_read_back_by_get<S: LeaseStore + 'stat
     )?;
     store.hook().clear();
     let taken = get(&ctx, id).await?;
-    ensure_eq!(taken.owner.as_deref(), Some("worker-b"), "the takeover landed");
+    ensure_eq!(
+        taken.owner.as_deref(),
+        Some("worker-b"),
+        "the takeover landed"
+    );
     ensure_eq!(taken.status, Status::Running, "adopted");
     ensure!(taken.fence > orphan.fence, "under a greater fence");
     let retried = store.claim_for_takeover(&request).await?;
@@ -347,10 +360,16 @@ pub async fn fault_transition_reply_lost_retry_answers_terminal<S: LeaseStore + 
 ) -> CaseResult {
     let id = "fault-finished-unseen";
     let scope = "fault-finished-scope";
-    let record = admit(&ctx, AdmitRequest::new(id, "worker-a").scope(scope).ttl(LONG_TTL)).await?;
+    let record = admit(
+        &ctx,
+        AdmitRequest::new(id, "worker-a").scope(scope).ttl(LONG_TTL),
+    )
+    .await?;
     let claim = claim_of(&record)?;
     let store = faulty(&ctx);
-    store.hook().inject("transition", Some(id), Fault::ReplyLost);
+    store
+        .hook()
+        .inject("transition", Some(id), Fault::ReplyLost);
     let change = StatusChange::succeeded();
     expect_unknown(
         store.transition(&claim, &change).await,
@@ -400,7 +419,10 @@ pub async fn fault_renew_reply_lost_extended_the_lease<S: LeaseStore + 'static>(
         "a renewal changes nothing but the lease"
     );
     ensure!(
-        matches!(store.renew(&claim, LONG_TTL).await?, Renewal::Renewed { .. }),
+        matches!(
+            store.renew(&claim, LONG_TTL).await?,
+            Renewal::Renewed { .. }
+        ),
         "the retry renews again"
     );
     Ok(())

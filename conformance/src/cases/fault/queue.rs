@@ -51,7 +51,9 @@ pub async fn fault_queue_complete_reply_lost_retry_answers_finished<S: JobQueue 
         .claim(&ClaimRequest::new(QUEUE, "worker-a", LONG_TTL))
         .await?;
     let [claimed] = claimed.as_slice() else {
-        return Err(Failure(format!("expected one job claimed, got {claimed:?}")));
+        return Err(Failure(format!(
+            "expected one job claimed, got {claimed:?}"
+        )));
     };
     let store = faulty(&ctx);
     store.hook().inject("complete", Some(id), Fault::ReplyLost);
