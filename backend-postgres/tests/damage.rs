@@ -19,7 +19,7 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest,
 };
 
-use support::{execute, with_store};
+use support::{execute, with_store, DROP_JOB_CHECKS, DROP_LEASE_CHECKS};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -105,15 +105,6 @@ const JOB_DAMAGES: &[Damage] = &[
     damage("last_error", "NULL", false),
     damage("dead_reason", "NULL", false),
 ];
-
-/// The checks every damage would otherwise trip.
-const DROP_LEASE_CHECKS: &str = "ALTER TABLE $schema.leases \
-     DROP CONSTRAINT leases_status_known, DROP CONSTRAINT leases_fence_positive, \
-     DROP CONSTRAINT leases_metadata_object;";
-const DROP_JOB_CHECKS: &str = "ALTER TABLE $schema.jobs \
-     DROP CONSTRAINT jobs_attempt_counted, DROP CONSTRAINT jobs_max_attempts_positive, \
-     DROP CONSTRAINT jobs_state_known, DROP CONSTRAINT jobs_fence_counted, \
-     DROP CONSTRAINT jobs_dead_reason_known;";
 
 fn assert_corrupt_or<T: std::fmt::Debug>(
     answer: tenure_lease_core::Result<T>,

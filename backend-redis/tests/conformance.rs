@@ -3,5 +3,6 @@
 //! one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 tenure_conformance::tenure_conformance!(common::RedisFactory::from_env());

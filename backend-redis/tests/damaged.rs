@@ -135,10 +135,9 @@ async fn snapshot(raw: &mut MultiplexedConnection, prefix: &str) -> BTreeMap<Str
 
 /// Applies `damage` to the hash at `key`.
 async fn damage(raw: &mut MultiplexedConnection, key: &str, (field, value): Damage) {
-    let _: () = match value {
-        Some(bytes) => raw.hset(key, field, bytes).await.expect("HSET"),
-        None => raw.hdel(key, field).await.expect("HDEL"),
-    };
+    scratch::set_field(raw, key, field, value)
+        .await
+        .expect("HSET or HDEL");
 }
 
 /// Replaces the hash at `key` by a string: the wrong type.

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 mod common;
+mod scratch;
 
 use serde_json::json;
 use tenure_backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};

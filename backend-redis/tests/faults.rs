@@ -9,5 +9,6 @@
 //! `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 tenure_conformance::tenure_network_conformance!(common::RedisFactory::from_env());

@@ -6,6 +6,7 @@
 //! `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 tenure_conformance::tenure_process_conformance!(common::RedisFactory::from_env());
 tenure_conformance::tenure_queue_process_conformance!(common::RedisFactory::from_env());

@@ -4,5 +4,6 @@
 //! fails under `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 tenure_conformance::tenure_queue_conformance!(common::RedisFactory::from_env());

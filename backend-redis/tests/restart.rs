@@ -7,5 +7,6 @@
 //! `TENURE_REQUIRE_SERVICES=1`).
 
 mod common;
+mod scratch;
 
 tenure_conformance::tenure_restart_conformance!(common::RedisFactory::from_env());

@@ -6,6 +6,8 @@
 //! scans skip it (reporting it where their answer can) and serve the other
 //! rows; nothing panics, and neither the damaged row nor any other changes.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,14 +81,9 @@ impl Damage {
     }
 }
 
-/// A connection that writes what it is told: foreign keys are not checked,
-/// as by a hand edit with another tool.
+/// A connection that writes what it is told (see [`common::raw_connection`]).
 fn raw_connection(path: &Path) -> rusqlite::Connection {
-    let connection = rusqlite::Connection::open(path).expect("a second connection to the file");
-    connection
-        .pragma_update(None, "foreign_keys", "OFF")
-        .expect("foreign keys off");
-    connection
+    common::raw_connection(path).expect("a second connection to the file")
 }
 
 /// A stored value as it is, text that is not UTF-8 included (which

@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 
+use crate::damage::Damager;
 use crate::suites::deployment::DeploymentSupport;
 use crate::suites::network::NetworkSupport;
 use crate::suites::process::ProcessSupport;
@@ -91,6 +92,14 @@ pub trait Factory: Send + Sync + 'static {
     /// Misdeployed servers to connect to, for the [deployment
     /// suite](crate::suites::deployment).
     fn deployment(&self) -> Option<&dyn DeploymentSupport> {
+        None
+    }
+
+    /// How to damage what a store of this factory keeps, one field of one
+    /// lease record or job at a time ([`Damage`](crate::damage::Damage)),
+    /// or `None` (the default) when the factory cannot: the kit's damage
+    /// cases (`fault_damaged_*`) are then reported skipped.
+    fn damager(&self) -> Option<Damager<Self::Store>> {
         None
     }
 }
@@ -196,6 +205,7 @@ pub struct Ctx<S> {
     pub store: Arc<S>,
     clock: ClockControl,
     footprint: Option<FootprintProbe<S>>,
+    pub(crate) damager: Option<Damager<S>>,
     skipped: Arc<Mutex<Option<String>>>,
 }
 
@@ -205,8 +215,29 @@ impl<S> Clone for Ctx<S> {
             store: Arc::clone(&self.store),
             clock: self.clock.clone(),
             footprint: self.footprint.clone(),
+            damager: self.damager.clone(),
             skipped: Arc::clone(&self.skipped),
         }
+    }
+}
+
+impl<S> Ctx<S> {
+    /// Ends the case as skipped, saying why (e.g. it needs a clock the kit
+    /// can place): the report counts it as not run, never as passed.
+    /// Whatever the case checked before still had to hold.
+    pub fn skip(&self, why: impl Into<String>) -> CaseResult {
+        *self
+            .skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why.into());
+        Ok(())
+    }
+
+    fn skip_reason(&self) -> Option<String> {
+        self.skipped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 }
 
@@ -217,6 +248,7 @@ impl<S: LeaseStore> Ctx<S> {
             store,
             clock,
             footprint: None,
+            damager: None,
             skipped: Arc::default(),
         }
     }
@@ -253,24 +285,6 @@ impl<S: LeaseStore> Ctx<S> {
             ClockControl::Manual(clock) => Some(clock),
             ClockControl::Real => None,
         }
-    }
-
-    /// Ends the case as skipped, saying why (e.g. it needs a clock the kit
-    /// can place): the report counts it as not run, never as passed.
-    /// Whatever the case checked before still had to hold.
-    pub fn skip(&self, why: impl Into<String>) -> CaseResult {
-        *self
-            .skipped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why.into());
-        Ok(())
-    }
-
-    fn skip_reason(&self) -> Option<String> {
-        self.skipped
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
     }
 
     /// Moves the store's clock until its `now()` is strictly after `instant`.
@@ -424,7 +438,9 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
         Err(why) => return CaseOutcome::Failed(why),
     };
     let store = Arc::new(subject.store);
-    let ctx = Ctx::new(Arc::clone(&store), subject.clock).with_footprint(factory.footprint_probe());
+    let ctx = Ctx::new(Arc::clone(&store), subject.clock)
+        .with_footprint(factory.footprint_probe())
+        .with_damager(factory.damager());
     let outcome = match crate::suites::guarded((case.run)(ctx.clone())).await {
         CaseOutcome::Passed => ctx
             .skip_reason()

@@ -56,10 +56,25 @@
 //!
 //! Every skip line, of the kit and of a backend's own tests, is printed by
 //! [`report_skip`].
+//!
+//! ## Fault and damage cases
+//!
+//! The `fault_*` cases ([`cases::fault`]) check the contract's error rules
+//! on any backend by wrapping the case's store in the
+//! [`Faults`](tenure_lease_core::layer::Faults) layer: lost replies
+//! ([`Fault::ReplyLost`](tenure_lease_core::layer::Fault::ReplyLost)) are
+//! resolved by the next call, hung calls cut off by a time limit changed
+//! nothing, and the keeper never takes an `Err` for an outcome. The damage
+//! cases need the optional [`Factory::damager`]: it damages one field of a
+//! stored record or job at a time ([`damage::Damage`]) so the kit can check
+//! that point reads answer `Corrupt`, scans skip and report, and nothing else
+//! changes. A factory without one (the default) sees them skipped, as a case
+//! reports with [`Ctx::skip`].
 
 mod harness;
 
 pub mod cases;
+pub mod damage;
 pub mod memory;
 pub mod suites;
 
@@ -304,5 +319,17 @@ define_cases! {$
         queue::retention::queue_purge_jobs_leaves_the_queue_working,
         queue::retention::queue_purge_jobs_invalid_retention_changes_nothing,
         queue::retention::queue_purge_leaves_nothing_behind,
+        fault::errors::fault_keeper_fail_stops_at_its_deadline_when_renewals_fail,
+        fault::errors::fault_keeper_never_counts_a_lost_renewal_reply_as_renewed,
+        fault::errors::fault_keeper_rides_through_a_short_outage,
+        fault::errors::fault_admission_reply_lost_retry_answers_already_exists,
+        fault::errors::fault_timed_out_admission_changed_nothing,
+        fault::errors::fault_takeover_reply_lost_is_read_back_by_get,
+        fault::errors::fault_transition_reply_lost_retry_answers_terminal,
+        fault::errors::fault_renew_reply_lost_extended_the_lease,
+        fault::damage::fault_damaged_lease_is_corrupt_skipped_and_contained,
+        fault::queue::fault_queue_complete_reply_lost_retry_answers_finished,
+        fault::queue::fault_queue_claim_reply_lost_never_hands_a_job_to_two_workers,
+        fault::damage::fault_damaged_job_is_corrupt_passed_over_and_contained,
     ]
 }

@@ -341,10 +341,16 @@ pub enum Fault {
     /// Panic inside the call without calling the store, as a buggy store
     /// would; the rule is removed after its first panic.
     PanicOnce,
+    /// Applied, but the reply lost: call the store, drop its answer, and
+    /// answer a retryable [`ErrorKind::Unavailable`] saying the outcome is
+    /// unknown, as a connection that died after the server committed does.
+    /// The only fault whose `Err` hides a write that happened: what the
+    /// contract's retry rules (§10) are for.
+    ReplyLost,
 }
 
 /// Fault injection, for tests and examples: rules that make matching
-/// operations fail, hang, answer late or panic, and a count of the calls of
+/// operations fail, hang, answer late, panic or lose their reply, and a count of the calls of
 /// each operation. A rule names an operation ([`Operation::name`]) and
 /// optionally an id, which matches the operation's id or any claim of its
 /// batch; the first matching rule applies. Rules can be added and cleared
@@ -481,6 +487,15 @@ impl Hook for Faults {
                     call.await
                 }
                 Some(Fault::PanicOnce) => panic!("injected panic in {}", operation.name),
+                Some(Fault::ReplyLost) => {
+                    // The store's answer, whatever it was, never reaches the caller.
+                    let _lost = call.await;
+                    Err(Error::unavailable(format!(
+                        "injected loss of the reply to {}: the store was called and may have \
+                         applied it; whether it did is unknown (read or retry)",
+                        operation.name
+                    )))
+                }
             }
         })
     }

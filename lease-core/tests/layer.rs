@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tenure_backend_memory::MemoryStore;
-use tenure_lease_core::layer::{Answer, Hook, LayerExt, Operation, Pending, OPERATIONS_TOTAL};
+use tenure_lease_core::layer::{
+    Answer, Fault, Faults, Hook, LayerExt, Operation, Pending, OPERATIONS_TOTAL,
+};
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
 use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseStore, StatusChange, TakeoverRequest,
@@ -240,4 +242,40 @@ async fn a_call_that_never_answers_times_out_and_layers_stack() {
         None,
         "the store was never called"
     );
+}
+
+#[tokio::test]
+async fn a_lost_reply_applies_the_write_and_answers_a_retryable_unknown() {
+    let store = MemoryStore::new().layer(Faults::new());
+    store.hook().inject("admit", Some("run"), Fault::ReplyLost);
+    let request = AdmitRequest::new("run", "worker-a").ttl(TTL).scope("s");
+    let error = store.admit(&request).await.expect_err("the reply was lost");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.is_retryable() && error.is_outcome_unknown(),
+        "{error}"
+    );
+    assert!(
+        error.message().contains("admit") && error.message().contains("unknown"),
+        "{error}"
+    );
+    assert_eq!(store.hook().calls("admit"), 1);
+    let stored = store
+        .inner()
+        .get("run")
+        .await
+        .unwrap()
+        .expect("the store applied the admission");
+    assert_eq!(stored.scopes, ["s".to_owned()].into());
+
+    // The rule stays until cleared; other ids go through.
+    let other = AdmitRequest::new("other", "worker-a").ttl(TTL);
+    assert!(matches!(
+        store.admit(&other).await,
+        Ok(Admission::Admitted { .. })
+    ));
+    assert!(store.admit(&request).await.is_err());
+    store.hook().clear();
+    let retried = store.admit(&request).await.expect_err("already there");
+    assert_eq!(retried.kind(), ErrorKind::AlreadyExists, "{retried}");
 }

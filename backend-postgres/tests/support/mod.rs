@@ -1,8 +1,9 @@
 //! Shared by the server tests: the server URL (or one skip line), a fresh
-//! schema per test, its removal afterwards, and the conformance kit's
-//! factory with every capability of the kit's suites: a second store
-//! through a `FaultProxy`, schemas other processes open, a private server
-//! to restart, and misdeployed schemas to refuse.
+//! schema per test, its removal afterwards, raw SQL behind the store's back
+//! (to damage rows), and the conformance kit's factory with every
+//! capability of the kit's suites: a second store through a `FaultProxy`,
+//! schemas other processes open, a private server to restart, and
+//! misdeployed schemas to refuse.
 //!
 //! Each test binary uses a subset of these helpers.
 #![allow(dead_code)]
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt as _;
-use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
@@ -30,13 +31,83 @@ use tenure_test_support::FaultProxy;
 /// Runs `sql`, with `$schema` standing for the store's quoted schema, on a
 /// connection of its own (to damage or inspect what the store keeps).
 pub async fn execute(url: &str, store: &PgStore, sql: &str) {
-    let mut connection = PgConnection::connect(url).await.expect("connect");
-    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
-    sqlx::raw_sql(&sql)
-        .execute(&mut connection)
+    try_execute(url, store, sql)
         .await
         .unwrap_or_else(|error| panic!("{sql}: {error}"));
-    connection.close().await.expect("close");
+}
+
+/// [`execute`], answering the error instead of panicking.
+pub async fn try_execute(url: &str, store: &PgStore, sql: &str) -> Result<(), sqlx::Error> {
+    // A pool of one rather than a bare connection: its future is `Send`,
+    // as the kit's damager needs.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await?;
+    let sql = sql.replace("$schema", &format!("\"{}\"", store.schema()));
+    let outcome = sqlx::raw_sql(&sql).execute(&pool).await.map(drop);
+    pool.close().await;
+    outcome
+}
+
+/// Lifts the checks of `leases` that every damage would otherwise trip.
+pub const DROP_LEASE_CHECKS: &str = "ALTER TABLE $schema.leases \
+     DROP CONSTRAINT IF EXISTS leases_status_known, \
+     DROP CONSTRAINT IF EXISTS leases_fence_positive, \
+     DROP CONSTRAINT IF EXISTS leases_metadata_object;";
+/// Lifts the checks of `jobs` that every damage would otherwise trip.
+pub const DROP_JOB_CHECKS: &str = "ALTER TABLE $schema.jobs \
+     DROP CONSTRAINT IF EXISTS jobs_attempt_counted, \
+     DROP CONSTRAINT IF EXISTS jobs_max_attempts_positive, \
+     DROP CONSTRAINT IF EXISTS jobs_state_known, \
+     DROP CONSTRAINT IF EXISTS jobs_fence_counted, \
+     DROP CONSTRAINT IF EXISTS jobs_dead_reason_known;";
+
+/// The SQL that applies the kit's `damage` to `target`, or `None` when a
+/// column's type cannot hold it (text for a timestamp, a fence beyond
+/// `bigint`, a payload that is not JSON in `jsonb`).
+fn damage_sql(target: &Target, damage: Damage) -> Option<String> {
+    let (table, checks, id) = match target {
+        Target::Lease(id) => ("leases", DROP_LEASE_CHECKS, id),
+        Target::Job(id) => ("jobs", DROP_JOB_CHECKS, id),
+        _ => return None,
+    };
+    let is_job = table == "jobs";
+    let id = id.replace('\'', "''");
+    let mut before = String::new();
+    let (column, value) = match damage {
+        Damage::Timestamp(field, bad) => {
+            let column = match field {
+                TimeField::CreatedAt => "created_at",
+                TimeField::UpdatedAt => "updated_at",
+                TimeField::LeaseExpiresAt => "lease_expires_at",
+                TimeField::RunAt if is_job => "run_at",
+                _ => return None,
+            };
+            let value = match bad {
+                BadTime::OutOfRange => "'270000-01-01 00:00:00+00'",
+                BadTime::NotFinite => "'infinity'",
+                _ => return None,
+            };
+            (column, value)
+        }
+        Damage::UnknownStatus if is_job => ("state", "'bogus'"),
+        Damage::UnknownStatus => {
+            // A record no longer active may not keep a held scope.
+            before = format!("DELETE FROM $schema.held_scopes WHERE lease_id = '{id}';");
+            ("status", "'bogus'")
+        }
+        Damage::NegativeFence => ("fence", "-5"),
+        Damage::NegativeAttempt if is_job => ("attempt", "-1"),
+        Damage::HugeAttempt if is_job => ("attempt", "1001"),
+        Damage::MalformedScopes if !is_job => ("scopes", "'{NULL}'"),
+        Damage::MalformedMetadata if !is_job => ("metadata", "'[1, 2]'"),
+        Damage::MalformedCapabilities if is_job => ("required_capabilities", "'{NULL}'"),
+        _ => return None,
+    };
+    Some(format!(
+        "{checks} {before} UPDATE $schema.{table} SET {column} = {value} WHERE id = '{id}';"
+    ))
 }
 
 /// The environment variable holding the test server's URL.
@@ -167,6 +238,29 @@ impl Factory for PgFactory {
 
     fn deployment(&self) -> Option<&dyn DeploymentSupport> {
         Some(self)
+    }
+
+    /// Damage by SQL on a connection of its own, the checks that would
+    /// refuse it lifted first.
+    fn damager(&self) -> Option<Damager<PgStore>> {
+        let url = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<PgStore>, target: Target, damage: Damage| {
+                let url = url.clone();
+                Box::pin(async move {
+                    let Some(sql) = damage_sql(&target, damage) else {
+                        return Ok(DamageOutcome::CannotHold);
+                    };
+                    try_execute(&url, &store, &sql).await.map_err(|error| {
+                        tenure_lease_core::Error::unavailable(format!(
+                            "cannot damage {target:?} with {damage}"
+                        ))
+                        .with_source(error)
+                    })?;
+                    Ok(DamageOutcome::Applied)
+                })
+            },
+        ))
     }
 
     /// Rows per table of the case's schema.

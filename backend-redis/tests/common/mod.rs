@@ -1,5 +1,6 @@
 //! The Redis factory the kit runs with: a fresh random namespace per case on
-//! the server `TENURE_REDIS_URL` names, deleted afterwards, and every
+//! the server `TENURE_REDIS_URL` names, deleted afterwards, damaged on
+//! request by raw writes to its hashes, and every
 //! capability of the kit's suites: a second store through a `FaultProxy`,
 //! namespaces other processes open, private servers to restart and to
 //! misconfigure. Without the variable every case but those on private
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_backend_redis::{RedisConfig, RedisStore};
+use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
@@ -21,6 +23,8 @@ use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subje
 use tenure_lease_core::{Error, ErrorKind};
 use tenure_test_support::servers::PrivateRedis;
 use tenure_test_support::FaultProxy;
+
+use crate::scratch::{key_prefix, set_field};
 
 /// The environment variable naming the server the kit runs against.
 const URL_VAR: &str = "TENURE_REDIS_URL";
@@ -88,6 +92,29 @@ impl Factory for RedisFactory {
 
     async fn teardown(&self, store: &RedisStore) -> tenure_lease_core::Result<()> {
         store.delete_namespace().await.map(drop)
+    }
+
+    /// Damage by raw writes to the record's or job's hash: every field is
+    /// bytes, so every damage of the kit can be held.
+    fn damager(&self) -> Option<Damager<RedisStore>> {
+        let url = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<RedisStore>, target: Target, damage: Damage| {
+                let url = url.clone();
+                Box::pin(async move {
+                    let Some((key, field, value)) = damage_field(&target, damage) else {
+                        return Ok(DamageOutcome::CannotHold);
+                    };
+                    let key = format!("{}{key}", key_prefix(store.config().namespace()));
+                    apply(&url, &key, field, value).await.map_err(|error| {
+                        tenure_lease_core::Error::unavailable(format!(
+                            "cannot damage {target:?} with {damage}"
+                        ))
+                        .with_source(error)
+                    })
+                })
+            },
+        ))
     }
 
     /// Entries per key of the case's namespace.
@@ -225,7 +252,7 @@ async fn count_entries(url: &str, namespace: &str) -> tenure_lease_core::Result<
         .get_multiplexed_async_connection()
         .await
         .map_err(failed)?;
-    let prefix = format!("tenure:{{{namespace}}}:");
+    let prefix = key_prefix(namespace);
     let mut keys: Vec<String> = Vec::new();
     let mut cursor = 0_u64;
     loop {
@@ -267,4 +294,66 @@ async fn count_entries(url: &str, namespace: &str) -> tenure_lease_core::Result<
         footprint.insert(format!("{kind} {name}"), entries);
     }
     Ok(footprint)
+}
+
+/// The key (after the namespace's prefix), field and bytes of the kit's
+/// `damage` to `target`, or `None` for a damage that names a field the
+/// target does not have.
+fn damage_field(target: &Target, damage: Damage) -> Option<(String, &'static str, &'static [u8])> {
+    let (key, is_job) = match target {
+        Target::Lease(id) => (format!("rec:{id}"), false),
+        Target::Job(id) => (format!("job:{id}"), true),
+        _ => return None,
+    };
+    let (field, value): (&'static str, &'static [u8]) = match damage {
+        Damage::Timestamp(field, bad) => {
+            let field = match field {
+                TimeField::CreatedAt => "created",
+                TimeField::UpdatedAt => "updated",
+                TimeField::LeaseExpiresAt => "expires",
+                TimeField::RunAt if is_job => "run_at",
+                _ => return None,
+            };
+            let value: &'static [u8] = match bad {
+                BadTime::OutOfRange => b"9223372036854775807",
+                BadTime::NotFinite => b"inf",
+                _ => b"yesterday",
+            };
+            (field, value)
+        }
+        Damage::UnknownStatus => (if is_job { "state" } else { "status" }, b"bogus"),
+        Damage::NegativeFence => ("fence", b"-1"),
+        Damage::HugeFence => ("fence", b"99999999999999999999999"),
+        Damage::NegativeAttempt if is_job => ("attempt", b"-1"),
+        Damage::HugeAttempt if is_job => ("attempt", b"1001"),
+        Damage::MalformedScopes if !is_job => ("scopes", b"not json"),
+        Damage::MalformedMetadata if !is_job => ("meta", b"[1]"),
+        Damage::MalformedPayload if is_job => ("payload", b"{not json"),
+        Damage::MalformedCapabilities if is_job => ("caps", b"[1]"),
+        _ => return None,
+    };
+    Some((key, field, value))
+}
+
+/// Writes `value` into `field` of the existing hash at `key`, on a
+/// connection of its own.
+async fn apply(
+    url: &str,
+    key: &str,
+    field: &str,
+    value: &[u8],
+) -> redis::RedisResult<DamageOutcome> {
+    let mut raw = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut raw).await?;
+    if !exists {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "nothing to damage",
+            key.to_owned(),
+        )));
+    }
+    set_field(&mut raw, key, field, Some(value)).await?;
+    Ok(DamageOutcome::Applied)
 }

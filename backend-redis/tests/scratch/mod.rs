@@ -1,6 +1,7 @@
 //! The shared-server harness of the Redis test binaries that look at raw
 //! keys: a store in a fresh namespace of `TENURE_REDIS_URL`, a plain
-//! connection beside it, and the clean-up. Without the variable a test
+//! connection beside it, the raw writes that damage what the store keeps
+//! (also the conformance factory's), and the clean-up. Without the variable a test
 //! prints one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`).
 //!
 //! Each test binary uses a part of these, hence the `dead_code` allowance.
@@ -9,6 +10,7 @@
 use std::future::Future;
 
 use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands as _;
 use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_lease_core::{Admission, AdmitRequest, LeaseRecord, LeaseStore};
 
@@ -56,19 +58,37 @@ pub async fn with_namespace<F, Fut>(
     let scratch = Scratch {
         store: store.clone(),
         raw: raw.clone(),
-        prefix: format!("tenure:{{{namespace}}}:"),
+        prefix: key_prefix(&namespace),
     };
     let outcome = tokio::spawn(body(scratch)).await;
     store
         .delete_namespace()
         .await
         .expect("delete the namespace");
-    let left: Vec<String> =
-        namespace_keys(&mut raw.clone(), &format!("tenure:{{{namespace}}}:")).await;
+    let left: Vec<String> = namespace_keys(&mut raw.clone(), &key_prefix(&namespace)).await;
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic.into_panic());
     }
     assert!(left.is_empty(), "delete_namespace left {left:?}");
+}
+
+/// What every key of `namespace` starts with.
+pub fn key_prefix(namespace: &str) -> String {
+    format!("tenure:{{{namespace}}}:")
+}
+
+/// Sets `field` of the hash at `key` to `value`, or deletes it (`None`),
+/// behind the store's back.
+pub async fn set_field(
+    raw: &mut MultiplexedConnection,
+    key: &str,
+    field: &str,
+    value: Option<&[u8]>,
+) -> redis::RedisResult<()> {
+    match value {
+        Some(bytes) => raw.hset(key, field, bytes).await,
+        None => raw.hdel(key, field).await,
+    }
 }
 
 /// Every key starting with `prefix` (which holds no glob characters).

@@ -1,7 +1,11 @@
 //! The test factory shared by the conformance tests: each case gets its own
-//! file in its own temporary directory, on a manual clock; the kit's
-//! process suites get a file on the system clock that the child processes
-//! open too.
+//! file in its own temporary directory, on a manual clock, and the raw
+//! connection that damages a file behind the store's back (the kit's
+//! damage cases and `damaged_rows.rs`); the kit's process suites get a
+//! file on the system clock that the child processes open too.
+//!
+//! Each test binary uses a part of these, hence the `dead_code` allowance.
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
+use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Error, ManualClock};
@@ -50,6 +55,16 @@ impl Factory for SqliteFactory {
         Some(Arc::new(|store: Arc<SqliteStore>| {
             Box::pin(async move { count_rows(store.path()) })
         }))
+    }
+
+    /// Damage by SQL on a connection of its own: SQLite keeps any value in
+    /// any column, so every damage of the kit can be held.
+    fn damager(&self) -> Option<Damager<SqliteStore>> {
+        Some(Arc::new(
+            |store: Arc<SqliteStore>, target: Target, damage: Damage| {
+                Box::pin(async move { apply_damage(store.path(), &target, damage) })
+            },
+        ))
     }
 
     async fn teardown(&self, store: &SqliteStore) -> tenure_lease_core::Result<()> {
@@ -132,4 +147,79 @@ fn count_rows(path: &Path) -> tenure_lease_core::Result<Footprint> {
         footprint.insert(table, rows);
     }
     Ok(footprint)
+}
+
+/// A connection that writes what it is told: foreign keys are not checked,
+/// as by a hand edit with another tool.
+pub fn raw_connection(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let connection = rusqlite::Connection::open(path)?;
+    connection.pragma_update(None, "foreign_keys", "OFF")?;
+    Ok(connection)
+}
+
+/// SQL for a REAL no integer column of the store may hold: infinity.
+const INFINITY: &str = "9e999";
+
+/// Applies the kit's `damage` to `target` in the file at `path`.
+fn apply_damage(
+    path: &Path,
+    target: &Target,
+    damage: Damage,
+) -> tenure_lease_core::Result<DamageOutcome> {
+    let (table, key, id) = match target {
+        Target::Lease(id) => ("leases", "id", id),
+        Target::Job(id) => ("jobs", "id", id),
+        _ => return Ok(DamageOutcome::CannotHold),
+    };
+    let is_job = table == "jobs";
+    let (table, key, column, value) = match damage {
+        Damage::Timestamp(field, bad) => {
+            let column = match field {
+                TimeField::CreatedAt => "created_at",
+                TimeField::UpdatedAt => "updated_at",
+                TimeField::LeaseExpiresAt => "lease_expires_at",
+                TimeField::RunAt if is_job => "run_at",
+                _ => return Ok(DamageOutcome::CannotHold),
+            };
+            let value = match bad {
+                BadTime::OutOfRange => "9223372036854775807",
+                BadTime::NotFinite => INFINITY,
+                _ => "'garbage'",
+            };
+            (table, key, column, value)
+        }
+        Damage::UnknownStatus => (
+            table,
+            key,
+            if is_job { "state" } else { "status" },
+            "'bogus'",
+        ),
+        Damage::NegativeFence => (table, key, "fence", "-1"),
+        Damage::HugeFence => (table, key, "fence", "1e19"),
+        Damage::NegativeAttempt if is_job => (table, key, "attempt", "-1"),
+        Damage::HugeAttempt if is_job => (table, key, "attempt", "1001"),
+        Damage::MalformedScopes if !is_job => ("lease_scopes", "lease_id", "scope", "X'00FF'"),
+        Damage::MalformedMetadata if !is_job => (table, key, "metadata", "'not json'"),
+        Damage::MalformedPayload if is_job => (table, key, "payload", "'not json'"),
+        Damage::MalformedCapabilities if is_job => {
+            (table, key, "required_capabilities", "'not json'")
+        }
+        _ => return Ok(DamageOutcome::CannotHold),
+    };
+    let failed = |error: rusqlite::Error| {
+        Error::unavailable(format!("cannot damage {table}.{column} of {id:?}")).with_source(error)
+    };
+    let changed = raw_connection(path)
+        .map_err(failed)?
+        .execute(
+            &format!("UPDATE {table} SET {column} = {value} WHERE {key} = ?1"),
+            [id],
+        )
+        .map_err(failed)?;
+    if changed == 0 {
+        return Err(Error::unavailable(format!(
+            "nothing to damage: no row of {table} for {id:?}"
+        )));
+    }
+    Ok(DamageOutcome::Applied)
 }

@@ -3,6 +3,7 @@
 //! file per operation, and the cases that explore random inputs and
 //! histories in [`random`]. Scaffolding the cases share lives in [`util`].
 
+pub mod fault;
 pub mod lease;
 pub mod queue;
 pub mod random;

@@ -795,5 +795,16 @@ async fn catches_side_tables_that_grow_with_the_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn honest_memory_store_passes_every_case() {
     let report = honest_report().await;
-    assert!(report.all_passed(), "{report}");
+    // Memory keeps typed values, so it cannot hold damage: the damage cases
+    // are skipped, every other case passes.
+    let damage_case = |name: &str| name.starts_with("fault_damaged_");
+    assert!(
+        report.cases.iter().all(|case| match case.outcome {
+            CaseOutcome::Passed => true,
+            CaseOutcome::Skipped(_) => damage_case(case.name),
+            _ => false,
+        }),
+        "{report}"
+    );
+    assert_eq!(report.skipped(), 2, "{report}");
 }
