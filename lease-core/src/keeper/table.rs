@@ -239,18 +239,19 @@ impl Shared {
         }
     }
 
-    /// Ends ownership: cancels the token, aborts the owner task, stops
-    /// renewing. False when the phase did not allow it (already over, or
+    /// Ends ownership: stops holding (so `holds` is already false when
+    /// anyone woken by the token looks), cancels the token, aborts the
+    /// owner task. False when the phase did not allow it (already over, or
     /// settling and `settling_too` is false).
     pub(crate) fn lose(&self, held: &HeldCore, cause: LossCause, settling_too: bool) -> bool {
         let Some(task) = held.lose(cause, settling_too) else {
             return false;
         };
+        self.release(held);
         held.token.cancel();
         if let Some(task) = task {
             task.abort();
         }
-        self.release(held);
         telemetry::loss(&cause);
         let (kind, id) = (held.key.kind(), held.key.id());
         match cause {
