@@ -66,10 +66,12 @@ where
 
 /// Starts `first` and `second` on two tasks released together by a barrier
 /// and answers both outputs, in that order. Round `round` of a race holds
-/// one side back by a few milliseconds (none in rounds 0 and 1, then 1 to
-/// 7 ms, the first side in even rounds and the second in odd ones): a store's
-/// gap between check and write may lie anywhere in its operation, and over
-/// [`UNLIKE_RACE_ROUNDS`] rounds some lag lines the two gaps up.
+/// one side back (none in rounds 0 and 1, then 0.5 to 3.5 ms in steps of
+/// half a millisecond, the first side in even rounds and the second in odd
+/// ones): a store's gap between check and write may lie anywhere in its
+/// operation, and over [`UNLIKE_RACE_ROUNDS`] rounds some lag lines the two
+/// gaps up. Steps finer than a gap of a round trip or two are what make a
+/// gap of a couple of milliseconds show every time.
 pub async fn race_two<A, B>(
     round: usize,
     first: A,
@@ -81,7 +83,7 @@ where
     A::Output: Send + 'static,
     B::Output: Send + 'static,
 {
-    let lag = Duration::from_millis((round / 2 % 8) as u64);
+    let lag = LAG_STEP * (round / 2 % 8) as u32;
     let (first_lag, second_lag) = if round % 2 == 0 {
         (lag, Duration::ZERO)
     } else {
@@ -92,13 +94,13 @@ where
         let barrier = Arc::clone(&barrier);
         async move {
             released_together(&barrier).await;
-            tokio::time::sleep(first_lag).await;
+            hold_back(first_lag).await;
             first.await
         }
     });
     let second = tokio::spawn(async move {
         released_together(&barrier).await;
-        tokio::time::sleep(second_lag).await;
+        hold_back(second_lag).await;
         second.await
     });
     let panicked =
@@ -107,6 +109,19 @@ where
         first.await.map_err(panicked)?,
         second.await.map_err(panicked)?,
     ))
+}
+
+/// How much further each pair of rounds of [`race_two`] holds one side back.
+const LAG_STEP: Duration = Duration::from_micros(500);
+
+/// Holds a racer back by `lag` to the microsecond, yielding meanwhile:
+/// tokio's timer rounds sleeps up to whole milliseconds, too coarse to line
+/// up gaps of a millisecond or two.
+async fn hold_back(lag: Duration) {
+    let until = std::time::Instant::now() + lag;
+    while std::time::Instant::now() < until {
+        tokio::task::yield_now().await;
+    }
 }
 
 /// Waits at `barrier`, then yields once: the task the barrier wakes may sit

@@ -757,14 +757,12 @@ async fn catches_check_then_write_races_between_unlike_operations() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky since cases run in place (not spawned): the race no longer lines up reliably; see the closing note of issue 15"]
 async fn catches_a_completion_racing_the_reaper() {
     assert_caught::<CompleteDecidesBeforeWriting>(&["race_complete_vs_reap_exactly_one_wins"])
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "flaky since cases run in place (not spawned): the race no longer lines up reliably; see the closing note of issue 15"]
 async fn catches_a_fence_drawn_before_the_record_is_locked() {
     assert_torn_caught(
         Gap::FenceBeforeLock,
