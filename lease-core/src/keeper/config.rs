@@ -130,7 +130,8 @@ pub struct KeeperConfig {
     /// Time between heartbeats; `None` means `ttl / 3`.
     pub renew_interval: Option<Duration>,
     /// How long past its expiry another worker's lease still counts as valid
-    /// (admission, reconciler, `cancel`'s retry-after).
+    /// (admission, reconciler, `cancel`'s retry-after, `cancel_anywhere`'s
+    /// takeover).
     pub grace: Duration,
     /// Time between reconciler passes.
     pub reconcile_interval: Duration,
