@@ -110,7 +110,7 @@ impl CancelAnywhereOutcome {
 
 /// Runs `call` under the keeper's store timeout; no answer in time is a
 /// `Timeout` error naming `what`.
-pub(super) async fn bounded<T>(
+async fn bounded<T>(
     shared: &Shared,
     what: &str,
     call: impl Future<Output = Result<T, Error>>,
