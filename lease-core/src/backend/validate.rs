@@ -86,6 +86,11 @@ pub fn scope(scope: &str) -> Result<()> {
     name("scope", scope)
 }
 
+/// A record kind, named `field` in the error.
+pub fn kind(field: &'static str, kind: &str) -> Result<()> {
+    name(field, kind)
+}
+
 /// A worker id: a name with no whitespace at all (e.g. `host:pid:random`).
 pub fn owner(field: &'static str, owner: &str) -> Result<()> {
     name_length(field, owner)?;
@@ -219,7 +224,7 @@ pub fn metadata(
 pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_json::Value>> {
     lease_id(&request.id)?;
     owner("owner", &request.owner)?;
-    name("kind", &request.kind)?;
+    kind("kind", &request.kind)?;
     if request.scopes.len() > MAX_SCOPES {
         return Err(Error::invalid_input(
             "scopes",

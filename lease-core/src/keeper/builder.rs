@@ -30,7 +30,9 @@ impl KeeperBuilder {
     }
 
     /// Sets the recovery callback, called once per orphan the reconciler
-    /// wins. Required with [`ReconcileAction::Adopt`].
+    /// recovers (never for kinds it releases silently,
+    /// [`ReconcileKinds`](super::ReconcileKinds)). Required with
+    /// [`ReconcileAction::Adopt`] unless no kind is recovered.
     pub fn on_recovered<F, Fut, E>(mut self, callback: F) -> Self
     where
         F: Fn(Recovered) -> Fut + Send + Sync + 'static,
@@ -46,9 +48,19 @@ impl KeeperBuilder {
 
     /// Validates the configuration and starts the heartbeat and the
     /// reconciler. Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// An `InvalidInput` error naming the bad setting
+    /// ([`Error::field`]), e.g. `reconcile_kinds` for a kind both recovered
+    /// and released silently, or `on_recovered` for adoption without a
+    /// callback; a `Config` error outside a tokio runtime.
     pub fn start(self) -> Result<Keeper, Error> {
         self.config.validate()?;
-        if self.config.reconcile_action == ReconcileAction::Adopt && self.on_recovered.is_none() {
+        if self.config.reconcile_action == ReconcileAction::Adopt
+            && self.config.reconcile_kinds.recovers_any()
+            && self.on_recovered.is_none()
+        {
             return Err(Error::invalid_input(
                 "on_recovered",
                 "ReconcileAction::Adopt needs a recovery callback to resume the adopted runs",

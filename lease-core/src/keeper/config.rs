@@ -1,6 +1,7 @@
 //! How a [`Keeper`](super::Keeper) behaves: lease length, beat, grace,
 //! reconciler, batching, and the worker id it claims leases under.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -29,6 +30,93 @@ impl Default for ReconcileAction {
     }
 }
 
+/// What the reconciler does with an orphan of one kind (see
+/// [`ReconcileKinds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OrphanHandling {
+    /// Take it over as [`KeeperConfig::reconcile_action`] says and hand it
+    /// to the recovery callback.
+    #[default]
+    Recover,
+    /// Take it over and write it `Failed` with stop reason
+    /// [`RELEASED`](super::RELEASED) (error text
+    /// [`RELEASED_ERROR`](super::RELEASED_ERROR)), never calling the
+    /// recovery callback: for the keeper's internal reservations, which a
+    /// host has nothing to resume.
+    ReleaseSilently,
+}
+
+/// Which orphans the reconciler recovers and which it releases silently,
+/// by record kind ([`LeaseRecord::kind`](crate::LeaseRecord::kind)).
+///
+/// A kind in [`recover`](Self::recover) is recovered, one in
+/// [`release_silently`](Self::release_silently) is released silently, and
+/// every other kind is handled as [`unlisted`](Self::unlisted) says
+/// ([`OrphanHandling::Recover`] by default, so a keeper configured with no
+/// kinds recovers every orphan). Either way the orphan is taken over and
+/// finalised, so the scan always moves past it. A kind in both lists is a
+/// configuration error ([`KeeperBuilder::start`](super::KeeperBuilder::start)
+/// refuses it).
+///
+/// ```
+/// use tenure_lease_core::keeper::{KeeperConfig, OrphanHandling};
+/// # use std::time::Duration;
+///
+/// let config = KeeperConfig::with_ttl(Duration::from_secs(30))
+///     .release_kinds_silently(["checkpoint_write"]);
+/// assert_eq!(config.reconcile_kinds.handling("checkpoint_write"), OrphanHandling::ReleaseSilently);
+/// assert_eq!(config.reconcile_kinds.handling("run"), OrphanHandling::Recover);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReconcileKinds {
+    /// Kinds recovered (taken over and handed to the recovery callback).
+    pub recover: BTreeSet<String>,
+    /// Kinds released silently (taken over and failed, no callback).
+    pub release_silently: BTreeSet<String>,
+    /// How kinds in neither list are handled.
+    pub unlisted: OrphanHandling,
+}
+
+impl ReconcileKinds {
+    /// How an orphan of `kind` is handled.
+    pub fn handling(&self, kind: &str) -> OrphanHandling {
+        if self.recover.contains(kind) {
+            OrphanHandling::Recover
+        } else if self.release_silently.contains(kind) {
+            OrphanHandling::ReleaseSilently
+        } else {
+            self.unlisted
+        }
+    }
+
+    /// Whether some kind may be recovered, so the recovery callback can be
+    /// called.
+    pub(crate) fn recovers_any(&self) -> bool {
+        self.unlisted == OrphanHandling::Recover || !self.recover.is_empty()
+    }
+
+    /// Checks every kind is a valid kind name and none is in both lists.
+    fn validate(&self) -> Result<()> {
+        for kind in self.recover.iter().chain(&self.release_silently) {
+            validate::kind(FIELD_KINDS, kind)?;
+        }
+        if let Some(kind) = self.recover.intersection(&self.release_silently).next() {
+            return Err(Error::invalid_input(
+                FIELD_KINDS,
+                format_args!(
+                    "kind {kind:?} is both recovered and released silently; list it in one of \
+                     recover_kinds or release_kinds_silently"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The field named by errors of [`ReconcileKinds`].
+const FIELD_KINDS: &str = "reconcile_kinds";
+
 /// Settings of a [`Keeper`](super::Keeper).
 ///
 /// Build one with [`KeeperConfig::with_ttl`] (leases renewed by a heartbeat)
@@ -42,7 +130,8 @@ pub struct KeeperConfig {
     /// Time between heartbeats; `None` means `ttl / 3`.
     pub renew_interval: Option<Duration>,
     /// How long past its expiry another worker's lease still counts as valid
-    /// (admission, reconciler, `cancel`'s retry-after).
+    /// (admission, reconciler, `cancel`'s retry-after, `cancel_anywhere`'s
+    /// takeover).
     pub grace: Duration,
     /// Time between reconciler passes.
     pub reconcile_interval: Duration,
@@ -52,6 +141,9 @@ pub struct KeeperConfig {
     pub auto_reconcile: bool,
     /// What the reconciler does with the orphans it wins.
     pub reconcile_action: ReconcileAction,
+    /// Which orphans the reconciler recovers and which it releases
+    /// silently, by kind; by default it recovers every kind.
+    pub reconcile_kinds: ReconcileKinds,
     /// Most orphans one reconciler pass looks at.
     pub reconcile_limit: usize,
     /// Most claims per `renew_many` call.
@@ -79,6 +171,7 @@ impl KeeperConfig {
             reconcile_interval: ttl,
             auto_reconcile: true,
             reconcile_action: ReconcileAction::default(),
+            reconcile_kinds: ReconcileKinds::default(),
             reconcile_limit: 100,
             renew_batch_size: 1000,
             solo_renewal_limit: 32,
@@ -130,6 +223,38 @@ impl KeeperConfig {
         self
     }
 
+    /// Adds kinds the reconciler recovers (see [`ReconcileKinds`]).
+    pub fn recover_kinds<I, K>(mut self, kinds: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.reconcile_kinds
+            .recover
+            .extend(kinds.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds kinds the reconciler releases silently, never calling the
+    /// recovery callback for them (see [`ReconcileKinds`]).
+    pub fn release_kinds_silently<I, K>(mut self, kinds: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.reconcile_kinds
+            .release_silently
+            .extend(kinds.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets how the reconciler handles kinds in neither list
+    /// ([`OrphanHandling::Recover`] unless set).
+    pub fn unlisted_kinds(mut self, handling: OrphanHandling) -> Self {
+        self.reconcile_kinds.unlisted = handling;
+        self
+    }
+
     /// Sets the most orphans one pass looks at.
     pub fn reconcile_limit(mut self, limit: usize) -> Self {
         self.reconcile_limit = limit;
@@ -178,6 +303,7 @@ impl KeeperConfig {
             }
         }
         validate::grace(self.grace)?;
+        self.reconcile_kinds.validate()?;
         if self.reconcile_interval.is_zero() {
             return Err(Error::invalid_input(
                 "reconcile_interval",

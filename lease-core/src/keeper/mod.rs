@@ -78,15 +78,16 @@
 //! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many`, `renew_job` |
 //! | `tenure_keeper_losses_total` | counter | `reason`: a [`LossCause::label`] |
 //! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
-//! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` |
+//! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` (reconciler recoveries), `release` (silent releases, [`OrphanHandling::ReleaseSilently`]), `cancel` ([`Keeper::cancel_anywhere`]) |
 //! | `tenure_keeper_recovery_failures_total` | counter | |
 //! | `tenure_keeper_undecodable_records_total` | counter | (records the reconciler's scan could not decode) |
 //! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
 //! | `tenure_keeper_held_leases` | gauge | (runs and jobs) |
 //! | `tenure_keeper_task_panics_total` | counter | `task`: `heartbeat`, `reconciler`, `recovery_callback` |
 //!
-//! Losses, fail-stops, recoveries and failed callbacks are also logged with
-//! `tracing`, with the lease (or job) id; caught panics with
+//! Losses, fail-stops, recoveries, silent releases (with `lease.kind` and
+//! `action = "release"`), cancelling takeovers and failed callbacks are also
+//! logged with `tracing`, with the lease (or job) id; caught panics with
 //! `tracing::error!`.
 //!
 //! # Panics in background work
@@ -104,6 +105,7 @@
 
 mod accessors;
 mod builder;
+mod cancel;
 mod config;
 mod health;
 mod heartbeat;
@@ -125,7 +127,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use builder::KeeperBuilder;
-pub use config::{KeeperConfig, ReconcileAction};
+pub use cancel::CancelAnywhereOutcome;
+pub use config::{KeeperConfig, OrphanHandling, ReconcileAction, ReconcileKinds};
 pub use health::{KeeperHealth, KeeperState};
 pub use job_guard::{JobGuard, JobWriteError};
 pub use loss::{LossCause, OwnershipLost};
@@ -138,7 +141,7 @@ use crate::backend::rules;
 use crate::error::{Error, ErrorKind};
 use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
 use crate::record::{Claim, LeaseRecord, Status};
-use crate::request::{AdmitRequest, StatusChange};
+use crate::request::AdmitRequest;
 use crate::store::LeaseStore;
 use held::{Entry, Phase};
 pub(crate) use table::Shared;
@@ -149,6 +152,13 @@ pub const CANCELLED: &str = "cancelled";
 /// The stop reason written on orphans the reconciler fails
 /// ([`ReconcileAction::Fail`]).
 pub const ORPHANED: &str = "orphaned";
+
+/// The stop reason written on orphans the reconciler releases silently
+/// ([`OrphanHandling::ReleaseSilently`]).
+pub const RELEASED: &str = "released";
+
+/// The error text written on orphans the reconciler releases silently.
+pub const RELEASED_ERROR: &str = "released: owner's lease expired; finalised without recovery";
 
 /// Why a keeper call failed.
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +213,7 @@ pub enum CancelOutcome {
     Cancelled,
     /// An active record not held here whose owner's lease is gone: nobody is
     /// running it; the reconciler will recover it.
+    /// [`Keeper::cancel_anywhere`] cancels such a run instead.
     NotActiveLocally,
     /// Another worker runs it under a valid lease; ask again after
     /// `retry_after` (the holder's expiry plus grace), e.g. HTTP 409 with
@@ -440,7 +451,9 @@ impl Keeper {
     }
 
     /// Cancels run `id`: stops it here if held here (then writes the fenced
-    /// stop), otherwise says who has it. See [`CancelOutcome`].
+    /// stop), otherwise says who has it. See [`CancelOutcome`]. It never
+    /// writes over another worker's record; to cancel a crashed worker's run
+    /// too, use [`cancel_anywhere`](Keeper::cancel_anywhere).
     pub async fn cancel(&self, id: &str) -> CancelOutcome {
         let shared = &self.shared;
         if let Some(run) = shared.lookup(id) {
@@ -459,31 +472,18 @@ impl Keeper {
     }
 
     async fn write_cancel(&self, claim: &Claim, status: Status) -> CancelOutcome {
-        let change = match status {
-            Status::Pending => StatusChange::failed(CANCELLED).stop_reason(CANCELLED),
-            _ => StatusChange::interrupted(CANCELLED),
-        };
-        let answer = tokio::time::timeout(
-            self.shared.config.store_timeout,
-            self.shared.store.transition(claim, &change),
-        )
-        .await;
-        match answer {
-            Ok(Ok(Transition::Applied(_))) => CancelOutcome::Cancelled,
-            Ok(Ok(Transition::Rejected(TransitionRejection::Stale))) => CancelOutcome::TakenOver,
-            Ok(Ok(Transition::Rejected(TransitionRejection::Terminal(status)))) => {
+        match cancel::write_cancel(&self.shared, claim, status).await {
+            Ok(Transition::Applied(_)) => CancelOutcome::Cancelled,
+            Ok(Transition::Rejected(TransitionRejection::Stale)) => CancelOutcome::TakenOver,
+            Ok(Transition::Rejected(TransitionRejection::Terminal(status))) => {
                 CancelOutcome::NotCancellable {
                     status: Some(status),
                 }
             }
-            Ok(Ok(Transition::Rejected(TransitionRejection::NotAllowed { from, .. }))) => {
+            Ok(Transition::Rejected(TransitionRejection::NotAllowed { from, .. })) => {
                 CancelOutcome::NotCancellable { status: Some(from) }
             }
-            Ok(Ok(Transition::Rejected(_))) => CancelOutcome::NotCancellable { status: None },
-            Ok(Err(error)) => {
-                tracing::warn!(lease.id = %claim.id, %error, "cancel write could not be confirmed; the local run is stopped");
-                CancelOutcome::Unknown
-            }
+            Ok(Transition::Rejected(_)) => CancelOutcome::NotCancellable { status: None },
             Err(_) => CancelOutcome::Unknown,
         }
     }
@@ -527,7 +527,7 @@ impl Keeper {
     }
 
     /// Stops the keeper under one shared `deadline`: no new leases or
-    /// takeovers from now on; running work may finish until the deadline;
+    /// reconciler takeovers from now on; running work may finish until the deadline;
     /// a reconciler pass (or its callback) still running at the deadline is
     /// cancelled; runs still going are then stopped (token cancelled, task
     /// aborted, lease left to expire) and the heartbeat ends, aborting any

@@ -1,5 +1,10 @@
 //! The reconciler: finds other workers' orphans (`list_expired`), wins them
-//! (`claim_for_takeover`) and hands them to the recovery callback.
+//! (`claim_for_takeover`) and hands them to the recovery callback, or, for
+//! kinds configured to be released silently ([`ReconcileKinds`]), fails
+//! them without a word to the callback: a host's internal reservations
+//! never reach its recovery path.
+//!
+//! [`ReconcileKinds`]: super::ReconcileKinds
 //!
 //! It runs in its own task, single-flight: a pass is never started while
 //! another runs, whether triggered by its timer or by
@@ -23,10 +28,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::config::ReconcileAction;
+use super::config::{OrphanHandling, ReconcileAction};
 use super::health::{self, Task};
 use super::run_guard::RunGuard;
-use super::{telemetry, Shared, ORPHANED};
+use super::{telemetry, Shared, ORPHANED, RELEASED, RELEASED_ERROR};
 use crate::error::Error;
 use crate::outcome::{SkippedRecord, Takeover};
 use crate::record::LeaseRecord;
@@ -56,8 +61,12 @@ pub type RecoveryCallback = Arc<dyn Fn(Recovered) -> RecoveryFuture + Send + Syn
 pub struct ReconcileReport {
     /// Expired records the scan returned.
     pub scanned: usize,
-    /// Ids this keeper won, in scan order.
+    /// Ids this keeper won and recovered (handed to the callback), in scan
+    /// order.
     pub recovered: Vec<String>,
+    /// Ids this keeper won and released silently (failed with stop reason
+    /// [`RELEASED`](super::RELEASED), no callback), in scan order.
+    pub released: Vec<String>,
     /// Ids skipped because this keeper holds them.
     pub skipped_own: Vec<String>,
     /// Records the scan matched but could not decode (also logged and
@@ -206,12 +215,16 @@ async fn pass(
         undecodable: scan.skipped,
         ..ReconcileReport::default()
     };
-    let action = match &config.reconcile_action {
+    let recover = match &config.reconcile_action {
         ReconcileAction::Fail { error } => TakeoverAction::Fail {
             error: error.clone(),
             stop_reason: Some(ORPHANED.to_owned()),
         },
         ReconcileAction::Adopt => TakeoverAction::Adopt { ttl: config.ttl },
+    };
+    let release = TakeoverAction::Fail {
+        error: RELEASED_ERROR.to_owned(),
+        stop_reason: Some(RELEASED.to_owned()),
     };
     let mut recovered = Vec::new();
     for record in scan.records {
@@ -222,6 +235,11 @@ async fn pass(
             report.skipped_own.push(record.id);
             continue;
         }
+        let handling = config.reconcile_kinds.handling(&record.kind);
+        let action = match handling {
+            OrphanHandling::Recover => &recover,
+            OrphanHandling::ReleaseSilently => &release,
+        };
         let request = TakeoverRequest {
             id: record.id.clone(),
             claimer: shared.worker_id.clone(),
@@ -237,6 +255,11 @@ async fn pass(
             claim_call,
         );
         match tokio::time::timeout(config.store_timeout, claim_call).await {
+            Ok(Ok(Takeover::Taken(record))) if handling == OrphanHandling::ReleaseSilently => {
+                telemetry::takeover("release");
+                tracing::info!(lease.id = %record.id, lease.kind = %record.kind, fence = record.fence, action = "release", "released orphan silently");
+                report.released.push(record.id);
+            }
             Ok(Ok(Takeover::Taken(record))) => {
                 let adopted = matches!(action, TakeoverAction::Adopt { .. });
                 telemetry::takeover(if adopted { "adopt" } else { "fail" });

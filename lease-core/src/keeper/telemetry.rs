@@ -37,7 +37,9 @@ pub(crate) fn loss(cause: &LossCause) {
     }
 }
 
-/// The reconciler won an orphan (`fail` or `adopt`).
+/// The keeper won a takeover: the reconciler recovered an orphan (`fail` or
+/// `adopt`) or released it silently (`release`), or `cancel_anywhere` took a
+/// run over to cancel it (`cancel`).
 pub(crate) fn takeover(action: &'static str) {
     metrics::counter!(TAKEOVERS, "action" => action).increment(1);
 }

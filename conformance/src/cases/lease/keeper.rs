@@ -41,7 +41,7 @@ use crate::{ensure, ensure_eq};
 /// The keepers' lease: long against [`BEAT`], so that only a heartbeat
 /// starved of more than ten beats misses its confirmed deadline, yet short
 /// enough that a case outlives a few ttls in seconds.
-const TTL: Duration = Duration::from_secs(3);
+pub(crate) const TTL: Duration = Duration::from_secs(3);
 /// The keepers' beat (`ttl / 12`, well below the default `ttl / 3`).
 const BEAT: Duration = Duration::from_millis(250);
 /// The longest a case waits for a heartbeat effect: longer than the ttl, so
@@ -53,20 +53,23 @@ const POLL: Duration = Duration::from_millis(10);
 /// The bound given to every `shutdown` (it answers as soon as it drained).
 const SHUTDOWN_BOUND: Duration = Duration::from_secs(10);
 /// The worker that takes leases over from the keepers' runs.
-const PEER: &str = "peer-worker";
+pub(crate) const PEER: &str = "peer-worker";
 /// The worker that admits orphans and never comes back for them.
-const GHOST: &str = "ghost-worker";
+pub(crate) const GHOST: &str = "ghost-worker";
 
 /// A keeper config with the cases' ttl and no self-running reconciler, so
 /// passes happen only when a case asks.
-fn config() -> KeeperConfig {
+pub(crate) fn config() -> KeeperConfig {
     KeeperConfig::with_ttl(TTL)
         .renew_interval(BEAT)
         .auto_reconcile(false)
 }
 
 /// Starts a keeper over the case's store.
-fn start<S: LeaseStore + 'static>(ctx: &Ctx<S>, config: KeeperConfig) -> Result<Keeper, Failure> {
+pub(crate) fn start<S: LeaseStore + 'static>(
+    ctx: &Ctx<S>,
+    config: KeeperConfig,
+) -> Result<Keeper, Failure> {
     Keeper::builder(ctx.store.clone(), config)
         .start()
         .map_err(|error| Failure(format!("the keeper did not start: {error}")))
@@ -74,7 +77,7 @@ fn start<S: LeaseStore + 'static>(ctx: &Ctx<S>, config: KeeperConfig) -> Result<
 
 /// Admits `id` through `keeper` on its own scope, failing the case unless it
 /// is `Admitted`; answers the run's guard.
-async fn admit_held(keeper: &Keeper, id: &str) -> Result<RunGuard, Failure> {
+pub(crate) async fn admit_held(keeper: &Keeper, id: &str) -> Result<RunGuard, Failure> {
     let request = keeper.request(id).scope(format!("keeper-case:{id}"));
     match keeper.admit(request).await {
         Ok(AdmitOutcome::Admitted { guard, .. }) => Ok(guard),
@@ -89,7 +92,7 @@ async fn admit_held(keeper: &Keeper, id: &str) -> Result<RunGuard, Failure> {
 /// Driven on a blocking thread because the future of `Keeper::shutdown` is
 /// not `Send` (it keeps a `watch::Ref` across an await) while the kit runs
 /// every case in a spawned task.
-async fn shutdown_drained(keeper: Keeper) -> CaseResult {
+pub(crate) async fn shutdown_drained(keeper: Keeper) -> CaseResult {
     let report = keeper.shutdown(Instant::now() + SHUTDOWN_BOUND).await;
     ensure!(
         report.drained && report.stopped_runs.is_empty(),
@@ -123,7 +126,7 @@ async fn shorten_and_expire<S: LeaseStore>(
 /// Lets [`PEER`] adopt `guard`'s lease behind its keeper's back; answers the
 /// record as the peer took it. Tries again when a beat renewed the lease
 /// between the shortening and the takeover.
-async fn peer_takes_over<S: LeaseStore>(
+pub(crate) async fn peer_takes_over<S: LeaseStore>(
     ctx: &Ctx<S>,
     guard: &RunGuard,
 ) -> Result<LeaseRecord, Failure> {

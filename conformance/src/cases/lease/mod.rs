@@ -5,6 +5,8 @@ pub mod admit;
 pub mod fence;
 pub mod input;
 pub mod keeper;
+pub mod keeper_cancel;
+pub mod keeper_kinds;
 pub mod listing;
 pub mod race;
 pub mod renew;
