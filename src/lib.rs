@@ -50,6 +50,7 @@ pub use tenure_lease_core::{
     TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection,
     DEFAULT_KIND,
 };
+pub use tenure_lease_core::{Election, Schedule, Ticker};
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]

@@ -105,6 +105,7 @@
 mod accessors;
 mod builder;
 mod config;
+mod election;
 mod health;
 mod heartbeat;
 mod held;
@@ -112,6 +113,7 @@ mod job_guard;
 mod loss;
 mod reconciler;
 mod run_guard;
+mod schedule;
 mod table;
 mod telemetry;
 
@@ -126,6 +128,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use builder::KeeperBuilder;
 pub use config::{KeeperConfig, ReconcileAction};
+pub use election::{Election, ElectionBuilder, Leadership, Term, TermEnd, DEPOSED, ELECTION_KIND};
 pub use health::{KeeperHealth, KeeperState};
 pub use job_guard::{JobGuard, JobWriteError};
 pub use loss::{LossCause, OwnershipLost};
@@ -133,6 +136,10 @@ pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
 };
 pub use run_guard::{RunGuard, WriteError};
+pub use schedule::{
+    Firing, Missed, Schedule, Tick, TickOutcome, Ticker, TickerBuilder, TickerReport,
+    DEFAULT_LOOKBACK, LATE, MAX_INTERVAL, MAX_LOOKBACK, MIN_INTERVAL, SCHEDULE_KIND,
+};
 
 use crate::backend::rules;
 use crate::error::{Error, ErrorKind};
