@@ -513,11 +513,11 @@ impl Campaign {
             stepping_down: CancellationToken::new(),
             election: Arc::clone(&self.name),
         };
+        let work = Arc::clone(&self.work);
+        let started = std::panic::catch_unwind(AssertUnwindSafe(|| work(term.clone())));
         self.set(Leadership::Leading {
             claim: guard.claim().clone(),
         });
-        let work = Arc::clone(&self.work);
-        let started = std::panic::catch_unwind(AssertUnwindSafe(|| work(term.clone())));
         let mut task = match started {
             Ok(future) => AbortOnDrop(guard.spawn(|_| future)),
             Err(payload) => {
