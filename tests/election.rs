@@ -53,7 +53,7 @@ impl Campaigner {
         Fut: Future<Output = Result<(), String>> + Send + 'static,
     {
         let store = subject.faulty();
-        let keeper = subject.keeper(store.clone(), worker);
+        let keeper = support::keeper(store.clone(), worker);
         let (ended, ends) = mpsc::unbounded_channel();
         let election = Election::builder(keeper.clone(), name)
             .retry_interval(RETRY)

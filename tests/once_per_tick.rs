@@ -80,7 +80,7 @@ fn hosts(subject: &Subject) -> Vec<(String, Arc<Keeper>)> {
     (0..HOSTS)
         .map(|index| {
             let host = format!("host{index}");
-            let keeper = subject.keeper(Arc::clone(&subject.store), &host);
+            let keeper = support::keeper(Arc::clone(&subject.store), &host);
             (host, keeper)
         })
         .collect()
@@ -426,7 +426,7 @@ async fn a_failed_delivery_is_a_failed_run(subject: Arc<Subject>) {
 async fn a_tick_won_after_it_ended_is_not_delivered(subject: Arc<Subject>) {
     let schedule = schedule("late");
     let store = subject.faulty();
-    let keeper = subject.keeper(store.clone(), "slow-host");
+    let keeper = support::keeper(store.clone(), "slow-host");
     let deliveries = Deliveries::default();
     let due = schedule.tick_at(subject.now().await);
     subject.advance_past(due.end()).await;

@@ -115,20 +115,20 @@ impl Subject {
     pub fn faulty(&self) -> Arc<FaultyStore> {
         Arc::new(Arc::clone(&self.store).layer(Faults::new()))
     }
+}
 
-    /// A keeper for `worker` over `store`: the tests' ttl and beat, no
-    /// self-running reconciler.
-    pub fn keeper(&self, store: Arc<dyn LeaseStore>, worker: &str) -> Arc<Keeper> {
-        let config = KeeperConfig::with_ttl(TTL)
-            .renew_interval(BEAT)
-            .auto_reconcile(false)
-            .worker_id(worker);
-        Arc::new(
-            Keeper::builder(store, config)
-                .start()
-                .expect("the keeper starts"),
-        )
-    }
+/// A keeper for `worker` over `store`: the tests' ttl and beat, no
+/// self-running reconciler.
+pub fn keeper(store: Arc<dyn LeaseStore>, worker: &str) -> Arc<Keeper> {
+    let config = KeeperConfig::with_ttl(TTL)
+        .renew_interval(BEAT)
+        .auto_reconcile(false)
+        .worker_id(worker);
+    Arc::new(
+        Keeper::builder(store, config)
+            .start()
+            .expect("the keeper starts"),
+    )
 }
 
 /// Runs `test` on a fresh store of `backend`, bounded, then removes the
