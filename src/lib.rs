@@ -72,3 +72,8 @@ pub use tenure_backend_redis as redis;
 /// backend of your own.
 #[cfg(feature = "conformance")]
 pub use tenure_conformance as conformance;
+
+/// The README's Rust snippets, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;

@@ -276,8 +276,24 @@ impl ElectionBuilder {
     }
 }
 
-/// One campaigner of a leader election ([contract §14](crate::contract)):
-/// see the [module docs](self).
+/// One campaigner of a leader election ([contract §14](crate::contract)).
+///
+/// Each campaign admits a fresh record (kind [`ELECTION_KIND`]) on the
+/// election's scope with [`AdmitStrategy::Interrupt`]: the store admits it
+/// only when no other worker holds the scope under a lease valid by the
+/// store's clock (plus grace), interrupting a lapsed leader's record in the
+/// same step, so two leaders whose leases are both valid by the store never
+/// exist. The winner's record is held by its keeper like any run (renewed
+/// by the heartbeat, lost the keeper's way: fail-stop at the confirmed
+/// deadline when renewals go unconfirmed), and the leader's work is its
+/// registered task, aborted the moment leadership is gone. Each term's
+/// fence is greater than every earlier leader's: present it to what the
+/// leader writes ([`FenceGate`](crate::FenceGate)) so a deposed leader that
+/// has not noticed yet is refused. Followers try again every
+/// [`retry_interval`](ElectionBuilder::retry_interval) (sooner when the
+/// leader's lease ends first); a leader that steps down
+/// ([`Election::shutdown`]) completes its record once its work has
+/// returned, freeing the scope for the next attempt.
 ///
 /// Give every campaigner its own keeper (its own worker id): a campaign
 /// interrupts records of its own worker id whatever their lease, which is

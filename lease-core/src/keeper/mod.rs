@@ -8,6 +8,10 @@
 //! path; only the store calls differ (`renew_job` per job, as queues have no
 //! batch renewal, and the fenced `complete` / `fail` / `defer`).
 //!
+//! Two helpers build on it ([contract §14](crate::contract)): [`Election`]
+//! (one leader among campaigners, fenced by its term) and [`Schedule`] /
+//! [`Ticker`] (each tick of a named schedule delivered once across hosts).
+//!
 //! Why it is shaped this way:
 //! * **Confirmed deadline.** Each lease carries a local monotonic deadline:
 //!   the instant the last *confirmed* renewal was sent, plus the ttl. The

@@ -62,7 +62,9 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// The error written on a tick's run whose winner did not deliver because
-/// it was late (see the [module docs](self)).
+/// it was late: its admission landed after the tick ended, or after the
+/// next tick's run was admitted (whose winner may already have reported
+/// this tick missed; a tick is never both reported missed and delivered).
 pub const LATE: &str =
     "late: admitted after its tick ended or after the next tick fired; not delivered";
 
@@ -70,7 +72,21 @@ pub const LATE: &str =
 const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 
 /// A named schedule of ticks every `interval`, aligned to the Unix epoch
-/// (tick `n` starts at `n × interval` after 1970-01-01T00:00:00Z).
+/// (tick `n` starts at `n × interval` after 1970-01-01T00:00:00Z), each
+/// delivered once among every host that fires it
+/// ([contract §14](crate::contract)).
+///
+/// The store's clock says which tick is due, so hosts whose clocks disagree
+/// still agree on it. A tick's run id is derived from the name and the
+/// tick ([`run_id`](Schedule::run_id)) and admitted with
+/// [`AdmitStrategy::Reject`](crate::AdmitStrategy::Reject): the store
+/// creates it once and answers every other host `AlreadyExists`. The
+/// winner's delivery runs under the run's lease and fence (a held run:
+/// success completes it, an error fails it, a loss aborts it). A tick
+/// nobody fired has no record, so each winner looks back for such holes
+/// (up to [`lookback`](Schedule::lookback) ticks) and reports them
+/// ([`Missed`]); keep finished runs (`purge` retention) for longer than
+/// that horizon, or purged ticks are reported missed.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
