@@ -31,6 +31,38 @@ on_every_backend!(
     failed_work_ends_the_term_as_a_failed_run,
 );
 
+#[tokio::test]
+async fn an_election_needs_a_leased_keeper_and_a_valid_name() {
+    let store: Arc<dyn LeaseStore> = Arc::new(tenure::memory::MemoryStore::new());
+    let work = |term: Term| async move {
+        term.stepping_down().cancelled().await;
+        Ok::<(), String>(())
+    };
+    let refused = |keeper: &Arc<Keeper>, name: &str, retry: Duration, field: &str| {
+        let error = Election::builder(keeper.clone(), name)
+            .retry_interval(retry)
+            .start(work)
+            .expect_err("refused");
+        assert_eq!(error.kind(), tenure::ErrorKind::InvalidInput);
+        assert_eq!(error.field(), Some(field));
+    };
+    let single = Arc::new(
+        Keeper::builder(
+            store.clone(),
+            tenure::KeeperConfig::single_worker()
+                .reconcile_action(tenure::keeper::ReconcileAction::default()),
+        )
+        .start()
+        .unwrap(),
+    );
+    refused(&single, "leader:x", RETRY, "keeper");
+    let leased = support::keeper(store, "w0");
+    refused(&leased, "", RETRY, "scope");
+    refused(&leased, "leader:x", Duration::ZERO, "retry_interval");
+    single.shutdown(Instant::now()).await;
+    leased.shutdown(Instant::now()).await;
+}
+
 /// How often a follower tries again.
 const RETRY: Duration = Duration::from_millis(50);
 /// The resource the leaders write, behind a fence gate.

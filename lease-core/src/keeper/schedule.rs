@@ -164,8 +164,17 @@ impl Schedule {
     /// whole number of microseconds.
     pub fn every(name: impl Into<String>, interval: Duration) -> Result<Self, Error> {
         let name = name.into();
-        validate::lease_id(&format!("{name}@{WIDEST_TICK}"))
-            .map_err(|_| Error::invalid_input("name", format_args!("{name:?} cannot name runs: it must be 1 to {} bytes without control characters", validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1)))?;
+        let names_runs = validate::lease_id(&name)
+            .and_then(|()| validate::lease_id(&format!("{name}@{WIDEST_TICK}")));
+        if names_runs.is_err() {
+            return Err(Error::invalid_input(
+                "name",
+                format_args!(
+                    "{name:?} cannot name runs: it must be 1 to {} bytes without control characters",
+                    validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1
+                ),
+            ));
+        }
         if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval)
             || interval.subsec_nanos() % 1_000 != 0
         {
@@ -914,4 +923,90 @@ enum Reaped {
     Done,
     Retry(Tick),
     Halt,
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .expect("an RFC 3339 instant")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn ticks_are_aligned_to_the_epoch() {
+        let hourly = Schedule::every("report", Duration::from_secs(3600)).unwrap();
+        let tick = hourly.tick_at(at("2026-11-29T10:59:59.999999Z"));
+        assert_eq!(tick.start(), at("2026-11-29T10:00:00Z"));
+        assert_eq!(tick.end(), at("2026-11-29T11:00:00Z"));
+        assert_eq!(
+            hourly.tick_at(tick.end()).start(),
+            tick.end(),
+            "ends are exclusive"
+        );
+        assert!(tick.contains(tick.start()) && !tick.contains(tick.end()));
+        assert_eq!(hourly.run_id(tick), "report@2026-11-29T10:00:00Z");
+
+        let fast = Schedule::every("beat", Duration::from_millis(250)).unwrap();
+        let tick = fast.tick_at(at("2026-11-29T10:00:00.600Z"));
+        assert_eq!(fast.run_id(tick), "beat@2026-11-29T10:00:00.500Z");
+        let before_epoch = fast.tick_at(Utc.timestamp_micros(-1).unwrap());
+        assert_eq!(
+            before_epoch.start(),
+            Utc.timestamp_micros(-250_000).unwrap()
+        );
+    }
+
+    #[test]
+    fn neighbouring_ticks_are_one_interval_apart() {
+        let schedule = Schedule::every("s", Duration::from_secs(90)).unwrap();
+        let tick = schedule.tick_at(at("2026-11-29T10:00:00Z"));
+        let next = schedule.shifted(tick, 1).unwrap();
+        assert_eq!(next.start(), tick.end());
+        assert_eq!(schedule.shifted(next, -1), Some(tick));
+        assert_eq!(
+            schedule.shifted(tick, -3).unwrap().end(),
+            schedule.shifted(tick, -2).unwrap().start()
+        );
+    }
+
+    #[test]
+    fn bad_schedules_are_refused() {
+        let refused = |result: Result<Schedule, Error>, field: &str| {
+            let error = result.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::InvalidInput);
+            assert_eq!(error.field(), Some(field));
+        };
+        let second = Duration::from_secs(1);
+        refused(Schedule::every("", second), "name");
+        refused(Schedule::every("a\nb", second), "name");
+        refused(
+            Schedule::every("x".repeat(validate::MAX_NAME_BYTES - 20), second),
+            "name",
+        );
+        refused(Schedule::every("s", Duration::from_micros(999)), "interval");
+        refused(
+            Schedule::every("s", Duration::from_nanos(1_000_000_500)),
+            "interval",
+        );
+        refused(Schedule::every("s", MAX_INTERVAL + second), "interval");
+        refused(
+            Schedule::every("s", second).unwrap().lookback(0),
+            "lookback",
+        );
+        refused(
+            Schedule::every("s", second)
+                .unwrap()
+                .lookback(MAX_LOOKBACK + 1),
+            "lookback",
+        );
+        let longest = "x".repeat(validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1);
+        let schedule = Schedule::every(longest, MIN_INTERVAL).unwrap();
+        let tick = schedule.tick_at(at("9999-12-31T23:59:59.999999Z"));
+        validate::lease_id(&schedule.run_id(tick)).expect("the longest run id is valid");
+    }
 }
