@@ -461,6 +461,11 @@ async fn shutdown_drains_the_work_then_steps_down(subject: Arc<Subject>) {
     })
     .await;
     assert!(fence > claim.fence);
+    flush.notify_one(); // lets the new leader's work finish its last write too
+    assert_eq!(
+        campaigners[follower].shut_down().await,
+        Some(TermEnd::SteppedDown)
+    );
     shut_down_all(&campaigners).await;
 }
 
