@@ -50,6 +50,7 @@ pub use tenure_lease_core::{
     TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection,
     DEFAULT_KIND,
 };
+pub use tenure_lease_core::{Election, Schedule, Ticker};
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]
@@ -71,3 +72,8 @@ pub use tenure_backend_redis as redis;
 /// backend of your own.
 #[cfg(feature = "conformance")]
 pub use tenure_conformance as conformance;
+
+/// The README's Rust snippets, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;

@@ -42,6 +42,7 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceGate, StaleFence};
+pub use keeper::{Election, Schedule, Ticker};
 pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
 pub use layer::{Instrumented, LayerExt};
 pub use outcome::{

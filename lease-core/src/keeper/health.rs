@@ -147,7 +147,7 @@ where
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(text) = payload.downcast_ref::<&'static str>() {
         (*text).to_owned()
     } else if let Some(text) = payload.downcast_ref::<String>() {

@@ -8,6 +8,10 @@
 //! path; only the store calls differ (`renew_job` per job, as queues have no
 //! batch renewal, and the fenced `complete` / `fail` / `defer`).
 //!
+//! Two helpers build on it ([contract §14](crate::contract)): [`Election`]
+//! (one leader among campaigners, fenced by its term) and [`Schedule`] /
+//! [`Ticker`] (each tick of a named schedule delivered once across hosts).
+//!
 //! Why it is shaped this way:
 //! * **Confirmed deadline.** Each lease carries a local monotonic deadline:
 //!   the instant the last *confirmed* renewal was sent, plus the ttl. The
@@ -107,6 +111,7 @@ mod accessors;
 mod builder;
 mod cancel;
 mod config;
+mod election;
 mod health;
 mod heartbeat;
 mod held;
@@ -114,6 +119,7 @@ mod job_guard;
 mod loss;
 mod reconciler;
 mod run_guard;
+mod schedule;
 mod table;
 mod telemetry;
 
@@ -129,6 +135,7 @@ use tokio_util::sync::CancellationToken;
 pub use builder::KeeperBuilder;
 pub use cancel::CancelAnywhereOutcome;
 pub use config::{KeeperConfig, OrphanHandling, ReconcileAction, ReconcileKinds};
+pub use election::{Election, ElectionBuilder, Leadership, Term, TermEnd, DEPOSED, ELECTION_KIND};
 pub use health::{KeeperHealth, KeeperState};
 pub use job_guard::{JobGuard, JobWriteError};
 pub use loss::{LossCause, OwnershipLost};
@@ -136,6 +143,10 @@ pub use reconciler::{
     ReconcileError, ReconcileReport, Recovered, RecoveryCallback, RecoveryError, RecoveryFuture,
 };
 pub use run_guard::{RunGuard, WriteError};
+pub use schedule::{
+    Firing, Missed, Schedule, Tick, TickOutcome, Ticker, TickerBuilder, TickerReport,
+    DEFAULT_LOOKBACK, LATE, MAX_INTERVAL, MAX_LOOKBACK, MIN_INTERVAL, SCHEDULE_KIND,
+};
 
 use crate::backend::rules;
 use crate::error::{Error, ErrorKind};

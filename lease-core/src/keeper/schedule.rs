@@ -1,0 +1,1012 @@
+//! Once per tick across hosts ([contract §14](crate::contract)): a named
+//! schedule whose every tick is delivered by exactly one of the hosts that
+//! run it, under that tick's own lease and fence.
+//!
+//! Why it is shaped this way:
+//! * **The tick is the id.** Ticks are a fixed interval aligned to the Unix
+//!   epoch, and a tick's run id is derived from the schedule's name and the
+//!   tick's start ([`Schedule::run_id`]). Every host admits that id
+//!   ([`AdmitStrategy::Reject`](crate::AdmitStrategy::Reject), the
+//!   default): the store creates it once, and every other host is answered
+//!   `AlreadyExists`, so the tick has one winner however many hosts race.
+//! * **The store's clock says which tick is due** ([`LeaseStore::now`]), so
+//!   hosts whose clocks disagree still agree on the tick.
+//! * **The delivery is a held run.** The winner's keeper renews the run's
+//!   lease while the delivery runs as its registered task; success
+//!   completes the run, an error fails it (visible as a `Failed` record with
+//!   the error), a loss aborts it.
+//! * **A missed tick leaves a hole.** A tick nobody fired has no record, so
+//!   the winner of a tick looks back for the holes before it (up to
+//!   [`Schedule::lookback`] ticks) and reports them ([`Missed`]). A winner
+//!   whose admission landed after its tick ended, or after the next tick was
+//!   already admitted, does not deliver (the run is completed `Failed`,
+//!   [`LATE`]): the next tick's winner may already have reported it missed,
+//!   and a tick is never both reported missed and delivered.
+//!
+//! [`LeaseStore::now`]: crate::LeaseStore::now
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::SecondsFormat;
+use futures_util::future::BoxFuture;
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::election::{release, work_ended, AbortOnDrop, Stop};
+use super::{AdmitOutcome, Keeper, KeeperError, LossCause, OwnershipLost, RunGuard};
+use crate::backend::validate;
+use crate::clock::{self, Timestamp};
+use crate::error::{Error, ErrorKind};
+use crate::record::{Claim, LeaseRecord};
+use crate::request::StatusChange;
+
+/// The kind of the records a [`Schedule`] admits, one per fired tick.
+pub const SCHEDULE_KIND: &str = "schedule";
+
+/// How many ticks back a winner looks for missed ones unless told otherwise.
+pub const DEFAULT_LOOKBACK: u32 = 64;
+
+/// The most ticks a winner may look back.
+pub const MAX_LOOKBACK: u32 = 10_000;
+
+/// The shortest tick interval.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The longest tick interval (366 days).
+pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The error written on a tick's run whose winner did not deliver because
+/// it was late: its admission landed after the tick ended, or after the
+/// next tick's run was admitted (whose winner may already have reported
+/// this tick missed; a tick is never both reported missed and delivered).
+pub const LATE: &str =
+    "late: admitted after its tick ended or after the next tick fired; not delivered";
+
+/// The longest tick start as a run id renders it, to check name lengths.
+const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
+
+/// A named schedule of ticks every `interval`, aligned to the Unix epoch
+/// (tick `n` starts at `n × interval` after 1970-01-01T00:00:00Z), each
+/// delivered once among every host that fires it
+/// ([contract §14](crate::contract)).
+///
+/// The store's clock says which tick is due, so hosts whose clocks disagree
+/// still agree on it. A tick's run id is derived from the name and the
+/// tick ([`run_id`](Schedule::run_id)) and admitted with
+/// [`AdmitStrategy::Reject`](crate::AdmitStrategy::Reject): the store
+/// creates it once and answers every other host `AlreadyExists`. The
+/// winner's delivery runs under the run's lease and fence (a held run:
+/// success completes it, an error fails it, a loss aborts it). A tick
+/// nobody fired has no record, so each winner looks back for such holes
+/// (up to [`lookback`](Schedule::lookback) ticks) and reports them
+/// ([`Missed`]); keep finished runs (`purge` retention) for longer than
+/// that horizon, or purged ticks are reported missed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use tenure_backend_memory::MemoryStore;
+/// use tenure_lease_core::keeper::{Keeper, KeeperConfig, Schedule, TickOutcome};
+/// use tokio::time::Instant;
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let keeper = Keeper::builder(store, KeeperConfig::with_ttl(Duration::from_secs(10))).start()?;
+/// let schedule = Schedule::every("report", Duration::from_secs(3600))?;
+/// // Every host calls this (a `Ticker` does it at each tick): one delivers.
+/// let outcome = schedule
+///     .fire_due(&keeper, |firing| async move {
+///         println!("tick {} under fence {}", firing.tick(), firing.fence());
+///         Ok::<(), std::io::Error>(())
+///     })
+///     .await?;
+/// assert!(matches!(outcome, TickOutcome::Delivered { .. }));
+/// let again = schedule.fire_due(&keeper, |_| async { Ok::<(), std::io::Error>(()) }).await?;
+/// assert!(matches!(again, TickOutcome::Elsewhere { .. }), "one delivery per tick");
+/// keeper.shutdown(Instant::now() + Duration::from_secs(5)).await;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    name: String,
+    interval: Duration,
+    lookback: u32,
+}
+
+/// One tick of a [`Schedule`]: `[start, end)` in store time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tick {
+    start: Timestamp,
+    end: Timestamp,
+}
+
+impl Tick {
+    /// When the tick starts (store time).
+    pub fn start(&self) -> Timestamp {
+        self.start
+    }
+
+    /// When the next tick starts (store time).
+    pub fn end(&self) -> Timestamp {
+        self.end
+    }
+
+    /// Whether `instant` falls within the tick.
+    pub fn contains(&self, instant: Timestamp) -> bool {
+        self.start <= instant && instant < self.end
+    }
+}
+
+impl fmt::Display for Tick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.start.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+    }
+}
+
+impl Schedule {
+    /// A schedule named `name` ticking every `interval`, looking back
+    /// [`DEFAULT_LOOKBACK`] ticks for missed ones.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] when a run id made of `name` would not be
+    /// a valid lease id (empty, control characters, too long), or when the
+    /// interval is outside [`MIN_INTERVAL`] to [`MAX_INTERVAL`] or not a
+    /// whole number of microseconds.
+    pub fn every(name: impl Into<String>, interval: Duration) -> Result<Self, Error> {
+        let name = name.into();
+        let names_runs = validate::lease_id(&name)
+            .and_then(|()| validate::lease_id(&format!("{name}@{WIDEST_TICK}")));
+        if names_runs.is_err() {
+            return Err(Error::invalid_input(
+                "name",
+                format_args!(
+                    "{name:?} cannot name runs: it must be 1 to {} bytes without control characters",
+                    validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1
+                ),
+            ));
+        }
+        if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval)
+            || interval.subsec_nanos() % 1_000 != 0
+        {
+            return Err(Error::invalid_input(
+                "interval",
+                format_args!(
+                    "{interval:?} must be a whole number of microseconds from {MIN_INTERVAL:?} to {MAX_INTERVAL:?}"
+                ),
+            ));
+        }
+        Ok(Schedule {
+            name,
+            interval,
+            lookback: DEFAULT_LOOKBACK,
+        })
+    }
+
+    /// Sets how many ticks back a winner looks for missed ones.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] outside 1 to [`MAX_LOOKBACK`].
+    pub fn lookback(mut self, ticks: u32) -> Result<Self, Error> {
+        if !(1..=MAX_LOOKBACK).contains(&ticks) {
+            return Err(Error::invalid_input(
+                "lookback",
+                format_args!("{ticks} is outside 1..={MAX_LOOKBACK}"),
+            ));
+        }
+        self.lookback = ticks;
+        Ok(self)
+    }
+
+    /// The schedule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The time between ticks.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// How many ticks back a winner looks for missed ones.
+    pub fn lookback_ticks(&self) -> u32 {
+        self.lookback
+    }
+
+    /// The tick `instant` (store time) falls in.
+    pub fn tick_at(&self, instant: Timestamp) -> Tick {
+        let step = self.step();
+        let micros = clock::to_micros(instant);
+        self.tick_starting(micros - micros.rem_euclid(step))
+            .unwrap_or(Tick {
+                start: instant,
+                end: clock::add(instant, self.interval),
+            })
+    }
+
+    /// The run id of `tick`: `"{name}@{start}"`, the start in RFC 3339 UTC
+    /// (e.g. `report@2026-11-29T00:00:00Z`).
+    pub fn run_id(&self, tick: Tick) -> String {
+        format!("{}@{tick}", self.name)
+    }
+
+    /// Fires the tick that is due now by the store's clock: admits its run
+    /// and, when this host wins, looks back for missed ticks, then runs
+    /// `deliver` as the run's registered task (aborted if the lease is
+    /// lost) and completes the run `Succeeded`, or `Failed` with the error
+    /// it answers. Answers what happened; losing the race is
+    /// [`TickOutcome::Elsewhere`].
+    ///
+    /// # Errors
+    ///
+    /// [`KeeperError`] when the store's clock or the admission could not be
+    /// read or decided (nothing was delivered; an admission whose answer
+    /// was lost may have created the run, which then expires undelivered
+    /// and is recovered as an orphan), or when the keeper takes no leases.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future aborts the delivery; the run is then left to
+    /// expire (a reconciler fails it as orphaned).
+    pub async fn fire_due<F, Fut, E>(
+        &self,
+        keeper: &Keeper,
+        deliver: F,
+    ) -> Result<TickOutcome, KeeperError>
+    where
+        F: FnOnce(Firing) -> Fut,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + 'static,
+    {
+        let now = store_now(keeper).await?;
+        self.fire(keeper, self.tick_at(now), |firing| {
+            let delivery = deliver(firing);
+            async move { delivery.await.map_err(|error| error.to_string()) }
+        })
+        .await
+    }
+
+    /// The tick's length in microseconds (whole, at least 1000).
+    fn step(&self) -> i64 {
+        clock::micros_rounded_up(self.interval)
+    }
+
+    fn tick_starting(&self, start: i64) -> Option<Tick> {
+        let end = start.checked_add(self.step())?;
+        Some(Tick {
+            start: clock::from_micros(start)?,
+            end: clock::from_micros(end)?,
+        })
+    }
+
+    /// The tick `offset` ticks after `tick` (before it when negative).
+    fn shifted(&self, tick: Tick, offset: i64) -> Option<Tick> {
+        let start = clock::to_micros(tick.start).checked_add(offset.checked_mul(self.step())?)?;
+        self.tick_starting(start)
+    }
+
+    async fn fire<F, Fut>(
+        &self,
+        keeper: &Keeper,
+        tick: Tick,
+        deliver: F,
+    ) -> Result<TickOutcome, KeeperError>
+    where
+        F: FnOnce(Firing) -> Fut,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        let request = keeper
+            .request(self.run_id(tick))
+            .kind(SCHEDULE_KIND)
+            .metadata(serde_json::json!({ "schedule": &self.name, "tick": tick.to_string() }));
+        let guard = match keeper.admit(request).await {
+            Ok(AdmitOutcome::Admitted { guard, .. }) => guard,
+            Ok(AdmitOutcome::Conflict { .. }) => return Ok(TickOutcome::Elsewhere { tick }),
+            Err(KeeperError::Store(error)) if error.kind() == ErrorKind::AlreadyExists => {
+                return Ok(TickOutcome::Elsewhere { tick })
+            }
+            Err(error) => return Err(error),
+        };
+        let reads = Reads(keeper);
+        if self.is_late(&reads, tick, &guard).await {
+            // A refused or unconfirmed write is logged by `release`; the
+            // run is not delivered either way.
+            let _ = release(&guard, StatusChange::failed(LATE)).await;
+            return Ok(TickOutcome::Late { tick });
+        }
+        let missed = self.look_back(&reads, tick).await;
+        let fence = guard.fence();
+        let firing = Firing {
+            guard: guard.clone(),
+            tick,
+            missed: missed.clone(),
+        };
+        let mut delivery = AbortOnDrop(guard.spawn(|_| deliver(firing)));
+        let error = match (&mut delivery.0).await {
+            Ok(Ok(())) => {
+                return Ok(match release(&guard, StatusChange::succeeded()).await {
+                    Ok(()) => TickOutcome::Delivered {
+                        tick,
+                        fence,
+                        missed,
+                    },
+                    Err(cause) => TickOutcome::Lost {
+                        tick,
+                        fence,
+                        missed,
+                        cause,
+                        delivered: true,
+                    },
+                })
+            }
+            Ok(Err(error)) => error,
+            Err(error) => match work_ended(&guard, error) {
+                Ok(panicked) => panicked,
+                Err(cause) => {
+                    return Ok(TickOutcome::Lost {
+                        tick,
+                        fence,
+                        missed,
+                        cause,
+                        delivered: false,
+                    })
+                }
+            },
+        };
+        let _ = release(&guard, StatusChange::failed(&error)).await;
+        Ok(TickOutcome::DeliveryFailed {
+            tick,
+            fence,
+            missed,
+            error,
+        })
+    }
+
+    /// Whether the winner of `tick` must not deliver: its admission landed
+    /// after the tick ended, or the next tick's run already exists. A read
+    /// that fails is no evidence of lateness: the tick is this host's.
+    async fn is_late(&self, reads: &Reads<'_>, tick: Tick, guard: &RunGuard) -> bool {
+        match reads.get(guard.id()).await {
+            Ok(Some(record)) if record.created_at >= tick.end => return true,
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(schedule = %self.name, %tick, %error, "could not read the tick's run back; delivering");
+            }
+        }
+        let Some(next) = self.shifted(tick, 1) else {
+            return false;
+        };
+        match reads.get(&self.run_id(next)).await {
+            Ok(found) => found.is_some(),
+            Err(error) => {
+                tracing::warn!(schedule = %self.name, %tick, %error, "could not tell whether the next tick fired; delivering");
+                false
+            }
+        }
+    }
+
+    /// The ticks before `tick` that never fired, back to the last one that
+    /// did.
+    async fn look_back(&self, reads: &Reads<'_>, tick: Tick) -> Missed {
+        let mut missed = Vec::new();
+        for back in 1..=i64::from(self.lookback) {
+            let Some(earlier) = self.shifted(tick, -back) else {
+                break;
+            };
+            match reads.get(&self.run_id(earlier)).await {
+                Ok(Some(_)) => {
+                    missed.reverse();
+                    if !missed.is_empty() {
+                        tracing::warn!(schedule = %self.name, %tick, missed = missed.len(), "ticks before this one never fired");
+                    }
+                    return Missed::Ticks(missed);
+                }
+                Ok(None) => missed.push(earlier),
+                Err(error) => {
+                    tracing::warn!(schedule = %self.name, %tick, %error, "could not look back for missed ticks");
+                    return Missed::Unknown;
+                }
+            }
+        }
+        Missed::BeyondHorizon
+    }
+}
+
+/// The store's clock, read under the keeper's store timeout.
+async fn store_now(keeper: &Keeper) -> Result<Timestamp, KeeperError> {
+    let shared = &keeper.shared;
+    match tokio::time::timeout(shared.config.store_timeout, shared.store.now()).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => Err(KeeperError::Store(Error::new(
+            ErrorKind::Timeout,
+            "the store's clock got no answer within the keeper's store timeout",
+        ))),
+    }
+}
+
+/// Point reads of the keeper's store, each under its store timeout.
+struct Reads<'a>(&'a Keeper);
+
+impl Reads<'_> {
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>, Error> {
+        let shared = &self.0.shared;
+        tokio::time::timeout(shared.config.store_timeout, shared.store.get(id))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    "a read got no answer within the keeper's store timeout",
+                ))
+            })
+    }
+}
+
+/// The ticks a winner found missing before its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Missed {
+    /// These ticks, oldest first, lie between the last tick that fired and
+    /// this one and never fired (empty: none was missed).
+    Ticks(Vec<Tick>),
+    /// No tick fired within the look-back horizon: the schedule's first
+    /// firing, or every host was down for longer than the horizon.
+    BeyondHorizon,
+    /// A read failed while looking back: whether ticks were missed is
+    /// unknown.
+    Unknown,
+}
+
+impl Missed {
+    /// The ticks known to have been missed.
+    pub fn ticks(&self) -> &[Tick] {
+        match self {
+            Missed::Ticks(ticks) => ticks,
+            Missed::BeyondHorizon | Missed::Unknown => &[],
+        }
+    }
+}
+
+/// What a delivery is handed: the tick, the ticks missed before it, and
+/// the run's fence and signals.
+#[derive(Clone)]
+pub struct Firing {
+    guard: RunGuard,
+    tick: Tick,
+    missed: Missed,
+}
+
+impl fmt::Debug for Firing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Firing")
+            .field("tick", &self.tick)
+            .field("claim", self.claim())
+            .field("missed", &self.missed)
+            .finish()
+    }
+}
+
+impl Firing {
+    /// The tick being delivered.
+    pub fn tick(&self) -> Tick {
+        self.tick
+    }
+
+    /// The ticks missed before this one.
+    pub fn missed(&self) -> &Missed {
+        &self.missed
+    }
+
+    /// The run's claim (its id is the tick's run id).
+    pub fn claim(&self) -> &Claim {
+        self.guard.claim()
+    }
+
+    /// The run's fence, for the resources the delivery writes.
+    pub fn fence(&self) -> u64 {
+        self.guard.fence()
+    }
+
+    /// Cancelled the moment the run loses its lease (the delivery is
+    /// aborted then too).
+    pub fn token(&self) -> CancellationToken {
+        self.guard.token()
+    }
+
+    /// Whether the run still holds its lease (see [`RunGuard::check`]).
+    pub async fn check(&self) -> Result<(), OwnershipLost> {
+        self.guard.check().await
+    }
+}
+
+/// What happened to one tick on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TickOutcome {
+    /// This host won the tick and the delivery succeeded; the run is
+    /// `Succeeded`.
+    Delivered {
+        /// The tick.
+        tick: Tick,
+        /// The run's fence.
+        fence: u64,
+        /// The ticks missed before it.
+        missed: Missed,
+    },
+    /// This host won the tick and the delivery answered an error (or
+    /// panicked); the run is completed `Failed` with it.
+    DeliveryFailed {
+        /// The tick.
+        tick: Tick,
+        /// The run's fence.
+        fence: u64,
+        /// The ticks missed before it.
+        missed: Missed,
+        /// The delivery's error.
+        error: String,
+    },
+    /// This host won the tick, then lost the run's lease: the delivery was
+    /// aborted, or (`delivered`) it had returned but its completion was
+    /// refused or unconfirmed. The run is left as the store has it.
+    Lost {
+        /// The tick.
+        tick: Tick,
+        /// The run's fence.
+        fence: u64,
+        /// The ticks missed before it.
+        missed: Missed,
+        /// Why the lease is gone.
+        cause: LossCause,
+        /// Whether the delivery had finished.
+        delivered: bool,
+    },
+    /// This host won the tick too late to deliver it ([`LATE`]); the run is
+    /// completed `Failed`.
+    Late {
+        /// The tick.
+        tick: Tick,
+    },
+    /// Another host won the tick.
+    Elsewhere {
+        /// The tick.
+        tick: Tick,
+    },
+}
+
+impl TickOutcome {
+    /// The tick.
+    pub fn tick(&self) -> Tick {
+        match self {
+            TickOutcome::Delivered { tick, .. }
+            | TickOutcome::DeliveryFailed { tick, .. }
+            | TickOutcome::Lost { tick, .. }
+            | TickOutcome::Late { tick }
+            | TickOutcome::Elsewhere { tick } => *tick,
+        }
+    }
+
+    /// What the winner found missing, when this host won and delivered (or
+    /// tried to).
+    pub fn missed(&self) -> Option<&Missed> {
+        match self {
+            TickOutcome::Delivered { missed, .. }
+            | TickOutcome::DeliveryFailed { missed, .. }
+            | TickOutcome::Lost { missed, .. } => Some(missed),
+            TickOutcome::Late { .. } | TickOutcome::Elsewhere { .. } => None,
+        }
+    }
+
+    /// Short name of the outcome, for logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            TickOutcome::Delivered { .. } => "delivered",
+            TickOutcome::DeliveryFailed { .. } => "delivery_failed",
+            TickOutcome::Lost { .. } => "lost",
+            TickOutcome::Late { .. } => "late",
+            TickOutcome::Elsewhere { .. } => "elsewhere",
+        }
+    }
+}
+
+type Deliver = Arc<dyn Fn(Firing) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+type OutcomeHook = Arc<dyn Fn(Result<TickOutcome, KeeperError>) + Send + Sync>;
+
+/// Builds a [`Ticker`]; see [`Ticker::builder`].
+pub struct TickerBuilder {
+    keeper: Arc<Keeper>,
+    schedule: Schedule,
+    on_outcome: Option<OutcomeHook>,
+}
+
+impl TickerBuilder {
+    /// Called with every tick's outcome on this host (or the error that
+    /// kept it from being decided), in the ticker's task (keep it short; a
+    /// panic in it is caught and logged).
+    pub fn on_outcome<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(Result<TickOutcome, KeeperError>) + Send + Sync + 'static,
+    {
+        self.on_outcome = Some(Arc::new(hook));
+        self
+    }
+
+    /// Starts ticking: at the start of every tick (by the store's clock),
+    /// and at once for the tick in progress, fires it
+    /// ([`Schedule::fire_due`]) with `deliver`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a keeper without a ttl (a delivery
+    /// is a lease); [`ErrorKind::Config`] outside a tokio runtime.
+    pub fn start<F, Fut, E>(self, deliver: F) -> Result<Ticker, Error>
+    where
+        F: Fn(Firing) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: fmt::Display + 'static,
+    {
+        let Some(retry) = self.keeper.config().effective_renew_interval() else {
+            return Err(Error::invalid_input(
+                "keeper",
+                "a ticker needs a keeper with a ttl: each delivery is a lease",
+            ));
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "a Ticker must be started inside a tokio runtime",
+            ));
+        }
+        let deliver: Deliver = Arc::new(move |firing| {
+            let delivery = deliver(firing);
+            Box::pin(async move { delivery.await.map_err(|error| error.to_string()) })
+        });
+        let stop = Stop::default();
+        let name = self.schedule.name.clone();
+        let ticking = Ticking {
+            keeper: self.keeper,
+            schedule: Arc::new(self.schedule),
+            deliver,
+            on_outcome: self.on_outcome,
+            retry,
+            stop: stop.clone(),
+        };
+        Ok(Ticker {
+            name,
+            stop,
+            task: Mutex::new(Some(tokio::spawn(ticking.run()))),
+        })
+    }
+}
+
+/// Fires a [`Schedule`]'s ticks on this host, for as long as it runs: start
+/// one per host, and every tick is delivered once among them. Deliveries run
+/// concurrently, so one that outlasts the interval overlaps the next tick's.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use tenure_backend_memory::MemoryStore;
+/// use tenure_lease_core::keeper::{Keeper, KeeperConfig, Schedule, Ticker, TickOutcome};
+/// use tokio::sync::mpsc;
+/// use tokio::time::Instant;
+///
+/// let store = Arc::new(MemoryStore::new());
+/// let keeper = Arc::new(Keeper::builder(store, KeeperConfig::with_ttl(Duration::from_secs(10))).start()?);
+/// let (outcomes, mut seen) = mpsc::unbounded_channel();
+/// let ticker = Ticker::builder(keeper.clone(), Schedule::every("cleanup", Duration::from_secs(60))?)
+///     .on_outcome(move |outcome| {
+///         let _ = outcomes.send(outcome);
+///     })
+///     .start(|firing| async move {
+///         // ... the tick's work, writing under firing.fence() ...
+///         Ok::<(), std::io::Error>(())
+///     })?;
+/// let first = seen.recv().await.expect("the tick in progress fires at once")?;
+/// assert!(matches!(first, TickOutcome::Delivered { .. }));
+/// let report = ticker.shutdown(Instant::now() + Duration::from_secs(5)).await;
+/// assert!(report.drained);
+/// keeper.shutdown(Instant::now() + Duration::from_secs(5)).await;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Ticker {
+    name: String,
+    stop: Stop,
+    task: Mutex<Option<JoinHandle<TickerReport>>>,
+}
+
+impl fmt::Debug for Ticker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticker")
+            .field("schedule", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Ticker::shutdown`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TickerReport {
+    /// Every delivery in progress finished before the deadline.
+    pub drained: bool,
+    /// Ticks still being fired at the deadline, stopped (their runs are
+    /// left to expire and are recovered as orphans).
+    pub stopped: Vec<Tick>,
+}
+
+impl Ticker {
+    /// A ticker for `schedule` on `keeper`; configure it, then
+    /// [`start`](TickerBuilder::start) it.
+    pub fn builder(keeper: Arc<Keeper>, schedule: Schedule) -> TickerBuilder {
+        TickerBuilder {
+            keeper,
+            schedule,
+            on_outcome: None,
+        }
+    }
+
+    /// Stops firing new ticks; deliveries in progress may finish until
+    /// `deadline`, then are aborted (their runs left to expire). Shut the
+    /// ticker down before its keeper.
+    pub async fn shutdown(&self, deadline: Instant) -> TickerReport {
+        self.stop.request(deadline);
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(task) = task else {
+            return TickerReport::default();
+        };
+        task.await.unwrap_or_else(|error| {
+            tracing::error!(schedule = %self.name, %error, "the ticker task failed");
+            TickerReport::default()
+        })
+    }
+}
+
+impl Drop for Ticker {
+    /// Dropping a ticker without [`shutdown`](Ticker::shutdown) aborts it
+    /// and its deliveries; their runs are left to expire.
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+type Fired = (Tick, Result<TickOutcome, KeeperError>);
+
+/// The ticker task's state.
+struct Ticking {
+    keeper: Arc<Keeper>,
+    schedule: Arc<Schedule>,
+    deliver: Deliver,
+    on_outcome: Option<OutcomeHook>,
+    /// The wait before trying again after the store could not answer.
+    retry: Duration,
+    stop: Stop,
+}
+
+/// The firings in progress, by task.
+#[derive(Default)]
+struct InProgress {
+    tasks: JoinSet<Fired>,
+    ticks: HashMap<tokio::task::Id, Tick>,
+}
+
+impl Ticking {
+    async fn run(self) -> TickerReport {
+        let mut firing = InProgress::default();
+        let mut last: Option<Tick> = None;
+        let mut retry_at: Option<Instant> = None;
+        loop {
+            let wait = match store_now(&self.keeper).await {
+                Ok(now) => {
+                    let tick = self.schedule.tick_at(now);
+                    let retry_due = retry_at.is_none_or(|at| at <= Instant::now());
+                    if last != Some(tick) && retry_due {
+                        last = Some(tick);
+                        retry_at = None;
+                        self.spawn(&mut firing, tick);
+                    }
+                    let to_next = clock::until(now, tick.end);
+                    retry_at.map_or(to_next, |at| {
+                        to_next.min(at.saturating_duration_since(Instant::now()))
+                    })
+                }
+                Err(error) => {
+                    tracing::warn!(schedule = %self.schedule.name, %error, "could not read the store's clock; trying again");
+                    self.retry
+                }
+            };
+            tokio::select! {
+                _ = self.stop.token.cancelled() => break,
+                Some(joined) = firing.tasks.join_next_with_id() => {
+                    match self.reaped(&mut firing, joined) {
+                        Reaped::Done => {}
+                        Reaped::Retry(tick) => {
+                            if last == Some(tick) {
+                                last = None;
+                                retry_at = Some(Instant::now() + self.retry);
+                            }
+                        }
+                        Reaped::Halt => break,
+                    }
+                }
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        let drained = tokio::time::timeout_at(self.stop.deadline(), async {
+            while let Some(joined) = firing.tasks.join_next_with_id().await {
+                self.reaped(&mut firing, joined);
+            }
+        })
+        .await
+        .is_ok();
+        let mut stopped: Vec<Tick> = firing.ticks.values().copied().collect();
+        stopped.sort();
+        firing.tasks.shutdown().await;
+        TickerReport { drained, stopped }
+    }
+
+    fn spawn(&self, firing: &mut InProgress, tick: Tick) {
+        let keeper = Arc::clone(&self.keeper);
+        let schedule = Arc::clone(&self.schedule);
+        let deliver = Arc::clone(&self.deliver);
+        let task = firing.tasks.spawn(async move {
+            let outcome = schedule.fire(&keeper, tick, |run| deliver(run)).await;
+            (tick, outcome)
+        });
+        firing.ticks.insert(task.id(), tick);
+    }
+
+    /// Reports one finished firing; says whether its tick is worth another
+    /// try (the store could not decide it) or the keeper takes no leases.
+    fn reaped(
+        &self,
+        firing: &mut InProgress,
+        joined: Result<(tokio::task::Id, Fired), JoinError>,
+    ) -> Reaped {
+        let (tick, outcome) = match joined {
+            Ok((id, fired)) => {
+                firing.ticks.remove(&id);
+                fired
+            }
+            Err(error) => {
+                firing.ticks.remove(&error.id());
+                tracing::error!(schedule = %self.schedule.name, %error, "a firing task failed");
+                return Reaped::Done;
+            }
+        };
+        let next = match &outcome {
+            Ok(fired) => {
+                tracing::debug!(schedule = %self.schedule.name, %tick, outcome = fired.label(), "tick fired");
+                Reaped::Done
+            }
+            Err(KeeperError::Store(error)) => {
+                tracing::warn!(schedule = %self.schedule.name, %tick, %error, "the tick could not be fired; trying again");
+                Reaped::Retry(tick)
+            }
+            Err(error) => {
+                tracing::warn!(schedule = %self.schedule.name, %tick, %error, "the keeper takes no leases; the ticker stops");
+                Reaped::Halt
+            }
+        };
+        if let Some(hook) = &self.on_outcome {
+            if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(|| hook(outcome))) {
+                tracing::error!(schedule = %self.schedule.name, panic = %super::health::panic_message(&*payload), "on_outcome panicked");
+            }
+        }
+        next
+    }
+}
+
+/// What a finished firing means for the ticker.
+enum Reaped {
+    Done,
+    Retry(Tick),
+    Halt,
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .expect("an RFC 3339 instant")
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn ticks_are_aligned_to_the_epoch() {
+        let hourly = Schedule::every("report", Duration::from_secs(3600)).unwrap();
+        let tick = hourly.tick_at(at("2026-11-29T10:59:59.999999Z"));
+        assert_eq!(tick.start(), at("2026-11-29T10:00:00Z"));
+        assert_eq!(tick.end(), at("2026-11-29T11:00:00Z"));
+        assert_eq!(
+            hourly.tick_at(tick.end()).start(),
+            tick.end(),
+            "ends are exclusive"
+        );
+        assert!(tick.contains(tick.start()) && !tick.contains(tick.end()));
+        assert_eq!(hourly.run_id(tick), "report@2026-11-29T10:00:00Z");
+
+        let fast = Schedule::every("beat", Duration::from_millis(250)).unwrap();
+        let tick = fast.tick_at(at("2026-11-29T10:00:00.600Z"));
+        assert_eq!(fast.run_id(tick), "beat@2026-11-29T10:00:00.500Z");
+        let before_epoch = fast.tick_at(Utc.timestamp_micros(-1).unwrap());
+        assert_eq!(
+            before_epoch.start(),
+            Utc.timestamp_micros(-250_000).unwrap()
+        );
+    }
+
+    #[test]
+    fn neighbouring_ticks_are_one_interval_apart() {
+        let schedule = Schedule::every("s", Duration::from_secs(90)).unwrap();
+        let tick = schedule.tick_at(at("2026-11-29T10:00:00Z"));
+        let next = schedule.shifted(tick, 1).unwrap();
+        assert_eq!(next.start(), tick.end());
+        assert_eq!(schedule.shifted(next, -1), Some(tick));
+        assert_eq!(
+            schedule.shifted(tick, -3).unwrap().end(),
+            schedule.shifted(tick, -2).unwrap().start()
+        );
+    }
+
+    #[test]
+    fn bad_schedules_are_refused() {
+        let refused = |result: Result<Schedule, Error>, field: &str| {
+            let error = result.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::InvalidInput);
+            assert_eq!(error.field(), Some(field));
+        };
+        let second = Duration::from_secs(1);
+        refused(Schedule::every("", second), "name");
+        refused(Schedule::every("a\nb", second), "name");
+        refused(
+            Schedule::every("x".repeat(validate::MAX_NAME_BYTES - 20), second),
+            "name",
+        );
+        refused(Schedule::every("s", Duration::from_micros(999)), "interval");
+        refused(
+            Schedule::every("s", Duration::from_nanos(1_000_000_500)),
+            "interval",
+        );
+        refused(Schedule::every("s", MAX_INTERVAL + second), "interval");
+        refused(
+            Schedule::every("s", second).unwrap().lookback(0),
+            "lookback",
+        );
+        refused(
+            Schedule::every("s", second)
+                .unwrap()
+                .lookback(MAX_LOOKBACK + 1),
+            "lookback",
+        );
+        let longest = "x".repeat(validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1);
+        let schedule = Schedule::every(longest, MIN_INTERVAL).unwrap();
+        let tick = schedule.tick_at(at("9999-12-31T23:59:59.999999Z"));
+        validate::lease_id(&schedule.run_id(tick)).expect("the longest run id is valid");
+    }
+}
