@@ -105,9 +105,16 @@ async fn cancel_anywhere_of_a_run_writing_its_end_answers_completing() {
 #[tokio::test]
 async fn reconcile_kinds_are_checked_when_the_keeper_starts() {
     let store = faulty_store();
-    let both = config()
+    let moved = config()
         .recover_kinds(["run", INTERNAL])
         .release_kinds_silently([INTERNAL]);
+    assert_eq!(
+        moved.reconcile_kinds.handling(INTERNAL),
+        OrphanHandling::ReleaseSilently,
+        "the later setter moves a kind out of the other list"
+    );
+    let mut both = config().recover_kinds(["run", INTERNAL]);
+    both.reconcile_kinds.release_silently.insert(INTERNAL.to_owned());
     let error = Keeper::builder(store.clone(), both).start().unwrap_err();
     assert_eq!(error.field(), Some("reconcile_kinds"));
     assert!(error.to_string().contains(INTERNAL), "{error}");

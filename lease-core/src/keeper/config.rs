@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::election::ELECTION_KIND;
+use super::schedule::SCHEDULE_KIND;
 use crate::backend::validate;
 use crate::error::{Error, Result};
 
@@ -53,8 +55,11 @@ pub enum OrphanHandling {
 /// A kind in [`recover`](Self::recover) is recovered, one in
 /// [`release_silently`](Self::release_silently) is released silently, and
 /// every other kind is handled as [`unlisted`](Self::unlisted) says
-/// ([`OrphanHandling::Recover`] by default, so a keeper configured with no
-/// kinds recovers every orphan). Either way the orphan is taken over and
+/// ([`OrphanHandling::Recover`] by default). By default the keeper's own
+/// reservations, [`ELECTION_KIND`] terms and [`SCHEDULE_KIND`] ticks, are
+/// released silently: a lapsed term or an abandoned tick is nothing a host
+/// can resume (a new term is campaigned for, a tick is never delivered
+/// twice). Either way the orphan is taken over and
 /// finalised, so the scan always moves past it. A kind in both lists is a
 /// configuration error ([`KeeperBuilder::start`](super::KeeperBuilder::start)
 /// refuses it).
@@ -67,8 +72,9 @@ pub enum OrphanHandling {
 ///     .release_kinds_silently(["checkpoint_write"]);
 /// assert_eq!(config.reconcile_kinds.handling("checkpoint_write"), OrphanHandling::ReleaseSilently);
 /// assert_eq!(config.reconcile_kinds.handling("run"), OrphanHandling::Recover);
+/// assert_eq!(config.reconcile_kinds.handling("election"), OrphanHandling::ReleaseSilently);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileKinds {
     /// Kinds recovered (taken over and handed to the recovery callback).
     pub recover: BTreeSet<String>,
@@ -76,6 +82,19 @@ pub struct ReconcileKinds {
     pub release_silently: BTreeSet<String>,
     /// How kinds in neither list are handled.
     pub unlisted: OrphanHandling,
+}
+
+impl Default for ReconcileKinds {
+    fn default() -> Self {
+        Self {
+            recover: BTreeSet::new(),
+            release_silently: [ELECTION_KIND, SCHEDULE_KIND]
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            unlisted: OrphanHandling::Recover,
+        }
+    }
 }
 
 impl ReconcileKinds {
@@ -223,28 +242,34 @@ impl KeeperConfig {
         self
     }
 
-    /// Adds kinds the reconciler recovers (see [`ReconcileKinds`]).
+    /// Adds kinds the reconciler recovers (see [`ReconcileKinds`]); a kind
+    /// named here is no longer released silently.
     pub fn recover_kinds<I, K>(mut self, kinds: I) -> Self
     where
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        self.reconcile_kinds
-            .recover
-            .extend(kinds.into_iter().map(Into::into));
+        let lists = &mut self.reconcile_kinds;
+        for kind in kinds.into_iter().map(Into::into) {
+            lists.release_silently.remove(&kind);
+            lists.recover.insert(kind);
+        }
         self
     }
 
     /// Adds kinds the reconciler releases silently, never calling the
-    /// recovery callback for them (see [`ReconcileKinds`]).
+    /// recovery callback for them (see [`ReconcileKinds`]); a kind named
+    /// here is no longer recovered.
     pub fn release_kinds_silently<I, K>(mut self, kinds: I) -> Self
     where
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        self.reconcile_kinds
-            .release_silently
-            .extend(kinds.into_iter().map(Into::into));
+        let lists = &mut self.reconcile_kinds;
+        for kind in kinds.into_iter().map(Into::into) {
+            lists.recover.remove(&kind);
+            lists.release_silently.insert(kind);
+        }
         self
     }
 
