@@ -41,7 +41,7 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
-pub use fence::{FenceGate, StaleFence};
+pub use fence::{FenceCheck, FenceGate, FenceStore, StaleFence};
 pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
 pub use layer::{Instrumented, LayerExt};
 pub use outcome::{
