@@ -1,7 +1,7 @@
 //! # tenure-lease-core
 //!
-//! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`]
-//! and [`JobQueue`] traits every backend implements, the typed outcomes they
+//! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`],
+//! [`JobQueue`] and [`FenceStore`] traits every backend implements, the typed outcomes they
 //! answer, the errors they may raise, the [`keeper`], the [`layer`]s that
 //! wrap a store, and, for backend authors only, what every backend shares
 //! under [`backend`] (input validation and the contract's decisions).
