@@ -8,7 +8,8 @@
 //! "contract §n", are in [`contract`].
 //!
 //! This facade re-exports the core contract ([`LeaseStore`], the typed
-//! outcomes, [`FenceGate`], ...) and each backend behind a Cargo feature:
+//! outcomes, [`FenceGate`] and [`FenceStore`], ...) and each backend behind
+//! a Cargo feature:
 //!
 //! | feature    | module       | store |
 //! |------------|--------------|-------|
@@ -44,13 +45,19 @@
 pub use tenure_lease_core::{clock, contract, keeper, layer, queue};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
-    ExpiredQuery, ExpiredScan, FenceGate, Instrumented, JobGuard, JobQueue, Keeper, KeeperConfig,
-    LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal, Result,
-    RunGuard, SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover,
-    TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection,
-    DEFAULT_KIND,
+    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobGuard, JobQueue,
+    Keeper, KeeperConfig, LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock,
+    NotTakenReason, Renewal, Result, RunGuard, SkippedRecord, StaleFence, Status, StatusChange,
+    SystemClock, Takeover, TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition,
+    TransitionRejection, DEFAULT_KIND,
 };
 pub use tenure_lease_core::{Election, Schedule, Ticker};
+
+// The README's Rust snippets (those not marked `ignore`), compiled and run
+// as doctests; they use the memory and SQLite backends.
+#[cfg(all(doctest, feature = "memory", feature = "sqlite"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]
@@ -73,7 +80,3 @@ pub use tenure_backend_redis as redis;
 #[cfg(feature = "conformance")]
 pub use tenure_conformance as conformance;
 
-/// The README's Rust snippets, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeSnippets;

@@ -37,6 +37,10 @@
 //! displaced holder's writes once it has seen the taker's, and that
 //! holder's next renewal answers `Lost`, which fail-stops its keeper.
 //!
+//! The store is also a [`FenceStore`](tenure_lease_core::FenceStore): its
+//! gates live in the same state, so they are shared by every clone of the
+//! store (and, like everything else, gone with the process).
+//!
 //! Everything sharing a memory store lives in one process, so it can avoid
 //! the problem altogether: `MemoryStore::with_clock(Arc::new(TokioClock::new()))`
 //! (created inside the runtime) judges expiry by the same monotonic clock as
@@ -89,6 +93,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tenure_lease_core::{Clock, LeaseRecord, SystemClock, Timestamp};
 
+mod gate;
 mod lease;
 mod queue;
 
@@ -112,6 +117,8 @@ struct State {
     jobs: queue::Jobs,
     /// Last fence handed out, to leases and job claims alike.
     last_fence: u64,
+    /// Fence gates by resource: the highest fence accepted and when.
+    gates: gate::Gates,
 }
 
 impl State {
@@ -156,9 +163,9 @@ impl MemoryStore {
     }
 
     /// How many entries the store keeps, per structure (`records`, `holders`
-    /// of scopes, `jobs`, `queues` with queued jobs): what a test reads to
-    /// check that, after `purge` and `purge_jobs`, nothing grows with the
-    /// work the store has done.
+    /// of scopes, `jobs`, `queues` with queued jobs, fence `gates`): what a
+    /// test reads to check that, after `purge`, `purge_jobs` and
+    /// `purge_fences`, nothing grows with the work the store has done.
     pub fn footprint(&self) -> std::collections::BTreeMap<&'static str, usize> {
         let state = self.lock();
         let (jobs, queues) = state.jobs.footprint();
@@ -167,6 +174,7 @@ impl MemoryStore {
             ("holders", state.holders.len()),
             ("jobs", jobs),
             ("queues", queues),
+            ("gates", state.gates.len()),
         ])
     }
 

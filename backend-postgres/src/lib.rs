@@ -65,7 +65,13 @@
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
 //!   takeovers, job claims and take-backs alike.
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
-//!   [Admissions](#admissions-one-at-a-time-per-scope)).
+//!   [Admissions](#admissions-one-at-a-time-per-scope));
+//! * `fence_gates` (migration 0005): one row per fence gate
+//!   ([`FenceStore`](tenure_lease_core::FenceStore)), the highest fence
+//!   accepted and when it last was, indexed by that time for
+//!   `purge_fences`. [`PgStore::check_fence_in`] runs the check inside a
+//!   transaction of the caller's, so a write to the caller's own tables and
+//!   the gate commit together.
 //!
 //! ## Connecting and its errors
 //!
@@ -124,7 +130,8 @@
 //! ```sql
 //! GRANT USAGE ON SCHEMA tenure TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE
-//!     ON tenure.leases, tenure.lease_scopes, tenure.held_scopes, tenure.jobs TO app;
+//!     ON tenure.leases, tenure.lease_scopes, tenure.held_scopes, tenure.jobs,
+//!        tenure.fence_gates TO app;
 //! GRANT SELECT ON tenure._sqlx_migrations TO app;
 //! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
 //! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
@@ -264,6 +271,7 @@
 mod config;
 mod decode;
 mod error;
+mod gate;
 mod lease;
 mod queue;
 mod scope_locks;
@@ -281,6 +289,9 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
 pub use config::{MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
+/// The sqlx this crate runs on, for the transactions
+/// [`PgStore::check_fence_in`] checks in.
+pub use sqlx;
 
 use config::SchemaName;
 use error::{migrate_error, store_error};

@@ -8,6 +8,7 @@ use tenure_lease_core::backend::queue_rules::MAX_ATTEMPTS;
 use tenure_lease_core::queue::DeadReason;
 
 use crate::config::SchemaName;
+use crate::gate::GateStatements;
 
 /// The columns of a record, in the order [`crate::decode`] reads them by name.
 const RECORD_COLUMNS: [&str; 12] = [
@@ -135,6 +136,8 @@ pub(crate) struct Statements {
     pub(crate) purge: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
+    /// The fence gates' statements.
+    pub(crate) gates: GateStatements,
 }
 
 /// The statements of the job queue. Every one answers whole jobs (the
@@ -389,6 +392,7 @@ impl Statements {
                  SELECT count(*) AS purged FROM purged"
             ),
             jobs: JobStatements::new(&s, &fence_seq),
+            gates: GateStatements::new(&s),
         }
     }
 }

@@ -1,7 +1,7 @@
-//! The whole conformance kit, lease and job-queue cases, on sessions whose
-//! default isolation level is SERIALIZABLE (set by a startup option in the
-//! URL, as deployments do): every answer must be the same as at READ
-//! COMMITTED. Skipped (one line each) when `TENURE_PG_URL` is unset.
+//! The whole conformance kit, lease, job-queue and fence-gate cases, on
+//! sessions whose default isolation level is SERIALIZABLE (set by a startup
+//! option in the URL, as deployments do): every answer must be the same as
+//! at READ COMMITTED. Skipped (one line each) when `TENURE_PG_URL` is unset.
 
 mod support;
 
@@ -15,6 +15,12 @@ mod queue {
     tenure_conformance::tenure_queue_conformance!(
         super::support::PgFactory::from_env_at_isolation("serializable")
     );
+}
+
+mod gates {
+    tenure_conformance::tenure_gate_conformance!(super::support::PgFactory::from_env_at_isolation(
+        "serializable"
+    ));
 }
 
 /// The factory's sessions really default to SERIALIZABLE.

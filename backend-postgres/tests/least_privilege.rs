@@ -28,7 +28,7 @@ fn grants(schema: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA \"{schema}\" TO {role}; \
          GRANT SELECT, INSERT, UPDATE, DELETE ON \"{schema}\".leases, \"{schema}\".lease_scopes, \
-           \"{schema}\".held_scopes, \"{schema}\".jobs TO {role}; \
+           \"{schema}\".held_scopes, \"{schema}\".jobs, \"{schema}\".fence_gates TO {role}; \
          GRANT SELECT ON \"{schema}\"._sqlx_migrations TO {role}; \
          GRANT USAGE ON SEQUENCE \"{schema}\".fence_seq TO {role}; \
          GRANT EXECUTE ON FUNCTION \"{schema}\".admit_if_free(bigint[], text, text[], text, \
@@ -154,6 +154,10 @@ mod kit {
 
 mod queue_kit {
     tenure_conformance::tenure_queue_conformance!(super::RestrictedFactory::from_env());
+}
+
+mod gate_kit {
+    tenure_conformance::tenure_gate_conformance!(super::RestrictedFactory::from_env());
 }
 
 /// `url` with `role` as its user and no password.

@@ -15,6 +15,7 @@ use tenure_lease_core::{
     TransitionRejection,
 };
 
+pub(crate) mod gates;
 pub(crate) mod jobs;
 
 fn malformed(what: impl std::fmt::Display) -> Error {

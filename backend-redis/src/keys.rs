@@ -57,6 +57,17 @@ impl Keys {
         self.fixed("finished")
     }
 
+    /// Resources of fence gates by the time of their last accepted check.
+    pub(crate) fn gates(&self) -> String {
+        self.fixed("gates")
+    }
+
+    /// The highest fence accepted for `resource` (a family apart from
+    /// records, scopes and jobs).
+    pub(crate) fn gate(&self, resource: &str) -> String {
+        format!("{}gate:{resource}", self.prefix)
+    }
+
     /// The hash of job `id` (a family apart from records: a job may share
     /// an id with a lease).
     pub(crate) fn job(&self, id: &str) -> String {
@@ -130,6 +141,10 @@ mod tests {
         assert_ne!(keys.dead_letters(""), keys.delayed(""));
         assert_ne!(keys.claimed_jobs(), keys.job(""));
         assert_ne!(keys.finished_jobs(), keys.job(""));
+        // Gates are a family of their own, apart from their index.
+        assert_ne!(keys.gate("x"), keys.holder("x"));
+        assert_ne!(keys.gate("x"), keys.scope("x"));
+        assert_ne!(keys.gates(), keys.gate(""));
     }
 
     #[test]

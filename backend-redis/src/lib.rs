@@ -48,6 +48,13 @@
 //! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
 //! included.
 //!
+//! Fence gates ([`FenceStore`](tenure_lease_core::FenceStore)) are a key
+//! family of the same namespace: per resource a string holding the highest
+//! fence accepted, and a sorted set of resources by the time of their last
+//! accepted check, for `purge_fences` (`src/lua/gate_common.lua`).
+//! [`RedisStore::write_fenced`] checks a gate and sets a key of the
+//! caller's in one script, so a stale owner's value is never written.
+//!
 //! ## Deployment requirements
 //!
 //! **No eviction of tenure's keys.** Under memory pressure a server with
@@ -122,6 +129,7 @@
 mod config;
 mod decode;
 mod error;
+mod gate;
 mod keys;
 mod lease;
 mod queue;
@@ -149,7 +157,8 @@ use crate::scripts::SCRIPTS;
 /// batches so one call never blocks the server for long.
 pub const RENEW_BATCH: usize = 1000;
 
-/// Most records (jobs) deleted by one script call of `purge` (`purge_jobs`).
+/// Most records (jobs, gates) deleted by one script call of `purge`
+/// (`purge_jobs`, `purge_fences`).
 const PURGE_BATCH: usize = 1000;
 
 /// Most keys asked for by one `SCAN` step of [`RedisStore::delete_namespace`].

@@ -1,5 +1,6 @@
 //! The Lua scripts, one per operation, each prefixed by the shared prelude
-//! (and the job-queue scripts by the queue prelude after it).
+//! (and the job-queue scripts by the queue prelude after it, the gate
+//! scripts by the gate prelude).
 //!
 //! [`redis::Script`] runs a script by `EVALSHA` and loads it on `NOSCRIPT`,
 //! so a flushed script cache or a restarted server costs one extra round
@@ -28,6 +29,16 @@ macro_rules! queue_script {
     };
 }
 
+macro_rules! gate_script {
+    ($file:literal) => {
+        Script::new(concat!(
+            include_str!("lua/common.lua"),
+            include_str!("lua/gate_common.lua"),
+            include_str!(concat!("lua/", $file))
+        ))
+    };
+}
+
 /// Every script of the crate.
 pub(crate) struct Scripts {
     pub(crate) admit: Script,
@@ -49,6 +60,10 @@ pub(crate) struct Scripts {
     pub(crate) list_dead_letters: Script,
     pub(crate) retry_dead_letter: Script,
     pub(crate) purge_jobs: Script,
+    pub(crate) check_fence: Script,
+    pub(crate) write_fenced: Script,
+    pub(crate) highest_fence: Script,
+    pub(crate) purge_fences: Script,
 }
 
 /// The scripts, hashed once per process.
@@ -72,4 +87,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     list_dead_letters: queue_script!("list_dead_letters.lua"),
     retry_dead_letter: queue_script!("retry_dead_letter.lua"),
     purge_jobs: queue_script!("purge_jobs.lua"),
+    check_fence: gate_script!("check_fence.lua"),
+    write_fenced: gate_script!("write_fenced.lua"),
+    highest_fence: gate_script!("highest_fence.lua"),
+    purge_fences: gate_script!("purge_fences.lua"),
 });

@@ -47,6 +47,12 @@
 //!   expiry (for `reap`) and dead letters by last update; since schema
 //!   version 3, one more keeps finished jobs by finish time, for
 //!   `purge_jobs`.
+//! * `fence_gates` (schema version 4): one row per fence gate
+//!   ([`FenceStore`](tenure_lease_core::FenceStore)): the resource, the
+//!   highest fence accepted and when it last was (microseconds), indexed by
+//!   that time for `purge_fences`. [`FenceTable`] checks a gate inside a
+//!   transaction of the caller's on the same file, so a write to the
+//!   caller's own tables and the gate commit together.
 //!
 //! Besides the file, SQLite keeps `<file>-wal` and `<file>-shm` next to it
 //! while it is open: back up with SQLite's backup API or `VACUUM INTO`, not
@@ -161,6 +167,7 @@
 mod config;
 mod connection;
 mod error;
+mod gate;
 mod jobs;
 mod lease;
 mod lease_ops;
@@ -175,6 +182,10 @@ use std::sync::Arc;
 use tenure_lease_core::{Clock, Result};
 
 pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT};
+pub use gate::FenceTable;
+/// The rusqlite this crate runs on, for the connections [`FenceTable`]
+/// checks on.
+pub use rusqlite;
 pub use schema::SCHEMA_VERSION;
 
 use connection::ConnectionThread;

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -117,9 +117,22 @@ const SCHEMA_V2: &str = "CREATE TABLE jobs (
 const SCHEMA_V3: &str = "CREATE INDEX jobs_finished_by_update ON jobs (updated_at)
         WHERE state IN ('completed', 'dead_lettered');";
 
+/// Version 4: fence gates ([contract §7](tenure_lease_core::contract)).
+///
+/// * `fence_gates`: one row per resource, the highest fence accepted
+///   (`fence`) and the store time of the last accepted check
+///   (`checked_at`, INTEGER microseconds).
+/// * `fence_gates_by_check`: gates by that time, for `purge_fences`.
+const SCHEMA_V4: &str = "CREATE TABLE fence_gates (
+        resource TEXT PRIMARY KEY NOT NULL,
+        fence INTEGER NOT NULL,
+        checked_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX fence_gates_by_check ON fence_gates (checked_at);";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// Opens (creating if needed) the file, applies the connection settings and
 /// brings the schema to [`SCHEMA_VERSION`].
@@ -218,7 +231,7 @@ mod tests {
     use std::time::Duration;
 
     use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
-    use tenure_lease_core::{AdmitRequest, LeaseStore, Status};
+    use tenure_lease_core::{AdmitRequest, FenceStore, LeaseStore, Status};
 
     use super::*;
     use crate::SqliteStore;
@@ -283,6 +296,12 @@ mod tests {
             vec![8],
             "job claims continue the file's fence sequence"
         );
+
+        assert!(store
+            .check_fence("resource", 8)
+            .await
+            .expect("the migrated file has fence gates")
+            .is_accepted());
 
         drop(store);
         let reopened = SqliteStore::open(SqliteConfig::new(&path))

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 
 use crate::damage::Damager;
+use crate::reopen::Reopener;
 use crate::suites::deployment::DeploymentSupport;
 use crate::suites::network::NetworkSupport;
 use crate::suites::process::ProcessSupport;
@@ -100,6 +101,14 @@ pub trait Factory: Send + Sync + 'static {
     /// or `None` (the default) when the factory cannot: the kit's damage
     /// cases (`fault_damaged_*`) are then reported skipped.
     fn damager(&self) -> Option<Damager<Self::Store>> {
+        None
+    }
+
+    /// How to open a fresh store on what a store of this factory keeps (the
+    /// same file, schema or namespace), as a restarted worker would, or
+    /// `None` (the default) when the factory cannot: the kit's cases that
+    /// check what survives a reconnect are then reported skipped.
+    fn reopen(&self) -> Option<Reopener<Self::Store>> {
         None
     }
 }
@@ -206,6 +215,7 @@ pub struct Ctx<S> {
     clock: ClockControl,
     footprint: Option<FootprintProbe<S>>,
     pub(crate) damager: Option<Damager<S>>,
+    pub(crate) reopener: Option<Reopener<S>>,
     skipped: Arc<Mutex<Option<String>>>,
 }
 
@@ -216,6 +226,7 @@ impl<S> Clone for Ctx<S> {
             clock: self.clock.clone(),
             footprint: self.footprint.clone(),
             damager: self.damager.clone(),
+            reopener: self.reopener.clone(),
             skipped: Arc::clone(&self.skipped),
         }
     }
@@ -249,6 +260,7 @@ impl<S: LeaseStore> Ctx<S> {
             clock,
             footprint: None,
             damager: None,
+            reopener: None,
             skipped: Arc::default(),
         }
     }
@@ -440,7 +452,8 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
     let store = Arc::new(subject.store);
     let ctx = Ctx::new(Arc::clone(&store), subject.clock)
         .with_footprint(factory.footprint_probe())
-        .with_damager(factory.damager());
+        .with_damager(factory.damager())
+        .with_reopener(factory.reopen());
     let outcome = match crate::suites::guarded((case.run)(ctx.clone())).await {
         CaseOutcome::Passed => ctx
             .skip_reason()

@@ -22,7 +22,12 @@
 //!   # }
 //!   ```
 //!
-//! Both forms come from one list of cases, so names never drift. A case that
+//! Both forms come from one list of cases, so names never drift. The
+//! job-queue cases ([`tenure_queue_conformance!`], [`run_queue_all`]) need a
+//! store that is also a [`JobQueue`], the fence-gate cases
+//! ([`tenure_gate_conformance!`], [`run_gate_all`]) one that is also a
+//! [`FenceStore`]; a gate case that checks what survives a reconnect needs
+//! [`Factory::reopen`] and is reported skipped without it. A case that
 //! cannot run (its server is not configured) is reported as skipped, never as
 //! passed; with `TENURE_REQUIRE_SERVICES=1` it fails instead.
 //!
@@ -76,6 +81,7 @@ mod harness;
 pub mod cases;
 pub mod damage;
 pub mod memory;
+pub mod reopen;
 pub mod suites;
 
 #[doc(hidden)]
@@ -87,7 +93,7 @@ pub use harness::{
 };
 pub use suites::{report_skip, skip_unless_required};
 
-use tenure_lease_core::{JobQueue, LeaseStore};
+use tenure_lease_core::{FenceStore, JobQueue, LeaseStore};
 
 /// Runs every lease case against fresh stores from `factory` and reports each.
 pub async fn run_all<F: Factory>(factory: &F) -> Report {
@@ -100,6 +106,14 @@ where
     F::Store: JobQueue,
 {
     run_cases(factory, queue_cases::<F::Store>()).await
+}
+
+/// Runs every fence-gate case against fresh stores from `factory`.
+pub async fn run_gate_all<F: Factory>(factory: &F) -> Report
+where
+    F::Store: FenceStore,
+{
+    run_cases(factory, gate_cases::<F::Store>()).await
 }
 
 async fn run_cases<F: Factory>(factory: &F, cases: Vec<Case<F::Store>>) -> Report {
@@ -121,6 +135,7 @@ macro_rules! define_cases {
         $d:tt
         leases: [$($area:ident :: $module:ident :: $name:ident),* $(,)?]
         queues: [$($queue_area:ident :: $queue_module:ident :: $queue_name:ident),* $(,)?]
+        gates: [$($gate_area:ident :: $gate_module:ident :: $gate_name:ident),* $(,)?]
     ) => {
         /// Every lease case of the kit ([contract §3 to §8 and
         /// §13](tenure_lease_core::contract)), in order.
@@ -137,6 +152,15 @@ macro_rules! define_cases {
             vec![$(Case {
                 name: stringify!($queue_name),
                 run: |ctx| Box::pin(cases::$queue_area::$queue_module::$queue_name(ctx)),
+            }),*]
+        }
+
+        /// Every fence-gate case of the kit
+        /// ([contract §7](tenure_lease_core::contract)), in order.
+        pub fn gate_cases<S: LeaseStore + FenceStore + 'static>() -> Vec<Case<S>> {
+            vec![$(Case {
+                name: stringify!($gate_name),
+                run: |ctx| Box::pin(cases::$gate_area::$gate_module::$gate_name(ctx)),
             }),*]
         }
 
@@ -177,6 +201,24 @@ macro_rules! define_cases {
                             $d factory,
                             ::core::stringify!($queue_name),
                             $d crate::queue_cases,
+                        );
+                    }
+                )*
+            };
+        }
+
+        /// Like [`tenure_conformance!`], for the fence-gate cases; the
+        /// factory's store must implement `FenceStore`.
+        #[macro_export]
+        macro_rules! tenure_gate_conformance {
+            ($d factory:expr $d(,)?) => {
+                $(
+                    #[test]
+                    fn $gate_name() {
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($gate_name),
+                            $d crate::gate_cases,
                         );
                     }
                 )*
@@ -339,5 +381,15 @@ define_cases! {$
         fault::queue::fault_queue_complete_reply_lost_retry_answers_finished,
         fault::queue::fault_queue_claim_reply_lost_never_hands_a_job_to_two_workers,
         fault::damage::fault_damaged_job_is_corrupt_passed_over_and_contained,
+    ]
+    gates: [
+        gate::check::gate_refuses_a_taken_over_owner_after_the_takers_fence,
+        gate::check::gate_accepts_an_equal_fence,
+        gate::check::gate_resources_are_independent,
+        gate::check::gate_survives_a_reopened_store,
+        gate::race::race_gate_checks_leave_the_highest_and_refusals_are_truthful,
+        gate::retention::gate_purge_removes_only_gates_unused_past_retention,
+        gate::retention::gate_purge_boundary_is_exact_to_the_microsecond,
+        gate::input::gate_invalid_input_is_rejected_and_changes_nothing,
     ]
 }

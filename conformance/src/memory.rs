@@ -8,6 +8,7 @@ use tenure_backend_memory::MemoryStore;
 use tenure_lease_core::ManualClock;
 
 use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use crate::reopen::Reopener;
 
 /// Creates a fresh [`MemoryStore`] on its own [`ManualClock`] per case.
 #[derive(Debug, Default, Clone, Copy)]
@@ -34,6 +35,14 @@ impl Factory for MemoryFactory {
                     .map(|(name, entries)| (name.to_owned(), entries as u64))
                     .collect::<Footprint>())
             })
+        }))
+    }
+
+    /// A clone: every clone of a memory store shares its state, which is
+    /// all a process can reopen.
+    fn reopen(&self) -> Option<Reopener<MemoryStore>> {
+        Some(Arc::new(|store: Arc<MemoryStore>| {
+            Box::pin(async move { Ok(MemoryStore::clone(&store)) })
         }))
     }
 }

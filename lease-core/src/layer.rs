@@ -1,5 +1,5 @@
-//! Wrapping a store, once: [`Layered`] implements [`LeaseStore`] and
-//! [`JobQueue`] by handing every operation to a [`Hook`].
+//! Wrapping a store, once: [`Layered`] implements [`LeaseStore`],
+//! [`JobQueue`] and [`FenceStore`] by handing every operation to a [`Hook`].
 //!
 //! Cross-cutting concerns (tracing and metrics, a time limit, injected
 //! faults in tests) belong around a store, not inside each backend, and a
@@ -56,6 +56,7 @@ use tracing::{field, Instrument};
 
 use crate::clock::Timestamp;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
@@ -75,11 +76,13 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 pub struct Operation<'a> {
     /// The trait method's name: `admit`, `renew`, `claim`, `purge_jobs`...
     pub name: &'static str,
-    /// The lease or job it concerns, when it concerns one.
+    /// The lease or job it concerns, when it concerns one; for a gate's
+    /// operations, the resource.
     pub id: Option<&'a str>,
     /// The worker asking, when the request names one.
     pub owner: Option<&'a str>,
-    /// The fence of the claim it carries, when it carries one.
+    /// The fence of the claim it carries, when it carries one (for
+    /// `check_fence`, the fence presented).
     pub fence: Option<u64>,
     /// The claims of a batch (`renew_many`); empty for every other
     /// operation.
@@ -152,8 +155,8 @@ pub trait Hook: Send + Sync {
 }
 
 /// A store whose every operation goes through `hook`; built with
-/// [`LayerExt::layer`]. It is a [`LeaseStore`], and a [`JobQueue`] when the
-/// inner store is one.
+/// [`LayerExt::layer`]. It is a [`LeaseStore`], and a [`JobQueue`] and a
+/// [`FenceStore`] when the inner store is one.
 #[derive(Debug, Clone)]
 pub struct Layered<S, H> {
     inner: S,
@@ -665,6 +668,33 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     }
 }
 
+#[async_trait]
+impl<S: FenceStore, H: Hook> FenceStore for Layered<S, H> {
+    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
+        let operation = Operation {
+            fence: Some(fence),
+            ..Operation::on("check_fence", resource)
+        };
+        self.hook
+            .call(operation, self.inner.check_fence(resource, fence))
+            .await
+    }
+
+    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
+        let operation = Operation::on("highest_fence", resource);
+        self.hook
+            .call(operation, self.inner.highest_fence(resource))
+            .await
+    }
+
+    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
+        let operation = Operation::named("purge_fences");
+        self.hook
+            .call(operation, self.inner.purge_fences(unused_for))
+            .await
+    }
+}
+
 macro_rules! answer {
     ($($type:ty => |$value:ident| $label:expr $(, fence $fence:expr)?;)*) => {
         $(impl Answer for $type {
@@ -714,6 +744,8 @@ answer! {
         TakeBack::Taken(_) => "taken",
         TakeBack::NotTaken(_) => "not_taken",
     };
+    FenceCheck => |answer| answer.label();
+    Option<u64> => |answer| if answer.is_some() { "found" } else { "missing" };
     OperatorRetry => |answer| match answer {
         OperatorRetry::Requeued(_) => "requeued",
         OperatorRetry::NotDeadLettered(_) => "not_dead_lettered",

@@ -1,7 +1,7 @@
 //! # tenure-lease-core
 //!
-//! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`]
-//! and [`JobQueue`] traits every backend implements, the typed outcomes they
+//! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`],
+//! [`JobQueue`] and [`FenceStore`] traits every backend implements, the typed outcomes they
 //! answer, the errors they may raise, the [`keeper`], the [`layer`]s that
 //! wrap a store, and, for backend authors only, what every backend shares
 //! under [`backend`] (input validation and the contract's decisions).
@@ -41,7 +41,7 @@ mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
-pub use fence::{FenceGate, StaleFence};
+pub use fence::{FenceCheck, FenceGate, FenceStore, StaleFence};
 pub use keeper::{Election, Schedule, Ticker};
 pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
 pub use layer::{Instrumented, LayerExt};

@@ -279,3 +279,50 @@ async fn a_lost_reply_applies_the_write_and_answers_a_retryable_unknown() {
     let retried = store.admit(&request).await.expect_err("already there");
     assert_eq!(retried.kind(), ErrorKind::AlreadyExists, "{retried}");
 }
+
+#[tokio::test]
+async fn every_gate_operation_reaches_the_hook_with_its_resource_and_fence() {
+    use tenure_lease_core::FenceStore;
+
+    let store = MemoryStore::new().layer(Recording::default());
+    assert!(store.check_fence("report", 7).await.unwrap().is_accepted());
+    assert_eq!(store.highest_fence("report").await.unwrap(), Some(7));
+    assert_eq!(store.purge_fences(TTL).await.unwrap(), 0);
+    let seen = store.hook().0.lock().unwrap().clone();
+    let report = Some("report".to_owned());
+    assert_eq!(
+        seen,
+        vec![
+            ("check_fence".to_owned(), report.clone(), None, Some(7)),
+            ("highest_fence".to_owned(), report, None, None),
+            ("purge_fences".to_owned(), None, None, None),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn faults_apply_to_gate_checks() {
+    use tenure_lease_core::FenceStore;
+
+    let store = MemoryStore::new().layer(Faults::new());
+    store
+        .hook()
+        .inject("check_fence", Some("report"), Fault::Unavailable);
+    let error = store.check_fence("report", 7).await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+    assert_eq!(store.inner().highest_fence("report").await.unwrap(), None);
+    assert!(store.check_fence("other", 7).await.unwrap().is_accepted());
+
+    store.hook().clear();
+    store
+        .hook()
+        .inject("check_fence", Some("report"), Fault::ReplyLost);
+    let error = store.check_fence("report", 7).await.unwrap_err();
+    assert!(error.is_outcome_unknown());
+    assert_eq!(
+        store.inner().highest_fence("report").await.unwrap(),
+        Some(7),
+        "the lost reply hid a check that raised the gate"
+    );
+    assert_eq!(store.hook().calls("check_fence"), 3);
+}

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
@@ -238,6 +239,17 @@ impl Factory for PgFactory {
 
     fn deployment(&self) -> Option<&dyn DeploymentSupport> {
         Some(self)
+    }
+
+    /// A second store, with a pool of its own, on the case's schema.
+    fn reopen(&self) -> Option<Reopener<PgStore>> {
+        let url = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<PgStore>| {
+                let url = url.clone();
+                Box::pin(async move { connect(&url, store.schema()).await })
+            },
+        ))
     }
 
     /// Damage by SQL on a connection of its own, the checks that would

@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
@@ -92,6 +93,14 @@ impl Factory for RedisFactory {
 
     async fn teardown(&self, store: &RedisStore) -> tenure_lease_core::Result<()> {
         store.delete_namespace().await.map(drop)
+    }
+
+    /// A second store, with a connection of its own, on the case's
+    /// namespace.
+    fn reopen(&self) -> Option<Reopener<RedisStore>> {
+        Some(Arc::new(|store: Arc<RedisStore>| {
+            Box::pin(async move { RedisStore::connect(store.config().clone()).await })
+        }))
     }
 
     /// Damage by raw writes to the record's or job's hash: every field is

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Error, ManualClock};
@@ -29,6 +30,8 @@ const SHARED_BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 pub struct SqliteFactory {
     directories: Mutex<HashMap<PathBuf, TempDir>>,
+    /// The manual clock of each case's file, for the store reopened on it.
+    clocks: Arc<Mutex<HashMap<PathBuf, Arc<ManualClock>>>>,
 }
 
 #[async_trait]
@@ -40,6 +43,10 @@ impl Factory for SqliteFactory {
         let store = self
             .in_fresh_directory(|path| SqliteConfig::new(path).clock(clock.clone()))
             .await?;
+        self.clocks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(store.path().to_owned(), Arc::clone(&clock));
         Ok(Subject {
             store,
             clock: ClockControl::Manual(clock),
@@ -67,7 +74,31 @@ impl Factory for SqliteFactory {
         ))
     }
 
+    /// A second store on the case's file, on the case's clock.
+    fn reopen(&self) -> Option<Reopener<SqliteStore>> {
+        let clocks = Arc::clone(&self.clocks);
+        Some(Arc::new(move |store: Arc<SqliteStore>| {
+            let clock = clocks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(store.path())
+                .cloned();
+            Box::pin(async move {
+                let config = SqliteConfig::new(store.path());
+                let config = match clock {
+                    Some(clock) => config.clock(clock),
+                    None => config,
+                };
+                SqliteStore::open(config).await
+            })
+        }))
+    }
+
     async fn teardown(&self, store: &SqliteStore) -> tenure_lease_core::Result<()> {
+        self.clocks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(store.path());
         let directory = self
             .directories
             .lock()

@@ -6,11 +6,12 @@
 //! these rules. A backend that decides in Rust (memory, SQLite) runs the
 //! lease operations through the [`engine`] over its own
 //! [`RecordTransaction`](engine::RecordTransaction), and the queue's with
-//! [`queue_rules`]; one that cannot (Redis Lua, PostgreSQL SQL) mirrors the
+//! [`queue_rules`] (and gates with [`gate_rules`]); one that cannot (Redis Lua, PostgreSQL SQL) mirrors the
 //! [`rules`] and is held to them by the conformance kit.
 //! Each store operation starts with the matching [`validate`] check.
 
 pub mod engine;
+pub mod gate_rules;
 pub mod queue_rules;
 pub mod rules;
 pub mod validate;

@@ -39,6 +39,11 @@ pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 pub const MAX_LIST_LIMIT: usize = 10_000;
 /// Most claims in one `renew_many` call.
 pub const MAX_BATCH: usize = 100_000;
+/// Largest fence a gate ([`FenceStore`](crate::FenceStore)) accepts,
+/// 2^53 − 1: above every fence a store hands out (Redis's stop below
+/// 2^53 − 2^32), and the largest integer every store compares exactly
+/// (Redis's Lua numbers are doubles).
+pub const MAX_GATE_FENCE: u64 = (1 << 53) - 1;
 
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
 /// characters (stores cannot all keep them, logs would mangle them).
@@ -327,6 +332,33 @@ fn retention_of(field: &'static str, older_than: Duration) -> Result<()> {
     Ok(())
 }
 
+/// A resource guarded by a gate: a name, like a scope.
+pub fn resource(resource: &str) -> Result<()> {
+    name("resource", resource)
+}
+
+/// A fence presented at a gate: 1 to [`MAX_GATE_FENCE`].
+pub fn gate_fence(fence: u64) -> Result<()> {
+    if fence == 0 {
+        return Err(Error::invalid_input(
+            "fence",
+            "fences start at 1; 0 is never handed out",
+        ));
+    }
+    if fence > MAX_GATE_FENCE {
+        return Err(Error::invalid_input(
+            "fence",
+            format_args!("{fence} is above {MAX_GATE_FENCE}, beyond every fence a store hands out"),
+        ));
+    }
+    Ok(())
+}
+
+/// A gate retention, for `purge_fences`: at most [`MAX_RETENTION`].
+pub fn gate_retention(unused_for: Duration) -> Result<()> {
+    retention_of("unused_for", unused_for)
+}
+
 /// A job to enqueue.
 pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
     use crate::backend::queue_rules::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
@@ -446,7 +478,8 @@ pub fn limit(limit: usize) -> Result<()> {
 }
 
 /// What each store operation checks, one function per operation of
-/// [`LeaseStore`](crate::LeaseStore) and [`JobQueue`](crate::JobQueue),
+/// [`LeaseStore`](crate::LeaseStore), [`JobQueue`](crate::JobQueue) and
+/// [`FenceStore`](crate::FenceStore),
 /// named after it: a backend calls the one of the operation it runs, first.
 pub mod operation {
     use std::collections::BTreeSet;
@@ -661,5 +694,33 @@ pub mod operation {
     /// As [`admit`].
     pub fn purge_jobs(finished_older_than: Duration) -> Result<()> {
         super::job_retention(finished_older_than)
+    }
+
+    /// `check_fence`, and a fenced write's gate check.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn check_fence(resource: &str, fence: u64) -> Result<()> {
+        super::resource(resource)?;
+        super::gate_fence(fence)
+    }
+
+    /// `highest_fence`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn highest_fence(resource: &str) -> Result<()> {
+        super::resource(resource)
+    }
+
+    /// `purge_fences`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn purge_fences(unused_for: Duration) -> Result<()> {
+        super::gate_retention(unused_for)
     }
 }

@@ -1,0 +1,57 @@
+//! [`FenceStore`] for [`MemoryStore`]: the gates live in the locked state,
+//! judged by the shared [`gate_rules`].
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_lease_core::backend::gate_rules;
+use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::{FenceCheck, FenceStore, Result, Timestamp};
+
+use crate::MemoryStore;
+
+/// The gate of one resource: the highest fence accepted, and when the last
+/// accepted check was.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Gate {
+    fence: u64,
+    checked_at: Timestamp,
+}
+
+/// Every gate, by resource.
+pub(crate) type Gates = foldhash::HashMap<String, Gate>;
+
+#[async_trait]
+impl FenceStore for MemoryStore {
+    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
+        validate::check_fence(resource, fence)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let highest = state.gates.get(resource).map(|gate| gate.fence);
+        let check = gate_rules::judge_fence(highest, fence);
+        if check.is_accepted() {
+            let gate = Gate {
+                fence,
+                checked_at: now,
+            };
+            state.gates.insert(resource.to_owned(), gate);
+        }
+        Ok(check)
+    }
+
+    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
+        validate::highest_fence(resource)?;
+        Ok(self.lock().gates.get(resource).map(|gate| gate.fence))
+    }
+
+    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
+        validate::purge_fences(unused_for)?;
+        let now = self.now();
+        let mut state = self.lock();
+        let before = state.gates.len();
+        state
+            .gates
+            .retain(|_, gate| !gate_rules::gate_purgeable(gate.checked_at, unused_for, now));
+        Ok((before - state.gates.len()) as u64)
+    }
+}

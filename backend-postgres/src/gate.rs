@@ -1,0 +1,189 @@
+//! Fence gates in the store's schema: [`FenceStore`] for [`PgStore`], and
+//! [`PgStore::check_fence_in`], the same statement inside a transaction of
+//! the caller's.
+//!
+//! The check is one statement: an upsert that raises the gate unless it
+//! holds a higher fence and answers the gate's fence after it. A refusal
+//! rewrites the row with its own values, so the refusal and the highest
+//! fence it answers come from the same locked row version: a conditional
+//! upsert that skipped the row (`DO UPDATE ... WHERE`) would have to read
+//! the highest in a second statement, which under `READ COMMITTED` may see
+//! a later fence, or no gate at all after a purge.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::Row;
+use tenure_lease_core::backend::gate_rules;
+use tenure_lease_core::backend::validate::{operation as validate, MAX_GATE_FENCE};
+use tenure_lease_core::{Error, FenceCheck, FenceStore, Result};
+
+use crate::error::store_error;
+use crate::statement::PgQuery;
+use crate::PgStore;
+
+/// The gates' statements, schema-qualified.
+#[derive(Debug)]
+pub(crate) struct GateStatements {
+    /// `$1` resource, `$2` fence → `fence`, the gate's fence after the
+    /// statement: `$2` when accepted (stamped `now()`), the higher fence
+    /// when refused (the row unchanged).
+    check: String,
+    /// `$1` resource → `fence`.
+    highest: String,
+    /// `$1` retention → `purged`, the count of deleted gates.
+    purge: String,
+}
+
+impl GateStatements {
+    pub(crate) fn new(s: &str) -> Self {
+        GateStatements {
+            check: format!(
+                "INSERT INTO {s}.fence_gates AS gate (resource, fence, checked_at) \
+                 VALUES ($1, $2, now()) \
+                 ON CONFLICT (resource) DO UPDATE SET \
+                   fence = GREATEST(gate.fence, EXCLUDED.fence), \
+                   checked_at = CASE WHEN gate.fence <= EXCLUDED.fence \
+                     THEN EXCLUDED.checked_at ELSE gate.checked_at END \
+                 RETURNING fence"
+            ),
+            highest: format!("SELECT fence FROM {s}.fence_gates WHERE resource = $1"),
+            purge: format!(
+                "WITH purged AS (DELETE FROM {s}.fence_gates \
+                   WHERE checked_at <= now() - $1::interval RETURNING 1) \
+                 SELECT count(*) AS purged FROM purged"
+            ),
+        }
+    }
+}
+
+/// The check statement with its parameters bound; input already validated
+/// (a gate fence fits a `bigint`).
+fn check_query<'q>(sql: &'q str, resource: &'q str, fence: u64) -> PgQuery<'q> {
+    sqlx::query(sql)
+        .bind(resource)
+        .bind(i64::try_from(fence).unwrap_or(i64::MAX))
+}
+
+/// The answer of the check statement's row to `fence`.
+fn judged(row: Option<&PgRow>, resource: &str, fence: u64) -> Result<FenceCheck> {
+    let row = row.ok_or_else(|| Error::corrupt("the fence check answered no row"))?;
+    let stored = decode_fence(row, resource)?;
+    if stored < fence {
+        return Err(undecodable(
+            resource,
+            "the gate answered a fence below the one presented",
+        ));
+    }
+    Ok(gate_rules::judge_fence(Some(stored), fence))
+}
+
+/// A stored gate's fence, checked: 1 to [`MAX_GATE_FENCE`].
+fn decode_fence(row: &PgRow, resource: &str) -> Result<u64> {
+    let fence: i64 = row.try_get("fence").map_err(store_error)?;
+    u64::try_from(fence)
+        .ok()
+        .filter(|fence| (1..=MAX_GATE_FENCE).contains(fence))
+        .ok_or_else(|| undecodable(resource, &format!("fence {fence} is out of range")))
+}
+
+fn undecodable(resource: &str, why: &str) -> Error {
+    Error::corrupt(format!(
+        "the stored fence gate of {resource:?} in fence_gates cannot be decoded ({why}); \
+         it needs an operator's attention"
+    ))
+}
+
+impl PgStore {
+    /// [`FenceStore::check_fence`] inside the caller's transaction on this
+    /// store's database: pass `&mut *transaction` of a
+    /// `sqlx::Transaction<'_, Postgres>` (or any connection). The gate is
+    /// raised only if that transaction commits, so a write made in it after
+    /// an `Accepted` check and the gate commit or roll back together, and a
+    /// stale owner's write is refused by the database itself.
+    ///
+    /// ```no_run
+    /// # async fn example(store: &tenure_backend_postgres::PgStore, fence: u64) -> Result<(), Box<dyn std::error::Error>> {
+    /// use tenure_lease_core::FenceCheck;
+    ///
+    /// let mut transaction = store.pool().begin().await?;
+    /// match store.check_fence_in(&mut transaction, "invoices", fence).await? {
+    ///     FenceCheck::Accepted => {
+    ///         sqlx::query("INSERT INTO invoices (total) VALUES (100)")
+    ///             .execute(&mut *transaction)
+    ///             .await?;
+    ///         transaction.commit().await?;
+    ///     }
+    ///     refused => return Err(format!("not written: {refused:?}").into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The check locks the resource's gate row until the transaction ends:
+    /// transactions guarding the same resource take turns, and each one's
+    /// check sees what the one before committed. Run the check early in the
+    /// transaction, before the guarded write, and keep the transaction
+    /// short. Not bounded by the store's operation timeout (the transaction
+    /// is the caller's); the connection is used as it is.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](tenure_lease_core::ErrorKind::InvalidInput),
+    ///   as for `check_fence`, before touching the connection;
+    /// * [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) when
+    ///   the stored gate cannot be decoded;
+    /// * the server's errors, classified as for every operation. A
+    ///   `REPEATABLE READ` or `SERIALIZABLE` transaction may answer a
+    ///   serialization failure (retryable `Unavailable`) when a concurrent
+    ///   check raised the gate: retry the whole transaction.
+    ///
+    /// An error aborts the transaction: roll it back.
+    pub async fn check_fence_in(
+        &self,
+        connection: &mut PgConnection,
+        resource: &str,
+        fence: u64,
+    ) -> Result<FenceCheck> {
+        validate::check_fence(resource, fence)?;
+        let row = check_query(&self.sql.gates.check, resource, fence)
+            .fetch_optional(connection)
+            .await
+            .map_err(store_error)?;
+        judged(row.as_ref(), resource, fence)
+    }
+}
+
+#[async_trait]
+impl FenceStore for PgStore {
+    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
+        self.bounded("check_fence", async move {
+            validate::check_fence(resource, fence)?;
+            let row = self
+                .fetch_optional(|| check_query(&self.sql.gates.check, resource, fence))
+                .await?;
+            judged(row.as_ref(), resource, fence)
+        })
+        .await
+    }
+
+    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
+        self.bounded("highest_fence", async move {
+            validate::highest_fence(resource)?;
+            self.fetch_optional(|| sqlx::query(&self.sql.gates.highest).bind(resource))
+                .await?
+                .map(|row| decode_fence(&row, resource))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
+        self.bounded("purge_fences", async move {
+            validate::purge_fences(unused_for)?;
+            self.purge_older_than(&self.sql.gates.purge, unused_for)
+                .await
+        })
+        .await
+    }
+}

@@ -1,0 +1,121 @@
+//! The [`FenceStore`] side of [`RedisStore`], and
+//! [`RedisStore::write_fenced`]: one Lua script per operation
+//! (`src/lua/`, with the gate prelude `gate_common.lua`), judging by
+//! [`tenure_lease_core::backend::gate_rules`] before it writes.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::FromRedisValue;
+use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::{clock, Error, FenceCheck, FenceStore, Result};
+
+use crate::scripts::SCRIPTS;
+use crate::{decode, RedisStore, PURGE_BATCH};
+
+impl RedisStore {
+    /// Checks `fence` at `resource`'s gate, as
+    /// [`check_fence`](FenceStore::check_fence) does, and when it is
+    /// accepted sets `key` to `value` (`SET`, no expiry) in the same script:
+    /// a stale owner's value is never written, and no newer owner's check
+    /// can come between the check and the write.
+    ///
+    /// ```no_run
+    /// # async fn example(store: &tenure_backend_redis::RedisStore, fence: u64) -> tenure_lease_core::Result<()> {
+    /// use tenure_lease_core::FenceCheck;
+    ///
+    /// match store.write_fenced("report", fence, "app:report:latest", b"{\"rows\": 42}").await? {
+    ///     FenceCheck::Accepted => println!("written"),
+    ///     refused => println!("not written, this worker must stop: {refused:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// `key` is the caller's, outside the store's namespace; on a Redis
+    /// Cluster it must hash to the namespace's slot (put the namespace's
+    /// hash tag, `{<namespace>}`, in it).
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](tenure_lease_core::ErrorKind::InvalidInput)
+    ///   as for `check_fence`, or for an empty `key` or one inside the
+    ///   store's namespace (it would overwrite what the store keeps);
+    /// * the store's errors, `Corrupt` when the stored gate cannot be
+    ///   decoded (nothing is written).
+    ///
+    /// # Cancellation
+    ///
+    /// A dropped call may have checked and written, or neither, never one
+    /// without the other. Retrying with the same fence is safe: an equal
+    /// fence is accepted again and writes the same value.
+    pub async fn write_fenced(
+        &self,
+        resource: &str,
+        fence: u64,
+        key: &str,
+        value: &[u8],
+    ) -> Result<FenceCheck> {
+        validate::check_fence(resource, fence)?;
+        if key.is_empty() {
+            return Err(Error::invalid_input("key", "must not be empty"));
+        }
+        if key.starts_with(self.keys.prefix()) {
+            return Err(Error::invalid_input(
+                "key",
+                format_args!(
+                    "{key:?} is inside the store's namespace ({}); write to a key of your own",
+                    self.keys.prefix()
+                ),
+            ));
+        }
+        let mut invocation = SCRIPTS.write_fenced.prepare_invoke();
+        invocation
+            .key(self.keys.gate(resource))
+            .key(self.keys.gates())
+            .key(key)
+            .arg(resource)
+            .arg(fence)
+            .arg(value);
+        decode::gates::fence_check(self.script(&invocation).await?, fence)
+    }
+}
+
+#[async_trait]
+impl FenceStore for RedisStore {
+    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
+        validate::check_fence(resource, fence)?;
+        let mut invocation = SCRIPTS.check_fence.prepare_invoke();
+        invocation
+            .key(self.keys.gate(resource))
+            .key(self.keys.gates())
+            .arg(resource)
+            .arg(fence);
+        decode::gates::fence_check(self.script(&invocation).await?, fence)
+    }
+
+    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
+        validate::highest_fence(resource)?;
+        let mut invocation = SCRIPTS.highest_fence.prepare_invoke();
+        invocation.key(self.keys.gate(resource));
+        decode::gates::highest_fence(self.script(&invocation).await?)
+    }
+
+    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
+        validate::purge_fences(unused_for)?;
+        let mut purged = 0_u64;
+        loop {
+            let mut invocation = SCRIPTS.purge_fences.prepare_invoke();
+            invocation
+                .key(self.keys.gates())
+                .arg(self.keys.prefix())
+                .arg(clock::micros_rounded_up(unused_for))
+                .arg(PURGE_BATCH);
+            let deleted = u64::from_redis_value(self.script(&invocation).await?)
+                .map_err(|error| Error::corrupt(format!("purge_fences.lua answered {error}")))?;
+            purged = purged.saturating_add(deleted);
+            if deleted < PURGE_BATCH as u64 {
+                return Ok(purged);
+            }
+        }
+    }
+}

@@ -1,0 +1,9 @@
+-- highest_fence: the highest fence accepted at a resource's gate.
+-- KEYS[1] gate string.
+-- Reply: { fence (decimal) } or {} when there is no gate.
+
+local fence = gate_fence(KEYS[1])
+if fence == nil then
+  return {}
+end
+return { fmt(fence) }

@@ -1,0 +1,203 @@
+//! Proof that the kit's gate cases catch bugs: each test runs them against
+//! a store whose gate has one deliberate bug, and expects the case aimed at
+//! it to fail, where the honest memory store passes every one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_backend_memory::MemoryStore;
+use tenure_conformance::{run_gate_all, CaseOutcome, ClockControl, Factory, Report, Subject};
+use tenure_lease_core::{
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, FenceCheck, FenceStore, LeaseRecord,
+    LeaseStore, ManualClock, Renewal, Result, StaleFence, StatusChange, Takeover, TakeoverRequest,
+    Timestamp, Transition,
+};
+
+/// A gate bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bug {
+    /// Reads the highest, yields, then writes: racing checks interleave.
+    TornCheck,
+    /// Refuses an equal fence.
+    EqualRefused,
+    /// Purges every gate, whatever the retention.
+    PurgesEverything,
+    /// Checks no input.
+    NoValidation,
+}
+
+/// The honest memory store, with a gate of its own carrying `bug`.
+struct Broken {
+    honest: MemoryStore,
+    bug: Bug,
+    gates: Mutex<HashMap<String, u64>>,
+}
+
+impl Broken {
+    fn highest(&self, resource: &str) -> Option<u64> {
+        self.gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(resource)
+            .copied()
+    }
+}
+
+#[async_trait]
+impl FenceStore for Broken {
+    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
+        if self.bug != Bug::NoValidation {
+            tenure_lease_core::backend::validate::operation::check_fence(resource, fence)?;
+        }
+        let highest = self.highest(resource);
+        let refused = match highest {
+            Some(seen) if self.bug == Bug::EqualRefused => seen >= fence,
+            Some(seen) => seen > fence,
+            None => false,
+        };
+        if refused {
+            return Ok(FenceCheck::Stale(StaleFence {
+                presented: fence,
+                highest_seen: highest.unwrap_or_default(),
+            }));
+        }
+        if self.bug == Bug::TornCheck {
+            tokio::task::yield_now().await;
+        }
+        self.gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(resource.to_owned(), fence);
+        Ok(FenceCheck::Accepted)
+    }
+
+    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
+        tenure_lease_core::backend::validate::operation::highest_fence(resource)?;
+        Ok(self.highest(resource))
+    }
+
+    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
+        tenure_lease_core::backend::validate::operation::purge_fences(unused_for)?;
+        let mut gates = self
+            .gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.bug == Bug::PurgesEverything {
+            let purged = gates.len() as u64;
+            gates.clear();
+            return Ok(purged);
+        }
+        Ok(0)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Broken {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        self.honest.admit(request).await
+    }
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        self.honest.renew(claim, ttl).await
+    }
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        self.honest.transition(claim, change).await
+    }
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        self.honest.claim_for_takeover(request).await
+    }
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        self.honest.list_expired(query).await
+    }
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        self.honest.get(id).await
+    }
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        self.honest.list_by_scope(scope).await
+    }
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        self.honest.list_active().await
+    }
+    async fn now(&self) -> Result<Timestamp> {
+        self.honest.now().await
+    }
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        self.honest.purge(terminal_older_than).await
+    }
+}
+
+struct BrokenFactory(Bug);
+
+#[async_trait]
+impl Factory for BrokenFactory {
+    type Store = Broken;
+
+    async fn create(&self) -> Result<Subject<Broken>> {
+        let clock = std::sync::Arc::new(ManualClock::starting_now());
+        Ok(Subject {
+            store: Broken {
+                honest: MemoryStore::with_clock(clock.clone()),
+                bug: self.0,
+                gates: Mutex::default(),
+            },
+            clock: ClockControl::Manual(clock),
+        })
+    }
+}
+
+fn failed(report: &Report) -> Vec<&str> {
+    report
+        .failures()
+        .into_iter()
+        .map(|case| case.name)
+        .collect()
+}
+
+async fn assert_caught(bug: Bug, expected: &str) {
+    let honest = run_gate_all(&tenure_conformance::memory::MemoryFactory).await;
+    assert!(
+        honest
+            .cases
+            .iter()
+            .all(|case| case.outcome == CaseOutcome::Passed),
+        "the honest store fails:\n{honest}"
+    );
+    let broken = run_gate_all(&BrokenFactory(bug)).await;
+    assert!(
+        failed(&broken).contains(&expected),
+        "{expected} did not catch {bug:?}:\n{broken}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_check_is_caught_by_the_race() {
+    assert_caught(
+        Bug::TornCheck,
+        "race_gate_checks_leave_the_highest_and_refusals_are_truthful",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_refused_equal_fence_is_caught() {
+    assert_caught(Bug::EqualRefused, "gate_accepts_an_equal_fence").await;
+}
+
+#[tokio::test]
+async fn a_purge_ignoring_retention_is_caught() {
+    assert_caught(
+        Bug::PurgesEverything,
+        "gate_purge_removes_only_gates_unused_past_retention",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn missing_validation_is_caught() {
+    assert_caught(
+        Bug::NoValidation,
+        "gate_invalid_input_is_rejected_and_changes_nothing",
+    )
+    .await;
+}
