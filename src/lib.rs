@@ -79,4 +79,3 @@ pub use tenure_backend_redis as redis;
 /// backend of your own.
 #[cfg(feature = "conformance")]
 pub use tenure_conformance as conformance;
-

@@ -304,7 +304,8 @@ async fn one_leader_among_campaigners(subject: Arc<Subject>) {
 
 async fn a_lapsed_leader_is_replaced_and_its_stale_fence_refused(subject: Arc<Subject>) {
     let name = "leader:lapse";
-    let gate = Arc::new(FenceGate::new());
+    // The store's own gate: what every process writing the ledger checks.
+    let gate = subject.gates.clone();
     let (wrote, mut writes) = mpsc::unbounded_channel::<(String, u64)>();
     let campaigners = campaigners(&subject, name, 3, |worker| {
         let gate = gate.clone();
@@ -312,7 +313,10 @@ async fn a_lapsed_leader_is_replaced_and_its_stale_fence_refused(subject: Arc<Su
         move |term: Term| {
             let (gate, wrote, worker) = (gate.clone(), wrote.clone(), worker.clone());
             async move {
-                gate.admit(RESOURCE, term.fence())
+                gate.check_fence(RESOURCE, term.fence())
+                    .await
+                    .map_err(|error| error.to_string())?
+                    .into_result()
                     .map_err(|stale| stale.to_string())?;
                 let _ = wrote.send((worker, term.fence()));
                 term.stepping_down().cancelled().await;
@@ -369,7 +373,10 @@ async fn a_lapsed_leader_is_replaced_and_its_stale_fence_refused(subject: Arc<Su
         Some((campaigners[new].worker.clone(), new_fence))
     );
     assert_eq!(
-        gate.admit(RESOURCE, old_claim.fence),
+        gate.check_fence(RESOURCE, old_claim.fence)
+            .await
+            .expect("the gate answers")
+            .into_result(),
         Err(StaleFence {
             presented: old_claim.fence,
             highest_seen: new_fence,

@@ -114,7 +114,9 @@ async fn reconcile_kinds_are_checked_when_the_keeper_starts() {
         "the later setter moves a kind out of the other list"
     );
     let mut both = config().recover_kinds(["run", INTERNAL]);
-    both.reconcile_kinds.release_silently.insert(INTERNAL.to_owned());
+    both.reconcile_kinds
+        .release_silently
+        .insert(INTERNAL.to_owned());
     let error = Keeper::builder(store.clone(), both).start().unwrap_err();
     assert_eq!(error.field(), Some("reconcile_kinds"));
     assert!(error.to_string().contains(INTERNAL), "{error}");

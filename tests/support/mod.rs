@@ -25,7 +25,7 @@ use futures_util::future::LocalBoxFuture;
 use futures_util::FutureExt as _;
 use tenure::keeper::{Keeper, KeeperConfig};
 use tenure::layer::{Faults, LayerExt, Layered};
-use tenure::{clock, Claim, LeaseStore, ManualClock, Renewal, Timestamp};
+use tenure::{clock, Claim, FenceStore, LeaseStore, ManualClock, Renewal, Timestamp};
 
 /// The keepers' lease: long against [`BEAT`], so only a heartbeat starved
 /// for more than ten beats misses a confirmed deadline.
@@ -53,6 +53,8 @@ pub type FaultyStore = Layered<Arc<dyn LeaseStore>, Faults>;
 pub struct Subject {
     pub backend: Backend,
     pub store: Arc<dyn LeaseStore>,
+    /// The same store's fence gates: what a leader's writes are checked by.
+    pub gates: Arc<dyn FenceStore>,
     /// `None`: the server's clock, which only time moves.
     pub clock: Option<Arc<ManualClock>>,
     cleanup: Cleanup,
@@ -163,7 +165,8 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             let store = tenure::memory::MemoryStore::with_clock(clock.clone());
             Some(Subject {
                 backend,
-                store: Arc::new(store),
+                store: Arc::new(store.clone()),
+                gates: Arc::new(store),
                 clock: Some(clock),
                 cleanup: Cleanup::Nothing,
             })
@@ -179,7 +182,8 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
                 .expect("the SQLite store opens");
             Some(Subject {
                 backend,
-                store: Arc::new(store),
+                store: Arc::new(store.clone()),
+                gates: Arc::new(store),
                 clock: Some(clock),
                 cleanup: Cleanup::Directory(directory),
             })
@@ -196,6 +200,7 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             Some(Subject {
                 backend,
                 store: Arc::new(store.clone()),
+                gates: Arc::new(store.clone()),
                 clock: None,
                 cleanup: Cleanup::Schema(store),
             })
@@ -211,6 +216,7 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             Some(Subject {
                 backend,
                 store: Arc::new(store.clone()),
+                gates: Arc::new(store.clone()),
                 clock: None,
                 cleanup: Cleanup::Namespace(store),
             })

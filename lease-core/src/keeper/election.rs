@@ -18,8 +18,10 @@
 //!   registered task, aborted the moment leadership is gone.
 //! * **The fence says who leads.** Every term draws a new fence, greater
 //!   than every earlier leader's, so a resource that checks it
-//!   ([`FenceGate`](crate::FenceGate), or a conditional write in another
-//!   store) refuses a deposed leader that has not noticed yet.
+//!   (the store's gate, [`FenceStore::check_fence`](crate::FenceStore::check_fence),
+//!   shared by every process; [`FenceGate`](crate::FenceGate) inside one; or
+//!   a conditional write in another store) refuses a deposed leader that has
+//!   not noticed yet.
 //! * **Stepping down is a settle.** On [`Election::shutdown`] the work is
 //!   asked to finish ([`Term::stepping_down`]); once it has returned, the
 //!   record is completed, which frees the scope at once, so a follower's
@@ -144,9 +146,11 @@ impl Term {
     }
 
     /// The term's fence: greater than every earlier leader's. Present it to
-    /// every resource the leader writes ([`FenceGate::admit`](crate::FenceGate::admit)
-    /// or a conditional write on the fence), so a deposed leader that has
-    /// not noticed yet is refused.
+    /// every resource the leader writes
+    /// ([`FenceStore::check_fence`](crate::FenceStore::check_fence),
+    /// [`FenceGate::admit`](crate::FenceGate::admit) or a conditional write
+    /// on the fence), so a deposed leader that has not noticed yet is
+    /// refused.
     pub fn fence(&self) -> u64 {
         self.guard.fence()
     }
@@ -288,8 +292,9 @@ impl ElectionBuilder {
 /// deadline when renewals go unconfirmed), and the leader's work is its
 /// registered task, aborted the moment leadership is gone. Each term's
 /// fence is greater than every earlier leader's: present it to what the
-/// leader writes ([`FenceGate`](crate::FenceGate)) so a deposed leader that
-/// has not noticed yet is refused. Followers try again every
+/// leader writes ([`FenceStore::check_fence`](crate::FenceStore::check_fence)
+/// across processes, [`FenceGate`](crate::FenceGate) inside one) so a
+/// deposed leader that has not noticed yet is refused. Followers try again every
 /// [`retry_interval`](ElectionBuilder::retry_interval) (sooner when the
 /// leader's lease ends first); a leader that steps down
 /// ([`Election::shutdown`]) completes its record once its work has
