@@ -131,7 +131,8 @@ pub(crate) struct Statements {
     /// `$1` scope.
     pub(crate) list_by_scope: String,
     pub(crate) list_active: String,
-    /// `$1` retention → `purged`, the count of deleted rows.
+    /// `$1` retention → `purged`, the count of deleted rows: interrupted
+    /// and terminal records last updated at least the retention ago.
     pub(crate) purge: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
@@ -384,7 +385,7 @@ impl Statements {
                 "SELECT {record} FROM {s}.leases l WHERE l.status IN {ACTIVE} ORDER BY l.id"
             ),
             purge: format!(
-                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
+                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN {DECODABLE_INACTIVE} \
                    AND updated_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
             ),

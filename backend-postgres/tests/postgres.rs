@@ -69,7 +69,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 4);
+    assert_eq!(applied, 5);
     assert_eq!(seen, Some(record));
 }
 

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -117,9 +117,22 @@ const SCHEMA_V2: &str = "CREATE TABLE jobs (
 const SCHEMA_V3: &str = "CREATE INDEX jobs_finished_by_update ON jobs (updated_at)
         WHERE state IN ('completed', 'dead_lettered');";
 
+/// Version 4: interrupted records are purged too.
+///
+/// * `leases_finished_by_update`: records that hold no scope (interrupted
+///   or terminal) by last update, for `purge`; it replaces
+///   `leases_terminal_by_update`, which left interrupted records out.
+const SCHEMA_V4: &str = concat!(
+    "DROP INDEX leases_terminal_by_update;
+    CREATE INDEX leases_finished_by_update ON leases (updated_at)
+        WHERE status IN ",
+    finished_statuses!(),
+    ";"
+);
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// Opens (creating if needed) the file, applies the connection settings and
 /// brings the schema to [`SCHEMA_VERSION`].

@@ -1,0 +1,12 @@
+-- tenure lease store and job queue, schema version 5: no dead ends.
+--
+-- Runs with search_path set to the store's schema. Every change is
+-- additive for the code of version 4, which keeps working on it.
+
+-- purge: records that hold no scope (interrupted or terminal) by last
+-- update, their interruption or finish time. Replaces leases_terminal_age,
+-- which left interrupted records out. Building it locks writes to `leases`
+-- for as long as the build takes (one scan of the table).
+CREATE INDEX leases_finished_age ON leases (updated_at)
+    WHERE status IN ('interrupted', 'succeeded', 'failed');
+DROP INDEX leases_terminal_age;
