@@ -10,3 +10,11 @@
 CREATE INDEX leases_finished_age ON leases (updated_at)
     WHERE status IN ('interrupted', 'succeeded', 'failed');
 DROP INDEX leases_terminal_age;
+
+-- take_back's trace on the job: how many times its worker took it back
+-- after a false dead letter, and when last. Every job stored before counts
+-- 0 (a constant default: adding the columns rewrites no row).
+ALTER TABLE jobs
+    ADD COLUMN taken_back bigint NOT NULL DEFAULT 0
+        CONSTRAINT jobs_taken_back_counted CHECK (taken_back BETWEEN 0 AND 4294967295),
+    ADD COLUMN taken_back_at timestamptz;

@@ -58,7 +58,10 @@
 //!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
 //!   partial indexes for claiming (a queue's queued jobs, best first),
 //!   reaping (claimed jobs by expiry) and listing dead letters, and
-//!   (migration 0004) one of finished jobs by finish time for `purge_jobs`.
+//!   (migration 0004) one of finished jobs by finish time for `purge_jobs`;
+//!   migration 0005 adds the take-back trace (`taken_back`,
+//!   `taken_back_at`) and indexes interrupted records for `purge` with the
+//!   terminal ones.
 //!   Purging a lease deletes its `lease_scopes` rows with it (foreign-key
 //!   cascade); scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
@@ -815,6 +816,74 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
                         == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
                 "{outcomes:?}"
             );
+        },
+    )
+    .await;
+}
+
+/// What migration 0005 undoes, to stand a fresh schema back at version 4:
+/// the schema a store of the previous version created.
+const BACK_TO_VERSION_4: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
+     DROP COLUMN taken_back_at; \
+     DROP INDEX $schema.leases_finished_age; \
+     CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
+       WHERE status IN ('succeeded', 'failed'); \
+     DELETE FROM $schema._sqlx_migrations WHERE version = 5;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_4_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions() {
+    with_store(
+        "a_version_4_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
+        |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_4).await;
+            execute(
+                &url,
+                &store,
+                "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, \
+                   updated_at, stop_reason) \
+                 VALUES ('stopped', 'run', 'interrupted', 'worker-b', 4, \
+                   '2023-11-14 22:13:20+00', '2023-11-14 22:13:20+00', 'interrupted_by_admission'); \
+                 INSERT INTO $schema.jobs (id, queue, payload, priority, run_at, attempt, \
+                   max_attempts, state, owner, fence, dead_reason, created_at, updated_at) \
+                 VALUES ('reaped', 'q', '{}', 0, now(), 1, 1, 'dead_lettered', 'worker-a', 5, \
+                   'lease_expired', now(), now()); \
+                 SELECT setval('$schema.fence_seq', 5);",
+            )
+            .await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 4 schema upgrades");
+            let reaped = upgraded
+                .get_job("reaped")
+                .await
+                .expect("get_job")
+                .expect("the old job");
+            assert_eq!(
+                (reaped.taken_back, reaped.taken_back_at),
+                (0, None),
+                "a job stored before the trace existed was never taken back"
+            );
+            let claim = JobClaim {
+                id: "reaped".into(),
+                owner: "worker-a".into(),
+                fence: 5,
+                attempt: 1,
+            };
+            let taken = match upgraded.take_back(&claim, LONG).await.expect("take_back") {
+                TakeBack::Taken(taken) => taken,
+                other => panic!("the live copy takes its job back: {other:?}"),
+            };
+            assert_eq!(
+                (taken.job.taken_back, taken.job.taken_back_at),
+                (1, Some(taken.job.updated_at))
+            );
+            assert_eq!(
+                upgraded.purge(Duration::from_secs(24 * 3600)).await.expect("purge"),
+                1,
+                "the record interrupted long ago is purged"
+            );
+            assert_eq!(upgraded.get("stopped").await.expect("get"), None);
+            upgraded.close().await;
         },
     )
     .await;

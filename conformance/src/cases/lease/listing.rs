@@ -1040,7 +1040,11 @@ pub async fn purge_counts_an_interrupted_records_age_from_the_interruption<
         let failed = apply_transition(&ctx, &claim, &StatusChange::failed("stopped")).await?;
         let purged = ctx.store.purge(RETENTION).await?;
         if clock::is_before_end(failed.updated_at, RETENTION, ctx.store.now().await?) {
-            ensure_eq!(purged, 0, "finalised just now, it is not old enough to purge");
+            ensure_eq!(
+                purged,
+                0,
+                "finalised just now, it is not old enough to purge"
+            );
             ensure_eq!(get(&ctx, "long-stopped").await?, failed);
         }
     }
