@@ -260,7 +260,10 @@
 //! version of this crate, which takes no scope locks, admitting on the same
 //! schema) is retried, at most three attempts in all.
 //! Then the admission answers `Conflict` with a holder of its scopes if
-//! there is one, and otherwise decides once more under the locks.
+//! there is one, and otherwise decides once more under the locks. Each
+//! decision taken again is counted
+//! ([`tenure_lease_core::backend::telemetry::admit_retried`], label
+//! `backend="postgres"`).
 //!
 //! [`LeaseStore::now`](tenure_lease_core::LeaseStore::now): tenure_lease_core::LeaseStore::now
 

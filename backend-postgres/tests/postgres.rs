@@ -4,11 +4,17 @@
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::backend::telemetry::ADMIT_RETRIES_TOTAL;
 use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
@@ -884,6 +890,143 @@ async fn a_version_4_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
             );
             assert_eq!(upgraded.get("stopped").await.expect("get"), None);
             upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// Counts `tenure_admit_retries_total` per `backend` label.
+#[derive(Default)]
+struct AdmitRetries(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+impl AdmitRetries {
+    fn of(&self, backend: &str) -> u64 {
+        self.0
+            .lock()
+            .expect("counters")
+            .get(backend)
+            .map_or(0, |count| count.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for AdmitRetries {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() != ADMIT_RETRIES_TOTAL {
+            return Counter::noop();
+        }
+        let backend = key
+            .labels()
+            .find(|label| label.key() == "backend")
+            .map_or_else(String::new, |label| label.value().to_owned());
+        Counter::from_arc(Arc::clone(
+            self.0.lock().expect("counters").entry(backend).or_default(),
+        ))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// A writer that takes no scope locks (as an older version of this crate
+/// did) holds scope `s` in a transaction it has not committed: the
+/// admission's lock on `s` does not keep it out, its insert waits on the
+/// writer's row, loses when the writer commits, and is decided again, which
+/// the retry counter shows. Uncontended admissions count nothing. The
+/// runtime is current-thread, so the recorder (local to this thread) sees
+/// the admission's task.
+#[tokio::test]
+async fn an_admission_that_loses_a_race_counts_its_retry() {
+    let retries = AdmitRetries::default();
+    let _recorder = metrics::set_default_local_recorder(&retries);
+    let retries = &retries;
+    with_store(
+        "an_admission_that_loses_a_race_counts_its_retry",
+        |store, url| async move {
+            admitted(
+                store
+                    .admit(&AdmitRequest::new("calm", "worker-a").scope("other"))
+                    .await
+                    .expect("admit"),
+            );
+            let conflict = store
+                .admit(&AdmitRequest::new("calm-rival", "worker-b").scope("other"))
+                .await
+                .expect("admit");
+            assert!(
+                matches!(conflict, Admission::Conflict { .. }),
+                "{conflict:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                0,
+                "uncontended admissions retry nothing"
+            );
+
+            let mut lockless = PgConnection::connect(&url).await.expect("lockless writer");
+            let writes = "BEGIN; \
+                 INSERT INTO $schema.leases (id, scopes, kind, status, owner, fence, \
+                   created_at, updated_at) \
+                 VALUES ('lockless', '{s}', 'run', 'running', 'worker-z', \
+                   nextval('$schema.fence_seq'), now(), now()); \
+                 INSERT INTO $schema.lease_scopes (scope, lease_id) VALUES ('s', 'lockless'); \
+                 INSERT INTO $schema.held_scopes (scope, lease_id) VALUES ('s', 'lockless');"
+                .replace("$schema", &format!("\"{}\"", store.schema()));
+            sqlx::raw_sql(&writes)
+                .execute(&mut lockless)
+                .await
+                .expect("the lockless writes");
+            let admission = tokio::spawn({
+                let store = store.clone();
+                async move {
+                    store
+                        .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+                        .await
+                }
+            });
+            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let waiting: Option<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                     AND state = 'active' AND position($1 in query) > 0 \
+                     AND pid <> pg_backend_pid()",
+                )
+                .bind(store.schema())
+                .fetch_optional(&mut watcher)
+                .await
+                .expect("pg_stat_activity");
+                if waiting.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the admission never waited on the lockless writer"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            sqlx::query("COMMIT")
+                .execute(&mut lockless)
+                .await
+                .expect("commit");
+            let answer = admission.await.expect("join").expect("admit");
+            assert!(
+                matches!(&answer, Admission::Conflict { holder, .. } if holder.id == "lockless"),
+                "decided again, the admission sees the writer's holder: {answer:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                1,
+                "the lost race is counted once, under the backend's label"
+            );
+            lockless.close().await.expect("close the writer");
+            watcher.close().await.expect("close the watcher");
         },
     )
     .await;
