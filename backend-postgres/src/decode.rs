@@ -221,6 +221,13 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
         };
     }
     let capabilities: Vec<String> = get!("required_capabilities");
+    let taken_back: i64 = get!("taken_back");
+    let (taken_back, taken_back_at) = rules::stored_take_back_trace(
+        u32::try_from(taken_back)
+            .map_err(|_| fail("taken_back", format!("{taken_back} is not a count")))?,
+        at!("taken_back_at", nullable),
+    )
+    .map_err(|reason| fail("taken_back", reason))?;
     Ok(Job {
         queue: get!("queue"),
         payload: get!("payload"),
@@ -237,6 +244,8 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
         dead_reason,
         created_at: at!("created_at"),
         updated_at: at!("updated_at"),
+        taken_back,
+        taken_back_at,
         id,
     })
 }

@@ -19,6 +19,7 @@ use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::telemetry;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
@@ -170,6 +171,7 @@ impl PgStore {
         &self,
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
+        retries: &mut u32,
     ) -> std::result::Result<Admission, AdmitFailure> {
         match self
             .admit_if_free(&self.pool, request, metadata, Holders::Read)
@@ -195,17 +197,18 @@ impl PgStore {
             }
             AdmitIfFree::Undecided => {}
         }
-        self.admit_interrupting(request, metadata).await
+        self.admit_interrupting(request, metadata, retries).await
     }
 
     /// One transaction that locks the holders, decides, interrupts them and
     /// asks again: with its holders released, the call admits. (It finds
     /// holders again only next to a writer that takes no scope locks; then
-    /// the decision is taken once more, on them.)
+    /// the decision is taken once more, on them, and counted in `retries`.)
     async fn admit_interrupting(
         &self,
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
+        retries: &mut u32,
     ) -> std::result::Result<Admission, AdmitFailure> {
         // The scope locks only help if every statement after them sees what
         // the previous holder committed: a fresh snapshot per statement,
@@ -224,7 +227,12 @@ impl PgStore {
                         interrupted,
                     });
                 }
-                AdmitIfFree::Held { holders, now } => (holders, now),
+                AdmitIfFree::Held { holders, now } => {
+                    if !interrupted.is_empty() {
+                        *retries += 1;
+                    }
+                    (holders, now)
+                }
                 AdmitIfFree::Undecided => {
                     return Err(Error::unavailable(
                         "admit_if_free decided nothing in a READ COMMITTED transaction",
@@ -334,6 +342,45 @@ impl PgStore {
         }))
     }
 
+    /// Up to [`ADMIT_ATTEMPTS`] attempts, then the answer after lost races;
+    /// counts in `retries` every decision taken again after a lost race.
+    async fn admit_retrying(
+        &self,
+        request: &AdmitRequest,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        retries: &mut u32,
+    ) -> Result<Admission> {
+        for attempt in 1..=ADMIT_ATTEMPTS {
+            match AdmitFailure::settle(
+                self.admit_once(request, metadata, retries).await,
+                &request.id,
+            ) {
+                Ok(answer) => return answer,
+                Err(race) => {
+                    tracing::debug!(id = %request.id, attempt, error = %race, "admission raced");
+                    *retries += 1;
+                }
+            }
+        }
+        if let Some(conflict) = self.visible_conflict(request).await? {
+            return Ok(conflict);
+        }
+        // Nothing holds the scopes: a conflict would name no holder and an
+        // error would say nothing the store cannot decide. The answer is
+        // the decision itself, taken once more under the scope locks.
+        AdmitFailure::settle(
+            self.admit_once(request, metadata, retries).await,
+            &request.id,
+        )
+        .unwrap_or_else(|race| {
+            Err(Error::unavailable(format!(
+                "admission of {:?} lost every race on its scopes, which are free; retry",
+                request.id
+            ))
+            .with_source(race))
+        })
+    }
+
     async fn read_record(&self, id: &str) -> Result<Option<LeaseRecord>> {
         let row = self
             .fetch_optional(|| sqlx::query(&self.sql.get).bind(id))
@@ -372,29 +419,10 @@ impl LeaseStore for PgStore {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
         self.bounded("admit", async move {
             let metadata = validate::admit(request)?;
-            for attempt in 1..=ADMIT_ATTEMPTS {
-                match AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id) {
-                    Ok(answer) => return answer,
-                    Err(race) => {
-                        tracing::debug!(id = %request.id, attempt, error = %race, "admission raced");
-                    }
-                }
-            }
-            if let Some(conflict) = self.visible_conflict(request).await? {
-                return Ok(conflict);
-            }
-            // Nothing holds the scopes: a conflict would name no holder and an
-            // error would say nothing the store cannot decide. The answer is
-            // the decision itself, taken once more under the scope locks.
-            AdmitFailure::settle(self.admit_once(request, metadata).await, &request.id).unwrap_or_else(
-                |race| {
-                    Err(Error::unavailable(format!(
-                        "admission of {:?} lost every race on its scopes, which are free; retry",
-                        request.id
-                    ))
-                    .with_source(race))
-                },
-            )
+            let mut retries = 0;
+            let answer = self.admit_retrying(request, metadata, &mut retries).await;
+            telemetry::admit_retried("postgres", &request.id, retries);
+            answer
         })
         .await
     }

@@ -58,7 +58,10 @@
 //!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
 //!   partial indexes for claiming (a queue's queued jobs, best first),
 //!   reaping (claimed jobs by expiry) and listing dead letters, and
-//!   (migration 0004) one of finished jobs by finish time for `purge_jobs`.
+//!   (migration 0004) one of finished jobs by finish time for `purge_jobs`;
+//!   migration 0006 adds the take-back trace (`taken_back`,
+//!   `taken_back_at`) and indexes interrupted records for `purge` with the
+//!   terminal ones.
 //!   Purging a lease deletes its `lease_scopes` rows with it (foreign-key
 //!   cascade); scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
@@ -264,7 +267,10 @@
 //! version of this crate, which takes no scope locks, admitting on the same
 //! schema) is retried, at most three attempts in all.
 //! Then the admission answers `Conflict` with a holder of its scopes if
-//! there is one, and otherwise decides once more under the locks.
+//! there is one, and otherwise decides once more under the locks. Each
+//! decision taken again is counted
+//! ([`tenure_lease_core::backend::telemetry::admit_retried`], label
+//! `backend="postgres"`).
 //!
 //! [`LeaseStore::now`](tenure_lease_core::LeaseStore::now): tenure_lease_core::LeaseStore::now
 

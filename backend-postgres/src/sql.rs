@@ -50,17 +50,21 @@ fn decodable_job() -> String {
          AND attempt BETWEEN 0 AND {MAX_ATTEMPTS} AND max_attempts BETWEEN 0 AND {MAX_ATTEMPTS} \
          AND fence >= 0 AND (dead_reason IS NULL OR dead_reason IN ({})) \
          AND COALESCE(array_ndims(required_capabilities), 1) = 1 \
-         AND array_position(required_capabilities, NULL) IS NULL",
+         AND array_position(required_capabilities, NULL) IS NULL \
+         AND taken_back BETWEEN 0 AND {} AND (taken_back_at IS NULL OR {}) \
+         AND (taken_back = 0) = (taken_back_at IS NULL)",
         instant("run_at"),
         instant("created_at"),
         instant("updated_at"),
         instant("lease_expires_at"),
-        dead_reasons.join(", ")
+        dead_reasons.join(", "),
+        u32::MAX,
+        instant("taken_back_at"),
     )
 }
 
 /// The columns of a job, read by name in [`crate::decode::job`].
-const JOB_COLUMNS: [&str; 16] = [
+const JOB_COLUMNS: [&str; 18] = [
     "id",
     "queue",
     "payload",
@@ -77,6 +81,8 @@ const JOB_COLUMNS: [&str; 16] = [
     "dead_reason",
     "created_at",
     "updated_at",
+    "taken_back",
+    "taken_back_at",
 ];
 
 fn columns(alias: &str) -> String {
@@ -132,7 +138,8 @@ pub(crate) struct Statements {
     /// `$1` scope.
     pub(crate) list_by_scope: String,
     pub(crate) list_active: String,
-    /// `$1` retention → `purged`, the count of deleted rows.
+    /// `$1` retention → `purged`, the count of deleted rows: interrupted
+    /// and terminal records last updated at least the retention ago.
     pub(crate) purge: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
@@ -165,7 +172,8 @@ pub(crate) struct JobStatements {
     pub(crate) defer: String,
     /// `$1` grace, `$2` limit → the reaped jobs, oldest expiry first.
     pub(crate) reap: String,
-    /// `$1` id, `$2` owner, `$3` fence of the reaped claim, `$4` ttl.
+    /// `$1` id, `$2` owner, `$3` fence of the reaped claim, `$4` ttl; counts
+    /// the take-back on the job (`taken_back`, `taken_back_at`).
     pub(crate) take_back: String,
     /// `$1` id.
     pub(crate) get: String,
@@ -264,9 +272,11 @@ impl JobStatements {
             take_back: format!(
                 "UPDATE {s}.jobs j SET state = 'claimed', dead_reason = NULL, \
                  fence = nextval({fence_seq}), lease_expires_at = now() + $4::interval, \
-                 updated_at = now() \
+                 updated_at = now(), taken_back = least(j.taken_back + 1, {}), \
+                 taken_back_at = now() \
                  WHERE j.id = $1 AND j.state = 'dead_lettered' AND j.dead_reason = 'lease_expired' \
-                 AND j.owner = $2 AND j.fence = $3 RETURNING {job}"
+                 AND j.owner = $2 AND j.fence = $3 RETURNING {job}",
+                u32::MAX
             ),
             get: format!("SELECT {job} FROM {s}.jobs j WHERE j.id = $1"),
             list_dead_letters: format!(
@@ -387,7 +397,7 @@ impl Statements {
                 "SELECT {record} FROM {s}.leases l WHERE l.status IN {ACTIVE} ORDER BY l.id"
             ),
             purge: format!(
-                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN ('succeeded', 'failed') \
+                "WITH purged AS (DELETE FROM {s}.leases WHERE status IN {DECODABLE_INACTIVE} \
                    AND updated_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
             ),

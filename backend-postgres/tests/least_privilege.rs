@@ -217,7 +217,11 @@ async fn run_every_operation(app: &PgStore) {
     app.list_active().await.expect("list_active");
     app.get("op").await.expect("get");
     app.now().await.expect("now");
-    assert_eq!(app.purge(Duration::ZERO).await.expect("purge"), 1);
+    assert_eq!(
+        app.purge(Duration::ZERO).await.expect("purge"),
+        2,
+        "the interrupted record and the failed one"
+    );
 
     let jobs: Vec<NewJob> = (0..4)
         .map(|n| {

@@ -4,11 +4,18 @@
 
 mod support;
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::backend::telemetry::ADMIT_RETRIES_TOTAL;
+use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
@@ -69,7 +76,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 5);
+    assert_eq!(applied, 6);
     assert_eq!(seen, Some(record));
 }
 
@@ -815,6 +822,211 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
                         == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
                 "{outcomes:?}"
             );
+        },
+    )
+    .await;
+}
+
+/// What migration 0006 undoes, to stand a fresh schema back at version 5:
+/// the schema a store of the previous version created.
+const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
+     DROP COLUMN taken_back_at; \
+     DROP INDEX $schema.leases_finished_age; \
+     CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
+       WHERE status IN ('succeeded', 'failed'); \
+     DELETE FROM $schema._sqlx_migrations WHERE version = 6;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions() {
+    with_store(
+        "a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
+        |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_5).await;
+            execute(
+                &url,
+                &store,
+                "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, \
+                   updated_at, stop_reason) \
+                 VALUES ('stopped', 'run', 'interrupted', 'worker-b', 4, \
+                   '2023-11-14 22:13:20+00', '2023-11-14 22:13:20+00', 'interrupted_by_admission'); \
+                 INSERT INTO $schema.jobs (id, queue, payload, priority, run_at, attempt, \
+                   max_attempts, state, owner, fence, dead_reason, created_at, updated_at) \
+                 VALUES ('reaped', 'q', '{}', 0, now(), 1, 1, 'dead_lettered', 'worker-a', 5, \
+                   'lease_expired', now(), now()); \
+                 SELECT setval('$schema.fence_seq', 5);",
+            )
+            .await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 5 schema upgrades");
+            let reaped = upgraded
+                .get_job("reaped")
+                .await
+                .expect("get_job")
+                .expect("the old job");
+            assert_eq!(
+                (reaped.taken_back, reaped.taken_back_at),
+                (0, None),
+                "a job stored before the trace existed was never taken back"
+            );
+            let claim = JobClaim {
+                id: "reaped".into(),
+                owner: "worker-a".into(),
+                fence: 5,
+                attempt: 1,
+            };
+            let taken = match upgraded.take_back(&claim, LONG).await.expect("take_back") {
+                TakeBack::Taken(taken) => taken,
+                other => panic!("the live copy takes its job back: {other:?}"),
+            };
+            assert_eq!(
+                (taken.job.taken_back, taken.job.taken_back_at),
+                (1, Some(taken.job.updated_at))
+            );
+            assert_eq!(
+                upgraded.purge(Duration::from_secs(24 * 3600)).await.expect("purge"),
+                1,
+                "the record interrupted long ago is purged"
+            );
+            assert_eq!(upgraded.get("stopped").await.expect("get"), None);
+            upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// Counts `tenure_admit_retries_total` per `backend` label.
+#[derive(Default)]
+struct AdmitRetries(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+impl AdmitRetries {
+    fn of(&self, backend: &str) -> u64 {
+        self.0
+            .lock()
+            .expect("counters")
+            .get(backend)
+            .map_or(0, |count| count.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for AdmitRetries {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() != ADMIT_RETRIES_TOTAL {
+            return Counter::noop();
+        }
+        let backend = key
+            .labels()
+            .find(|label| label.key() == "backend")
+            .map_or_else(String::new, |label| label.value().to_owned());
+        Counter::from_arc(Arc::clone(
+            self.0.lock().expect("counters").entry(backend).or_default(),
+        ))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// A writer that takes no scope locks (as an older version of this crate
+/// did) holds scope `s` in a transaction it has not committed: the
+/// admission's lock on `s` does not keep it out, its insert waits on the
+/// writer's row, loses when the writer commits, and is decided again, which
+/// the retry counter shows. Uncontended admissions count nothing. The
+/// runtime is current-thread, so the recorder (local to this thread) sees
+/// the admission's task.
+#[tokio::test]
+async fn an_admission_that_loses_a_race_counts_its_retry() {
+    let retries = AdmitRetries::default();
+    let _recorder = metrics::set_default_local_recorder(&retries);
+    let retries = &retries;
+    with_store(
+        "an_admission_that_loses_a_race_counts_its_retry",
+        |store, url| async move {
+            admitted(
+                store
+                    .admit(&AdmitRequest::new("calm", "worker-a").scope("other"))
+                    .await
+                    .expect("admit"),
+            );
+            let conflict = store
+                .admit(&AdmitRequest::new("calm-rival", "worker-b").scope("other"))
+                .await
+                .expect("admit");
+            assert!(
+                matches!(conflict, Admission::Conflict { .. }),
+                "{conflict:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                0,
+                "uncontended admissions retry nothing"
+            );
+
+            let mut lockless = PgConnection::connect(&url).await.expect("lockless writer");
+            let writes = "BEGIN; \
+                 INSERT INTO $schema.leases (id, scopes, kind, status, owner, fence, \
+                   created_at, updated_at) \
+                 VALUES ('lockless', '{s}', 'run', 'running', 'worker-z', \
+                   nextval('$schema.fence_seq'), now(), now()); \
+                 INSERT INTO $schema.lease_scopes (scope, lease_id) VALUES ('s', 'lockless'); \
+                 INSERT INTO $schema.held_scopes (scope, lease_id) VALUES ('s', 'lockless');"
+                .replace("$schema", &format!("\"{}\"", store.schema()));
+            sqlx::raw_sql(&writes)
+                .execute(&mut lockless)
+                .await
+                .expect("the lockless writes");
+            let admission = tokio::spawn({
+                let store = store.clone();
+                async move {
+                    store
+                        .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+                        .await
+                }
+            });
+            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let waiting: Option<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                     AND state = 'active' AND position($1 in query) > 0 \
+                     AND pid <> pg_backend_pid()",
+                )
+                .bind(store.schema())
+                .fetch_optional(&mut watcher)
+                .await
+                .expect("pg_stat_activity");
+                if waiting.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the admission never waited on the lockless writer"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            sqlx::query("COMMIT")
+                .execute(&mut lockless)
+                .await
+                .expect("commit");
+            let answer = admission.await.expect("join").expect("admit");
+            assert!(
+                matches!(&answer, Admission::Conflict { holder, .. } if holder.id == "lockless"),
+                "decided again, the admission sees the writer's holder: {answer:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                1,
+                "the lost race is counted once, under the backend's label"
+            );
+            lockless.close().await.expect("close the writer");
+            watcher.close().await.expect("close the watcher");
         },
     )
     .await;

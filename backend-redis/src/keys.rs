@@ -42,7 +42,8 @@ impl Keys {
         self.fixed("active")
     }
 
-    /// Terminal record ids by last update.
+    /// Interrupted and terminal record ids by last update (what `purge`
+    /// walks).
     pub(crate) fn terminal(&self) -> String {
         self.fixed("terminal")
     }

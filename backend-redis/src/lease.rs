@@ -38,7 +38,8 @@ impl LeaseStore for RedisStore {
             .key(self.keys.fence())
             .key(self.keys.expiry())
             .key(self.keys.active())
-            .key(self.keys.record(&request.id));
+            .key(self.keys.record(&request.id))
+            .key(self.keys.terminal());
         for scope in &request.scopes {
             invocation.key(self.keys.holder(scope));
         }
@@ -178,7 +179,11 @@ impl LeaseStore for RedisStore {
 
     /// Deletes in batches of up to 1000 records, one script call each, until
     /// a batch finds fewer: each batch is atomic, the whole purge is not (it
-    /// needs not be: purged records are terminal and never change).
+    /// needs not be: a record due stays due, since the one write an
+    /// interrupted record may still take, `Failed`, moves it in the index).
+    /// Only records interrupted by this version or later are in the index
+    /// this walks: one interrupted under an older version stays until it is
+    /// finalised as `Failed` or [`RedisStore::delete_namespace`] runs.
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         validate::purge(terminal_older_than)?;
         let mut purged = 0_u64;

@@ -24,7 +24,7 @@ macro_rules! select_jobs {
         concat!(
             "SELECT id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at FROM jobs ",
+             dead_reason, created_at, updated_at, taken_back, taken_back_at FROM jobs ",
             $($clause),*
         )
     };
@@ -45,6 +45,14 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
     let state: String = column(row, 8, "state")?;
     let fence: i64 = column(row, 10, "fence")?;
     let dead_reason: Option<String> = column(row, 13, "dead_reason")?;
+    let taken_back: i64 = column(row, 16, "taken_back")?;
+    let (taken_back, taken_back_at) = rules::stored_take_back_trace(
+        u32::try_from(taken_back)
+            .map_err(|_| format!("column taken_back: {taken_back} is not a count"))?,
+        column::<Option<i64>>(row, 17, "taken_back_at")?
+            .map(|micros| timestamp(micros, "taken_back_at"))
+            .transpose()?,
+    )?;
     Ok(Job {
         id: column(row, 0, "id")?,
         queue: column(row, 1, "queue")?,
@@ -75,6 +83,8 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
             .map_err(|error| format!("column dead_reason: {}", error.message()))?,
         created_at: timestamp(column(row, 14, "created_at")?, "created_at")?,
         updated_at: timestamp(column(row, 15, "updated_at")?, "updated_at")?,
+        taken_back,
+        taken_back_at,
     })
 }
 
@@ -119,8 +129,9 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "INSERT INTO jobs (id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             dead_reason, created_at, updated_at, taken_back, taken_back_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+             ?17, ?18)",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -141,6 +152,8 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
             job.dead_reason.map(DeadReason::as_str),
             to_micros(job.created_at),
             to_micros(job.updated_at),
+            job.taken_back,
+            job.taken_back_at.map(to_micros),
         ])
         .map_err(map_sqlite_error)?;
     Ok(())
@@ -152,7 +165,7 @@ pub(crate) fn save_job(connection: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "UPDATE jobs SET run_at = ?2, attempt = ?3, required_capabilities = ?4, state = ?5, \
              owner = ?6, fence = ?7, lease_expires_at = ?8, last_error = ?9, dead_reason = ?10, \
-             updated_at = ?11 WHERE id = ?1",
+             updated_at = ?11, taken_back = ?12, taken_back_at = ?13 WHERE id = ?1",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -168,6 +181,8 @@ pub(crate) fn save_job(connection: &Connection, job: &Job) -> Result<()> {
             job.last_error,
             job.dead_reason.map(DeadReason::as_str),
             to_micros(job.updated_at),
+            job.taken_back,
+            job.taken_back_at.map(to_micros),
         ])
         .map_err(map_sqlite_error)?;
     Ok(())

@@ -46,9 +46,12 @@ const LIST_ACTIVE: &str = select_records!(
     " ORDER BY l.id"
 );
 
-/// Terminal records last updated at or before `?1`.
-const PURGE: &str =
-    "DELETE FROM leases WHERE status IN ('succeeded', 'failed') AND updated_at <= ?1";
+/// Interrupted and terminal records last updated at or before `?1`.
+const PURGE: &str = concat!(
+    "DELETE FROM leases WHERE status IN ",
+    finished_statuses!(),
+    " AND updated_at <= ?1"
+);
 
 /// Walks unfinished records (active, or with a status nobody knows) in
 /// [`rules::expired_order`], those whose expiry cannot be an integer too, so
@@ -130,8 +133,8 @@ fn collect_records<P: rusqlite::Params>(
     Ok(records)
 }
 
-/// Deletes what [`rules::purgeable`] allows: terminal records whose
-/// `updated_at + older_than <= now`. Their scope rows go with them (foreign
+/// Deletes what [`rules::purgeable`] allows: interrupted and terminal
+/// records whose `updated_at + older_than <= now`. Their scope rows go with them (foreign
 /// key cascade); the fence counter is untouched.
 pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duration) -> Result<u64> {
     delete_finished_before(connection, PURGE, now, older_than)
@@ -218,7 +221,7 @@ pub(crate) mod tests {
             (LIST_BY_SCOPE, "lease_scopes_by_scope (scope=?)"),
             (
                 PURGE,
-                "USING INDEX leases_terminal_by_update (updated_at<?)",
+                "USING INDEX leases_finished_by_update (updated_at<?)",
             ),
         ];
         assert_plans(&expectations, &[LIST_EXPIRED]);

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -130,9 +130,29 @@ const SCHEMA_V4: &str = "CREATE TABLE fence_gates (
     ) WITHOUT ROWID;
     CREATE INDEX fence_gates_by_check ON fence_gates (checked_at);";
 
+/// Version 5: interrupted records are purged too, and a take-back leaves a
+/// trace on its job.
+///
+/// * `leases_finished_by_update`: records that hold no scope (interrupted
+///   or terminal) by last update, for `purge`; it replaces
+///   `leases_terminal_by_update`, which left interrupted records out.
+/// * `jobs.taken_back` (a count, 0 for every job stored before) and
+///   `jobs.taken_back_at` (INTEGER microseconds, `NULL` until the first
+///   take-back).
+const SCHEMA_V5: &str = concat!(
+    "DROP INDEX leases_terminal_by_update;
+    CREATE INDEX leases_finished_by_update ON leases (updated_at)
+        WHERE status IN ",
+    finished_statuses!(),
+    ";
+    ALTER TABLE jobs ADD COLUMN taken_back INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN taken_back_at INTEGER;"
+);
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
+    [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// Opens (creating if needed) the file, applies the connection settings and
 /// brings the schema to [`SCHEMA_VERSION`].
@@ -255,6 +275,87 @@ mod tests {
                  PRAGMA user_version = 1;",
             )
             .expect("a version 1 record");
+    }
+
+    /// A file as version 3 of this crate left it: a record interrupted long
+    /// ago and never finalised, and a job the reaper dead-lettered under
+    /// `worker-a`'s claim of fence 5.
+    fn write_version_3_file(path: &std::path::Path) {
+        let connection = Connection::open(path).expect("create the file");
+        for statements in &MIGRATIONS[..3] {
+            connection
+                .execute_batch(statements)
+                .expect("the version 3 schema");
+        }
+        connection
+            .execute_batch(
+                "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, \
+                 created_at, updated_at, error, stop_reason, metadata) \
+                 VALUES ('stopped', 'run', 'interrupted', 'worker-b', 4, NULL, \
+                 1700000000000000, 1700000000000000, NULL, 'interrupted_by_admission', '{}');
+                 INSERT INTO jobs (id, queue, payload, priority, run_at, attempt, max_attempts, \
+                 required_capabilities, state, owner, fence, lease_expires_at, last_error, \
+                 dead_reason, created_at, updated_at) \
+                 VALUES ('reaped', 'q', '{}', 0, 1700000000000000, 1, 1, '[]', \
+                 'dead_lettered', 'worker-a', 5, NULL, NULL, 'lease_expired', \
+                 1700000000000000, 1700000000000000);
+                 UPDATE fence_counter SET last_fence = 5;
+                 PRAGMA user_version = 3;",
+            )
+            .expect("version 3 rows");
+    }
+
+    #[tokio::test]
+    async fn a_version_3_file_gains_interrupted_retention_and_take_back_traces() {
+        let directory = tempfile::TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("v3.db");
+        write_version_3_file(&path);
+
+        let store = SqliteStore::open(SqliteConfig::new(&path))
+            .await
+            .expect("a version 3 file opens");
+        let reaped = store
+            .get_job("reaped")
+            .await
+            .expect("get_job")
+            .expect("the old job");
+        assert_eq!(
+            (reaped.taken_back, reaped.taken_back_at),
+            (0, None),
+            "a job stored before the trace existed was never taken back"
+        );
+        let claim = tenure_lease_core::queue::JobClaim {
+            id: "reaped".into(),
+            owner: "worker-a".into(),
+            fence: 5,
+            attempt: 1,
+        };
+        let taken = match store
+            .take_back(&claim, Duration::from_secs(30))
+            .await
+            .expect("take_back")
+        {
+            tenure_lease_core::queue::TakeBack::Taken(taken) => taken,
+            other => panic!("the live copy takes its job back: {other:?}"),
+        };
+        assert_eq!(taken.claim.fence, 6, "the file's fence sequence goes on");
+        assert_eq!(
+            (taken.job.taken_back, taken.job.taken_back_at),
+            (1, Some(taken.job.updated_at))
+        );
+        assert_eq!(
+            store.get_job("reaped").await.expect("get_job"),
+            Some(taken.job)
+        );
+        assert_eq!(
+            store
+                .purge(Duration::from_secs(24 * 3600))
+                .await
+                .expect("purge"),
+            1,
+            "the record interrupted long ago is purged"
+        );
+        assert_eq!(store.get("stopped").await.expect("get"), None);
     }
 
     #[tokio::test]

@@ -47,6 +47,8 @@ pub enum TimeField {
     LeaseExpiresAt,
     /// A job's `run_at`.
     RunAt,
+    /// A job's `taken_back_at` (set on a job never taken back).
+    TakenBackAt,
 }
 
 /// How a stored timestamp is wrong.
@@ -88,6 +90,8 @@ pub enum Damage {
     MalformedPayload,
     /// A job's required capabilities are not a set of names.
     MalformedCapabilities,
+    /// A job's take-back count is negative.
+    NegativeTakeBacks,
 }
 
 const BAD_TIMES: [BadTime; 3] = [
@@ -123,6 +127,7 @@ impl Damage {
             TimeField::CreatedAt,
             TimeField::UpdatedAt,
             TimeField::LeaseExpiresAt,
+            TimeField::TakenBackAt,
         ];
         Damage::with_times(
             &times,
@@ -134,6 +139,7 @@ impl Damage {
                 Damage::HugeAttempt,
                 Damage::MalformedPayload,
                 Damage::MalformedCapabilities,
+                Damage::NegativeTakeBacks,
             ],
         )
     }

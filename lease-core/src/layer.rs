@@ -212,8 +212,9 @@ pub type Instrumented<S> = Layered<S, Tracing>;
 
 /// Tracing and metrics for every operation: one `tracing` span
 /// (`tenure.store`, fields `operation`, `lease.id`, `owner`, `fence`,
-/// `claims` for a batch, `outcome`), a warning for each failure, and two
-/// metrics:
+/// `claims` for a batch, `outcome`, and `retries` where the store decided
+/// again after lost races, see [`backend::telemetry`](crate::backend::telemetry)),
+/// a warning for each failure, and two metrics:
 ///
 /// | metric | kind | labels |
 /// |---|---|---|
@@ -241,6 +242,7 @@ impl Hook for Tracing {
             fence = operation.fence,
             claims = field::Empty,
             outcome = field::Empty,
+            retries = field::Empty,
         );
         if !operation.batch.is_empty() {
             span.record("claims", operation.batch.len());

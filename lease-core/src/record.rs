@@ -17,7 +17,8 @@ pub const DEFAULT_KIND: &str = "run";
 ///
 /// `Pending` and `Running` are **active**: they hold their scopes.
 /// `Interrupted` is neither active nor terminal (it may still be finalised as
-/// `Failed`). `Succeeded` and `Failed` are **terminal** and never change again.
+/// `Failed`, until `purge` removes it like a terminal record). `Succeeded`
+/// and `Failed` are **terminal** and never change again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Status {
@@ -26,6 +27,8 @@ pub enum Status {
     /// Work in progress. Active.
     Running,
     /// Stopped by another admission or by its owner; releases its scopes.
+    /// Purged once as old as the retention, like a terminal record
+    /// ([contract §8](crate::contract)).
     Interrupted,
     /// Finished well. Terminal.
     Succeeded,

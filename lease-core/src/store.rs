@@ -268,12 +268,12 @@ pub trait LeaseStore: Send + Sync {
     /// A read: dropping it changes nothing.
     async fn now(&self) -> Result<Timestamp>;
 
-    /// Retention ([contract §8](crate::contract)): deletes the terminal
-    /// records whose `updated_at` (when they finished) is at least
-    /// `terminal_older_than` ago, exactly that age included, with their
-    /// scope entries; answers how many. Active and interrupted records stay,
-    /// and the fence sequence is untouched, so a purged id admitted again
-    /// gets a greater fence.
+    /// Retention ([contract §8](crate::contract)): deletes the terminal and
+    /// interrupted records whose `updated_at` (when they finished or were
+    /// interrupted) is at least `terminal_older_than` ago, exactly that age
+    /// included, with their scope entries; answers how many. Active records
+    /// stay, and the fence sequence is untouched, so a purged id admitted
+    /// again gets a greater fence.
     ///
     /// # Errors
     ///

@@ -62,7 +62,8 @@ pub const DROP_JOB_CHECKS: &str = "ALTER TABLE $schema.jobs \
      DROP CONSTRAINT IF EXISTS jobs_max_attempts_positive, \
      DROP CONSTRAINT IF EXISTS jobs_state_known, \
      DROP CONSTRAINT IF EXISTS jobs_fence_counted, \
-     DROP CONSTRAINT IF EXISTS jobs_dead_reason_known;";
+     DROP CONSTRAINT IF EXISTS jobs_dead_reason_known, \
+     DROP CONSTRAINT IF EXISTS jobs_taken_back_counted;";
 
 /// The SQL that applies the kit's `damage` to `target`, or `None` when a
 /// column's type cannot hold it (text for a timestamp, a fence beyond
@@ -83,6 +84,7 @@ fn damage_sql(target: &Target, damage: Damage) -> Option<String> {
                 TimeField::UpdatedAt => "updated_at",
                 TimeField::LeaseExpiresAt => "lease_expires_at",
                 TimeField::RunAt if is_job => "run_at",
+                TimeField::TakenBackAt if is_job => "taken_back_at",
                 _ => return None,
             };
             let value = match bad {
@@ -104,6 +106,7 @@ fn damage_sql(target: &Target, damage: Damage) -> Option<String> {
         Damage::MalformedScopes if !is_job => ("scopes", "'{NULL}'"),
         Damage::MalformedMetadata if !is_job => ("metadata", "'[1, 2]'"),
         Damage::MalformedCapabilities if is_job => ("required_capabilities", "'{NULL}'"),
+        Damage::NegativeTakeBacks if is_job => ("taken_back", "-1"),
         _ => return None,
     };
     Some(format!(

@@ -56,6 +56,13 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
     raw.check_id()?;
     let required_capabilities: BTreeSet<String> = serde_json::from_str(&required_text("caps")?)
         .map_err(|error| format!("caps are not a JSON array of strings: {error}"))?;
+    let (taken_back, taken_back_at) = rules::stored_take_back_trace(
+        optional_text("taken_back")?
+            .map(|text| number("taken_back", text))
+            .transpose()?
+            .unwrap_or(0),
+        instant("taken_back_at")?,
+    )?;
     Ok(Job {
         id: raw.id.clone(),
         queue: required_text("queue")?,
@@ -83,6 +90,8 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
             .map_err(reason)?,
         created_at: required_instant("created")?,
         updated_at: required_instant("updated")?,
+        taken_back,
+        taken_back_at,
     })
 }
 

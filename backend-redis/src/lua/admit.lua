@@ -1,8 +1,8 @@
 -- admit: creates a record, with per-scope admission
 -- (contract §3 (tenure_lease_core::contract), rules::plan_admission).
 -- KEYS[1] fence counter, KEYS[2] expiry zset, KEYS[3] active zset,
--- KEYS[4] record hash of the new id,
--- KEYS[4+i] holder key of scope i, KEYS[4+n+i] scope index of scope i
+-- KEYS[4] record hash of the new id, KEYS[5] terminal zset,
+-- KEYS[5+i] holder key of scope i, KEYS[5+n+i] scope index of scope i
 --   (i = 1..n, scopes in sorted order).
 -- ARGV[1] key prefix (holders' record keys are found at run time),
 -- ARGV[2] id, ARGV[3] owner, ARGV[4] kind, ARGV[5] ttl in us ('' = no lease),
@@ -21,12 +21,12 @@ end
 local now = now_us()
 local fences = fence_counter(KEYS[1], now)
 local grace = tonumber(ARGV[7])
-local scope_count = (#KEYS - 4) / 2
+local scope_count = (#KEYS - 5) / 2
 
 -- Active holders of the requested scopes, deduplicated, in scope order.
 local holders, seen = {}, {}
 for i = 1, scope_count do
-  local holder_id = redis.call('GET', KEYS[4 + i])
+  local holder_id = redis.call('GET', KEYS[5 + i])
   if holder_id and not seen[holder_id] then
     seen[holder_id] = true
     local holder = load(prefix .. 'rec:' .. holder_id, holder_id)
@@ -49,6 +49,7 @@ for _, holder in ipairs(holders) do
   release(prefix, holder, KEYS[2], KEYS[3])
   redis.call('HSET', holder.key, 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
     'stop', ARGV[10], 'updated', fmt(now))
+  redis.call('ZADD', KEYS[5], fmt(now), holder.id)
   interrupted[#interrupted + 1] = reply_record(holder.key, holder.id)
 end
 
@@ -63,8 +64,8 @@ if ARGV[5] ~= '' then
 end
 redis.call('HSET', KEYS[4], unpack(fields))
 for i = 1, scope_count do
-  redis.call('SET', KEYS[4 + i], id)
-  redis.call('ZADD', KEYS[4 + scope_count + i], fmt(now), id)
+  redis.call('SET', KEYS[5 + i], id)
+  redis.call('ZADD', KEYS[5 + scope_count + i], fmt(now), id)
 end
 redis.call('ZADD', KEYS[3], 0, id)
 redis.call('ZADD', KEYS[2], expiry_score, id)

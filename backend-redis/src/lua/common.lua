@@ -8,7 +8,8 @@
 --                            draw_fence); the store-wide fence sequence
 --   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
 --   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
---   <prefix>terminal         zset: terminal ids by updated_at in us
+--   <prefix>terminal         zset: interrupted and terminal ids (those purge
+--                            deletes once old enough) by updated_at in us
 --   <prefix>rec:<id>         hash: one record (fields below)
 --   <prefix>holder:<scope>   string: id of the active record holding the scope
 --   <prefix>scope:<scope>    zset: ids of every record naming the scope, by created_at

@@ -1,7 +1,7 @@
--- purge: deletes terminal records last updated at least a retention ago
--- (contract §8 (tenure_lease_core::contract), rules::purgeable), at most one batch
--- per call.
--- KEYS[1] terminal zset.
+-- purge: deletes interrupted and terminal records last updated at least a
+-- retention ago (contract §8 (tenure_lease_core::contract), rules::purgeable), at
+-- most one batch per call.
+-- KEYS[1] terminal zset (interrupted and terminal ids).
 -- ARGV[1] key prefix (record and scope index keys of the ids found),
 -- ARGV[2] retention in us (rounded up), ARGV[3] batch size.
 -- Reply: the number of records deleted.
@@ -12,8 +12,8 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', fmt(now - tonumber(ARGV
   'LIMIT', 0, tonumber(ARGV[3]))
 for _, id in ipairs(ids) do
   local key = prefix .. 'rec:' .. id
-  -- A record whose scopes cannot be read is deleted all the same (it is
-  -- terminal and past retention); only its scope index entries stay behind,
+  -- A record whose scopes cannot be read is deleted all the same (it holds
+  -- nothing and is past retention); only its scope index entries stay behind,
   -- and readers skip ids whose record is gone.
   local ok, scopes = pcall(cjson.decode, redis.call('HGET', key, 'scopes') or '[]')
   if ok and type(scopes) == 'table' then

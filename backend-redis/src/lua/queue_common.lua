@@ -32,8 +32,10 @@
 -- Job hash fields: queue, payload (JSON), priority, run_at, attempt,
 -- max_attempts, caps (JSON array of strings), state, owner (absent: none),
 -- fence, expires (absent: no lease), error (absent: none), dead (absent: not
--- dead-lettered), created, updated. Integers and timestamps (us since the
--- epoch) are decimal text.
+-- dead-lettered), created, updated, taken_back and taken_back_at (the
+-- take-back count and its latest instant; both absent until the first
+-- take-back, as in jobs stored by versions that kept no trace). Integers and
+-- timestamps (us since the epoch) are decimal text.
 
 local JOB_STATES = { queued = true, claimed = true, completed = true, dead_lettered = true }
 local DEAD_REASONS = { lease_expired = true, attempts_exhausted = true, failed = true }
@@ -122,6 +124,17 @@ local function load_job(key, id)
   }
   if fields.expires ~= nil then
     job.expires = timestamp(key, fields, 'expires')
+  end
+  -- rules::stored_take_back_trace: both or neither.
+  job.taken_back = 0
+  if fields.taken_back ~= nil then
+    job.taken_back = bounded(key, fields, 'taken_back', 0, 4294967295)
+  end
+  if fields.taken_back_at ~= nil then
+    timestamp(key, fields, 'taken_back_at')
+  end
+  if (job.taken_back == 0) ~= (fields.taken_back_at == nil) then
+    corrupt(key, 'taken_back and taken_back_at disagree')
   end
   return job
 end

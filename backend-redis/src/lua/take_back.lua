@@ -1,6 +1,6 @@
 -- take_back: a live copy takes back a job the reaper dead-lettered
 -- (contract §9 (tenure_lease_core::contract), rules::judge_take_back,
--- rules::take_back_job).
+-- rules::take_back_job), counting it on the job (taken_back, taken_back_at).
 -- KEYS[1] job hash, KEYS[2] fence counter, KEYS[3] claimed zset.
 -- ARGV[1] key prefix (the job's dead-letter and finished keys are built
 -- from it),
@@ -30,7 +30,8 @@ local now = now_us()
 local fence = draw_fence(fence_counter(KEYS[2], now))
 local expires = fmt(now + tonumber(ARGV[5]))
 redis.call('HSET', KEYS[1], 'state', 'claimed', 'fence', fmt(fence), 'expires', expires,
-  'updated', fmt(now))
+  'updated', fmt(now), 'taken_back', fmt(math.min(job.taken_back + 1, 4294967295)),
+  'taken_back_at', fmt(now))
 redis.call('HDEL', KEYS[1], 'dead')
 redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
 redis.call('ZREM', prefix .. 'finished', id)

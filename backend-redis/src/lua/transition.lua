@@ -41,8 +41,6 @@ if ARGV[8] == '1' then
 end
 if not ACTIVE[to] then
   release(prefix, record, KEYS[2], KEYS[3])
-end
-if TERMINAL[to] then
   redis.call('ZADD', KEYS[4], fmt(now), id)
 end
 return { 'applied', reply_record(KEYS[1], id) }

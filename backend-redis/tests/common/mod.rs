@@ -321,6 +321,7 @@ fn damage_field(target: &Target, damage: Damage) -> Option<(String, &'static str
                 TimeField::UpdatedAt => "updated",
                 TimeField::LeaseExpiresAt => "expires",
                 TimeField::RunAt if is_job => "run_at",
+                TimeField::TakenBackAt if is_job => "taken_back_at",
                 _ => return None,
             };
             let value: &'static [u8] = match bad {
@@ -339,6 +340,7 @@ fn damage_field(target: &Target, damage: Damage) -> Option<(String, &'static str
         Damage::MalformedMetadata if !is_job => ("meta", b"[1]"),
         Damage::MalformedPayload if is_job => ("payload", b"{not json"),
         Damage::MalformedCapabilities if is_job => ("caps", b"[1]"),
+        Damage::NegativeTakeBacks if is_job => ("taken_back", b"-1"),
         _ => return None,
     };
     Some((key, field, value))

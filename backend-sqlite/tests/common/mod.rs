@@ -210,6 +210,7 @@ fn apply_damage(
                 TimeField::UpdatedAt => "updated_at",
                 TimeField::LeaseExpiresAt => "lease_expires_at",
                 TimeField::RunAt if is_job => "run_at",
+                TimeField::TakenBackAt if is_job => "taken_back_at",
                 _ => return Ok(DamageOutcome::CannotHold),
             };
             let value = match bad {
@@ -235,6 +236,7 @@ fn apply_damage(
         Damage::MalformedCapabilities if is_job => {
             (table, key, "required_capabilities", "'not json'")
         }
+        Damage::NegativeTakeBacks if is_job => (table, key, "taken_back", "-1"),
         _ => return Ok(DamageOutcome::CannotHold),
     };
     let failed = |error: rusqlite::Error| {

@@ -8,10 +8,13 @@
 //! [`RecordTransaction`](engine::RecordTransaction), and the queue's with
 //! [`queue_rules`] (and gates with [`gate_rules`]); one that cannot (Redis Lua, PostgreSQL SQL) mirrors the
 //! [`rules`] and is held to them by the conformance kit.
-//! Each store operation starts with the matching [`validate`] check.
+//! Each store operation starts with the matching [`validate`] check, and
+//! a store that retries inside an operation reports it through
+//! [`telemetry`].
 
 pub mod engine;
 pub mod gate_rules;
 pub mod queue_rules;
 pub mod rules;
+pub mod telemetry;
 pub mod validate;

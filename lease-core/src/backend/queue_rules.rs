@@ -58,6 +58,31 @@ pub fn new_job(new: &NewJob, now: Timestamp) -> Job {
         dead_reason: None,
         created_at: now,
         updated_at: now,
+        taken_back: 0,
+        taken_back_at: None,
+    }
+}
+
+/// The take-back trace (`taken_back`, `taken_back_at`) read from a store,
+/// checked as every backend decodes it: a count without an instant, or an
+/// instant without a count, is damage (the contract writes both or
+/// neither). A store that keeps no trace for a job (one written by an
+/// older version) reads as `(0, None)`.
+///
+/// # Errors
+///
+/// The reason, when one is given without the other; the backend reports
+/// it as a `Corrupt` record.
+pub fn stored_take_back_trace(
+    taken_back: u32,
+    taken_back_at: Option<Timestamp>,
+) -> Result<(u32, Option<Timestamp>), String> {
+    match (taken_back, taken_back_at) {
+        (0, Some(_)) => Err("taken_back_at is set but taken_back is 0".to_owned()),
+        (1.., None) => Err(format!(
+            "taken_back is {taken_back} but taken_back_at is missing"
+        )),
+        trace => Ok(trace),
     }
 }
 
@@ -213,8 +238,11 @@ pub fn judge_take_back(job: Option<&Job>, claim: &JobClaim) -> Result<(), TakeBa
 }
 
 /// Applies a take-back: claimed again by the same worker under a new fence,
-/// attempt unchanged.
+/// attempt unchanged, and the trace of it left on the job (`taken_back`
+/// counted up, saturating, `taken_back_at` now).
 pub fn take_back_job(job: &mut Job, ttl: Duration, fence: u64, now: Timestamp) -> JobClaim {
+    job.taken_back = job.taken_back.saturating_add(1);
+    job.taken_back_at = Some(now);
     job.state = JobState::Claimed;
     job.dead_reason = None;
     job.fence = fence;

@@ -259,9 +259,18 @@ pub fn matches_expired(
         && created_before.is_none_or(|cutoff| record.created_at <= cutoff)
 }
 
-/// Whether a terminal `record` is old enough for `purge`.
+/// Whether `record` is old enough for `purge`: it is terminal or
+/// interrupted, and its `updated_at` is at least `older_than` before `now`.
+///
+/// An interrupted record holds no scope and waits only for the claim its
+/// interruption handed out to finalise it as `Failed`, which nothing
+/// obliges anyone to do. It therefore goes once its interruption (its
+/// `updated_at`: nothing but that `Failed` write changes an interrupted
+/// record) is as old as the retention; until then it may still be
+/// finalised, and a `Failed` written in time restarts its age.
 pub fn purgeable(record: &LeaseRecord, older_than: Duration, now: Timestamp) -> bool {
-    record.status.is_terminal() && !clock::is_before_end(record.updated_at, older_than, now)
+    (record.status.is_terminal() || record.status == Status::Interrupted)
+        && !clock::is_before_end(record.updated_at, older_than, now)
 }
 
 /// Sort key of `list_by_scope`: newest first (by creation, then by fence).

@@ -214,7 +214,9 @@ pub trait JobQueue: LeaseStore {
     /// A live copy takes back a job the reaper dead-lettered (a false "dead"
     /// after an outage longer than the lease): only when the job is still
     /// dead-lettered by the reaper, nobody claimed it since (same fence), and
-    /// no operator retried it. Answers a new claim with a new fence.
+    /// no operator retried it. Answers a new claim with a new fence, and
+    /// leaves a durable trace on the job: [`Job::taken_back`] counts up and
+    /// [`Job::taken_back_at`] becomes now, as every later read shows.
     ///
     /// # Errors
     ///

@@ -222,6 +222,16 @@ pub struct Job {
     pub created_at: Timestamp,
     /// When it last changed (store time).
     pub updated_at: Timestamp,
+    /// How many times its worker [took it back](super::JobQueue::take_back)
+    /// after the reaper dead-lettered it while that worker was still alive
+    /// (a false dead letter): 0 for a job never taken back, and for jobs
+    /// stored by a version that kept no such count. Nothing resets it.
+    #[serde(default)]
+    pub taken_back: u32,
+    /// When it was last taken back (store time); `None` exactly when
+    /// `taken_back` is 0.
+    #[serde(default)]
+    pub taken_back_at: Option<Timestamp>,
 }
 
 impl Job {

@@ -18,12 +18,12 @@ use serde_json::json;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
-    StatusChange, TakeoverRequest, Timestamp,
+    StatusChange, TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
 
 use crate::cases::util::{
-    admit, apply_transition, claim_of, ensure_scope_held_by, expire, get, micro_before, snapshot,
-    take_over, LONG_GRACE, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expire, get,
+    micro_before, snapshot, take_over, LONG_GRACE, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -455,9 +455,10 @@ pub async fn list_active_only_active<S: LeaseStore + 'static>(ctx: Ctx<S>) -> Ca
     Ok(())
 }
 
-/// `purge` deletes terminal records last updated at least the retention ago
-/// and counts them; younger terminal, active and interrupted records stay.
-pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
+/// `purge` deletes the terminal and interrupted records last updated at
+/// least the retention ago and counts them; younger ones and active records
+/// stay.
+pub async fn purge_removes_old_finished_only<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     const RETENTION: Duration = SLOW_MACHINE_MARGIN;
     let old_succeeded = admit(
         &ctx,
@@ -466,8 +467,7 @@ pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S
     .await?;
     apply_transition(&ctx, &claim_of(&old_succeeded)?, &StatusChange::succeeded()).await?;
     let old_failed = admit(&ctx, AdmitRequest::new("old-failed", "worker-a")).await?;
-    let old_failed =
-        apply_transition(&ctx, &claim_of(&old_failed)?, &StatusChange::failed("boom")).await?;
+    apply_transition(&ctx, &claim_of(&old_failed)?, &StatusChange::failed("boom")).await?;
     admit(
         &ctx,
         AdmitRequest::new("old-active", "worker-a").scope("kept-scope"),
@@ -476,20 +476,38 @@ pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S
     let stopped = admit(&ctx, AdmitRequest::new("old-interrupted", "worker-a")).await?;
     let claim = claim_of(&stopped)?;
     apply_transition(&ctx, &claim, &StatusChange::running()).await?;
-    apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
-    ctx.advance_past(clock::add(old_failed.updated_at, RETENTION))
+    let old_interrupted =
+        apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+    ctx.advance_past(clock::add(old_interrupted.updated_at, RETENTION))
         .await?;
     let young = admit(&ctx, AdmitRequest::new("young-succeeded", "worker-a")).await?;
     apply_transition(&ctx, &claim_of(&young)?, &StatusChange::succeeded()).await?;
-    let kept = ["young-succeeded", "old-active", "old-interrupted"];
+    admit(
+        &ctx,
+        AdmitRequest::new("young-interrupted", "worker-a").scope("young-scope"),
+    )
+    .await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("young-interrupter", "worker-a")
+            .scope("young-scope")
+            .strategy(AdmitStrategy::Interrupt),
+    )
+    .await?;
+    let kept = [
+        "young-succeeded",
+        "young-interrupted",
+        "young-interrupter",
+        "old-active",
+    ];
     let before = snapshot(&ctx, &kept).await?;
 
     ensure_eq!(
         ctx.store.purge(RETENTION).await?,
-        2,
-        "both old terminal records are purged"
+        3,
+        "the old terminal and interrupted records are purged"
     );
-    for id in ["old-succeeded", "old-failed"] {
+    for id in ["old-succeeded", "old-failed", "old-interrupted"] {
         ensure_eq!(ctx.store.get(id).await?, None, "{id} was purged");
     }
     ensure_eq!(
@@ -500,7 +518,7 @@ pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S
     ensure_eq!(
         snapshot(&ctx, &kept).await?,
         before,
-        "young terminal, active and interrupted records are untouched"
+        "young terminal and interrupted records and active ones are untouched"
     );
     ensure_eq!(
         ctx.store.purge(RETENTION).await?,
@@ -509,19 +527,16 @@ pub async fn purge_removes_old_terminal_only<S: LeaseStore + 'static>(ctx: Ctx<S
     );
     ensure_eq!(
         ctx.store.purge(Duration::ZERO).await?,
-        1,
-        "with no retention every terminal record goes"
+        2,
+        "with no retention every terminal and interrupted record goes"
     );
-    ensure_eq!(ctx.store.get("young-succeeded").await?, None);
+    for id in ["young-succeeded", "young-interrupted"] {
+        ensure_eq!(ctx.store.get(id).await?, None, "{id} was purged");
+    }
     ensure_eq!(
         ids_of(&ctx.store.list_active().await?),
-        vec!["old-active"],
+        vec!["old-active", "young-interrupter"],
         "purge never touches active records"
-    );
-    ensure_eq!(
-        get(&ctx, "old-interrupted").await?.status,
-        Status::Interrupted,
-        "purge never touches interrupted records"
     );
     Ok(())
 }
@@ -924,6 +939,198 @@ pub async fn purge_counts_age_from_the_finish<S: LeaseStore + 'static>(ctx: Ctx<
             "it stays as it was"
         );
     }
+    Ok(())
+}
+
+/// `purge` judges an interrupted record at its exact instant too
+/// ([`rules::purgeable`]): interrupted at `I`, it stays 1 µs before
+/// `I + retention`, where the claim its interruption handed out could still
+/// finalise it, and is purged at `I + retention`, after which that claim
+/// finds nothing. Needs a clock the kit can place; skipped on a server's
+/// clock.
+///
+/// [`rules::purgeable`]: tenure_lease_core::backend::rules::purgeable
+pub async fn purge_interrupted_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(manual) = ctx.manual_clock() else {
+        return ctx.skip(NEEDS_MANUAL_CLOCK);
+    };
+    let retention = Duration::from_millis(40);
+    admit(
+        &ctx,
+        AdmitRequest::new("interrupted-edge", "worker-a").scope("edge-scope"),
+    )
+    .await?;
+    let interrupter = admit(
+        &ctx,
+        AdmitRequest::new("edge-interrupter", "worker-b")
+            .scope("edge-scope")
+            .strategy(AdmitStrategy::Interrupt),
+    )
+    .await?;
+    let interrupted = get(&ctx, "interrupted-edge").await?;
+    ensure_eq!(interrupted.status, Status::Interrupted);
+    let due = clock::add(interrupted.updated_at, retention);
+    manual.advance_to(micro_before(due));
+    ensure_eq!(
+        ctx.store.purge(retention).await?,
+        0,
+        "1 µs before its interruption is as old as the retention, nothing is purged"
+    );
+    ensure_eq!(
+        get(&ctx, "interrupted-edge").await?,
+        interrupted,
+        "the interrupted record stays as it was"
+    );
+    manual.advance_to(due);
+    ensure_eq!(
+        ctx.store.purge(retention).await?,
+        1,
+        "at exactly the retention, the interrupted record is purged"
+    );
+    ensure_eq!(
+        ctx.store.get("interrupted-edge").await?,
+        None,
+        "a purged interrupted record is gone"
+    );
+    ensure_eq!(
+        ctx.store
+            .transition(&claim_of(&interrupted)?, &StatusChange::failed("too late"))
+            .await?,
+        Transition::Rejected(TransitionRejection::Missing),
+        "the interruption's claim finds nothing to finalise"
+    );
+    ensure_eq!(
+        ctx.store.list_by_scope("edge-scope").await?,
+        vec![interrupter],
+        "only the active interrupter is left on the scope"
+    );
+    Ok(())
+}
+
+/// Purge measures an interrupted record's age from its interruption, not
+/// from its creation: a record admitted longer than the retention ago and
+/// interrupted just now stays, and can still be finalised as `Failed`,
+/// which restarts its age.
+pub async fn purge_counts_an_interrupted_records_age_from_the_interruption<
+    S: LeaseStore + 'static,
+>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    const RETENTION: Duration = SLOW_MACHINE_MARGIN;
+    let record = admit(&ctx, AdmitRequest::new("long-stopped", "worker-a")).await?;
+    let claim = claim_of(&record)?;
+    apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+    ctx.advance_past(clock::add(record.created_at, RETENTION))
+        .await?;
+    let interrupted = apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+    let purged = ctx.store.purge(RETENTION).await?;
+    if clock::is_before_end(interrupted.updated_at, RETENTION, ctx.store.now().await?) {
+        ensure_eq!(
+            purged,
+            0,
+            "a record created {RETENTION:?} ago that was just interrupted is not old enough to purge"
+        );
+        ensure_eq!(
+            get(&ctx, "long-stopped").await?,
+            interrupted,
+            "it stays as it was"
+        );
+        let failed = apply_transition(&ctx, &claim, &StatusChange::failed("stopped")).await?;
+        let purged = ctx.store.purge(RETENTION).await?;
+        if clock::is_before_end(failed.updated_at, RETENTION, ctx.store.now().await?) {
+            ensure_eq!(
+                purged,
+                0,
+                "finalised just now, it is not old enough to purge"
+            );
+            ensure_eq!(get(&ctx, "long-stopped").await?, failed);
+        }
+    }
+    Ok(())
+}
+
+/// After rounds of admissions whose holders are interrupted (by a newcomer
+/// and by their owner) and never finalised, a purge of everything leaves
+/// nothing: no record, no scope entry, every scope free, and (when the
+/// factory can count it) no more kept than after the first round.
+pub async fn purge_leaves_nothing_behind_of_interrupted_records<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let mut footprints = Vec::new();
+    for round in 0..2 {
+        let scopes: Vec<String> = (0..3)
+            .map(|index| format!("stop-{round}-{index}"))
+            .collect();
+        let holder = admit(
+            &ctx,
+            AdmitRequest::new(format!("stop-{round}-holder"), "worker-a")
+                .scopes(scopes[..2].iter().cloned())
+                .ttl(LONG_TTL),
+        )
+        .await?;
+        let newcomer = admit(
+            &ctx,
+            AdmitRequest::new(format!("stop-{round}-newcomer"), "worker-a")
+                .scopes(scopes[..2].iter().cloned())
+                .ttl(LONG_TTL)
+                .strategy(AdmitStrategy::Interrupt),
+        )
+        .await?;
+        let stopped = admit(
+            &ctx,
+            AdmitRequest::new(format!("stop-{round}-stopped"), "worker-b")
+                .scope(scopes[2].clone())
+                .ttl(LONG_TTL),
+        )
+        .await?;
+        let claim = claim_of(&stopped)?;
+        apply_transition(&ctx, &claim, &StatusChange::running()).await?;
+        apply_transition(&ctx, &claim, &StatusChange::interrupted("stop")).await?;
+        apply_transition(&ctx, &claim_of(&newcomer)?, &StatusChange::succeeded()).await?;
+        ensure_eq!(
+            get(&ctx, &holder.id).await?.status,
+            Status::Interrupted,
+            "the newcomer interrupted the holder"
+        );
+        ensure_eq!(
+            ctx.store.purge(Duration::ZERO).await?,
+            3,
+            "every record of round {round} is interrupted or terminal, and purged"
+        );
+        for id in [&holder.id, &newcomer.id, &stopped.id] {
+            ensure_eq!(ctx.store.get(id).await?, None, "{id} is purged");
+        }
+        for scope in &scopes {
+            ensure_eq!(
+                ctx.store.list_by_scope(scope).await?,
+                Vec::<LeaseRecord>::new(),
+                "nothing is left on {scope:?}"
+            );
+        }
+        ensure_eq!(
+            ctx.store.list_active().await?,
+            Vec::<LeaseRecord>::new(),
+            "nothing is active"
+        );
+        footprints.push(ctx.footprint().await?);
+        let scope_names: Vec<&str> = scopes.iter().map(String::as_str).collect();
+        let probe = format!("stop-{round}-probe");
+        ensure_scopes_free(&ctx, &probe, &scope_names).await?;
+        let probe = get(&ctx, &probe).await?;
+        apply_transition(&ctx, &claim_of(&probe)?, &StatusChange::succeeded()).await?;
+        ensure_eq!(
+            ctx.store.purge(Duration::ZERO).await?,
+            1,
+            "the probe of round {round} is purged"
+        );
+    }
+    ensure_eq!(
+        footprints[1],
+        footprints[0],
+        "what the store keeps after a purge does not grow with the interruptions"
+    );
     Ok(())
 }
 

@@ -48,6 +48,8 @@ pub async fn queue_enqueue_and_get_round_trip<S: JobQueue + 'static>(ctx: Ctx<S>
         dead_reason: None,
         created_at: stored.created_at,
         updated_at: stored.created_at,
+        taken_back: 0,
+        taken_back_at: None,
     };
     ensure_eq!(stored, expected, "enqueue answers the job as given");
     ensure_eq!(

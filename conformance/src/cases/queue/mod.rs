@@ -514,6 +514,20 @@ pub(crate) async fn take_back<S: JobQueue>(
         clock::add(after, ttl),
         "the taken-back lease (store now + ttl)",
     )?;
+    ensure!(
+        taken.job.taken_back >= 1 && taken.job.taken_back_at == Some(taken.job.updated_at),
+        "a take-back is counted on the job at its instant: taken_back {}, taken_back_at {:?}, \
+         updated_at {}",
+        taken.job.taken_back,
+        taken.job.taken_back_at,
+        taken.job.updated_at
+    );
+    ensure_within(
+        taken.job.updated_at,
+        before,
+        after,
+        "the take-back's instant",
+    )?;
     ensure_eq!(
         get_job(ctx, &claim.id).await?,
         taken.job,

@@ -154,9 +154,11 @@ pub async fn queue_reaped_last_attempt_is_taken_back_and_completed<S: JobQueue +
             fence: taken.claim.fence,
             lease_expires_at: taken.job.lease_expires_at,
             updated_at: taken.job.updated_at,
+            taken_back: 1,
+            taken_back_at: Some(taken.job.updated_at),
             ..dead.clone()
         },
-        "taken back: claimed again under a new fence, nothing else changed"
+        "taken back: claimed again under a new fence and counted, nothing else changed"
     );
     ensure_eq!(
         ctx.store.list_dead_letters(QUEUE, 10).await?,
@@ -323,4 +325,130 @@ async fn expect_old_copy_refused<S: JobQueue>(
         )));
     };
     expect_not_taken_back(ctx, claim, refusal).await
+}
+
+/// Fails the case unless `job` carries no take-back trace.
+fn ensure_never_taken_back(job: &Job, after: &str) -> CaseResult {
+    ensure_eq!(
+        (job.taken_back, job.taken_back_at),
+        (0, None),
+        "{after}, {:?} was never taken back and shows no trace",
+        job.id
+    );
+    Ok(())
+}
+
+/// A job that goes through every state without a take-back (queued,
+/// claimed, reaped back to its queue, dead-lettered by its worker, retried
+/// by an operator, completed) never shows a take-back trace, in any answer
+/// or read.
+pub async fn queue_job_never_taken_back_shows_no_trace<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let first =
+        enqueue_and_claim(&ctx, job("job-1").max_attempts(2), "worker-a", SHORT_TTL).await?;
+    ensure_never_taken_back(&first.job, "once claimed")?;
+    expire_job(&ctx, &first.job).await?;
+    let report = reap(&ctx, Duration::ZERO, &["job-1"], &[]).await?;
+    for requeued in &report.requeued {
+        ensure_never_taken_back(requeued, "requeued by the reaper")?;
+    }
+    let second = claim_one(&ctx, "worker-a", LONG_TTL, "job-1").await?;
+    let dead = settled(
+        &ctx,
+        ctx.store
+            .fail(&second.claim, "gave up", FailAction::DeadLetter)
+            .await?,
+        "dead-lettering",
+    )
+    .await?;
+    ensure_never_taken_back(&dead, "dead-lettered by its worker")?;
+    for listed in ctx.store.list_dead_letters(QUEUE, 10).await? {
+        ensure_never_taken_back(&listed, "listed as a dead letter")?;
+    }
+    let OperatorRetry::Requeued(retried) = ctx.store.retry_dead_letter("job-1").await? else {
+        return Err(Failure("the dead letter was not retried".into()));
+    };
+    ensure_never_taken_back(&retried, "retried by an operator")?;
+    let third = claim_one(&ctx, "worker-b", LONG_TTL, "job-1").await?;
+    let done = settled(&ctx, ctx.store.complete(&third.claim).await?, "complete").await?;
+    ensure_never_taken_back(&done, "completed")?;
+    ensure_never_taken_back(&get_job(&ctx, "job-1").await?, "read back")
+}
+
+/// A take-back leaves a durable trace on its job: `taken_back` 1 and
+/// `taken_back_at` the take-back's instant, in the answer, in `get_job`,
+/// and still after the job completes.
+pub async fn queue_take_back_trace_survives_completion<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let copy = enqueue_and_claim(&ctx, job("job-1").max_attempts(1), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &copy.job).await?;
+    let report = reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    for dead in &report.dead_lettered {
+        ensure_never_taken_back(dead, "dead-lettered by the reaper, before any take-back")?;
+    }
+    let taken = take_back(&ctx, &copy.claim, LONG_TTL).await?;
+    let trace = (1, Some(taken.job.updated_at));
+    ensure_eq!(
+        (taken.job.taken_back, taken.job.taken_back_at),
+        trace,
+        "the take-back is counted once, at its instant"
+    );
+    let done = settled(&ctx, ctx.store.complete(&taken.claim).await?, "complete").await?;
+    ensure_eq!(done.state, JobState::Completed);
+    ensure_eq!(
+        (done.taken_back, done.taken_back_at),
+        trace,
+        "the trace outlives the job's completion"
+    );
+    let read = get_job(&ctx, "job-1").await?;
+    ensure_eq!(
+        (read.taken_back, read.taken_back_at),
+        trace,
+        "get_job reads the trace of the completed job"
+    );
+    Ok(())
+}
+
+/// A job falsely dead-lettered twice and taken back twice counts both:
+/// the second dead letter lists the first take-back, and the second
+/// take-back counts 2, at its own (later) instant.
+pub async fn queue_second_take_back_counts_again<S: JobQueue + 'static>(ctx: Ctx<S>) -> CaseResult {
+    let copy = enqueue_and_claim(&ctx, job("job-1").max_attempts(1), "worker-a", SHORT_TTL).await?;
+    expire_job(&ctx, &copy.job).await?;
+    reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    let first = take_back(&ctx, &copy.claim, SHORT_TTL).await?;
+    expire_job(&ctx, &first.job).await?;
+    let report = reap(&ctx, Duration::ZERO, &[], &["job-1"]).await?;
+    let first_trace = (1, Some(first.job.updated_at));
+    for dead in &report.dead_lettered {
+        ensure_eq!(
+            (dead.taken_back, dead.taken_back_at),
+            first_trace,
+            "dead-lettered again, the job still shows its first take-back"
+        );
+    }
+    let listed = ctx.store.list_dead_letters(QUEUE, 10).await?;
+    ensure_eq!(
+        listed
+            .iter()
+            .map(|dead| (dead.id.as_str(), dead.taken_back, dead.taken_back_at))
+            .collect::<Vec<_>>(),
+        vec![("job-1", first_trace.0, first_trace.1)],
+        "list_dead_letters shows the first take-back"
+    );
+    let second = take_back(&ctx, &first.claim, LONG_TTL).await?;
+    ensure_eq!(
+        second.job.taken_back,
+        2,
+        "the second take-back counts again"
+    );
+    ensure!(
+        second.job.taken_back_at > first.job.taken_back_at,
+        "the trace moves to the second take-back: {:?} after {:?}",
+        second.job.taken_back_at,
+        first.job.taken_back_at
+    );
+    Ok(())
 }

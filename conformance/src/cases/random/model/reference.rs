@@ -512,10 +512,10 @@ impl Model {
     }
 
     /// [Contract §8](tenure_lease_core::contract), purge with a retention of zero:
-    /// every terminal record goes.
-    pub(crate) fn purge_terminal(&mut self) -> u64 {
+    /// every terminal and every interrupted record goes.
+    pub(crate) fn purge_finished(&mut self) -> u64 {
         let before = self.records.len();
-        self.records.retain(|_, record| !record.is_terminal());
+        self.records.retain(|_, record| record.is_active());
         (before - self.records.len()) as u64
     }
 

@@ -925,7 +925,7 @@ impl<S: LeaseStore> Run<'_, S> {
             .await
             .map_err(|error| store_error("purge", error))?;
         self.answered(purged);
-        let expected = self.model.purge_terminal();
+        let expected = self.model.purge_finished();
         if purged != expected {
             return Err(format!(
                 "purge removed {purged} records, the model has {expected} finished ones"
