@@ -4,10 +4,9 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseRecord, LeaseStore};
 
@@ -64,7 +63,7 @@ where
     Ok(())
 }
 
-/// Starts `first` and `second` on two tasks released together by a barrier
+/// Starts `first` and `second` on two tasks released together from a [`StartLine`]
 /// and answers both outputs, in that order. Round `round` of a race holds
 /// one side back (none in rounds 0 and 1, then 0.5 to 3.5 ms in steps of
 /// half a millisecond, the first side in even rounds and the second in odd
@@ -89,18 +88,16 @@ where
     } else {
         (Duration::ZERO, lag)
     };
-    let barrier = Arc::new(Barrier::new(2));
+    let start = StartLine::new(2);
     let first = tokio::spawn({
-        let barrier = Arc::clone(&barrier);
+        let start = Arc::clone(&start);
         async move {
-            released_together(&barrier).await;
-            hold_back(first_lag).await;
+            start.after(first_lag).await;
             first.await
         }
     });
     let second = tokio::spawn(async move {
-        released_together(&barrier).await;
-        hold_back(second_lag).await;
+        start.after(second_lag).await;
         second.await
     });
     let panicked =
@@ -114,23 +111,53 @@ where
 /// How much further each pair of rounds of [`race_two`] holds one side back.
 const LAG_STEP: Duration = Duration::from_micros(500);
 
-/// Holds a racer back by `lag` to the microsecond, yielding meanwhile:
-/// tokio's timer rounds sleeps up to whole milliseconds, too coarse to line
-/// up gaps of a millisecond or two.
-async fn hold_back(lag: Duration) {
-    let until = std::time::Instant::now() + lag;
-    while std::time::Instant::now() < until {
-        tokio::task::yield_now().await;
-    }
+/// How far ahead of the last racer's arrival a [`StartLine`] sets the start:
+/// long enough for every racer, already spinning, to see it in time.
+const START_AHEAD: Duration = Duration::from_micros(300);
+
+/// Releases racing tasks together, to the microsecond: each waits (yielding)
+/// until all have arrived, and the last to arrive sets one start instant a
+/// little ahead, to which every racer spins. A barrier's wake-ups reach the
+/// tasks it releases a scheduler's latency apart (tens of microseconds, far
+/// more on a loaded machine), enough to hide a store's gap between check and
+/// write; spinning to a shared instant does not depend on who wakes whom.
+pub struct StartLine {
+    racers: usize,
+    arrived: AtomicUsize,
+    start: OnceLock<Instant>,
 }
 
-/// Waits at `barrier`, then yields once: the task the barrier wakes may sit
-/// in a worker's slot no other worker can steal from, and would then start
-/// only once the racer that woke it is done, if that racer never yields (a
-/// store that blocks its thread).
-pub async fn released_together(barrier: &Barrier) {
-    barrier.wait().await;
-    tokio::task::yield_now().await;
+impl StartLine {
+    /// A start line for `racers` tasks.
+    pub fn new(racers: usize) -> Arc<Self> {
+        Arc::new(StartLine {
+            racers,
+            arrived: AtomicUsize::new(0),
+            start: OnceLock::new(),
+        })
+    }
+
+    /// Waits for every racer, then until the shared start.
+    pub async fn wait(&self) {
+        self.after(Duration::ZERO).await;
+    }
+
+    /// Waits for every racer, then until `lag` after the shared start.
+    pub async fn after(&self, lag: Duration) {
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.racers {
+            let _ = self.start.set(Instant::now() + START_AHEAD);
+        }
+        let start = loop {
+            if let Some(start) = self.start.get() {
+                break *start;
+            }
+            tokio::task::yield_now().await;
+        };
+        let until = start + lag;
+        while Instant::now() < until {
+            tokio::task::yield_now().await;
+        }
+    }
 }
 
 /// Admits `request`, failing the case unless it is `Admitted`.

@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use tenure_lease_core::{FenceCheck, FenceStore, LeaseStore};
-use tokio::sync::Barrier;
 
-use crate::cases::util::{released_together, UNLIKE_RACE_ROUNDS};
+use crate::cases::util::{StartLine, UNLIKE_RACE_ROUNDS};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -15,7 +14,7 @@ use crate::{ensure, ensure_eq};
 const WRITERS: usize = 8;
 
 /// Writers with different fences check one fresh resource at once, released
-/// by a barrier, over many rounds with the fences in a different order each
+/// from a start line, over many rounds with the fences in a different order each
 /// time. Afterwards the highest fence was accepted and the gate holds it,
 /// and every refusal names its own fence and, as the highest, a greater
 /// fence some writer was accepted with. (Those are exactly the answers
@@ -31,14 +30,14 @@ pub async fn race_gate_checks_leave_the_highest_and_refusals_are_truthful<
     for round in 0..UNLIKE_RACE_ROUNDS {
         let resource = format!("race-{round}");
         let fences = fences_of_round(round);
-        let barrier = Arc::new(Barrier::new(WRITERS));
+        let start = StartLine::new(WRITERS);
         let mut writers = Vec::with_capacity(WRITERS);
         for &fence in &fences {
             let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
+            let start = Arc::clone(&start);
             let resource = resource.clone();
             writers.push(tokio::spawn(async move {
-                released_together(&barrier).await;
+                start.wait().await;
                 (fence, store.check_fence(&resource, fence).await)
             }));
         }

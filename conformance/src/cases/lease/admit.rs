@@ -4,7 +4,7 @@
 //! Admission is where mutual exclusion is won or lost, so each case builds
 //! holders of a known kind, asks for an admission, and checks both the answer
 //! and that nothing else moved. The race cases release many admissions at
-//! once through a barrier and check the invariants afterwards.
+//! once from a start line and check the invariants afterwards.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -16,11 +16,10 @@ use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseRecord, LeaseStore, LossReason,
     Status, StatusChange, DEFAULT_KIND,
 };
-use tokio::sync::Barrier;
 
 use crate::cases::util::{
-    admit, apply_transition, claim_of, expect_lost, expire, get, micro_before, refused,
-    released_together, snapshot, LONG_GRACE, LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    admit, apply_transition, claim_of, expect_lost, expire, get, micro_before, refused, snapshot,
+    StartLine, LONG_GRACE, LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -866,16 +865,16 @@ pub async fn race_admissions_one_scope_exactly_one_admitted<S: LeaseStore + 'sta
 pub async fn race_admissions_one_id_exactly_one_admitted<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let barrier = Arc::new(Barrier::new(RACERS));
+    let start = StartLine::new(RACERS);
     let tasks: Vec<_> = (0..RACERS)
         .map(|i| {
             let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
+            let start = Arc::clone(&start);
             let request = AdmitRequest::new("twin", format!("worker-{i}"))
                 .scope(format!("twin-scope-{i}"))
                 .ttl(LONG_TTL);
             tokio::spawn(async move {
-                released_together(&barrier).await;
+                start.wait().await;
                 (request.scopes.clone(), store.admit(&request).await)
             })
         })
@@ -1292,20 +1291,20 @@ async fn interrupt_rolls_back_with_blocker_at<S: LeaseStore>(
     Ok(())
 }
 
-/// Admits every request concurrently, released together by a barrier, and
+/// Admits every request concurrently, released together from a start line, and
 /// answers each with its outcome; any `Err`, panic or hang fails the case.
 async fn race<S: LeaseStore + 'static>(
     ctx: &Ctx<S>,
     requests: Vec<AdmitRequest>,
 ) -> Result<Vec<(AdmitRequest, Admission)>, Failure> {
-    let barrier = Arc::new(Barrier::new(requests.len()));
+    let start = StartLine::new(requests.len());
     let tasks: Vec<_> = requests
         .into_iter()
         .map(|request| {
             let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
+            let start = Arc::clone(&start);
             tokio::spawn(async move {
-                released_together(&barrier).await;
+                start.wait().await;
                 let answer = store.admit(&request).await;
                 (request, answer)
             })
@@ -1518,16 +1517,16 @@ pub async fn admit_overlapping_multi_scope_admissions_keep_one_holder_per_scope<
         }
         ensure_one_holder_per_scope(&ctx).await?;
     }
-    let barrier = Arc::new(Barrier::new(PAIRS.len()));
+    let start = StartLine::new(PAIRS.len());
     let mut racers = Vec::with_capacity(PAIRS.len());
     for (pair, scopes) in PAIRS.iter().enumerate() {
         let store = Arc::clone(&ctx.store);
-        let barrier = Arc::clone(&barrier);
+        let start = Arc::clone(&start);
         let request = AdmitRequest::new(format!("ring-race-{pair}"), REQUESTER)
             .scopes(scopes.map(|index| format!("ring-race-{index}")))
             .ttl(LONG_TTL);
         racers.push(tokio::spawn(async move {
-            released_together(&barrier).await;
+            start.wait().await;
             store.admit(&request).await
         }));
     }

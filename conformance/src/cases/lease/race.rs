@@ -21,11 +21,9 @@ use tenure_lease_core::{
     NotTakenReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
     TransitionRejection,
 };
-use tokio::sync::Barrier;
 
 use crate::cases::util::{
-    admit, claim_of, expire, get, race_two, released_together, LONG_TTL, SHORT_TTL,
-    UNLIKE_RACE_ROUNDS,
+    admit, claim_of, expire, get, race_two, StartLine, LONG_TTL, SHORT_TTL, UNLIKE_RACE_ROUNDS,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -234,19 +232,19 @@ pub async fn race_renew_vs_interrupt_admission_exactly_one_wins<S: LeaseStore + 
     Ok(())
 }
 
-/// How many claimers race for one record in
-/// [`race_adopters_leave_the_greatest_fence_stored`], and how many times
-/// each adopts it.
+/// How many claimers race for one record in each round of
+/// [`race_adopters_leave_the_greatest_fence_stored`].
 const ADOPTERS: usize = 4;
-const ADOPTIONS_EACH: usize = 8;
 
-/// Claimers adopting one record over and over (left lease-less, so every
-/// adoption is taken), released together: each `Taken` answer carries a
-/// fence greater than any before it, and the fence stored at the end is the
-/// greatest handed out, with its adopter as the owner. A store that draws
-/// the fence before it locks the record stores a smaller one last, and a
-/// fence gate downstream then refuses the rightful owner. Played on a
-/// record that never had a lease and on one whose lease lapsed.
+/// Claimers adopting one record (left lease-less, so every adoption is
+/// taken), released together, round after round: each `Taken` answer
+/// carries a fence greater than any handed out in an earlier round, and
+/// after each round the fence stored is the greatest that round handed out,
+/// with its adopter as the owner. A store that draws the fence before it
+/// locks the record stores a smaller one last whenever the adopter that drew
+/// first writes last, and a fence gate downstream then refuses the rightful
+/// owner. Played on a record that never had a lease and on one whose lease
+/// lapsed.
 pub async fn race_adopters_leave_the_greatest_fence_stored<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
@@ -258,54 +256,60 @@ pub async fn race_adopters_leave_the_greatest_fence_stored<S: LeaseStore + 'stat
     .await?;
     expire(&ctx, &lapsed, Duration::ZERO).await?;
     for record in [never_leased, lapsed] {
-        let barrier = Arc::new(Barrier::new(ADOPTERS));
-        let mut adopters = Vec::with_capacity(ADOPTERS);
-        for adopter in 0..ADOPTERS {
-            let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
-            let request =
-                TakeoverRequest::adopt(record.id.clone(), format!("adopter-{adopter}"), None);
-            adopters.push(tokio::spawn(async move {
-                released_together(&barrier).await;
-                let mut fences = Vec::with_capacity(ADOPTIONS_EACH);
-                for _ in 0..ADOPTIONS_EACH {
-                    match store.claim_for_takeover(&request).await? {
-                        Takeover::Taken(taken) => fences.push(taken.fence),
-                        other => {
-                            return Err(Failure(format!(
-                                "a lease-less record is always taken, got {other:?}"
-                            )))
-                        }
+        let mut previous = record.fence;
+        for round in 0..UNLIKE_RACE_ROUNDS {
+            let start = StartLine::new(ADOPTERS);
+            let adopters: Vec<_> = (0..ADOPTERS)
+                .map(|adopter| {
+                    let store = Arc::clone(&ctx.store);
+                    let start = Arc::clone(&start);
+                    let request = TakeoverRequest::adopt(
+                        record.id.clone(),
+                        format!("adopter-{adopter}"),
+                        None,
+                    );
+                    tokio::spawn(async move {
+                        start.wait().await;
+                        let answer = store.claim_for_takeover(&request).await;
+                        (request.claimer, answer)
+                    })
+                })
+                .collect();
+            let mut handed = Vec::with_capacity(ADOPTERS);
+            for adopter in adopters {
+                let (claimer, answer) = adopter
+                    .await
+                    .map_err(|error| Failure(format!("an adopter panicked: {error}")))?;
+                match answer? {
+                    Takeover::Taken(taken) => handed.push((taken.fence, claimer)),
+                    other => {
+                        return Err(Failure(format!(
+                            "a lease-less record is always taken, got {other:?}"
+                        )))
                     }
                 }
-                Ok::<_, Failure>((request.claimer, fences))
-            }));
-        }
-        let mut greatest: Option<(u64, String)> = None;
-        for adopter in adopters {
-            let (claimer, fences) = adopter
-                .await
-                .map_err(|error| Failure(format!("an adopter panicked: {error}")))??;
+            }
+            handed.sort();
             ensure!(
-                fences.windows(2).all(|pair| pair[0] < pair[1]),
-                "{claimer}'s adoptions of {} were handed fences out of order: {fences:?}",
+                handed.windows(2).all(|pair| pair[0].0 < pair[1].0)
+                    && handed.first().is_some_and(|(fence, _)| *fence > previous),
+                "round {round}'s adoptions of {} were handed fences that repeat or do not \
+                 exceed {previous}, the greatest of the round before: {handed:?}",
                 record.id
             );
-            if let Some(&last) = fences.last() {
-                if greatest.as_ref().is_none_or(|(fence, _)| last > *fence) {
-                    greatest = Some((last, claimer));
-                }
-            }
+            let (fence, claimer) = handed
+                .pop()
+                .ok_or_else(|| Failure("no adoption was answered".to_owned()))?;
+            let stored = get(&ctx, &record.id).await?;
+            ensure_eq!(
+                (stored.fence, stored.owner.as_deref()),
+                (fence, Some(claimer.as_str())),
+                "after round {round} the fence stored on {} is the greatest handed out, with \
+                 its adopter",
+                record.id
+            );
+            previous = fence;
         }
-        let (fence, claimer) =
-            greatest.ok_or_else(|| Failure("no adoption was answered".to_owned()))?;
-        let stored = get(&ctx, &record.id).await?;
-        ensure_eq!(
-            (stored.fence, stored.owner.as_deref()),
-            (fence, Some(claimer.as_str())),
-            "the fence stored on {} is the greatest handed out, with its adopter",
-            record.id
-        );
     }
     Ok(())
 }
@@ -325,17 +329,17 @@ pub async fn race_admissions_one_id_overlapping_scopes_answer_already_exists<
 ) -> CaseResult {
     for round in 0..UNLIKE_RACE_ROUNDS / 2 {
         let id = format!("same-id-{round}");
-        let barrier = Arc::new(Barrier::new(SAME_ID_RACERS));
+        let start = StartLine::new(SAME_ID_RACERS);
         let mut racers = Vec::with_capacity(SAME_ID_RACERS);
         for racer in 0..SAME_ID_RACERS {
             let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
+            let start = Arc::clone(&start);
             let request = AdmitRequest::new(id.as_str(), format!("owner-{racer}"))
                 .scope(format!("shared-{round}"))
                 .scope(format!("own-{round}-{racer}"))
                 .ttl(LONG_TTL);
             racers.push(tokio::spawn(async move {
-                released_together(&barrier).await;
+                start.wait().await;
                 store.admit(&request).await
             }));
         }

@@ -11,11 +11,10 @@ use tenure_lease_core::{
     clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, LossReason,
     NotTakenReason, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
 };
-use tokio::sync::Barrier;
 
 use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_scope_held_by, ensure_scopes_free, expect_lost,
-    expire, get, micro_before, refused, released_together, renew_confirmed, take_over, LONG_GRACE,
+    expire, get, micro_before, refused, renew_confirmed, take_over, StartLine, LONG_GRACE,
     LONG_TTL, MICROSECOND, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -400,7 +399,7 @@ pub async fn race_takeovers_exactly_one_taken<S: LeaseStore + 'static>(ctx: Ctx<
     }
 
     for (round, orphan) in orphans.iter().enumerate() {
-        let barrier = Arc::new(Barrier::new(RACERS));
+        let start = StartLine::new(RACERS);
         let mut racers = Vec::with_capacity(RACERS);
         for racer in 0..RACERS {
             let claimer = format!("claimer-{racer}");
@@ -410,9 +409,9 @@ pub async fn race_takeovers_exactly_one_taken<S: LeaseStore + 'static>(ctx: Ctx<
                 TakeoverRequest::adopt(orphan.id.clone(), claimer, Some(LONG_TTL))
             };
             let store = Arc::clone(&ctx.store);
-            let barrier = Arc::clone(&barrier);
+            let start = Arc::clone(&start);
             racers.push(tokio::spawn(async move {
-                released_together(&barrier).await;
+                start.wait().await;
                 let outcome = store.claim_for_takeover(&request).await;
                 (request.claimer, outcome)
             }));

@@ -9,7 +9,6 @@ use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobState, NewJob,
 };
 use tenure_lease_core::{clock, Admission, AdmitRequest, AdmitStrategy, JobQueue, TakeoverRequest};
-use tokio::sync::Barrier;
 
 use super::{
     capabilities, claim, claim_one, earlier_by, enqueue, enqueue_and_claim, ensure_within,
@@ -18,8 +17,7 @@ use super::{
     RACED_JOBS, TICK,
 };
 use crate::cases::util::{
-    admit, expire, micro_before, released_together, take_over, LONG_TTL, NEEDS_MANUAL_CLOCK,
-    SHORT_TTL,
+    admit, expire, micro_before, take_over, StartLine, LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
@@ -252,14 +250,14 @@ pub async fn race_queue_claimers_never_share_a_job<S: JobQueue + 'static>(
         .map(|n| job(&format!("job-{n:02}")))
         .collect();
     ctx.store.enqueue_batch(&all).await?;
-    let barrier = Arc::new(Barrier::new(CLAIMERS));
+    let start = StartLine::new(CLAIMERS);
     let mut claimers = Vec::with_capacity(CLAIMERS);
     for n in 0..CLAIMERS {
         let request = ClaimRequest::new(QUEUE, format!("worker-{n}"), LONG_TTL).limit(1 + n % 3);
         let store = Arc::clone(&ctx.store);
-        let barrier = Arc::clone(&barrier);
+        let start = Arc::clone(&start);
         claimers.push(tokio::spawn(async move {
-            released_together(&barrier).await;
+            start.wait().await;
             let mut won = Vec::new();
             loop {
                 let batch = store.claim(&request).await.map_err(|error| {
