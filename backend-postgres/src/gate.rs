@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::Row;
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::{operation as validate, MAX_GATE_FENCE};
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{Error, FenceCheck, FenceStore, Result};
 
 use crate::error::store_error;
@@ -69,30 +69,12 @@ fn check_query<'q>(sql: &'q str, resource: &'q str, fence: u64) -> PgQuery<'q> {
 /// The answer of the check statement's row to `fence`.
 fn judged(row: Option<&PgRow>, resource: &str, fence: u64) -> Result<FenceCheck> {
     let row = row.ok_or_else(|| Error::corrupt("the fence check answered no row"))?;
-    let stored = decode_fence(row, resource)?;
-    if stored < fence {
-        return Err(undecodable(
-            resource,
-            "the gate answered a fence below the one presented",
-        ));
-    }
-    Ok(gate_rules::judge_fence(Some(stored), fence))
+    gate_rules::judge_stored(resource, decode_fence(row, resource)?, fence)
 }
 
-/// A stored gate's fence, checked: 1 to [`MAX_GATE_FENCE`].
+/// A stored gate's fence, checked ([`gate_rules::stored_gate_fence`]).
 fn decode_fence(row: &PgRow, resource: &str) -> Result<u64> {
-    let fence: i64 = row.try_get("fence").map_err(store_error)?;
-    u64::try_from(fence)
-        .ok()
-        .filter(|fence| (1..=MAX_GATE_FENCE).contains(fence))
-        .ok_or_else(|| undecodable(resource, &format!("fence {fence} is out of range")))
-}
-
-fn undecodable(resource: &str, why: &str) -> Error {
-    Error::corrupt(format!(
-        "the stored fence gate of {resource:?} in fence_gates cannot be decoded ({why}); \
-         it needs an operator's attention"
-    ))
+    gate_rules::stored_gate_fence(resource, row.try_get("fence").map_err(store_error)?)
 }
 
 impl PgStore {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::{operation as validate, MAX_GATE_FENCE};
+use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::clock::{micros_rounded_up, to_micros};
 use tenure_lease_core::{Clock, Error, FenceCheck, FenceStore, Result, Timestamp};
 
@@ -58,32 +58,21 @@ fn check(
         })
         .optional()
         .map_err(map_sqlite_error)?
-        .ok_or_else(|| undecodable(resource, "the fence is not a positive integer"))??;
-    if stored < fence {
-        return Err(undecodable(
-            resource,
-            "the gate answered a fence below the one presented",
-        ));
-    }
-    Ok(gate_rules::judge_fence(Some(stored), fence))
+        .ok_or_else(|| {
+            gate_rules::undecodable_gate(resource, "the fence is not a positive integer")
+        })??;
+    gate_rules::judge_stored(resource, stored, fence)
 }
 
-/// A stored fence, checked: an integer from 1 to [`MAX_GATE_FENCE`].
+/// A stored fence, checked: an integer ([`gate_rules::stored_gate_fence`]).
 fn decode_fence(value: ValueRef<'_>, resource: &str) -> Result<u64> {
     let ValueRef::Integer(fence) = value else {
-        return Err(undecodable(resource, "the fence is not an integer"));
+        return Err(gate_rules::undecodable_gate(
+            resource,
+            "the fence is not an integer",
+        ));
     };
-    u64::try_from(fence)
-        .ok()
-        .filter(|fence| (1..=MAX_GATE_FENCE).contains(fence))
-        .ok_or_else(|| undecodable(resource, &format!("fence {fence} is out of range")))
-}
-
-fn undecodable(resource: &str, why: &str) -> Error {
-    Error::corrupt(format!(
-        "the stored fence gate of {resource:?} in fence_gates cannot be decoded ({why}); \
-         it needs an operator's attention"
-    ))
+    gate_rules::stored_gate_fence(resource, fence)
 }
 
 #[async_trait]

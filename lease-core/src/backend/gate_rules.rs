@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use crate::backend::validate::MAX_GATE_FENCE;
 use crate::clock::{self, Timestamp};
+use crate::error::{Error, Result};
 use crate::fence::{FenceCheck, StaleFence};
 
 /// The answer to `presented` at a gate whose highest accepted fence is
@@ -18,6 +20,36 @@ pub fn judge_fence(highest: Option<u64>, presented: u64) -> FenceCheck {
         }),
         _ => FenceCheck::Accepted,
     }
+}
+
+/// The fence stored on the gate of `resource`, checked: 1 to
+/// [`MAX_GATE_FENCE`], else `Corrupt`.
+pub fn stored_gate_fence(resource: &str, stored: i64) -> Result<u64> {
+    u64::try_from(stored)
+        .ok()
+        .filter(|fence| (1..=MAX_GATE_FENCE).contains(fence))
+        .ok_or_else(|| undecodable_gate(resource, &format!("fence {stored} is out of range")))
+}
+
+/// The answer to `presented` from the fence a check statement left stored
+/// (the greater of the two, as the statement keeps it): `Corrupt` when the
+/// stored fence is below the one presented, which no honest check leaves.
+pub fn judge_stored(resource: &str, stored: u64, presented: u64) -> Result<FenceCheck> {
+    if stored < presented {
+        return Err(undecodable_gate(
+            resource,
+            "the gate answered a fence below the one presented",
+        ));
+    }
+    Ok(judge_fence(Some(stored), presented))
+}
+
+/// `Corrupt`: the stored gate of `resource` cannot be decoded, for `why`.
+pub fn undecodable_gate(resource: &str, why: &str) -> Error {
+    Error::corrupt(format!(
+        "the stored fence gate of {resource:?} in fence_gates cannot be decoded ({why}); \
+         it needs an operator's attention"
+    ))
 }
 
 /// Whether a gate last accepted at `checked_at` is old enough for

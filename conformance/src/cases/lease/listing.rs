@@ -17,8 +17,8 @@ use chrono::{FixedOffset, TimeZone, Timelike, Utc};
 use serde_json::json;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::{
-    clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, Renewal, Status,
-    StatusChange, TakeoverRequest, Timestamp, Transition, TransitionRejection,
+    clock, AdmitRequest, AdmitStrategy, ExpiredQuery, LeaseRecord, LeaseStore, ManualClock,
+    Renewal, Status, StatusChange, TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
 
 use crate::cases::util::{
@@ -888,26 +888,42 @@ pub async fn purge_boundary_is_exact_to_the_microsecond<S: LeaseStore + 'static>
     let retention = Duration::from_millis(40);
     let record = admit(&ctx, AdmitRequest::new("purge-edge", "worker-a")).await?;
     let finished = apply_transition(&ctx, &claim_of(&record)?, &StatusChange::succeeded()).await?;
-    let due = clock::add(finished.updated_at, retention);
+    purged_exactly_at_retention(&ctx, manual, &finished, retention).await
+}
+
+/// Places the clock 1 µs before `record` (as last written) is `retention`
+/// old and checks `purge` keeps it as it was, then at exactly that age and
+/// checks `purge` removes it.
+async fn purged_exactly_at_retention<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    manual: &ManualClock,
+    record: &LeaseRecord,
+    retention: Duration,
+) -> CaseResult {
+    let due = clock::add(record.updated_at, retention);
     manual.advance_to(micro_before(due));
     ensure_eq!(
         ctx.store.purge(retention).await?,
         0,
-        "1 µs before its age reaches the retention, nothing is purged"
+        "1 µs before {:?} ({}) is as old as the retention, nothing is purged",
+        record.id,
+        record.status.as_str()
     );
     ensure_eq!(
-        get(&ctx, "purge-edge").await?,
-        finished,
+        get(ctx, &record.id).await?,
+        *record,
         "the record stays as it was"
     );
     manual.advance_to(due);
     ensure_eq!(
         ctx.store.purge(retention).await?,
         1,
-        "at exactly the retention, the record is purged"
+        "at exactly the retention, {:?} ({}) is purged",
+        record.id,
+        record.status.as_str()
     );
     ensure_eq!(
-        ctx.store.get("purge-edge").await?,
+        ctx.store.get(&record.id).await?,
         None,
         "a purged record is gone"
     );
@@ -971,29 +987,7 @@ pub async fn purge_interrupted_boundary_is_exact_to_the_microsecond<S: LeaseStor
     .await?;
     let interrupted = get(&ctx, "interrupted-edge").await?;
     ensure_eq!(interrupted.status, Status::Interrupted);
-    let due = clock::add(interrupted.updated_at, retention);
-    manual.advance_to(micro_before(due));
-    ensure_eq!(
-        ctx.store.purge(retention).await?,
-        0,
-        "1 µs before its interruption is as old as the retention, nothing is purged"
-    );
-    ensure_eq!(
-        get(&ctx, "interrupted-edge").await?,
-        interrupted,
-        "the interrupted record stays as it was"
-    );
-    manual.advance_to(due);
-    ensure_eq!(
-        ctx.store.purge(retention).await?,
-        1,
-        "at exactly the retention, the interrupted record is purged"
-    );
-    ensure_eq!(
-        ctx.store.get("interrupted-edge").await?,
-        None,
-        "a purged interrupted record is gone"
-    );
+    purged_exactly_at_retention(&ctx, manual, &interrupted, retention).await?;
     ensure_eq!(
         ctx.store
             .transition(&claim_of(&interrupted)?, &StatusChange::failed("too late"))
