@@ -1,12 +1,14 @@
--- tenure lease store and job queue, schema version 5: no dead ends.
+-- tenure lease store and job queue, schema version 6: no dead ends.
 --
--- Runs with search_path set to the store's schema. Every change is
--- additive for the code of version 4, which keeps working on it.
+-- Runs with search_path set to the store's schema, in one transaction.
+-- Every change is additive for the code of version 5, which keeps working
+-- on it. Until the migration commits, DROP INDEX holds an ACCESS EXCLUSIVE
+-- lock on `leases` and ALTER TABLE one on `jobs` (blocking reads too), and
+-- the CHECK scans every job: on large tables, upgrade at a quiet moment.
 
 -- purge: records that hold no scope (interrupted or terminal) by last
 -- update, their interruption or finish time. Replaces leases_terminal_age,
--- which left interrupted records out. Building it locks writes to `leases`
--- for as long as the build takes (one scan of the table).
+-- which left interrupted records out. Building it scans `leases` once.
 CREATE INDEX leases_finished_age ON leases (updated_at)
     WHERE status IN ('interrupted', 'succeeded', 'failed');
 DROP INDEX leases_terminal_age;

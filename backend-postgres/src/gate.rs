@@ -27,8 +27,10 @@ use crate::PgStore;
 #[derive(Debug)]
 pub(crate) struct GateStatements {
     /// `$1` resource, `$2` fence → `fence`, the gate's fence after the
-    /// statement: `$2` when accepted (stamped `now()`), the higher fence
-    /// when refused (the row unchanged).
+    /// statement: `$2` when accepted (stamped `statement_timestamp()`, not
+    /// `now()`, so a check inside a long transaction of the caller's is
+    /// stamped when it ran), the higher fence when refused (the row
+    /// unchanged).
     check: String,
     /// `$1` resource → `fence`.
     highest: String,
@@ -41,7 +43,7 @@ impl GateStatements {
         GateStatements {
             check: format!(
                 "INSERT INTO {s}.fence_gates AS gate (resource, fence, checked_at) \
-                 VALUES ($1, $2, now()) \
+                 VALUES ($1, $2, statement_timestamp()) \
                  ON CONFLICT (resource) DO UPDATE SET \
                    fence = GREATEST(gate.fence, EXCLUDED.fence), \
                    checked_at = CASE WHEN gate.fence <= EXCLUDED.fence \

@@ -53,6 +53,10 @@
 //!   that time for `purge_fences`. [`FenceTable`] checks a gate inside a
 //!   transaction of the caller's on the same file, so a write to the
 //!   caller's own tables and the gate commit together.
+//! * Schema version 5 adds the take-back trace to `jobs` (`taken_back`, a
+//!   count, 0 for jobs stored before; `taken_back_at`, microseconds or
+//!   `NULL`) and indexes interrupted records with the terminal ones by last
+//!   update (`leases_finished_by_update`), for `purge`.
 //!
 //! Besides the file, SQLite keeps `<file>-wal` and `<file>-shm` next to it
 //! while it is open: back up with SQLite's backup API or `VACUUM INTO`, not

@@ -1,5 +1,6 @@
 -- highest_fence: the highest fence accepted at a resource's gate.
 -- KEYS[1] gate string.
+-- ARGV: none.
 -- Reply: { fence (decimal) } or {} when there is no gate.
 
 local fence = gate_fence(KEYS[1])

@@ -12,14 +12,13 @@
 //!
 //! [`claim_for_takeover`]: crate::LeaseStore::claim_for_takeover
 
-use std::future::Future;
 use std::time::Duration;
 
 use super::held::Phase;
 use super::loss::LossCause;
 use super::{telemetry, Keeper, Shared, CANCELLED};
 use crate::backend::validate;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
 use crate::outcome::{NotTakenReason, Takeover, Transition, TransitionRejection};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::{StatusChange, TakeoverAction, TakeoverRequest};
@@ -108,26 +107,6 @@ impl CancelAnywhereOutcome {
     }
 }
 
-/// Runs `call` under the keeper's store timeout; no answer in time is a
-/// `Timeout` error naming `what`.
-async fn bounded<T>(
-    shared: &Shared,
-    what: &str,
-    call: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    tokio::time::timeout(shared.config.store_timeout, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "{what} got no answer within the keeper's store timeout; its outcome is \
-                     unknown (call again, or raise KeeperConfig::store_timeout)"
-                ),
-            ))
-        })
-}
-
 /// Writes the cancellation of a run held here, which was `status`:
 /// `Failed` while pending, else `Interrupted`, stop reason [`CANCELLED`].
 pub(super) async fn write_cancel(
@@ -139,12 +118,9 @@ pub(super) async fn write_cancel(
         Status::Pending => StatusChange::failed(CANCELLED).stop_reason(CANCELLED),
         _ => StatusChange::interrupted(CANCELLED),
     };
-    let answer = bounded(
-        shared,
-        "the cancel write",
-        shared.store.transition(claim, &change),
-    )
-    .await;
+    let answer = shared
+        .bounded("the cancel write", shared.store.transition(claim, &change))
+        .await;
     if let Err(error) = &answer {
         tracing::warn!(lease.id = %claim.id, %error, "cancel write could not be confirmed; the local run is stopped");
     }
@@ -230,7 +206,7 @@ impl Keeper {
             },
         };
         let call = shared.store.claim_for_takeover(&request);
-        match bounded(shared, "the cancelling takeover", call).await {
+        match shared.bounded("the cancelling takeover", call).await {
             Ok(Takeover::Taken(record)) => {
                 telemetry::takeover("cancel");
                 tracing::info!(lease.id = %record.id, fence = record.fence, "cancelled a run held elsewhere by taking it over");

@@ -161,7 +161,9 @@ pub struct KeeperConfig {
     /// What the reconciler does with the orphans it wins.
     pub reconcile_action: ReconcileAction,
     /// Which orphans the reconciler recovers and which it releases
-    /// silently, by kind; by default it recovers every kind.
+    /// silently, by kind; by default it recovers every kind but the
+    /// keeper's own election terms and schedule ticks, which it releases
+    /// silently.
     pub reconcile_kinds: ReconcileKinds,
     /// Most orphans one reconciler pass looks at.
     pub reconcile_limit: usize,

@@ -163,7 +163,7 @@ impl Term {
 
     /// Cancelled when [`Election::shutdown`] asks the leader to step down:
     /// finish the current step and return, so the record is completed and a
-    /// follower takes over at once.
+    /// follower takes over at its next attempt, not a lease later.
     pub fn stepping_down(&self) -> CancellationToken {
         self.stepping_down.clone()
     }
@@ -335,7 +335,7 @@ impl ElectionBuilder {
 /// let mut leadership = election.watch();
 /// leadership.wait_for(|state| state.is_leading()).await?;
 /// let ended = election.shutdown(Instant::now() + Duration::from_secs(5)).await;
-/// assert_eq!(ended, Some(TermEnd::SteppedDown)); // released: a follower takes over at once
+/// assert_eq!(ended, Some(TermEnd::SteppedDown)); // released: a follower takes over at its next try
 /// keeper.shutdown(Instant::now() + Duration::from_secs(5)).await;
 /// # Ok(())
 /// # }
@@ -488,7 +488,10 @@ impl Campaign {
                         self.set(Leadership::Stopped);
                         return Some(ended);
                     }
-                    continue;
+                    // A term that ended at once (work that returned or
+                    // failed straight away) must not win again before the
+                    // followers, who wait this long, try.
+                    self.retry_interval
                 }
                 Ok(AdmitOutcome::Conflict {
                     holder,
@@ -592,14 +595,8 @@ impl Campaign {
                 continue;
             };
             let write = shared.store.transition(&claim, &deposed);
-            match tokio::time::timeout(shared.config.store_timeout, write).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => {
-                    tracing::warn!(election = %self.name, lease.id = %claim.id, %error, "could not finalise a deposed term");
-                }
-                Err(_) => {
-                    tracing::warn!(election = %self.name, lease.id = %claim.id, "finalising a deposed term got no answer");
-                }
+            if let Err(error) = shared.bounded("finalising a deposed term", write).await {
+                tracing::warn!(election = %self.name, lease.id = %claim.id, %error, "could not finalise a deposed term");
             }
         }
     }

@@ -19,9 +19,14 @@
 //!   the winner of a tick looks back for the holes before it (up to
 //!   [`Schedule::lookback`] ticks) and reports them ([`Missed`]). A winner
 //!   whose admission landed after its tick ended, or after the next tick was
-//!   already admitted, does not deliver (the run is completed `Failed`,
-//!   [`LATE`]): the next tick's winner may already have reported it missed,
-//!   and a tick is never both reported missed and delivered.
+//!   already admitted, or that cannot read whether it did, does not deliver
+//!   (the run is completed `Failed`, [`LATE`]): the next tick's winner may
+//!   already have reported it missed, and a tick is never both reported
+//!   missed and delivered.
+//! * **A purged tick can fire again.** Only a tick's run record stops a
+//!   second delivery: keep finished runs (`purge` retention) for longer
+//!   than the interval (and than the look-back horizon, or purged ticks
+//!   are reported missed).
 //!
 //! [`LeaseStore::now`]: crate::LeaseStore::now
 
@@ -64,9 +69,10 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 /// The error written on a tick's run whose winner did not deliver because
 /// it was late: its admission landed after the tick ended, or after the
 /// next tick's run was admitted (whose winner may already have reported
-/// this tick missed; a tick is never both reported missed and delivered).
-pub const LATE: &str =
-    "late: admitted after its tick ended or after the next tick fired; not delivered";
+/// this tick missed; a tick is never both reported missed and delivered),
+/// or a read that would tell failed.
+pub const LATE: &str = "late: admitted after its tick ended or after the next tick fired, or \
+     unable to tell; not delivered";
 
 /// The longest tick start as a run id renders it, to check name lengths.
 const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
@@ -85,8 +91,10 @@ const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 /// success completes it, an error fails it, a loss aborts it). A tick
 /// nobody fired has no record, so each winner looks back for such holes
 /// (up to [`lookback`](Schedule::lookback) ticks) and reports them
-/// ([`Missed`]); keep finished runs (`purge` retention) for longer than
-/// that horizon, or purged ticks are reported missed.
+/// ([`Missed`]). Keep finished runs (`purge` retention) for longer than
+/// the interval, since a purged tick's run no longer stops a second
+/// delivery of it, and longer than the horizon, or purged ticks are
+/// reported missed.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -373,14 +381,17 @@ impl Schedule {
     }
 
     /// Whether the winner of `tick` must not deliver: its admission landed
-    /// after the tick ended, or the next tick's run already exists. A read
-    /// that fails is no evidence of lateness: the tick is this host's.
+    /// after the tick ended, or the next tick's run already exists, or a
+    /// read that would tell failed (a tick is never both reported missed
+    /// and delivered, so not knowing counts as late; the run is left
+    /// `Failed`, visible, rather than delivered twice).
     async fn is_late(&self, reads: &Reads<'_>, tick: Tick, guard: &RunGuard) -> bool {
         match reads.get(guard.id()).await {
             Ok(Some(record)) if record.created_at >= tick.end => return true,
             Ok(_) => {}
             Err(error) => {
-                tracing::warn!(schedule = %self.name, %tick, %error, "could not read the tick's run back; delivering");
+                tracing::warn!(schedule = %self.name, %tick, %error, "could not read the tick's run back; not delivering");
+                return true;
             }
         }
         let Some(next) = self.shifted(tick, 1) else {
@@ -389,8 +400,8 @@ impl Schedule {
         match reads.get(&self.run_id(next)).await {
             Ok(found) => found.is_some(),
             Err(error) => {
-                tracing::warn!(schedule = %self.name, %tick, %error, "could not tell whether the next tick fired; delivering");
-                false
+                tracing::warn!(schedule = %self.name, %tick, %error, "could not tell whether the next tick fired; not delivering");
+                true
             }
         }
     }
@@ -425,13 +436,9 @@ impl Schedule {
 /// The store's clock, read under the keeper's store timeout.
 async fn store_now(keeper: &Keeper) -> Result<Timestamp, KeeperError> {
     let shared = &keeper.shared;
-    match tokio::time::timeout(shared.config.store_timeout, shared.store.now()).await {
-        Ok(answer) => Ok(answer?),
-        Err(_) => Err(KeeperError::Store(Error::new(
-            ErrorKind::Timeout,
-            "the store's clock got no answer within the keeper's store timeout",
-        ))),
-    }
+    Ok(shared
+        .bounded("the store's clock", shared.store.now())
+        .await?)
 }
 
 /// Point reads of the keeper's store, each under its store timeout.
@@ -440,14 +447,7 @@ struct Reads<'a>(&'a Keeper);
 impl Reads<'_> {
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>, Error> {
         let shared = &self.0.shared;
-        tokio::time::timeout(shared.config.store_timeout, shared.store.get(id))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::Timeout,
-                    "a read got no answer within the keeper's store timeout",
-                ))
-            })
+        shared.bounded("a read", shared.store.get(id)).await
     }
 }
 
@@ -815,21 +815,29 @@ impl Ticking {
     async fn run(self) -> TickerReport {
         let mut firing = InProgress::default();
         let mut last: Option<Tick> = None;
-        let mut retry_at: Option<Instant> = None;
+        // The tick whose firing the store could not decide, and when to
+        // try it again; a later tick is fired when due regardless.
+        let mut retry: Option<(Tick, Instant)> = None;
         loop {
             let wait = match store_now(&self.keeper).await {
                 Ok(now) => {
                     let tick = self.schedule.tick_at(now);
-                    let retry_due = retry_at.is_none_or(|at| at <= Instant::now());
+                    let retry_due = match retry {
+                        Some((failed, at)) if failed == tick => at <= Instant::now(),
+                        _ => true,
+                    };
                     if last != Some(tick) && retry_due {
                         last = Some(tick);
-                        retry_at = None;
+                        retry = None;
                         self.spawn(&mut firing, tick);
                     }
                     let to_next = clock::until(now, tick.end);
-                    retry_at.map_or(to_next, |at| {
-                        to_next.min(at.saturating_duration_since(Instant::now()))
-                    })
+                    match retry {
+                        Some((failed, at)) if failed == tick => {
+                            to_next.min(at.saturating_duration_since(Instant::now()))
+                        }
+                        _ => to_next,
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(schedule = %self.schedule.name, %error, "could not read the store's clock; trying again");
@@ -844,7 +852,7 @@ impl Ticking {
                         Reaped::Retry(tick) => {
                             if last == Some(tick) {
                                 last = None;
-                                retry_at = Some(Instant::now() + self.retry);
+                                retry = Some((tick, Instant::now() + self.retry));
                             }
                         }
                         Reaped::Halt => break,

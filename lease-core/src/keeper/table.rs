@@ -43,6 +43,26 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Runs `call` under the keeper's store timeout; no answer in time is a
+    /// `Timeout` error naming `what`, whose outcome is unknown.
+    pub(crate) async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.config.store_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    crate::error::ErrorKind::Timeout,
+                    format!(
+                        "{what} got no answer within the keeper's store timeout; its outcome is \
+                         unknown (call again, or raise KeeperConfig::store_timeout)"
+                    ),
+                ))
+            })
+    }
+
     /// Holding nothing yet, accepting work.
     pub(crate) fn new(
         store: Arc<dyn LeaseStore>,
