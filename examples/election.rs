@@ -30,7 +30,7 @@ struct Node {
 }
 
 async fn start(name: &'static str, path: &std::path::Path, ledger: Arc<FenceGate>) -> Node {
-    let store = SqliteStore::open(SqliteConfig::new(path))
+    let store = SqliteStore::connect(SqliteConfig::new(path))
         .await
         .expect("the SQLite file opens");
     let config = KeeperConfig::with_ttl(TTL)

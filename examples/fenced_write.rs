@@ -52,7 +52,7 @@ fn write_invoice(
 pub async fn main() -> Result<(), Box<dyn Error>> {
     let directory = tempfile::tempdir()?;
     let path = directory.path().join("app.db");
-    let store = SqliteStore::connect(&path.display().to_string()).await?;
+    let store = SqliteStore::connect(path.as_path()).await?;
     let gates = store.fence_table();
     let mut invoices = Connection::open(store.path())?;
     invoices.execute_batch(

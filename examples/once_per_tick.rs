@@ -22,7 +22,7 @@ use tokio::time::Instant;
 const INTERVAL: Duration = Duration::from_secs(1);
 
 async fn keeper(host: &str, path: &std::path::Path) -> Arc<Keeper> {
-    let store = SqliteStore::open(SqliteConfig::new(path))
+    let store = SqliteStore::connect(SqliteConfig::new(path))
         .await
         .expect("the SQLite file opens");
     let config = KeeperConfig::with_ttl(Duration::from_secs(10)).worker_id(host);
@@ -92,7 +92,7 @@ async fn main() {
         keepers.push(keeper(host, &path).await);
     }
 
-    let observer = SqliteStore::open(SqliteConfig::new(&path))
+    let observer = SqliteStore::connect(SqliteConfig::new(&path))
         .await
         .expect("the SQLite file opens");
     let first = schedule.tick_at(observer.now().await.expect("the store's clock"));

@@ -20,6 +20,11 @@
 //! | `full`     | all of them  | |
 //! | `conformance` | `conformance` | the conformance kit, to test a backend of your own |
 //!
+//! [`connect`] opens whichever backend a URL names (`memory:`,
+//! `sqlite:PATH`, `postgres://...`, `redis://...`) as one
+//! [`Arc<dyn Store>`](Store); each backend's own `connect` takes its config,
+//! or a URL.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
 //! use std::time::Duration;
@@ -39,6 +44,9 @@
 //! assert!(matches!(done, Transition::Applied(_)));
 //! # Ok(()) }
 //! ```
+
+mod connect;
+pub use connect::{connect, Connect, Store};
 
 // What users need; `tenure_lease_core::backend` (rules, validation) and
 // `redact` are for backend authors and stay in the core crate.

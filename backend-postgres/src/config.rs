@@ -160,6 +160,20 @@ impl PgStoreConfig {
     }
 }
 
+impl From<&str> for PgStoreConfig {
+    /// [`PgStoreConfig::new`]`(url)`, with every default.
+    fn from(url: &str) -> Self {
+        PgStoreConfig::new(url)
+    }
+}
+
+impl From<String> for PgStoreConfig {
+    /// [`PgStoreConfig::new`]`(url)`, with every default.
+    fn from(url: String) -> Self {
+        PgStoreConfig::new(url)
+    }
+}
+
 impl fmt::Debug for PgStoreConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgStoreConfig")

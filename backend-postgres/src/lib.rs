@@ -3,6 +3,9 @@
 //! A [`LeaseStore`](tenure_lease_core::LeaseStore) and
 //! [`JobQueue`](tenure_lease_core::JobQueue) on PostgreSQL (12 or newer), through
 //! sqlx with runtime-checked queries: building it needs no database.
+//! Through the facade it is `tenure::postgres::PgStore` (feature
+//! `postgres`), also opened by
+//! `tenure::connect("postgres://app@db/jobs?schema=tenure")`.
 //!
 //! ## Connecting
 //!
@@ -17,7 +20,7 @@
 //! let config = PgStoreConfig::new("postgres://app:secret@db.internal:5432/jobs")
 //!     .schema("tenure")
 //!     .max_connections(8);
-//! let store = PgStore::connect(&config).await?;
+//! let store = PgStore::connect(config).await?;
 //! let admission = store
 //!     .admit(&AdmitRequest::new("nightly-report", "worker-a").scope("cron:report").ttl(Duration::from_secs(30)))
 //!     .await?;
@@ -331,7 +334,8 @@ impl fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects a pool as `config` says, prepares the schema as its
+    /// Connects a pool as `config` says (a [`PgStoreConfig`], or a URL
+    /// with the defaults: `PgStore::connect("postgres://app@db/jobs")`), prepares the schema as its
     /// [`MigrationMode`] says (by default: creates and migrates it), and
     /// answers the store.
     ///
@@ -347,7 +351,8 @@ impl PgStore {
     /// (retryable); a schema that lacks migrations this version needs
     /// (under [`MigrationMode::VerifyOnly`]) or carries migrations it does
     /// not know is [`ErrorKind::Incompatible`].
-    pub async fn connect(config: &PgStoreConfig) -> Result<Self> {
+    pub async fn connect(config: impl Into<PgStoreConfig>) -> Result<Self> {
+        let config = config.into();
         let schema = SchemaName::parse(config.schema_name())?;
         let options: PgConnectOptions = config.url().parse().map_err(store_error)?;
         let first = open_session(&options, config.connection_wait()).await?;

@@ -103,7 +103,7 @@ async fn connection_refused_is_unavailable_naming_the_address() {
     // pool timeout, shows the refusal was reported as it happened.
     let config = PgStoreConfig::new(format!("postgres://app:hunter2@127.0.0.1:{port}/jobs"))
         .acquire_timeout(Duration::from_secs(120));
-    let error = PgStore::connect(&config).await.expect_err("nobody listens");
+    let error = PgStore::connect(config).await.expect_err("nobody listens");
     let message = error.to_string();
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{message}");
     assert!(error.is_retryable(), "{message}");
@@ -122,7 +122,7 @@ async fn silent_server_is_unavailable_after_the_acquire_timeout() {
     let port = listener.local_addr().expect("address").port();
     let config = PgStoreConfig::new(format!("postgres://app@127.0.0.1:{port}/jobs"))
         .acquire_timeout(Duration::from_millis(300));
-    let error = PgStore::connect(&config).await.expect_err("silent");
+    let error = PgStore::connect(config).await.expect_err("silent");
     let message = error.to_string();
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{message}");
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
@@ -149,7 +149,7 @@ async fn unknown_database_or_user_is_a_config_error() {
             "tenure_no_such_role",
         ),
     ] {
-        let error = PgStore::connect(&PgStoreConfig::new(url))
+        let error = PgStore::connect(PgStoreConfig::new(url))
             .await
             .expect_err(what);
         let message = error.to_string();

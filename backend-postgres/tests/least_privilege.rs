@@ -119,7 +119,7 @@ impl tenure_conformance::Factory for RestrictedFactory {
             .await
             .map_err(admin_error)?;
             PgStore::connect(
-                &PgStoreConfig::new(url_as(admin, &role))
+                PgStoreConfig::new(url_as(admin, &role))
                     .schema(&schema)
                     .max_connections(POOL_SIZE)
                     .migrations(MigrationMode::VerifyOnly),
@@ -280,10 +280,12 @@ async fn restricted_role_verifies_the_schema_and_runs_every_operation() {
                     .max_connections(2);
 
                 // The default mode would create and migrate: refused.
-                let error = PgStore::connect(&config).await.expect_err("no CREATE");
+                let error = PgStore::connect(config.clone())
+                    .await
+                    .expect_err("no CREATE");
                 assert_eq!(error.kind(), ErrorKind::Config, "{error}");
 
-                let app = PgStore::connect(&config.clone().migrations(MigrationMode::VerifyOnly))
+                let app = PgStore::connect(config.clone().migrations(MigrationMode::VerifyOnly))
                     .await
                     .expect("verify-only connect");
                 run_every_operation(&app).await;
@@ -291,7 +293,7 @@ async fn restricted_role_verifies_the_schema_and_runs_every_operation() {
 
                 // A schema nobody migrated, and one that lacks a migration.
                 let missing = PgStore::connect(
-                    &config
+                    config
                         .clone()
                         .schema(fresh_schema())
                         .migrations(MigrationMode::VerifyOnly),
@@ -314,7 +316,7 @@ async fn restricted_role_verifies_the_schema_and_runs_every_operation() {
                 )
                 .await;
                 let error = PgStore::connect(
-                    &config
+                    config
                         .clone()
                         .schema(&behind)
                         .migrations(MigrationMode::VerifyOnly),

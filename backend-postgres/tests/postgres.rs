@@ -37,7 +37,7 @@ async fn bad_schema_name_is_a_config_error_before_connecting() {
     // Port 1 on localhost: connecting would fail, so a Config answer proves
     // the name was refused first.
     let config = PgStoreConfig::new("postgres://nobody@127.0.0.1:1/none").schema("x\"; DROP");
-    let error = PgStore::connect(&config).await.expect_err("bad schema");
+    let error = PgStore::connect(config).await.expect_err("bad schema");
     assert_eq!(error.kind(), ErrorKind::Config, "{error}");
 }
 

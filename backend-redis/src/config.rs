@@ -36,6 +36,9 @@ impl RedisConfig {
     pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
     /// How long connecting may take, retries included.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The namespace of a config made from a bare URL
+    /// ([`From<&str>`](#impl-From%3C%26str%3E-for-RedisConfig)).
+    pub const DEFAULT_NAMESPACE: &'static str = "tenure";
     /// The name the store gives its connection (`CLIENT SETNAME`).
     pub const DEFAULT_CLIENT_NAME: &'static str = "tenure";
 
@@ -119,6 +122,20 @@ impl RedisConfig {
             return Err(config_error("timeouts must be greater than zero"));
         }
         Ok(())
+    }
+}
+
+impl From<&str> for RedisConfig {
+    /// [`RedisConfig::new`]`(url, `[`DEFAULT_NAMESPACE`](RedisConfig::DEFAULT_NAMESPACE)`)`.
+    fn from(url: &str) -> Self {
+        RedisConfig::new(url, RedisConfig::DEFAULT_NAMESPACE)
+    }
+}
+
+impl From<String> for RedisConfig {
+    /// [`RedisConfig::new`]`(url, `[`DEFAULT_NAMESPACE`](RedisConfig::DEFAULT_NAMESPACE)`)`.
+    fn from(url: String) -> Self {
+        RedisConfig::new(url, RedisConfig::DEFAULT_NAMESPACE)
     }
 }
 

@@ -9,6 +9,9 @@
 //! before its first write, because Lua does not roll back: an `Interrupt`
 //! admission interrupts every holder or none.
 //!
+//! Through the facade it is `tenure::redis::RedisStore` (feature `redis`),
+//! also opened by `tenure::connect("redis://127.0.0.1:6379?namespace=billing")`.
+//!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
@@ -185,7 +188,8 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to the server `config` names, checks that it cannot evict
+    /// Connects to the server `config` names (a [`RedisConfig`], or a URL
+    /// keeping its keys under [`RedisConfig::DEFAULT_NAMESPACE`]), checks that it cannot evict
     /// tenure's keys, reads its persistence settings
     /// ([`durability`](Self::durability)) and names the connection.
     ///
@@ -201,7 +205,8 @@ impl RedisStore {
     ///   `CONFIG GET` nor `INFO` may be run to read it;
     /// * [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable): the server could not be reached within
     ///   [`RedisConfig::connect_timeout`] (the message names the last cause).
-    pub async fn connect(config: RedisConfig) -> Result<Self> {
+    pub async fn connect(config: impl Into<RedisConfig>) -> Result<Self> {
+        let config = config.into();
         config.validate()?;
         let client = redis::Client::open(config.url()).map_err(|error| {
             config_error(format!(

@@ -47,6 +47,11 @@ impl Durability {
 /// How to open a [`SqliteStore`](crate::SqliteStore): the file, the
 /// durability, the busy timeout and the clock.
 ///
+/// [`SqliteStore::connect`](crate::SqliteStore::connect) takes anything that
+/// converts into one: a `&str` or `String` is read as
+/// [`from_url`](Self::from_url) reads it (a location it refuses is reported
+/// when connecting), a [`PathBuf`] or [`&Path`](Path) is the file verbatim.
+///
 /// ```
 /// use std::time::Duration;
 /// use tenure_backend_sqlite::{Durability, SqliteConfig};
@@ -63,6 +68,9 @@ pub struct SqliteConfig {
     pub(crate) durability: Durability,
     pub(crate) busy_timeout: Duration,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Why the location given as text names no usable file, reported by
+    /// [`check`](Self::check) when connecting.
+    invalid: Option<String>,
 }
 
 impl SqliteConfig {
@@ -74,6 +82,7 @@ impl SqliteConfig {
             durability: Durability::default(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             clock: Arc::new(SystemClock),
+            invalid: None,
         }
     }
 
@@ -82,7 +91,14 @@ impl SqliteConfig {
     /// `sqlite:relative/path`.
     ///
     /// Query parameters (`?mode=...`) are not supported: use the setters.
-    /// Another scheme (`postgres://...`) is a [`ErrorKind::Config`] error.
+    /// Another scheme (`postgres://...`) is a [`ErrorKind::Config`] error,
+    /// and so is an in-memory database (`sqlite::memory:`): it cannot use
+    /// write-ahead logging, and no other store or process could share it;
+    /// the memory backend is the in-process store.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`], saying which forms are accepted.
     pub fn from_url(location: &str) -> Result<Self> {
         let path = match location
             .strip_prefix("sqlite://")
@@ -106,7 +122,23 @@ impl SqliteConfig {
         if path.is_empty() {
             return Err(config_error(format!("{location:?} names no file")));
         }
+        if path == ":memory:" {
+            return Err(config_error(format!(
+                "{location:?}: an in-memory SQLite database is not supported (it cannot use \
+                 write-ahead logging and no other store could share it); name a file, or use \
+                 the memory backend (`memory:`) for an in-process store"
+            )));
+        }
         Ok(Self::new(path))
+    }
+
+    /// Fails with the reason the location given as text was refused, if it
+    /// was (see [`From<&str>`](#impl-From%3C%26str%3E-for-SqliteConfig)).
+    pub(crate) fn check(&self) -> Result<()> {
+        match &self.invalid {
+            Some(reason) => Err(config_error(reason.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Sets the durability of commits (see [`Durability`]).
@@ -134,6 +166,39 @@ impl SqliteConfig {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl From<&str> for SqliteConfig {
+    /// Reads `location` as [`from_url`](SqliteConfig::from_url) does; a
+    /// location it refuses makes connecting fail with that
+    /// [`ErrorKind::Config`] error.
+    fn from(location: &str) -> Self {
+        SqliteConfig::from_url(location).unwrap_or_else(|error| SqliteConfig {
+            invalid: Some(error.message().to_owned()),
+            ..SqliteConfig::new(location)
+        })
+    }
+}
+
+impl From<String> for SqliteConfig {
+    /// As [`From<&str>`](#impl-From%3C%26str%3E-for-SqliteConfig).
+    fn from(location: String) -> Self {
+        SqliteConfig::from(location.as_str())
+    }
+}
+
+impl From<PathBuf> for SqliteConfig {
+    /// The file at `path`, verbatim, as [`SqliteConfig::new`].
+    fn from(path: PathBuf) -> Self {
+        SqliteConfig::new(path)
+    }
+}
+
+impl From<&Path> for SqliteConfig {
+    /// The file at `path`, verbatim, as [`SqliteConfig::new`].
+    fn from(path: &Path) -> Self {
+        SqliteConfig::new(path)
     }
 }
 
@@ -166,10 +231,14 @@ mod tests {
             "postgres://localhost/db",
             "sqlite:///tmp/leases.db?mode=ro",
             "sqlite://",
+            "sqlite::memory:",
             "",
         ] {
             let error = SqliteConfig::from_url(location).expect_err(location);
             assert_eq!(error.kind(), ErrorKind::Config, "{location}");
+            let deferred = SqliteConfig::from(location).check().expect_err(location);
+            assert_eq!(deferred.message(), error.message(), "{location}");
         }
+        assert!(SqliteConfig::from("sqlite:leases.db").check().is_ok());
     }
 }

@@ -142,7 +142,7 @@ impl FenceStore for SqliteStore {
 /// use tenure_lease_core::{FenceCheck, FenceStore};
 ///
 /// let directory = tempfile::tempdir()?;
-/// let store = SqliteStore::connect(&directory.path().join("app.db").display().to_string()).await?;
+/// let store = SqliteStore::connect(directory.path().join("app.db")).await?;
 /// let gates = store.fence_table();
 ///
 /// let mut connection = Connection::open(store.path())?;

@@ -1,7 +1,9 @@
 //! # backend-sqlite
 //!
 //! A [`LeaseStore`](tenure_lease_core::LeaseStore) and [`JobQueue`](tenure_lease_core::JobQueue) in one SQLite
-//! file: the backend that needs no server.
+//! file: the backend that needs no server. Through the facade it is
+//! `tenure::sqlite::SqliteStore` (feature `sqlite`), also opened by
+//! `tenure::connect("sqlite:///path")`.
 //! Several stores, in one process or in several processes on one host, may
 //! share a file; SQLite's locking keeps every operation atomic across all of
 //! them. It honours the whole [contract](tenure_lease_core::contract) and passes
@@ -10,10 +12,10 @@
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
 //! use std::time::Duration;
-//! use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
+//! use tenure_backend_sqlite::SqliteStore;
 //! use tenure_lease_core::{AdmitRequest, LeaseStore, Renewal};
 //!
-//! let store = SqliteStore::open(SqliteConfig::from_url("sqlite:///var/lib/app/leases.db")?).await?;
+//! let store = SqliteStore::connect("sqlite:///var/lib/app/leases.db").await?;
 //! let admission = store
 //!     .admit(&AdmitRequest::new("job-1", "worker-a").scope("thread:42").ttl(Duration::from_secs(30)))
 //!     .await?;
@@ -207,13 +209,20 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens the store in the file `config` names, creating or migrating its
-    /// schema.
+    /// schema. `config` is a [`SqliteConfig`], or what converts into one: a
+    /// path, or a location as [`SqliteConfig::from_url`] reads it
+    /// (`SqliteStore::connect("sqlite:///var/lib/app/leases.db")`).
     ///
-    /// Fails with [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible)
-    /// when the file's schema is newer than this crate's, and with
-    /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config) when it cannot be
-    /// opened or cannot use WAL.
-    pub async fn open(config: SqliteConfig) -> Result<Self> {
+    /// # Errors
+    ///
+    /// [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible)
+    /// when the file's schema is newer than this crate's, and
+    /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config) when the
+    /// location is not one [`SqliteConfig::from_url`] accepts, or the file
+    /// cannot be opened or cannot use WAL.
+    pub async fn connect(config: impl Into<SqliteConfig>) -> Result<Self> {
+        let config = config.into();
+        config.check()?;
         let clock = Arc::clone(&config.clock);
         let path = Arc::from(config.path.as_path());
         let connection = ConnectionThread::start(config).await?;
@@ -222,12 +231,6 @@ impl SqliteStore {
             clock,
             path,
         })
-    }
-
-    /// Opens the store at `location`, a path or a `sqlite://` URL (see
-    /// [`SqliteConfig::from_url`]), with the default settings.
-    pub async fn connect(location: &str) -> Result<Self> {
-        Self::open(SqliteConfig::from_url(location)?).await
     }
 
     /// The database file.

@@ -311,7 +311,7 @@ mod tests {
         let path = directory.path().join("v3.db");
         write_version_3_file(&path);
 
-        let store = SqliteStore::open(SqliteConfig::new(&path))
+        let store = SqliteStore::connect(SqliteConfig::new(&path))
             .await
             .expect("a version 3 file opens");
         let reaped = store
@@ -364,7 +364,7 @@ mod tests {
         let path = directory.path().join("v1.db");
         write_version_1_file(&path);
 
-        let store = SqliteStore::open(SqliteConfig::new(&path))
+        let store = SqliteStore::connect(SqliteConfig::new(&path))
             .await
             .expect("a version 1 file opens");
         let on_disk: i64 = Connection::open(&path)
@@ -405,7 +405,7 @@ mod tests {
             .is_accepted());
 
         drop(store);
-        let reopened = SqliteStore::open(SqliteConfig::new(&path))
+        let reopened = SqliteStore::connect(SqliteConfig::new(&path))
             .await
             .expect("a migrated file reopens without migrating again");
         assert_eq!(

@@ -163,7 +163,7 @@ fn assert_corrupt<T: std::fmt::Debug>(
 }
 
 async fn open(path: &Path, clock: &Arc<ManualClock>) -> SqliteStore {
-    SqliteStore::open(
+    SqliteStore::connect(
         SqliteConfig::new(path)
             .clock(clock.clone())
             .durability(Durability::Normal),

@@ -12,7 +12,7 @@ use tenure_lease_core::{ErrorKind, FenceCheck, FenceStore, StaleFence};
 async fn setup() -> (TempDir, SqliteStore, Connection) {
     let directory = TempDir::with_prefix("tenure-sqlite-fenced-").expect("a temporary directory");
     let path = directory.path().join("app.db");
-    let store = SqliteStore::connect(&path.display().to_string())
+    let store = SqliteStore::connect(path.as_path())
         .await
         .expect("open the store");
     let connection = Connection::open(store.path()).expect("the caller's connection");

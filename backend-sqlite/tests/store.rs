@@ -45,7 +45,7 @@ async fn reopening_keeps_records_held_scopes_and_the_fence_sequence() {
     let directory = TempDir::new().expect("a temporary directory");
     let path = database(&directory);
     let (finished, holding) = {
-        let store = SqliteStore::open(SqliteConfig::new(&path))
+        let store = SqliteStore::connect(SqliteConfig::new(&path))
             .await
             .expect("a new file opens");
         let finished = admitted(&store, AdmitRequest::new("first", "worker-a").scope("s")).await;
@@ -64,7 +64,7 @@ async fn reopening_keeps_records_held_scopes_and_the_fence_sequence() {
     };
 
     let location = format!("sqlite://{}", path.display());
-    let store = SqliteStore::connect(&location)
+    let store = SqliteStore::connect(location)
         .await
         .expect("the file reopens through a URL");
     assert_eq!(store.get("first").await.expect("get"), Some(finished));
@@ -97,7 +97,7 @@ async fn a_newer_schema_version_is_incompatible_and_left_untouched() {
     let directory = TempDir::new().expect("a temporary directory");
     let path = database(&directory);
     drop(
-        SqliteStore::open(SqliteConfig::new(&path))
+        SqliteStore::connect(SqliteConfig::new(&path))
             .await
             .expect("a new file opens"),
     );
@@ -106,7 +106,7 @@ async fn a_newer_schema_version_is_incompatible_and_left_untouched() {
         .pragma_update(None, "user_version", newer)
         .expect("set user_version");
 
-    let error = SqliteStore::open(SqliteConfig::new(&path))
+    let error = SqliteStore::connect(SqliteConfig::new(&path))
         .await
         .expect_err("a newer schema is refused");
     assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
@@ -121,9 +121,10 @@ async fn a_newer_schema_version_is_incompatible_and_left_untouched() {
 async fn a_lock_held_beyond_the_busy_timeout_is_unavailable_and_changes_nothing() {
     let directory = TempDir::new().expect("a temporary directory");
     let path = database(&directory);
-    let store = SqliteStore::open(SqliteConfig::new(&path).busy_timeout(Duration::from_millis(50)))
-        .await
-        .expect("a new file opens");
+    let store =
+        SqliteStore::connect(SqliteConfig::new(&path).busy_timeout(Duration::from_millis(50)))
+            .await
+            .expect("a new file opens");
     let record = admitted(
         &store,
         AdmitRequest::new("held", "worker-a")
@@ -175,7 +176,7 @@ async fn a_forward_clock_step_beyond_the_grace_lets_a_fresh_lease_be_taken_over_
 ) {
     let directory = TempDir::new().expect("a temporary directory");
     let clock = Arc::new(ManualClock::starting_now());
-    let store = SqliteStore::open(SqliteConfig::new(database(&directory)).clock(clock.clone()))
+    let store = SqliteStore::connect(SqliteConfig::new(database(&directory)).clock(clock.clone()))
         .await
         .expect("a new file opens");
     let (ttl, grace) = (Duration::from_secs(30), Duration::from_secs(5));

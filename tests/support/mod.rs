@@ -177,7 +177,7 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             let clock = manual();
             let directory = tempfile::TempDir::with_prefix("tenure-helpers-").expect("a temp dir");
             let config = SqliteConfig::new(directory.path().join("leases.db")).clock(clock.clone());
-            let store = SqliteStore::open(config)
+            let store = SqliteStore::connect(config)
                 .await
                 .expect("the SQLite store opens");
             Some(Subject {
@@ -193,10 +193,9 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             use tenure::postgres::{PgStore, PgStoreConfig};
             let url = server_url("TENURE_PG_URL", name)?;
             let schema = format!("tenure_test_{}", tenure::generate_id().replace('-', ""));
-            let store =
-                PgStore::connect(&PgStoreConfig::new(url).schema(schema).max_connections(8))
-                    .await
-                    .expect("the PostgreSQL store connects");
+            let store = PgStore::connect(PgStoreConfig::new(url).schema(schema).max_connections(8))
+                .await
+                .expect("the PostgreSQL store connects");
             Some(Subject {
                 backend,
                 store: Arc::new(store.clone()),

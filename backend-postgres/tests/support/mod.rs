@@ -149,7 +149,7 @@ pub fn fresh_schema() -> String {
 /// A migrated store in `schema`, with a small pool.
 pub async fn connect(url: &str, schema: &str) -> tenure_lease_core::Result<PgStore> {
     PgStore::connect(
-        &PgStoreConfig::new(url)
+        PgStoreConfig::new(url)
             .schema(schema)
             .max_connections(POOL_SIZE),
     )
@@ -324,7 +324,7 @@ pub async fn connect_patiently(config: &PgStoreConfig) -> tenure_lease_core::Res
     let mut attempts_left = CONNECT_ATTEMPTS;
     loop {
         attempts_left -= 1;
-        match PgStore::connect(config).await {
+        match PgStore::connect(config.clone()).await {
             Err(error) if error.is_retryable() && attempts_left > 0 => {}
             answer => return answer,
         }
@@ -406,7 +406,7 @@ impl RestartSupport<PgStore> for PgFactory {
             Error::unavailable("cannot start a private PostgreSQL").with_source(error)
         })?;
         let store = PgStore::connect(
-            &PgStoreConfig::new(server.url())
+            PgStoreConfig::new(server.url())
                 .schema("restart")
                 .max_connections(8)
                 .acquire_timeout(RESTART_CALL_TIMEOUT)

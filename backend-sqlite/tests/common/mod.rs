@@ -89,7 +89,7 @@ impl Factory for SqliteFactory {
                     Some(clock) => config.clock(clock),
                     None => config,
                 };
-                SqliteStore::open(config).await
+                SqliteStore::connect(config).await
             })
         }))
     }
@@ -125,7 +125,7 @@ impl SqliteFactory {
             Error::unavailable("cannot create a temporary directory").with_source(error)
         })?;
         let path = directory.path().join("leases.db");
-        let store = SqliteStore::open(config(&path)).await?;
+        let store = SqliteStore::connect(config(&path)).await?;
         self.directories
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -151,7 +151,7 @@ impl ProcessSupport<SqliteStore> for SqliteFactory {
     }
 
     async fn open_shared(&self, path: &str) -> tenure_lease_core::Result<SqliteStore> {
-        SqliteStore::open(shared_config(Path::new(path))).await
+        SqliteStore::connect(shared_config(Path::new(path))).await
     }
 }
 

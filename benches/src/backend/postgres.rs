@@ -35,7 +35,7 @@ pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Backend> {
     let config = PgStoreConfig::new(url)
         .schema(schema.as_str())
         .max_connections(BASE_POOL_SIZE.max(hot_key_pool));
-    let store = Arc::new(PgStore::connect(&config).await?);
+    let store = Arc::new(PgStore::connect(config).await?);
     let raw = RawPg {
         pool: store.pool().clone(),
         schema: format!("\"{schema}\""),

@@ -23,8 +23,9 @@ use crate::BenchResult;
 /// A fresh store file and a bare connection on a sibling file.
 pub(super) async fn open() -> BenchResult<Backend> {
     let directory = tempfile::Builder::new().prefix("tenure-bench").tempdir()?;
-    let store =
-        Arc::new(SqliteStore::open(SqliteConfig::new(directory.path().join("leases.db"))).await?);
+    let store = Arc::new(
+        SqliteStore::connect(SqliteConfig::new(directory.path().join("leases.db"))).await?,
+    );
     let raw = Arc::new(RawSqlite::open(directory.path().join("raw.db")).await?);
     Ok(Backend {
         kind: BackendKind::Sqlite,

@@ -1,0 +1,382 @@
+//! Opening a store from a URL, whichever backend it names.
+//!
+//! An application that reads its store's location from configuration
+//! should not need a `match` over backends of its own: [`connect`] (or
+//! [`Connect`], for the few options that are not part of the URL) reads the
+//! scheme, opens that backend, and answers an [`Arc<dyn Store>`](Store):
+//! one type that is a [`LeaseStore`], a [`JobQueue`] and a [`FenceStore`]
+//! whatever the backend. A trait object rather than an enum of the
+//! backends, so the answer's type does not change with the Cargo features
+//! enabled, and the layers ([`LayerExt`](crate::LayerExt)) wrap it like any
+//! other store.
+//!
+//! Errors never show the URL's credentials: they name the scheme, or the
+//! URL with its password replaced by `***`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::{Clock, Error, ErrorKind, FenceStore, JobQueue, LeaseStore, Result};
+
+/// A store that is every kind of store: what [`connect`] answers.
+///
+/// Implemented by everything that implements the three traits (every
+/// backend, and every layer over one), so `Arc<dyn Store>` is itself a
+/// [`LeaseStore`], a [`JobQueue`] and a [`FenceStore`] through the
+/// forwarding impls for [`Arc`].
+pub trait Store: LeaseStore + JobQueue + FenceStore + fmt::Debug {}
+
+impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
+
+/// Opens the store `url` names, with the backend's defaults.
+///
+/// | URL | backend | feature |
+/// |-----|---------|---------|
+/// | `memory:` | [`MemoryStore`](crate::memory::MemoryStore), a new empty store | `memory` |
+/// | `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite:rel/path` | `SqliteStore` | `sqlite` |
+/// | `postgres://...`, `postgresql://...` (`?schema=NAME`) | `PgStore` | `postgres` |
+/// | `redis://...`, `rediss://...`, `redis+unix://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
+///
+/// The `schema` (PostgreSQL) and `namespace` (Redis) query parameters are
+/// taken out of the URL before it reaches the driver; the builder's
+/// [`schema`](Connect::schema) and [`namespace`](Connect::namespace) win
+/// over them. Without either, PostgreSQL uses the schema `tenure` and Redis
+/// the namespace `tenure`. Every other setting is the backend's default; a
+/// store that needs more (pool bounds, timeouts, durability) is built with
+/// its backend's config and `connect`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// use tenure::{AdmitRequest, LeaseStore};
+///
+/// let store = tenure::connect("memory:").await?;
+/// let admission = store
+///     .admit(&AdmitRequest::new("report-1", "worker-a").ttl(Duration::from_secs(30)))
+///     .await?;
+/// assert!(admission.admitted().is_some());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// [`ErrorKind::Config`]: a malformed URL or an unknown scheme (the message
+/// lists the accepted ones), a scheme whose Cargo feature is not enabled
+/// (the message names it), or what the backend's `connect` refuses; and
+/// whatever else that `connect` answers (e.g. [`ErrorKind::Unavailable`]
+/// for a server that cannot be reached).
+///
+/// # Cancellation
+///
+/// Dropping the future drops the half-opened store; nothing is left behind
+/// but what the backend's own `connect` leaves (a created, migrated schema
+/// or file).
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
+    Connect::new(url).open().await
+}
+
+/// [`connect`] with options the URL does not carry.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::sync::Arc;
+/// use tenure::{LeaseStore, SystemClock};
+///
+/// let store = tenure::Connect::new("memory:").clock(Arc::new(SystemClock)).open().await?;
+/// # let _ = store.now().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Connect {
+    url: String,
+    schema: Option<String>,
+    namespace: Option<String>,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl Connect {
+    /// Options for the store at `url`, all unset.
+    pub fn new(url: impl Into<String>) -> Self {
+        Connect {
+            url: url.into(),
+            schema: None,
+            namespace: None,
+            clock: None,
+        }
+    }
+
+    /// The PostgreSQL schema to keep the records in, over any `?schema=`
+    /// of the URL. Another backend refuses it.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// The Redis namespace to keep the keys under, over any `?namespace=`
+    /// of the URL. Another backend refuses it.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// The clock that judges expiry, for the memory and SQLite backends;
+    /// the server backends read the server's clock and refuse it.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Opens the store.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`]; an option the backend does not take (a schema for
+    /// Redis, a clock for PostgreSQL, ...) is [`ErrorKind::Config`].
+    ///
+    /// # Cancellation
+    ///
+    /// As [`connect`].
+    pub async fn open(self) -> Result<Arc<dyn Store>> {
+        let (scheme, rest) = split_scheme(&self.url)?;
+        let backend = Backend::of(&scheme)?;
+        self.check_options(backend)?;
+        match backend {
+            #[cfg(feature = "memory")]
+            Backend::Memory => {
+                #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
+                if !matches!(rest, "" | "//") {
+                    return Err(config_error(
+                        "`memory:` takes nothing after the scheme: write `memory:`",
+                    ));
+                }
+                Ok(Arc::new(match self.clock {
+                    Some(clock) => crate::memory::MemoryStore::with_clock(clock),
+                    None => crate::memory::MemoryStore::new(),
+                }))
+            }
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => {
+                let mut config = crate::sqlite::SqliteConfig::from_url(&self.url)?;
+                if let Some(clock) = self.clock {
+                    config = config.clock(clock);
+                }
+                Ok(Arc::new(crate::sqlite::SqliteStore::connect(config).await?))
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                let (url, schema) = take_parameter(&self.url, "schema");
+                let mut config = crate::postgres::PgStoreConfig::new(url);
+                if let Some(schema) = self.schema.or(schema) {
+                    config = config.schema(schema);
+                }
+                Ok(Arc::new(crate::postgres::PgStore::connect(config).await?))
+            }
+            #[cfg(feature = "redis")]
+            Backend::Redis => {
+                use crate::redis::RedisConfig;
+                let (url, namespace) = take_parameter(&self.url, "namespace");
+                let namespace = self
+                    .namespace
+                    .or(namespace)
+                    .unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned());
+                let config = RedisConfig::new(url, namespace);
+                Ok(Arc::new(crate::redis::RedisStore::connect(config).await?))
+            }
+            #[allow(unreachable_patterns)] // with every backend's feature on
+            disabled => Err(feature_disabled(disabled)),
+        }
+    }
+
+    /// Refuses the options `backend` does not take, naming the one that does.
+    fn check_options(&self, backend: Backend) -> Result<()> {
+        let refuse = |option: &str, takes: &str| {
+            Err(config_error(format!(
+                "the {} backend takes no {option}; {takes}",
+                backend.name()
+            )))
+        };
+        if self.schema.is_some() && backend != Backend::Postgres {
+            return refuse("schema", "only PostgreSQL does");
+        }
+        if self.namespace.is_some() && backend != Backend::Redis {
+            return refuse("namespace", "only Redis does");
+        }
+        if self.clock.is_some() && matches!(backend, Backend::Postgres | Backend::Redis) {
+            return refuse("clock", "it reads the server's clock");
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Connect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connect")
+            .field("url", &redact_url(&self.url))
+            .field("schema", &self.schema)
+            .field("namespace", &self.namespace)
+            .field("clock", &self.clock.is_some())
+            .finish()
+    }
+}
+
+/// The backends a URL may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+    Redis,
+}
+
+/// What the errors list as accepted.
+const ACCEPTED: &str = "`memory:`, `sqlite:PATH` (or `sqlite:///ABSOLUTE/PATH`), \
+                        `postgres://` / `postgresql://` and `redis://` / `rediss://` / `redis+unix://`";
+
+impl Backend {
+    /// The backend of `scheme` (lower case); an unknown one is
+    /// [`ErrorKind::Config`] listing the accepted ones.
+    fn of(scheme: &str) -> Result<Self> {
+        match scheme {
+            "memory" => Ok(Backend::Memory),
+            "sqlite" => Ok(Backend::Sqlite),
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "redis" | "rediss" | "redis+unix" => Ok(Backend::Redis),
+            other => Err(config_error(format!(
+                "unknown store URL scheme `{other}:`; tenure::connect accepts {ACCEPTED}"
+            ))),
+        }
+    }
+
+    /// The Cargo feature of the `tenure` crate that brings the backend.
+    fn feature(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+            Backend::Redis => "redis",
+        }
+    }
+
+    /// The backend's name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+            Backend::Redis => "Redis",
+        }
+    }
+}
+
+/// The error for a URL whose backend's feature is off.
+fn feature_disabled(backend: Backend) -> Error {
+    let feature = backend.feature();
+    config_error(format!(
+        "{} URLs need the `{feature}` feature of the tenure crate, which is not enabled; \
+         enable it in Cargo.toml: tenure = {{ version = \"...\", features = [\"{feature}\"] }}",
+        backend.name()
+    ))
+}
+
+/// The URL's scheme, in lower case, and what follows its `:`. Only the
+/// scheme ever appears in the error, never the rest (it may hold a
+/// password).
+fn split_scheme(url: &str) -> Result<(String, &str)> {
+    let malformed = || {
+        config_error(format!(
+            "not a store URL: it must start with a scheme; tenure::connect accepts {ACCEPTED}"
+        ))
+    };
+    let (scheme, rest) = url.split_once(':').ok_or_else(malformed)?;
+    let well_formed = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !well_formed {
+        return Err(malformed());
+    }
+    Ok((scheme.to_ascii_lowercase(), rest))
+}
+
+/// `url` without its query parameter `name`, and that parameter's value
+/// (the last one, if repeated).
+#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
+fn take_parameter(url: &str, name: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.split_once('=') {
+            Some((key, found)) if key == name => {
+                value = Some(found.to_owned());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, value)
+}
+
+fn config_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Config, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disabled_feature_is_named_with_how_to_enable_it() {
+        let error = feature_disabled(Backend::Postgres);
+        assert_eq!(error.kind(), ErrorKind::Config);
+        assert!(
+            error.message().contains("`postgres` feature")
+                && error.message().contains("features = [\"postgres\"]"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_parameter_is_taken_out_and_the_rest_kept() {
+        let cases = [
+            ("postgres://h/db?schema=s", ("postgres://h/db", Some("s"))),
+            (
+                "postgres://h/db?sslmode=disable&schema=s&x=1",
+                ("postgres://h/db?sslmode=disable&x=1", Some("s")),
+            ),
+            (
+                "postgres://h/db?sslmode=disable",
+                ("postgres://h/db?sslmode=disable", None),
+            ),
+            ("postgres://h/db", ("postgres://h/db", None)),
+        ];
+        for (url, (base, value)) in cases {
+            let (found_base, found_value) = take_parameter(url, "schema");
+            assert_eq!(
+                (found_base.as_str(), found_value.as_deref()),
+                (base, value),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn schemes_are_case_insensitive_and_must_be_well_formed() {
+        assert_eq!(
+            split_scheme("SQLite:x.db").ok().map(|(s, _)| s).as_deref(),
+            Some("sqlite")
+        );
+        for url in ["", "no scheme", "://host", "1abc:x", "a b:c"] {
+            let error = split_scheme(url).expect_err(url);
+            assert_eq!(error.kind(), ErrorKind::Config, "{url}");
+        }
+    }
+}

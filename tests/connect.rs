@@ -1,0 +1,238 @@
+//! `tenure::connect`: every backend opened from its URL answers one store
+//! that admits, enqueues and claims; bad URLs and options answer typed
+//! errors that say what is accepted and never show a password.
+//!
+//! PostgreSQL and Redis run on the servers `TENURE_PG_URL` and
+//! `TENURE_REDIS_URL` name, each test in a fresh schema or namespace that
+//! it removes afterwards.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure::queue::{ClaimRequest, NewJob};
+use tenure::{AdmitRequest, Clock, ErrorKind, LeaseStore, ManualClock, Store};
+
+/// Admits a lease and enqueues and claims a job through `store`; a
+/// description of the first thing that went wrong otherwise, so the caller
+/// cleans up before failing.
+async fn admit_enqueue_claim(store: &dyn Store) -> Result<(), String> {
+    let request = AdmitRequest::new(tenure::generate_id(), "worker-a")
+        .scope("connect:scope")
+        .ttl(Duration::from_secs(30));
+    let admission = store.admit(&request).await.map_err(|e| e.to_string())?;
+    if admission.admitted().is_none() {
+        return Err(format!("the first admission was {}", admission.label()));
+    }
+    let job = store
+        .enqueue(&NewJob::new("connect", serde_json::json!({ "n": 1 })))
+        .await
+        .map_err(|e| e.to_string())?;
+    let claimed = store
+        .claim(&ClaimRequest::new(
+            "connect",
+            "worker-a",
+            Duration::from_secs(30),
+        ))
+        .await
+        .map_err(|e| e.to_string())?;
+    match claimed.as_slice() {
+        [only] if only.job.id == job.id => Ok(()),
+        other => Err(format!(
+            "claimed {} jobs, expected job {}",
+            other.len(),
+            job.id
+        )),
+    }
+}
+
+#[cfg(feature = "memory")]
+#[tokio::test]
+async fn memory_by_url() {
+    for url in ["memory:", "MEMORY://"] {
+        let store = tenure::connect(url).await.expect(url);
+        admit_enqueue_claim(&*store).await.expect(url);
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn sqlite_by_url_and_with_a_clock() {
+    let directory = tempfile::TempDir::with_prefix("tenure-connect-").expect("a temp dir");
+    let path = directory.path().join("leases.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = tenure::connect(&url).await.expect("the SQLite store opens");
+    admit_enqueue_claim(&*store).await.expect("through the URL");
+    assert!(path.exists(), "the file the URL names holds the store");
+
+    let clock = Arc::new(ManualClock::starting_now());
+    clock.advance(Duration::from_secs(3600));
+    let store = tenure::Connect::new(&url)
+        .clock(clock.clone())
+        .open()
+        .await
+        .expect("the SQLite store reopens");
+    assert_eq!(store.now().await.expect("now"), clock.now());
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn an_in_memory_sqlite_database_is_refused_with_the_alternatives() {
+    let error = tenure::connect("sqlite::memory:")
+        .await
+        .expect_err("refused");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.message().contains("`memory:`"), "{error}");
+}
+
+/// The server URL in `variable`, or `None` (the test skipped, or failed
+/// under `TENURE_REQUIRE_SERVICES=1`).
+#[cfg(any(feature = "postgres", feature = "redis"))]
+fn server_url(variable: &str, name: &str) -> Option<String> {
+    let url = tenure_conformance::service_url(variable);
+    if url.is_none() {
+        tenure_conformance::skip_unless_required(name, &format!("{variable} is not set"));
+    }
+    url
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
+    use tenure::postgres::{PgStore, PgStoreConfig};
+    let Some(base) = server_url("TENURE_PG_URL", "postgres_by_url") else {
+        return;
+    };
+    let fresh = || format!("tenure_connect_{}", tenure::generate_id().replace('-', ""));
+    let (in_url, in_builder) = (fresh(), fresh());
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let by_url = tenure::connect(&format!("{base}{separator}schema={in_url}")).await;
+    let by_builder = tenure::Connect::new(base.replace("postgres://", "postgresql://"))
+        .schema(&in_builder)
+        .open()
+        .await;
+    let mut outcomes = Vec::new();
+    for store in [&by_url, &by_builder] {
+        if let Ok(store) = store {
+            outcomes.push(admit_enqueue_claim(&**store).await);
+        }
+    }
+    let mut found = Vec::new();
+    for schema in [&in_url, &in_builder] {
+        let owner = PgStore::connect(PgStoreConfig::new(&base).schema(schema))
+            .await
+            .expect("connects to drop the schema");
+        found.push(owner.list_active().await.map(|active| active.len()));
+        owner.drop_schema().await.expect("drops the schema");
+    }
+    by_url.expect("connects with ?schema=");
+    by_builder.expect("connects with .schema()");
+    for outcome in outcomes {
+        outcome.expect("admits, enqueues and claims");
+    }
+    for active in found {
+        // The lease admitted through each store is in its own schema.
+        assert_eq!(active.expect("lists"), 1);
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_by_url_with_the_namespace_in_the_url_or_the_builder() {
+    use tenure::redis::{RedisConfig, RedisStore};
+    let Some(base) = server_url("TENURE_REDIS_URL", "redis_by_url") else {
+        return;
+    };
+    let (in_url, in_builder) = (
+        format!("connect:{}", tenure::generate_id()),
+        format!("connect:{}", tenure::generate_id()),
+    );
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let by_url = tenure::connect(&format!("{base}{separator}namespace={in_url}")).await;
+    let by_builder = tenure::Connect::new(&base)
+        .namespace(&in_builder)
+        .open()
+        .await;
+    let mut outcomes = Vec::new();
+    for store in [&by_url, &by_builder] {
+        if let Ok(store) = store {
+            outcomes.push(admit_enqueue_claim(&**store).await);
+        }
+    }
+    let mut found = Vec::new();
+    for namespace in [&in_url, &in_builder] {
+        let owner = RedisStore::connect(RedisConfig::new(&base, namespace))
+            .await
+            .expect("connects to delete the namespace");
+        found.push(owner.list_active().await.map(|active| active.len()));
+        owner
+            .delete_namespace()
+            .await
+            .expect("deletes the namespace");
+    }
+    by_url.expect("connects with ?namespace=");
+    by_builder.expect("connects with .namespace()");
+    for outcome in outcomes {
+        outcome.expect("admits, enqueues and claims");
+    }
+    for active in found {
+        assert_eq!(active.expect("lists"), 1);
+    }
+}
+
+#[tokio::test]
+async fn malformed_urls_and_unknown_schemes_list_what_is_accepted_without_the_password() {
+    for url in [
+        "",
+        "postgres//app:hunter2@db/jobs",
+        "//app:hunter2@db",
+        "mysql://app:hunter2@db/jobs",
+        "http://app:hunter2@db",
+    ] {
+        let error = tenure::connect(url).await.expect_err(url);
+        assert_eq!(error.kind(), ErrorKind::Config, "{url}: {error}");
+        let message = error.to_string();
+        assert!(message.contains("postgres://"), "{url}: {message}");
+        assert!(message.contains("memory:"), "{url}: {message}");
+        assert!(!message.contains("hunter2"), "{url}: {message}");
+    }
+    let unknown = tenure::connect("mysql://db").await.expect_err("unknown");
+    assert!(unknown.message().contains("`mysql:`"), "{unknown}");
+}
+
+#[tokio::test]
+async fn options_a_backend_does_not_take_are_refused_naming_who_takes_them() {
+    let cases = [
+        (tenure::Connect::new("memory:").schema("s"), "PostgreSQL"),
+        (tenure::Connect::new("sqlite:x.db").namespace("n"), "Redis"),
+        (
+            tenure::Connect::new("postgres://app:hunter2@127.0.0.1:1/db")
+                .clock(Arc::new(ManualClock::starting_now())),
+            "server's clock",
+        ),
+        (
+            tenure::Connect::new("redis://127.0.0.1:1").schema("s"),
+            "PostgreSQL",
+        ),
+    ];
+    for (options, named) in cases {
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        let error = options.open().await.expect_err(&shown);
+        assert_eq!(error.kind(), ErrorKind::Config, "{shown}: {error}");
+        assert!(error.message().contains(named), "{shown}: {error}");
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_refused_connection_does_not_show_the_password() {
+    let error = tenure::connect("postgres://app:hunter2@127.0.0.1:1/db?schema=s")
+        .await
+        .expect_err("nobody listens on port 1");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        !format!("{error} {error:?}").contains("hunter2"),
+        "{error:?}"
+    );
+}
