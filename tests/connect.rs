@@ -111,10 +111,8 @@ async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
         .open()
         .await;
     let mut outcomes = Vec::new();
-    for store in [&by_url, &by_builder] {
-        if let Ok(store) = store {
-            outcomes.push(admit_enqueue_claim(&**store).await);
-        }
+    for store in [&by_url, &by_builder].into_iter().flatten() {
+        outcomes.push(admit_enqueue_claim(&**store).await);
     }
     let mut found = Vec::new();
     for schema in [&in_url, &in_builder] {
@@ -153,10 +151,8 @@ async fn redis_by_url_with_the_namespace_in_the_url_or_the_builder() {
         .open()
         .await;
     let mut outcomes = Vec::new();
-    for store in [&by_url, &by_builder] {
-        if let Ok(store) = store {
-            outcomes.push(admit_enqueue_claim(&**store).await);
-        }
+    for store in [&by_url, &by_builder].into_iter().flatten() {
+        outcomes.push(admit_enqueue_claim(&**store).await);
     }
     let mut found = Vec::new();
     for namespace in [&in_url, &in_builder] {
