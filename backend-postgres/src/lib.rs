@@ -121,7 +121,7 @@
 //!     .await?;
 //! // In the application, as a role with only the grants below:
 //! let store = PgStore::connect(
-//!     &PgStoreConfig::new("postgres://app@db/jobs")
+//!     PgStoreConfig::new("postgres://app@db/jobs")
 //!         .schema("tenure")
 //!         .migrations(MigrationMode::VerifyOnly),
 //! )
