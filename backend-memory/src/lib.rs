@@ -6,7 +6,9 @@
 //! state and its one fence sequence, so a job claim never reuses a fence a
 //! lease holds, and the reverse.
 //! Nothing survives the process, so it suits tests, single-process
-//! deployments and the conformance kit's reference runs.
+//! deployments and the conformance kit's reference runs. Through the
+//! facade it is `tenure::memory::MemoryStore` (the default feature), also
+//! opened by `tenure::connect("memory:")`.
 //!
 //! Its clock is injectable ([`MemoryStore::with_clock`]): tests move time
 //! with a [`ManualClock`](tenure_lease_core::ManualClock), or with tokio's paused
