@@ -138,13 +138,13 @@ impl Connect {
     ///
     /// As [`connect`].
     pub async fn open(self) -> Result<Arc<dyn Store>> {
+        #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
         let (scheme, rest) = split_scheme(&self.url)?;
         let backend = Backend::of(&scheme)?;
         self.check_options(backend)?;
         match backend {
             #[cfg(feature = "memory")]
             Backend::Memory => {
-                #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
                 if !matches!(rest, "" | "//") {
                     return Err(config_error(
                         "`memory:` takes nothing after the scheme: write `memory:`",

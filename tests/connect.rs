@@ -7,15 +7,23 @@
 //! it removes afterwards.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use tenure::queue::{ClaimRequest, NewJob};
-use tenure::{AdmitRequest, Clock, ErrorKind, LeaseStore, ManualClock, Store};
+use tenure::{ErrorKind, ManualClock};
 
+#[cfg(any(
+    feature = "memory",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
 /// Admits a lease and enqueues and claims a job through `store`; a
 /// description of the first thing that went wrong otherwise, so the caller
 /// cleans up before failing.
-async fn admit_enqueue_claim(store: &dyn Store) -> Result<(), String> {
+async fn admit_enqueue_claim(store: &dyn tenure::Store) -> Result<(), String> {
+    use std::time::Duration;
+    use tenure::queue::{ClaimRequest, NewJob};
+    use tenure::AdmitRequest;
+
     let request = AdmitRequest::new(tenure::generate_id(), "worker-a")
         .scope("connect:scope")
         .ttl(Duration::from_secs(30));
@@ -57,6 +65,8 @@ async fn memory_by_url() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn sqlite_by_url_and_with_a_clock() {
+    use std::time::Duration;
+    use tenure::Clock;
     let directory = tempfile::TempDir::with_prefix("tenure-connect-").expect("a temp dir");
     let path = directory.path().join("leases.db");
     let url = format!("sqlite://{}", path.display());
@@ -99,6 +109,7 @@ fn server_url(variable: &str, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
     use tenure::postgres::{PgStore, PgStoreConfig};
+    use tenure::LeaseStore;
     let Some(base) = server_url("TENURE_PG_URL", "postgres_by_url") else {
         return;
     };
@@ -137,6 +148,7 @@ async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_by_url_with_the_namespace_in_the_url_or_the_builder() {
     use tenure::redis::{RedisConfig, RedisStore};
+    use tenure::LeaseStore;
     let Some(base) = server_url("TENURE_REDIS_URL", "redis_by_url") else {
         return;
     };
@@ -231,4 +243,21 @@ async fn a_refused_connection_does_not_show_the_password() {
         !format!("{error} {error:?}").contains("hunter2"),
         "{error:?}"
     );
+}
+
+/// Built without every backend (`cargo test --no-default-features`), a URL
+/// of a missing one names the feature to turn on; with all of them, the
+/// error's wording is checked by the crate's unit test.
+#[cfg(not(all(feature = "memory", feature = "redis")))]
+#[tokio::test]
+async fn a_scheme_whose_feature_is_off_names_the_feature() {
+    let (url, feature) = if cfg!(feature = "memory") {
+        ("redis://:hunter2@127.0.0.1:1", "`redis` feature")
+    } else {
+        ("memory:", "`memory` feature")
+    };
+    let error = tenure::connect(url).await.expect_err(url);
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.message().contains(feature), "{error}");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
 }
