@@ -138,7 +138,10 @@ impl Connect {
     ///
     /// As [`connect`].
     pub async fn open(self) -> Result<Arc<dyn Store>> {
-        #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
+        #[cfg_attr(
+            not(any(feature = "memory", feature = "sqlite")),
+            allow(unused_variables)
+        )]
         let (scheme, rest) = split_scheme(&self.url)?;
         let backend = Backend::of(&scheme)?;
         self.check_options(backend)?;
@@ -157,7 +160,9 @@ impl Connect {
             }
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
-                let mut config = crate::sqlite::SqliteConfig::from_url(&self.url)?;
+                // The scheme in the lower case `from_url` reads.
+                let url = format!("sqlite:{rest}");
+                let mut config = crate::sqlite::SqliteConfig::from_url(&url)?;
                 if let Some(clock) = self.clock {
                     config = config.clock(clock);
                 }

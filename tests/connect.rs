@@ -69,7 +69,7 @@ async fn sqlite_by_url_and_with_a_clock() {
     use tenure::Clock;
     let directory = tempfile::TempDir::with_prefix("tenure-connect-").expect("a temp dir");
     let path = directory.path().join("leases.db");
-    let url = format!("sqlite://{}", path.display());
+    let url = format!("SQLite://{}", path.display());
     let store = tenure::connect(&url).await.expect("the SQLite store opens");
     admit_enqueue_claim(&*store).await.expect("through the URL");
     assert!(path.exists(), "the file the URL names holds the store");
