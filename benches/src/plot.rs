@@ -1,7 +1,7 @@
 //! SVG charts of the scenarios whose shape says more than one figure:
 //! scaling (ops/s by worker count, tenure beside its raw baseline), hot-key
-//! (acquisitions/s by scope count, against the ceiling), queue (jobs/s,
-//! tenure beside raw), heartbeat-scale (round time by leases held, against
+//! (acquisitions/s by scope count, against the ceiling), queue (tenure's
+//! jobs/s ÷ the baseline's, per backend), heartbeat-scale (round time by leases held, against
 //! the beat) and takeover (death → first write, against the floor).
 //!
 //! Every measured value carries a marker, the x axis is labelled at every
@@ -40,6 +40,8 @@ fn colour(index: usize) -> RGBColor {
 struct Series {
     label: String,
     points: Vec<(f64, f64)>,
+    /// A bound to read the others against (ceiling, beat), drawn in black.
+    reference: bool,
 }
 
 /// How a chart's y values read.
@@ -49,6 +51,8 @@ enum Unit {
     PerSec,
     /// Microseconds: 850µs, 2.5ms, 1.2s.
     Micros,
+    /// A ratio: 0.54.
+    Ratio,
 }
 
 impl Unit {
@@ -57,7 +61,9 @@ impl Unit {
             Unit::PerSec => si(value),
             Unit::Micros if value >= 1e6 => format!("{}s", trim(value / 1e6)),
             Unit::Micros if value >= 1e3 => format!("{}ms", trim(value / 1e3)),
-            Unit::Micros => format!("{}µs", trim(value)),
+            Unit::Micros if value > 0.0 => format!("{}µs", trim(value)),
+            Unit::Micros => "0".to_owned(),
+            Unit::Ratio => format!("{value:.2}"),
         }
     }
 }
@@ -167,10 +173,12 @@ fn scaling(report: &Report) -> Option<Chart> {
         series.push(Series {
             label: format!("{name} tenure renew"),
             points: points(|p| p.tenure.ops_per_sec),
+            reference: false,
         });
         series.push(Series {
             label: format!("{name} raw cas"),
             points: points(|p| p.raw.ops_per_sec),
+            reference: false,
         });
     }
     (!series.is_empty()).then(|| Chart::Lines {
@@ -208,6 +216,7 @@ fn hot_key(report: &Report) -> Option<Chart> {
                         series.push(Series {
                             label: format!("{name} {lock} {} N={racers}", strategy.name()),
                             points,
+                            reference: false,
                         });
                     }
                 }
@@ -229,6 +238,7 @@ fn hot_key(report: &Report) -> Option<Chart> {
     series.push(Series {
         label: "ceiling M / hold".to_owned(),
         points: ceiling,
+        reference: true,
     });
     Some(Chart::Lines {
         title: "hot-key: acquisitions/s by scopes raced for".to_owned(),
@@ -248,22 +258,18 @@ fn queue(report: &Report) -> Option<Chart> {
     let first = runs.first()?.1;
     Some(Chart::Bars {
         title: format!(
-            "queue: jobs/s draining {} jobs with {} workers (claim + complete)",
+            "queue: {} jobs, {} workers, tenure jobs/s ÷ raw jobs/s (1 = as fast as the baseline)",
             first.jobs, first.workers
         ),
-        y_label: "jobs/s",
-        unit: Unit::PerSec,
+        y_label: "tenure ÷ raw",
+        unit: Unit::Ratio,
         groups: runs.iter().map(|(name, _)| (*name).to_owned()).collect(),
-        bars: vec![
-            (
-                "tenure claim + complete".to_owned(),
-                runs.iter().map(|(_, q)| q.tenure.jobs_per_sec).collect(),
-            ),
-            (
-                "raw baseline".to_owned(),
-                runs.iter().map(|(_, q)| q.raw.jobs_per_sec).collect(),
-            ),
-        ],
+        bars: vec![(
+            "tenure claim + complete ÷ the bare claim + complete".to_owned(),
+            runs.iter()
+                .map(|(_, q)| q.throughput_ratio.unwrap_or(0.0))
+                .collect(),
+        )],
     })
 }
 
@@ -289,6 +295,7 @@ fn heartbeat(report: &Report) -> Option<Chart> {
                 series.push(Series {
                     label: format!("{name} {label} slowest round"),
                     points,
+                    reference: false,
                 });
             }
         }
@@ -308,6 +315,7 @@ fn heartbeat(report: &Report) -> Option<Chart> {
     series.push(Series {
         label: "the beat (ttl / 3): a round must end within it".to_owned(),
         points: beats,
+        reference: true,
     });
     Some(Chart::Lines {
         title: "heartbeat-scale: one keeper's slowest renewal round by leases held".to_owned(),
@@ -326,7 +334,9 @@ fn takeover(report: &Report) -> Option<Chart> {
         .collect();
     runs.first()?;
     Some(Chart::Bars {
-        title: "takeover: owner's death → rival's first fenced write, against the floor".to_owned(),
+        title: "takeover: death → rival's first write vs the floor \
+                (which counts from the last renewal, so may exceed it)"
+            .to_owned(),
         y_label: "time",
         unit: Unit::Micros,
         groups: runs.iter().map(|(name, _)| (*name).to_owned()).collect(),
@@ -350,6 +360,24 @@ fn takeover(report: &Report) -> Option<Chart> {
         ],
     })
 }
+
+/// Tick values for a log axis from `low` to `high`: 1, 2 and 5 times each
+/// power of ten, or only the powers when the range spans over three decades.
+fn log_ticks(low: f64, high: f64) -> Vec<f64> {
+    let steps: &[f64] = if high / low > 1e3 {
+        &[1.0]
+    } else {
+        &[1.0, 2.0, 5.0]
+    };
+    let (first, last) = (low.log10().floor() as i32, high.log10().ceil() as i32);
+    (first..=last)
+        .flat_map(|power| steps.iter().map(move |step| step * 10_f64.powi(power)))
+        .filter(|tick| (low..=high).contains(tick))
+        .collect()
+}
+
+/// Pixels beside a line chart for its legend.
+const LEGEND_WIDTH: u32 = 340;
 
 /// The light grey of the major grid lines.
 fn grid() -> ShapeStyle {
@@ -381,9 +409,11 @@ fn line_chart(
         y_min = y_min.min(y.max(1.0));
         y_max = y_max.max(y);
     }
-    let root = SVGBackend::new(path, (1000, 640)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000 + LEGEND_WIDTH, 640)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    // The legend goes beside the plot, never over a measured point.
+    let (plot, legend) = root.split_horizontally(1000);
+    let mut chart = ChartBuilder::on(&plot)
         .caption(title, ("sans-serif", 22))
         .margin(16)
         .x_label_area_size(44)
@@ -392,7 +422,9 @@ fn line_chart(
             (x_min / 1.3..(x_max * 1.3).max(x_min * 2.0))
                 .log_scale()
                 .with_key_points(xs),
-            (y_min / 2.0..y_max * 3.0).log_scale(),
+            (y_min / 2.0..y_max * 3.0)
+                .log_scale()
+                .with_key_points(log_ticks(y_min / 2.0, y_max * 3.0)),
         )?;
     chart
         .configure_mesh()
@@ -404,36 +436,41 @@ fn line_chart(
         .y_label_formatter(&|y| unit.format(*y))
         .label_style(("sans-serif", 15))
         .draw()?;
-    for (index, line) in series.iter().enumerate() {
-        let color = colour(index);
-        let filled = index < PALETTE.len();
-        chart
-            .draw_series(LineSeries::new(
-                line.points.iter().copied(),
-                color.stroke_width(2),
-            ))?
-            .label(line.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        let marker = if filled {
-            color.filled()
+    let mut measured = 0;
+    let mut entries = Vec::new();
+    for line in series {
+        let (color, marker) = if line.reference {
+            (BLACK, BLACK.stroke_width(2))
         } else {
-            color.stroke_width(2)
+            let color = colour(measured);
+            // Past ten series colours repeat, with hollow markers.
+            let filled = measured < PALETTE.len();
+            measured += 1;
+            let marker = if filled {
+                color.filled()
+            } else {
+                color.stroke_width(2)
+            };
+            (color, marker)
         };
+        let width = if line.reference { 1 } else { 2 };
+        chart.draw_series(LineSeries::new(
+            line.points.iter().copied(),
+            color.stroke_width(width),
+        ))?;
+        entries.push((&line.label, color.stroke_width(width), marker));
         chart.draw_series(
             line.points
                 .iter()
                 .map(move |&point| Circle::new(point, 4, marker)),
         )?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
+    for (row, (label, stroke, marker)) in (0_i32..).zip(entries) {
+        let y = 60 + row * 22;
+        legend.draw(&PathElement::new(vec![(4, y), (28, y)], stroke))?;
+        legend.draw(&Circle::new((16, y), 4, marker))?;
+        legend.draw(&Text::new(label.clone(), (36, y - 8), ("sans-serif", 14)))?;
+    }
     root.present()?;
     Ok(())
 }
@@ -517,6 +554,8 @@ mod tests {
 
     #[test]
     fn axis_labels_read_as_people_write_them() {
+        assert_eq!(log_ticks(150.0, 3000.0), [200.0, 500.0, 1000.0, 2000.0]);
+        assert_eq!(log_ticks(1.0, 1e5), [1.0, 10.0, 100.0, 1e3, 1e4, 1e5]);
         assert_eq!(si(10_000_000.0), "10M");
         assert_eq!(si(12_500.0), "12.5k");
         assert_eq!(si(16.0), "16");

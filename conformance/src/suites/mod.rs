@@ -72,7 +72,10 @@ fn skip_backend(package: &str, name: &str, why: &str) -> String {
     match named {
         Some((_, backend)) => backend.to_owned(),
         None if package.is_empty() => "unknown".to_owned(),
-        None => package.strip_prefix("tenure-").unwrap_or(package).to_owned(),
+        None => package
+            .strip_prefix("tenure-")
+            .unwrap_or(package)
+            .to_owned(),
     }
 }
 
@@ -225,7 +228,10 @@ mod tests {
             "postgres"
         );
         assert_eq!(skip_backend("tenure", "on_sqlite_then_redis", ""), "sqlite");
-        assert_eq!(skip_backend("tenure-conformance", "t", "no network"), "conformance");
+        assert_eq!(
+            skip_backend("tenure-conformance", "t", "no network"),
+            "conformance"
+        );
         assert_eq!(skip_backend("", "t", "no network"), "unknown");
     }
 
