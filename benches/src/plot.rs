@@ -258,7 +258,7 @@ fn queue(report: &Report) -> Option<Chart> {
     let first = runs.first()?.1;
     Some(Chart::Bars {
         title: format!(
-            "queue: {} jobs, {} workers, tenure jobs/s ÷ raw jobs/s (1 = as fast as the baseline)",
+            "queue: {} jobs, {} workers: tenure jobs/s ÷ raw (1 = as fast; above 1 = noise)",
             first.jobs, first.workers
         ),
         y_label: "tenure ÷ raw",
@@ -334,8 +334,7 @@ fn takeover(report: &Report) -> Option<Chart> {
         .collect();
     runs.first()?;
     Some(Chart::Bars {
-        title: "takeover: death → rival's first write vs the floor \
-                (which counts from the last renewal, so may exceed it)"
+        title: "takeover: death → first fenced write vs floor (ttl + grace from the last renewal)"
             .to_owned(),
         y_label: "time",
         unit: Unit::Micros,
