@@ -18,7 +18,7 @@ pub const USAGE: &str = "\
 usage: benches [options]
 
 With no options: every scenario on the embedded default (SQLite in a temp
-file) and on memory, a few minutes, figures as ratios to a raw baseline
+file) and on memory, about a minute, figures as ratios to a raw baseline
 measured in the same run.
 
   --backend B     memory | sqlite | postgres | redis | all (repeatable, or a
@@ -28,6 +28,8 @@ measured in the same run.
   --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
                   takeover (repeatable, or a comma list); default all
   --quick         tiny sizes: a few seconds per backend
+  --full          the whole matrix (more worker counts, longer cells, 10k
+                  heartbeat leases): a few minutes per backend
   --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
   --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8;
                   at most 40): every cell runs once per count
@@ -130,6 +132,7 @@ impl fmt::Display for ScenarioKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct Sizes {
     /// Length of each timed cell (one operation or one worker count).
+    #[serde(rename = "cell_us", serialize_with = "crate::stats::serialize_us")]
     pub cell: Duration,
     /// Keys renewed per worker in `scaling`.
     pub keys_per_worker: usize,
@@ -140,6 +143,7 @@ pub struct Sizes {
     /// Scope counts of `hot-key`.
     pub hot_scopes: Vec<usize>,
     /// How long a `hot-key` winner holds its scope.
+    #[serde(rename = "hold_us", serialize_with = "crate::stats::serialize_us")]
     pub hold: Duration,
     /// Jobs of `queue`.
     pub queue_jobs: usize,
@@ -152,10 +156,22 @@ pub struct Sizes {
     /// Owners killed in `takeover`.
     pub takeover_trials: usize,
     /// Lease length in `takeover`.
+    #[serde(
+        rename = "takeover_ttl_us",
+        serialize_with = "crate::stats::serialize_us"
+    )]
     pub takeover_ttl: Duration,
     /// Grace in `takeover`.
+    #[serde(
+        rename = "takeover_grace_us",
+        serialize_with = "crate::stats::serialize_us"
+    )]
     pub takeover_grace: Duration,
     /// The rival keeper's reconcile interval in `takeover`.
+    #[serde(
+        rename = "takeover_reconcile_interval_us",
+        serialize_with = "crate::stats::serialize_us"
+    )]
     pub takeover_reconcile_interval: Duration,
 }
 
@@ -165,6 +181,7 @@ pub struct HeartbeatSize {
     /// Leases held.
     pub leases: usize,
     /// Their lease length (the beat is a third of it).
+    #[serde(rename = "ttl_us", serialize_with = "crate::stats::serialize_us")]
     pub ttl: Duration,
     /// Whether a second run renews them one `renew` call per lease, to show
     /// what `renew_many` buys.
@@ -192,8 +209,32 @@ impl HeartbeatSize {
 }
 
 impl Sizes {
-    /// The default run: about half a minute per embedded backend.
+    /// The default run: about half a minute per embedded backend on an idle
+    /// two-core machine; every scenario still measures each of its axes.
     pub fn standard() -> Self {
+        Sizes {
+            cell: Duration::from_millis(300),
+            keys_per_worker: 8,
+            workers: vec![1, 4, 16],
+            hot_workers: vec![8],
+            hot_scopes: vec![1, 4, 16],
+            hold: Duration::from_millis(5),
+            queue_jobs: 1000,
+            queue_workers: 4,
+            heartbeat: vec![
+                HeartbeatSize::compared(1_000, Duration::from_millis(1500)),
+                HeartbeatSize::compared(3_000, Duration::from_millis(1500)),
+            ],
+            heartbeat_beats: 3,
+            takeover_trials: 5,
+            takeover_ttl: Duration::from_millis(300),
+            takeover_grace: Duration::from_millis(100),
+            takeover_reconcile_interval: Duration::from_millis(10),
+        }
+    }
+
+    /// `--full`: the whole matrix, a few minutes per backend.
+    pub fn full() -> Self {
         Sizes {
             cell: Duration::from_millis(800),
             keys_per_worker: 8,
@@ -357,6 +398,10 @@ where
             "--quick" => {
                 options.sizes = Sizes::quick();
                 options.preset = "quick";
+            }
+            "--full" => {
+                options.sizes = Sizes::full();
+                options.preset = "full";
             }
             "--huge" => huge = true,
             "--hot-workers" => {

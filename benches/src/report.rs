@@ -6,7 +6,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Serialize;
 
@@ -212,11 +211,64 @@ fn times(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |value| format!("{value:.2}"))
 }
 
-/// A plain text table: header, rule, rows, columns padded to fit.
+/// Widest line [`render`] prints.
+pub const MAX_WIDTH: usize = 120;
+
+/// Fastest slice ÷ slowest slice above which a cell is flagged as noise.
+const NOISY_SPREAD: f64 = 2.0;
+
+/// The legend of the `*` flag, printed once under a table that has one.
+const NOISE_LEGEND: &str = "* noise, not a finding: a ratio above 1 (tenure runs the baseline's \
+    statement and more, so the baseline lost time to the machine) or slices more than 2× apart \
+    on one side (the machine's load moved during the cell). Lines: ops/s of the slowest–fastest \
+    slice of each side, and the ratio they bound.";
+
+/// `value` with a `*` when `flagged` (the table's notes say why).
+fn flag(value: String, flagged: bool) -> String {
+    if flagged {
+        format!("{value}*")
+    } else {
+        value
+    }
+}
+
+/// Whether a tenure ÷ raw cell is noise, and the note saying so: a ratio
+/// above 1 (tenure does the baseline's work and more, so it cannot really be
+/// faster) or slices too far apart on either side.
+fn noise_note(
+    cell: &str,
+    ratio_value: Option<f64>,
+    tenure: &crate::stats::Throughput,
+    raw: &crate::stats::Throughput,
+) -> Option<String> {
+    let above_one = ratio_value.is_some_and(|r| r > 1.0);
+    let spread = tenure.slice_spread().max(raw.slice_spread());
+    if !above_one && spread <= NOISY_SPREAD {
+        return None;
+    }
+    let why = if above_one {
+        "ratio above 1"
+    } else {
+        "slices apart"
+    };
+    let range = crate::stats::ratio_range(tenure, raw)
+        .map_or_else(String::new, |(lo, hi)| format!("; ratio {lo:.2}–{hi:.2}"));
+    Some(format!(
+        "* {cell} ({why}): tenure {}–{}, raw {}–{} ops/s{range}",
+        rate(tenure.slice_min_per_sec),
+        rate(tenure.slice_max_per_sec),
+        rate(raw.slice_min_per_sec),
+        rate(raw.slice_max_per_sec),
+    ))
+}
+
+/// A plain text table: header, rule, rows, columns padded to fit, then
+/// notes explaining flagged rows.
 struct Table {
     title: String,
     header: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+    notes: Vec<String>,
 }
 
 impl Table {
@@ -225,6 +277,7 @@ impl Table {
             title: title.into(),
             header,
             rows: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
@@ -246,7 +299,7 @@ impl Table {
                 .collect::<Vec<_>>()
                 .join("  ")
         };
-        let _ = writeln!(out, "\n== {}", self.title);
+        let _ = writeln!(out, "\n{}", wrap(&format!("== {}", self.title), MAX_WIDTH));
         let _ = writeln!(
             out,
             "{}",
@@ -265,10 +318,35 @@ impl Table {
         for row in &self.rows {
             let _ = writeln!(out, "{}", line(row.clone()));
         }
+        if self.notes.iter().any(|note| note.starts_with('*')) {
+            let _ = writeln!(out, "{}", wrap(NOISE_LEGEND, MAX_WIDTH));
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "{}", wrap(note, MAX_WIDTH));
+        }
     }
 }
 
-/// The whole report as text tables.
+/// `text` wrapped at spaces to lines of at most `width` characters, later
+/// lines indented by two.
+fn wrap(text: &str, width: usize) -> String {
+    let mut lines = vec![String::new()];
+    for word in text.split(' ') {
+        let current = lines.last_mut().map_or(0, |line| line.chars().count());
+        if current > 0 && current + 1 + word.chars().count() > width {
+            lines.push("  ".to_owned());
+        }
+        if let Some(line) = lines.last_mut() {
+            if !line.trim().is_empty() {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines.join("\n")
+}
+
+/// The whole report as text tables, each line at most [`MAX_WIDTH`] wide.
 pub fn render(report: &Report) -> String {
     let mut single = Table::new(
         "single-op (one worker; ratio = tenure ops/s ÷ raw ops/s)",
@@ -300,8 +378,8 @@ pub fn render(report: &Report) -> String {
         ],
     );
     let mut hot = Table::new(
-        "hot-key (ceiling = M / hold; gap = release start → next acquisition; \
-         woken / timeouts = waits ended by a wake-up / by the fallback)",
+        "hot-key: N workers race for M scopes (ceiling = M / hold; \
+         gap = release start → next acquisition)",
         vec![
             "backend",
             "lock",
@@ -314,12 +392,15 @@ pub fn render(report: &Report) -> String {
             "fails/win",
             "gap p50",
             "gap p99",
-            "jain",
-            "starve",
-            "woken",
-            "timeouts",
-            "overlaps",
-            "errors",
+        ],
+    );
+    let mut hot_fair = Table::new(
+        "hot-key fairness and safety (jain = 1 when wins are even; starve = longest \
+         time a worker went without a win; woken / timeouts = waits ended by a wake-up / \
+         by the fallback)",
+        vec![
+            "backend", "lock", "retry", "M", "N", "jain", "starve", "woken", "timeouts",
+            "overlaps", "errors",
         ],
     );
     let mut queue = Table::new(
@@ -337,7 +418,8 @@ pub fn render(report: &Report) -> String {
         ],
     );
     let mut heartbeat = Table::new(
-        "heartbeat-scale (one keeper; round = first renewal sent → last answered)",
+        "heartbeat-scale (one keeper; round = first renewal sent → last answered; \
+         calls and renewed are per round)",
         vec![
             "backend",
             "leases",
@@ -348,8 +430,8 @@ pub fn render(report: &Report) -> String {
             "round p50",
             "round max",
             "max/beat",
-            "calls/round",
-            "renewed/round",
+            "calls",
+            "renewed",
             "missed",
         ],
     );
@@ -377,6 +459,12 @@ pub fn render(report: &Report) -> String {
         }
         if let Some(report) = &entry.single_op {
             for op in &report.ops {
+                let note = noise_note(
+                    &format!("{name} {}", op.op),
+                    op.throughput_ratio,
+                    &op.tenure,
+                    &op.raw,
+                );
                 single.rows.push(vec![
                     name.clone(),
                     op.op.to_owned(),
@@ -387,13 +475,20 @@ pub fn render(report: &Report) -> String {
                     op.raw_op.to_owned(),
                     rate(op.raw.ops_per_sec),
                     us(op.raw.latency.p50_us),
-                    times(op.throughput_ratio),
+                    flag(times(op.throughput_ratio), note.is_some()),
                     times(op.p50_ratio),
                 ]);
+                single.notes.extend(note);
             }
         }
         if let Some(report) = &entry.scaling {
             for point in &report.points {
+                let note = noise_note(
+                    &format!("{name} N={}", point.workers),
+                    point.throughput_ratio,
+                    &point.tenure,
+                    &point.raw,
+                );
                 scaling.rows.push(vec![
                     name.clone(),
                     point.workers.to_string(),
@@ -401,9 +496,10 @@ pub fn render(report: &Report) -> String {
                     us(point.tenure.latency.p99_us),
                     rate(point.raw.ops_per_sec),
                     us(point.raw.latency.p99_us),
-                    times(point.throughput_ratio),
+                    flag(times(point.throughput_ratio), note.is_some()),
                     times(point.p99_ratio),
                 ]);
+                scaling.notes.extend(note);
             }
         }
         if let Some(report) = &entry.hot_key {
@@ -416,25 +512,33 @@ pub fn render(report: &Report) -> String {
                         ("-".to_owned(), "-".to_owned())
                     }
                 };
-                hot.rows.push(vec![
+                let key = vec![
                     name.clone(),
                     format!("{:?}", cell.lock).to_lowercase(),
                     cell.strategy.name().to_owned(),
                     cell.scopes.to_string(),
                     cell.workers.to_string(),
+                ];
+                let mut speed = key.clone();
+                speed.extend([
                     format!("{:.0}", cell.acquisitions_per_sec),
                     format!("{:.0}", cell.ceiling_per_sec),
                     format!("{:.0}%", cell.ceiling_ratio * 100.0),
                     format!("{:.1}", cell.failed_per_success),
                     us(cell.handoff_gap.p50_us),
                     us(cell.handoff_gap.p99_us),
+                ]);
+                hot.rows.push(speed);
+                let mut fair = key;
+                fair.extend([
                     format!("{:.2}", cell.jain_fairness),
-                    format!("{:.0}ms", cell.longest_starvation_ms),
+                    us(cell.longest_starvation_us as u64),
                     woken,
                     timeouts,
                     cell.overlaps.to_string(),
                     cell.errors.to_string(),
                 ]);
+                hot_fair.rows.push(fair);
             }
             notes.push(format!("{name}: hot-key peer lock = {}", report.peer_lock));
             notes.push(format!(
@@ -443,6 +547,13 @@ pub fn render(report: &Report) -> String {
             ));
         }
         if let Some(report) = &entry.queue {
+            let above_one = report.throughput_ratio.is_some_and(|r| r > 1.0);
+            if above_one {
+                queue.notes.push(format!(
+                    "* {name} (ratio above 1): one drain each, one after the other, so the \
+                     baseline's drain met a busier machine"
+                ));
+            }
             queue.rows.push(vec![
                 name.clone(),
                 report.jobs.to_string(),
@@ -452,7 +563,7 @@ pub fn render(report: &Report) -> String {
                 report.tenure.duplicates.to_string(),
                 rate(report.raw.jobs_per_sec),
                 us(report.raw.claim.p99_us),
-                times(report.throughput_ratio),
+                flag(times(report.throughput_ratio), above_one),
             ]);
         }
         if let Some(report) = &entry.heartbeat {
@@ -460,12 +571,15 @@ pub fn render(report: &Report) -> String {
                 heartbeat.rows.push(vec![
                     name.clone(),
                     point.leases.to_string(),
-                    format!("{:?}", Duration::from_secs_f64(point.ttl_ms / 1e3)),
-                    format!("{:?}", point.mode),
-                    format!("{:.1}s", point.admit_seconds),
+                    us(point.ttl_us as u64),
+                    match point.mode {
+                        RenewMode::RenewMany => "renew_many".to_owned(),
+                        RenewMode::Solo => "solo†".to_owned(),
+                    },
+                    us(point.admit_us as u64),
                     point.rounds.to_string(),
-                    format!("{:.1}ms", point.round_p50_ms),
-                    format!("{:.1}ms", point.round_max_ms),
+                    us(point.round_p50_us as u64),
+                    us(point.round_max_us as u64),
                     format!("{:.2}", point.round_to_beat),
                     format!("{:.0}", point.calls_per_round),
                     format!("{:.0}", point.renewals_per_round),
@@ -477,8 +591,8 @@ pub fn render(report: &Report) -> String {
             takeover.rows.push(vec![
                 name.clone(),
                 report.trials.to_string(),
-                format!("{:.0}ms", report.floor_ms),
-                format!("{:.0}ms", report.reconcile_interval_ms),
+                us(report.floor_us as u64),
+                us(report.reconcile_interval_us as u64),
                 us(report.death_to_first_write.p50_us),
                 us(report.death_to_first_write.max_us),
                 us(report.beyond_floor.p50_us),
@@ -499,7 +613,23 @@ pub fn render(report: &Report) -> String {
         },
         report.started_at
     );
-    for table in [&single, &scaling, &hot, &queue, &heartbeat, &takeover] {
+    if heartbeat.rows.iter().any(|row| row[3].starts_with("solo")) {
+        heartbeat.notes.push(
+            "† solo: a comparison run, not how the keeper renews: the same leases renewed one \
+             `renew` call each, to show what `renew_many` saves. Its long rounds, a max/beat \
+             above 1 and leases missed are the point of the comparison, not a fault (the run \
+             fails only on a renew_many row that misses)."
+                .to_owned(),
+        );
+    }
+    heartbeat.notes.push(
+        "max/beat above 1 on a renew_many row means a round outlasted the beat: \
+         the machine (or the store) could not keep up."
+            .to_owned(),
+    );
+    for table in [
+        &single, &scaling, &hot, &hot_fair, &queue, &heartbeat, &takeover,
+    ] {
         table.render(&mut out);
     }
     if !notes.is_empty() {

@@ -9,6 +9,24 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+/// `duration` in microseconds, the one unit every duration of the JSON
+/// report is written in (fields named `*_us`).
+pub fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
+
+/// Serialises a [`Duration`] as its [`micros`], for `#[serde(serialize_with)]`.
+///
+/// # Errors
+///
+/// When the serialiser fails.
+pub fn serialize_us<S: serde::Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(micros(*duration))
+}
+
 /// Highest latency the histograms keep apart; slower samples count as this.
 const HIGHEST_MICROS: u64 = 60_000_000;
 
@@ -87,30 +105,73 @@ pub struct LatencySummary {
 pub struct Throughput {
     /// Operations completed.
     pub ops: u64,
-    /// Wall time of the loop, in seconds.
-    pub seconds: f64,
+    /// Wall time of the loop, in µs.
+    pub elapsed_us: f64,
     /// `ops / seconds`.
     pub ops_per_sec: f64,
     /// Per-operation latency.
     pub latency: LatencySummary,
+    /// Slowest ops/s of one slice, when the loop ran in slices
+    /// ([`drive_alternating`](crate::scenario::drive_alternating)); else `ops_per_sec`.
+    pub slice_min_per_sec: f64,
+    /// Fastest ops/s of one slice; else `ops_per_sec`.
+    pub slice_max_per_sec: f64,
 }
 
 impl Throughput {
     /// Throughput of `latencies.count()` operations over `elapsed`.
     pub fn from_latencies(latencies: &Latencies, elapsed: Duration) -> Self {
-        let seconds = elapsed.as_secs_f64();
-        let ops = latencies.count();
+        let ops_per_sec = per_sec(latencies.count(), elapsed);
         Throughput {
-            ops,
-            seconds,
-            ops_per_sec: if seconds > 0.0 {
-                ops as f64 / seconds
-            } else {
-                0.0
-            },
+            ops: latencies.count(),
+            elapsed_us: micros(elapsed),
+            ops_per_sec,
             latency: latencies.summary(),
+            slice_min_per_sec: ops_per_sec,
+            slice_max_per_sec: ops_per_sec,
         }
     }
+
+    /// This throughput with the slowest and fastest of `slice_rates` (ops/s
+    /// of each slice) as its spread; unchanged when there are none.
+    pub fn with_slices(mut self, slice_rates: &[f64]) -> Self {
+        if let (Some(min), Some(max)) = (
+            slice_rates.iter().copied().reduce(f64::min),
+            slice_rates.iter().copied().reduce(f64::max),
+        ) {
+            self.slice_min_per_sec = min;
+            self.slice_max_per_sec = max;
+        }
+        self
+    }
+
+    /// Fastest slice ÷ slowest slice (1 when even or unsliced).
+    pub fn slice_spread(&self) -> f64 {
+        if self.slice_min_per_sec > 0.0 {
+            self.slice_max_per_sec / self.slice_min_per_sec
+        } else {
+            1.0
+        }
+    }
+}
+
+/// `count` per second of `elapsed` (0 for no time).
+fn per_sec(count: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// The ratio `measured / baseline` at its least and most over slices:
+/// `measured`'s slowest slice over `baseline`'s fastest, and the reverse.
+pub fn ratio_range(measured: &Throughput, baseline: &Throughput) -> Option<(f64, f64)> {
+    Some((
+        ratio(measured.slice_min_per_sec, baseline.slice_max_per_sec)?,
+        ratio(measured.slice_max_per_sec, baseline.slice_min_per_sec)?,
+    ))
 }
 
 /// `measured / baseline`, or `None` when the baseline is zero (or absent).

@@ -91,10 +91,37 @@ async fn every_scenario_runs_sanely_on_memory() {
     let out = tempfile::tempdir().expect("temp dir");
     let report = tiny_run(BackendKind::Memory, out.path()).await;
     check(&report);
-    assert!(report.write_json(out.path()).expect("json").exists());
+    let json = std::fs::read_to_string(report.write_json(out.path()).expect("json"))
+        .expect("the JSON figures are readable");
+    // One unit for every duration: microseconds, in fields named `*_us`.
+    for other_unit in ["\"secs\"", "\"nanos\"", "_ms\"", "seconds\""] {
+        assert!(!json.contains(other_unit), "{other_unit} in {json}");
+    }
+    assert!(json.contains("\"cell_us\""), "{json}");
     let charts = tenure_benches::plot::draw_all(&report, out.path()).expect("charts");
-    assert_eq!(charts.len(), 2);
-    assert!(tenure_benches::report::render(&report).contains("hot-key"));
+    let names: Vec<_> = charts
+        .iter()
+        .filter_map(|path| path.file_name()?.to_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "scaling.svg",
+            "hot-key.svg",
+            "queue.svg",
+            "heartbeat.svg",
+            "takeover.svg"
+        ]
+    );
+    let text = tenure_benches::report::render(&report);
+    assert!(text.contains("hot-key fairness"), "{text}");
+    for line in text.lines() {
+        let width = line.chars().count();
+        assert!(
+            width <= tenure_benches::report::MAX_WIDTH,
+            "{width} wide: {line}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

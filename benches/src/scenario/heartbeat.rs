@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::options::{HeartbeatSize, Sizes};
 use crate::progress::Progress;
+use crate::stats::micros;
 use crate::BenchResult;
 
 /// Admissions in flight while the keeper fills up.
@@ -43,20 +44,20 @@ pub enum RenewMode {
 pub struct HeartbeatPoint {
     /// Leases held.
     pub leases: usize,
-    /// Their lease length, in ms.
-    pub ttl_ms: f64,
-    /// The beat (ttl / 3), in ms.
-    pub beat_ms: f64,
+    /// Their lease length, in µs.
+    pub ttl_us: f64,
+    /// The beat (ttl / 3), in µs.
+    pub beat_us: f64,
     /// How they were renewed.
     pub mode: RenewMode,
-    /// Time to admit them all through the keeper, in seconds.
-    pub admit_seconds: f64,
+    /// Time to admit them all through the keeper, in µs.
+    pub admit_us: f64,
     /// Beats measured.
     pub rounds: usize,
-    /// Median round time, in ms.
-    pub round_p50_ms: f64,
-    /// Slowest round, in ms.
-    pub round_max_ms: f64,
+    /// Median round time, in µs.
+    pub round_p50_us: f64,
+    /// Slowest round, in µs.
+    pub round_max_us: f64,
     /// The slowest round as a share of the beat (over 1: the beat cannot keep up).
     pub round_to_beat: f64,
     /// Store calls per round.
@@ -155,7 +156,7 @@ async fn hold_and_measure(
     while let Some(answer) = admissions.join_next().await {
         guards.push(answer??);
     }
-    let admit_seconds = admitting.elapsed().as_secs_f64();
+    let admit_us = micros(admitting.elapsed());
 
     let measuring = Instant::now();
     tokio::time::sleep(beat * beats + beat / 2).await;
@@ -173,23 +174,20 @@ async fn hold_and_measure(
         .cloned()
         .collect();
     let rounds = group_rounds(calls, beat / 2);
-    let mut times: Vec<f64> = rounds
-        .iter()
-        .map(|round| round.span.as_secs_f64() * 1e3)
-        .collect();
+    let mut times: Vec<f64> = rounds.iter().map(|round| micros(round.span)).collect();
     times.sort_by(f64::total_cmp);
     let count = rounds.len().max(1) as f64;
-    let round_max_ms = times.last().copied().unwrap_or(0.0);
+    let round_max_us = times.last().copied().unwrap_or(0.0);
     Ok(HeartbeatPoint {
         leases,
-        ttl_ms: ttl.as_secs_f64() * 1e3,
-        beat_ms: beat.as_secs_f64() * 1e3,
+        ttl_us: micros(ttl),
+        beat_us: micros(beat),
         mode,
-        admit_seconds,
+        admit_us,
         rounds: rounds.len(),
-        round_p50_ms: times.get(times.len() / 2).copied().unwrap_or(0.0),
-        round_max_ms,
-        round_to_beat: round_max_ms / (beat.as_secs_f64() * 1e3),
+        round_p50_us: times.get(times.len() / 2).copied().unwrap_or(0.0),
+        round_max_us,
+        round_to_beat: round_max_us / micros(beat),
         calls_per_round: rounds.iter().map(|round| round.calls).sum::<usize>() as f64 / count,
         renewals_per_round: rounds.iter().map(|round| round.renewals).sum::<usize>() as f64 / count,
         missed_deadlines: missed,

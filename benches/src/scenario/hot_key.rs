@@ -123,8 +123,8 @@ pub struct HotKeyCell {
     pub handoff_gap: LatencySummary,
     /// Jain's index over the workers' wins (1 = perfectly even).
     pub jain_fairness: f64,
-    /// Longest time any worker went without a win, in ms.
-    pub longest_starvation_ms: f64,
+    /// Longest time any worker went without a win, in µs.
+    pub longest_starvation_us: f64,
     /// Moments two workers held one scope (must be 0).
     pub overlaps: u64,
     /// Acquire or release calls answered `Err` (counted as failed attempts;
@@ -141,8 +141,8 @@ pub struct HotKeyCell {
 /// The hot-key report.
 #[derive(Debug, Clone, Serialize)]
 pub struct HotKeyReport {
-    /// How long a winner holds, in ms.
-    pub hold_ms: f64,
+    /// How long a winner holds, in µs.
+    pub hold_us: f64,
     /// What the peer lock is.
     pub peer_lock: &'static str,
     /// Where `wake-on-release` waiters queue and how they are woken.
@@ -406,7 +406,7 @@ pub async fn run(
         }
     }
     Ok(HotKeyReport {
-        hold_ms: sizes.hold.as_secs_f64() * 1e3,
+        hold_us: crate::stats::micros(sizes.hold),
         peer_lock: backend.peer.clone().describe(),
         wake_channel: backend.wake_ups.clone().describe(),
         cells,
@@ -469,13 +469,13 @@ async fn race(
         },
         handoff_gap,
         jain_fairness: jain_index(&wins),
-        longest_starvation_ms: tallies
-            .iter()
-            .map(|tally| tally.longest_starvation)
-            .max()
-            .unwrap_or_default()
-            .as_secs_f64()
-            * 1e3,
+        longest_starvation_us: crate::stats::micros(
+            tallies
+                .iter()
+                .map(|tally| tally.longest_starvation)
+                .max()
+                .unwrap_or_default(),
+        ),
         overlaps: total(|tally| tally.overlaps),
         errors: total(|tally| tally.errors),
         wakes_sent: total(|tally| tally.wakes_sent),

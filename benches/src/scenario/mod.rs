@@ -81,6 +81,8 @@ struct TimedLoop<F> {
     next: Vec<Option<u64>>,
     latencies: Latencies,
     elapsed: Duration,
+    /// Ops/s of each slice run.
+    slice_rates: Vec<f64>,
 }
 
 impl<F, Fut> TimedLoop<F>
@@ -94,6 +96,7 @@ where
             next: vec![Some(0); workers],
             latencies: Latencies::new(),
             elapsed: Duration::ZERO,
+            slice_rates: Vec::new(),
         }
     }
 
@@ -130,17 +133,24 @@ where
             return Ok(());
         }
         let mut finished = started;
+        let mut slice = Latencies::new();
         for task in tasks {
             let (worker, next, latencies, ended) = task.await??;
             self.next[worker] = next;
-            self.latencies.merge(&latencies);
+            slice.merge(&latencies);
             finished = finished.max(ended);
         }
+        self.latencies.merge(&slice);
         self.elapsed += finished - started;
+        let rate = Throughput::from_latencies(&slice, finished - started).ops_per_sec;
+        // A slice some worker ran out of work in is not a measure of speed.
+        if self.next.iter().all(Option::is_some) {
+            self.slice_rates.push(rate);
+        }
         Ok(())
     }
 
     fn throughput(&self) -> Throughput {
-        Throughput::from_latencies(&self.latencies, self.elapsed)
+        Throughput::from_latencies(&self.latencies, self.elapsed).with_slices(&self.slice_rates)
     }
 }

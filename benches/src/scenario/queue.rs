@@ -36,8 +36,8 @@ const ENQUEUE_CHUNK: usize = 1000;
 pub struct QueueRun {
     /// Jobs completed.
     pub completed: u64,
-    /// Wall time to drain, in seconds.
-    pub seconds: f64,
+    /// Wall time to drain, in µs.
+    pub elapsed_us: f64,
     /// Jobs completed per second.
     pub jobs_per_sec: f64,
     /// Latency of a claim.
@@ -187,7 +187,7 @@ impl Tally {
         let completed = self.completed.len() as u64;
         QueueRun {
             completed,
-            seconds,
+            elapsed_us: crate::stats::micros(self.elapsed),
             jobs_per_sec: completed as f64 / seconds.max(f64::MIN_POSITIVE),
             claim: self.claims.summary(),
             complete: self.completes.summary(),

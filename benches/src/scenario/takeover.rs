@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::backend::Backend;
 use crate::options::Sizes;
 use crate::progress::Progress;
-use crate::stats::{Latencies, LatencySummary};
+use crate::stats::{micros, Latencies, LatencySummary};
 use crate::BenchResult;
 
 /// Tolerance for "taken over before the floor" (clock truncation, timers).
@@ -37,14 +37,14 @@ const EARLY_TOLERANCE: Duration = Duration::from_millis(1);
 pub struct TakeoverReport {
     /// Owners killed.
     pub trials: usize,
-    /// Lease length, in ms.
-    pub ttl_ms: f64,
-    /// Grace, in ms.
-    pub grace_ms: f64,
-    /// ttl + grace, in ms: no takeover can come sooner after a renewal.
-    pub floor_ms: f64,
-    /// The rival keeper's reconcile interval, in ms.
-    pub reconcile_interval_ms: f64,
+    /// Lease length, in µs.
+    pub ttl_us: f64,
+    /// Grace, in µs.
+    pub grace_us: f64,
+    /// ttl + grace, in µs: no takeover can come sooner after a renewal.
+    pub floor_us: f64,
+    /// The rival keeper's reconcile interval, in µs.
+    pub reconcile_interval_us: f64,
     /// From the owner's death to the rival's first fenced write.
     pub death_to_first_write: LatencySummary,
     /// First fenced write minus (the owner's last renewal sent + floor):
@@ -86,10 +86,10 @@ pub async fn run(
     let floor = sizes.takeover_ttl + sizes.takeover_grace;
     Ok(TakeoverReport {
         trials: sizes.takeover_trials,
-        ttl_ms: sizes.takeover_ttl.as_secs_f64() * 1e3,
-        grace_ms: sizes.takeover_grace.as_secs_f64() * 1e3,
-        floor_ms: floor.as_secs_f64() * 1e3,
-        reconcile_interval_ms: sizes.takeover_reconcile_interval.as_secs_f64() * 1e3,
+        ttl_us: micros(sizes.takeover_ttl),
+        grace_us: micros(sizes.takeover_grace),
+        floor_us: micros(floor),
+        reconcile_interval_us: micros(sizes.takeover_reconcile_interval),
         death_to_first_write: death_to_write.summary(),
         beyond_floor: beyond_floor.summary(),
         early_takeovers: early,

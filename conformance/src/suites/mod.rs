@@ -42,10 +42,41 @@ use crate::harness::{
 /// Prints the one line telling that the test `name` did not run, and why,
 /// to stderr (past the test harness's output capture, so a plain
 /// `cargo test` shows it). Every skip of the kit and of the backends' own
-/// tests goes through here, so skips read alike and are found by one grep
-/// (`SKIPPED`).
+/// tests goes through here, so skips read alike and are found by one grep:
+/// `SKIPPED [<backend>] <test>: <why>`, the format `.ci/run` tallies.
 pub fn report_skip(name: &str, why: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED {name}: {why}");
+    let package = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
+    let backend = skip_backend(&package, name, why);
+    let _ = writeln!(std::io::stderr(), "SKIPPED [{backend}] {name}: {why}");
+}
+
+/// The backend a skip belongs to: the package's own for a backend's tests
+/// (`tenure-backend-<name>`, from the `CARGO_PKG_NAME` cargo sets when it
+/// runs a test), else the first backend the test's name or reason names
+/// (the facade's tests run every backend in one binary), else the package.
+fn skip_backend(package: &str, name: &str, why: &str) -> String {
+    if let Some(backend) = package.strip_prefix("tenure-backend-") {
+        return backend.to_owned();
+    }
+    let text = format!("{name} {why}").to_lowercase();
+    let named = [
+        ("postgres", "postgres"),
+        ("tenure_pg_url", "postgres"),
+        ("redis", "redis"),
+        ("sqlite", "sqlite"),
+        ("memory", "memory"),
+    ]
+    .into_iter()
+    .filter_map(|(word, backend)| text.find(word).map(|at| (at, backend)))
+    .min_by_key(|&(at, _)| at);
+    match named {
+        Some((_, backend)) => backend.to_owned(),
+        None if package.is_empty() => "unknown".to_owned(),
+        None => package
+            .strip_prefix("tenure-")
+            .unwrap_or(package)
+            .to_owned(),
+    }
 }
 
 /// For a test whose service is not there: fails it under
@@ -187,6 +218,22 @@ pub(crate) use define_suite;
 mod tests {
     use super::*;
     use crate::memory::MemoryFactory;
+
+    #[test]
+    fn a_skip_names_its_backend() {
+        let from_package = skip_backend("tenure-backend-redis", "t", "TENURE_PG_URL is not set");
+        assert_eq!(from_package, "redis");
+        assert_eq!(
+            skip_backend("tenure", "lease_on", "TENURE_PG_URL is not set"),
+            "postgres"
+        );
+        assert_eq!(skip_backend("tenure", "on_sqlite_then_redis", ""), "sqlite");
+        assert_eq!(
+            skip_backend("tenure-conformance", "t", "no network"),
+            "conformance"
+        );
+        assert_eq!(skip_backend("", "t", "no network"), "unknown");
+    }
 
     fn skipped_naming(outcome: CaseOutcome, method: &str) {
         match outcome {
