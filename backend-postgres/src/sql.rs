@@ -166,6 +166,9 @@ pub(crate) struct JobStatements {
     pub(crate) renew: String,
     /// Fenced.
     pub(crate) complete: String,
+    /// `$1` ids, `$2` owners, `$3` fences, one claim per index → the jobs
+    /// those claims completed (each job named once).
+    pub(crate) complete_many: String,
     /// Fenced; `$4` error, `$5` retry (else dead-letter), `$6` backoff.
     pub(crate) fail: String,
     /// Fenced; `$4` missing capabilities.
@@ -240,6 +243,13 @@ impl JobStatements {
             complete: format!(
                 "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
                  updated_at = now() WHERE {claimed_by} RETURNING {job}"
+            ),
+            complete_many: format!(
+                "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
+                 updated_at = now() \
+                 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS c(id, owner, fence) \
+                 WHERE j.id = c.id AND j.state = 'claimed' AND j.owner = c.owner \
+                   AND j.fence = c.fence RETURNING {job}"
             ),
             fail: format!(
                 "UPDATE {s}.jobs j SET last_error = $4, lease_expires_at = NULL, updated_at = now(), \

@@ -147,6 +147,25 @@ impl JobQueue for RedisStore {
         self.settle(&invocation).await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SCRIPTS.complete_many.prepare_invoke();
+        invocation
+            .key(self.keys.claimed_jobs())
+            .key(self.keys.finished_jobs());
+        for claim in claims {
+            invocation
+                .key(self.keys.job(&claim.id))
+                .arg(&claim.id)
+                .arg(&claim.owner)
+                .arg(claim.fence);
+        }
+        decode::settles(self.script(&invocation).await?)
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
         let (action, backoff) = match action {

@@ -73,6 +73,21 @@ impl JobQueue for SqliteStore {
             .await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        let claims = claims.to_vec();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    claims
+                        .iter()
+                        .map(|claim| queue_ops::complete(transaction, now, claim))
+                        .collect()
+                })
+            })
+            .await
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
         let claim = claim.clone();

@@ -145,6 +145,10 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
     store.defer(first, &BTreeSet::new()).await.unwrap();
     store.complete(second).await.unwrap();
     store
+        .complete_many(std::slice::from_ref(second))
+        .await
+        .unwrap();
+    store
         .fail(first, "boom", FailAction::DeadLetter)
         .await
         .unwrap();
@@ -177,6 +181,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             "renew_job",
             "defer",
             "complete",
+            "complete_many",
             "fail",
             "reap",
             "take_back",

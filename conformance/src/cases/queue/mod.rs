@@ -17,6 +17,7 @@
 //! a fresh queue with twice the delay (see `not_yet`).
 
 pub mod claim;
+pub mod complete_many;
 pub mod enqueue;
 pub mod input;
 pub mod reap;
