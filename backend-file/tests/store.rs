@@ -1,0 +1,81 @@
+//! What the kit does not see of the file backend: files that are not a
+//! store's, paths that name no file, and what a crashed writer leaves.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tenure_backend_file::FileStore;
+use tenure_lease_core::{AdmitRequest, ErrorKind, LeaseStore};
+
+fn directory() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+#[tokio::test]
+async fn a_file_that_is_no_store_is_corrupt_and_never_written_over() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let store = FileStore::open(&path).await.expect("a new store");
+    for garbage in [&b"not json at all"[..], b"{\"format\": 1, \"last_fence\": \"x\"}", b"[]"] {
+        std::fs::write(&path, garbage).expect("garbage written");
+        let error = FileStore::open(&path).await.expect_err("garbage opened");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        assert!(error.message().contains("restore it"), "says what to do: {error}");
+        let error = store
+            .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+            .await
+            .expect_err("admitted into garbage");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        assert_eq!(std::fs::read(&path).expect("the file"), garbage, "left as it was");
+    }
+}
+
+#[tokio::test]
+async fn a_store_of_another_format_is_incompatible() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    std::fs::write(&path, br#"{"format": 2, "last_fence": 0}"#).expect("written");
+    let error = FileStore::open(&path).await.expect_err("opened format 2");
+    assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+}
+
+#[tokio::test]
+async fn a_path_naming_no_file_is_a_config_error() {
+    let error = FileStore::open(Path::new("/")).await.expect_err("opened /");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_unavailable() {
+    let directory = directory();
+    let path = directory.path().join("absent").join("store.json");
+    let error = FileStore::open(&path).await.expect_err("opened in no directory");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+}
+
+/// A writer that died between writing the temporary file and renaming it
+/// leaves the store as it was, and the next writer goes on.
+#[tokio::test]
+async fn a_crashed_writers_temporary_file_changes_nothing() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let store = FileStore::open(&path).await.expect("a new store");
+    let request = AdmitRequest::new("op-1", "worker-a")
+        .scope("s")
+        .ttl(Duration::from_secs(30));
+    let first = store.admit(&request).await.expect("admitted");
+    std::fs::write(directory.path().join("store.json.tmp"), b"{half a docu").expect("torn");
+    let reopened = FileStore::open(&path).await.expect("reopened");
+    assert_eq!(
+        reopened.get("op-1").await.expect("read").as_ref(),
+        first.admitted()
+    );
+    let second = reopened
+        .admit(&AdmitRequest::new("op-2", "worker-b").scope("t"))
+        .await
+        .expect("admitted");
+    let fences = |admission: &tenure_lease_core::Admission| {
+        admission.admitted().map(|record| record.fence)
+    };
+    assert!(fences(&second) > fences(&first), "{second:?} after {first:?}");
+}
