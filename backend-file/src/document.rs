@@ -177,7 +177,9 @@ pub(crate) fn gate(value: &Value) -> std::result::Result<Gate, String> {
 
 fn stored_fence(fence: u64) -> std::result::Result<(), String> {
     if fence > LAST_FENCE {
-        return Err(format!("fence {fence} is beyond the last fence ({LAST_FENCE})"));
+        return Err(format!(
+            "fence {fence} is beyond the last fence ({LAST_FENCE})"
+        ));
     }
     Ok(())
 }

@@ -33,10 +33,16 @@ pub(crate) struct Files {
 
 impl Files {
     pub(crate) fn new(path: PathBuf) -> Result<Self> {
-        let Some(name) = path.file_name().map(|name| name.to_string_lossy().into_owned()) else {
+        let Some(name) = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+        else {
             return Err(Error::new(
                 ErrorKind::Config,
-                format!("{} names no file: give the path of the store's file", path.display()),
+                format!(
+                    "{} names no file: give the path of the store's file",
+                    path.display()
+                ),
             ));
         };
         let beside = |suffix: &str| path.with_file_name(format!("{name}.{suffix}"));

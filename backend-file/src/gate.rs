@@ -58,9 +58,8 @@ impl FenceStore for FileStore {
             let before = document.gates.len();
             // What cannot be decoded cannot be judged: it stays.
             document.gates.retain(|_, value| {
-                !document::gate(value).is_ok_and(|gate| {
-                    gate_rules::gate_purgeable(gate.checked_at, unused_for, now)
-                })
+                !document::gate(value)
+                    .is_ok_and(|gate| gate_rules::gate_purgeable(gate.checked_at, unused_for, now))
             });
             Ok((before - document.gates.len()) as u64)
         })

@@ -83,7 +83,7 @@ fn warn_undecodable(operation: &str, id: &str, why: &str) {
 /// Whether a stored record that cannot be decoded may be active: its status
 /// is one that holds scopes, or cannot be read.
 fn may_be_active(value: &Value) -> bool {
-    document::peek_status(value).is_none_or(|status| status.is_active())
+    document::peek_status(value).is_none_or(Status::is_active)
 }
 
 #[async_trait]
@@ -131,8 +131,7 @@ impl LeaseStore for FileStore {
             for (id, value) in &document.records {
                 match document::record(id, value) {
                     Ok(record) => {
-                        if rules::matches_expired(&record, query.grace, query.created_before, now)
-                        {
+                        if rules::matches_expired(&record, query.grace, query.created_before, now) {
                             scan.records.push(record);
                         }
                     }

@@ -192,11 +192,9 @@ impl FileStore {
 async fn blocking<T: Send + 'static>(
     operation: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    tokio::task::spawn_blocking(operation)
-        .await
-        .map_err(|_| {
-            Error::unavailable(
-                "a file store operation panicked or was cancelled; its outcome is unknown",
-            )
-        })?
+    tokio::task::spawn_blocking(operation).await.map_err(|_| {
+        Error::unavailable(
+            "a file store operation panicked or was cancelled; its outcome is unknown",
+        )
+    })?
 }

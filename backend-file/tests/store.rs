@@ -16,17 +16,28 @@ async fn a_file_that_is_no_store_is_corrupt_and_never_written_over() {
     let directory = directory();
     let path = directory.path().join("store.json");
     let store = FileStore::open(&path).await.expect("a new store");
-    for garbage in [&b"not json at all"[..], b"{\"format\": 1, \"last_fence\": \"x\"}", b"[]"] {
+    for garbage in [
+        &b"not json at all"[..],
+        b"{\"format\": 1, \"last_fence\": \"x\"}",
+        b"[]",
+    ] {
         std::fs::write(&path, garbage).expect("garbage written");
         let error = FileStore::open(&path).await.expect_err("garbage opened");
         assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
-        assert!(error.message().contains("restore it"), "says what to do: {error}");
+        assert!(
+            error.message().contains("restore it"),
+            "says what to do: {error}"
+        );
         let error = store
             .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
             .await
             .expect_err("admitted into garbage");
         assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
-        assert_eq!(std::fs::read(&path).expect("the file"), garbage, "left as it was");
+        assert_eq!(
+            std::fs::read(&path).expect("the file"),
+            garbage,
+            "left as it was"
+        );
     }
 }
 
@@ -49,7 +60,9 @@ async fn a_path_naming_no_file_is_a_config_error() {
 async fn a_missing_directory_is_unavailable() {
     let directory = directory();
     let path = directory.path().join("absent").join("store.json");
-    let error = FileStore::open(&path).await.expect_err("opened in no directory");
+    let error = FileStore::open(&path)
+        .await
+        .expect_err("opened in no directory");
     assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
 }
 
@@ -74,8 +87,10 @@ async fn a_crashed_writers_temporary_file_changes_nothing() {
         .admit(&AdmitRequest::new("op-2", "worker-b").scope("t"))
         .await
         .expect("admitted");
-    let fences = |admission: &tenure_lease_core::Admission| {
-        admission.admitted().map(|record| record.fence)
-    };
-    assert!(fences(&second) > fences(&first), "{second:?} after {first:?}");
+    let fences =
+        |admission: &tenure_lease_core::Admission| admission.admitted().map(|record| record.fence);
+    assert!(
+        fences(&second) > fences(&first),
+        "{second:?} after {first:?}"
+    );
 }

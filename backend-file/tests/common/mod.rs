@@ -57,7 +57,10 @@ impl Factory for FileFactory {
                 let document = read_document(store.path())?;
                 let mut footprint = Footprint::new();
                 for map in ["records", "holders", "jobs", "gates"] {
-                    let entries = document.get(map).and_then(Value::as_object).map_or(0, |map| map.len());
+                    let entries = document
+                        .get(map)
+                        .and_then(Value::as_object)
+                        .map_or(0, |map| map.len());
                     footprint.insert(map.to_owned(), entries as u64);
                 }
                 Ok(footprint)
@@ -81,7 +84,8 @@ impl Factory for FileFactory {
         Some(Arc::new(move |store: Arc<FileStore>| {
             let clock = lock(&clocks).get(store.path()).cloned();
             Box::pin(async move {
-                let clock = clock.ok_or_else(|| Error::unavailable("no clock for the case's file"))?;
+                let clock =
+                    clock.ok_or_else(|| Error::unavailable("no clock for the case's file"))?;
                 FileStore::open_with_clock(store.path(), clock).await
             })
         }))
@@ -96,7 +100,8 @@ impl Factory for FileFactory {
         let directory = lock(&self.directories).remove(store.path());
         match directory {
             Some(directory) => directory.close().map_err(|error| {
-                Error::unavailable("cannot remove the case's temporary directory").with_source(error)
+                Error::unavailable("cannot remove the case's temporary directory")
+                    .with_source(error)
             }),
             None => Ok(()),
         }
@@ -106,7 +111,10 @@ impl Factory for FileFactory {
 impl FileFactory {
     /// A store on `clock` in a fresh temporary directory, kept until the
     /// store's teardown.
-    async fn in_fresh_directory(&self, clock: Arc<dyn Clock>) -> tenure_lease_core::Result<FileStore> {
+    async fn in_fresh_directory(
+        &self,
+        clock: Arc<dyn Clock>,
+    ) -> tenure_lease_core::Result<FileStore> {
         let directory = TempDir::with_prefix("tenure-file-conformance-").map_err(|error| {
             Error::unavailable("cannot create a temporary directory").with_source(error)
         })?;
@@ -140,7 +148,8 @@ fn failed(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
 
 fn read_document(path: &Path) -> tenure_lease_core::Result<Value> {
     let bytes = std::fs::read(path).map_err(failed("read"))?;
-    serde_json::from_slice(&bytes).map_err(|error| Error::corrupt(format!("the case's file: {error}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|error| Error::corrupt(format!("the case's file: {error}")))
 }
 
 /// Applies the kit's `damage` to `target` in the store's file, holding the
@@ -160,10 +169,19 @@ fn apply_damage(
     let (map, id, state) = match target {
         Target::Lease(id) => ("records", id, "status"),
         Target::Job(id) => ("jobs", id, "state"),
-        other => return Err(Error::unavailable(format!("unknown damage target {other:?}"))),
+        other => {
+            return Err(Error::unavailable(format!(
+                "unknown damage target {other:?}"
+            )))
+        }
     };
-    let Some(entry) = document.get_mut(map).and_then(|map| map.get_mut(id.as_str())) else {
-        return Err(Error::unavailable(format!("no {map} entry {id:?} to damage")));
+    let Some(entry) = document
+        .get_mut(map)
+        .and_then(|map| map.get_mut(id.as_str()))
+    else {
+        return Err(Error::unavailable(format!(
+            "no {map} entry {id:?} to damage"
+        )));
     };
     let (field, bad) = match damage {
         Damage::Timestamp(field, bad) => {
