@@ -13,8 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tenure_lease_core::backend::queue_rules;
-use tenure_lease_core::backend::validate::MAX_GATE_FENCE;
+use tenure_lease_core::backend::{gate_rules, queue_rules};
 use tenure_lease_core::queue::Job;
 use tenure_lease_core::{Error, ErrorKind, LeaseRecord, Result, Status, Timestamp};
 
@@ -49,10 +48,17 @@ pub(crate) struct Document {
 
 /// The gate of one resource: the highest fence accepted, and when the last
 /// accepted check was.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Gate {
     pub(crate) fence: u64,
     pub(crate) checked_at: Timestamp,
+}
+
+/// A gate as stored, before its fence is checked.
+#[derive(Deserialize)]
+struct StoredGate {
+    fence: i64,
+    checked_at: Timestamp,
 }
 
 impl Document {
@@ -166,13 +172,19 @@ pub(crate) fn job(id: &str, value: &Value) -> std::result::Result<Job, String> {
     Ok(job)
 }
 
-/// The gate stored for `resource`, or why it cannot be read.
-pub(crate) fn gate(value: &Value) -> std::result::Result<Gate, String> {
-    let gate = Gate::deserialize(value).map_err(|error| error.to_string())?;
-    if !(1..=MAX_GATE_FENCE).contains(&gate.fence) {
-        return Err(format!("fence {} is out of range", gate.fence));
-    }
-    Ok(gate)
+/// The gate stored for `resource`.
+///
+/// # Errors
+///
+/// `Corrupt` when it cannot be decoded, or its fence is out of range
+/// ([`gate_rules::stored_gate_fence`]).
+pub(crate) fn gate(resource: &str, value: &Value) -> Result<Gate> {
+    let stored = StoredGate::deserialize(value)
+        .map_err(|error| gate_rules::undecodable_gate(resource, &error.to_string()))?;
+    Ok(Gate {
+        fence: gate_rules::stored_gate_fence(resource, stored.fence)?,
+        checked_at: stored.checked_at,
+    })
 }
 
 fn stored_fence(fence: u64) -> std::result::Result<(), String> {

@@ -17,11 +17,7 @@ impl Document {
     fn highest(&self, resource: &str) -> Result<Option<u64>> {
         self.gates
             .get(resource)
-            .map(|value| {
-                document::gate(value)
-                    .map(|gate| gate.fence)
-                    .map_err(|why| document::undecodable("fence gate of", resource, &why))
-            })
+            .map(|value| document::gate(resource, value).map(|gate| gate.fence))
             .transpose()
     }
 }
@@ -57,8 +53,8 @@ impl FenceStore for FileStore {
         self.write(move |document, now| {
             let before = document.gates.len();
             // What cannot be decoded cannot be judged: it stays.
-            document.gates.retain(|_, value| {
-                !document::gate(value)
+            document.gates.retain(|resource, value| {
+                !document::gate(resource, value)
                     .is_ok_and(|gate| gate_rules::gate_purgeable(gate.checked_at, unused_for, now))
             });
             Ok((before - document.gates.len()) as u64)

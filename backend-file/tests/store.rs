@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use serde_json::json;
 use tenure_backend_file::FileStore;
 use tenure_lease_core::{AdmitRequest, ErrorKind, LeaseStore};
 
@@ -93,4 +94,40 @@ async fn a_crashed_writers_temporary_file_changes_nothing() {
         fences(&second) > fences(&first),
         "{second:?} after {first:?}"
     );
+}
+
+/// A damaged gate answers `Corrupt` for its resource, is never written
+/// over (not even by a purge), and leaves every other gate working.
+#[tokio::test]
+async fn a_damaged_gate_is_corrupt_and_contained() {
+    use tenure_lease_core::FenceStore;
+
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).expect("the file")).expect("JSON")
+    };
+    for bad in [json!(0), json!(-3), json!(1_u64 << 60), json!("seven")] {
+        let directory = directory();
+        let path = directory.path().join("store.json");
+        let store = FileStore::open(&path).await.expect("a new store");
+        for resource in ["victim", "bystander"] {
+            let check = store.check_fence(resource, 7).await.expect("checked");
+            assert!(check.is_accepted());
+        }
+        let mut document = read(&path);
+        document["gates"]["victim"]["fence"] = bad.clone();
+        std::fs::write(&path, serde_json::to_vec(&document).expect("encoded")).expect("damaged");
+
+        let error = store.check_fence("victim", 9).await.expect_err("checked");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        let error = store.highest_fence("victim").await.expect_err("read");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        assert_eq!(store.purge_fences(Duration::ZERO).await.expect("purged"), 1);
+        let check = store.check_fence("bystander", 8).await.expect("checked");
+        assert!(check.is_accepted(), "{bad}: the healthy gate works");
+        assert_eq!(
+            read(&path)["gates"]["victim"],
+            document["gates"]["victim"],
+            "{bad}: kept"
+        );
+    }
 }
