@@ -1,6 +1,6 @@
 //! # tenure-cli
 //!
-//! `tenure`, the operator command line for [tenure](tenure) stores: for the
+//! `tenure`, the operator command line for [`tenure`] stores: for the
 //! person on call, to see who holds what, repair what a crashed worker left
 //! behind, and check a deployment, on any backend a URL names (`memory:`,
 //! `sqlite:PATH`, `postgres://...`, `redis://...`, as [`tenure::connect`]
