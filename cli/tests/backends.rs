@@ -387,3 +387,45 @@ async fn redis_check_and_migrate() {
     })
     .await;
 }
+
+/// A private Redis server that may evict keys: `check` fails its eviction
+/// policy (the refusal every command meets), and one that fsyncs every
+/// write passes its persistence.
+#[tokio::test]
+async fn redis_check_judges_the_servers_settings() {
+    use tenure_test_support::servers::PrivateRedis;
+    let name = "redis_check_judges_the_servers_settings";
+    if let Some(why) = PrivateRedis::unavailable_reason() {
+        tenure::conformance::skip_unless_required(name, &format!("private Redis: {why}"));
+        return;
+    }
+    let evicting = PrivateRedis::start_with(&["--maxmemory-policy", "allkeys-lru"])
+        .await
+        .expect("a private Redis server starts");
+    tenure(&evicting.url(), &["check"])
+        .assert()
+        .code(1)
+        .stdout(
+            contains("eviction policy")
+                .and(contains("fail"))
+                .and(contains("allkeys-lru")),
+        )
+        .stderr(contains("1 deployment check(s) failed"));
+    tenure(&evicting.url(), &["leases"])
+        .assert()
+        .code(1)
+        .stderr(contains("maxmemory-policy noeviction"));
+    drop(evicting);
+
+    let durable = PrivateRedis::start()
+        .await
+        .expect("a private Redis server starts");
+    let findings = json(&mut tenure(&durable.url(), &["check", "--json"]));
+    let persistence = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|finding| finding["check"] == "persistence")
+        .expect("a persistence finding");
+    assert_eq!(persistence["verdict"], "pass", "{findings}");
+}
