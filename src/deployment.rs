@@ -11,12 +11,27 @@
 
 use std::fmt;
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+use tenure_lease_core::ErrorKind;
+#[cfg(any(
+    feature = "memory",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
+use tenure_lease_core::LeaseStore;
+use tenure_lease_core::Result;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 use tenure_lease_core::{Clock, SystemClock};
-use tenure_lease_core::{ErrorKind, LeaseStore, Result};
 
-#[cfg_attr(not(feature = "memory"), allow(unused_imports))]
-use crate::connect::{feature_disabled, Backend, Connect};
+#[cfg(any(
+    feature = "memory",
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis"
+))]
+use crate::connect::Backend;
+use crate::connect::{feature_disabled, Connect};
 
 /// How far a server's clock may be from this host's before
 /// [`Connect::check`] warns.
@@ -65,6 +80,15 @@ impl fmt::Display for Verdict {
 }
 
 impl Finding {
+    #[cfg_attr(
+        not(any(
+            feature = "memory",
+            feature = "sqlite",
+            feature = "postgres",
+            feature = "redis"
+        )),
+        allow(dead_code)
+    )]
     fn new(check: &'static str, verdict: Verdict, detail: impl Into<String>) -> Self {
         Finding {
             check,
@@ -99,10 +123,7 @@ impl Connect {
     /// [`ErrorKind::Unavailable`], ...); a refusal a check stands for
     /// ([`ErrorKind::Incompatible`]) is a [`Verdict::Fail`] instead.
     pub async fn check(self) -> Result<Vec<Finding>> {
-        #[cfg_attr(
-            not(any(feature = "sqlite", feature = "postgres")),
-            allow(unused_variables)
-        )]
+        #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
         let (backend, rest) = self.backend()?;
         match backend {
             #[cfg(feature = "memory")]
