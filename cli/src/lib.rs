@@ -292,7 +292,7 @@ fn report(url: &str, failure: Failure) -> ExitCode {
         Failure::Store(error) => {
             let shown = shown_url(url);
             match error.kind() {
-                ErrorKind::Unavailable | ErrorKind::Timeout => (
+                _ if error.is_retryable() => (
                     EXIT_UNAVAILABLE,
                     format!(
                         "the store at {shown} is unavailable: {}\n\
