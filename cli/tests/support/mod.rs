@@ -70,12 +70,12 @@ pub fn free_port() -> u16 {
 pub struct Subject {
     pub url: String,
     pub store: Arc<dyn tenure::Store>,
-    cleanup: Cleanup,
-    _dir: Option<tempfile::TempDir>,
 }
 
+/// What a store leaves to remove after its test.
 enum Cleanup {
-    None,
+    /// A SQLite file's directory, removed when dropped.
+    Directory(tempfile::TempDir),
     Postgres(tenure::postgres::PgStore),
     Redis(tenure::redis::RedisStore),
 }
@@ -89,16 +89,7 @@ where
     let dir = tempfile::tempdir().expect("a temporary directory");
     let url = format!("sqlite:{}", dir.path().join("leases.db").display());
     let store = tenure::connect(&url).await.expect("the SQLite store opens");
-    run(
-        Subject {
-            url,
-            store,
-            cleanup: Cleanup::None,
-            _dir: Some(dir),
-        },
-        test,
-    )
-    .await;
+    run(Subject { url, store }, Cleanup::Directory(dir), test).await;
 }
 
 /// The base URL of the PostgreSQL server, or `None` after reporting the
@@ -158,16 +149,7 @@ where
     let store = tenure::connect(&url)
         .await
         .expect("the PostgreSQL store opens");
-    run(
-        Subject {
-            url,
-            store,
-            cleanup: Cleanup::Postgres(admin),
-            _dir: None,
-        },
-        test,
-    )
-    .await;
+    run(Subject { url, store }, Cleanup::Postgres(admin), test).await;
 }
 
 /// Runs `test` on a store in a fresh Redis namespace, deleted afterwards;
@@ -185,40 +167,18 @@ where
             .await
             .expect("the Redis store opens");
     let store = tenure::connect(&url).await.expect("the Redis store opens");
-    run(
-        Subject {
-            url,
-            store,
-            cleanup: Cleanup::Redis(admin),
-            _dir: None,
-        },
-        test,
-    )
-    .await;
+    run(Subject { url, store }, Cleanup::Redis(admin), test).await;
 }
 
 /// Runs `test`, cleans up, then re-raises any panic of the test.
-async fn run<F, Fut>(subject: Subject, test: F)
+async fn run<F, Fut>(subject: Subject, cleanup: Cleanup, test: F)
 where
     F: FnOnce(Subject) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let Subject {
-        url,
-        store,
-        cleanup,
-        _dir,
-    } = subject;
-    let outcome = AssertUnwindSafe(test(Subject {
-        url,
-        store,
-        cleanup: Cleanup::None,
-        _dir,
-    }))
-    .catch_unwind()
-    .await;
+    let outcome = AssertUnwindSafe(test(subject)).catch_unwind().await;
     match cleanup {
-        Cleanup::None => {}
+        Cleanup::Directory(dir) => drop(dir),
         Cleanup::Postgres(store) => store.drop_schema().await.expect("the schema is dropped"),
         Cleanup::Redis(store) => {
             store
