@@ -58,17 +58,25 @@ pub use tenure_lease_core::redact::redact_url;
 pub use tenure_lease_core::{clock, contract, keeper, layer, queue};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
-    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobGuard, JobQueue,
-    Keeper, KeeperConfig, LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock,
-    NotTakenReason, Renewal, Result, RunGuard, SkippedRecord, StaleFence, Status, StatusChange,
-    SystemClock, Takeover, TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition,
-    TransitionRejection, DEFAULT_KIND,
+    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobQueue, LayerExt,
+    LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal, Result,
+    SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover, TakeoverAction,
+    TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection, DEFAULT_KIND,
 };
-pub use tenure_lease_core::{Election, Schedule, Ticker};
+// The keeper, its answers and its errors (each error converts into
+// [`Error`] with `?`).
+pub use tenure_lease_core::{
+    AdmitOutcome, CancelAnywhereOutcome, CancelOutcome, JobGuard, JobWriteError, Keeper,
+    KeeperConfig, KeeperError, KeeperHealth, KeeperState, LossCause, OwnershipLost, ReconcileError,
+    ReconcileReport, RunGuard, ShutdownReport, WriteError,
+};
+pub use tenure_lease_core::{
+    Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker,
+};
 
 // The README's Rust snippets (those not marked `ignore`), compiled and run
-// as doctests; they use the memory and SQLite backends.
-#[cfg(all(doctest, feature = "memory", feature = "sqlite"))]
+// as doctests; they use every backend, so they build with `full`.
+#[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
 
