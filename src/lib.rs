@@ -46,10 +46,15 @@
 //! ```
 
 mod connect;
+mod deployment;
 pub use connect::{connect, Connect, Store};
+pub use deployment::{Finding, Verdict, CLOCK_SKEW_WARNING};
+/// URLs without their passwords, for messages and logs (what every
+/// backend's `Debug` and errors print).
+pub use tenure_lease_core::redact::redact_url;
 
-// What users need; `tenure_lease_core::backend` (rules, validation) and
-// `redact` are for backend authors and stay in the core crate.
+// What users need; `tenure_lease_core::backend` (rules, validation) is for
+// backend authors and stays in the core crate.
 pub use tenure_lease_core::{clock, contract, keeper, layer, queue};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
