@@ -257,6 +257,25 @@ impl JobQueue for FileStore {
         .await
     }
 
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        let queue = queue.to_owned();
+        self.read(move |document, _| {
+            let mut listed = document.decoded_jobs("list_jobs", Some(&queue), |job| {
+                job.queue == queue && state.is_none_or(|state| job.state == state)
+            });
+            listed.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
+            listed.truncate(limit);
+            Ok(listed)
+        })
+        .await
+    }
+
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         validate::retry_dead_letter(id)?;
         let id = id.to_owned();

@@ -298,6 +298,23 @@ impl JobQueue for MemoryStore {
         Ok(dead.into_iter().take(limit).cloned().collect())
     }
 
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        let jobs = self.lock();
+        let mut listed: Vec<&Job> = jobs
+            .jobs
+            .all()
+            .filter(|job| job.queue == queue && state.is_none_or(|state| job.state == state))
+            .collect();
+        listed.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
+        Ok(listed.into_iter().take(limit).cloned().collect())
+    }
+
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         validate::retry_dead_letter(id)?;
         let now = self.now();

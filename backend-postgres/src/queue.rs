@@ -389,6 +389,28 @@ impl JobQueue for PgStore {
         .await
     }
 
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.bounded("list_jobs", async move {
+            validate::list_jobs(queue, limit)?;
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.list_jobs)
+                        .bind(queue)
+                        .bind(state.map(JobState::as_str))
+                        // Validated to at most `validate::MAX_LIST_LIMIT`.
+                        .bind(limit as i64)
+                })
+                .await?;
+            Ok(self.jobs_skipping_undecodable("list_jobs", &rows))
+        })
+        .await
+    }
+
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         self.bounded("retry_dead_letter", async move {
             validate::retry_dead_letter(id)?;

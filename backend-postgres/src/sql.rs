@@ -182,6 +182,8 @@ pub(crate) struct JobStatements {
     pub(crate) get: String,
     /// `$1` queue, `$2` limit.
     pub(crate) list_dead_letters: String,
+    /// `$1` queue, `$2` state or NULL for any, `$3` limit.
+    pub(crate) list_jobs: String,
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
     /// `$1` retention → `purged`, the count of deleted finished jobs whose
@@ -292,6 +294,11 @@ impl JobStatements {
             list_dead_letters: format!(
                 "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 AND j.state = 'dead_lettered' \
                  ORDER BY j.updated_at, j.id LIMIT $2"
+            ),
+            list_jobs: format!(
+                "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 \
+                   AND ($2::text IS NULL OR j.state = $2::text) \
+                 ORDER BY j.created_at, j.id LIMIT $3"
             ),
             retry_dead_letter: format!(
                 "UPDATE {s}.jobs j SET state = 'queued', dead_reason = NULL, attempt = 0, \

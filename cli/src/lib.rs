@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
-use tenure::queue::{Job, NewJob, OperatorRetry};
+use tenure::queue::{Job, JobState, NewJob, OperatorRetry};
 use tenure::{
     Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Store, Takeover,
     TakeoverRequest, Timestamp, Verdict,
@@ -101,7 +101,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List a queue's dead-lettered jobs (--dead).
+    /// List a queue's jobs, oldest first: all of them, one state, or its
+    /// dead letters.
     Jobs(JobsArgs),
     /// Send a dead-lettered job back to its queue, attempts reset.
     Retry {
@@ -198,12 +199,15 @@ struct TakeOverArgs {
 
 #[derive(Debug, Args)]
 struct JobsArgs {
-    /// The queue.
+    /// The queue (the stores list jobs per queue).
     #[arg(long, value_name = "Q")]
     queue: Option<String>,
-    /// Dead-lettered jobs, oldest update first.
-    #[arg(long)]
+    /// Dead-lettered jobs only, oldest update first.
+    #[arg(long, conflicts_with = "state")]
     dead: bool,
+    /// Jobs in this state only: queued, claimed, completed or dead_lettered.
+    #[arg(long, value_parser = parse_job_state)]
+    state: Option<JobState>,
     /// At most this many jobs.
     #[arg(long, default_value_t = 1000)]
     limit: usize,
@@ -229,6 +233,15 @@ struct WatchArgs {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|error| format!("{error}; write a duration such as 30s, 5m, 2h or 7d"))
+}
+
+fn parse_job_state(text: &str) -> Result<JobState, String> {
+    JobState::ALL
+        .into_iter()
+        .find(|state| state.as_str() == text)
+        .ok_or_else(|| {
+            "not a job state; write one of queued, claimed, completed, dead_lettered".to_owned()
+        })
 }
 
 fn parse_json(text: &str) -> Result<serde_json::Value, String> {
@@ -650,17 +663,14 @@ async fn purge(store: &dyn Store, older_than: Duration, dry_run: bool, json: boo
 async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
     let Some(queue) = args.queue else {
         return Err(Failure::Usage(
-            "name the queue: tenure jobs --queue Q --dead (the stores list jobs per queue)"
-                .to_owned(),
+            "name the queue: tenure jobs --queue Q (the stores list jobs per queue)".to_owned(),
         ));
     };
-    if !args.dead {
-        return Err(Failure::Refused(format!(
-            "the stores list only dead-lettered jobs: use `tenure jobs --queue {queue} --dead`, \
-             or `tenure show JOB` for one job in any state"
-        )));
-    }
-    let jobs = store.list_dead_letters(&queue, args.limit).await?;
+    let jobs = if args.dead {
+        store.list_dead_letters(&queue, args.limit).await?
+    } else {
+        store.list_jobs(&queue, args.state, args.limit).await?
+    };
     if args.json {
         return print_json(&jobs);
     }
@@ -678,7 +688,7 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
     }
     print!(
         "{}",
-        table.render_or(&format!("no dead letters in queue {queue:?}\n"))
+        table.render_or(&format!("no such jobs in queue {queue:?}\n"))
     );
     Ok(())
 }

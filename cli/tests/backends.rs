@@ -219,7 +219,10 @@ async fn queue_story(subject: Subject) {
     tenure(url, &["jobs", "--queue", "emails", "--dead"])
         .assert()
         .success()
-        .stdout(contains("no dead letters"));
+        .stdout(contains("no such jobs"));
+    let listed = json(&mut tenure(url, &["jobs", "--queue", "emails", "--json"]));
+    assert_eq!(listed[0]["id"], "job-1", "every job of the queue: {listed}");
+    assert_eq!(listed[0]["state"], "Queued");
     let claimed = store
         .claim(&ClaimRequest::new("emails", "worker-a", HOUR))
         .await
@@ -240,10 +243,21 @@ async fn queue_story(subject: Subject) {
         &["jobs", "--queue", "emails", "--dead", "--json"],
     ));
     assert_eq!(dead[0]["id"], "job-1");
-    tenure(url, &["jobs", "--queue", "emails"])
+    tenure(
+        url,
+        &["jobs", "--queue", "emails", "--state", "dead_lettered"],
+    )
+    .assert()
+    .success()
+    .stdout(contains("job-1").and(contains("dead_lettered")));
+    tenure(url, &["jobs", "--queue", "emails", "--state", "queued"])
         .assert()
-        .code(1)
-        .stderr(contains("--dead"));
+        .success()
+        .stdout(contains("no such jobs"));
+    tenure(url, &["jobs", "--queue", "emails", "--state", "sleeping"])
+        .assert()
+        .code(2)
+        .stderr(contains("not a job state"));
     tenure(url, &["show", "job-1"])
         .assert()
         .success()

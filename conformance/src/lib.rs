@@ -367,6 +367,7 @@ define_cases! {$
         queue::take_back::queue_second_take_back_counts_again,
         queue::reap::queue_reap_requeues_or_dead_letters_by_attempts_left,
         queue::reap::queue_dead_letters_listed_and_retried,
+        queue::list_jobs::queue_list_jobs_by_state_oldest_first,
         queue::reap::race_complete_vs_reap_exactly_one_wins,
         queue::input::queue_invalid_input_rejected_and_changes_nothing,
         random::hostile_queue::queue_hostile_input_is_rejected_or_answered_never_panics,

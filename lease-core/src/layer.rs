@@ -59,8 +59,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -669,6 +669,18 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         let operation = Operation::named("list_dead_letters");
         self.hook
             .call(operation, self.inner.list_dead_letters(queue, limit))
+            .await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let operation = Operation::named("list_jobs");
+        self.hook
+            .call(operation, self.inner.list_jobs(queue, state, limit))
             .await
     }
 

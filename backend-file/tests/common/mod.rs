@@ -60,7 +60,7 @@ impl Factory for FileFactory {
                     let entries = document
                         .get(map)
                         .and_then(Value::as_object)
-                        .map_or(0, |map| map.len());
+                        .map_or(0, serde_json::Map::len);
                     footprint.insert(map.to_owned(), entries as u64);
                 }
                 Ok(footprint)

@@ -23,7 +23,7 @@ use tenure_conformance::{
 use tenure_lease_core::backend::queue_rules;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, ExpiredScan, LeaseRecord,
@@ -197,6 +197,15 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
         self.honest.list_dead_letters(queue, limit).await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.honest.list_jobs(queue, state, limit).await
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {

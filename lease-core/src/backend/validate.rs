@@ -711,6 +711,16 @@ pub mod operation {
         super::limit(limit)
     }
 
+    /// `list_jobs`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn list_jobs(queue: &str, limit: usize) -> Result<()> {
+        super::queue(queue)?;
+        super::limit(limit)
+    }
+
     /// `retry_dead_letter`.
     ///
     /// # Errors

@@ -299,6 +299,31 @@ pub trait JobQueue: LeaseStore {
     /// A read: dropping it changes nothing.
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>>;
 
+    /// A queue's jobs, in `state` or in any state, oldest first (by
+    /// creation, then id), at most `limit`: the operator's view of a queue
+    /// ([contract §9](crate::contract)). A read meant for people and
+    /// tools, not for workers' hot paths: its cost grows with the queue's
+    /// jobs (on Redis, with every claimed and finished job of the
+    /// namespace too).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad
+    /// queue name or a limit of 0 or over
+    /// [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT); the
+    /// [store errors](LeaseStore#store-errors), with undecodable jobs
+    /// treated as `list_dead_letters` treats them on that backend.
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>>;
+
     /// An operator's retry of a dead letter: back to the queue with its
     /// attempts reset, visible at once. A job that is not dead-lettered is
     /// answered [`OperatorRetry::NotDeadLettered`], nothing changed.
@@ -394,6 +419,9 @@ macro_rules! forward_job_queue {
             }
             async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
                 (**self).list_dead_letters(queue, limit).await
+            }
+            async fn list_jobs(&self, queue: &str, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
+                (**self).list_jobs(queue, state, limit).await
             }
             async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
                 (**self).retry_dead_letter(id).await

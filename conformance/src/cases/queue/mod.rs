@@ -20,6 +20,7 @@ pub mod claim;
 pub mod complete_many;
 pub mod enqueue;
 pub mod input;
+pub mod list_jobs;
 pub mod reap;
 pub mod retention;
 pub mod settle;
