@@ -1,11 +1,12 @@
 //! The worker to copy: connect by URL, hold each run under a keeper, stop
 //! the work the moment its lease is lost, shut down cleanly.
 //!
-//! `cargo run --example worker --features sqlite [URL]`; the URL defaults
-//! to a SQLite file, `sqlite:worker.db`, and may name any backend whose
-//! feature is on (`postgres://...`, `redis://...`). Each run has a new id,
-//! so running it again is a new run; the scope keeps two copies of the
-//! worker from running the report at once.
+//! The store is the URL given as the first argument, else `TENURE_URL`,
+//! else a SQLite file, `sqlite:worker.db`; any backend whose feature is on
+//! (`cargo run --example worker --features sqlite,postgres --
+//! 'postgres://app@db/jobs?schema=tenure'`: quote a URL with `?` for the
+//! shell). Each run has a new id, so running it again is a new run; the
+//! scope keeps two copies of the worker from running the report at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,9 @@ use tenure::{AdmitOutcome, Keeper, KeeperConfig, LeaseStore, StatusChange};
 
 #[tokio::main]
 async fn main() -> tenure::Result<()> {
-    let url = std::env::args().nth(1);
+    let url = std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("TENURE_URL").ok());
     run(url.as_deref().unwrap_or("sqlite:worker.db")).await
 }
 

@@ -107,7 +107,11 @@ type BoxedSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The error of every store operation: a [`kind`](Error::kind), a message that
 /// says what to do, and the underlying cause when there is one.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints what `Display` does, then the chain of causes, so that
+/// `fn main() -> tenure::Result<()>` reports a failure readably; `{:#?}`
+/// prints the fields.
+#[derive(thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Error {
     kind: ErrorKind,
@@ -115,6 +119,30 @@ pub struct Error {
     field: Option<&'static str>,
     #[source]
     source: Option<BoxedSource>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct("Error")
+                .field("kind", &self.kind)
+                .field("message", &self.message)
+                .field("field", &self.field)
+                .field("source", &self.source)
+                .finish();
+        }
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        if cause.is_some() {
+            f.write_str("\n\nCaused by:")?;
+        }
+        while let Some(error) = cause {
+            write!(f, "\n    {error}")?;
+            cause = error.source();
+        }
+        Ok(())
+    }
 }
 
 impl Error {
