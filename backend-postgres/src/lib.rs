@@ -71,7 +71,9 @@
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
 //!   takeovers, job claims and take-backs alike.
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
-//!   [Admissions](#admissions-one-at-a-time-per-scope));
+//!   [Admissions](#admissions-one-at-a-time-per-scope)); migration 0007
+//!   makes its holder read index lookups on every plan (it was one
+//!   sequential scan of `leases` per admission);
 //! * `fence_gates` (migration 0005): one row per fence gate
 //!   ([`FenceStore`](tenure_lease_core::FenceStore)), the highest fence
 //!   accepted and when it last was, indexed by that time for
