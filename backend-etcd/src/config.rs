@@ -42,7 +42,10 @@ impl EtcdConfig {
 
     /// Settings for these member endpoints (`host:port` or
     /// `http://host:port`) and key prefix.
-    pub fn new<E: Into<String>>(endpoints: impl IntoIterator<Item = E>, prefix: impl Into<String>) -> Self {
+    pub fn new<E: Into<String>>(
+        endpoints: impl IntoIterator<Item = E>,
+        prefix: impl Into<String>,
+    ) -> Self {
         EtcdConfig {
             endpoints: endpoints
                 .into_iter()
@@ -158,7 +161,9 @@ impl EtcdConfig {
     /// Reads `etcd://[user:password@]host:port[,host:port...][/prefix]`.
     fn parse(url: &str) -> Self {
         let Some(rest) = strip_scheme(url) else {
-            return Self::broken("an etcd URL starts with etcd:// (etcd://host:2379,host:2379/prefix)");
+            return Self::broken(
+                "an etcd URL starts with etcd:// (etcd://host:2379,host:2379/prefix)",
+            );
         };
         let (authority, prefix) = match rest.split_once('/') {
             Some((authority, prefix)) if !prefix.is_empty() => (authority, prefix),

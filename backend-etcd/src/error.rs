@@ -18,9 +18,14 @@ pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
 /// Whether a gRPC message reports a connection that was never made.
 fn connect_failure(message: &str) -> bool {
     let message = message.to_ascii_lowercase();
-    ["error trying to connect", "tcp connect error", "connection refused", "service was not ready"]
-        .iter()
-        .any(|marker| message.contains(marker))
+    [
+        "error trying to connect",
+        "tcp connect error",
+        "connection refused",
+        "service was not ready",
+    ]
+    .iter()
+    .any(|marker| message.contains(marker))
 }
 
 /// A client error as the store's error. Anything that may have reached the
@@ -50,10 +55,16 @@ pub(crate) fn store_error(error: etcd_client::Error) -> Error {
                 _ => (ErrorKind::Unavailable, format!("etcd request failed, outcome unknown: {text}")),
             }
         }
-        etcd_client::Error::InvalidArgs(_) | etcd_client::Error::InvalidUri(_) | etcd_client::Error::EndpointError(_) => {
-            (ErrorKind::Config, format!("the etcd endpoints are wrong: {error}"))
-        }
-        _ => (ErrorKind::Unavailable, format!("etcd request failed, outcome unknown: {error}")),
+        etcd_client::Error::InvalidArgs(_)
+        | etcd_client::Error::InvalidUri(_)
+        | etcd_client::Error::EndpointError(_) => (
+            ErrorKind::Config,
+            format!("the etcd endpoints are wrong: {error}"),
+        ),
+        _ => (
+            ErrorKind::Unavailable,
+            format!("etcd request failed, outcome unknown: {error}"),
+        ),
     };
     Error::new(kind, message).with_source(error)
 }

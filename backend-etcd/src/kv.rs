@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
+};
 use tenure_lease_core::{Clock, Error, Result, Timestamp};
 
 use crate::config::EtcdConfig;
@@ -56,7 +58,9 @@ impl Cluster {
             }
         }
         if members.is_empty() {
-            return Err(last_error.unwrap_or_else(|| Error::unavailable("no etcd member to connect to")));
+            return Err(
+                last_error.unwrap_or_else(|| Error::unavailable("no etcd member to connect to"))
+            );
         }
         Ok(Cluster {
             members: members.into(),
@@ -75,11 +79,17 @@ impl Cluster {
             match tokio::time::timeout(self.timeout, client.txn(txn.clone())).await {
                 Err(_) => return Err(timed_out(self.timeout)),
                 Ok(Ok(response)) => return Ok(response),
-                Ok(Err(error)) if never_sent(&error) => last_error = Some(error),
+                Ok(Err(error)) if never_sent(&error) => {
+                    tracing::debug!(%error, "an etcd member cannot be connected to: sending to the next");
+                    last_error = Some(error);
+                }
                 Ok(Err(error)) => return Err(store_error(error)),
             }
         }
-        Err(last_error.map_or_else(|| Error::unavailable("no etcd member to send to"), store_error))
+        Err(last_error.map_or_else(
+            || Error::unavailable("no etcd member to send to"),
+            store_error,
+        ))
     }
 }
 
@@ -136,7 +146,13 @@ impl Snapshot {
     fn state(&self, key: &str) -> Option<Option<&Entry>> {
         match self.entries.get(key) {
             Some(entry) => Some(entry.as_ref()),
-            None if self.prefixes.iter().any(|prefix| key.starts_with(prefix.as_str())) => Some(None),
+            None if self
+                .prefixes
+                .iter()
+                .any(|prefix| key.starts_with(prefix.as_str())) =>
+            {
+                Some(None)
+            }
             None => None,
         }
     }
@@ -147,7 +163,11 @@ impl Snapshot {
             .entries
             .iter()
             .filter(|(key, _)| key.starts_with(prefix))
-            .filter_map(|(key, entry)| entry.as_ref().map(|entry| (key.as_str(), entry.value.as_slice())))
+            .filter_map(|(key, entry)| {
+                entry
+                    .as_ref()
+                    .map(|entry| (key.as_str(), entry.value.as_slice()))
+            })
             .collect();
         found.sort_unstable_by_key(|(key, _)| *key);
         found.into_iter()
@@ -196,7 +216,10 @@ impl<'s> Tx<'s> {
     /// The keys under `prefix` as read (a prefix the operation asked for),
     /// without this attempt's writes. Scanning compares nothing: only what
     /// the attempt then reads or writes must be unchanged at commit.
-    pub(crate) fn scan<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+    pub(crate) fn scan<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
         self.snapshot.under(prefix)
     }
 
@@ -228,7 +251,9 @@ impl<'s> Tx<'s> {
         self.compared
             .iter()
             .map(|key| match self.snapshot.state(key).flatten() {
-                Some(entry) => Compare::mod_revision(key.as_str(), CompareOp::Equal, entry.mod_revision),
+                Some(entry) => {
+                    Compare::mod_revision(key.as_str(), CompareOp::Equal, entry.mod_revision)
+                }
                 None => Compare::version(key.as_str(), CompareOp::Equal, 0),
             })
             .collect()
@@ -274,7 +299,8 @@ impl Runner {
         let mut attempts = 0;
         loop {
             if !wanted.is_empty() {
-                self.fetch(&mut snapshot, std::mem::take(&mut wanted)).await?;
+                self.fetch(&mut snapshot, std::mem::take(&mut wanted))
+                    .await?;
             }
             let mut tx = Tx {
                 snapshot: &snapshot,
@@ -288,12 +314,19 @@ impl Runner {
                 wanted = Reads::keys(std::mem::take(&mut tx.missing));
                 continue;
             }
-            let operations = if answer.is_ok() { tx.operations() } else { Vec::new() };
+            let operations = if answer.is_ok() {
+                tx.operations()
+            } else {
+                Vec::new()
+            };
             if operations.is_empty() && snapshot.reads <= 1 {
                 return answer;
             }
             let compares = tx.compares();
-            let response = self.cluster.txn(Txn::new().when(compares).and_then(operations)).await?;
+            let response = self
+                .cluster
+                .txn(Txn::new().when(compares).and_then(operations))
+                .await?;
             if response.succeeded() {
                 return answer;
             }
@@ -321,18 +354,24 @@ impl Runner {
             .collect();
         snapshot.asked.merge(reads);
         while !asked.is_empty() {
-            let part: Vec<(String, bool)> = asked.drain(..asked.len().min(self.max_txn_ops)).collect();
+            let part: Vec<(String, bool)> =
+                asked.drain(..asked.len().min(self.max_txn_ops)).collect();
             let operations: Vec<TxnOp> = part
                 .iter()
                 .map(|(key, is_prefix)| {
-                    TxnOp::get(key.as_str(), is_prefix.then(|| GetOptions::new().with_prefix()))
+                    TxnOp::get(
+                        key.as_str(),
+                        is_prefix.then(|| GetOptions::new().with_prefix()),
+                    )
                 })
                 .collect();
             let response = self.cluster.txn(Txn::new().and_then(operations)).await?;
             snapshot.reads += 1;
             for ((key, is_prefix), answer) in part.into_iter().zip(response.op_responses()) {
                 let TxnOpResponse::Get(got) = answer else {
-                    return Err(Error::unavailable("etcd answered a read with something else"));
+                    return Err(Error::unavailable(
+                        "etcd answered a read with something else",
+                    ));
                 };
                 if !is_prefix {
                     snapshot.entries.insert(key.clone(), None);

@@ -34,7 +34,11 @@ impl EtcdStore {
 
     /// The records of one scan, or `Corrupt` for the first that cannot be
     /// decoded among those `relevant` may concern (`None`: any).
-    fn decoded(&self, tx: &Tx<'_>, keep: impl Fn(&LeaseRecord) -> bool) -> Result<Vec<LeaseRecord>> {
+    fn decoded(
+        &self,
+        tx: &Tx<'_>,
+        keep: impl Fn(&LeaseRecord) -> bool,
+    ) -> Result<Vec<LeaseRecord>> {
         let mut records = Vec::new();
         for scanned in self.scan_records(tx) {
             match scanned {
@@ -157,7 +161,10 @@ impl LeaseStore for EtcdStore {
         let keys = &self.keys;
         self.runner
             .run(Reads::keys([keys.record(id)]), |tx| {
-                tenure_lease_core::backend::engine::RecordTransaction::load(&mut Records { tx, keys }, id)
+                tenure_lease_core::backend::engine::RecordTransaction::load(
+                    &mut Records { tx, keys },
+                    id,
+                )
             })
             .await
     }
@@ -167,7 +174,9 @@ impl LeaseStore for EtcdStore {
         let reads = Reads::default().prefix(self.keys.records());
         let mut records = self
             .runner
-            .run(reads, |tx| self.decoded(tx, |record| record.scopes.contains(scope)))
+            .run(reads, |tx| {
+                self.decoded(tx, |record| record.scopes.contains(scope))
+            })
             .await?;
         records.sort_by_key(rules::newest_first);
         Ok(records)

@@ -175,7 +175,9 @@ impl EtcdStore {
             .op_responses()
             .into_iter()
             .map(|answer| match answer {
-                etcd_client::TxnOpResponse::Delete(deleted) => u64::try_from(deleted.deleted()).unwrap_or(0),
+                etcd_client::TxnOpResponse::Delete(deleted) => {
+                    u64::try_from(deleted.deleted()).unwrap_or(0)
+                }
                 _ => 0,
             })
             .sum())
@@ -242,4 +244,3 @@ impl EtcdStore {
         }
     }
 }
-

@@ -126,7 +126,8 @@ impl JobQueue for EtcdStore {
                 let mut claimed = Vec::with_capacity(chosen.len());
                 for mut job in chosen {
                     let fence = Records { tx, keys }.draw_fence()?;
-                    let claim = rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
+                    let claim =
+                        rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
                     self.save_job(tx, &job);
                     claimed.push(ClaimedJob { job, claim });
                 }

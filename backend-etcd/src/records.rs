@@ -35,7 +35,9 @@ impl Records<'_, '_> {
             Some(bytes) => std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(|text| text.parse::<u64>().ok())
-                .ok_or_else(|| Error::corrupt(format!("the fence counter {key:?} is not a number")))?,
+                .ok_or_else(|| {
+                    Error::corrupt(format!("the fence counter {key:?} is not a number"))
+                })?,
         };
         let next = last
             .checked_add(1)
@@ -52,7 +54,10 @@ impl RecordTransaction for Records<'_, '_> {
 
     fn load(&mut self, id: &str) -> Result<Option<LeaseRecord>> {
         let key = self.keys.record(id);
-        self.tx.read(&key)?.map(|bytes| decode(&key, &bytes)).transpose()
+        self.tx
+            .read(&key)?
+            .map(|bytes| decode(&key, &bytes))
+            .transpose()
     }
 
     fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
-use crate::servers::{fresh_dir, free_port, READY_BOUND, REAP_STEP};
+use crate::servers::{free_port, fresh_dir, READY_BOUND, REAP_STEP};
 
 /// The `etcd` server program (Debian's `etcd-server`).
 const ETCD: &str = "/usr/bin/etcd";
@@ -96,7 +96,9 @@ impl PrivateEtcd {
         [ETCD, ETCDCTL]
             .into_iter()
             .find(|program| !Path::new(program).exists())
-            .map(|program| format!("{program} is not installed (apt-get install etcd-server etcd-client)"))
+            .map(|program| {
+                format!("{program} is not installed (apt-get install etcd-server etcd-client)")
+            })
     }
 
     /// Starts a cluster of `size` members; answers once every member
@@ -161,7 +163,11 @@ impl PrivateEtcd {
     /// Kills member `index` (SIGKILL, by its PID) and waits until it has
     /// exited.
     pub async fn kill(&mut self, index: usize) -> io::Result<()> {
-        match self.members.get_mut(index).and_then(|member| member.process.take()) {
+        match self
+            .members
+            .get_mut(index)
+            .and_then(|member| member.process.take())
+        {
             Some(running) => running.stop().await,
             None => Ok(()),
         }
@@ -193,7 +199,8 @@ impl PrivateEtcd {
         let statuses: serde_json::Value = serde_json::from_slice(&output.stdout)
             .map_err(|error| io::Error::other(format!("etcdctl endpoint status: {error}")))?;
         let leader_of = |status: &serde_json::Value| status["Status"]["leader"].as_u64();
-        let member_of = |status: &serde_json::Value| status["Status"]["header"]["member_id"].as_u64();
+        let member_of =
+            |status: &serde_json::Value| status["Status"]["header"]["member_id"].as_u64();
         let statuses = statuses.as_array().cloned().unwrap_or_default();
         let leader = statuses
             .iter()
@@ -235,7 +242,10 @@ impl PrivateEtcd {
             if tokio::time::Instant::now() >= give_up {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("etcd members {running:?} not healthy within {READY_BOUND:?} (logs in {})", self.base.display()),
+                    format!(
+                        "etcd members {running:?} not healthy within {READY_BOUND:?} (logs in {})",
+                        self.base.display()
+                    ),
                 ));
             }
             tokio::time::sleep(HEALTH_STEP).await;
@@ -247,14 +257,23 @@ impl PrivateEtcd {
     async fn launch(&mut self, index: usize) -> io::Result<()> {
         let member = &self.members[index];
         let client_url = format!("http://{}", member.endpoint());
-        let state = if member.dir.exists() { "existing" } else { "new" };
+        let state = if member.dir.exists() {
+            "existing"
+        } else {
+            "new"
+        };
         let mut watchdog = Command::new("sh")
             .args(["-c", WATCHDOG, "sh"])
             .env("LOG", self.base.join(format!("{}.log", member.name)))
             .args(["--name", &member.name])
             .arg("--data-dir")
             .arg(&member.dir)
-            .args(["--listen-client-urls", &client_url, "--advertise-client-urls", &client_url])
+            .args([
+                "--listen-client-urls",
+                &client_url,
+                "--advertise-client-urls",
+                &client_url,
+            ])
             .args(["--listen-peer-urls", &member.peer_url()])
             .args(["--initial-advertise-peer-urls", &member.peer_url()])
             .args(["--initial-cluster", &self.initial_cluster])
@@ -273,14 +292,17 @@ impl PrivateEtcd {
             .take()
             .ok_or_else(|| io::Error::other("the etcd watchdog's output is not piped"))?;
         let mut line = String::new();
-        let read = tokio::time::timeout(READY_BOUND, BufReader::new(stdout).read_line(&mut line)).await;
+        let read =
+            tokio::time::timeout(READY_BOUND, BufReader::new(stdout).read_line(&mut line)).await;
         let pid = match read {
             Ok(Ok(_)) => line.trim().parse::<u32>().ok(),
             _ => None,
         };
         let Some(pid) = pid else {
             let _ = watchdog.start_kill();
-            return Err(io::Error::other(format!("the etcd watchdog did not report a PID: {line:?}")));
+            return Err(io::Error::other(format!(
+                "the etcd watchdog did not report a PID: {line:?}"
+            )));
         };
         self.members[index].process = Some(Running {
             watchdog,
@@ -300,7 +322,9 @@ impl Drop for PrivateEtcd {
                 // The watchdog kills its member once the pipe closes.
                 drop(running.lifeline.take());
                 let give_up = std::time::Instant::now() + READY_BOUND;
-                while matches!(running.watchdog.try_wait(), Ok(None)) && std::time::Instant::now() < give_up {
+                while matches!(running.watchdog.try_wait(), Ok(None))
+                    && std::time::Instant::now() < give_up
+                {
                     std::thread::sleep(REAP_STEP);
                 }
             }

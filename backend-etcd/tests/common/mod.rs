@@ -80,7 +80,12 @@ impl Factory for EtcdFactory {
     /// Keys per kind under the case's prefix.
     fn footprint_probe(&self) -> Option<FootprintProbe<EtcdStore>> {
         Some(Arc::new(|store: Arc<EtcdStore>| {
-            Box::pin(async move { store.footprint().await.map(|counts| counts.into_iter().collect::<Footprint>()) })
+            Box::pin(async move {
+                store
+                    .footprint()
+                    .await
+                    .map(|counts| counts.into_iter().collect::<Footprint>())
+            })
         }))
     }
 }
