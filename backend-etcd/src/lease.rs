@@ -32,8 +32,8 @@ impl EtcdStore {
             .collect()
     }
 
-    /// The records of one scan, or `Corrupt` for the first that cannot be
-    /// decoded among those `relevant` may concern (`None`: any).
+    /// The records of one scan that `keep` keeps, or `Corrupt` for the
+    /// first record that cannot be decoded (there is no partial answer).
     fn decoded(
         &self,
         tx: &Tx<'_>,
