@@ -3,7 +3,7 @@
 //!
 //! | key | value |
 //! | --- | --- |
-//! | `<prefix>/fence` | the last fence drawn, decimal |
+//! | `<prefix>/fence` | empty: put blindly by every fence draw, whose revision the fences come from |
 //! | `<prefix>/r/<id>` | a lease record, JSON |
 //! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
 //! | `<prefix>/j/<id>` | a job, JSON |
@@ -32,7 +32,7 @@ impl Keys {
         }
     }
 
-    /// The fence counter.
+    /// The key every fence draw puts.
     pub(crate) fn fence(&self) -> &str {
         &self.fence
     }

@@ -10,6 +10,20 @@
 //! is applied, and the operation reads again and decides again. A decision
 //! that needs a key it was not given asks for it ([`Tx::read`] notes it as
 //! missing) and is decided again once it is read.
+//!
+//! ## Fences from etcd's revision
+//!
+//! A decision that hands out fences ([`Tx::next_fence`]) is decided once to
+//! count them; the runner then draws them with one blind put of the fence
+//! key (no compare: it never loses a race) and decides again on the same
+//! snapshot with them. etcd's revision strictly increases across the whole
+//! cluster and is never reused, so `revision × FENCES_PER_DRAW + i` is a
+//! fence nobody else is ever handed. Drawn after everything the decision
+//! read, it is greater than every fence stored in what it read (each was
+//! drawn before its own write committed); whatever comes after the commit
+//! draws later, greater ones. Fences drawn before a lost race or a later
+//! read are thrown away, never reused: the sequence may skip, never go
+//! back. No operation contends for a counter.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,7 +40,12 @@ use crate::error::{never_sent, store_error, timed_out};
 
 /// How often an operation decides again after losing a race before it
 /// answers a retryable `Unavailable`.
-const MAX_ATTEMPTS: u32 = 64;
+const MAX_ATTEMPTS: u32 = 100;
+/// The longest pause before deciding again: a lost race waits a random
+/// time below `min(BACKOFF_CAP, 1 ms × 2^attempts)` first, so writers
+/// contending for one key (a hot scope, a job every claimer wants) spread out
+/// instead of colliding again at once.
+const BACKOFF_CAP: Duration = Duration::from_millis(64);
 
 /// The members of the cluster, one client each, tried in turn.
 ///
@@ -179,6 +198,9 @@ impl Snapshot {
 pub(crate) struct Tx<'s> {
     snapshot: &'s Snapshot,
     now: Timestamp,
+    /// Fences drawn for this decision, and how many it has handed out.
+    fences: &'s [u64],
+    fences_used: usize,
     missing: BTreeSet<String>,
     compared: BTreeSet<String>,
     writes: BTreeMap<String, Option<Vec<u8>>>,
@@ -211,6 +233,16 @@ impl<'s> Tx<'s> {
                 Err(Error::unavailable(format!("etcd key {key:?} is read next")))
             }
         }
+    }
+
+    /// The next fence for this decision. When the runner has not drawn
+    /// enough yet, answers a stand-in (0) and notes the shortfall: the
+    /// decision is then made again, with enough fences, and the stand-in
+    /// never leaves the attempt.
+    pub(crate) fn next_fence(&mut self) -> u64 {
+        let fence = self.fences.get(self.fences_used).copied().unwrap_or(0);
+        self.fences_used += 1;
+        fence
     }
 
     /// The keys under `prefix` as read (a prefix the operation asked for),
@@ -270,6 +302,11 @@ impl<'s> Tx<'s> {
     }
 }
 
+/// How many fences one draw yields, at most: the most one operation hands
+/// out (an admission interrupting 64 holders, a claim of 1000 jobs) is
+/// below it.
+pub(crate) const FENCES_PER_DRAW: u64 = 1024;
+
 /// The store's connection and clock: runs operations.
 #[derive(Clone)]
 pub(crate) struct Runner {
@@ -277,6 +314,8 @@ pub(crate) struct Runner {
     pub(crate) clock: Arc<dyn Clock>,
     /// At most this many reads in one etcd read.
     pub(crate) max_txn_ops: usize,
+    /// The key whose revision each fence draw takes.
+    pub(crate) fence_key: String,
 }
 
 impl Runner {
@@ -289,22 +328,42 @@ impl Runner {
     pub(crate) async fn run<T>(
         &self,
         reads: Reads,
-        mut decide: impl FnMut(&mut Tx<'_>) -> Result<T> + Send,
+        decide: impl FnMut(&mut Tx<'_>) -> Result<T> + Send,
     ) -> Result<T>
+    where
+        T: Send,
+    {
+        self.run_counted(reads, decide)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`run`](Self::run), also answering how many races the operation
+    /// lost before it was decided.
+    pub(crate) async fn run_counted<T>(
+        &self,
+        reads: Reads,
+        mut decide: impl FnMut(&mut Tx<'_>) -> Result<T> + Send,
+    ) -> Result<(T, u32)>
     where
         T: Send,
     {
         let mut snapshot = Snapshot::default();
         let mut wanted = reads;
+        let mut fences: Vec<u64> = Vec::new();
         let mut attempts = 0;
         loop {
             if !wanted.is_empty() {
                 self.fetch(&mut snapshot, std::mem::take(&mut wanted))
                     .await?;
+                // Fences must be drawn after everything read.
+                fences.clear();
             }
             let mut tx = Tx {
                 snapshot: &snapshot,
                 now: self.clock.now(),
+                fences: &fences,
+                fences_used: 0,
                 missing: BTreeSet::new(),
                 compared: BTreeSet::new(),
                 writes: BTreeMap::new(),
@@ -314,13 +373,18 @@ impl Runner {
                 wanted = Reads::keys(std::mem::take(&mut tx.missing));
                 continue;
             }
+            if tx.fences_used > fences.len() {
+                let needed = tx.fences_used;
+                fences = self.draw_fences(needed).await?;
+                continue;
+            }
             let operations = if answer.is_ok() {
                 tx.operations()
             } else {
                 Vec::new()
             };
             if operations.is_empty() && snapshot.reads <= 1 {
-                return answer;
+                return answer.map(|answer| (answer, attempts));
             }
             let compares = tx.compares();
             let response = self
@@ -328,7 +392,7 @@ impl Runner {
                 .txn(Txn::new().when(compares).and_then(operations))
                 .await?;
             if response.succeeded() {
-                return answer;
+                return answer.map(|answer| (answer, attempts));
             }
             attempts += 1;
             if attempts >= MAX_ATTEMPTS {
@@ -338,9 +402,43 @@ impl Runner {
                 )));
             }
             tracing::debug!(attempts, "etcd transaction lost a race, deciding again");
+            let ceiling = BACKOFF_CAP.min(Duration::from_millis(1 << attempts.min(6)));
+            tokio::time::sleep(ceiling.mul_f64(fastrand::f64())).await;
             wanted = std::mem::take(&mut snapshot.asked);
             snapshot = Snapshot::default();
         }
+    }
+
+    /// `count` fresh fences, in increasing order, from one blind put of the
+    /// fence key: its revision times [`FENCES_PER_DRAW`], plus 0 to
+    /// `count − 1`.
+    async fn draw_fences(&self, count: usize) -> Result<Vec<u64>> {
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
+        if count > FENCES_PER_DRAW {
+            return Err(Error::new(
+                tenure_lease_core::ErrorKind::InvalidInput,
+                format!("one operation may hand out at most {FENCES_PER_DRAW} fences, not {count}"),
+            ));
+        }
+        let draw = Txn::new().and_then([TxnOp::put(self.fence_key.as_str(), "", None)]);
+        let response = self.cluster.txn(draw).await?;
+        let revision = response
+            .header()
+            .map(etcd_client::ResponseHeader::revision)
+            .and_then(|revision| u64::try_from(revision).ok())
+            .filter(|revision| *revision > 0)
+            .ok_or_else(|| Error::unavailable("etcd answered a fence draw without its revision"))?;
+        let base = revision
+            .checked_mul(FENCES_PER_DRAW)
+            .filter(|base| {
+                base + FENCES_PER_DRAW <= tenure_lease_core::backend::validate::MAX_GATE_FENCE
+            })
+            .ok_or_else(|| {
+                Error::corrupt(format!(
+                    "etcd's revision {revision} is past what fences can carry"
+                ))
+            })?;
+        Ok((0..count).map(|offset| base + offset).collect())
     }
 
     /// Reads `reads` into `snapshot`, as few etcd reads as the transaction

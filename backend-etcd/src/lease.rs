@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::backend::engine;
 use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::telemetry;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
@@ -62,16 +63,19 @@ impl LeaseStore for EtcdStore {
         let metadata = validate::admit(request)?;
         let keys = &self.keys;
         let reads = Reads::keys(
-            [keys.record(&request.id), keys.fence().to_owned()]
+            [keys.record(&request.id)]
                 .into_iter()
                 .chain(request.scopes.iter().map(|scope| keys.scope(scope))),
         );
-        self.runner
-            .run(reads, |tx| {
+        let (admission, retries) = self
+            .runner
+            .run_counted(reads, |tx| {
                 let now = tx.now();
                 engine::admit(&mut Records { tx, keys }, now, request, metadata.clone())
             })
-            .await
+            .await?;
+        telemetry::admit_retried("etcd", &request.id, retries);
+        Ok(admission)
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
@@ -119,7 +123,7 @@ impl LeaseStore for EtcdStore {
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
         validate::claim_for_takeover(request)?;
         let keys = &self.keys;
-        let reads = Reads::keys([keys.record(&request.id), keys.fence().to_owned()]);
+        let reads = Reads::keys([keys.record(&request.id)]);
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();

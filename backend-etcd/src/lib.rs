@@ -12,20 +12,28 @@
 //! ## How an operation runs
 //!
 //! Every operation is **one etcd transaction**. The store reads the keys it
-//! starts from (the record, the scopes' holders, the fence counter) at one
-//! revision, decides in Rust with the same rules as every other backend
+//! starts from (the record, the scopes' holders) at one revision, decides in Rust with the same rules as every other backend
 //! ([`tenure_lease_core::backend`]), and commits its writes in a transaction
 //! that first compares every key it read or writes with the revision it was
 //! read at (`mod_revision`, or `version == 0` for a key that was absent).
 //! When another writer changed one of them in between, nothing is applied
 //! and the operation decides again on fresh reads: contention costs a
-//! retry, never a wrong answer. An operation that loses 64 races in a row
-//! answers a retryable `Unavailable`, having changed nothing.
+//! retry, never a wrong answer. An operation that loses 100 races in a row
+//! answers a retryable `Unavailable`, having changed nothing. Between two
+//! attempts it waits a random pause (below 1 ms, doubling per lost race, at
+//! most 64 ms), so writers contending for one key spread out.
 //!
 //! Keys live under the configured prefix (see [`EtcdConfig`]): one per
-//! record, one per held scope, one per job, one per fence gate, and one
-//! fence counter, drawn by leases and jobs alike, so every claim holds a
-//! fence above any before it.
+//! record, one per held scope, one per job, one per fence gate, and the
+//! fence key. Fences come from etcd's cluster-wide revision: an operation
+//! that hands out fences first decides to count them, then draws them
+//! with one blind put of the fence key (its revision × 1024, plus 0 to
+//! 1023), drawn after everything it read, and decides again with them. So
+//! leases and jobs share one sequence, every claim holds a fence above any
+//! stored in what it read and below any drawn after it committed, no
+//! operation contends for a counter, and a leader change or a restart
+//! never hands a fence out twice. Fences are large numbers (the revision
+//! times 1024) with gaps.
 //!
 //! ## The clock: etcd has none to offer
 //!
@@ -146,6 +154,7 @@ impl EtcdStore {
                 cluster,
                 clock: config.clock.clone(),
                 max_txn_ops: config.max_txn_ops,
+                fence_key: Keys::new(config.key_prefix()).fence().to_owned(),
             },
             keys: Keys::new(config.key_prefix()),
             config,
@@ -158,9 +167,9 @@ impl EtcdStore {
     }
 
     /// Deletes every key under this store's prefix (records, jobs, gates,
-    /// the fence counter) and answers how many, in one transaction. For
-    /// tests and decommissioning: a store reusing the prefix afterwards
-    /// starts its fences from 1 again.
+    /// the fence key) and answers how many, in one transaction. For tests
+    /// and decommissioning. Fences come from etcd's revision, so a store
+    /// reusing the prefix afterwards still hands out greater ones.
     ///
     /// # Errors
     ///

@@ -1,5 +1,5 @@
 //! The [`JobQueue`] side of [`EtcdStore`]: one key per job beside the
-//! leases, fences from the same counter, decisions from the shared
+//! leases, fences from the same sequence, decisions from the shared
 //! [`queue_rules`](rules); each operation one optimistic transaction.
 
 use std::collections::BTreeSet;
@@ -15,7 +15,7 @@ use tenure_lease_core::queue::{
 use tenure_lease_core::{Error, Result, Timestamp};
 
 use crate::kv::{Reads, Tx};
-use crate::records::{decode, encode, Records};
+use crate::records::{decode, encode};
 use crate::EtcdStore;
 
 impl EtcdStore {
@@ -109,10 +109,8 @@ impl JobQueue for EtcdStore {
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(request)?;
-        let keys = &self.keys;
-        // The fence counter is written once, whatever the number of jobs.
-        let limit = request.limit.min(self.runner.max_txn_ops - 1);
-        let reads = Reads::keys([keys.fence().to_owned()]).prefix(keys.jobs());
+        let limit = request.limit.min(self.runner.max_txn_ops);
+        let reads = Reads::default().prefix(self.keys.jobs());
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
@@ -125,7 +123,7 @@ impl JobQueue for EtcdStore {
                 chosen.truncate(limit);
                 let mut claimed = Vec::with_capacity(chosen.len());
                 for mut job in chosen {
-                    let fence = Records { tx, keys }.draw_fence()?;
+                    let fence = tx.next_fence();
                     let claim =
                         rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
                     self.save_job(tx, &job);
@@ -194,8 +192,7 @@ impl JobQueue for EtcdStore {
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         validate::take_back(claim, ttl)?;
-        let keys = &self.keys;
-        let reads = Reads::keys([keys.job(&claim.id), keys.fence().to_owned()]);
+        let reads = Reads::keys([self.keys.job(&claim.id)]);
         self.runner
             .run(reads, |tx| {
                 let Some(mut job) = self.load_job(tx, &claim.id)? else {
@@ -204,7 +201,7 @@ impl JobQueue for EtcdStore {
                 if let Err(refusal) = rules::judge_take_back(Some(&job), claim) {
                     return Ok(TakeBack::NotTaken(refusal));
                 }
-                let fence = Records { tx, keys }.draw_fence()?;
+                let fence = tx.next_fence();
                 let claim = rules::take_back_job(&mut job, ttl, fence, tx.now());
                 self.save_job(tx, &job);
                 Ok(TakeBack::Taken(ClaimedJob { job, claim }))

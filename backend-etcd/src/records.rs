@@ -1,4 +1,4 @@
-//! Lease records, jobs and the fence counter over a [`Tx`]: the shared
+//! Lease records and their scopes over a [`Tx`]: the shared
 //! engine's [`RecordTransaction`], and decoding what the store keeps.
 
 use serde::de::DeserializeOwned;
@@ -26,27 +26,6 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
-impl Records<'_, '_> {
-    /// Draws the next fence of the store-wide sequence.
-    pub(crate) fn draw_fence(&mut self) -> Result<u64> {
-        let key = self.keys.fence();
-        let last = match self.tx.read(key)? {
-            None => 0,
-            Some(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|text| text.parse::<u64>().ok())
-                .ok_or_else(|| {
-                    Error::corrupt(format!("the fence counter {key:?} is not a number"))
-                })?,
-        };
-        let next = last
-            .checked_add(1)
-            .ok_or_else(|| Error::corrupt("the fence counter is exhausted"))?;
-        self.tx.put(key, next.to_string().into_bytes());
-        Ok(next)
-    }
-}
-
 impl RecordTransaction for Records<'_, '_> {
     fn exists(&mut self, id: &str) -> Result<bool> {
         Ok(self.tx.read(&self.keys.record(id))?.is_some())
@@ -72,7 +51,7 @@ impl RecordTransaction for Records<'_, '_> {
     }
 
     fn next_fence(&mut self) -> Result<u64> {
-        self.draw_fence()
+        Ok(self.tx.next_fence())
     }
 
     fn insert(&mut self, record: &LeaseRecord) -> Result<()> {

@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions,
-};
+use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 
 use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
@@ -68,7 +66,11 @@ impl RawEtcd {
 
     /// Applies `then` if `when` holds; true when it did.
     async fn txn(&self, when: Vec<Compare>, then: Vec<TxnOp>) -> BenchResult<bool> {
-        let response = self.client.clone().txn(Txn::new().when(when).and_then(then)).await?;
+        let response = self
+            .client
+            .clone()
+            .txn(Txn::new().when(when).and_then(then))
+            .await?;
         Ok(response.succeeded())
     }
 
@@ -98,7 +100,11 @@ impl RawEtcd {
             };
             let mut operations = vec![TxnOp::delete(key.as_str(), None)];
             operations.extend(then(&key, &value));
-            let when = vec![Compare::mod_revision(key.as_str(), CompareOp::Equal, revision)];
+            let when = vec![Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                revision,
+            )];
             if self.txn(when, operations).await? {
                 return Ok(Some((key, value)));
             }
@@ -115,15 +121,23 @@ impl RawBaseline for RawEtcd {
     async fn insert(&self, key: &str, owner: &str, _ttl: Duration) -> BenchResult<bool> {
         let key = self.key("lease", key);
         let when = vec![Compare::version(key.as_str(), CompareOp::Equal, 0)];
-        self.txn(when, vec![TxnOp::put(key.as_str(), format!("{owner}:1"), None)])
-            .await
+        self.txn(
+            when,
+            vec![TxnOp::put(key.as_str(), format!("{owner}:1"), None)],
+        )
+        .await
     }
 
     async fn cas(&self, key: &str, owner: &str, fence: u64, _ttl: Duration) -> BenchResult<bool> {
         let key = self.key("lease", key);
         let value = format!("{owner}:{fence}");
-        let when = vec![Compare::value(key.as_str(), CompareOp::Equal, value.as_str())];
-        self.txn(when, vec![TxnOp::put(key.as_str(), value, None)]).await
+        let when = vec![Compare::value(
+            key.as_str(),
+            CompareOp::Equal,
+            value.as_str(),
+        )];
+        self.txn(when, vec![TxnOp::put(key.as_str(), value, None)])
+            .await
     }
 
     async fn seed_jobs(&self, queue: &str, count: usize) -> BenchResult<()> {
@@ -143,7 +157,11 @@ impl RawBaseline for RawEtcd {
         let claimed = self
             .pop_first(&prefix, |key, _| {
                 let id = &key[prefix.len()..];
-                vec![TxnOp::put(self.key("claimed", &format!("{queue}/{id}")), worker, None)]
+                vec![TxnOp::put(
+                    self.key("claimed", &format!("{queue}/{id}")),
+                    worker,
+                    None,
+                )]
             })
             .await?;
         Ok(claimed.map(|(key, _)| key[prefix.len()..].to_owned()))
@@ -152,7 +170,8 @@ impl RawBaseline for RawEtcd {
     async fn complete_job(&self, queue: &str, id: &str, worker: &str) -> BenchResult<bool> {
         let key = self.key("claimed", &format!("{queue}/{id}"));
         let when = vec![Compare::value(key.as_str(), CompareOp::Equal, worker)];
-        self.txn(when, vec![TxnOp::delete(key.as_str(), None)]).await
+        self.txn(when, vec![TxnOp::delete(key.as_str(), None)])
+            .await
     }
 }
 
@@ -181,14 +200,23 @@ impl PeerSession for EtcdPeer {
         let key = self.raw.key("lock", scope);
         let when = vec![Compare::version(key.as_str(), CompareOp::Equal, 0)];
         self.raw
-            .txn(when, vec![TxnOp::put(key.as_str(), self.token.as_str(), None)])
+            .txn(
+                when,
+                vec![TxnOp::put(key.as_str(), self.token.as_str(), None)],
+            )
             .await
     }
 
     async fn release(&mut self, scope: &str) -> BenchResult<()> {
         let key = self.raw.key("lock", scope);
-        let when = vec![Compare::value(key.as_str(), CompareOp::Equal, self.token.as_str())];
-        self.raw.txn(when, vec![TxnOp::delete(key.as_str(), None)]).await?;
+        let when = vec![Compare::value(
+            key.as_str(),
+            CompareOp::Equal,
+            self.token.as_str(),
+        )];
+        self.raw
+            .txn(when, vec![TxnOp::delete(key.as_str(), None)])
+            .await?;
         Ok(())
     }
 }
@@ -219,7 +247,11 @@ struct EtcdWaiter {
 impl EtcdWaiter {
     /// Takes the wake-up if it is there.
     async fn take_wake_up(&mut self) -> BenchResult<bool> {
-        let when = vec![Compare::version(self.wake_up.as_str(), CompareOp::Greater, 0)];
+        let when = vec![Compare::version(
+            self.wake_up.as_str(),
+            CompareOp::Greater,
+            0,
+        )];
         self.raw
             .txn(when, vec![TxnOp::delete(self.wake_up.as_str(), None)])
             .await
@@ -230,7 +262,10 @@ impl EtcdWaiter {
 impl WakeSession for EtcdWaiter {
     async fn enqueue(&mut self, scope: &str) -> BenchResult<()> {
         // uuid v7 ids sort by time: key order is arrival order.
-        let key = self.raw.key("waiters", &format!("{scope}/{}", tenure_lease_core::generate_id()));
+        let key = self.raw.key(
+            "waiters",
+            &format!("{scope}/{}", tenure_lease_core::generate_id()),
+        );
         let response = self
             .raw
             .client
@@ -255,7 +290,11 @@ impl WakeSession for EtcdWaiter {
             .await?;
         let woken = tokio::time::timeout(timeout, async {
             while let Some(response) = watch.message().await? {
-                if response.events().iter().any(|event| event.event_type() == EventType::Put) {
+                if response
+                    .events()
+                    .iter()
+                    .any(|event| event.event_type() == EventType::Put)
+                {
                     return BenchResult::Ok(true);
                 }
             }
@@ -271,7 +310,11 @@ impl WakeSession for EtcdWaiter {
         // Timed out: leave the queue, unless a waker already took this
         // session out of it, in which case its wake-up is there to take.
         let when = vec![Compare::version(queue_key.as_str(), CompareOp::Greater, 0)];
-        if self.raw.txn(when, vec![TxnOp::delete(queue_key.as_str(), None)]).await? {
+        if self
+            .raw
+            .txn(when, vec![TxnOp::delete(queue_key.as_str(), None)])
+            .await?
+        {
             return Ok(false);
         }
         self.take_wake_up().await
