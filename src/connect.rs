@@ -37,7 +37,7 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// | `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite:rel/path` | `SqliteStore` | `sqlite` |
 /// | `postgres://...`, `postgresql://...` (`?schema=NAME`) | `PgStore` | `postgres` |
 /// | `redis://...`, `rediss://...`, `redis+unix://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
-/// | `etcd://[user:password@]host:port[,host:port...][/prefix]` | `EtcdStore` | `etcd` |
+/// | `etcd://[user:password@]host:port[,host:port...][/prefix]` (`?max_txn_ops=N`) | `EtcdStore` | `etcd` |
 ///
 /// The `schema` (PostgreSQL) and `namespace` (Redis) query parameters are
 /// taken out of the URL before it reaches the driver; the builder's

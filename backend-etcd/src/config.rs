@@ -11,9 +11,11 @@ use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
 /// How to reach an etcd cluster: its members, the key prefix every key of
 /// this store lives under, optional credentials and timeouts.
 ///
-/// Parsed from a URL `etcd://[user:password@]host:port[,host:port...][/prefix]`
+/// Parsed from a URL
+/// `etcd://[user:password@]host:port[,host:port...][/prefix][?max_txn_ops=N]`
 /// by [`From<&str>`](#impl-From<%26str>-for-EtcdConfig); the prefix defaults
-/// to [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX). Its `Debug` never shows the
+/// to [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX), `max_txn_ops` to
+/// [`DEFAULT_MAX_TXN_OPS`](Self::DEFAULT_MAX_TXN_OPS). Its `Debug` never shows the
 /// password.
 #[derive(Clone)]
 pub struct EtcdConfig {
@@ -158,8 +160,19 @@ impl EtcdConfig {
         Ok(())
     }
 
-    /// Reads `etcd://[user:password@]host:port[,host:port...][/prefix]`.
+    /// Reads `etcd://[user:password@]host:port[,host:port...][/prefix][?max_txn_ops=N]`.
     fn parse(url: &str) -> Self {
+        let (url, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut max_txn_ops = Self::DEFAULT_MAX_TXN_OPS;
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            match pair.split_once('=') {
+                Some(("max_txn_ops", value)) => match value.parse() {
+                    Ok(ops) => max_txn_ops = ops,
+                    Err(_) => return Self::broken("max_txn_ops in the etcd URL must be a number"),
+                },
+                _ => return Self::broken("the etcd URL takes one query parameter, max_txn_ops=N"),
+            }
+        }
         let Some(rest) = strip_scheme(url) else {
             return Self::broken(
                 "an etcd URL starts with etcd:// (etcd://host:2379,host:2379/prefix)",
@@ -181,7 +194,7 @@ impl EtcdConfig {
         if endpoints.is_empty() {
             return Self::broken("the etcd URL names no member: etcd://host:2379[,host:2379...]");
         }
-        let mut config = EtcdConfig::new(endpoints, prefix);
+        let mut config = EtcdConfig::new(endpoints, prefix).max_txn_ops(max_txn_ops);
         config.credentials = credentials;
         config
     }
@@ -243,6 +256,9 @@ mod tests {
         assert_eq!(config.key_prefix(), "jobs");
         assert_eq!(config.user(), Some(("alice", "hunter2")));
         assert!(config.validate().is_ok());
+        let wide = EtcdConfig::from("etcd://h:2379/p?max_txn_ops=4096");
+        assert_eq!(wide.max_txn_ops, 4096);
+        assert_eq!(wide.key_prefix(), "p");
         let plain = EtcdConfig::from("ETCD://127.0.0.1:2379");
         assert_eq!(plain.key_prefix(), EtcdConfig::DEFAULT_PREFIX);
         assert_eq!(plain.user(), None);
@@ -258,7 +274,14 @@ mod tests {
 
     #[test]
     fn bad_urls_are_config_errors() {
-        for url in ["redis://host", "etcd://", "etcd:///prefix", "host:2379"] {
+        for url in [
+            "redis://host",
+            "etcd://",
+            "etcd:///prefix",
+            "host:2379",
+            "etcd://h:2379?max_txn_ops=many",
+            "etcd://h:2379?namespace=x",
+        ] {
             let error = EtcdConfig::from(url).validate().expect_err(url);
             assert_eq!(error.kind(), ErrorKind::Config, "{url}");
         }
