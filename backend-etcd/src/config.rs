@@ -95,8 +95,8 @@ impl EtcdConfig {
     }
 
     /// The cluster's `--max-txn-ops` ([`DEFAULT_MAX_TXN_OPS`](Self::DEFAULT_MAX_TXN_OPS)):
-    /// a claim takes at most this many jobs less one, `renew_many` renews
-    /// in parts of half this many, and a job batch must fit in it.
+    /// a claim takes at most this many jobs, `renew_many` renews
+    /// in parts of this many, and a job batch must fit in it.
     pub fn max_txn_ops(mut self, ops: usize) -> Self {
         self.max_txn_ops = ops;
         self

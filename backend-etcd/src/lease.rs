@@ -15,10 +15,25 @@ use tenure_lease_core::{
 };
 
 use crate::kv::{Reads, Tx};
+
+/// How many parts of one `renew_many` are sent at once.
+const RENEWAL_PARTS_IN_FLIGHT: usize = 8;
 use crate::records::{decode, Records};
 use crate::EtcdStore;
 
 impl EtcdStore {
+    /// `renew_many` for one part that fits in a transaction.
+    async fn renew_part(&self, part: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        let keys = &self.keys;
+        let reads = Reads::keys(part.iter().map(|claim| keys.record(&claim.id)));
+        self.runner
+            .run(reads, |tx| {
+                let now = tx.now();
+                engine::renew_many(&mut Records { tx, keys }, now, part, ttl)
+            })
+            .await
+    }
+
     /// Every record under the records' prefix: decoded, or the key and why
     /// not.
     fn scan_records(&self, tx: &Tx<'_>) -> Vec<std::result::Result<LeaseRecord, SkippedRecord>> {
@@ -91,20 +106,16 @@ impl LeaseStore for EtcdStore {
 
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         validate::renew_many(claims, ttl)?;
-        let keys = &self.keys;
+        // One transaction per part (a transaction holds at most
+        // `max_txn_ops` compares and as many writes), several in flight.
+        let parts: Vec<&[Claim]> = claims.chunks(self.runner.max_txn_ops).collect();
         let mut outcomes = Vec::with_capacity(claims.len());
-        // One transaction per part: a transaction holds at most
-        // `max_txn_ops` compares and as many writes.
-        for part in claims.chunks(self.runner.max_txn_ops / 2) {
-            let reads = Reads::keys(part.iter().map(|claim| keys.record(&claim.id)));
-            outcomes.extend(
-                self.runner
-                    .run(reads, |tx| {
-                        let now = tx.now();
-                        engine::renew_many(&mut Records { tx, keys }, now, part, ttl)
-                    })
-                    .await?,
-            );
+        for group in parts.chunks(RENEWAL_PARTS_IN_FLIGHT) {
+            let renewed = futures_util::future::try_join_all(
+                group.iter().map(|part| self.renew_part(part, ttl)),
+            )
+            .await?;
+            outcomes.extend(renewed.into_iter().flatten());
         }
         Ok(outcomes)
     }

@@ -59,8 +59,8 @@
 //!   sent to the next (it was never sent, so it cannot apply twice); one
 //!   that was sent and timed out, or whose reply was lost, answers `Err`
 //!   with the outcome unknown, as the contract requires.
-//! * Transactions: a claim takes at most `max_txn_ops − 1` jobs at once, a
-//!   `renew_many` renews in parts of `max_txn_ops / 2`, and an admission
+//! * Transactions: a claim takes at most `max_txn_ops` jobs at once, a
+//!   `renew_many` renews in parts of `max_txn_ops`, 8 in flight, and an admission
 //!   over `n` scopes compares about `2n + 2` keys, a job batch of `n` jobs
 //!   writes `n`: raise the cluster's `--max-txn-ops` (default 128) and set
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
