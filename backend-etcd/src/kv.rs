@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse,
 };
 use tenure_lease_core::{Clock, Error, Result, Timestamp};
 
@@ -47,6 +47,10 @@ const MAX_ATTEMPTS: u32 = 100;
 /// instead of colliding again at once.
 const BACKOFF_CAP: Duration = Duration::from_millis(64);
 
+/// The largest answer read from etcd: a scan of a large prefix answers
+/// megabytes, past the gRPC default of 4 MiB.
+const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
+
 /// The members of the cluster, one client each, tried in turn.
 ///
 /// etcd-client's own balancing sends a request to a member that is down
@@ -55,7 +59,7 @@ const BACKOFF_CAP: Duration = Duration::from_millis(64);
 /// lost after sending) is the caller's unknown outcome.
 #[derive(Clone)]
 pub(crate) struct Cluster {
-    members: Arc<[Client]>,
+    members: Arc<[KvClient]>,
     next: Arc<AtomicUsize>,
     timeout: Duration,
 }
@@ -72,7 +76,11 @@ impl Cluster {
         let mut last_error = None;
         for endpoint in config.endpoints() {
             match Client::connect([endpoint.as_str()], Some(options.clone())).await {
-                Ok(client) => members.push(client),
+                Ok(client) => members.push(
+                    client
+                        .kv_client()
+                        .max_decoding_message_size(MAX_ANSWER_BYTES),
+                ),
                 Err(error) => last_error = Some(store_error(error)),
             }
         }
