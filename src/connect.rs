@@ -90,10 +90,11 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
 /// ```
 #[derive(Clone)]
 pub struct Connect {
-    url: String,
+    pub(crate) url: String,
     schema: Option<String>,
     namespace: Option<String>,
     clock: Option<Arc<dyn Clock>>,
+    migrate_schema: bool,
 }
 
 impl Connect {
@@ -104,6 +105,7 @@ impl Connect {
             schema: None,
             namespace: None,
             clock: None,
+            migrate_schema: true,
         }
     }
 
@@ -129,6 +131,19 @@ impl Connect {
         self
     }
 
+    /// Whether opening a PostgreSQL store may create its schema and apply
+    /// the migrations it lacks (the default, `true`). With `false` it
+    /// changes nothing and answers [`ErrorKind::Incompatible`] for a schema
+    /// that lacks any (the backend's `MigrationMode::VerifyOnly`), for a
+    /// role that may not create tables and for tools that must not change
+    /// what they inspect; [`Connect::migrate`] applies them. The other
+    /// backends have no migrations to hold back: SQLite creates or upgrades
+    /// its file's tables whatever this says.
+    pub fn migrate_schema(mut self, migrate: bool) -> Self {
+        self.migrate_schema = migrate;
+        self
+    }
+
     /// Opens the store.
     ///
     /// # Errors
@@ -144,9 +159,7 @@ impl Connect {
             not(any(feature = "memory", feature = "sqlite")),
             allow(unused_variables)
         )]
-        let (scheme, rest) = split_scheme(&self.url)?;
-        let backend = Backend::of(&scheme)?;
-        self.check_options(backend)?;
+        let (backend, rest) = self.backend()?;
         match backend {
             #[cfg(feature = "memory")]
             Backend::Memory => {
@@ -162,32 +175,17 @@ impl Connect {
             }
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => {
-                // The scheme in the lower case `from_url` reads.
-                let url = format!("sqlite:{rest}");
-                let mut config = crate::sqlite::SqliteConfig::from_url(&url)?;
-                if let Some(clock) = self.clock {
-                    config = config.clock(clock);
-                }
+                let config = self.sqlite_config(rest)?;
                 Ok(Arc::new(crate::sqlite::SqliteStore::connect(config).await?))
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                let (url, schema) = take_parameter(&self.url, "schema");
-                let mut config = crate::postgres::PgStoreConfig::new(url);
-                if let Some(schema) = self.schema.or(schema) {
-                    config = config.schema(schema);
-                }
+                let config = self.postgres_config();
                 Ok(Arc::new(crate::postgres::PgStore::connect(config).await?))
             }
             #[cfg(feature = "redis")]
             Backend::Redis => {
-                use crate::redis::RedisConfig;
-                let (url, namespace) = take_parameter(&self.url, "namespace");
-                let namespace = self
-                    .namespace
-                    .or(namespace)
-                    .unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned());
-                let config = RedisConfig::new(url, namespace);
+                let config = self.redis_config();
                 Ok(Arc::new(crate::redis::RedisStore::connect(config).await?))
             }
             #[cfg(feature = "etcd")]
@@ -201,6 +199,55 @@ impl Connect {
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
         }
+    }
+
+    /// The backend the URL names, with what follows the scheme's `:`,
+    /// once the options are checked against it.
+    pub(crate) fn backend(&self) -> Result<(Backend, &str)> {
+        let (scheme, rest) = split_scheme(&self.url)?;
+        let backend = Backend::of(&scheme)?;
+        self.check_options(backend)?;
+        Ok((backend, rest))
+    }
+
+    /// The SQLite config of the location `rest` (what follows `sqlite:`).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn sqlite_config(&self, rest: &str) -> Result<crate::sqlite::SqliteConfig> {
+        // The scheme in the lower case `from_url` reads.
+        let url = format!("sqlite:{rest}");
+        let mut config = crate::sqlite::SqliteConfig::from_url(&url)?;
+        if let Some(clock) = &self.clock {
+            config = config.clock(Arc::clone(clock));
+        }
+        Ok(config)
+    }
+
+    /// The PostgreSQL config: the URL without `?schema=`, the schema.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn postgres_config(&self) -> crate::postgres::PgStoreConfig {
+        use crate::postgres::{MigrationMode, PgStoreConfig};
+        let (url, schema) = take_parameter(&self.url, "schema");
+        let mut config = PgStoreConfig::new(url);
+        if let Some(schema) = self.schema.clone().or(schema) {
+            config = config.schema(schema);
+        }
+        if !self.migrate_schema {
+            config = config.migrations(MigrationMode::VerifyOnly);
+        }
+        config
+    }
+
+    /// The Redis config: the URL without `?namespace=`, the namespace.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis_config(&self) -> crate::redis::RedisConfig {
+        use crate::redis::RedisConfig;
+        let (url, namespace) = take_parameter(&self.url, "namespace");
+        let namespace = self
+            .namespace
+            .clone()
+            .or(namespace)
+            .unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned());
+        RedisConfig::new(url, namespace)
     }
 
     /// Refuses the options `backend` does not take, naming the one that does.
@@ -231,13 +278,14 @@ impl fmt::Debug for Connect {
             .field("schema", &self.schema)
             .field("namespace", &self.namespace)
             .field("clock", &self.clock.is_some())
+            .field("migrate_schema", &self.migrate_schema)
             .finish()
     }
 }
 
 /// The backends a URL may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
+pub(crate) enum Backend {
     Memory,
     Sqlite,
     Postgres,
@@ -278,7 +326,7 @@ impl Backend {
     }
 
     /// The backend's name in messages.
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Backend::Memory => "memory",
             Backend::Sqlite => "SQLite",
@@ -290,7 +338,7 @@ impl Backend {
 }
 
 /// The error for a URL whose backend's feature is off.
-fn feature_disabled(backend: Backend) -> Error {
+pub(crate) fn feature_disabled(backend: Backend) -> Error {
     let feature = backend.feature();
     config_error(format!(
         "{} URLs need the `{feature}` feature of the tenure crate, which is not enabled; \

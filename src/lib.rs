@@ -47,24 +47,37 @@
 //! ```
 
 mod connect;
+mod deployment;
 pub use connect::{connect, Connect, Store};
+pub use deployment::{Finding, Verdict, CLOCK_SKEW_WARNING};
+/// URLs without their passwords, for messages and logs (what every
+/// backend's `Debug` and errors print).
+pub use tenure_lease_core::redact::redact_url;
 
-// What users need; `tenure_lease_core::backend` (rules, validation) and
-// `redact` are for backend authors and stay in the core crate.
+// What users need; `tenure_lease_core::backend` (rules, validation) is for
+// backend authors and stays in the core crate.
 pub use tenure_lease_core::{clock, contract, keeper, layer, queue};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
-    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobGuard, JobQueue,
-    Keeper, KeeperConfig, LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock,
-    NotTakenReason, Renewal, Result, RunGuard, SkippedRecord, StaleFence, Status, StatusChange,
-    SystemClock, Takeover, TakeoverAction, TakeoverRequest, Timestamp, TokioClock, Transition,
-    TransitionRejection, DEFAULT_KIND,
+    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobQueue, LayerExt,
+    LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal, Result,
+    SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover, TakeoverAction,
+    TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection, DEFAULT_KIND,
 };
-pub use tenure_lease_core::{Election, Schedule, Ticker};
+// The keeper, its answers and its errors (each error converts into
+// [`Error`] with `?`).
+pub use tenure_lease_core::{
+    AdmitOutcome, CancelAnywhereOutcome, CancelOutcome, JobGuard, JobWriteError, Keeper,
+    KeeperConfig, KeeperError, KeeperHealth, KeeperState, LossCause, OwnershipLost, ReconcileError,
+    ReconcileReport, RunGuard, ShutdownReport, WriteError,
+};
+pub use tenure_lease_core::{
+    Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker,
+};
 
 // The README's Rust snippets (those not marked `ignore`), compiled and run
-// as doctests; they use the memory and SQLite backends.
-#[cfg(all(doctest, feature = "memory", feature = "sqlite"))]
+// as doctests; they use every backend, so they build with `full`.
+#[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
 

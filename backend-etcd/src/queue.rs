@@ -152,6 +152,37 @@ impl JobQueue for EtcdStore {
         self.settle(claim, rules::complete_job).await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        let mut settled = Vec::with_capacity(claims.len());
+        // One transaction per part that fits in one; within a part, claims
+        // are settled in order, each seeing the ones before it.
+        for part in claims.chunks(self.runner.max_txn_ops) {
+            let reads = Reads::keys(part.iter().map(|claim| self.keys.job(&claim.id)));
+            let answers = self
+                .runner
+                .run(reads, |tx| {
+                    let mut answers = Vec::with_capacity(part.len());
+                    for claim in part {
+                        let job = self.load_job(tx, &claim.id)?;
+                        answers.push(match (rules::judge_job(job.as_ref(), claim), job) {
+                            (Ok(()), Some(mut job)) => {
+                                rules::complete_job(&mut job, tx.now());
+                                self.save_job(tx, &job);
+                                JobSettle::Settled(job)
+                            }
+                            (Err(loss), _) => JobSettle::Rejected(loss),
+                            (Ok(()), None) => JobSettle::Rejected(JobLoss::Missing),
+                        });
+                    }
+                    Ok(answers)
+                })
+                .await?;
+            settled.extend(answers);
+        }
+        Ok(settled)
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
         self.settle(claim, |job, now| rules::fail_job(job, error, action, now))
@@ -228,6 +259,30 @@ impl JobQueue for EtcdStore {
                 dead.sort_by(|a, b| rules::dead_letter_order(a).cmp(&rules::dead_letter_order(b)));
                 dead.truncate(limit);
                 Ok(dead)
+            })
+            .await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        self.runner
+            .run(Reads::default().prefix(self.keys.jobs()), |tx| {
+                let mut listed: Vec<Job> = self
+                    .scan_jobs(tx)
+                    .into_iter()
+                    .filter(|job| {
+                        job.queue == queue && state.is_none_or(|state| job.state == state)
+                    })
+                    .collect();
+                listed
+                    .sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
+                listed.truncate(limit);
+                Ok(listed)
             })
             .await
     }

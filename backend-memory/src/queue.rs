@@ -118,26 +118,39 @@ impl MemoryStore {
         write: impl FnOnce(&mut Job, Timestamp) -> T,
     ) -> std::result::Result<(Job, T), JobLoss> {
         let now = self.now();
-        let mut state = self.lock();
-        let Some(job) = state.jobs.get(&claim.id) else {
+        self.lock().write_claimed(claim, now, write)
+    }
+
+    fn settle(&self, claim: &JobClaim, write: impl FnOnce(&mut Job, Timestamp)) -> JobSettle {
+        settled(self.write_claimed(claim, write))
+    }
+}
+
+fn settled(written: std::result::Result<(Job, ()), JobLoss>) -> JobSettle {
+    match written {
+        Ok((job, ())) => JobSettle::Settled(job),
+        Err(loss) => JobSettle::Rejected(loss),
+    }
+}
+
+impl State {
+    /// [`MemoryStore::write_claimed`] under a lock already held.
+    fn write_claimed<T>(
+        &mut self,
+        claim: &JobClaim,
+        now: Timestamp,
+        write: impl FnOnce(&mut Job, Timestamp) -> T,
+    ) -> std::result::Result<(Job, T), JobLoss> {
+        let Some(job) = self.jobs.get(&claim.id) else {
             return Err(JobLoss::Missing);
         };
         rules::judge_job(Some(job), claim)?;
         let mut job = job.clone();
         let answer = write(&mut job, now);
-        state.jobs.put(job.clone());
+        self.jobs.put(job.clone());
         Ok((job, answer))
     }
 
-    fn settle(&self, claim: &JobClaim, write: impl FnOnce(&mut Job, Timestamp)) -> JobSettle {
-        match self.write_claimed(claim, write) {
-            Ok((job, ())) => JobSettle::Settled(job),
-            Err(loss) => JobSettle::Rejected(loss),
-        }
-    }
-}
-
-impl State {
     fn reject_known_job_ids<'a>(&self, mut ids: impl Iterator<Item = &'a str>) -> Result<()> {
         match ids.find(|id| self.jobs.contains(id)) {
             Some(id) => Err(Error::job_already_exists(id)),
@@ -208,6 +221,16 @@ impl JobQueue for MemoryStore {
         Ok(self.settle(claim, rules::complete_job))
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        let now = self.now();
+        let mut state = self.lock();
+        Ok(claims
+            .iter()
+            .map(|claim| settled(state.write_claimed(claim, now, rules::complete_job)))
+            .collect())
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
         Ok(self.settle(claim, |job, now| rules::fail_job(job, error, action, now)))
@@ -273,6 +296,23 @@ impl JobQueue for MemoryStore {
             .collect();
         dead.sort_by(|a, b| rules::dead_letter_order(a).cmp(&rules::dead_letter_order(b)));
         Ok(dead.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        let jobs = self.lock();
+        let mut listed: Vec<&Job> = jobs
+            .jobs
+            .all()
+            .filter(|job| job.queue == queue && state.is_none_or(|state| job.state == state))
+            .collect();
+        listed.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
+        Ok(listed.into_iter().take(limit).cloned().collect())
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {

@@ -10,7 +10,7 @@
 //! those same rules. The choices `fail` and `reap` make per job (requeue or
 //! dead-letter) are the rules' `attempt < max_attempts`, written as `CASE`.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -64,6 +64,18 @@ impl PgStore {
             |row| Ok(JobSettle::Settled(decode::trusted_job(row)?)),
             move || async move { Ok(self.job_loss(claim).await?.map(JobSettle::Rejected)) },
         )
+        .await
+    }
+
+    /// `complete` of a valid claim.
+    async fn complete_one(&self, claim: &JobClaim) -> Result<JobSettle> {
+        let fence = fence_param(claim.fence);
+        self.settle("complete", claim, || {
+            sqlx::query(&self.sql.jobs.complete)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+        })
         .await
     }
 
@@ -223,14 +235,46 @@ impl JobQueue for PgStore {
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         self.bounded("complete", async move {
             validate::complete(claim)?;
-            let fence = fence_param(claim.fence);
-            self.settle("complete", claim, || {
-                sqlx::query(&self.sql.jobs.complete)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence)
-            })
-            .await
+            self.complete_one(claim).await
+        })
+        .await
+    }
+
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        self.bounded("complete_many", async move {
+            validate::complete_many(claims)?;
+            if claims.is_empty() {
+                return Ok(Vec::new());
+            }
+            let ids: Vec<&str> = claims.iter().map(|claim| claim.id.as_str()).collect();
+            let owners: Vec<&str> = claims.iter().map(|claim| claim.owner.as_str()).collect();
+            let fences: Vec<i64> = claims
+                .iter()
+                .map(|claim| fence_param(claim.fence))
+                .collect();
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.complete_many)
+                        .bind(&ids)
+                        .bind(&owners)
+                        .bind(&fences)
+                })
+                .await?;
+            let mut completed = HashMap::with_capacity(rows.len());
+            for row in &rows {
+                let job = decode::trusted_job(row)?;
+                completed.insert(job.id.clone(), job);
+            }
+            // A claim the statement did not complete is refused: `complete`
+            // explains it (and settles the rare claim that changed under it).
+            let mut answers = Vec::with_capacity(claims.len());
+            for claim in claims {
+                answers.push(match completed.remove(&claim.id) {
+                    Some(job) => JobSettle::Settled(job),
+                    None => self.complete_one(claim).await?,
+                });
+            }
+            Ok(answers)
         })
         .await
     }
@@ -341,6 +385,28 @@ impl JobQueue for PgStore {
                 })
                 .await?;
             Ok(self.jobs_skipping_undecodable("list_dead_letters", &rows))
+        })
+        .await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.bounded("list_jobs", async move {
+            validate::list_jobs(queue, limit)?;
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.list_jobs)
+                        .bind(queue)
+                        .bind(state.map(JobState::as_str))
+                        // Validated to at most `validate::MAX_LIST_LIMIT`.
+                        .bind(limit as i64)
+                })
+                .await?;
+            Ok(self.jobs_skipping_undecodable("list_jobs", &rows))
         })
         .await
     }

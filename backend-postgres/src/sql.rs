@@ -166,6 +166,9 @@ pub(crate) struct JobStatements {
     pub(crate) renew: String,
     /// Fenced.
     pub(crate) complete: String,
+    /// `$1` ids, `$2` owners, `$3` fences, one claim per index → the jobs
+    /// those claims completed (each job named once).
+    pub(crate) complete_many: String,
     /// Fenced; `$4` error, `$5` retry (else dead-letter), `$6` backoff.
     pub(crate) fail: String,
     /// Fenced; `$4` missing capabilities.
@@ -179,6 +182,8 @@ pub(crate) struct JobStatements {
     pub(crate) get: String,
     /// `$1` queue, `$2` limit.
     pub(crate) list_dead_letters: String,
+    /// `$1` queue, `$2` state or NULL for any, `$3` limit.
+    pub(crate) list_jobs: String,
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
     /// `$1` retention → `purged`, the count of deleted finished jobs whose
@@ -241,6 +246,13 @@ impl JobStatements {
                 "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
                  updated_at = now() WHERE {claimed_by} RETURNING {job}"
             ),
+            complete_many: format!(
+                "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
+                 updated_at = now() \
+                 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS c(id, owner, fence) \
+                 WHERE j.id = c.id AND j.state = 'claimed' AND j.owner = c.owner \
+                   AND j.fence = c.fence RETURNING {job}"
+            ),
             fail: format!(
                 "UPDATE {s}.jobs j SET last_error = $4, lease_expires_at = NULL, updated_at = now(), \
                  state = CASE WHEN {retry} THEN 'queued' ELSE 'dead_lettered' END, \
@@ -282,6 +294,11 @@ impl JobStatements {
             list_dead_letters: format!(
                 "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 AND j.state = 'dead_lettered' \
                  ORDER BY j.updated_at, j.id LIMIT $2"
+            ),
+            list_jobs: format!(
+                "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 \
+                   AND ($2::text IS NULL OR j.state = $2::text) \
+                 ORDER BY j.created_at, j.id LIMIT $3"
             ),
             retry_dead_letter: format!(
                 "UPDATE {s}.jobs j SET state = 'queued', dead_reason = NULL, attempt = 0, \

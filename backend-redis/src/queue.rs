@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use redis::FromRedisValue;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, Error, Result};
 
@@ -147,6 +147,25 @@ impl JobQueue for RedisStore {
         self.settle(&invocation).await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SCRIPTS.complete_many.prepare_invoke();
+        invocation
+            .key(self.keys.claimed_jobs())
+            .key(self.keys.finished_jobs());
+        for claim in claims {
+            invocation
+                .key(self.keys.job(&claim.id))
+                .arg(&claim.id)
+                .arg(&claim.owner)
+                .arg(claim.fence);
+        }
+        decode::settles(self.script(&invocation).await?)
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
         let (action, backoff) = match action {
@@ -220,6 +239,27 @@ impl JobQueue for RedisStore {
         invocation
             .key(self.keys.dead_letters(queue))
             .arg(self.keys.prefix())
+            .arg(limit);
+        decode::jobs(self.script(&invocation).await?)
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        let mut invocation = SCRIPTS.list_jobs.prepare_invoke();
+        invocation
+            .key(self.keys.ready(queue))
+            .key(self.keys.delayed(queue))
+            .key(self.keys.claimed_jobs())
+            .key(self.keys.finished_jobs())
+            .key(self.keys.dead_letters(queue))
+            .arg(self.keys.prefix())
+            .arg(queue)
+            .arg(state.map_or("", JobState::as_str))
             .arg(limit);
         decode::jobs(self.script(&invocation).await?)
     }

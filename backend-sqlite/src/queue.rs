@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::Result;
 
@@ -69,6 +69,21 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| queue_ops::complete(transaction, now, &claim))
+            })
+            .await
+    }
+
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        validate::complete_many(claims)?;
+        let claims = claims.to_vec();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    claims
+                        .iter()
+                        .map(|claim| queue_ops::complete(transaction, now, claim))
+                        .collect()
+                })
             })
             .await
     }
@@ -133,6 +148,21 @@ impl JobQueue for SqliteStore {
             .run(move |session| {
                 session
                     .read(|connection, _| queue_ops::list_dead_letters(connection, &queue, limit))
+            })
+            .await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        validate::list_jobs(queue, limit)?;
+        let queue = queue.to_owned();
+        self.connection
+            .run(move |session| {
+                session.read(|connection, _| queue_ops::list_jobs(connection, &queue, state, limit))
             })
             .await
     }

@@ -49,6 +49,12 @@ const DEAD_LETTERS: &str = select_jobs!(
     " ORDER BY updated_at, id LIMIT ?2"
 );
 
+/// `?1` queue, `?2` state or NULL for any, `?3` limit.
+const JOBS_OF_A_QUEUE: &str = select_jobs!(
+    "WHERE queue = ?1 AND (?2 IS NULL OR state = ?2)",
+    " ORDER BY created_at, id LIMIT ?3"
+);
+
 pub(crate) fn enqueue(connection: &Connection, now: Timestamp, new: &NewJob) -> Result<Job> {
     jobs::refuse_existing_job(connection, &new.id)?;
     let job = rules::new_job(new, now);
@@ -236,21 +242,39 @@ pub(crate) fn list_dead_letters(
     queue: &str,
     limit: usize,
 ) -> Result<Vec<Job>> {
-    let mut statement = connection
-        .prepare_cached(DEAD_LETTERS)
-        .map_err(map_sqlite_error)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    select_all(connection, DEAD_LETTERS, params![queue, limit])
+}
+
+pub(crate) fn list_jobs(
+    connection: &Connection,
+    queue: &str,
+    state: Option<JobState>,
+    limit: usize,
+) -> Result<Vec<Job>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let state = state.map(JobState::as_str);
+    select_all(connection, JOBS_OF_A_QUEUE, params![queue, state, limit])
+}
+
+/// Every job `sql` selects; an undecodable one fails the read.
+fn select_all(
+    connection: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<Job>> {
+    let mut statement = connection.prepare_cached(sql).map_err(map_sqlite_error)?;
     let rows = statement
-        .query_map(params![queue, limit], |row| Ok(decode_job(row)))
+        .query_map(params, |row| Ok(decode_job(row)))
         .map_err(map_sqlite_error)?;
-    let mut dead = Vec::new();
+    let mut jobs = Vec::new();
     for row in rows {
-        dead.push(
+        jobs.push(
             row.map_err(map_sqlite_error)?
                 .map_err(Undecodable::into_error)?,
         );
     }
-    Ok(dead)
+    Ok(jobs)
 }
 
 pub(crate) fn retry_dead_letter(

@@ -1,4 +1,5 @@
-//! One error type for every store operation.
+//! One error type for every store operation, and the one every other error
+//! of the crate converts into.
 //!
 //! An `Err` from a [`LeaseStore`](crate::LeaseStore) never means "lost" or
 //! "conflict": those are typed outcomes. It means one of two things, and
@@ -11,6 +12,34 @@
 //!   [`ErrorKind::Timeout`], [`ErrorKind::Corrupt`], ...): the outcome is
 //!   **unknown**. The caller must not assume the write happened, nor that it
 //!   did not. [`Error::is_retryable`] tells whether trying again may help.
+//!
+//! The keeper's errors ([`KeeperError`](crate::keeper::KeeperError),
+//! [`WriteError`](crate::keeper::WriteError),
+//! [`OwnershipLost`](crate::keeper::OwnershipLost),
+//! [`JobWriteError`](crate::keeper::JobWriteError),
+//! [`ReconcileError`](crate::keeper::ReconcileError)) and a
+//! [`StaleFence`](crate::StaleFence) say more, for the callers that must
+//! match on them; each converts into an `Error` with `?`, so a function that
+//! answers [`Result`] can call all of them. The conversion keeps the class:
+//! a store error stays what it was, an error that means "this work is no
+//! longer yours" becomes [`ErrorKind::OwnershipLost`], one that means "this
+//! keeper takes no more work" [`ErrorKind::Stopped`]. The specific error is
+//! kept as the [`source`](std::error::Error::source), so it can be
+//! recovered with [`Error::downcast_source`]:
+//!
+//! ```
+//! use tenure_lease_core::keeper::{LossCause, OwnershipLost};
+//! use tenure_lease_core::{Error, ErrorKind};
+//!
+//! fn check(lost: OwnershipLost) -> tenure_lease_core::Result<()> {
+//!     Err(lost)?
+//! }
+//!
+//! let lost = OwnershipLost { id: "report-1".into(), cause: LossCause::DeadlinePassed };
+//! let error = check(lost.clone()).unwrap_err();
+//! assert_eq!(error.kind(), ErrorKind::OwnershipLost);
+//! assert_eq!(error.downcast_source::<OwnershipLost>(), Some(&lost));
+//! ```
 
 use std::fmt;
 
@@ -41,6 +70,14 @@ pub enum ErrorKind {
     Incompatible,
     /// The store was configured wrongly (bad URL, bad schema name...).
     Config,
+    /// The lease (or job claim) is no longer this owner's: a peer took it
+    /// over, its lease expired unrenewed, a fence newer than the caller's
+    /// was seen, or the keeper could not confirm it before its deadline.
+    /// Stop the work; retrying the same write cannot succeed.
+    OwnershipLost,
+    /// The keeper is shutting down, or its heartbeat failed: it takes no
+    /// new work. Start another keeper (or finish shutting down).
+    Stopped,
 }
 
 impl ErrorKind {
@@ -54,6 +91,8 @@ impl ErrorKind {
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Incompatible => "incompatible",
             ErrorKind::Config => "config",
+            ErrorKind::OwnershipLost => "ownership_lost",
+            ErrorKind::Stopped => "stopped",
         }
     }
 }
@@ -68,7 +107,11 @@ type BoxedSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The error of every store operation: a [`kind`](Error::kind), a message that
 /// says what to do, and the underlying cause when there is one.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints what `Display` does, then the chain of causes, so that
+/// `fn main() -> tenure::Result<()>` reports a failure readably; `{:#?}`
+/// prints the fields.
+#[derive(thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Error {
     kind: ErrorKind,
@@ -76,6 +119,30 @@ pub struct Error {
     field: Option<&'static str>,
     #[source]
     source: Option<BoxedSource>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct("Error")
+                .field("kind", &self.kind)
+                .field("message", &self.message)
+                .field("field", &self.field)
+                .field("source", &self.source)
+                .finish();
+        }
+        write!(f, "{self}")?;
+        let mut cause = std::error::Error::source(self);
+        if cause.is_some() {
+            f.write_str("\n\nCaused by:")?;
+        }
+        while let Some(error) = cause {
+            write!(f, "\n    {error}")?;
+            cause = error.source();
+        }
+        Ok(())
+    }
 }
 
 impl Error {
@@ -129,6 +196,20 @@ impl Error {
         Error::new(ErrorKind::Corrupt, message)
     }
 
+    /// An [`ErrorKind::OwnershipLost`] error: stop the work.
+    pub fn ownership_lost(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::OwnershipLost, message)
+    }
+
+    /// `specific` as an error of `kind`: its text as the message, itself as
+    /// the source (see [`downcast_source`](Error::downcast_source)).
+    pub(crate) fn converted(
+        kind: ErrorKind,
+        specific: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::new(kind, specific.to_string()).with_source(specific)
+    }
+
     /// Attaches the underlying cause.
     pub fn with_source(mut self, source: impl Into<BoxedSource>) -> Self {
         self.source = Some(source.into());
@@ -161,7 +242,19 @@ impl Error {
     pub fn is_outcome_unknown(&self) -> bool {
         !matches!(
             self.kind,
-            ErrorKind::InvalidInput | ErrorKind::AlreadyExists | ErrorKind::Config
+            ErrorKind::InvalidInput
+                | ErrorKind::AlreadyExists
+                | ErrorKind::Config
+                | ErrorKind::OwnershipLost
+                | ErrorKind::Stopped
         )
+    }
+
+    /// The underlying cause, if it is an `E`: how a caller gets back the
+    /// specific error an `Error` was converted from (e.g. a
+    /// [`WriteError`](crate::keeper::WriteError) turned into an `Error` by
+    /// `?`).
+    pub fn downcast_source<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.source.as_deref()?.downcast_ref::<E>()
     }
 }

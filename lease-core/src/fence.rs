@@ -268,3 +268,12 @@ impl<S: FenceStore + ?Sized> FenceStore for &S {
         (**self).purge_fences(unused_for).await
     }
 }
+
+/// `?` from [`FenceCheck::into_result`] into a function answering
+/// [`crate::Result`]: [`ErrorKind::OwnershipLost`](crate::ErrorKind::OwnershipLost),
+/// since a stale fence means its worker no longer owns the lease.
+impl From<StaleFence> for crate::Error {
+    fn from(stale: StaleFence) -> Self {
+        crate::Error::converted(crate::ErrorKind::OwnershipLost, stale)
+    }
+}

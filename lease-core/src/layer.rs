@@ -59,8 +59,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -87,6 +87,9 @@ pub struct Operation<'a> {
     /// The claims of a batch (`renew_many`); empty for every other
     /// operation.
     pub batch: &'a [Claim],
+    /// The job claims of a batch (`complete_many`); empty for every other
+    /// operation.
+    pub job_batch: &'a [JobClaim],
 }
 
 impl<'a> Operation<'a> {
@@ -97,6 +100,7 @@ impl<'a> Operation<'a> {
             owner: None,
             fence: None,
             batch: &[],
+            job_batch: &[],
         }
     }
 
@@ -244,8 +248,9 @@ impl Hook for Tracing {
             outcome = field::Empty,
             retries = field::Empty,
         );
-        if !operation.batch.is_empty() {
-            span.record("claims", operation.batch.len());
+        let batch = operation.batch.len().max(operation.job_batch.len());
+        if batch > 0 {
+            span.record("claims", batch);
         }
         let traced = async move {
             let started = Instant::now();
@@ -425,7 +430,9 @@ impl Faults {
         let index = rules.iter().position(|(name, id, _)| {
             *name == operation.name
                 && id.as_deref().is_none_or(|id| {
-                    operation.id == Some(id) || operation.batch.iter().any(|claim| claim.id == id)
+                    operation.id == Some(id)
+                        || operation.batch.iter().any(|claim| claim.id == id)
+                        || operation.job_batch.iter().any(|claim| claim.id == id)
                 })
         })?;
         Some(match rules[index].2 {
@@ -617,6 +624,16 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         self.hook.call(operation, self.inner.complete(claim)).await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        let operation = Operation {
+            job_batch: claims,
+            ..Operation::named("complete_many")
+        };
+        self.hook
+            .call(operation, self.inner.complete_many(claims))
+            .await
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         let operation = Operation::job_claim("fail", claim);
         self.hook
@@ -652,6 +669,18 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         let operation = Operation::named("list_dead_letters");
         self.hook
             .call(operation, self.inner.list_dead_letters(queue, limit))
+            .await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        let operation = Operation::named("list_jobs");
+        self.hook
+            .call(operation, self.inner.list_jobs(queue, state, limit))
             .await
     }
 
@@ -741,6 +770,7 @@ answer! {
         JobSettle::Settled(_) => "settled",
         JobSettle::Rejected(_) => "rejected",
     };
+    Vec<JobSettle> => |_answer| "answered";
     ReapReport => |_answer| "reaped";
     TakeBack => |answer| match answer {
         TakeBack::Taken(_) => "taken",

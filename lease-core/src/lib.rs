@@ -42,8 +42,12 @@ mod store;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceCheck, FenceGate, FenceStore, StaleFence};
-pub use keeper::{Election, Schedule, Ticker};
-pub use keeper::{JobGuard, Keeper, KeeperConfig, RunGuard};
+pub use keeper::{
+    AdmitOutcome, CancelAnywhereOutcome, CancelOutcome, JobGuard, JobWriteError, Keeper,
+    KeeperConfig, KeeperError, KeeperHealth, KeeperState, LossCause, OwnershipLost, ReconcileError,
+    ReconcileReport, RunGuard, ShutdownReport, WriteError,
+};
+pub use keeper::{Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker};
 pub use layer::{Instrumented, LayerExt};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,

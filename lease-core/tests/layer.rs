@@ -145,6 +145,10 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
     store.defer(first, &BTreeSet::new()).await.unwrap();
     store.complete(second).await.unwrap();
     store
+        .complete_many(std::slice::from_ref(second))
+        .await
+        .unwrap();
+    store
         .fail(first, "boom", FailAction::DeadLetter)
         .await
         .unwrap();
@@ -152,6 +156,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
     store.take_back(first, TTL).await.unwrap();
     store.get_job("job-1").await.unwrap();
     store.list_dead_letters("q", 10).await.unwrap();
+    store.list_jobs("q", None, 10).await.unwrap();
     store.retry_dead_letter("job-1").await.unwrap();
     store.purge_jobs(Duration::from_secs(60)).await.unwrap();
 
@@ -177,11 +182,13 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             "renew_job",
             "defer",
             "complete",
+            "complete_many",
             "fail",
             "reap",
             "take_back",
             "get_job",
             "list_dead_letters",
+            "list_jobs",
             "retry_dead_letter",
             "purge_jobs",
         ],

@@ -188,6 +188,11 @@ pub(crate) fn settle(reply: Value) -> Result<JobSettle> {
     }
 }
 
+/// The reply of `complete_many.lua`: one settle reply per claim.
+pub(crate) fn settles(reply: Value) -> Result<Vec<JobSettle>> {
+    array(reply)?.into_iter().map(settle).collect()
+}
+
 /// The reply of `reap.lua`. Jobs the script could not judge, or handled but
 /// this side cannot decode, are logged and left out.
 pub(crate) fn reaped(reply: Value) -> Result<ReapReport> {

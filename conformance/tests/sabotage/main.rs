@@ -23,7 +23,7 @@ use tenure_conformance::{
 use tenure_lease_core::backend::queue_rules;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, ExpiredScan, LeaseRecord,
@@ -76,6 +76,14 @@ trait Bug: Default + Send + Sync + 'static {
 
     async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
         honest.complete(claim).await
+    }
+
+    async fn complete_many(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+    ) -> Result<Vec<JobSettle>> {
+        honest.complete_many(claims).await
     }
 
     /// What the bug keeps beside the honest store, for the growth case.
@@ -163,6 +171,10 @@ impl<B: Bug> JobQueue for Broken<B> {
         self.bug.complete(&self.honest, claim).await
     }
 
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        self.bug.complete_many(&self.honest, claims).await
+    }
+
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         self.honest.fail(claim, error, action).await
     }
@@ -185,6 +197,15 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
         self.honest.list_dead_letters(queue, limit).await
+    }
+
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>> {
+        self.honest.list_jobs(queue, state, limit).await
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
@@ -520,6 +541,38 @@ impl Bug for CompleteByAnyOldCopy {
     }
 }
 
+/// A batch completion that checks only the first claim's fence and trusts
+/// the rest of the batch to match it.
+#[derive(Default)]
+struct CompleteManyJudgesTheFirstClaimOnly;
+
+#[async_trait]
+impl Bug for CompleteManyJudgesTheFirstClaimOnly {
+    async fn complete_many(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+    ) -> Result<Vec<JobSettle>> {
+        let mut answers = Vec::with_capacity(claims.len());
+        for (index, claim) in claims.iter().enumerate() {
+            let current = match honest.get_job(&claim.id).await? {
+                Some(job)
+                    if index > 0 && job.state == tenure_lease_core::queue::JobState::Claimed =>
+                {
+                    JobClaim {
+                        owner: job.owner.clone().unwrap_or_default(),
+                        fence: job.fence,
+                        ..claim.clone()
+                    }
+                }
+                _ => claim.clone(),
+            };
+            answers.push(honest.complete(&current).await?);
+        }
+        Ok(answers)
+    }
+}
+
 /// A completion that decides before it writes: it checks the claim, waits a
 /// round trip, and answers completed whatever happened in between (here, a
 /// reap).
@@ -783,6 +836,14 @@ async fn catches_a_limit_applied_before_the_cutoff() {
 async fn catches_an_old_copy_completing_a_requeued_job() {
     assert_caught::<CompleteByAnyOldCopy>(&["queue_old_copy_is_refused_after_every_state_change"])
         .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_completion_that_judges_one_claim_for_all() {
+    assert_caught::<CompleteManyJudgesTheFirstClaimOnly>(&[
+        "queue_complete_many_settles_each_claim_as_complete_would",
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

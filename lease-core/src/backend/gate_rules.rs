@@ -45,10 +45,12 @@ pub fn judge_stored(resource: &str, stored: u64, presented: u64) -> Result<Fence
 }
 
 /// `Corrupt`: the stored gate of `resource` cannot be decoded, for `why`.
+/// Worded for any layout (a table, keys, a file), so every backend answers
+/// damage to a gate alike.
 pub fn undecodable_gate(resource: &str, why: &str) -> Error {
     Error::corrupt(format!(
-        "the stored fence gate of {resource:?} in fence_gates cannot be decoded ({why}); \
-         it needs an operator's attention"
+        "the stored fence gate of {resource:?} cannot be decoded ({why}); \
+         nothing was written over it, and it needs an operator's attention"
     ))
 }
 

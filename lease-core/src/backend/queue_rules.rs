@@ -266,6 +266,11 @@ pub fn retry_dead_letter(job: &mut Job, now: Timestamp) {
     job.updated_at = now;
 }
 
+/// Sort key of `list_jobs`: oldest first, then id.
+pub fn job_listing_order(job: &Job) -> (Timestamp, &str) {
+    (job.created_at, job.id.as_str())
+}
+
 /// Sort key of `list_dead_letters`: oldest update first, then id.
 pub fn dead_letter_order(job: &Job) -> (Timestamp, &str) {
     (job.updated_at, job.id.as_str())

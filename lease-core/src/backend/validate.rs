@@ -278,6 +278,30 @@ pub fn claims(claims: &[Claim]) -> Result<()> {
     claims.iter().try_for_each(claim)
 }
 
+/// A batch of job claims: at most [`MAX_BATCH`], each valid, each job once.
+pub fn job_claims(claims: &[crate::queue::JobClaim]) -> Result<()> {
+    if claims.len() > MAX_BATCH {
+        return Err(Error::invalid_input(
+            "claims",
+            format_args!("{} claims, at most {MAX_BATCH} per call", claims.len()),
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(claims.len());
+    for claim in claims {
+        job_claim(claim)?;
+        if !seen.insert(claim.id.as_str()) {
+            return Err(Error::invalid_input(
+                "claims",
+                format_args!(
+                    "job {:?} is named twice; settle each job once per call",
+                    claim.id
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A status write.
 pub fn status_change(change: &StatusChange) -> Result<()> {
     if change.status == Status::Pending {
@@ -621,6 +645,15 @@ pub mod operation {
         super::job_claim(claim)
     }
 
+    /// `complete_many`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn complete_many(claims: &[JobClaim]) -> Result<()> {
+        super::job_claims(claims)
+    }
+
     /// `fail`.
     ///
     /// # Errors
@@ -674,6 +707,16 @@ pub mod operation {
     ///
     /// As [`admit`].
     pub fn list_dead_letters(queue: &str, limit: usize) -> Result<()> {
+        super::queue(queue)?;
+        super::limit(limit)
+    }
+
+    /// `list_jobs`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn list_jobs(queue: &str, limit: usize) -> Result<()> {
         super::queue(queue)?;
         super::limit(limit)
     }

@@ -385,6 +385,13 @@ impl Election {
         self.watch.clone()
     }
 
+    /// [`shutdown`](Self::shutdown) with a deadline `grace` from now: for
+    /// an election shut down on its own (with its keeper after it, use one
+    /// shared deadline).
+    pub async fn shutdown_within(&self, grace: Duration) -> Option<TermEnd> {
+        self.shutdown(Instant::now() + grace).await
+    }
+
     /// Stops campaigning under `deadline`. A leader is asked to step down
     /// ([`Term::stepping_down`]); once its work has returned, the record is
     /// completed, releasing the scope for a follower at once. Work still

@@ -294,3 +294,20 @@ impl From<OwnershipLost> for JobWriteError {
         JobWriteError::OwnershipLost(lost.cause)
     }
 }
+
+/// `?` from a job's write into a function answering [`crate::Result`]: a
+/// lost job is [`ErrorKind::OwnershipLost`], a queue that could not confirm
+/// keeps its kind, a second settle is [`ErrorKind::InvalidInput`]. The
+/// `JobWriteError` stays the source ([`Error::downcast_source`]).
+impl From<JobWriteError> for Error {
+    fn from(error: JobWriteError) -> Self {
+        let kind = match &error {
+            JobWriteError::OwnershipLost(_) | JobWriteError::TakenAway(_) => {
+                ErrorKind::OwnershipLost
+            }
+            JobWriteError::Unconfirmed(store) | JobWriteError::Invalid(store) => store.kind(),
+            JobWriteError::AlreadySettled => ErrorKind::InvalidInput,
+        };
+        Error::converted(kind, error)
+    }
+}

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::error::{Error, ErrorKind};
 use crate::outcome::LossReason;
 use crate::queue::JobLoss;
 
@@ -67,4 +68,12 @@ pub struct OwnershipLost {
     pub id: String,
     /// Why.
     pub cause: LossCause,
+}
+
+/// `?` from [`check`](super::RunGuard::check) into a function answering
+/// [`crate::Result`]: [`ErrorKind::OwnershipLost`], with this as the source.
+impl From<OwnershipLost> for Error {
+    fn from(lost: OwnershipLost) -> Self {
+        Error::converted(ErrorKind::OwnershipLost, lost)
+    }
 }

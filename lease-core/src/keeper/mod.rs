@@ -195,6 +195,22 @@ pub enum KeeperError {
     NoTtl,
 }
 
+/// `?` from a keeper call into a function answering [`crate::Result`]: a
+/// store error is answered as it was; a keeper that is shutting down or
+/// whose heartbeat failed is [`ErrorKind::Stopped`]; holding jobs without a
+/// ttl is [`ErrorKind::Config`]. The `KeeperError` stays the source
+/// ([`Error::downcast_source`]).
+impl From<KeeperError> for Error {
+    fn from(error: KeeperError) -> Self {
+        let kind = match error {
+            KeeperError::Store(store) => return store,
+            KeeperError::ShuttingDown | KeeperError::HeartbeatFailed => ErrorKind::Stopped,
+            KeeperError::NoTtl => ErrorKind::Config,
+        };
+        Error::converted(kind, error)
+    }
+}
+
 /// The answer of [`Keeper::admit`].
 #[derive(Debug)]
 #[non_exhaustive]
@@ -535,6 +551,12 @@ impl Keeper {
             return Err(ReconcileError::Stopped);
         }
         answer.await.unwrap_or(Err(ReconcileError::Stopped))
+    }
+
+    /// [`shutdown`](Self::shutdown) with a deadline `grace` from now: the
+    /// usual call, `keeper.shutdown_within(Duration::from_secs(10))`.
+    pub async fn shutdown_within(&self, grace: Duration) -> ShutdownReport {
+        self.shutdown(Instant::now() + grace).await
     }
 
     /// Stops the keeper under one shared `deadline`: no new leases or

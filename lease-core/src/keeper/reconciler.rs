@@ -32,7 +32,7 @@ use super::config::{OrphanHandling, ReconcileAction};
 use super::health::{self, Task};
 use super::run_guard::RunGuard;
 use super::{telemetry, Shared, ORPHANED, RELEASED, RELEASED_ERROR};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::outcome::{SkippedRecord, Takeover};
 use crate::record::LeaseRecord;
 use crate::request::{ExpiredQuery, TakeoverAction, TakeoverRequest};
@@ -99,6 +99,21 @@ pub enum ReconcileError {
     /// usual.
     #[error("the reconciler pass panicked: {0}")]
     Panicked(String),
+}
+
+/// `?` from [`Keeper::reconcile_now`](super::Keeper::reconcile_now) into a
+/// function answering [`crate::Result`]: a failed scan keeps its kind, a
+/// stopping keeper is [`ErrorKind::Stopped`], a pass already running or one
+/// that panicked is [`ErrorKind::Unavailable`] (the next pass may do it).
+impl From<ReconcileError> for Error {
+    fn from(error: ReconcileError) -> Self {
+        let kind = match &error {
+            ReconcileError::Scan(store) => store.kind(),
+            ReconcileError::Stopped => ErrorKind::Stopped,
+            ReconcileError::AlreadyRunning | ReconcileError::Panicked(_) => ErrorKind::Unavailable,
+        };
+        Error::converted(kind, error)
+    }
 }
 
 pub(crate) type PassReply = oneshot::Sender<Result<ReconcileReport, ReconcileError>>;

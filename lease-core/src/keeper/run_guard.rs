@@ -15,7 +15,7 @@ use super::held::{HeldRun, Phase, SettleFailure};
 use super::loss::{LossCause, OwnershipLost};
 use super::Shared;
 use crate::backend::rules;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::outcome::{LossReason, Transition, TransitionRejection};
 use crate::record::{Claim, LeaseRecord, Status};
 use crate::request::StatusChange;
@@ -223,5 +223,28 @@ impl RunGuard {
 impl From<OwnershipLost> for WriteError {
     fn from(lost: OwnershipLost) -> Self {
         WriteError::OwnershipLost(lost.cause)
+    }
+}
+
+/// `?` from a run's write into a function answering [`crate::Result`]: a lost
+/// or taken-over run is [`ErrorKind::OwnershipLost`], a store that could not
+/// confirm keeps its kind, a misuse is [`ErrorKind::InvalidInput`]. The
+/// `WriteError` stays the source ([`Error::downcast_source`]).
+impl From<WriteError> for Error {
+    fn from(error: WriteError) -> Self {
+        let kind = match &error {
+            WriteError::OwnershipLost(_)
+            | WriteError::TakenOver
+            | WriteError::Rejected(
+                TransitionRejection::Missing
+                | TransitionRejection::Terminal(_)
+                | TransitionRejection::Stale,
+            ) => ErrorKind::OwnershipLost,
+            WriteError::Unconfirmed(store) | WriteError::Invalid(store) => store.kind(),
+            WriteError::Rejected(TransitionRejection::NotAllowed { .. })
+            | WriteError::NotFinal(_)
+            | WriteError::AlreadyCompleted => ErrorKind::InvalidInput,
+        };
+        Error::converted(kind, error)
     }
 }

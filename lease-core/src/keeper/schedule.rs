@@ -756,6 +756,13 @@ impl Ticker {
         }
     }
 
+    /// [`shutdown`](Self::shutdown) with a deadline `grace` from now: for
+    /// a ticker shut down on its own (with its keeper after it, use one
+    /// shared deadline).
+    pub async fn shutdown_within(&self, grace: Duration) -> TickerReport {
+        self.shutdown(Instant::now() + grace).await
+    }
+
     /// Stops firing new ticks; deliveries in progress may finish until
     /// `deadline`, then are aborted (their runs left to expire). Shut the
     /// ticker down before its keeper.

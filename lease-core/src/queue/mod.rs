@@ -151,6 +151,42 @@ pub trait JobQueue: LeaseStore {
     /// `Rejected(Finished(Completed))`.
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle>;
 
+    /// Completes many jobs in one call, each fenced by its own claim: the
+    /// batched [`complete`](JobQueue::complete), for workers that claim
+    /// jobs in batches. Every backend of this workspace answers it in one
+    /// round trip and one atomic step.
+    ///
+    /// Answers one [`JobSettle`] per claim, in the order given, each what
+    /// `complete` would have answered for that claim alone; a claim that no
+    /// longer holds its job is `Rejected` and the others still complete.
+    /// Each job may appear once per call.
+    ///
+    /// The default completes the claims one by one, for backends without a
+    /// batched path.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim, a job named twice, or more than
+    ///   [`MAX_BATCH`](crate::backend::validate::MAX_BATCH) claims; nothing
+    ///   changed;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when one of
+    ///   the jobs cannot be decoded: the outcome of every claim is then
+    ///   unknown.
+    ///
+    /// # Cancellation
+    ///
+    /// As for `complete`, for each claim: retrying the same claims is safe,
+    /// and those that landed answer `Rejected(Finished(Completed))`.
+    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+        crate::backend::validate::operation::complete_many(claims)?;
+        let mut settled = Vec::with_capacity(claims.len());
+        for claim in claims {
+            settled.push(self.complete(claim).await?);
+        }
+        Ok(settled)
+    }
+
     /// Records a failed attempt: back to the queue after `backoff` when
     /// attempts are left and the action is `Retry`, else dead-lettered
     /// (fenced by the claim; a claim that no longer holds the job is
@@ -263,6 +299,31 @@ pub trait JobQueue: LeaseStore {
     /// A read: dropping it changes nothing.
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>>;
 
+    /// A queue's jobs, in `state` or in any state, oldest first (by
+    /// creation, then id), at most `limit`: the operator's view of a queue
+    /// ([contract §9](crate::contract)). A read meant for people and
+    /// tools, not for workers' hot paths: its cost grows with the queue's
+    /// jobs (on Redis, with every claimed and finished job of the
+    /// namespace too).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad
+    /// queue name or a limit of 0 or over
+    /// [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT); the
+    /// [store errors](LeaseStore#store-errors), with undecodable jobs
+    /// treated as `list_dead_letters` treats them on that backend.
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
+    async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<JobState>,
+        limit: usize,
+    ) -> Result<Vec<Job>>;
+
     /// An operator's retry of a dead letter: back to the queue with its
     /// attempts reset, visible at once. A job that is not dead-lettered is
     /// answered [`OperatorRetry::NotDeadLettered`], nothing changed.
@@ -338,6 +399,9 @@ macro_rules! forward_job_queue {
             async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
                 (**self).complete(claim).await
             }
+            async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
+                (**self).complete_many(claims).await
+            }
             async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
                 (**self).fail(claim, error, action).await
             }
@@ -355,6 +419,9 @@ macro_rules! forward_job_queue {
             }
             async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
                 (**self).list_dead_letters(queue, limit).await
+            }
+            async fn list_jobs(&self, queue: &str, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
+                (**self).list_jobs(queue, state, limit).await
             }
             async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
                 (**self).retry_dead_letter(id).await

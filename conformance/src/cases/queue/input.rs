@@ -229,6 +229,11 @@ pub async fn queue_invalid_input_rejected_and_changes_nothing<S: JobQueue + 'sta
             &format!("complete: {what}"),
         )?;
         expect_invalid(
+            ctx.store.complete_many(std::slice::from_ref(bad)).await,
+            field,
+            &format!("complete_many: {what}"),
+        )?;
+        expect_invalid(
             ctx.store.fail(bad, "boom", FailAction::DeadLetter).await,
             field,
             &format!("fail: {what}"),

@@ -17,8 +17,10 @@
 //! a fresh queue with twice the delay (see `not_yet`).
 
 pub mod claim;
+pub mod complete_many;
 pub mod enqueue;
 pub mod input;
+pub mod list_jobs;
 pub mod reap;
 pub mod retention;
 pub mod settle;

@@ -1,0 +1,217 @@
+//! What the file holds, and how each entry is decoded.
+//!
+//! The file is one JSON document: a format number, the store-wide fence
+//! sequence, and four maps (lease records, the scope index, jobs, fence
+//! gates). Records, jobs and gates are kept as raw JSON values and decoded
+//! one at a time when an operation needs them, so one damaged entry (a hand
+//! edit, a tool of another version) answers `Corrupt` for itself while every
+//! other entry goes on working (contract §10). A file that is not such a
+//! document at all answers `Corrupt` for every operation, and one of another
+//! format `Incompatible`; neither is ever written over.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tenure_lease_core::backend::{gate_rules, queue_rules};
+use tenure_lease_core::queue::Job;
+use tenure_lease_core::{Error, ErrorKind, LeaseRecord, Result, Status, Timestamp};
+
+/// The layout this version reads and writes.
+pub(crate) const FORMAT: u64 = 1;
+
+/// The largest fence the sequence hands out: fences fit a signed 64-bit
+/// integer, as in every other backend, so a larger stored fence is damage.
+pub(crate) const LAST_FENCE: u64 = i64::MAX as u64;
+
+/// The whole store, as the file holds it.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Document {
+    /// [`FORMAT`].
+    pub(crate) format: u64,
+    /// The last fence handed out, to a lease or a job claim: never reused,
+    /// whatever is purged.
+    pub(crate) last_fence: u64,
+    /// Lease records by id.
+    #[serde(default)]
+    pub(crate) records: BTreeMap<String, Value>,
+    /// The active record (its id) holding each held scope.
+    #[serde(default)]
+    pub(crate) holders: BTreeMap<String, String>,
+    /// Jobs by id, a namespace apart from the records.
+    #[serde(default)]
+    pub(crate) jobs: BTreeMap<String, Value>,
+    /// Fence gates by resource.
+    #[serde(default)]
+    pub(crate) gates: BTreeMap<String, Value>,
+}
+
+/// The gate of one resource: the highest fence accepted, and when the last
+/// accepted check was.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Gate {
+    pub(crate) fence: u64,
+    pub(crate) checked_at: Timestamp,
+}
+
+/// A gate as stored, before its fence is checked.
+#[derive(Deserialize)]
+struct StoredGate {
+    fence: i64,
+    checked_at: Timestamp,
+}
+
+impl Document {
+    /// A store nothing was written to yet.
+    pub(crate) fn empty() -> Self {
+        Document {
+            format: FORMAT,
+            last_fence: 0,
+            records: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            gates: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the file's bytes.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` when they are not a store's document, `Incompatible` when
+    /// they are one of another format.
+    pub(crate) fn decode(bytes: &[u8], file: &str) -> Result<Self> {
+        let damaged = |why: String| {
+            Error::corrupt(format!(
+                "{file} is not a tenure file store ({why}); nothing was written over it: \
+                 restore it from a backup, or move it aside to start an empty store"
+            ))
+        };
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|error| damaged(error.to_string()))?;
+        match value.get("format").and_then(Value::as_u64) {
+            Some(FORMAT) => {}
+            Some(other) => {
+                return Err(Error::new(
+                    ErrorKind::Incompatible,
+                    format!(
+                        "{file} is a tenure file store of format {other}, and this version \
+                         reads format {FORMAT} only: open it with the version that wrote it"
+                    ),
+                ))
+            }
+            None => return Err(damaged("it has no format number".to_owned())),
+        }
+        Document::deserialize(&value).map_err(|error| damaged(error.to_string()))
+    }
+
+    /// The bytes the file holds for this document.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` if it cannot be encoded, which no document this crate
+    /// builds causes.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(self)
+            .map_err(|error| Error::corrupt(format!("cannot encode the store: {error}")))
+    }
+
+    /// Draws the next fence of the store-wide sequence.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` when the sequence is damaged (above the largest fence) or
+    /// exhausted.
+    pub(crate) fn next_fence(&mut self) -> Result<u64> {
+        if self.last_fence >= LAST_FENCE {
+            return Err(Error::corrupt(format!(
+                "the fence sequence of the store is at {}, beyond the last fence ({LAST_FENCE}); \
+                 it was damaged, and needs an operator's attention",
+                self.last_fence
+            )));
+        }
+        self.last_fence += 1;
+        Ok(self.last_fence)
+    }
+}
+
+/// Encodes an entry as the file holds it.
+pub(crate) fn encode<T: Serialize>(entry: &T) -> Result<Value> {
+    serde_json::to_value(entry)
+        .map_err(|error| Error::corrupt(format!("cannot encode a store entry: {error}")))
+}
+
+/// `Corrupt`: the stored `what` with `id` cannot be decoded, for `why`.
+pub(crate) fn undecodable(what: &str, id: &str, why: &str) -> Error {
+    Error::corrupt(format!(
+        "the stored {what} {id:?} cannot be decoded ({why}); nothing was written over it, \
+         and it needs an operator's attention"
+    ))
+}
+
+/// The lease record stored under `id`, or why it cannot be read.
+pub(crate) fn record(id: &str, value: &Value) -> std::result::Result<LeaseRecord, String> {
+    let record = LeaseRecord::deserialize(value).map_err(|error| error.to_string())?;
+    if record.id != id {
+        return Err(format!("it is stored under another id, {:?}", record.id));
+    }
+    stored_fence(record.fence)?;
+    Ok(record)
+}
+
+/// The job stored under `id`, or why it cannot be read.
+pub(crate) fn job(id: &str, value: &Value) -> std::result::Result<Job, String> {
+    let job = Job::deserialize(value).map_err(|error| error.to_string())?;
+    if job.id != id {
+        return Err(format!("it is stored under another id, {:?}", job.id));
+    }
+    stored_fence(job.fence)?;
+    queue_rules::stored_attempt_count("attempt", job.attempt)?;
+    queue_rules::stored_attempt_count("max_attempts", job.max_attempts)?;
+    queue_rules::stored_take_back_trace(job.taken_back, job.taken_back_at)?;
+    Ok(job)
+}
+
+/// The gate stored for `resource`.
+///
+/// # Errors
+///
+/// `Corrupt` when it cannot be decoded, or its fence is out of range
+/// ([`gate_rules::stored_gate_fence`]).
+pub(crate) fn gate(resource: &str, value: &Value) -> Result<Gate> {
+    let stored = StoredGate::deserialize(value)
+        .map_err(|error| gate_rules::undecodable_gate(resource, &error.to_string()))?;
+    Ok(Gate {
+        fence: gate_rules::stored_gate_fence(resource, stored.fence)?,
+        checked_at: stored.checked_at,
+    })
+}
+
+fn stored_fence(fence: u64) -> std::result::Result<(), String> {
+    if fence > LAST_FENCE {
+        return Err(format!(
+            "fence {fence} is beyond the last fence ({LAST_FENCE})"
+        ));
+    }
+    Ok(())
+}
+
+/// The status of a stored record, as far as it can be read: what a scan
+/// uses to tell whether an undecodable record may be active.
+pub(crate) fn peek_status(value: &Value) -> Option<Status> {
+    value
+        .get("status")
+        .and_then(|status| Status::deserialize(status).ok())
+}
+
+/// The scopes of a stored record, as far as they can be read.
+pub(crate) fn peek_scopes(value: &Value) -> Option<BTreeSet<String>> {
+    value
+        .get("scopes")
+        .and_then(|scopes| BTreeSet::<String>::deserialize(scopes).ok())
+}
+
+/// The queue of a stored job, as far as it can be read.
+pub(crate) fn peek_queue(value: &Value) -> Option<&str> {
+    value.get("queue").and_then(Value::as_str)
+}

@@ -1,0 +1,7 @@
+//! The whole lease conformance kit against the file backend, one test per
+//! case, each on its own file in its own temporary directory, on a manual
+//! clock.
+
+mod common;
+
+tenure_conformance::tenure_conformance!(common::FileFactory::default());

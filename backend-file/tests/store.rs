@@ -1,0 +1,133 @@
+//! What the kit does not see of the file backend: files that are not a
+//! store's, paths that name no file, and what a crashed writer leaves.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+use tenure_backend_file::FileStore;
+use tenure_lease_core::{AdmitRequest, ErrorKind, LeaseStore};
+
+fn directory() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+#[tokio::test]
+async fn a_file_that_is_no_store_is_corrupt_and_never_written_over() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let store = FileStore::open(&path).await.expect("a new store");
+    for garbage in [
+        &b"not json at all"[..],
+        b"{\"format\": 1, \"last_fence\": \"x\"}",
+        b"[]",
+    ] {
+        std::fs::write(&path, garbage).expect("garbage written");
+        let error = FileStore::open(&path).await.expect_err("garbage opened");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        assert!(
+            error.message().contains("restore it"),
+            "says what to do: {error}"
+        );
+        let error = store
+            .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+            .await
+            .expect_err("admitted into garbage");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        assert_eq!(
+            std::fs::read(&path).expect("the file"),
+            garbage,
+            "left as it was"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_store_of_another_format_is_incompatible() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    std::fs::write(&path, br#"{"format": 2, "last_fence": 0}"#).expect("written");
+    let error = FileStore::open(&path).await.expect_err("opened format 2");
+    assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+}
+
+#[tokio::test]
+async fn a_path_naming_no_file_is_a_config_error() {
+    let error = FileStore::open(Path::new("/")).await.expect_err("opened /");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_unavailable() {
+    let directory = directory();
+    let path = directory.path().join("absent").join("store.json");
+    let error = FileStore::open(&path)
+        .await
+        .expect_err("opened in no directory");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+}
+
+/// A writer that died between writing the temporary file and renaming it
+/// leaves the store as it was, and the next writer goes on.
+#[tokio::test]
+async fn a_crashed_writers_temporary_file_changes_nothing() {
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let store = FileStore::open(&path).await.expect("a new store");
+    let request = AdmitRequest::new("op-1", "worker-a")
+        .scope("s")
+        .ttl(Duration::from_secs(30));
+    let first = store.admit(&request).await.expect("admitted");
+    std::fs::write(directory.path().join("store.json.tmp"), b"{half a docu").expect("torn");
+    let reopened = FileStore::open(&path).await.expect("reopened");
+    assert_eq!(
+        reopened.get("op-1").await.expect("read").as_ref(),
+        first.admitted()
+    );
+    let second = reopened
+        .admit(&AdmitRequest::new("op-2", "worker-b").scope("t"))
+        .await
+        .expect("admitted");
+    let fences =
+        |admission: &tenure_lease_core::Admission| admission.admitted().map(|record| record.fence);
+    assert!(
+        fences(&second) > fences(&first),
+        "{second:?} after {first:?}"
+    );
+}
+
+/// A damaged gate answers `Corrupt` for its resource, is never written
+/// over (not even by a purge), and leaves every other gate working.
+#[tokio::test]
+async fn a_damaged_gate_is_corrupt_and_contained() {
+    use tenure_lease_core::FenceStore;
+
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).expect("the file")).expect("JSON")
+    };
+    for bad in [json!(0), json!(-3), json!(1_u64 << 60), json!("seven")] {
+        let directory = directory();
+        let path = directory.path().join("store.json");
+        let store = FileStore::open(&path).await.expect("a new store");
+        for resource in ["victim", "bystander"] {
+            let check = store.check_fence(resource, 7).await.expect("checked");
+            assert!(check.is_accepted());
+        }
+        let mut document = read(&path);
+        document["gates"]["victim"]["fence"] = bad.clone();
+        std::fs::write(&path, serde_json::to_vec(&document).expect("encoded")).expect("damaged");
+
+        let error = store.check_fence("victim", 9).await.expect_err("checked");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        let error = store.highest_fence("victim").await.expect_err("read");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        assert_eq!(store.purge_fences(Duration::ZERO).await.expect("purged"), 1);
+        let check = store.check_fence("bystander", 8).await.expect("checked");
+        assert!(check.is_accepted(), "{bad}: the healthy gate works");
+        assert_eq!(
+            read(&path)["gates"]["victim"],
+            document["gates"]["victim"],
+            "{bad}: kept"
+        );
+    }
+}

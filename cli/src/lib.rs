@@ -1,0 +1,879 @@
+//! # tenure-cli
+//!
+//! `tenure`, the operator command line for [`tenure`] stores: for the
+//! person on call, to see who holds what, repair what a crashed worker left
+//! behind, and check a deployment, on any backend a URL names (`memory:`,
+//! `sqlite:PATH`, `postgres://...`, `redis://...`, as [`tenure::connect`]
+//! reads them).
+//!
+//! ```text
+//! tenure --url postgres://app@db/jobs?schema=tenure leases --expired
+//! TENURE_URL=redis://cache:6379 tenure take-over run-42 --fail "host lost"
+//! tenure --url sqlite:/var/lib/app/leases.db purge --older-than 7d --dry-run
+//! ```
+//!
+//! The store's URL comes from `--url`, or from the environment variable
+//! `TENURE_URL` when `--url` is not given (`--url` wins). Every message
+//! prints it with its password replaced by `***` ([`tenure::redact_url`]).
+//!
+//! The commands never change a PostgreSQL schema (they connect with
+//! [`Connect::migrate_schema(false)`](tenure::Connect::migrate_schema)),
+//! except `migrate`, and never create a SQLite file, except `migrate`: a
+//! mistyped URL answers an error instead of an empty new store.
+//!
+//! Exit codes: 0 done; 1 not found or refused (no such id, a takeover the
+//! store declined, a failed deployment check, a schema this version does
+//! not know); 2 usage (a bad argument, duration, JSON payload, or URL); 3
+//! the store is unavailable or did not answer in time (retry when it is
+//! back).
+//!
+//! The binary calls [`main`]; the commands are described by `tenure --help`
+//! and `tenure <command> --help`.
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use tenure::queue::{Job, JobState, NewJob, OperatorRetry};
+use tenure::{
+    Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Store, Takeover,
+    TakeoverRequest, Timestamp, Verdict,
+};
+
+mod table;
+
+use table::Table;
+
+/// The environment variable that names the store when `--url` does not.
+pub const URL_VAR: &str = "TENURE_URL";
+
+/// Exit code: not found, or refused.
+const EXIT_REFUSED: u8 = 1;
+/// Exit code: bad usage (clap's own for a bad argument).
+const EXIT_USAGE: u8 = 2;
+/// Exit code: the store is unavailable.
+const EXIT_UNAVAILABLE: u8 = 3;
+
+/// Inspect and repair the leases and jobs of a tenure store.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about, long_about = None)]
+#[command(after_help = "Exit codes: 0 done, 1 not found or refused, 2 usage, \
+                        3 store unavailable (retry when it is back).")]
+struct Cli {
+    /// The store: memory:, sqlite:PATH, postgres://..., redis://... (?schema= for
+    /// PostgreSQL, ?namespace= for Redis). Wins over TENURE_URL.
+    #[arg(long, env = URL_VAR, global = true, hide_env_values = true)]
+    url: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List lease records: the active ones by default.
+    Leases(LeasesArgs),
+    /// Show one lease record, or the job with that id.
+    Show {
+        /// The lease's or job's id.
+        id: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take over an orphaned lease whose owner's lease has ended: mark it
+    /// failed, or adopt it under a new lease. Prints the new fence.
+    #[command(name = "take-over")]
+    TakeOver(TakeOverArgs),
+    /// Delete finished lease records and jobs older than a retention.
+    Purge {
+        /// Delete what finished (or was interrupted) at least this long ago:
+        /// 30s, 5m, 2h, 7d.
+        #[arg(long, value_parser = parse_duration)]
+        older_than: Duration,
+        /// Say what would be deleted, deleting nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a queue's jobs, oldest first: all of them, one state, or its
+    /// dead letters.
+    Jobs(JobsArgs),
+    /// Send a dead-lettered job back to its queue, attempts reset.
+    Retry {
+        /// The job's id.
+        job: String,
+    },
+    /// Add a job to a queue (for testing a worker). Prints its id.
+    Enqueue {
+        /// The queue.
+        queue: String,
+        /// The job's payload, as JSON.
+        #[arg(long, value_parser = parse_json)]
+        payload: serde_json::Value,
+        /// The job's id (default: a new one).
+        #[arg(long)]
+        id: Option<String>,
+        /// Higher runs first.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i32,
+        /// Attempts before it is dead-lettered.
+        #[arg(long, default_value_t = tenure::queue::DEFAULT_MAX_ATTEMPTS)]
+        max_attempts: u32,
+        /// Print the job as JSON instead of its id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create the PostgreSQL schema and apply the migrations it lacks, with
+    /// a role that may create tables (SQLite: create the file's tables).
+    Migrate,
+    /// Run the deployment checks the store makes at connect: schema
+    /// version, eviction policy, persistence, clock. Exit 1 when one fails.
+    Check {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A live view of the active leases and their expiries, refreshed until
+    /// Ctrl-C.
+    Watch(WatchArgs),
+}
+
+#[derive(Debug, Args)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("which").args(["active", "expired", "scope"])))]
+struct LeasesArgs {
+    /// Active records (pending or running), by id. The default.
+    #[arg(long)]
+    active: bool,
+    /// Active records whose lease has ended: orphans to take over.
+    #[arg(long)]
+    expired: bool,
+    /// Every record naming this scope, in any status, newest first.
+    #[arg(long, value_name = "S")]
+    scope: Option<String>,
+    /// Only records of this kind.
+    #[arg(long, value_name = "K")]
+    kind: Option<String>,
+    /// With --expired: how long past its end a lease still counts as held.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    grace: Duration,
+    /// With --expired: at most this many records.
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[group(skip)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["fail", "adopt"])))]
+struct TakeOverArgs {
+    /// The orphan's id.
+    id: String,
+    /// Mark it failed with this error text.
+    #[arg(long, value_name = "REASON")]
+    fail: Option<String>,
+    /// Resume it as running, owned by --claimer, under a lease of --ttl.
+    #[arg(long, requires = "ttl")]
+    adopt: bool,
+    /// With --adopt: the new lease's length (30s, 5m, 2h).
+    #[arg(long, value_parser = parse_duration, requires = "adopt")]
+    ttl: Option<Duration>,
+    /// Who takes it over: the owner recorded on it.
+    #[arg(long, default_value = "tenure-cli")]
+    claimer: String,
+    /// How long past its end the owner's lease still counts as held.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    grace: Duration,
+    /// Print the record as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct JobsArgs {
+    /// The queue (the stores list jobs per queue).
+    #[arg(long, value_name = "Q")]
+    queue: Option<String>,
+    /// Dead-lettered jobs only, oldest update first.
+    #[arg(long, conflicts_with = "state")]
+    dead: bool,
+    /// Jobs in this state only: queued, claimed, completed or dead_lettered.
+    #[arg(long, value_parser = parse_job_state)]
+    state: Option<JobState>,
+    /// At most this many jobs.
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct WatchArgs {
+    /// Time between refreshes (1s, 500ms).
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    interval: Duration,
+    /// Stop after this many refreshes (default: until Ctrl-C).
+    #[arg(long, value_name = "N")]
+    iterations: Option<u64>,
+    /// One view, then exit: --iterations 1.
+    #[arg(long, conflicts_with = "iterations")]
+    once: bool,
+}
+
+/// `30s`, `5m`, `2h`, `7d`, `1h 30m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("{error}; write a duration such as 30s, 5m, 2h or 7d"))
+}
+
+fn parse_job_state(text: &str) -> Result<JobState, String> {
+    JobState::ALL
+        .into_iter()
+        .find(|state| state.as_str() == text)
+        .ok_or_else(|| {
+            "not a job state; write one of queued, claimed, completed, dead_lettered".to_owned()
+        })
+}
+
+fn parse_json(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|error| {
+        format!("not JSON ({error}); quote it for the shell, e.g. --payload '{{\"n\": 1}}'")
+    })
+}
+
+/// Why a command did not do its work, and how the process exits.
+#[derive(Debug)]
+enum Failure {
+    /// Not found, or refused: exit 1.
+    Refused(String),
+    /// What was typed is wrong: exit 2.
+    Usage(String),
+    /// From the store, exit code by its kind.
+    Store(tenure::Error),
+}
+
+impl From<tenure::Error> for Failure {
+    fn from(error: tenure::Error) -> Self {
+        Failure::Store(error)
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+/// Runs the command line: parses the arguments (exit 2 and clap's message
+/// on bad usage), runs the command, and answers the exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(url) = cli.url.clone() else {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                format!("name the store with --url URL or the environment variable {URL_VAR}"),
+            )
+            .exit();
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("tenure: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&url, cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => report(&url, failure),
+    }
+}
+
+/// Prints the failure and answers its exit code.
+fn report(url: &str, failure: Failure) -> ExitCode {
+    let (code, message) = match failure {
+        Failure::Refused(message) => (EXIT_REFUSED, message),
+        Failure::Usage(message) => (EXIT_USAGE, message),
+        Failure::Store(error) => {
+            let shown = shown_url(url);
+            match error.kind() {
+                _ if error.is_retryable() => (
+                    EXIT_UNAVAILABLE,
+                    format!(
+                        "the store at {shown} is unavailable: {}\n\
+                         check that the server is running and reachable and that the URL \
+                         (--url or {URL_VAR}) is right, then retry; nothing was changed \
+                         unless the store had already applied it",
+                        error.message()
+                    ),
+                ),
+                ErrorKind::Config | ErrorKind::InvalidInput => {
+                    (EXIT_USAGE, format!("{}: {}", error.kind(), error.message()))
+                }
+                kind => {
+                    let mut message =
+                        format!("the store at {shown} answered {kind}: {}", error.message());
+                    if kind == ErrorKind::Incompatible && error.message().contains("migration") {
+                        message.push_str(
+                            "\n`tenure migrate` applies this version's migrations, run with a \
+                             role that may create tables",
+                        );
+                    }
+                    (EXIT_REFUSED, message)
+                }
+            }
+        }
+    };
+    eprintln!("tenure: {message}");
+    ExitCode::from(code)
+}
+
+/// The URL as messages show it: without its password. `memory:` and a
+/// SQLite path carry none and are shown as given.
+fn shown_url(url: &str) -> String {
+    let lower = url.to_ascii_lowercase();
+    if (lower.starts_with("memory:") || lower.starts_with("sqlite:")) && !url.contains('@') {
+        url.to_owned()
+    } else {
+        tenure::redact_url(url)
+    }
+}
+
+/// Opens the store for a command that must not create or migrate it.
+async fn open(url: &str) -> Result<Arc<dyn Store>, Failure> {
+    refuse_missing_sqlite_file(url)?;
+    Ok(Connect::new(url).migrate_schema(false).open().await?)
+}
+
+/// A SQLite URL naming no file would create an empty store: refuse it.
+fn refuse_missing_sqlite_file(url: &str) -> Outcome {
+    let Some(rest) = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("sqlite:"))
+        .map(|_| &url[7..])
+    else {
+        return Ok(());
+    };
+    let config = tenure::sqlite::SqliteConfig::from_url(&format!("sqlite:{rest}"))?;
+    if config.path().exists() {
+        return Ok(());
+    }
+    Err(Failure::Refused(format!(
+        "there is no SQLite store at {}: check the path (`tenure migrate` creates one)",
+        config.path().display()
+    )))
+}
+
+async fn run(url: &str, command: Command) -> Outcome {
+    if let Command::Migrate = command {
+        Connect::new(url).migrate().await?;
+        println!(
+            "the store at {} carries every migration of this version",
+            shown_url(url)
+        );
+        return Ok(());
+    }
+    if let Command::Check { json } = command {
+        return check(url, json).await;
+    }
+    let store = open(url).await?;
+    let store = &*store;
+    match command {
+        Command::Leases(args) => leases(store, args).await,
+        Command::Show { id, json } => show(store, &id, json).await,
+        Command::TakeOver(args) => take_over(store, args).await,
+        Command::Purge {
+            older_than,
+            dry_run,
+            json,
+        } => purge(store, older_than, dry_run, json).await,
+        Command::Jobs(args) => jobs(store, args).await,
+        Command::Retry { job } => retry(store, &job).await,
+        Command::Enqueue {
+            queue,
+            payload,
+            id,
+            priority,
+            max_attempts,
+            json,
+        } => {
+            let mut job = NewJob::new(queue, payload)
+                .priority(priority)
+                .max_attempts(max_attempts);
+            if let Some(id) = id {
+                job = job.id(id);
+            }
+            let job = store.enqueue(&job).await?;
+            if json {
+                print_json(&job)
+            } else {
+                println!("{}", job.id);
+                Ok(())
+            }
+        }
+        Command::Watch(args) => watch(store, args).await,
+        Command::Migrate | Command::Check { .. } => Ok(()),
+    }
+}
+
+async fn leases(store: &dyn Store, args: LeasesArgs) -> Outcome {
+    let mut records = if args.expired {
+        let query = ExpiredQuery::new(args.grace).limit(args.limit);
+        let scan = store.list_expired(&query).await?;
+        for skipped in &scan.skipped {
+            eprintln!(
+                "tenure: left out record {:?}, which cannot be decoded: {}",
+                skipped.id, skipped.reason
+            );
+        }
+        scan.records
+    } else if let Some(scope) = &args.scope {
+        store.list_by_scope(scope).await?
+    } else {
+        store.list_active().await?
+    };
+    if let Some(kind) = &args.kind {
+        records.retain(|record| &record.kind == kind);
+    }
+    if args.json {
+        return print_json(&records);
+    }
+    let now = store.now().await?;
+    print!("{}", lease_table(&records, now));
+    Ok(())
+}
+
+fn lease_table(records: &[LeaseRecord], now: Timestamp) -> String {
+    let mut table = Table::new(["ID", "KIND", "STATUS", "OWNER", "FENCE", "LEASE", "SCOPES"]);
+    for record in records {
+        table.row([
+            record.id.clone(),
+            record.kind.clone(),
+            record.status.as_str().to_owned(),
+            record.owner.clone().unwrap_or_else(|| "-".to_owned()),
+            record.fence.to_string(),
+            record
+                .lease_expires_at
+                .map_or_else(|| "none".to_owned(), |at| relative(at, now)),
+            scopes(record),
+        ]);
+    }
+    table.render_or("no lease records\n")
+}
+
+fn scopes(record: &LeaseRecord) -> String {
+    if record.scopes.is_empty() {
+        "-".to_owned()
+    } else {
+        record.scopes.iter().cloned().collect::<Vec<_>>().join(",")
+    }
+}
+
+/// `in 25s` or `ended 3m 2s ago`, to the second.
+fn relative(at: Timestamp, now: Timestamp) -> String {
+    let seconds = |delta: chrono::TimeDelta| {
+        humantime::format_duration(Duration::from_secs(delta.num_seconds().unsigned_abs()))
+            .to_string()
+    };
+    if at > now {
+        format!("ends in {}", seconds(at - now))
+    } else {
+        format!("ended {} ago", seconds(now - at))
+    }
+}
+
+fn timestamp(at: Timestamp) -> String {
+    at.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string()
+}
+
+async fn show(store: &dyn Store, id: &str, json: bool) -> Outcome {
+    if let Some(record) = store.get(id).await? {
+        if json {
+            return print_json(&record);
+        }
+        let now = store.now().await?;
+        print!("{}", describe_lease(&record, now));
+        return Ok(());
+    }
+    if let Some(job) = store.get_job(id).await? {
+        if json {
+            return print_json(&job);
+        }
+        print!("{}", describe_job(&job));
+        return Ok(());
+    }
+    Err(Failure::Refused(format!(
+        "no lease record or job has the id {id:?}"
+    )))
+}
+
+fn describe_lease(record: &LeaseRecord, now: Timestamp) -> String {
+    let mut text = String::new();
+    let mut line = |name: &str, value: String| {
+        let _ = writeln!(text, "{name:<12} {value}");
+    };
+    line("lease", record.id.clone());
+    line("kind", record.kind.clone());
+    line("status", record.status.as_str().to_owned());
+    line(
+        "owner",
+        record.owner.clone().unwrap_or_else(|| "-".to_owned()),
+    );
+    line("fence", record.fence.to_string());
+    line(
+        "lease ends",
+        record.lease_expires_at.map_or_else(
+            || "none".to_owned(),
+            |at| format!("{} ({})", timestamp(at), relative(at, now)),
+        ),
+    );
+    line("scopes", scopes(record));
+    line("created", timestamp(record.created_at));
+    line("updated", timestamp(record.updated_at));
+    if let Some(error) = &record.error {
+        line("error", error.clone());
+    }
+    if let Some(reason) = &record.stop_reason {
+        line("stop reason", reason.clone());
+    }
+    if !record.metadata.is_empty() {
+        line(
+            "metadata",
+            serde_json::Value::Object(record.metadata.clone()).to_string(),
+        );
+    }
+    text
+}
+
+fn describe_job(job: &Job) -> String {
+    let mut text = String::new();
+    let mut line = |name: &str, value: String| {
+        let _ = writeln!(text, "{name:<12} {value}");
+    };
+    line("job", job.id.clone());
+    line("queue", job.queue.clone());
+    line("state", job.state.as_str().to_owned());
+    line(
+        "attempt",
+        format!("{} of {}", job.attempt, job.max_attempts),
+    );
+    line("owner", job.owner.clone().unwrap_or_else(|| "-".to_owned()));
+    line("fence", job.fence.to_string());
+    line("priority", job.priority.to_string());
+    line("run at", timestamp(job.run_at));
+    if let Some(at) = job.lease_expires_at {
+        line("lease ends", timestamp(at));
+    }
+    if let Some(reason) = job.dead_reason {
+        line("dead reason", reason.as_str().to_owned());
+    }
+    if let Some(error) = &job.last_error {
+        line("last error", error.clone());
+    }
+    line("created", timestamp(job.created_at));
+    line("updated", timestamp(job.updated_at));
+    line("payload", job.payload.to_string());
+    text
+}
+
+async fn take_over(store: &dyn Store, args: TakeOverArgs) -> Outcome {
+    let request = match (args.fail, args.ttl) {
+        (Some(reason), _) => TakeoverRequest::fail(&args.id, &args.claimer, reason),
+        (None, ttl) => TakeoverRequest::adopt(&args.id, &args.claimer, ttl),
+    }
+    .grace(args.grace);
+    match store.claim_for_takeover(&request).await? {
+        Takeover::Taken(record) => {
+            if args.json {
+                return print_json(&record);
+            }
+            println!(
+                "took over {:?}: {} by {}, fence {}",
+                record.id,
+                record.status.as_str(),
+                record.owner.as_deref().unwrap_or("-"),
+                record.fence
+            );
+            Ok(())
+        }
+        Takeover::NotTaken(reason) => Err(Failure::Refused(format!(
+            "{:?} was not taken over, nothing changed: {}",
+            args.id,
+            not_taken(reason)
+        ))),
+        other => Err(Failure::Refused(format!(
+            "{:?}: the store answered {}, which this version of tenure-cli does not know",
+            args.id,
+            other.label()
+        ))),
+    }
+}
+
+fn not_taken(reason: NotTakenReason) -> String {
+    match reason {
+        NotTakenReason::LeaseValid { retry_after } => format!(
+            "its owner's lease is still valid for {} (see --grace)",
+            humantime::format_duration(Duration::from_secs(retry_after.as_secs().max(1)))
+        ),
+        NotTakenReason::Terminal(status) => format!("it already finished ({})", status.as_str()),
+        NotTakenReason::Interrupted => "it is interrupted: nobody owns it".to_owned(),
+        NotTakenReason::Missing => "there is no lease record with that id".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+async fn purge(store: &dyn Store, older_than: Duration, dry_run: bool, json: bool) -> Outcome {
+    if dry_run {
+        let now = store.now().await?;
+        let cutoff = chrono::TimeDelta::from_std(older_than)
+            .ok()
+            .and_then(|age| now.checked_sub_signed(age))
+            .map_or_else(|| "the beginning of time".to_owned(), timestamp);
+        if json {
+            return print_json(&serde_json::json!({
+                "dry_run": true,
+                "finished_before": cutoff,
+            }));
+        }
+        println!(
+            "would delete the finished and interrupted lease records and the completed and \
+             dead-lettered jobs last updated at or before {cutoff} (the store's clock); active \
+             records and queued or claimed jobs stay. Nothing was deleted (the stores offer no \
+             count without deleting)."
+        );
+        return Ok(());
+    }
+    let leases = store.purge(older_than).await?;
+    let jobs = store.purge_jobs(older_than).await?;
+    if json {
+        return print_json(&serde_json::json!({ "leases": leases, "jobs": jobs }));
+    }
+    println!("deleted {leases} lease records and {jobs} jobs");
+    Ok(())
+}
+
+async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
+    let Some(queue) = args.queue else {
+        return Err(Failure::Usage(
+            "name the queue: tenure jobs --queue Q (the stores list jobs per queue)".to_owned(),
+        ));
+    };
+    let jobs = if args.dead {
+        store.list_dead_letters(&queue, args.limit).await?
+    } else {
+        store.list_jobs(&queue, args.state, args.limit).await?
+    };
+    if args.json {
+        return print_json(&jobs);
+    }
+    let mut table = Table::new(["ID", "STATE", "REASON", "ATTEMPT", "UPDATED", "LAST ERROR"]);
+    for job in &jobs {
+        table.row([
+            job.id.clone(),
+            job.state.as_str().to_owned(),
+            job.dead_reason
+                .map_or_else(|| "-".to_owned(), |reason| reason.as_str().to_owned()),
+            format!("{}/{}", job.attempt, job.max_attempts),
+            timestamp(job.updated_at),
+            job.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    print!(
+        "{}",
+        table.render_or(&format!("no such jobs in queue {queue:?}\n"))
+    );
+    Ok(())
+}
+
+async fn retry(store: &dyn Store, id: &str) -> Outcome {
+    match store.retry_dead_letter(id).await? {
+        OperatorRetry::Requeued(job) => {
+            println!(
+                "requeued {:?} on queue {:?}, attempts reset",
+                job.id, job.queue
+            );
+            Ok(())
+        }
+        OperatorRetry::NotDeadLettered(state) => Err(Failure::Refused(format!(
+            "job {id:?} is {}, not dead-lettered; nothing changed",
+            state.as_str()
+        ))),
+        OperatorRetry::Missing => Err(Failure::Refused(format!(
+            "no job has the id {id:?}; nothing changed"
+        ))),
+        other => Err(Failure::Refused(format!(
+            "job {id:?}: the store answered {other:?}, which this version of tenure-cli \
+             does not know"
+        ))),
+    }
+}
+
+async fn check(url: &str, json: bool) -> Outcome {
+    refuse_missing_sqlite_file(url)?;
+    let findings = Connect::new(url).check().await?;
+    let failed = findings
+        .iter()
+        .filter(|finding| finding.verdict == Verdict::Fail)
+        .count();
+    if json {
+        let findings: Vec<_> = findings
+            .iter()
+            .map(|finding| {
+                serde_json::json!({
+                    "check": finding.check,
+                    "verdict": finding.verdict.as_str(),
+                    "detail": finding.detail,
+                })
+            })
+            .collect();
+        print_json(&findings)?;
+    } else {
+        let mut table = Table::new(["CHECK", "VERDICT", "DETAIL"]);
+        for finding in &findings {
+            table.row([
+                finding.check.to_owned(),
+                finding.verdict.as_str().to_owned(),
+                finding.detail.clone(),
+            ]);
+        }
+        print!("{}", table.render_or("no checks\n"));
+    }
+    if failed > 0 {
+        return Err(Failure::Refused(format!(
+            "{failed} deployment check(s) failed at {}",
+            shown_url(url)
+        )));
+    }
+    Ok(())
+}
+
+async fn watch(store: &dyn Store, args: WatchArgs) -> Outcome {
+    let iterations = if args.once { Some(1) } else { args.iterations };
+    let terminal = std::io::stdout().is_terminal();
+    // Listening before the first view, so a Ctrl-C after it always stops
+    // the loop rather than the process.
+    let mut interrupt = Interrupt::listen()
+        .map_err(|error| Failure::Refused(format!("cannot listen for Ctrl-C: {error}")))?;
+    let mut shown = 0_u64;
+    loop {
+        let frame = watch_frame(store).await?;
+        let mut out = std::io::stdout().lock();
+        // Clear the screen and go home on a terminal; a blank line between
+        // views otherwise.
+        let _ = if terminal {
+            write!(out, "\x1b[2J\x1b[H{frame}")
+        } else {
+            writeln!(out, "{frame}")
+        };
+        let _ = out.flush();
+        drop(out);
+        shown += 1;
+        if iterations.is_some_and(|limit| shown >= limit) {
+            return Ok(());
+        }
+        tokio::select! {
+            () = interrupt.received() => return Ok(()),
+            () = tokio::time::sleep(args.interval) => {}
+        }
+    }
+}
+
+/// Ctrl-C (SIGINT), listened for from when it is made.
+struct Interrupt {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+    #[cfg(not(unix))]
+    signal: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>>>>,
+}
+
+impl Interrupt {
+    fn listen() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        #[cfg(not(unix))]
+        let signal = Box::pin(tokio::signal::ctrl_c());
+        Ok(Interrupt { signal })
+    }
+
+    /// Waits for the next Ctrl-C.
+    async fn received(&mut self) {
+        #[cfg(unix)]
+        let _ = self.signal.recv().await;
+        #[cfg(not(unix))]
+        let _ = (&mut self.signal).await;
+    }
+}
+
+async fn watch_frame(store: &dyn Store) -> Result<String, Failure> {
+    let mut records = store.list_active().await?;
+    let now = store.now().await?;
+    // Soonest expiry first, records without a lease last.
+    records.sort_by(|a, b| match (a.lease_expires_at, b.lease_expires_at) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.id.cmp(&b.id),
+    });
+    let ended = records
+        .iter()
+        .filter(|record| record.lease_expires_at.is_some_and(|at| at <= now))
+        .count();
+    Ok(format!(
+        "tenure watch: {} active, {ended} with an ended lease, at {} (Ctrl-C to stop)\n{}",
+        records.len(),
+        timestamp(now),
+        lease_table(&records, now)
+    ))
+}
+
+fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Outcome {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|error| Failure::Refused(format!("cannot print as JSON: {error}")))?;
+    println!("{text}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_read_as_operators_write_them() {
+        for (text, seconds) in [("30s", 30), ("5m", 300), ("2h", 7200), ("7d", 604_800)] {
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(seconds)));
+        }
+        assert!(parse_duration("soon").is_err_and(|why| why.contains("30s, 5m")));
+    }
+
+    #[test]
+    fn urls_are_shown_without_their_password() {
+        assert_eq!(
+            shown_url("postgres://app:hunter2@db/jobs"),
+            "postgres://app:***@db/jobs"
+        );
+        assert_eq!(shown_url("sqlite:/tmp/x.db"), "sqlite:/tmp/x.db");
+        assert_eq!(shown_url("memory:"), "memory:");
+        assert!(!shown_url("SQLITE:x@y:hunter2").contains("hunter2"));
+    }
+
+    #[test]
+    fn expiries_read_relative_to_the_store_clock() {
+        let now = Timestamp::default();
+        let later = now + chrono::TimeDelta::seconds(65);
+        assert_eq!(relative(later, now), "ends in 1m 5s");
+        assert_eq!(relative(now, later), "ended 1m 5s ago");
+    }
+}
