@@ -37,6 +37,7 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// | `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite:rel/path` | `SqliteStore` | `sqlite` |
 /// | `postgres://...`, `postgresql://...` (`?schema=NAME`) | `PgStore` | `postgres` |
 /// | `redis://...`, `rediss://...`, `redis+unix://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
+/// | `etcd://[user:password@]host:port[,host:port...][/prefix]` (`?max_txn_ops=N`) | `EtcdStore` | `etcd` |
 ///
 /// The `schema` (PostgreSQL) and `namespace` (Redis) query parameters are
 /// taken out of the URL before it reaches the driver; the builder's
@@ -122,8 +123,9 @@ impl Connect {
         self
     }
 
-    /// The clock that judges expiry, for the memory and SQLite backends;
-    /// the server backends read the server's clock and refuse it.
+    /// The clock that judges expiry, for the memory, SQLite and etcd
+    /// backends (etcd has no clock of its own, contract §2); PostgreSQL
+    /// and Redis read the server's clock and refuse it.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
@@ -185,6 +187,14 @@ impl Connect {
             Backend::Redis => {
                 let config = self.redis_config();
                 Ok(Arc::new(crate::redis::RedisStore::connect(config).await?))
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd => {
+                let mut config = crate::etcd::EtcdConfig::from(self.url.as_str());
+                if let Some(clock) = self.clock {
+                    config = config.clock(clock);
+                }
+                Ok(Arc::new(crate::etcd::EtcdStore::connect(config).await?))
             }
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
@@ -280,11 +290,13 @@ pub(crate) enum Backend {
     Sqlite,
     Postgres,
     Redis,
+    Etcd,
 }
 
 /// What the errors list as accepted.
 const ACCEPTED: &str = "`memory:`, `sqlite:PATH` (or `sqlite:///ABSOLUTE/PATH`), \
-                        `postgres://` / `postgresql://` and `redis://` / `rediss://` / `redis+unix://`";
+                        `postgres://` / `postgresql://`, `redis://` / `rediss://` / `redis+unix://` \
+                        and `etcd://`";
 
 impl Backend {
     /// The backend of `scheme` (lower case); an unknown one is
@@ -295,6 +307,7 @@ impl Backend {
             "sqlite" => Ok(Backend::Sqlite),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
             "redis" | "rediss" | "redis+unix" => Ok(Backend::Redis),
+            "etcd" => Ok(Backend::Etcd),
             other => Err(config_error(format!(
                 "unknown store URL scheme `{other}:`; tenure::connect accepts {ACCEPTED}"
             ))),
@@ -308,6 +321,7 @@ impl Backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
+            Backend::Etcd => "etcd",
         }
     }
 
@@ -318,6 +332,7 @@ impl Backend {
             Backend::Sqlite => "SQLite",
             Backend::Postgres => "PostgreSQL",
             Backend::Redis => "Redis",
+            Backend::Etcd => "etcd",
         }
     }
 }

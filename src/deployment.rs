@@ -104,8 +104,8 @@ impl Connect {
     /// refusal: the schema (PostgreSQL: every migration of this version
     /// applied, verified without changing anything; SQLite: the file's
     /// schema version, created or upgraded as at any connect), the eviction
-    /// policy and persistence (Redis), and the store's clock against this
-    /// host's.
+    /// policy and persistence (Redis), a quorum read (etcd), and the
+    /// store's clock against this host's.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
@@ -220,6 +220,17 @@ impl Connect {
                     Err(error) => Err(error),
                 }
             }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd => {
+                let store = self.open().await?;
+                // A read through the store: it answers only with a quorum.
+                store.list_active().await?;
+                Ok(vec![Finding::new(
+                    "clock",
+                    Verdict::Warn,
+                    "etcd has no clock: expiry is judged by the clock of each host that                      calls it (contract §2); keep every host's clock synchronised and                      slewed, and takers' grace above the largest offset between two hosts",
+                )])
+            }
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
         }
@@ -230,8 +241,8 @@ impl Connect {
     /// and applies the migrations it lacks
     /// (`PgStore::apply_migrations`), idempotent and safe to run from
     /// several processes; SQLite creates or upgrades the file's tables, as
-    /// any connect does. Memory and Redis keep no schema: their `migrate`
-    /// only checks that the store opens.
+    /// any connect does. Memory, Redis and etcd keep no schema: their
+    /// `migrate` only checks that the store opens.
     ///
     /// Run it with a role that may create tables (the URL's user); the
     /// application then connects with

@@ -17,11 +17,12 @@
 //! | `sqlite`   | `sqlite`     | embedded file, several processes on one host |
 //! | `postgres` | `postgres`   | PostgreSQL via sqlx |
 //! | `redis`    | `redis`      | Redis via Lua scripts |
+//! | `etcd`     | `etcd`       | an etcd cluster: leases that survive the loss of a member |
 //! | `full`     | all of them  | |
 //! | `conformance` | `conformance` | the conformance kit, to test a backend of your own |
 //!
 //! [`connect`] opens whichever backend a URL names (`memory:`,
-//! `sqlite:PATH`, `postgres://...`, `redis://...`) as one
+//! `sqlite:PATH`, `postgres://...`, `redis://...`, `etcd://...`) as one
 //! [`Arc<dyn Store>`](Store); each backend's own `connect` takes its config,
 //! or a URL.
 //!
@@ -95,6 +96,10 @@ pub use tenure_backend_postgres as postgres;
 /// The Redis backend.
 #[cfg(feature = "redis")]
 pub use tenure_backend_redis as redis;
+
+/// The etcd backend.
+#[cfg(feature = "etcd")]
+pub use tenure_backend_etcd as etcd;
 
 /// The conformance kit: the suite every backend passes, to run against a
 /// backend of your own.

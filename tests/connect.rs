@@ -14,7 +14,8 @@ use tenure::{ErrorKind, ManualClock};
     feature = "memory",
     feature = "sqlite",
     feature = "postgres",
-    feature = "redis"
+    feature = "redis",
+    feature = "etcd"
 ))]
 /// Admits a lease and enqueues and claims a job through `store`; a
 /// description of the first thing that went wrong otherwise, so the caller
@@ -82,6 +83,35 @@ async fn sqlite_by_url_and_with_a_clock() {
         .await
         .expect("the SQLite store reopens");
     assert_eq!(store.now().await.expect("now"), clock.now());
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test]
+async fn etcd_by_url_and_with_a_clock() {
+    use std::time::Duration;
+    use tenure::Clock;
+    use tenure_test_support::etcd::PrivateEtcd;
+    if let Some(reason) = PrivateEtcd::unavailable_reason() {
+        tenure_conformance::skip_unless_required("etcd_by_url_and_with_a_clock", &reason);
+        return;
+    }
+    let cluster = PrivateEtcd::start(1).await.expect("a private etcd cluster");
+    let url = cluster.url(&format!("connect/{}", tenure::generate_id()));
+    let store = tenure::connect(&url).await.expect("the etcd store opens");
+    let outcome = admit_enqueue_claim(&*store).await;
+    let clock = Arc::new(ManualClock::starting_now());
+    clock.advance(Duration::from_secs(3600));
+    let reopened = tenure::Connect::new(url.replace("etcd://", "ETCD://"))
+        .clock(clock.clone())
+        .open()
+        .await
+        .expect("the etcd store reopens");
+    assert_eq!(reopened.now().await.expect("now"), clock.now());
+    let store = tenure::etcd::EtcdStore::connect(url.as_str())
+        .await
+        .expect("the etcd store opens by its own connect");
+    store.delete_prefix().await.expect("the prefix is deleted");
+    outcome.expect("through the URL");
 }
 
 #[cfg(feature = "sqlite")]
@@ -220,6 +250,10 @@ async fn options_a_backend_does_not_take_are_refused_naming_who_takes_them() {
         (
             tenure::Connect::new("redis://127.0.0.1:1").schema("s"),
             "PostgreSQL",
+        ),
+        (
+            tenure::Connect::new("etcd://app:hunter2@127.0.0.1:1/p").namespace("n"),
+            "Redis",
         ),
     ];
     for (options, named) in cases {

@@ -12,6 +12,8 @@ use tenure_lease_core::redact::redact_url;
 pub const PG_URL_VAR: &str = "TENURE_PG_URL";
 /// The environment variable naming the Redis server.
 pub const REDIS_URL_VAR: &str = "TENURE_REDIS_URL";
+/// The environment variable naming the etcd cluster (`etcd://host:port,...`).
+pub const ETCD_URL_VAR: &str = "TENURE_ETCD_URL";
 
 /// The usage text `--help` prints.
 pub const USAGE: &str = "\
@@ -21,10 +23,11 @@ With no options: every scenario on the embedded default (SQLite in a temp
 file) and on memory, about a minute, figures as ratios to a raw baseline
 measured in the same run.
 
-  --backend B     memory | sqlite | postgres | redis | all (repeatable, or a
-                  comma list); default memory,sqlite. postgres and redis read
-                  TENURE_PG_URL / TENURE_REDIS_URL (or --pg-url / --redis-url);
-                  `all` skips a server whose URL is not set
+  --backend B     memory | sqlite | postgres | redis | etcd | all (repeatable,
+                  or a comma list); default memory,sqlite. postgres, redis and
+                  etcd read TENURE_PG_URL / TENURE_REDIS_URL / TENURE_ETCD_URL
+                  (or --pg-url / --redis-url / --etcd-url); `all` skips a
+                  server whose URL is not set
   --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
                   takeover (repeatable, or a comma list); default all
   --quick         tiny sizes: a few seconds per backend
@@ -36,6 +39,8 @@ measured in the same run.
   --out DIR       where the JSON and SVG files go (default target/bench-results)
   --pg-url URL    PostgreSQL server (overrides TENURE_PG_URL)
   --redis-url URL Redis server (overrides TENURE_REDIS_URL)
+  --etcd-url URL  etcd cluster, etcd://host:port,host:port,... (overrides
+                  TENURE_ETCD_URL)
   --no-progress   never show the progress bar
   -h, --help      this text
 ";
@@ -52,15 +57,18 @@ pub enum BackendKind {
     Postgres,
     /// `backend-redis`, in a fresh namespace.
     Redis,
+    /// `backend-etcd`, under a fresh key prefix.
+    Etcd,
 }
 
 impl BackendKind {
     /// Every backend, embedded first.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 5] = [
         BackendKind::Memory,
         BackendKind::Sqlite,
         BackendKind::Postgres,
         BackendKind::Redis,
+        BackendKind::Etcd,
     ];
 
     /// The name used on the command line and in reports.
@@ -70,6 +78,7 @@ impl BackendKind {
             BackendKind::Sqlite => "sqlite",
             BackendKind::Postgres => "postgres",
             BackendKind::Redis => "redis",
+            BackendKind::Etcd => "etcd",
         }
     }
 }
@@ -321,6 +330,8 @@ pub struct Options {
     pub pg_url: Option<String>,
     /// Redis server URL.
     pub redis_url: Option<String>,
+    /// etcd cluster URL.
+    pub etcd_url: Option<String>,
     /// Whether a progress bar may be shown (it is hidden anyway when stdout
     /// is not a terminal).
     pub progress: bool,
@@ -338,6 +349,7 @@ impl fmt::Debug for Options {
             .field("out_dir", &self.out_dir)
             .field("pg_url", &redacted(&self.pg_url))
             .field("redis_url", &redacted(&self.redis_url))
+            .field("etcd_url", &redacted(&self.etcd_url))
             .field("progress", &self.progress)
             .finish()
     }
@@ -355,6 +367,7 @@ impl Options {
             out_dir: PathBuf::from("target/bench-results"),
             pg_url: non_empty_var(PG_URL_VAR),
             redis_url: non_empty_var(REDIS_URL_VAR),
+            etcd_url: non_empty_var(ETCD_URL_VAR),
             progress: true,
         }
     }
@@ -416,6 +429,7 @@ where
             "--out" => options.out_dir = PathBuf::from(value("--out")?),
             "--pg-url" => options.pg_url = Some(value("--pg-url")?),
             "--redis-url" => options.redis_url = Some(value("--redis-url")?),
+            "--etcd-url" => options.etcd_url = Some(value("--etcd-url")?),
             "--backend" => {
                 for name in value("--backend")?.split(',') {
                     if name == "all" {

@@ -16,6 +16,7 @@
 //! It only ever listens on and connects to loopback addresses, and every
 //! task it starts ends with [`FaultProxy::stop`] (or when it is dropped).
 
+pub mod etcd;
 pub mod servers;
 
 use std::collections::HashMap;

@@ -55,20 +55,20 @@ const REDIS_SERVER: &str = "/usr/bin/redis-server";
 /// (`initdb` refuses root).
 const POSTGRES_ACCOUNT: &str = "postgres";
 /// The most a server may take to come up or go down.
-const READY_BOUND: Duration = Duration::from_secs(20);
+pub(crate) const READY_BOUND: Duration = Duration::from_secs(20);
 /// Pause between two looks at whether a killed server has exited.
-const REAP_STEP: Duration = Duration::from_millis(5);
+pub(crate) const REAP_STEP: Duration = Duration::from_millis(5);
 
 /// A free TCP port on the loopback interface (free a moment ago: the server
 /// binds it right after).
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
 /// A new, empty directory under the system's temporary directory.
-fn fresh_dir(prefix: &str) -> io::Result<PathBuf> {
+pub(crate) fn fresh_dir(prefix: &str) -> io::Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()

@@ -9,6 +9,7 @@
 //! contract (typed outcomes, fences, scopes, validation) costs on top of the
 //! cheapest correct-looking thing the same store can do.
 
+mod etcd;
 mod memory;
 mod postgres;
 mod redis;
@@ -146,6 +147,13 @@ pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Backend> 
                 .ok_or_else(|| missing_url(crate::options::REDIS_URL_VAR))?;
             redis::open(url).await
         }
+        BackendKind::Etcd => {
+            let url = options
+                .etcd_url
+                .as_deref()
+                .ok_or_else(|| missing_url(crate::options::ETCD_URL_VAR))?;
+            etcd::open(url).await
+        }
     }
 }
 
@@ -157,6 +165,9 @@ pub fn unavailable_reason(kind: BackendKind, options: &Options) -> Option<String
         }
         BackendKind::Redis if options.redis_url.is_none() => {
             Some(format!("{} is not set", crate::options::REDIS_URL_VAR))
+        }
+        BackendKind::Etcd if options.etcd_url.is_none() => {
+            Some(format!("{} is not set", crate::options::ETCD_URL_VAR))
         }
         _ => None,
     }

@@ -63,6 +63,7 @@ fn skip_backend(package: &str, name: &str, why: &str) -> String {
         ("postgres", "postgres"),
         ("tenure_pg_url", "postgres"),
         ("redis", "redis"),
+        ("etcd", "etcd"),
         ("sqlite", "sqlite"),
         ("memory", "memory"),
     ]

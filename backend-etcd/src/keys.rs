@@ -1,0 +1,75 @@
+//! Where everything lives: every key of a store starts with its prefix and
+//! a `/`, then names one kind of thing.
+//!
+//! | key | value |
+//! | --- | --- |
+//! | `<prefix>/fence` | empty: put blindly by every fence draw, whose revision the fences come from |
+//! | `<prefix>/r/<id>` | a lease record, JSON |
+//! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
+//! | `<prefix>/j/<id>` | a job, JSON |
+//! | `<prefix>/g/<resource>` | a fence gate: highest fence and when it was checked, JSON |
+
+/// The keys of one store.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    fence: String,
+    records: String,
+    scopes: String,
+    jobs: String,
+    gates: String,
+    all: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Keys {
+            fence: format!("{prefix}/fence"),
+            records: format!("{prefix}/r/"),
+            scopes: format!("{prefix}/s/"),
+            jobs: format!("{prefix}/j/"),
+            gates: format!("{prefix}/g/"),
+            all: format!("{prefix}/"),
+        }
+    }
+
+    /// The key every fence draw puts.
+    pub(crate) fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    /// The prefix of every lease record.
+    pub(crate) fn records(&self) -> &str {
+        &self.records
+    }
+
+    /// The prefix of every job.
+    pub(crate) fn jobs(&self) -> &str {
+        &self.jobs
+    }
+
+    /// The prefix of every gate.
+    pub(crate) fn gates(&self) -> &str {
+        &self.gates
+    }
+
+    /// The prefix of everything the store keeps.
+    pub(crate) fn all(&self) -> &str {
+        &self.all
+    }
+
+    pub(crate) fn record(&self, id: &str) -> String {
+        format!("{}{id}", self.records)
+    }
+
+    pub(crate) fn scope(&self, scope: &str) -> String {
+        format!("{}{scope}", self.scopes)
+    }
+
+    pub(crate) fn job(&self, id: &str) -> String {
+        format!("{}{id}", self.jobs)
+    }
+
+    pub(crate) fn gate(&self, resource: &str) -> String {
+        format!("{}{resource}", self.gates)
+    }
+}

@@ -1,0 +1,221 @@
+//! [`LeaseStore`] for [`EtcdStore`]: the writes are the shared [`engine`]'s
+//! over one optimistic etcd transaction each; the scans read the records'
+//! prefix at one revision.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_lease_core::backend::engine;
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::telemetry;
+use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::{
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
+    Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+};
+
+use crate::kv::{Reads, Tx};
+
+/// How many parts of one `renew_many` are sent at once.
+const RENEWAL_PARTS_IN_FLIGHT: usize = 8;
+use crate::records::{decode, Records};
+use crate::EtcdStore;
+
+impl EtcdStore {
+    /// `renew_many` for one part that fits in a transaction.
+    async fn renew_part(&self, part: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        let keys = &self.keys;
+        let reads = Reads::keys(part.iter().map(|claim| keys.record(&claim.id)));
+        self.runner
+            .run(reads, |tx| {
+                let now = tx.now();
+                engine::renew_many(&mut Records { tx, keys }, now, part, ttl)
+            })
+            .await
+    }
+
+    /// Every record under the records' prefix: decoded, or the key and why
+    /// not.
+    fn scan_records(&self, tx: &Tx<'_>) -> Vec<std::result::Result<LeaseRecord, SkippedRecord>> {
+        let prefix = self.keys.records();
+        tx.scan(prefix)
+            .map(|(key, bytes)| {
+                decode::<LeaseRecord>(key, bytes).map_err(|error| SkippedRecord {
+                    id: key[prefix.len()..].to_owned(),
+                    reason: error.message().to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// The records of one scan that `keep` keeps, or `Corrupt` for the
+    /// first record that cannot be decoded (there is no partial answer).
+    fn decoded(
+        &self,
+        tx: &Tx<'_>,
+        keep: impl Fn(&LeaseRecord) -> bool,
+    ) -> Result<Vec<LeaseRecord>> {
+        let mut records = Vec::new();
+        for scanned in self.scan_records(tx) {
+            match scanned {
+                Ok(record) if keep(&record) => records.push(record),
+                Ok(_) => {}
+                Err(skipped) => {
+                    return Err(tenure_lease_core::Error::corrupt(format!(
+                        "lease record {:?} cannot be decoded: {}",
+                        skipped.id, skipped.reason
+                    )))
+                }
+            }
+        }
+        Ok(records)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdStore {
+    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
+        let metadata = validate::admit(request)?;
+        let keys = &self.keys;
+        let reads = Reads::keys(
+            [keys.record(&request.id)]
+                .into_iter()
+                .chain(request.scopes.iter().map(|scope| keys.scope(scope))),
+        );
+        let (admission, retries) = self
+            .runner
+            .run_counted(reads, |tx| {
+                let now = tx.now();
+                engine::admit(&mut Records { tx, keys }, now, request, metadata.clone())
+            })
+            .await?;
+        telemetry::admit_retried("etcd", &request.id, retries);
+        Ok(admission)
+    }
+
+    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
+        validate::renew(claim, ttl)?;
+        let keys = &self.keys;
+        self.runner
+            .run(Reads::keys([keys.record(&claim.id)]), |tx| {
+                let now = tx.now();
+                engine::renew(&mut Records { tx, keys }, now, claim, ttl)
+            })
+            .await
+    }
+
+    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+        validate::renew_many(claims, ttl)?;
+        // One transaction per part (a transaction holds at most
+        // `max_txn_ops` compares and as many writes), several in flight.
+        let parts: Vec<&[Claim]> = claims.chunks(self.runner.max_txn_ops).collect();
+        let mut outcomes = Vec::with_capacity(claims.len());
+        for group in parts.chunks(RENEWAL_PARTS_IN_FLIGHT) {
+            let renewed = futures_util::future::try_join_all(
+                group.iter().map(|part| self.renew_part(part, ttl)),
+            )
+            .await?;
+            outcomes.extend(renewed.into_iter().flatten());
+        }
+        Ok(outcomes)
+    }
+
+    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
+        validate::transition(claim, change)?;
+        let keys = &self.keys;
+        self.runner
+            .run(Reads::keys([keys.record(&claim.id)]), |tx| {
+                let now = tx.now();
+                engine::transition(&mut Records { tx, keys }, now, claim, change)
+            })
+            .await
+    }
+
+    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
+        validate::claim_for_takeover(request)?;
+        let keys = &self.keys;
+        let reads = Reads::keys([keys.record(&request.id)]);
+        self.runner
+            .run(reads, |tx| {
+                let now = tx.now();
+                engine::claim_for_takeover(&mut Records { tx, keys }, now, request)
+            })
+            .await
+    }
+
+    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
+        validate::list_expired(query)?;
+        let reads = Reads::default().prefix(self.keys.records());
+        self.runner
+            .run(reads, |tx| {
+                let now = tx.now();
+                let mut scan = ExpiredScan::default();
+                for scanned in self.scan_records(tx) {
+                    match scanned {
+                        Ok(record) => {
+                            if rules::matches_expired(&record, query.grace, query.created_before, now) {
+                                scan.records.push(record);
+                            }
+                        }
+                        Err(skipped) => {
+                            tracing::warn!(lease.id = %skipped.id, reason = %skipped.reason, "skipping an undecodable lease record");
+                            scan.skipped.push(skipped);
+                        }
+                    }
+                }
+                scan.records
+                    .sort_by(|a, b| rules::expired_order(a).cmp(&rules::expired_order(b)));
+                scan.records.truncate(query.limit);
+                Ok(scan)
+            })
+            .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        validate::get(id)?;
+        let keys = &self.keys;
+        self.runner
+            .run(Reads::keys([keys.record(id)]), |tx| {
+                tenure_lease_core::backend::engine::RecordTransaction::load(
+                    &mut Records { tx, keys },
+                    id,
+                )
+            })
+            .await
+    }
+
+    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
+        validate::list_by_scope(scope)?;
+        let reads = Reads::default().prefix(self.keys.records());
+        let mut records = self
+            .runner
+            .run(reads, |tx| {
+                self.decoded(tx, |record| record.scopes.contains(scope))
+            })
+            .await?;
+        records.sort_by_key(rules::newest_first);
+        Ok(records)
+    }
+
+    async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
+        let reads = Reads::default().prefix(self.keys.records());
+        // Scanned in key order, which is id order.
+        self.runner
+            .run(reads, |tx| self.decoded(tx, LeaseRecord::is_active))
+            .await
+    }
+
+    async fn now(&self) -> Result<Timestamp> {
+        Ok(self.runner.clock.now())
+    }
+
+    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
+        validate::purge(terminal_older_than)?;
+        let prefix = self.keys.records();
+        self.delete_in_parts(prefix, |key, bytes, now| {
+            decode::<LeaseRecord>(key, bytes)
+                .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
+        })
+        .await
+    }
+}

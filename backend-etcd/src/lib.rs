@@ -1,0 +1,255 @@
+//! # backend-etcd
+//!
+//! A [`LeaseStore`](tenure_lease_core::LeaseStore), [`JobQueue`](tenure_lease_core::JobQueue)
+//! and [`FenceStore`](tenure_lease_core::FenceStore) on an etcd cluster:
+//! leases whose safety survives the loss of a server. etcd replicates every
+//! write through Raft before it answers, so an acknowledged admission,
+//! renewal, takeover or settlement survives the loss of any minority of the
+//! members, and the fence sequence never repeats across a leader change.
+//! Through the facade it is `tenure::etcd::EtcdStore` (feature `etcd`), also
+//! opened by `tenure::connect("etcd://host:2379,host:2379,host:2379/prefix")`.
+//!
+//! ## How an operation runs
+//!
+//! Every operation is **one etcd transaction**. The store reads the keys it
+//! starts from (the record, the scopes' holders) at one revision, decides in Rust with the same rules as every other backend
+//! ([`tenure_lease_core::backend`]), and commits its writes in a transaction
+//! that first compares every key it read or writes with the revision it was
+//! read at (`mod_revision`, or `version == 0` for a key that was absent).
+//! When another writer changed one of them in between, nothing is applied
+//! and the operation decides again on fresh reads: contention costs a
+//! retry, never a wrong answer. An operation that loses 100 races in a row
+//! answers a retryable `Unavailable`, having changed nothing. Between two
+//! attempts it waits a random pause (below 1 ms, doubling per lost race, at
+//! most 64 ms), so writers contending for one key spread out.
+//!
+//! Keys live under the configured prefix (see [`EtcdConfig`]): one per
+//! record, one per held scope, one per job, one per fence gate, and the
+//! fence key. Fences come from etcd's cluster-wide revision: an operation
+//! that hands out fences first decides to count them, then draws them
+//! with one blind put of the fence key (its revision × 1024, plus 0 to
+//! 1023), drawn after everything it read, and decides again with them. So
+//! leases and jobs share one sequence, every claim holds a fence above any
+//! stored in what it read and below any drawn after it committed, no
+//! operation contends for a counter, and a leader change or a restart
+//! never hands a fence out twice. Fences are large numbers (the revision
+//! times 1024) with gaps.
+//!
+//! ## The clock: etcd has none to offer
+//!
+//! etcd has no server-clock API, and its own lease timers count whole
+//! seconds on the leader and are extended by every leader change. So this
+//! store judges expiry by the **clock of the process making the call**
+//! ([`EtcdConfig::clock`], the host's [`SystemClock`](tenure_lease_core::SystemClock)
+//! unless replaced), as [contract §2](tenure_lease_core::contract) allows for
+//! backends without a server clock: `now()` answers that clock, and every
+//! timestamp stored is read from it. Every host sharing a prefix must keep
+//! its clock synchronised (NTP, chrony) and **slewed, never stepped**, and
+//! the grace a taker allows must exceed the largest offset between two
+//! hosts: a host whose clock runs `S` ahead judges leases `S` older, and
+//! with `S` above the grace takes one over up to `S − grace` before its
+//! holder stops trusting it. Fences still protect the guarded resource
+//! then: the taker's fence is greater, so a gate refuses the displaced
+//! holder's writes.
+//!
+//! ## Deployment
+//!
+//! * Three or five members (a quorum survives one or two losses). Name all
+//!   of them in the URL: a request that cannot connect to one member is
+//!   sent to the next (it was never sent, so it cannot apply twice); one
+//!   that was sent and timed out, or whose reply was lost, answers `Err`
+//!   with the outcome unknown, as the contract requires.
+//! * Transactions: a claim takes at most `max_txn_ops` jobs at once, a
+//!   `renew_many` renews in parts of `max_txn_ops`, 8 in flight, and an admission
+//!   over `n` scopes compares about `2n + 2` keys, a job batch of `n` jobs
+//!   writes `n`: raise the cluster's `--max-txn-ops` (default 128) and set
+//!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
+//!   batches, and `--max-request-bytes` (default 1.5 MiB) for large
+//!   payloads. A transaction over the limit answers `Config` saying so.
+//! * Credentials: a user whose role reads and writes the prefix.
+//! * Scans (`list_expired`, `list_active`, `list_by_scope`, `purge`, the
+//!   queue's `claim`, `reap`, `list_dead_letters`) read the whole prefix of
+//!   their kind: keep a prefix to one application, and retention on.
+//!
+//! ## What a leader change does
+//!
+//! While the cluster elects a new leader (an election timeout, 1 s by
+//! default, plus a round of votes: about 1.5 s on a LAN), writes wait or
+//! fail: a call answers `Err` (`Unavailable` or `Timeout`, outcome unknown)
+//! or its true outcome once the new leader commits it. Nothing acknowledged
+//! is lost. A keeper whose renewals fail keeps trusting its lease only until
+//! its confirmed deadline and then fail-stops, exactly as on any store; a
+//! taker cannot take over before the lease has ended by its clock plus the
+//! grace, so a leader change delays takeovers by at most the election time
+//! and never speeds one up.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
+//! use std::time::Duration;
+//! use tenure_backend_etcd::EtcdStore;
+//! use tenure_lease_core::{AdmitRequest, LeaseStore};
+//!
+//! let store = EtcdStore::connect("etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/billing").await?;
+//! let admission = store
+//!     .admit(&AdmitRequest::new("job-1", "worker-a").scope("invoice:7").ttl(Duration::from_secs(30)))
+//!     .await?;
+//! assert!(admission.admitted().is_some());
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+
+use tenure_lease_core::{Result, Timestamp};
+
+mod config;
+mod error;
+mod gate;
+mod keys;
+mod kv;
+mod lease;
+mod queue;
+mod records;
+
+pub use config::EtcdConfig;
+
+use keys::Keys;
+use kv::{Cluster, Reads, Runner};
+
+/// A lease store, job queue and fence store on an etcd cluster, under one
+/// key prefix. Clones share the connections.
+#[derive(Clone)]
+pub struct EtcdStore {
+    runner: Runner,
+    keys: Keys,
+    config: EtcdConfig,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// Connects to the cluster `config` names (a URL
+    /// `etcd://host:port[,host:port...][/prefix]` or an [`EtcdConfig`]).
+    /// Without credentials nothing is sent until the first operation; with
+    /// them, each member is asked for a token, and a member that cannot be
+    /// reached is left out.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config) for bad
+    /// settings or refused credentials;
+    /// [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)
+    /// when no member can be reached.
+    pub async fn connect(config: impl Into<EtcdConfig>) -> Result<Self> {
+        let config = config.into();
+        config.validate()?;
+        let cluster = Cluster::connect(&config).await?;
+        Ok(EtcdStore {
+            runner: Runner {
+                cluster,
+                clock: config.clock.clone(),
+                max_txn_ops: config.max_txn_ops,
+                fence_key: Keys::new(config.key_prefix()).fence().to_owned(),
+            },
+            keys: Keys::new(config.key_prefix()),
+            config,
+        })
+    }
+
+    /// The settings this store was opened with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// Deletes every key under this store's prefix (records, jobs, gates,
+    /// the fence key) and answers how many, in one transaction. For tests
+    /// and decommissioning. Fences come from etcd's revision, so a store
+    /// reusing the prefix afterwards still hands out greater ones.
+    ///
+    /// # Errors
+    ///
+    /// The store errors of [`LeaseStore`](tenure_lease_core::LeaseStore).
+    pub async fn delete_prefix(&self) -> Result<u64> {
+        let txn = etcd_client::Txn::new().and_then([etcd_client::TxnOp::delete(
+            self.keys.all(),
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )]);
+        let response = self.runner.cluster.txn(txn).await?;
+        Ok(response
+            .op_responses()
+            .into_iter()
+            .map(|answer| match answer {
+                etcd_client::TxnOpResponse::Delete(deleted) => {
+                    u64::try_from(deleted.deleted()).unwrap_or(0)
+                }
+                _ => 0,
+            })
+            .sum())
+    }
+
+    /// How many keys of each kind the store keeps (`records`, `scopes`,
+    /// `jobs`, `gates`, `fence`), for tests that check nothing is left
+    /// behind.
+    ///
+    /// # Errors
+    ///
+    /// The store errors of [`LeaseStore`](tenure_lease_core::LeaseStore).
+    pub async fn footprint(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let all = self.keys.all();
+        self.runner
+            .run(Reads::default().prefix(all), |tx| {
+                let mut counts = std::collections::BTreeMap::new();
+                for (key, _) in tx.scan(all) {
+                    let kind = match key[all.len()..].split_once('/') {
+                        Some(("r", _)) => "records",
+                        Some(("s", _)) => "scopes",
+                        Some(("j", _)) => "jobs",
+                        Some(("g", _)) => "gates",
+                        _ => "fence",
+                    };
+                    *counts.entry(kind.to_owned()).or_insert(0) += 1;
+                }
+                Ok(counts)
+            })
+            .await
+    }
+
+    /// Deletes, in parts of one transaction each, the keys under `prefix`
+    /// that `purgeable` picks (given the key, its value and the instant of
+    /// the attempt); answers how many.
+    async fn delete_in_parts(
+        &self,
+        prefix: &str,
+        purgeable: impl Fn(&str, &[u8], Timestamp) -> bool + Send + Sync,
+    ) -> Result<u64> {
+        let part = self.runner.max_txn_ops;
+        let mut total = 0;
+        loop {
+            let deleted = self
+                .runner
+                .run(Reads::default().prefix(prefix), |tx| {
+                    let now = tx.now();
+                    let doomed: Vec<String> = tx
+                        .scan(prefix)
+                        .filter(|(key, value)| purgeable(key, value, now))
+                        .map(|(key, _)| key.to_owned())
+                        .take(part)
+                        .collect();
+                    for key in &doomed {
+                        tx.delete(key);
+                    }
+                    Ok(doomed.len())
+                })
+                .await?;
+            total += deleted as u64;
+            if deleted < part {
+                return Ok(total);
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The etcd factory the kit runs with: one private single-member cluster per
+//! test binary (started by the first case, stopped when the binary exits),
+//! a fresh key prefix per case, deleted afterwards, and a manual clock per
+//! case (etcd has no clock of its own: the store reads the one it is
+//! given, contract §2).
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use tenure_backend_etcd::{EtcdConfig, EtcdStore};
+use tenure_conformance::reopen::Reopener;
+use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use tenure_lease_core::{Error, ManualClock};
+use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
+
+/// The cluster of this test binary, with the runtime its members were
+/// started on, or why it could not be started.
+static CLUSTER: OnceLock<Result<(tokio::runtime::Runtime, PrivateEtcd), String>> = OnceLock::new();
+
+/// This binary's cluster, started on first use.
+fn cluster() -> tenure_lease_core::Result<&'static PrivateEtcd> {
+    let started = CLUSTER.get_or_init(|| {
+        // Started on a thread and runtime of its own: the case calling
+        // this runs inside its own runtime, which ends with the case.
+        std::thread::spawn(|| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .map_err(|error| error.to_string())?;
+            let cluster = runtime
+                .block_on(PrivateEtcd::start(1))
+                .map_err(|error| format!("cannot start a private etcd cluster: {error}"))?;
+            Ok((runtime, cluster))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("starting the private etcd cluster panicked".to_owned()))
+    });
+    match started {
+        Ok((_, cluster)) => Ok(cluster),
+        Err(reason) => Err(Error::unavailable(reason.clone())),
+    }
+}
+
+/// A fresh key prefix and manual clock per case on this binary's cluster.
+pub struct EtcdFactory;
+
+#[async_trait]
+impl Factory for EtcdFactory {
+    type Store = EtcdStore;
+
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivateEtcd::unavailable_reason()
+    }
+
+    async fn create(&self) -> tenure_lease_core::Result<Subject<EtcdStore>> {
+        let clock = Arc::new(ManualClock::starting_now());
+        let prefix = format!("conformance/{}", tenure_lease_core::generate_id());
+        let config = EtcdConfig::from(cluster()?.url(&prefix))
+            .max_txn_ops(MAX_TXN_OPS)
+            .clock(clock.clone());
+        Ok(Subject {
+            store: EtcdStore::connect(config).await?,
+            clock: ClockControl::Manual(clock),
+        })
+    }
+
+    async fn teardown(&self, store: &EtcdStore) -> tenure_lease_core::Result<()> {
+        store.delete_prefix().await.map(drop)
+    }
+
+    /// A second store, with connections of its own, on the case's prefix
+    /// and clock.
+    fn reopen(&self) -> Option<Reopener<EtcdStore>> {
+        Some(Arc::new(|store: Arc<EtcdStore>| {
+            Box::pin(async move { EtcdStore::connect(store.config().clone()).await })
+        }))
+    }
+
+    /// Keys per kind under the case's prefix.
+    fn footprint_probe(&self) -> Option<FootprintProbe<EtcdStore>> {
+        Some(Arc::new(|store: Arc<EtcdStore>| {
+            Box::pin(async move {
+                store
+                    .footprint()
+                    .await
+                    .map(|counts| counts.into_iter().collect::<Footprint>())
+            })
+        }))
+    }
+}

@@ -1,0 +1,6 @@
+//! The whole lease conformance kit against etcd, one test per case, each
+//! under its own key prefix of one private cluster per test binary.
+
+mod common;
+
+tenure_conformance::tenure_conformance!(common::EtcdFactory);
