@@ -27,8 +27,8 @@ use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
 use tenure_lease_core::{
-    Admission, AdmitRequest, AdmitStrategy, Claim, Error, FenceStore, Keeper, LeaseStore, Renewal,
-    Status, StatusChange, Takeover, TakeoverRequest, Transition,
+    Admission, AdmitRequest, AdmitStrategy, Claim, Error, FenceStore, Keeper, LeaseRecord,
+    LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
 };
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
 use tokio::time::Instant;
@@ -93,7 +93,7 @@ where
 /// Admits `request` (free scopes) until it is known to have landed: a retry
 /// after an unknown outcome that answers `AlreadyExists` means the first
 /// landed, and the record read back shows its claim.
-async fn admitted(store: &EtcdStore, request: &AdmitRequest) -> tenure_lease_core::LeaseRecord {
+async fn admitted(store: &EtcdStore, request: &AdmitRequest) -> LeaseRecord {
     let give_up = Instant::now() + PATIENCE;
     loop {
         match store.admit(request).await {
@@ -126,7 +126,7 @@ fn assert_unknown(what: &str, error: &Error) {
 }
 
 /// What the workload was told, acknowledged.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Acks {
     /// Every fence handed out in an answer, with who got it.
     fences: Vec<(u64, String)>,
@@ -212,7 +212,7 @@ async fn worker(
         if let Some(claim) = claim {
             if let Some(ttl) = ttl {
                 let renewed = store.renew(&claim, ttl).await.map(|_| Vec::new());
-                note(renewed.as_ref().map(Clone::clone).map_err(|e| e), &acks);
+                note(renewed.as_ref().map(Clone::clone), &acks);
             }
             let change = if round % 3 == 0 {
                 StatusChange::succeeded()
@@ -337,7 +337,7 @@ async fn check_acknowledged(store: &EtcdStore, acks: &Acks) {
         let holders: Vec<String> = answered("list a scope", || store.list_by_scope(scope))
             .await
             .into_iter()
-            .filter(|record| record.is_active())
+            .filter(LeaseRecord::is_active)
             .map(|record| record.id)
             .collect();
         assert!(
@@ -384,7 +384,7 @@ async fn leader_killed_mid_workload_loses_nothing_acknowledged_and_rejoins() {
     let new_leader = cluster.leader().await.expect("a new leader is elected");
     assert_ne!(new_leader, leader, "the killed member cannot lead");
 
-    let acks = acks.lock().expect("acks");
+    let acks = acks.lock().expect("acks").clone();
     check_acknowledged(&store, &acks).await;
 
     // The killed member restarts from its data directory and, alone, serves
@@ -568,7 +568,7 @@ async fn two_of_three_down_answers_err_or_truth_and_the_keeper_fail_stops() {
     let holders: Vec<String> = answered("the keeper's scope", || store.list_by_scope("kept-scope"))
         .await
         .into_iter()
-        .filter(|record| record.is_active())
+        .filter(LeaseRecord::is_active)
         .map(|record| record.id)
         .collect();
     assert_eq!(

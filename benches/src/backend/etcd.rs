@@ -272,7 +272,9 @@ impl WakeSession for EtcdWaiter {
             .clone()
             .put(key.as_str(), self.wake_up.as_str(), None)
             .await?;
-        let revision = response.header().map_or(0, |header| header.revision());
+        let revision = response
+            .header()
+            .map_or(0, etcd_client::ResponseHeader::revision);
         self.queued = Some((key, revision));
         Ok(())
     }
