@@ -102,10 +102,12 @@ impl EtcdConfig {
         self
     }
 
-    /// The clock every expiry is judged by and every timestamp read from
-    /// ([`SystemClock`] unless replaced): etcd has no clock to offer
-    /// (contract §2). Tests move time with a
-    /// [`ManualClock`](tenure_lease_core::ManualClock).
+    /// The clock every timestamp is read from, and that judges expiry
+    /// together with etcd's own lease timers ([`SystemClock`] unless
+    /// replaced): etcd has no clock to offer (contract §2). A clock running
+    /// ahead cannot end a lease etcd still keeps alive; moving a
+    /// [`ManualClock`](tenure_lease_core::ManualClock) forward therefore
+    /// ends none either.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

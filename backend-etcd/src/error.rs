@@ -15,6 +15,13 @@ pub(crate) fn never_sent(error: &etcd_client::Error) -> bool {
     }
 }
 
+/// Whether etcd refused a request, applying nothing, because an etcd lease
+/// it attaches a key to has ended.
+pub(crate) fn lease_ended(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::NotFound && status.message().contains("lease not found"))
+}
+
 /// Whether a gRPC message reports a connection that was never made.
 fn connect_failure(message: &str) -> bool {
     let message = message.to_ascii_lowercase();

@@ -8,6 +8,8 @@
 //! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
 //! | `<prefix>/j/<id>` | a job, JSON |
 //! | `<prefix>/g/<resource>` | a fence gate: highest fence and when it was checked, JSON |
+//! | `<prefix>/l/r/<id>` | the liveness key of an active lease with an expiry, attached to an etcd lease ([`crate::timers`]); its value, when that etcd lease should end (a hint) |
+//! | `<prefix>/l/j/<id>` | the liveness key of a claimed job, likewise |
 
 /// The keys of one store.
 #[derive(Debug, Clone)]
@@ -17,6 +19,8 @@ pub(crate) struct Keys {
     scopes: String,
     jobs: String,
     gates: String,
+    live_records: String,
+    live_jobs: String,
     all: String,
 }
 
@@ -28,6 +32,8 @@ impl Keys {
             scopes: format!("{prefix}/s/"),
             jobs: format!("{prefix}/j/"),
             gates: format!("{prefix}/g/"),
+            live_records: format!("{prefix}/l/r/"),
+            live_jobs: format!("{prefix}/l/j/"),
             all: format!("{prefix}/"),
         }
     }
@@ -52,6 +58,16 @@ impl Keys {
         &self.gates
     }
 
+    /// The prefix of every lease's liveness key.
+    pub(crate) fn live_records(&self) -> &str {
+        &self.live_records
+    }
+
+    /// The prefix of every claimed job's liveness key.
+    pub(crate) fn live_jobs(&self) -> &str {
+        &self.live_jobs
+    }
+
     /// The prefix of everything the store keeps.
     pub(crate) fn all(&self) -> &str {
         &self.all
@@ -71,5 +87,15 @@ impl Keys {
 
     pub(crate) fn gate(&self, resource: &str) -> String {
         format!("{}{resource}", self.gates)
+    }
+
+    /// The liveness key of the lease with `id`.
+    pub(crate) fn live_record(&self, id: &str) -> String {
+        format!("{}{id}", self.live_records)
+    }
+
+    /// The liveness key of the job with `id`.
+    pub(crate) fn live_job(&self, id: &str) -> String {
+        format!("{}{id}", self.live_jobs)
     }
 }

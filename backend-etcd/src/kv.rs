@@ -26,17 +26,21 @@
 //! back. No operation contends for a counter.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, LeaseClient, PutOptions, Txn,
+    TxnOp, TxnOpResponse,
 };
 use tenure_lease_core::{Clock, Error, Result, Timestamp};
 
 use crate::config::EtcdConfig;
-use crate::error::{never_sent, store_error, timed_out};
+use crate::error::{lease_ended, never_sent, store_error, timed_out};
+use crate::records::encode;
+use crate::timers::Timers;
 
 /// How often an operation decides again after losing a race before it
 /// answers a retryable `Unavailable`.
@@ -59,9 +63,38 @@ const MAX_ANSWER_BYTES: usize = 256 * 1024 * 1024;
 /// lost after sending) is the caller's unknown outcome.
 #[derive(Clone)]
 pub(crate) struct Cluster {
-    members: Arc<[KvClient]>,
+    members: Arc<[Member]>,
     next: Arc<AtomicUsize>,
     timeout: Duration,
+}
+
+/// One member's clients.
+#[derive(Clone)]
+struct Member {
+    kv: KvClient,
+    lease: LeaseClient,
+}
+
+/// An etcd lease granted: its id and the ttl etcd granted, in seconds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) id: i64,
+    pub(crate) ttl: i64,
+}
+
+/// Why a request failed: the client's error, or the store's answer already.
+enum Failed {
+    Client(etcd_client::Error),
+    Store(Error),
+}
+
+impl From<Failed> for Error {
+    fn from(failed: Failed) -> Self {
+        match failed {
+            Failed::Client(error) => store_error(error),
+            Failed::Store(error) => error,
+        }
+    }
 }
 
 impl Cluster {
@@ -76,11 +109,12 @@ impl Cluster {
         let mut last_error = None;
         for endpoint in config.endpoints() {
             match Client::connect([endpoint.as_str()], Some(options.clone())).await {
-                Ok(client) => members.push(
-                    client
+                Ok(client) => members.push(Member {
+                    kv: client
                         .kv_client()
                         .max_decoding_message_size(MAX_ANSWER_BYTES),
-                ),
+                    lease: client.lease_client(),
+                }),
                 Err(error) => last_error = Some(store_error(error)),
             }
         }
@@ -99,23 +133,64 @@ impl Cluster {
     /// Sends `txn` to one member, to the next one while a member cannot be
     /// connected to.
     pub(crate) async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        Ok(self.send_txn(txn).await?)
+    }
+
+    /// [`txn`](Self::txn) for a transaction that attaches keys to etcd
+    /// leases: `None` when etcd refused it, applying nothing, because one
+    /// of those leases has ended.
+    async fn commit(&self, txn: Txn) -> Result<Option<etcd_client::TxnResponse>> {
+        match self.send_txn(txn).await {
+            Ok(response) => Ok(Some(response)),
+            Err(Failed::Client(error)) if lease_ended(&error) => Ok(None),
+            Err(failed) => Err(failed.into()),
+        }
+    }
+
+    /// Grants an etcd lease of `ttl` seconds (etcd may raise it to its
+    /// minimum).
+    pub(crate) async fn grant(&self, ttl: i64) -> Result<Granted> {
+        let response = self
+            .send(|mut member| async move { member.lease.grant(ttl, None).await })
+            .await?;
+        Ok(Granted {
+            id: response.id(),
+            ttl: response.ttl(),
+        })
+    }
+
+    async fn send_txn(&self, txn: Txn) -> std::result::Result<etcd_client::TxnResponse, Failed> {
+        self.send(|mut member| {
+            let txn = txn.clone();
+            async move { member.kv.txn(txn).await }
+        })
+        .await
+    }
+
+    /// Makes `call` on one member, on the next one while a member cannot be
+    /// connected to.
+    async fn send<T, F, Fut>(&self, mut call: F) -> std::result::Result<T, Failed>
+    where
+        F: FnMut(Member) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
         let first = self.next.fetch_add(1, Ordering::Relaxed);
         let mut last_error = None;
         for step in 0..self.members.len() {
-            let mut client = self.members[(first + step) % self.members.len()].clone();
-            match tokio::time::timeout(self.timeout, client.txn(txn.clone())).await {
-                Err(_) => return Err(timed_out(self.timeout)),
-                Ok(Ok(response)) => return Ok(response),
+            let member = self.members[(first + step) % self.members.len()].clone();
+            match tokio::time::timeout(self.timeout, call(member)).await {
+                Err(_) => return Err(Failed::Store(timed_out(self.timeout))),
+                Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(error)) if never_sent(&error) => {
                     tracing::debug!(%error, "an etcd member cannot be connected to: sending to the next");
                     last_error = Some(error);
                 }
-                Ok(Err(error)) => return Err(store_error(error)),
+                Ok(Err(error)) => return Err(Failed::Client(error)),
             }
         }
         Err(last_error.map_or_else(
-            || Error::unavailable("no etcd member to send to"),
-            store_error,
+            || Failed::Store(Error::unavailable("no etcd member to send to")),
+            Failed::Client,
         ))
     }
 }
@@ -211,7 +286,17 @@ pub(crate) struct Tx<'s> {
     fences_used: usize,
     missing: BTreeSet<String>,
     compared: BTreeSet<String>,
-    writes: BTreeMap<String, Option<Vec<u8>>>,
+    writes: BTreeMap<String, Write>,
+}
+
+/// What an attempt writes to one key at commit.
+#[derive(Debug, Clone)]
+enum Write {
+    Put(Vec<u8>),
+    Delete,
+    /// A liveness key, attached to an etcd lease that etcd ends no sooner
+    /// than this long after the commit is sent ([`crate::timers`]).
+    Attach(Duration),
 }
 
 impl<'s> Tx<'s> {
@@ -229,7 +314,11 @@ impl<'s> Tx<'s> {
     /// When `key` was not read yet.
     pub(crate) fn read(&mut self, key: &str) -> Result<Option<Vec<u8>>> {
         if let Some(written) = self.writes.get(key) {
-            return Ok(written.clone());
+            return Ok(match written {
+                Write::Put(value) => Some(value.clone()),
+                Write::Delete => None,
+                Write::Attach(_) => Some(Vec::new()),
+            });
         }
         match self.snapshot.state(key) {
             Some(entry) => {
@@ -263,16 +352,48 @@ impl<'s> Tx<'s> {
         self.snapshot.under(prefix)
     }
 
+    /// Whether `key` was read (present or absent) or written by this
+    /// attempt; a key that was not is noted as missing, read with the
+    /// operation's next reads, and the attempt decided again. For keys the
+    /// attempt will surely need, so their reads go with the first ones.
+    pub(crate) fn want(&mut self, key: &str) {
+        if self.snapshot.state(key).is_none() && !self.writes.contains_key(key) {
+            self.missing.insert(key.to_owned());
+        }
+    }
+
     /// Writes `value` under `key` at commit.
     pub(crate) fn put(&mut self, key: &str, value: Vec<u8>) {
         self.touch(key);
-        self.writes.insert(key.to_owned(), Some(value));
+        self.writes.insert(key.to_owned(), Write::Put(value));
     }
 
     /// Deletes `key` at commit.
     pub(crate) fn delete(&mut self, key: &str) {
         self.touch(key);
-        self.writes.insert(key.to_owned(), None);
+        self.writes.insert(key.to_owned(), Write::Delete);
+    }
+
+    /// Deletes `key` at commit if it is there as read (compared like any
+    /// write); a key the attempt never read is taken to be absent. For
+    /// liveness keys, which every operation that may end one reads first.
+    pub(crate) fn retire(&mut self, key: &str) {
+        let present = match self.writes.get(key) {
+            Some(Write::Delete) => false,
+            Some(_) => true,
+            None => self.snapshot.state(key).flatten().is_some(),
+        };
+        if present {
+            self.delete(key);
+        }
+    }
+
+    /// Writes the liveness key `key` at commit, attached to an etcd lease
+    /// that etcd ends no sooner than `ttl` after the commit is sent, and
+    /// not much later ([`crate::timers`]).
+    pub(crate) fn attach(&mut self, key: &str, ttl: Duration) {
+        self.touch(key);
+        self.writes.insert(key.to_owned(), Write::Attach(ttl));
     }
 
     /// A written key is compared too: a blind write must not overwrite what
@@ -298,16 +419,6 @@ impl<'s> Tx<'s> {
             })
             .collect()
     }
-
-    fn operations(&self) -> Vec<TxnOp> {
-        self.writes
-            .iter()
-            .map(|(key, value)| match value {
-                Some(value) => TxnOp::put(key.as_str(), value.clone(), None),
-                None => TxnOp::delete(key.as_str(), None),
-            })
-            .collect()
-    }
 }
 
 /// How many fences one draw yields, at most: the most one operation hands
@@ -324,6 +435,8 @@ pub(crate) struct Runner {
     pub(crate) max_txn_ops: usize,
     /// The key whose revision each fence draw takes.
     pub(crate) fence_key: String,
+    /// The etcd leases liveness keys are attached to.
+    pub(crate) timers: Timers,
 }
 
 impl Runner {
@@ -386,21 +499,33 @@ impl Runner {
                 fences = self.draw_fences(needed).await?;
                 continue;
             }
-            let operations = if answer.is_ok() {
-                tx.operations()
+            let writes = if answer.is_ok() {
+                std::mem::take(&mut tx.writes)
             } else {
-                Vec::new()
+                BTreeMap::new()
             };
-            if operations.is_empty() && snapshot.reads <= 1 {
+            if writes.is_empty() && snapshot.reads <= 1 {
                 return answer.map(|answer| (answer, attempts));
             }
             let compares = tx.compares();
-            let response = self
+            let (operations, attached) = self.operations(writes).await?;
+            let committed = self
                 .cluster
-                .txn(Txn::new().when(compares).and_then(operations))
+                .commit(Txn::new().when(compares).and_then(operations))
                 .await?;
-            if response.succeeded() {
-                return answer.map(|answer| (answer, attempts));
+            match committed {
+                Some(response) if response.succeeded() => {
+                    return answer.map(|answer| (answer, attempts));
+                }
+                Some(_) => {}
+                None => {
+                    tracing::debug!(
+                        "an etcd lease ended before the commit reached it: granting another"
+                    );
+                    for id in attached {
+                        self.timers.forget(id);
+                    }
+                }
             }
             attempts += 1;
             if attempts >= MAX_ATTEMPTS {
@@ -415,6 +540,32 @@ impl Runner {
             wanted = std::mem::take(&mut snapshot.asked);
             snapshot = Snapshot::default();
         }
+    }
+
+    /// The etcd operations of `writes`, and the etcd leases they attach
+    /// liveness keys to (each key carrying, as a hint, when its lease
+    /// should end).
+    async fn operations(&self, writes: BTreeMap<String, Write>) -> Result<(Vec<TxnOp>, Vec<i64>)> {
+        let mut operations = Vec::with_capacity(writes.len());
+        let mut attached = Vec::new();
+        for (key, write) in writes {
+            operations.push(match write {
+                Write::Put(value) => TxnOp::put(key, value, None),
+                Write::Delete => TxnOp::delete(key, None),
+                Write::Attach(ttl) => {
+                    let epoch = self.timers.epoch_for(&self.cluster, ttl).await?;
+                    if !attached.contains(&epoch.id) {
+                        attached.push(epoch.id);
+                    }
+                    TxnOp::put(
+                        key,
+                        encode(&epoch.ends_about),
+                        Some(PutOptions::new().with_lease(epoch.id)),
+                    )
+                }
+            });
+        }
+        Ok((operations, attached))
     }
 
     /// `count` fresh fences, in increasing order, from one blind put of the

@@ -14,18 +14,25 @@ use tenure_lease_core::{
     Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
+use crate::keys::Keys;
 use crate::kv::{Reads, Tx};
+use crate::records::{decode, Records};
+use crate::EtcdStore;
 
 /// How many parts of one `renew_many` are sent at once.
 const RENEWAL_PARTS_IN_FLIGHT: usize = 8;
-use crate::records::{decode, Records};
-use crate::EtcdStore;
+
+/// What an operation on the lease `id` reads first: its record and its
+/// liveness key.
+fn lease_keys<'k>(keys: &'k Keys, id: &'k str) -> impl Iterator<Item = String> + 'k {
+    [keys.record(id), keys.live_record(id)].into_iter()
+}
 
 impl EtcdStore {
     /// `renew_many` for one part that fits in a transaction.
     async fn renew_part(&self, part: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         let keys = &self.keys;
-        let reads = Reads::keys(part.iter().map(|claim| keys.record(&claim.id)));
+        let reads = Reads::keys(part.iter().flat_map(|claim| lease_keys(keys, &claim.id)));
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
@@ -78,8 +85,7 @@ impl LeaseStore for EtcdStore {
         let metadata = validate::admit(request)?;
         let keys = &self.keys;
         let reads = Reads::keys(
-            [keys.record(&request.id)]
-                .into_iter()
+            lease_keys(keys, &request.id)
                 .chain(request.scopes.iter().map(|scope| keys.scope(scope))),
         );
         let (admission, retries) = self
@@ -97,7 +103,7 @@ impl LeaseStore for EtcdStore {
         validate::renew(claim, ttl)?;
         let keys = &self.keys;
         self.runner
-            .run(Reads::keys([keys.record(&claim.id)]), |tx| {
+            .run(Reads::keys(lease_keys(keys, &claim.id)), |tx| {
                 let now = tx.now();
                 engine::renew(&mut Records { tx, keys }, now, claim, ttl)
             })
@@ -107,8 +113,11 @@ impl LeaseStore for EtcdStore {
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         validate::renew_many(claims, ttl)?;
         // One transaction per part (a transaction holds at most
-        // `max_txn_ops` compares and as many writes), several in flight.
-        let parts: Vec<&[Claim]> = claims.chunks(self.runner.max_txn_ops).collect();
+        // `max_txn_ops` compares and as many writes: two per claim, the
+        // record and its liveness key), several in flight.
+        let parts: Vec<&[Claim]> = claims
+            .chunks((self.runner.max_txn_ops / 2).max(1))
+            .collect();
         let mut outcomes = Vec::with_capacity(claims.len());
         for group in parts.chunks(RENEWAL_PARTS_IN_FLIGHT) {
             let renewed = futures_util::future::try_join_all(
@@ -124,7 +133,7 @@ impl LeaseStore for EtcdStore {
         validate::transition(claim, change)?;
         let keys = &self.keys;
         self.runner
-            .run(Reads::keys([keys.record(&claim.id)]), |tx| {
+            .run(Reads::keys(lease_keys(keys, &claim.id)), |tx| {
                 let now = tx.now();
                 engine::transition(&mut Records { tx, keys }, now, claim, change)
             })
@@ -134,7 +143,7 @@ impl LeaseStore for EtcdStore {
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
         validate::claim_for_takeover(request)?;
         let keys = &self.keys;
-        let reads = Reads::keys([keys.record(&request.id)]);
+        let reads = Reads::keys(lease_keys(keys, &request.id));
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
@@ -145,7 +154,10 @@ impl LeaseStore for EtcdStore {
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
         validate::list_expired(query)?;
-        let reads = Reads::default().prefix(self.keys.records());
+        let keys = &self.keys;
+        let reads = Reads::default()
+            .prefix(keys.records())
+            .prefix(keys.live_records());
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
@@ -153,7 +165,9 @@ impl LeaseStore for EtcdStore {
                 for scanned in self.scan_records(tx) {
                     match scanned {
                         Ok(record) => {
-                            if rules::matches_expired(&record, query.grace, query.created_before, now) {
+                            let judged =
+                                engine::as_judged(&mut Records { tx, keys }, &record, now)?;
+                            if rules::matches_expired(&judged, query.grace, query.created_before, now) {
                                 scan.records.push(record);
                             }
                         }

@@ -35,22 +35,31 @@
 //! never hands a fence out twice. Fences are large numbers (the revision
 //! times 1024) with gaps.
 //!
-//! ## The clock: etcd has none to offer
+//! ## Expiry: etcd's own timers
 //!
-//! etcd has no server-clock API, and its own lease timers count whole
-//! seconds on the leader and are extended by every leader change. So this
-//! store judges expiry by the **clock of the process making the call**
+//! etcd has no clock to read, so the store takes the timestamps it writes,
+//! and `now()`, from the **clock of the process making the call**
 //! ([`EtcdConfig::clock`], the host's [`SystemClock`](tenure_lease_core::SystemClock)
-//! unless replaced), as [contract §2](tenure_lease_core::contract) allows for
-//! backends without a server clock: `now()` answers that clock, and every
-//! timestamp stored is read from it. Every host sharing a prefix must keep
-//! its clock synchronised (NTP, chrony) and **slewed, never stepped**, and
-//! the grace a taker allows must exceed the largest offset between two
-//! hosts: a host whose clock runs `S` ahead judges leases `S` older, and
-//! with `S` above the grace takes one over up to `S − grace` before its
-//! holder stops trusting it. Fences still protect the guarded resource
-//! then: the taker's fence is greater, so a gate refuses the displaced
-//! holder's writes.
+//! unless replaced). What ends a lease is **etcd's own lease timer**
+//! ([contract §2](tenure_lease_core::contract)): beside each active lease
+//! with an expiry, and each claimed job, the store keeps a liveness key
+//! attached to an etcd lease that etcd's leader ends no sooner than the
+//! ttl after the write was sent. A takeover, an interrupting admission and
+//! a reap commit only once etcd has deleted that key (its absence is
+//! compared in their transaction) *and* the stored expiry plus the grace
+//! has passed by the caller's clock. So a host whose clock runs ahead
+//! cannot end a lease early; a host whose clock runs behind only takes
+//! over later. Clocks should still be synchronised (NTP, chrony) for the
+//! timestamps to mean something, but safety no longer rests on them.
+//!
+//! etcd's timers count whole seconds: a lease there lasts up to its ttl
+//! rounded up (at least etcd's minimum, about 2 s with default election
+//! settings), plus an eighth of the ttl (at least 1 s), plus half a second
+//! longer than its `lease_expires_at` says. The store never keeps an etcd
+//! lease alive: it grants one per ttl every few seconds and attaches each
+//! liveness key written meanwhile to it (a renewal re-attaches its key in
+//! its own transaction), so a million leases of one ttl share a handful of
+//! etcd leases and no keep-alive stream exists to storm.
 //!
 //! ## Deployment
 //!
@@ -59,10 +68,10 @@
 //!   sent to the next (it was never sent, so it cannot apply twice); one
 //!   that was sent and timed out, or whose reply was lost, answers `Err`
 //!   with the outcome unknown, as the contract requires.
-//! * Transactions: a claim takes at most `max_txn_ops` jobs at once, a
-//!   `renew_many` renews in parts of `max_txn_ops`, 8 in flight, and an admission
-//!   over `n` scopes compares about `2n + 2` keys, a job batch of `n` jobs
-//!   writes `n`: raise the cluster's `--max-txn-ops` (default 128) and set
+//! * Transactions: a claim takes at most `max_txn_ops / 2` jobs at once
+//!   (each with its liveness key), a `renew_many` renews in parts of
+//!   `max_txn_ops / 2`, 8 in flight, and an admission over `n` scopes
+//!   compares about `2n + 3` keys, a job batch of `n` jobs writes `n`: raise the cluster's `--max-txn-ops` (default 128) and set
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
 //!   batches, and `--max-request-bytes` (default 1.5 MiB) for large
 //!   payloads. A transaction over the limit answers `Config` saying so.
@@ -78,10 +87,12 @@
 //! fail: a call answers `Err` (`Unavailable` or `Timeout`, outcome unknown)
 //! or its true outcome once the new leader commits it. Nothing acknowledged
 //! is lost. A keeper whose renewals fail keeps trusting its lease only until
-//! its confirmed deadline and then fail-stops, exactly as on any store; a
-//! taker cannot take over before the lease has ended by its clock plus the
-//! grace, so a leader change delays takeovers by at most the election time
-//! and never speeds one up.
+//! its confirmed deadline and then fail-stops, exactly as on any store.
+//! The new leader restarts every etcd lease's count (etcd extends leases
+//! on promotion), so a lease whose holder died shortly before a leader
+//! change can be taken over up to one more ttl plus the election time
+//! later than without it; a leader change never lets a takeover happen
+//! sooner.
 //!
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure_lease_core::Result<()> {
@@ -109,6 +120,7 @@ mod kv;
 mod lease;
 mod queue;
 mod records;
+mod timers;
 
 pub use config::EtcdConfig;
 
@@ -155,6 +167,7 @@ impl EtcdStore {
                 clock: config.clock.clone(),
                 max_txn_ops: config.max_txn_ops,
                 fence_key: Keys::new(config.key_prefix()).fence().to_owned(),
+                timers: timers::Timers::new(config.clock.clone()),
             },
             keys: Keys::new(config.key_prefix()),
             config,
@@ -193,8 +206,8 @@ impl EtcdStore {
     }
 
     /// How many keys of each kind the store keeps (`records`, `scopes`,
-    /// `jobs`, `gates`, `fence`), for tests that check nothing is left
-    /// behind.
+    /// `jobs`, `gates`, `liveness`, `fence`), for tests that check nothing
+    /// is left behind.
     ///
     /// # Errors
     ///
@@ -210,6 +223,7 @@ impl EtcdStore {
                         Some(("s", _)) => "scopes",
                         Some(("j", _)) => "jobs",
                         Some(("g", _)) => "gates",
+                        Some(("l", _)) => "liveness",
                         _ => "fence",
                     };
                     *counts.entry(kind.to_owned()).or_insert(0) += 1;

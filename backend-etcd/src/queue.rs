@@ -15,7 +15,7 @@ use tenure_lease_core::queue::{
 use tenure_lease_core::{Error, Result, Timestamp};
 
 use crate::kv::{Reads, Tx};
-use crate::records::{decode, encode};
+use crate::records::{decode, encode, keep_live, live_until};
 use crate::EtcdStore;
 
 impl EtcdStore {
@@ -25,8 +25,25 @@ impl EtcdStore {
         tx.read(&key)?.map(|bytes| decode(&key, &bytes)).transpose()
     }
 
+    /// Writes `job` back, and its liveness key with it: attached while it
+    /// is claimed, removed once it is not.
     fn save_job(&self, tx: &mut Tx<'_>, job: &Job) {
         tx.put(&self.keys.job(&job.id), encode(job));
+        let claimed = job
+            .lease_expires_at
+            .filter(|_| job.state == JobState::Claimed);
+        keep_live(tx, &self.keys.live_job(&job.id), claimed);
+    }
+
+    /// What an operation on the job `id` reads first: the job and its
+    /// liveness key.
+    fn job_keys(&self, id: &str) -> [String; 2] {
+        [self.keys.job(id), self.keys.live_job(id)]
+    }
+
+    /// How many jobs one transaction may write: each with its liveness key.
+    fn jobs_per_transaction(&self) -> usize {
+        (self.runner.max_txn_ops / 2).max(1)
     }
 
     /// Every job that can be decoded, in id order; the others are logged
@@ -50,7 +67,7 @@ impl EtcdStore {
         write: impl Fn(&mut Job, Timestamp) -> T + Send + Sync,
     ) -> Result<std::result::Result<(Job, T), JobLoss>> {
         self.runner
-            .run(Reads::keys([self.keys.job(&claim.id)]), |tx| {
+            .run(Reads::keys(self.job_keys(&claim.id)), |tx| {
                 let job = self.load_job(tx, &claim.id)?;
                 if let Err(loss) = rules::judge_job(job.as_ref(), claim) {
                     return Ok(Err(loss));
@@ -109,8 +126,10 @@ impl JobQueue for EtcdStore {
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(request)?;
-        let limit = request.limit.min(self.runner.max_txn_ops);
-        let reads = Reads::default().prefix(self.keys.jobs());
+        let limit = request.limit.min(self.jobs_per_transaction());
+        let reads = Reads::default()
+            .prefix(self.keys.jobs())
+            .prefix(self.keys.live_jobs());
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
@@ -157,8 +176,8 @@ impl JobQueue for EtcdStore {
         let mut settled = Vec::with_capacity(claims.len());
         // One transaction per part that fits in one; within a part, claims
         // are settled in order, each seeing the ones before it.
-        for part in claims.chunks(self.runner.max_txn_ops) {
-            let reads = Reads::keys(part.iter().map(|claim| self.keys.job(&claim.id)));
+        for part in claims.chunks(self.jobs_per_transaction()) {
+            let reads = Reads::keys(part.iter().flat_map(|claim| self.job_keys(&claim.id)));
             let answers = self
                 .runner
                 .run(reads, |tx| {
@@ -197,15 +216,23 @@ impl JobQueue for EtcdStore {
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         validate::reap(grace)?;
-        let limit = rules::MAX_REAP.min(self.runner.max_txn_ops);
+        let limit = rules::MAX_REAP.min(self.jobs_per_transaction());
+        let reads = Reads::default()
+            .prefix(self.keys.jobs())
+            .prefix(self.keys.live_jobs());
         self.runner
-            .run(Reads::default().prefix(self.keys.jobs()), |tx| {
+            .run(reads, |tx| {
                 let now = tx.now();
-                let mut expired: Vec<Job> = self
-                    .scan_jobs(tx)
-                    .into_iter()
-                    .filter(|job| rules::reapable(job, grace, now))
-                    .collect();
+                let mut expired = Vec::new();
+                for job in self.scan_jobs(tx) {
+                    // A claim etcd still keeps alive is not over, whatever
+                    // the clock says.
+                    if rules::reapable(&job, grace, now)
+                        && live_until(tx, &self.keys.live_job(&job.id), now)?.is_none()
+                    {
+                        expired.push(job);
+                    }
+                }
                 expired.sort_by(|a, b| rules::reap_order(a).cmp(&rules::reap_order(b)));
                 let mut report = ReapReport::default();
                 for mut job in expired.into_iter().take(limit) {
@@ -223,7 +250,7 @@ impl JobQueue for EtcdStore {
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         validate::take_back(claim, ttl)?;
-        let reads = Reads::keys([self.keys.job(&claim.id)]);
+        let reads = Reads::keys(self.job_keys(&claim.id));
         self.runner
             .run(reads, |tx| {
                 let Some(mut job) = self.load_job(tx, &claim.id)? else {

@@ -3,10 +3,11 @@
 
 use serde::de::DeserializeOwned;
 use tenure_lease_core::backend::engine::RecordTransaction;
-use tenure_lease_core::{Error, LeaseRecord, Result};
+use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
 
 use crate::keys::Keys;
 use crate::kv::Tx;
+use crate::timers::EXPIRY_CHECK;
 
 /// A [`Tx`] with the store's keys: what the [engine](tenure_lease_core::backend::engine) runs on.
 pub(crate) struct Records<'t, 's> {
@@ -26,6 +27,34 @@ pub(crate) fn encode<T: serde::Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
+/// Keeps the liveness key `key` in step with a lease or claim that
+/// `expires_at` (`None`: not held) as of `now`: attached for the time left
+/// while there is some; removed once nothing is held; left alone on a
+/// lease whose time is up by the clock, which etcd may still keep.
+pub(crate) fn keep_live(tx: &mut Tx<'_>, key: &str, expires_at: Option<Timestamp>) {
+    let now = tx.now();
+    match expires_at {
+        Some(expires) if expires > now => tx.attach(key, clock::until(now, expires)),
+        Some(_) => {}
+        None => tx.retire(key),
+    }
+}
+
+/// Until when the liveness key `key` keeps what it guards alive, judged at
+/// `now`: `None` once etcd has ended it, otherwise the hint it carries but
+/// at least etcd's next check for ended leases.
+///
+/// # Errors
+///
+/// When `key` was not read yet.
+pub(crate) fn live_until(tx: &mut Tx<'_>, key: &str, now: Timestamp) -> Result<Option<Timestamp>> {
+    Ok(tx.read(key)?.map(|hint| {
+        // The hint only shapes `retry_after`: a damaged one is no answer.
+        let hinted = serde_json::from_slice::<Timestamp>(&hint).unwrap_or(now);
+        hinted.max(clock::add(now, EXPIRY_CHECK))
+    }))
+}
+
 impl RecordTransaction for Records<'_, '_> {
     fn exists(&mut self, id: &str) -> Result<bool> {
         Ok(self.tx.read(&self.keys.record(id))?.is_some())
@@ -41,13 +70,20 @@ impl RecordTransaction for Records<'_, '_> {
 
     fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
         let key = self.keys.scope(scope);
-        self.tx
+        let holder = self
+            .tx
             .read(&key)?
             .map(|bytes| {
                 String::from_utf8(bytes)
                     .map_err(|_| Error::corrupt(format!("scope entry {key:?} is not text")))
             })
-            .transpose()
+            .transpose()?;
+        if let Some(holder) = &holder {
+            // Judging the holder needs both: read them together.
+            self.tx.want(&self.keys.record(holder));
+            self.tx.want(&self.keys.live_record(holder));
+        }
+        Ok(holder)
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -63,6 +99,11 @@ impl RecordTransaction for Records<'_, '_> {
         let key = self.keys.record(&record.id);
         self.tx.read(&key)?;
         self.tx.put(&key, encode(record));
+        keep_live(
+            self.tx,
+            &self.keys.live_record(&record.id),
+            record.lease_expires_at,
+        );
         Ok(())
     }
 
@@ -76,6 +117,15 @@ impl RecordTransaction for Records<'_, '_> {
         }
         let key = self.keys.record(&record.id);
         self.tx.put(&key, encode(record));
+        keep_live(
+            self.tx,
+            &self.keys.live_record(&record.id),
+            record.lease_expires_at.filter(|_| record.is_active()),
+        );
         Ok(())
+    }
+
+    fn kept_until(&mut self, record: &LeaseRecord, now: Timestamp) -> Result<Option<Timestamp>> {
+        live_until(self.tx, &self.keys.live_record(&record.id), now)
     }
 }

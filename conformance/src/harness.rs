@@ -144,6 +144,17 @@ pub enum ClockControl {
     /// until the store's own `now()` has passed the deadline. Cases keep
     /// such waits to fractions of a second.
     Real,
+    /// The store reads a clock nobody can move, and also ends leases and
+    /// job claims on timers of its own, which may keep one alive up to
+    /// `overrun` past its stored expiry (etcd's lease timers count whole
+    /// seconds on the cluster's leader): the kit waits until the store's
+    /// own `now()` has passed the deadline by `overrun`. What a case checks
+    /// before a deadline holds as on any store; only the waits grow.
+    Timers {
+        /// The longest a timer keeps a lease alive past its stored expiry,
+        /// for the ttls the kit uses (a few seconds at most).
+        overrun: Duration,
+    },
 }
 
 /// A case's failure: what was expected and what happened.
@@ -216,6 +227,7 @@ pub struct Ctx<S> {
     footprint: Option<FootprintProbe<S>>,
     pub(crate) damager: Option<Damager<S>>,
     pub(crate) reopener: Option<Reopener<S>>,
+    pub(crate) renewals: crate::cases::lease::keeper::RenewalHold,
     skipped: Arc<Mutex<Option<String>>>,
 }
 
@@ -227,6 +239,7 @@ impl<S> Clone for Ctx<S> {
             footprint: self.footprint.clone(),
             damager: self.damager.clone(),
             reopener: self.reopener.clone(),
+            renewals: self.renewals.clone(),
             skipped: Arc::clone(&self.skipped),
         }
     }
@@ -261,6 +274,7 @@ impl<S: LeaseStore> Ctx<S> {
             footprint: None,
             damager: None,
             reopener: None,
+            renewals: crate::cases::lease::keeper::RenewalHold::default(),
             skipped: Arc::default(),
         }
     }
@@ -295,7 +309,16 @@ impl<S: LeaseStore> Ctx<S> {
     pub fn manual_clock(&self) -> Option<&ManualClock> {
         match &self.clock {
             ClockControl::Manual(clock) => Some(clock),
-            ClockControl::Real => None,
+            ClockControl::Real | ClockControl::Timers { .. } => None,
+        }
+    }
+
+    /// How long the store's own timers may keep a lease alive past its
+    /// stored expiry ([`ClockControl::Timers`]); zero on every other store.
+    pub fn timer_overrun(&self) -> Duration {
+        match &self.clock {
+            ClockControl::Timers { overrun } => *overrun,
+            _ => Duration::ZERO,
         }
     }
 
@@ -309,14 +332,23 @@ impl<S: LeaseStore> Ctx<S> {
                 ));
                 Ok(())
             }
-            ClockControl::Real => loop {
-                let now = self.store.now().await?;
-                if now > instant {
-                    return Ok(());
-                }
-                let wait = tenure_lease_core::clock::until(now, instant) + Duration::from_millis(2);
-                tokio::time::sleep(wait).await;
-            },
+            ClockControl::Real => self.wait_past(instant).await,
+            ClockControl::Timers { overrun } => {
+                self.wait_past(tenure_lease_core::clock::add(instant, *overrun))
+                    .await
+            }
+        }
+    }
+
+    /// Waits until the store's own `now()` is strictly after `instant`.
+    async fn wait_past(&self, instant: Timestamp) -> Result<(), Failure> {
+        loop {
+            let now = self.store.now().await?;
+            if now > instant {
+                return Ok(());
+            }
+            let wait = tenure_lease_core::clock::until(now, instant) + Duration::from_millis(2);
+            tokio::time::sleep(wait).await;
         }
     }
 

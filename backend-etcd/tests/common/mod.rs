@@ -1,16 +1,17 @@
 //! The etcd factory the kit runs with: one private single-member cluster per
 //! test binary (started by the first case, stopped when the binary exits),
-//! a fresh key prefix per case, deleted afterwards, and a manual clock per
-//! case (etcd has no clock of its own: the store reads the one it is
-//! given, contract §2).
+//! a fresh key prefix per case, deleted afterwards. Leases end on etcd's
+//! own timers (contract §2), which the kit cannot move: it waits for them,
+//! up to [`OVERRUN`] past each deadline.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use tenure_lease_core::{Error, ManualClock};
+use tenure_lease_core::Error;
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
 
 /// The cluster of this test binary, with the runtime its members were
@@ -42,7 +43,13 @@ fn cluster() -> tenure_lease_core::Result<&'static PrivateEtcd> {
     }
 }
 
-/// A fresh key prefix and manual clock per case on this binary's cluster.
+/// The longest etcd's timers keep a lease of the kit's ttls (at most a few
+/// seconds) alive past its expiry: below 2.5 s (the ttl rounded up to whole
+/// seconds and at least etcd's minimum of 2 s, a second of slack, half a
+/// second until etcd notices), with room for a loaded machine.
+pub const OVERRUN: Duration = Duration::from_millis(3500);
+
+/// A fresh key prefix per case on this binary's cluster.
 pub struct EtcdFactory;
 
 #[async_trait]
@@ -54,14 +61,11 @@ impl Factory for EtcdFactory {
     }
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<EtcdStore>> {
-        let clock = Arc::new(ManualClock::starting_now());
         let prefix = format!("conformance/{}", tenure_lease_core::generate_id());
-        let config = EtcdConfig::from(cluster()?.url(&prefix))
-            .max_txn_ops(MAX_TXN_OPS)
-            .clock(clock.clone());
+        let config = EtcdConfig::from(cluster()?.url(&prefix)).max_txn_ops(MAX_TXN_OPS);
         Ok(Subject {
             store: EtcdStore::connect(config).await?,
-            clock: ClockControl::Manual(clock),
+            clock: ClockControl::Timers { overrun: OVERRUN },
         })
     }
 
@@ -69,8 +73,7 @@ impl Factory for EtcdFactory {
         store.delete_prefix().await.map(drop)
     }
 
-    /// A second store, with connections of its own, on the case's prefix
-    /// and clock.
+    /// A second store, with connections of its own, on the case's prefix.
     fn reopen(&self) -> Option<Reopener<EtcdStore>> {
         Some(Arc::new(|store: Arc<EtcdStore>| {
             Box::pin(async move { EtcdStore::connect(store.config().clone()).await })

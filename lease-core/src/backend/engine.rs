@@ -11,6 +11,7 @@
 //! Input is validated by the caller first ([`validate`](super::validate)),
 //! so a transaction is never opened for a request that would be refused.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -102,6 +103,52 @@ pub trait RecordTransaction {
         }
         Ok(Some(answer))
     }
+
+    /// The instant until which the store's **own timer** keeps `record`'s
+    /// lease alive, when the store has one and it still runs: once the
+    /// stored expiry has passed, the rules judge the lease as ending then. A store whose leases end on a timer of its own (etcd's lease
+    /// timers, which count whole seconds on the cluster's leader) answers
+    /// it here, so no caller's clock can end a lease its timer still holds;
+    /// the default, for stores that judge expiry by one clock alone, is
+    /// `None`. Asked only of active records whose stored expiry has passed.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn kept_until(&mut self, record: &LeaseRecord, now: Timestamp) -> Result<Option<Timestamp>> {
+        let _ = (record, now);
+        Ok(None)
+    }
+}
+
+/// `record` as the rules judge it at `now`: once its stored expiry has
+/// passed, moved on to where the store's own timer still keeps it
+/// ([`RecordTransaction::kept_until`]); a copy only then.
+pub fn as_judged<'r>(
+    records: &mut impl RecordTransaction,
+    record: &'r LeaseRecord,
+    now: Timestamp,
+) -> Result<Cow<'r, LeaseRecord>> {
+    if !record.is_active() || record.lease_expires_at.is_none() {
+        return Ok(Cow::Borrowed(record));
+    }
+    // While the stored expiry is ahead it decides, timer or not; once it has
+    // passed, a timer still running keeps the lease valid.
+    if record.lease_expires_at.is_some_and(|expires| expires > now) {
+        return Ok(Cow::Borrowed(record));
+    }
+    Ok(match records.kept_until(record, now)? {
+        Some(until)
+            if record
+                .lease_expires_at
+                .is_some_and(|expires| expires < until) =>
+        {
+            let mut kept = record.clone();
+            kept.lease_expires_at = Some(until);
+            Cow::Owned(kept)
+        }
+        _ => Cow::Borrowed(record),
+    })
 }
 
 /// `admit` ([`LeaseStore::admit`](crate::LeaseStore::admit)): refuses a
@@ -138,15 +185,27 @@ pub fn admit(
         })?;
         holders.push(holder);
     }
-    let interrupt = match rules::plan_admission(request, &holders, now) {
+    let judged = holders
+        .iter()
+        .map(|holder| as_judged(records, holder, now))
+        .collect::<Result<Vec<_>>>()?;
+    let plan = rules::plan_admission(request, &judged, now);
+    drop(judged);
+    let interrupt = match plan {
         AdmissionPlan::Conflict {
             holder,
             retry_after,
         } => {
+            // Answered as stored, not as judged.
+            let holder = holders
+                .iter()
+                .find(|stored| stored.id == holder.id)
+                .cloned()
+                .unwrap_or(holder);
             return Ok(Admission::Conflict {
                 holder,
                 retry_after,
-            })
+            });
         }
         AdmissionPlan::Proceed { interrupt } => interrupt,
     };
@@ -253,7 +312,11 @@ pub fn claim_for_takeover(
     let Some(mut record) = records.load(&request.id)? else {
         return Ok(Takeover::NotTaken(NotTakenReason::Missing));
     };
-    if let Err(reason) = rules::judge_takeover(Some(&record), request.grace, now) {
+    if let Err(reason) = rules::judge_takeover(
+        Some(as_judged(records, &record, now)?.as_ref()),
+        request.grace,
+        now,
+    ) {
         return Ok(Takeover::NotTaken(reason));
     }
     let fence = records.next_fence()?;

@@ -7,6 +7,7 @@
 //! the server (Redis Lua scripts) mirror them, and the conformance kit checks
 //! that they agree.
 
+use std::borrow::Borrow;
 use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
@@ -128,15 +129,20 @@ pub enum AdmissionPlan {
 /// Decides an admission from the active holders of the requested scopes.
 ///
 /// `holders` is every active record holding one of `request.scopes`, in any
-/// order; the first blocking holder in scope order is reported.
-pub fn plan_admission(
+/// order (as stored, or as [judged](super::engine::as_judged)); the first
+/// blocking holder in scope order is reported.
+pub fn plan_admission<R: Borrow<LeaseRecord>>(
     request: &AdmitRequest,
-    holders: &[LeaseRecord],
+    holders: &[R],
     now: Timestamp,
 ) -> AdmissionPlan {
     let mut ordered: Vec<&LeaseRecord> = Vec::new();
     for scope in &request.scopes {
-        for holder in holders.iter().filter(|h| h.scopes.contains(scope)) {
+        for holder in holders
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|h: &&LeaseRecord| h.scopes.contains(scope))
+        {
             if !ordered.iter().any(|seen| seen.id == holder.id) {
                 ordered.push(holder);
             }

@@ -22,12 +22,14 @@
 //! late by more than ten beats before it counts), and where a case checks a
 //! refusal, the fail-stop is accepted as one.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_lease_core::keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, Recovered,
     RunGuard, WriteError, CANCELLED,
 };
+use tenure_lease_core::layer::{Answer, Hook, LayerExt, Operation, Pending};
 use tenure_lease_core::{
     AdmitRequest, LeaseRecord, LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover,
     TakeoverRequest, Timestamp,
@@ -65,12 +67,62 @@ pub(crate) fn config() -> KeeperConfig {
         .auto_reconcile(false)
 }
 
-/// Starts a keeper over the case's store.
+/// [`config`] for a case whose peer takes a lease over behind a keeper's
+/// back ([`peer_takes_over`]): on a store whose timers outlast a beat, the
+/// keeper's renewals are held back meanwhile, so its ttl also covers that
+/// wait.
+pub(crate) fn held_config<S: LeaseStore>(ctx: &Ctx<S>) -> KeeperConfig {
+    KeeperConfig::with_ttl(TTL + ctx.timer_overrun() * 2)
+        .renew_interval(BEAT)
+        .auto_reconcile(false)
+}
+
+/// Holds the keepers' renewals back while set: on a store whose own timers
+/// outlast a beat (etcd), a lease can end behind a keeper's back only while
+/// its heartbeat cannot reach the store, as for a stalled or partitioned
+/// worker. Every keeper a case starts sees the store through it.
+#[derive(Clone, Default)]
+pub(crate) struct RenewalHold(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl RenewalHold {
+    /// Holds renewals back until the answer is dropped.
+    fn hold(&self) -> impl Drop + '_ {
+        struct Release<'h>(&'h tokio::sync::watch::Sender<bool>);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.send_replace(false);
+            }
+        }
+        self.0.send_replace(true);
+        Release(&self.0)
+    }
+}
+
+impl Hook for RenewalHold {
+    fn call<'a, T: Answer + 'a>(
+        &'a self,
+        operation: Operation<'a>,
+        call: Pending<'a, T>,
+    ) -> Pending<'a, T> {
+        if !matches!(operation.name, "renew" | "renew_many") {
+            return call;
+        }
+        let mut held = self.0.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the case's context.
+            let _ = held.wait_for(|held| !held).await;
+            call.await
+        })
+    }
+}
+
+/// Starts a keeper over the case's store (behind [`RenewalHold`]).
 pub(crate) fn start<S: LeaseStore + 'static>(
     ctx: &Ctx<S>,
     config: KeeperConfig,
 ) -> Result<Keeper, Failure> {
-    Keeper::builder(ctx.store.clone(), config)
+    let store = Arc::new(Arc::clone(&ctx.store).layer(ctx.renewals.clone()));
+    Keeper::builder(store, config)
         .start()
         .map_err(|error| Failure(format!("the keeper did not start: {error}")))
 }
@@ -123,6 +175,12 @@ async fn shorten_and_expire<S: LeaseStore>(
     }
 }
 
+/// On a store whose timers outlast a beat, the keepers' renewals held back
+/// until the answer is dropped; elsewhere nothing.
+fn held_back<S: LeaseStore>(ctx: &Ctx<S>) -> Option<impl Drop + '_> {
+    (!ctx.timer_overrun().is_zero()).then(|| ctx.renewals.hold())
+}
+
 /// Lets [`PEER`] adopt `guard`'s lease behind its keeper's back; answers the
 /// record as the peer took it. Tries again when a beat renewed the lease
 /// between the shortening and the takeover.
@@ -133,6 +191,7 @@ pub(crate) async fn peer_takes_over<S: LeaseStore>(
     const ATTEMPTS: usize = 20;
     let request = TakeoverRequest::adopt(guard.id(), PEER, Some(TTL * 100));
     for _ in 0..ATTEMPTS {
+        let _held = held_back(ctx);
         shorten_and_expire(ctx, guard.claim()).await?;
         match ctx.store.claim_for_takeover(&request).await? {
             Takeover::Taken(record) => return Ok(record),
@@ -230,7 +289,7 @@ pub async fn keeper_keeps_a_lease_alive_across_three_ttls<S: LeaseStore + 'stati
 pub async fn keeper_heartbeat_notices_a_takeover<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let keeper = start(&ctx, config())?;
+    let keeper = start(&ctx, held_config(&ctx))?;
     let id = "keeper-noticed";
     let guard = admit_held(&keeper, id).await?;
     let token = guard.token();
@@ -259,7 +318,7 @@ pub async fn keeper_heartbeat_notices_a_takeover<S: LeaseStore + 'static>(
 pub async fn keeper_complete_after_takeover_answers_stale<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let keeper = start(&ctx, config())?;
+    let keeper = start(&ctx, held_config(&ctx))?;
     let id = "keeper-stale";
     let guard = admit_held(&keeper, id).await?;
     let taken = peer_takes_over(&ctx, &guard).await?;
@@ -290,7 +349,7 @@ pub async fn keeper_reconciler_recovers_orphans_but_never_its_own<S: LeaseStore 
     ctx: Ctx<S>,
 ) -> CaseResult {
     const ATTEMPTS: usize = 40;
-    let keeper = start(&ctx, config())?;
+    let keeper = start(&ctx, held_config(&ctx))?;
     let own_id = "keeper-own";
     let own = admit_held(&keeper, own_id).await?;
     let orphan_id = "keeper-orphan";
@@ -312,6 +371,7 @@ pub async fn keeper_reconciler_recovers_orphans_but_never_its_own<S: LeaseStore 
     // hiding it from the scan; try again until a pass has seen it.
     let mut seen_own = false;
     for _ in 0..ATTEMPTS {
+        let _held = held_back(&ctx);
         shorten_and_expire(&ctx, own.claim()).await?;
         let report = keeper
             .reconcile_now()

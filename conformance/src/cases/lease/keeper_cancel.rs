@@ -25,7 +25,9 @@ use tenure_lease_core::{
     StatusChange, Takeover, TakeoverRequest, Transition, TransitionRejection,
 };
 
-use super::keeper::{admit_held, config, peer_takes_over, shutdown_drained, start, GHOST, PEER};
+use super::keeper::{
+    admit_held, config, held_config, peer_takes_over, shutdown_drained, start, GHOST, PEER,
+};
 use crate::cases::fault::{faulty, Faulty};
 use crate::cases::util::{
     admit, claim_of, ensure_scopes_free, expire, get, race_two, LONG_GRACE, LONG_TTL, SHORT_TTL,
@@ -231,7 +233,7 @@ pub async fn keeper_cancel_anywhere_answers_local_terminal_interrupted_and_missi
 >(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let keeper = start(&ctx, config().grace(GRACE))?;
+    let keeper = start(&ctx, held_config(&ctx).grace(GRACE))?;
     let pending = admit_held(&keeper, "cancel-local-pending").await?;
     let running = admit_held(&keeper, "cancel-local-running").await?;
     running
