@@ -11,7 +11,10 @@
 //! * **hot key**: 8 workers race for one lock (hold 5 ms): tenure on
 //!   PostgreSQL against sqlx's `PgAdvisoryLock`, tenure on Redis against
 //!   `rslock` (Redlock);
-//! * **latency**: one uncontended acquire/release, the same pairs.
+//! * **latency**: one uncontended acquire/release, the same pairs;
+//! * **a holder paused past its ttl** (not timed): what each side answers
+//!   the holder that comes back, and whether its token can be refused
+//!   downstream (module `pause`).
 //!
 //! The machine is shared, so nothing is measured one side after the other:
 //! each cell alternates slices (tenure, peer, peer, tenure, …) and reports
@@ -26,6 +29,7 @@
 //! under a key prefix of its own, deleted at the end.
 
 mod locks;
+mod pause;
 mod queue;
 mod stats;
 
@@ -177,7 +181,7 @@ async fn bench(options: &Options, db_url: &str, run: &str) -> Result<()> {
             "Redis",
             Kind::Tenure(Arc::clone(&tenure_redis)),
             "rslock (one try, poll 1 ms)",
-            Kind::Redlock(redlock),
+            Kind::Redlock(redlock.clone()),
         ),
     ];
 
@@ -209,9 +213,42 @@ async fn bench(options: &Options, db_url: &str, run: &str) -> Result<()> {
         println!("- queue: {name} drained 50 jobs from PostgreSQL, each handled once, {} recorded done by the store", drain.done);
     }
     println!();
+
+    pause_table(&tenure_pg, &tenure_redis, &pool, &redlock, db_url, run).await?;
     queue_table(options, &tenure_pg, &pool).await?;
     hot_key_table(options, &pairs, run).await?;
     latency_table(options, &pairs[..], run).await?;
+    Ok(())
+}
+
+/// What a holder paused past its ttl meets, side by side.
+async fn pause_table(
+    tenure_pg: &Arc<dyn tenure::Store>,
+    tenure_redis: &Arc<dyn tenure::Store>,
+    pool: &apalis_postgres::PgPool,
+    redlock: &rslock::LockManager,
+    db_url: &str,
+    run: &str,
+) -> Result<()> {
+    let key = format!("{run}:pause");
+    let rows = [
+        pause::tenure_lock("tenure lock (PostgreSQL)", tenure_pg, &key).await?,
+        pause::advisory(db_url, &key).await?,
+        pause::tenure_lock("tenure lock (Redis)", tenure_redis, &key).await?,
+        pause::redlock(redlock, &key).await?,
+        pause::tenure_job(tenure_pg, "pause-tenure").await?,
+        pause::apalis_job(pool, "pause-apalis").await?,
+    ];
+    println!("## a holder paused past its ttl (300 ms ttl, 700 ms pause; nothing timed)\n");
+    println!("| side | a second worker, after the ttl | the holder's renewal, after its pause | its release / completion | its token at a fence check after the second's |");
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            row.side, row.second, row.renewal, row.release, row.fenced_write
+        );
+    }
+    println!();
     Ok(())
 }
 
