@@ -38,6 +38,7 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         raw: raw.clone(),
         peer: raw.clone(),
         wake_ups: raw,
+        tables: None,
         teardown: Box::new(DeletePrefix(store)),
     })
 }

@@ -53,6 +53,7 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         raw: raw.clone(),
         peer: raw.clone(),
         wake_ups: raw,
+        tables: None,
         teardown: Box::new(DeleteNamespace(store)),
     })
 }
@@ -150,6 +151,51 @@ impl RawBaseline for RawRedis {
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(removed == 1)
+    }
+
+    fn describe_batch(&self) -> &'static str {
+        "n × LMOVE in one pipeline; n × LREM in one pipeline"
+    }
+
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        _worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let mut pipeline = redis::pipe();
+        for _ in 0..limit {
+            pipeline
+                .cmd("LMOVE")
+                .arg(self.key("queued", queue))
+                .arg(self.key("claimed", queue))
+                .arg("LEFT")
+                .arg("RIGHT");
+        }
+        let claimed: Vec<Option<String>> =
+            pipeline.query_async(&mut self.connection.clone()).await?;
+        Ok(claimed.into_iter().flatten().collect())
+    }
+
+    async fn complete_jobs(
+        &self,
+        queue: &str,
+        ids: &[String],
+        _worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipeline = redis::pipe();
+        for id in ids {
+            pipeline
+                .cmd("LREM")
+                .arg(self.key("claimed", queue))
+                .arg(1)
+                .arg(id);
+        }
+        let removed: Vec<i64> = pipeline.query_async(&mut self.connection.clone()).await?;
+        Ok(removed.into_iter().map(|removed| removed == 1).collect())
     }
 }
 
