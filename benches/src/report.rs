@@ -258,6 +258,10 @@ fn rate(per_sec: f64) -> String {
     }
 }
 
+fn micros_per_job(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}"))
+}
+
 fn times(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |value| format!("{value:.2}"))
 }
@@ -504,7 +508,8 @@ pub fn render(report: &Report) -> String {
     );
     let mut batch = Table::new(
         "queue-batch (claim of `limit` jobs + complete_many until empty; ratio = tenure jobs/s ÷ raw \
-         jobs/s at the same limit; × limit 1 = jobs/s ÷ the same side's at limit 1)",
+         jobs/s at the same limit; × lim 1 = jobs/s ÷ the same side's at limit 1; srv µs/job = the server's \
+         own time in commands per job, tenure's and raw's, where it counts it)",
         vec![
             "backend",
             "limit",
@@ -515,8 +520,10 @@ pub fn render(report: &Report) -> String {
             "dups",
             "raw jobs/s",
             "ratio",
-            "× limit 1",
-            "raw × limit 1",
+            "× lim 1",
+            "raw × lim 1",
+            "srv µs/job",
+            "raw srv",
         ],
     );
     let mut long_run = Table::new(
@@ -667,6 +674,8 @@ pub fn render(report: &Report) -> String {
                     times(point.throughput_ratio),
                     times(point.speedup),
                     times(point.raw_speedup),
+                    micros_per_job(point.tenure.server_us_per_job),
+                    micros_per_job(point.raw.server_us_per_job),
                 ]);
             }
             notes.push(format!(

@@ -39,6 +39,7 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         peer: raw.clone(),
         wake_ups: raw,
         tables: None,
+        server_time: None,
         teardown: Box::new(DeletePrefix(store)),
     })
 }

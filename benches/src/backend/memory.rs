@@ -26,6 +26,7 @@ pub(super) fn open() -> Backend {
         peer: raw,
         wake_ups: Arc::new(InProcessWakeUps::default()),
         tables: None,
+        server_time: None,
         teardown: Box::new(NothingToRemove),
     }
 }

@@ -42,6 +42,9 @@ pub struct Backend {
     /// The server's statistics of the run's tables, where it keeps them
     /// (PostgreSQL).
     pub tables: Option<Arc<dyn TableStats>>,
+    /// The time the server spent running commands, where it counts it
+    /// (Redis).
+    pub server_time: Option<Arc<dyn ServerTime>>,
     /// What removes everything the run created.
     teardown: Box<dyn Teardown>,
 }
@@ -117,6 +120,16 @@ pub trait RawBaseline: Send + Sync {
         }
         Ok(done)
     }
+}
+
+/// The server's own count of the time it spent running commands: what a
+/// single-threaded server (Redis) can do per second, whatever the clients
+/// do.
+#[async_trait]
+pub trait ServerTime: Send + Sync {
+    /// Microseconds spent in commands since the server's statistics were
+    /// last reset (every client's, so a figure of an otherwise idle server).
+    async fn command_usec(&self) -> BenchResult<u64>;
 }
 
 /// What `long-run` reads and sets on a store whose tables a server keeps

@@ -54,6 +54,7 @@ pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Backend> {
         peer: raw.clone(),
         wake_ups: raw.clone(),
         tables: Some(raw),
+        server_time: None,
         teardown: Box::new(DropSchema(store)),
     })
 }

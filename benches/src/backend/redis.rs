@@ -14,7 +14,9 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script};
 use tenure_backend_redis::{RedisConfig, RedisStore};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
+use super::{
+    Backend, PeerLock, PeerSession, RawBaseline, ServerTime, Teardown, WakeSession, WakeUps,
+};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -52,8 +54,9 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         queue: store.clone(),
         raw: raw.clone(),
         peer: raw.clone(),
-        wake_ups: raw,
+        wake_ups: raw.clone(),
         tables: None,
+        server_time: Some(raw),
         teardown: Box::new(DeleteNamespace(store)),
     })
 }
@@ -196,6 +199,25 @@ impl RawBaseline for RawRedis {
         }
         let removed: Vec<i64> = pipeline.query_async(&mut self.connection.clone()).await?;
         Ok(removed.into_iter().map(|removed| removed == 1).collect())
+    }
+}
+
+#[async_trait]
+impl ServerTime for RawRedis {
+    async fn command_usec(&self) -> BenchResult<u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(info
+            .lines()
+            .filter(|line| line.starts_with("cmdstat_"))
+            .filter_map(|line| {
+                line.split(&[':', ','][..])
+                    .find_map(|field| field.strip_prefix("usec="))
+                    .and_then(|usec| usec.parse::<u64>().ok())
+            })
+            .sum())
     }
 }
 

@@ -35,6 +35,7 @@ pub(super) async fn open() -> BenchResult<Backend> {
         peer: raw,
         wake_ups: Arc::new(InProcessWakeUps::default()),
         tables: None,
+        server_time: None,
         teardown: Box::new(TempFiles(Mutex::new(Some(directory)))),
     })
 }

@@ -49,6 +49,9 @@ pub struct QueueRun {
     pub duplicates: u64,
     /// Completions refused (must be 0: nothing else touches the jobs).
     pub refused_completions: u64,
+    /// Server time spent in commands per job completed, in µs, where the
+    /// server counts it (Redis `INFO commandstats`, every client's).
+    pub server_us_per_job: Option<f64>,
 }
 
 /// The queue report.
@@ -241,7 +244,15 @@ pub(crate) async fn drain_rounds(
             sides.reverse();
         }
         for (drainer, tally) in sides {
+            let before = match &backend.server_time {
+                Some(server) => Some(server.command_usec().await?),
+                None => None,
+            };
             drain(drainer, &queue_name, workers, mode, tally).await?;
+            if let (Some(server), Some(before)) = (&backend.server_time, before) {
+                let spent = server.command_usec().await?.saturating_sub(before);
+                tally.server_us = Some(tally.server_us.unwrap_or(0) + spent);
+            }
         }
     }
     Ok((tenure.into_run(), raw_tally.into_run()))
@@ -283,6 +294,8 @@ pub(crate) struct Tally {
     duplicates: u64,
     refused_completions: u64,
     elapsed: Duration,
+    /// Server µs in commands while this side drained, where counted.
+    server_us: Option<u64>,
 }
 
 impl Tally {
@@ -297,6 +310,9 @@ impl Tally {
             complete: self.completes.summary(),
             duplicates: self.duplicates,
             refused_completions: self.refused_completions,
+            server_us_per_job: self
+                .server_us
+                .map(|usec| usec as f64 / (completed.max(1)) as f64),
         }
     }
 }
