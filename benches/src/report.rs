@@ -528,7 +528,9 @@ pub fn render(report: &Report) -> String {
     );
     let mut long_run = Table::new(
         "long-run (consecutive rounds on growing tables; queue = jobs/s of claim + complete, \
-         admit = admit + renew + succeed cycles/s; last/first = last round ÷ first)",
+         admit = admit + renew + succeed cycles/s; last/first = last round ÷ first; on PostgreSQL \
+         claim bufs / holder bufs = shared buffers an EXPLAIN (ANALYZE, BUFFERS) of the claim's walk \
+         to the first queued job / of a holder read touched, each round)",
         vec![
             "backend",
             "vacuum",
@@ -709,6 +711,30 @@ pub fn render(report: &Report) -> String {
                         pass.vacuum.name().to_owned(),
                         label.to_owned(),
                         values.join(" "),
+                        times(last_to_first),
+                    ]);
+                }
+                type Probed = fn(&crate::backend::Probe) -> i64;
+                let probes: [(&str, Probed); 2] = [
+                    ("claim bufs", |probe| probe.claim_buffers),
+                    ("holder bufs", |probe| probe.holder_buffers),
+                ];
+                for (label, figure) in probes {
+                    let values: Vec<i64> = pass
+                        .rounds
+                        .iter()
+                        .filter_map(|round| round.probe.as_ref().map(figure))
+                        .collect();
+                    let (Some(first), Some(last)) = (values.first(), values.last()) else {
+                        continue;
+                    };
+                    let last_to_first = crate::stats::ratio(*last as f64, *first as f64);
+                    let shown: Vec<String> = values.iter().map(ToString::to_string).collect();
+                    long_run.rows.push(vec![
+                        name.clone(),
+                        pass.vacuum.name().to_owned(),
+                        label.to_owned(),
+                        shown.join(" "),
                         times(last_to_first),
                     ]);
                 }

@@ -146,6 +146,24 @@ pub trait TableStats: Send + Sync {
     async fn vacuum(&self) -> BenchResult<()>;
     /// A server setting, read (`SHOW`), never changed.
     async fn server_setting(&self, name: &str) -> BenchResult<String>;
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of read-only equivalents of the two hot
+    /// reads: the claim's walk of `queue`'s claim index to its first queued
+    /// job, and the admission's read of `scope`'s holder.
+    async fn probe(&self, queue: &str, scope: &str) -> BenchResult<Probe>;
+}
+
+/// What [`TableStats::probe`] measured: shared buffers touched (hit +
+/// read) and execution time of each read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Probe {
+    /// Buffers the claim's index walk touched.
+    pub claim_buffers: i64,
+    /// Its execution time, in µs.
+    pub claim_us: f64,
+    /// Buffers the holder read touched.
+    pub holder_buffers: i64,
+    /// Its execution time, in µs.
+    pub holder_us: f64,
 }
 
 /// One table's `pg_stat_user_tables` counters.

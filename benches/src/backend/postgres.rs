@@ -16,8 +16,8 @@ use sqlx::{PgPool, Postgres};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 
 use super::{
-    Backend, PeerLock, PeerSession, RawBaseline, TableStat, TableStats, Teardown, WakeSession,
-    WakeUps,
+    Backend, PeerLock, PeerSession, Probe, RawBaseline, TableStat, TableStats, Teardown,
+    WakeSession, WakeUps,
 };
 use crate::options::BackendKind;
 use crate::BenchResult;
@@ -230,6 +230,23 @@ impl RawBaseline for RawPg {
 }
 
 impl RawPg {
+    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of a read with one text
+    /// parameter: shared buffers touched (hit + read) and execution µs.
+    async fn explain(&self, read: &str, parameter: &str) -> BenchResult<(i64, f64)> {
+        let (plan,): (serde_json::Value,) =
+            sqlx::query_as(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {read}"))
+                .bind(parameter)
+                .fetch_one(&self.pool)
+                .await?;
+        let top = &plan[0];
+        let buffers = ["Shared Hit Blocks", "Shared Read Blocks"]
+            .iter()
+            .filter_map(|field| top["Plan"][field].as_i64())
+            .sum();
+        let millis = top["Execution Time"].as_f64().unwrap_or(f64::NAN);
+        Ok((buffers, millis * 1000.0))
+    }
+
     /// The schema's tables, each quoted and qualified.
     async fn tables(&self) -> BenchResult<Vec<String>> {
         let tables: Vec<(String,)> =
@@ -264,6 +281,31 @@ impl TableStats for RawPg {
                 .await?;
         }
         Ok(())
+    }
+
+    async fn probe(&self, queue: &str, scope: &str) -> BenchResult<Probe> {
+        let s = &self.schema;
+        let claim = self
+            .explain(
+                &format!(
+                    "SELECT id FROM {s}.jobs WHERE queue = $1 AND state = 'queued' \
+                     AND run_at <= now() ORDER BY priority DESC, run_at, created_at, id LIMIT 1"
+                ),
+                queue,
+            )
+            .await?;
+        let holder = self
+            .explain(
+                &format!("SELECT lease_id FROM {s}.held_scopes WHERE scope = ANY(ARRAY[$1])"),
+                scope,
+            )
+            .await?;
+        Ok(Probe {
+            claim_buffers: claim.0,
+            claim_us: claim.1,
+            holder_buffers: holder.0,
+            holder_us: holder.1,
+        })
     }
 
     async fn server_setting(&self, name: &str) -> BenchResult<String> {

@@ -26,7 +26,7 @@ use tenure_lease_core::{
 };
 
 use super::queue::{drain, enqueue_jobs, Drainer, Mode, Tally};
-use crate::backend::{self, Backend, TableStat};
+use crate::backend::{self, Backend, Probe, TableStat};
 use crate::options::{BackendKind, Options};
 use crate::progress::Progress;
 use crate::stats::ratio;
@@ -83,6 +83,10 @@ pub struct LongRunRound {
     /// Cycles whose admission, renewal or transition did not succeed (must
     /// be 0: every worker has a scope of its own).
     pub failed_cycles: u64,
+    /// On PostgreSQL, before the round's drain (its jobs enqueued) and
+    /// after its admissions: what the claim's index walk to the first
+    /// queued job and a holder read cost (`EXPLAIN (ANALYZE, BUFFERS)`).
+    pub probe: Option<Probe>,
 }
 
 /// One pass of the rounds.
@@ -191,6 +195,10 @@ async fn run_pass(
             sizes.long_run_jobs,
         )
         .await?;
+        let claim_probe = match &tables {
+            Some(tables) => Some(tables.probe("long-run", "long-run-scope-0").await?),
+            None => None,
+        };
         let mut tally = Tally::default();
         drain(
             &drainer,
@@ -204,6 +212,17 @@ async fn run_pass(
         progress.cell(format!("{label}, admissions"));
         let (admissions_per_sec, failed_cycles) =
             admissions(&backend.store, round, sizes.long_run_admissions).await?;
+        let probe = match (&tables, claim_probe) {
+            (Some(tables), Some(claim)) => {
+                let holder = tables.probe("long-run", "long-run-scope-0").await?;
+                Some(Probe {
+                    holder_buffers: holder.holder_buffers,
+                    holder_us: holder.holder_us,
+                    ..claim
+                })
+            }
+            _ => None,
+        };
         rounds.push(LongRunRound {
             queue_jobs_per_sec: queue.jobs_per_sec,
             admissions_per_sec,
@@ -211,6 +230,7 @@ async fn run_pass(
             duplicates: queue.duplicates,
             refused_completions: queue.refused_completions,
             failed_cycles,
+            probe,
         });
         if let (Some(tables), Vacuum::VacuumEachRound) = (&tables, vacuum) {
             progress.cell(format!("{label}, VACUUM (ANALYZE)"));
