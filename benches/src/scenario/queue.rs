@@ -4,7 +4,7 @@
 //!
 //! The jobs are drained in rounds, tenure and raw in each, so the ratio
 //! compares the two under the same load. `queue-batch` and `long-run` drain
-//! with the same workers ([`drain_rounds`], [`drain`]). Every completed id is remembered:
+//! with the same workers (`drain_rounds`, `drain`). Every completed id is remembered:
 //! a job completed twice is a duplicate (must be 0), and completed jobs must
 //! add up to K.
 
