@@ -176,6 +176,31 @@ impl JobQueue for FileStore {
         )
     }
 
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        validate::renew_jobs(claims, ttl)?;
+        let claims = claims.to_vec();
+        // One write of the document: a job that cannot be decoded fails the
+        // call before the file is replaced, so nothing is renewed.
+        self.write(move |document, now| {
+            let mut answers = Vec::with_capacity(claims.len());
+            for claim in &claims {
+                let job = document.load_job(&claim.id)?;
+                let answer = match (rules::judge_job(job.as_ref(), claim), job) {
+                    (Ok(()), Some(mut job)) => {
+                        let expires_at = rules::renew_job(&mut job, ttl, now);
+                        document.put_job(&job)?;
+                        JobRenewal::Renewed { expires_at }
+                    }
+                    (Err(loss), _) => JobRenewal::Lost(loss),
+                    (Ok(()), None) => JobRenewal::Lost(JobLoss::Missing),
+                };
+                answers.push(answer);
+            }
+            Ok(answers)
+        })
+        .await
+    }
+
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
         self.settle(claim, rules::complete_job).await

@@ -216,6 +216,21 @@ impl JobQueue for MemoryStore {
         )
     }
 
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        validate::renew_jobs(claims, ttl)?;
+        let now = self.now();
+        let mut state = self.lock();
+        Ok(claims
+            .iter()
+            .map(|claim| {
+                match state.write_claimed(claim, now, |job, now| rules::renew_job(job, ttl, now)) {
+                    Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
+                    Err(loss) => JobRenewal::Lost(loss),
+                }
+            })
+            .collect())
+    }
+
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
         Ok(self.settle(claim, rules::complete_job))

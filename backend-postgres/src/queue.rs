@@ -67,6 +67,26 @@ impl PgStore {
         .await
     }
 
+    /// `renew_job` of a valid claim.
+    async fn renew_one(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+        self.write_or_explain(
+            ("job renewal", &claim.id),
+            || {
+                sqlx::query(&self.sql.jobs.renew)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+            },
+            |row| {
+                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                Ok(JobRenewal::Renewed { expires_at })
+            },
+            move || async move { Ok(self.job_loss(claim).await?.map(JobRenewal::Lost)) },
+        )
+        .await
+    }
+
     /// `complete` of a valid claim.
     async fn complete_one(&self, claim: &JobClaim) -> Result<JobSettle> {
         let fence = fence_param(claim.fence);
@@ -211,23 +231,68 @@ impl JobQueue for PgStore {
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         self.bounded("renew_job", async move {
             validate::renew_job(claim, ttl)?;
-            self.write_or_explain(
-                ("job renewal", &claim.id),
-                || {
-                    sqlx::query(&self.sql.jobs.renew)
-                        .bind(&claim.id)
-                        .bind(&claim.owner)
-                        .bind(fence_param(claim.fence))
+            self.renew_one(claim, ttl).await
+        })
+        .await
+    }
+
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        self.bounded("renew_jobs", async move {
+            validate::renew_jobs(claims, ttl)?;
+            if claims.is_empty() {
+                return Ok(Vec::new());
+            }
+            let ids: Vec<&str> = claims.iter().map(|claim| claim.id.as_str()).collect();
+            let owners: Vec<&str> = claims.iter().map(|claim| claim.owner.as_str()).collect();
+            let fences: Vec<i64> = claims
+                .iter()
+                .map(|claim| fence_param(claim.fence))
+                .collect();
+            let rows = self
+                .fetch_all(|| {
+                    sqlx::query(&self.sql.jobs.renew_many)
+                        .bind(&ids)
+                        .bind(&owners)
+                        .bind(&fences)
                         .bind(interval(ttl))
-                },
-                |row| {
-                    let expires_at =
-                        decode::instant(row, "lease_expires_at").map_err(store_error)?;
-                    Ok(JobRenewal::Renewed { expires_at })
-                },
-                move || async move { Ok(self.job_loss(claim).await?.map(JobRenewal::Lost)) },
-            )
-            .await
+                })
+                .await?;
+            let mut renewed = HashMap::with_capacity(rows.len());
+            for row in &rows {
+                let id: String = row.try_get("id").map_err(store_error)?;
+                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                renewed.insert(id, expires_at);
+            }
+            // The claims the statement did not renew are lost: one read of
+            // their jobs says why.
+            let missed: Vec<&str> = claims
+                .iter()
+                .map(|claim| claim.id.as_str())
+                .filter(|id| !renewed.contains_key(*id))
+                .collect();
+            let mut read = HashMap::with_capacity(missed.len());
+            if !missed.is_empty() {
+                let rows = self
+                    .fetch_all(|| sqlx::query(&self.sql.jobs.get_many).bind(&missed))
+                    .await?;
+                for row in &rows {
+                    let job = decode::trusted_job(row)?;
+                    read.insert(job.id.clone(), job);
+                }
+            }
+            let mut answers = Vec::with_capacity(claims.len());
+            for claim in claims {
+                if let Some(expires_at) = renewed.remove(&claim.id) {
+                    answers.push(JobRenewal::Renewed { expires_at });
+                    continue;
+                }
+                answers.push(match rules::judge_job(read.get(&claim.id), claim) {
+                    Err(loss) => JobRenewal::Lost(loss),
+                    // It changed between the two statements: decide it alone.
+                    Ok(()) => self.renew_one(claim, ttl).await?,
+                });
+            }
+            Ok(answers)
         })
         .await
     }

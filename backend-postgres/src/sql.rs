@@ -164,6 +164,12 @@ pub(crate) struct JobStatements {
     pub(crate) claim: String,
     /// Fenced; `$4` ttl → the new expiry.
     pub(crate) renew: String,
+    /// `$1` ids, `$2` owners, `$3` fences, one claim per index, `$4` ttl →
+    /// `id` and the new `lease_expires_at` of each job those claims renewed
+    /// (each job named once).
+    pub(crate) renew_many: String,
+    /// `$1` ids → those jobs.
+    pub(crate) get_many: String,
     /// Fenced.
     pub(crate) complete: String,
     /// `$1` ids, `$2` owners, `$3` fences, one claim per index → the jobs
@@ -242,6 +248,13 @@ impl JobStatements {
                 "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
                  WHERE {claimed_by} RETURNING j.lease_expires_at"
             ),
+            renew_many: format!(
+                "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
+                 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS c(id, owner, fence) \
+                 WHERE j.id = c.id AND j.state = 'claimed' AND j.owner = c.owner \
+                   AND j.fence = c.fence RETURNING j.id, j.lease_expires_at"
+            ),
+            get_many: format!("SELECT {job} FROM {s}.jobs j WHERE j.id = ANY($1::text[])"),
             complete: format!(
                 "UPDATE {s}.jobs j SET state = 'completed', lease_expires_at = NULL, \
                  updated_at = now() WHERE {claimed_by} RETURNING {job}"

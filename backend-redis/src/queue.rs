@@ -134,6 +134,23 @@ impl JobQueue for RedisStore {
         decode::job_renewal(self.script(&invocation).await?)
     }
 
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        validate::renew_jobs(claims, ttl)?;
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SCRIPTS.renew_jobs.prepare_invoke();
+        invocation.key(self.keys.claimed_jobs()).arg(micros(ttl));
+        for claim in claims {
+            invocation
+                .key(self.keys.job(&claim.id))
+                .arg(&claim.id)
+                .arg(&claim.owner)
+                .arg(claim.fence);
+        }
+        decode::job_renewals(self.script(&invocation).await?)
+    }
+
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
         let mut invocation = SCRIPTS.complete.prepare_invoke();

@@ -63,6 +63,21 @@ impl JobQueue for SqliteStore {
             .await
     }
 
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        validate::renew_jobs(claims, ttl)?;
+        let claims = claims.to_vec();
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    claims
+                        .iter()
+                        .map(|claim| queue_ops::renew_job(transaction, now, claim, ttl))
+                        .collect()
+                })
+            })
+            .await
+    }
+
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
         let claim = claim.clone();

@@ -72,6 +72,11 @@ async fn run_scenario(
     progress: &Progress,
     entry: &mut BackendReport,
 ) -> BenchResult<()> {
+    if scenario == ScenarioKind::LongRun {
+        // A fresh store per pass: the scenario opens its own.
+        entry.long_run = Some(scenario::long_run::run(kind, options, progress).await?);
+        return Ok(());
+    }
     let opened = backend::open(kind, options).await?;
     let backend = &opened;
     let sizes = &options.sizes;
@@ -95,6 +100,11 @@ async fn run_scenario(
             ScenarioKind::Takeover => {
                 entry.takeover = Some(scenario::takeover::run(backend, sizes, progress).await?);
             }
+            ScenarioKind::QueueBatch => {
+                entry.queue_batch =
+                    Some(scenario::queue_batch::run(backend, sizes, progress).await?);
+            }
+            ScenarioKind::LongRun => return Err("long-run opens a store per pass".into()),
         }
         Ok(())
     }

@@ -29,10 +29,16 @@ measured in the same run.
                   (or --pg-url / --redis-url / --etcd-url); `all` skips a
                   server whose URL is not set
   --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
-                  takeover (repeatable, or a comma list); default all
+                  takeover | queue-batch | long-run (repeatable, or a comma
+                  list); default the first six, and queue-batch with --full.
+                  queue-batch: claim batches of 1, 10, 100 completed with
+                  complete_many, against the bare batch claim; long-run: 10
+                  rounds of queue and admissions on growing tables (on
+                  PostgreSQL with autovacuum on, off, and a VACUUM between
+                  rounds), never run unless named
   --quick         tiny sizes: a few seconds per backend
   --full          the whole matrix (more worker counts, longer cells, 10k
-                  heartbeat leases): a few minutes per backend
+                  heartbeat leases, queue-batch): a few minutes per backend
   --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
   --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8;
                   at most 40): every cell runs once per count
@@ -105,11 +111,29 @@ pub enum ScenarioKind {
     HeartbeatScale,
     /// an owner killed at a random point and replaced.
     Takeover,
+    /// claim batches of 1, 10 and 100 completed with `complete_many`.
+    QueueBatch,
+    /// consecutive rounds of queue and admissions on growing tables.
+    LongRun,
 }
 
 impl ScenarioKind {
     /// Every scenario, in report order.
-    pub const ALL: [ScenarioKind; 6] = [
+    pub const ALL: [ScenarioKind; 8] = [
+        ScenarioKind::SingleOp,
+        ScenarioKind::Scaling,
+        ScenarioKind::HotKey,
+        ScenarioKind::Queue,
+        ScenarioKind::HeartbeatScale,
+        ScenarioKind::Takeover,
+        ScenarioKind::QueueBatch,
+        ScenarioKind::LongRun,
+    ];
+
+    /// What a run without `--scenario` runs (`--full` adds
+    /// [`ScenarioKind::QueueBatch`]; [`ScenarioKind::LongRun`] runs only
+    /// when named).
+    pub const STANDARD: [ScenarioKind; 6] = [
         ScenarioKind::SingleOp,
         ScenarioKind::Scaling,
         ScenarioKind::HotKey,
@@ -127,6 +151,8 @@ impl ScenarioKind {
             ScenarioKind::Queue => "queue",
             ScenarioKind::HeartbeatScale => "heartbeat-scale",
             ScenarioKind::Takeover => "takeover",
+            ScenarioKind::QueueBatch => "queue-batch",
+            ScenarioKind::LongRun => "long-run",
         }
     }
 }
@@ -156,8 +182,17 @@ pub struct Sizes {
     pub hold: Duration,
     /// Jobs of `queue`.
     pub queue_jobs: usize,
-    /// Workers of `queue`.
+    /// Workers of `queue` (and of `queue-batch`, and the queue of
+    /// `long-run`).
     pub queue_workers: usize,
+    /// What `queue-batch` drains: one entry per claim limit.
+    pub queue_batches: Vec<QueueBatchSize>,
+    /// Consecutive rounds of `long-run`.
+    pub long_run_rounds: usize,
+    /// Jobs enqueued and drained per round of `long-run`.
+    pub long_run_jobs: usize,
+    /// admit + renew + succeed cycles per round of `long-run`.
+    pub long_run_admissions: usize,
     /// What `heartbeat-scale` holds, one run (or two) per entry.
     pub heartbeat: Vec<HeartbeatSize>,
     /// Beats measured per entry of `heartbeat-scale`.
@@ -182,6 +217,26 @@ pub struct Sizes {
         serialize_with = "crate::stats::serialize_us"
     )]
     pub takeover_reconcile_interval: Duration,
+}
+
+/// One entry of `queue-batch`: jobs drained at one claim limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct QueueBatchSize {
+    /// Jobs per claim (and per `complete_many`).
+    pub limit: usize,
+    /// Jobs drained at this limit, by tenure and by raw each.
+    pub jobs: usize,
+}
+
+impl QueueBatchSize {
+    /// Claim limits 1, 10 and 100 draining `jobs` jobs each.
+    fn three(jobs: [usize; 3]) -> Vec<QueueBatchSize> {
+        [1, 10, 100]
+            .into_iter()
+            .zip(jobs)
+            .map(|(limit, jobs)| QueueBatchSize { limit, jobs })
+            .collect()
+    }
 }
 
 /// One entry of `heartbeat-scale`: how many leases one keeper holds, for how long.
@@ -230,6 +285,10 @@ impl Sizes {
             hold: Duration::from_millis(5),
             queue_jobs: 1000,
             queue_workers: 4,
+            queue_batches: QueueBatchSize::three([1000, 4000, 12_000]),
+            long_run_rounds: 10,
+            long_run_jobs: 1000,
+            long_run_admissions: 1000,
             heartbeat: vec![
                 HeartbeatSize::compared(1_000, Duration::from_millis(1500)),
                 HeartbeatSize::compared(3_000, Duration::from_millis(1500)),
@@ -253,6 +312,10 @@ impl Sizes {
             hold: Duration::from_millis(5),
             queue_jobs: 2000,
             queue_workers: 4,
+            queue_batches: QueueBatchSize::three([2000, 8000, 24_000]),
+            long_run_rounds: 10,
+            long_run_jobs: 2000,
+            long_run_admissions: 2000,
             heartbeat: vec![
                 HeartbeatSize::compared(1_000, Duration::from_secs(3)),
                 HeartbeatSize::compared(10_000, Duration::from_secs(3)),
@@ -276,6 +339,10 @@ impl Sizes {
             hold: Duration::from_millis(2),
             queue_jobs: 200,
             queue_workers: 4,
+            queue_batches: QueueBatchSize::three([200, 800, 2400]),
+            long_run_rounds: 10,
+            long_run_jobs: 200,
+            long_run_admissions: 200,
             heartbeat: vec![
                 HeartbeatSize::compared(100, Duration::from_millis(900)),
                 HeartbeatSize::compared(1_000, Duration::from_millis(900)),
@@ -299,6 +366,10 @@ impl Sizes {
             hold: Duration::from_millis(1),
             queue_jobs: 30,
             queue_workers: 3,
+            queue_batches: QueueBatchSize::three([30, 60, 300]),
+            long_run_rounds: 2,
+            long_run_jobs: 30,
+            long_run_admissions: 30,
             heartbeat: vec![HeartbeatSize::compared(40, Duration::from_millis(600))],
             heartbeat_beats: 1,
             takeover_trials: 1,
@@ -361,7 +432,7 @@ impl Options {
         Options {
             backends: vec![BackendKind::Memory, BackendKind::Sqlite],
             skip_unconfigured: false,
-            scenarios: ScenarioKind::ALL.to_vec(),
+            scenarios: ScenarioKind::STANDARD.to_vec(),
             sizes: Sizes::standard(),
             preset: "standard",
             out_dir: PathBuf::from("target/bench-results"),
@@ -391,6 +462,7 @@ where
     let mut backends: Vec<BackendKind> = Vec::new();
     let mut scenarios: Vec<ScenarioKind> = Vec::new();
     let mut huge = false;
+    let mut full = false;
     let mut hot_workers = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -415,6 +487,7 @@ where
             "--full" => {
                 options.sizes = Sizes::full();
                 options.preset = "full";
+                full = true;
             }
             "--huge" => huge = true,
             "--hot-workers" => {
@@ -460,6 +533,8 @@ where
     if !scenarios.is_empty() {
         dedup(&mut scenarios);
         options.scenarios = scenarios;
+    } else if full {
+        options.scenarios.push(ScenarioKind::QueueBatch);
     }
     if huge {
         options.sizes.heartbeat.push(HeartbeatSize::HUGE);
@@ -532,7 +607,18 @@ mod tests {
     fn no_arguments_run_the_embedded_default() {
         let options = run(&[]);
         assert_eq!(options.backends, [BackendKind::Memory, BackendKind::Sqlite]);
-        assert_eq!(options.scenarios.len(), ScenarioKind::ALL.len());
+        assert_eq!(options.scenarios, ScenarioKind::STANDARD);
+    }
+
+    #[test]
+    fn full_adds_queue_batch_and_long_run_runs_only_when_named() {
+        let full = run(&["--full"]);
+        assert!(full.scenarios.contains(&ScenarioKind::QueueBatch));
+        assert!(!full.scenarios.contains(&ScenarioKind::LongRun));
+        let alone = run(&["--scenario", "queue-batch"]);
+        assert_eq!(alone.scenarios, [ScenarioKind::QueueBatch]);
+        let long = run(&["--full", "--scenario=long-run"]);
+        assert_eq!(long.scenarios, [ScenarioKind::LongRun]);
     }
 
     #[test]

@@ -12,7 +12,9 @@ use serde::Serialize;
 use crate::options::{BackendKind, Options, Sizes};
 use crate::scenario::heartbeat::{HeartbeatReport, RenewMode};
 use crate::scenario::hot_key::{HotKeyReport, RetryStrategy};
+use crate::scenario::long_run::LongRunReport;
 use crate::scenario::queue::QueueReport;
+use crate::scenario::queue_batch::QueueBatchReport;
 use crate::scenario::scaling::ScalingReport;
 use crate::scenario::single_op::SingleOpReport;
 use crate::scenario::takeover::TakeoverReport;
@@ -96,6 +98,49 @@ impl Report {
                     }
                 }
             }
+            if let Some(batch) = &entry.queue_batch {
+                for point in &batch.points {
+                    for (label, run) in [("tenure", &point.tenure), ("raw", &point.raw)] {
+                        if run.duplicates > 0
+                            || run.refused_completions > 0
+                            || run.completed != point.jobs as u64
+                        {
+                            found.push(format!(
+                                "{name} queue-batch {label} limit {}: {} completed of {}, \
+                                 {} duplicates, {} refused",
+                                point.limit,
+                                run.completed,
+                                point.jobs,
+                                run.duplicates,
+                                run.refused_completions
+                            ));
+                        }
+                    }
+                }
+            }
+            if let Some(long) = &entry.long_run {
+                for pass in &long.passes {
+                    for (index, round) in pass.rounds.iter().enumerate() {
+                        if round.duplicates > 0
+                            || round.refused_completions > 0
+                            || round.failed_cycles > 0
+                            || round.jobs_completed != long.jobs_per_round as u64
+                        {
+                            found.push(format!(
+                                "{name} long-run {} round {}: {} completed of {}, {} duplicates, \
+                                 {} refused, {} failed cycles",
+                                pass.vacuum.name(),
+                                index + 1,
+                                round.jobs_completed,
+                                long.jobs_per_round,
+                                round.duplicates,
+                                round.refused_completions,
+                                round.failed_cycles
+                            ));
+                        }
+                    }
+                }
+            }
             if let Some(takeover) = &entry.takeover {
                 if takeover.stale_writes_accepted > 0 || takeover.early_takeovers > 0 {
                     found.push(format!(
@@ -169,6 +214,10 @@ pub struct BackendReport {
     pub heartbeat: Option<HeartbeatReport>,
     /// takeover figures.
     pub takeover: Option<TakeoverReport>,
+    /// queue-batch figures.
+    pub queue_batch: Option<QueueBatchReport>,
+    /// long-run figures.
+    pub long_run: Option<LongRunReport>,
     /// Scenarios that failed, with why.
     pub failures: Vec<String>,
 }
@@ -185,6 +234,8 @@ impl BackendReport {
             queue: None,
             heartbeat: None,
             takeover: None,
+            queue_batch: None,
+            long_run: None,
             failures: Vec::new(),
         }
     }
@@ -205,6 +256,10 @@ fn rate(per_sec: f64) -> String {
     } else {
         format!("{per_sec:.0}")
     }
+}
+
+fn micros_per_job(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |value| format!("{value:.1}"))
 }
 
 fn times(value: Option<f64>) -> String {
@@ -451,6 +506,47 @@ pub fn render(report: &Report) -> String {
             "stale accepted",
         ],
     );
+    let mut batch = Table::new(
+        "queue-batch (claim of `limit` jobs + complete_many until empty; ratio = tenure jobs/s ÷ raw \
+         jobs/s at the same limit; × lim 1 = jobs/s ÷ the same side's at limit 1; srv µs/job = the server's \
+         own time in commands per job, tenure's and raw's, where it counts it)",
+        vec![
+            "backend",
+            "limit",
+            "jobs",
+            "N",
+            "jobs/s",
+            "claim p99",
+            "dups",
+            "raw jobs/s",
+            "ratio",
+            "× lim 1",
+            "raw × lim 1",
+            "srv µs/job",
+            "raw srv",
+        ],
+    );
+    let mut long_run = Table::new(
+        "long-run (consecutive rounds on growing tables; queue = jobs/s of claim + complete, \
+         admit = admit + renew + succeed cycles/s; last/first = last round ÷ first; on PostgreSQL \
+         claim bufs / holder bufs = shared buffers an EXPLAIN (ANALYZE, BUFFERS) of the claim's walk \
+         to the first queued job / of a holder read touched, each round)",
+        vec![
+            "backend",
+            "vacuum",
+            "series",
+            "rounds, in order",
+            "last/first",
+        ],
+    );
+    let mut long_tables = Table::new(
+        "long-run pg_stat_user_tables over each pass (seq = sequential scans, read = tuples they \
+         read, idx = index scans, upd / hot = rows updated / of them HOT, live / dead = rows at the \
+         end, av = autovacuums)",
+        vec![
+            "backend", "vacuum", "table", "seq", "read", "idx", "upd", "hot", "live", "dead", "av",
+        ],
+    );
     let mut notes = Vec::new();
     for entry in &report.backends {
         let name = entry.backend.name().to_owned();
@@ -566,6 +662,109 @@ pub fn render(report: &Report) -> String {
                 flag(times(report.throughput_ratio), above_one),
             ]);
         }
+        if let Some(report) = &entry.queue_batch {
+            for point in &report.points {
+                batch.rows.push(vec![
+                    name.clone(),
+                    point.limit.to_string(),
+                    point.jobs.to_string(),
+                    report.workers.to_string(),
+                    rate(point.tenure.jobs_per_sec),
+                    us(point.tenure.claim.p99_us),
+                    point.tenure.duplicates.to_string(),
+                    rate(point.raw.jobs_per_sec),
+                    times(point.throughput_ratio),
+                    times(point.speedup),
+                    times(point.raw_speedup),
+                    micros_per_job(point.tenure.server_us_per_job),
+                    micros_per_job(point.raw.server_us_per_job),
+                ]);
+            }
+            notes.push(format!(
+                "{name}: queue-batch raw baseline = {}",
+                report.raw_baseline
+            ));
+        }
+        if let Some(report) = &entry.long_run {
+            for pass in &report.passes {
+                type Figure = fn(&crate::scenario::long_run::LongRunRound) -> f64;
+                let series: [(&str, Figure, Option<f64>); 2] = [
+                    (
+                        "queue",
+                        |round| round.queue_jobs_per_sec,
+                        pass.queue_last_to_first,
+                    ),
+                    (
+                        "admit",
+                        |round| round.admissions_per_sec,
+                        pass.admissions_last_to_first,
+                    ),
+                ];
+                for (label, figure, last_to_first) in series {
+                    let values: Vec<String> = pass
+                        .rounds
+                        .iter()
+                        .map(|round| rate(figure(round)))
+                        .collect();
+                    long_run.rows.push(vec![
+                        name.clone(),
+                        pass.vacuum.name().to_owned(),
+                        label.to_owned(),
+                        values.join(" "),
+                        times(last_to_first),
+                    ]);
+                }
+                type Probed = fn(&crate::backend::Probe) -> i64;
+                let probes: [(&str, Probed); 2] = [
+                    ("claim bufs", |probe| probe.claim_buffers),
+                    ("holder bufs", |probe| probe.holder_buffers),
+                ];
+                for (label, figure) in probes {
+                    let values: Vec<i64> = pass
+                        .rounds
+                        .iter()
+                        .filter_map(|round| round.probe.as_ref().map(figure))
+                        .collect();
+                    let (Some(first), Some(last)) = (values.first(), values.last()) else {
+                        continue;
+                    };
+                    let last_to_first = crate::stats::ratio(*last as f64, *first as f64);
+                    let shown: Vec<String> = values.iter().map(ToString::to_string).collect();
+                    long_run.rows.push(vec![
+                        name.clone(),
+                        pass.vacuum.name().to_owned(),
+                        label.to_owned(),
+                        shown.join(" "),
+                        times(last_to_first),
+                    ]);
+                }
+                for table in &pass.tables {
+                    long_tables.rows.push(vec![
+                        name.clone(),
+                        pass.vacuum.name().to_owned(),
+                        table.table.clone(),
+                        table.seq_scan.to_string(),
+                        table.seq_tup_read.to_string(),
+                        table.idx_scan.to_string(),
+                        table.n_tup_upd.to_string(),
+                        table.n_tup_hot_upd.to_string(),
+                        table.n_live_tup.to_string(),
+                        table.n_dead_tup.to_string(),
+                        table.autovacuum_count.to_string(),
+                    ]);
+                }
+            }
+            if let Some(setting) = &report.server_autovacuum {
+                long_run.notes.push(format!(
+                    "{name}: the server's autovacuum = {setting} (read, never changed){}",
+                    if setting == "off" {
+                        "; with it off no table is autovacuumed, whatever its own setting"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
         if let Some(report) = &entry.heartbeat {
             for point in &report.points {
                 heartbeat.rows.push(vec![
@@ -628,7 +827,16 @@ pub fn render(report: &Report) -> String {
             .to_owned(),
     );
     for table in [
-        &single, &scaling, &hot, &hot_fair, &queue, &heartbeat, &takeover,
+        &single,
+        &scaling,
+        &hot,
+        &hot_fair,
+        &queue,
+        &heartbeat,
+        &takeover,
+        &batch,
+        &long_run,
+        &long_tables,
     ] {
         table.render(&mut out);
     }

@@ -74,6 +74,38 @@ fn check(report: &Report) {
     let heartbeat = entry.heartbeat.as_ref().expect("heartbeat-scale ran");
     assert_eq!(heartbeat.points.len(), 2 * sizes.heartbeat.len());
 
+    let batch = entry.queue_batch.as_ref().expect("queue-batch ran");
+    let limits: Vec<usize> = batch.points.iter().map(|point| point.limit).collect();
+    assert_eq!(limits, [1, 10, 100]);
+    for point in &batch.points {
+        for run in [&point.tenure, &point.raw] {
+            assert_eq!(run.completed, point.jobs as u64, "{point:?}");
+            assert_eq!((run.duplicates, run.refused_completions), (0, 0));
+        }
+        assert!(
+            point.speedup.is_some() && point.raw_speedup.is_some(),
+            "{point:?}"
+        );
+    }
+
+    let long = entry.long_run.as_ref().expect("long-run ran");
+    assert_eq!(long.passes.len(), 1, "one pass off PostgreSQL");
+    let pass = &long.passes[0];
+    assert_eq!(pass.rounds.len(), sizes.long_run_rounds);
+    assert!(pass.queue_last_to_first.is_some() && pass.admissions_last_to_first.is_some());
+    for round in &pass.rounds {
+        assert_eq!(round.jobs_completed, sizes.long_run_jobs as u64);
+        assert_eq!(
+            (
+                round.duplicates,
+                round.refused_completions,
+                round.failed_cycles
+            ),
+            (0, 0, 0)
+        );
+    }
+    assert!(pass.tables.is_empty());
+
     let takeover = entry.takeover.as_ref().expect("takeover ran");
     assert_eq!(takeover.trials, sizes.takeover_trials);
     assert_eq!(
@@ -115,6 +147,8 @@ async fn every_scenario_runs_sanely_on_memory() {
     );
     let text = tenure_benches::report::render(&report);
     assert!(text.contains("hot-key fairness"), "{text}");
+    assert!(text.contains("== queue-batch"), "{text}");
+    assert!(text.contains("== long-run"), "{text}");
     for line in text.lines() {
         let width = line.chars().count();
         assert!(

@@ -357,6 +357,8 @@ define_cases! {$
         queue::settle::queue_defer_refunds_attempt_and_stamps_requirement,
         queue::complete_many::queue_complete_many_settles_each_claim_as_complete_would,
         queue::complete_many::queue_complete_many_refuses_bad_batches,
+        queue::renew_jobs::queue_renew_jobs_answers_each_claim_as_renew_job_would,
+        queue::renew_jobs::queue_renew_jobs_refuses_bad_batches,
         queue::take_back::queue_requeued_job_stops_old_copy_and_is_never_taken_back,
         queue::take_back::queue_reclaimed_job_is_never_taken_back,
         queue::take_back::queue_reaped_last_attempt_is_taken_back_and_completed,

@@ -87,8 +87,8 @@ pub struct Operation<'a> {
     /// The claims of a batch (`renew_many`); empty for every other
     /// operation.
     pub batch: &'a [Claim],
-    /// The job claims of a batch (`complete_many`); empty for every other
-    /// operation.
+    /// The job claims of a batch (`complete_many`, `renew_jobs`); empty for
+    /// every other operation.
     pub job_batch: &'a [JobClaim],
 }
 
@@ -619,6 +619,16 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
             .await
     }
 
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        let operation = Operation {
+            job_batch: claims,
+            ..Operation::named("renew_jobs")
+        };
+        self.hook
+            .call(operation, self.inner.renew_jobs(claims, ttl))
+            .await
+    }
+
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         let operation = Operation::job_claim("complete", claim);
         self.hook.call(operation, self.inner.complete(claim)).await
@@ -766,6 +776,7 @@ answer! {
         JobRenewal::Renewed { .. } => "renewed",
         JobRenewal::Lost(_) => "lost",
     };
+    Vec<JobRenewal> => |_answer| "answered";
     JobSettle => |answer| match answer {
         JobSettle::Settled(_) => "settled",
         JobSettle::Rejected(_) => "rejected",

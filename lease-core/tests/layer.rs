@@ -142,6 +142,10 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
         .unwrap();
     let (first, second) = (&claimed[0].claim, &claimed[1].claim);
     store.renew_job(first, TTL).await.unwrap();
+    store
+        .renew_jobs(std::slice::from_ref(first), TTL)
+        .await
+        .unwrap();
     store.defer(first, &BTreeSet::new()).await.unwrap();
     store.complete(second).await.unwrap();
     store
@@ -180,6 +184,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             "enqueue_batch",
             "claim",
             "renew_job",
+            "renew_jobs",
             "defer",
             "complete",
             "complete_many",

@@ -178,6 +178,11 @@ pub(crate) fn job_renewal(reply: Value) -> Result<JobRenewal> {
     }
 }
 
+/// The reply of `renew_jobs.lua`: one renewal reply per claim.
+pub(crate) fn job_renewals(reply: Value) -> Result<Vec<JobRenewal>> {
+    array(reply)?.into_iter().map(job_renewal).collect()
+}
+
 /// The reply of `complete.lua`, `fail.lua` and `defer.lua`.
 pub(crate) fn settle(reply: Value) -> Result<JobSettle> {
     let (tag, mut parts) = Parts::of(reply)?;

@@ -38,6 +38,8 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         raw: raw.clone(),
         peer: raw.clone(),
         wake_ups: raw,
+        tables: None,
+        server_time: None,
         teardown: Box::new(DeletePrefix(store)),
     })
 }

@@ -25,6 +25,8 @@ pub(super) fn open() -> Backend {
         raw: raw.clone(),
         peer: raw,
         wake_ups: Arc::new(InProcessWakeUps::default()),
+        tables: None,
+        server_time: None,
         teardown: Box::new(NothingToRemove),
     }
 }
@@ -125,6 +127,46 @@ impl RawBaseline for RawMemory {
             Some(owner) if owner == worker => Ok(state.claimed.remove(id).is_some()),
             _ => Ok(false),
         }
+    }
+
+    fn describe_batch(&self) -> &'static str {
+        "n pops of a VecDeque, n removals from a HashMap, each under one lock"
+    }
+
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let mut state = self.lock();
+        let ids: Vec<String> = match state.queued.get_mut(queue) {
+            Some(jobs) => {
+                let take = limit.min(jobs.len());
+                jobs.drain(..take).collect()
+            }
+            None => Vec::new(),
+        };
+        for id in &ids {
+            state.claimed.insert(id.clone(), worker.to_owned());
+        }
+        Ok(ids)
+    }
+
+    async fn complete_jobs(
+        &self,
+        _queue: &str,
+        ids: &[String],
+        worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        let mut state = self.lock();
+        Ok(ids
+            .iter()
+            .map(|id| match state.claimed.get(id) {
+                Some(owner) if owner == worker => state.claimed.remove(id).is_some(),
+                _ => false,
+            })
+            .collect())
     }
 }
 

@@ -39,6 +39,12 @@ pub struct Backend {
     pub peer: Arc<dyn PeerLock>,
     /// Where waiters for a held scope sleep until a release wakes them.
     pub wake_ups: Arc<dyn WakeUps>,
+    /// The server's statistics of the run's tables, where it keeps them
+    /// (PostgreSQL).
+    pub tables: Option<Arc<dyn TableStats>>,
+    /// The time the server spent running commands, where it counts it
+    /// (Redis).
+    pub server_time: Option<Arc<dyn ServerTime>>,
     /// What removes everything the run created.
     teardown: Box<dyn Teardown>,
 }
@@ -77,6 +83,133 @@ pub trait RawBaseline: Send + Sync {
     async fn claim_job(&self, queue: &str, worker: &str) -> BenchResult<Option<String>>;
     /// Marks a claimed job done. True when it was claimed by `worker`.
     async fn complete_job(&self, queue: &str, id: &str, worker: &str) -> BenchResult<bool>;
+    /// What the batched claim and completion run, for the report.
+    fn describe_batch(&self) -> &'static str {
+        "the bare claim and completion, once per job"
+    }
+    /// Claims up to `limit` of the oldest queued jobs of `queue`, in one
+    /// round trip where the store has one: the bare batch claim. The
+    /// default repeats [`claim_job`](RawBaseline::claim_job).
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let mut claimed = Vec::with_capacity(limit);
+        while claimed.len() < limit {
+            match self.claim_job(queue, worker).await? {
+                Some(id) => claimed.push(id),
+                None => break,
+            }
+        }
+        Ok(claimed)
+    }
+    /// Marks claimed jobs done, in one round trip where the store has one;
+    /// answers, per id, whether it was claimed by `worker`. The default
+    /// repeats [`complete_job`](RawBaseline::complete_job).
+    async fn complete_jobs(
+        &self,
+        queue: &str,
+        ids: &[String],
+        worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        let mut done = Vec::with_capacity(ids.len());
+        for id in ids {
+            done.push(self.complete_job(queue, id, worker).await?);
+        }
+        Ok(done)
+    }
+}
+
+/// The server's own count of the time it spent running commands: what a
+/// single-threaded server (Redis) can do per second, whatever the clients
+/// do.
+#[async_trait]
+pub trait ServerTime: Send + Sync {
+    /// Microseconds spent in commands since the server's statistics were
+    /// last reset (every client's, so a figure of an otherwise idle server).
+    async fn command_usec(&self) -> BenchResult<u64>;
+}
+
+/// What `long-run` reads and sets on a store whose tables a server keeps
+/// statistics of (PostgreSQL): only the run's own tables, never a server
+/// setting.
+#[async_trait]
+pub trait TableStats: Send + Sync {
+    /// Turns autovacuum on or off for every table of the run's schema
+    /// (`ALTER TABLE … SET (autovacuum_enabled = …)`).
+    async fn set_autovacuum(&self, enabled: bool) -> BenchResult<()>;
+    /// `pg_stat_user_tables` of every table of the run's schema.
+    async fn table_stats(&self) -> BenchResult<Vec<TableStat>>;
+    /// `VACUUM (ANALYZE)` of every table of the run's schema.
+    async fn vacuum(&self) -> BenchResult<()>;
+    /// A server setting, read (`SHOW`), never changed.
+    async fn server_setting(&self, name: &str) -> BenchResult<String>;
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of read-only equivalents of the two hot
+    /// reads: the claim's walk of `queue`'s claim index to its first queued
+    /// job, and the admission's read of `scope`'s holder.
+    async fn probe(&self, queue: &str, scope: &str) -> BenchResult<Probe>;
+}
+
+/// What [`TableStats::probe`] measured: shared buffers touched (hit +
+/// read) and execution time of each read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Probe {
+    /// Buffers the claim's index walk touched.
+    pub claim_buffers: i64,
+    /// Its execution time, in µs.
+    pub claim_us: f64,
+    /// Buffers the holder read touched.
+    pub holder_buffers: i64,
+    /// Its execution time, in µs.
+    pub holder_us: f64,
+}
+
+/// One table's `pg_stat_user_tables` counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TableStat {
+    /// The table.
+    pub table: String,
+    /// Sequential scans started.
+    pub seq_scan: i64,
+    /// Live rows those scans read.
+    pub seq_tup_read: i64,
+    /// Index scans started.
+    pub idx_scan: i64,
+    /// Rows updated.
+    pub n_tup_upd: i64,
+    /// Rows updated HOT (no index entry written).
+    pub n_tup_hot_upd: i64,
+    /// Live rows, estimated.
+    pub n_live_tup: i64,
+    /// Dead rows, estimated.
+    pub n_dead_tup: i64,
+    /// Times autovacuum vacuumed the table.
+    pub autovacuum_count: i64,
+    /// Times autovacuum analyzed the table.
+    pub autoanalyze_count: i64,
+}
+
+impl TableStat {
+    /// The counters of `self` since `before` (the row estimates as of now).
+    pub fn since(&self, before: Option<&TableStat>) -> TableStat {
+        let Some(before) = before else {
+            return self.clone();
+        };
+        TableStat {
+            table: self.table.clone(),
+            seq_scan: self.seq_scan - before.seq_scan,
+            seq_tup_read: self.seq_tup_read - before.seq_tup_read,
+            idx_scan: self.idx_scan - before.idx_scan,
+            n_tup_upd: self.n_tup_upd - before.n_tup_upd,
+            n_tup_hot_upd: self.n_tup_hot_upd - before.n_tup_hot_upd,
+            n_live_tup: self.n_live_tup,
+            n_dead_tup: self.n_dead_tup,
+            autovacuum_count: self.autovacuum_count - before.autovacuum_count,
+            autoanalyze_count: self.autoanalyze_count - before.autoanalyze_count,
+        }
+    }
 }
 
 /// A plain mutual-exclusion lock, the peer tenure is compared with in `hot-key`.

@@ -15,7 +15,10 @@ use sqlx::postgres::PgListener;
 use sqlx::{PgPool, Postgres};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
+use super::{
+    Backend, PeerLock, PeerSession, Probe, RawBaseline, TableStat, TableStats, Teardown,
+    WakeSession, WakeUps,
+};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -39,6 +42,7 @@ pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Backend> {
     let raw = RawPg {
         pool: store.pool().clone(),
         schema: format!("\"{schema}\""),
+        schema_name: schema.clone(),
     };
     raw.create_tables().await?;
     let raw = Arc::new(raw);
@@ -48,7 +52,9 @@ pub(super) async fn open(url: &str, hot_racers: usize) -> BenchResult<Backend> {
         queue: store.clone(),
         raw: raw.clone(),
         peer: raw.clone(),
-        wake_ups: raw,
+        wake_ups: raw.clone(),
+        tables: Some(raw),
+        server_time: None,
         teardown: Box::new(DropSchema(store)),
     })
 }
@@ -68,6 +74,8 @@ struct RawPg {
     pool: PgPool,
     /// The quoted schema name.
     schema: String,
+    /// The schema name as stored in the catalogue.
+    schema_name: String,
 }
 
 impl RawPg {
@@ -170,6 +178,183 @@ impl RawBaseline for RawPg {
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    fn describe_batch(&self) -> &'static str {
+        "UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED) RETURNING id; \
+         UPDATE … WHERE id = ANY($1) (sqlx)"
+    }
+
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let s = &self.schema;
+        let claimed: Vec<(i64,)> = sqlx::query_as(&format!(
+            "UPDATE {s}.raw_jobs SET state = 'claimed', owner = $2 WHERE id IN \
+             (SELECT id FROM {s}.raw_jobs WHERE queue = $1 AND state = 'queued' \
+              ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING id"
+        ))
+        .bind(queue)
+        .bind(worker)
+        .bind(i64::try_from(limit)?)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(claimed.into_iter().map(|(id,)| id.to_string()).collect())
+    }
+
+    async fn complete_jobs(
+        &self,
+        _queue: &str,
+        ids: &[String],
+        worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        let numbers = ids
+            .iter()
+            .map(|id| id.parse::<i64>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let done: Vec<(i64,)> = sqlx::query_as(&format!(
+            "UPDATE {}.raw_jobs SET state = 'completed' \
+             WHERE id = ANY($1) AND owner = $2 AND state = 'claimed' RETURNING id",
+            self.schema
+        ))
+        .bind(&numbers)
+        .bind(worker)
+        .fetch_all(&self.pool)
+        .await?;
+        let done: std::collections::HashSet<i64> = done.into_iter().map(|(id,)| id).collect();
+        Ok(numbers.iter().map(|id| done.contains(id)).collect())
+    }
+}
+
+impl RawPg {
+    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of a read with one text
+    /// parameter: shared buffers touched (hit + read) and execution µs.
+    async fn explain(&self, read: &str, parameter: &str) -> BenchResult<(i64, f64)> {
+        let (plan,): (serde_json::Value,) =
+            sqlx::query_as(&format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {read}"))
+                .bind(parameter)
+                .fetch_one(&self.pool)
+                .await?;
+        let top = &plan[0];
+        let buffers = ["Shared Hit Blocks", "Shared Read Blocks"]
+            .iter()
+            .filter_map(|field| top["Plan"][field].as_i64())
+            .sum();
+        let millis = top["Execution Time"].as_f64().unwrap_or(f64::NAN);
+        Ok((buffers, millis * 1000.0))
+    }
+
+    /// The schema's tables, each quoted and qualified.
+    async fn tables(&self) -> BenchResult<Vec<String>> {
+        let tables: Vec<(String,)> =
+            sqlx::query_as("SELECT tablename::text FROM pg_tables WHERE schemaname = $1")
+                .bind(&self.schema_name)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(tables
+            .into_iter()
+            .map(|(table,)| format!("{}.\"{}\"", self.schema, table.replace('"', "\"\"")))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl TableStats for RawPg {
+    async fn set_autovacuum(&self, enabled: bool) -> BenchResult<()> {
+        for table in self.tables().await? {
+            sqlx::query(&format!(
+                "ALTER TABLE {table} SET (autovacuum_enabled = {enabled})"
+            ))
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn vacuum(&self) -> BenchResult<()> {
+        for table in self.tables().await? {
+            sqlx::query(&format!("VACUUM (ANALYZE) {table}"))
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn probe(&self, queue: &str, scope: &str) -> BenchResult<Probe> {
+        let s = &self.schema;
+        let claim = self
+            .explain(
+                &format!(
+                    "SELECT id FROM {s}.jobs WHERE queue = $1 AND state = 'queued' \
+                     AND run_at <= now() ORDER BY priority DESC, run_at, created_at, id LIMIT 1"
+                ),
+                queue,
+            )
+            .await?;
+        let holder = self
+            .explain(
+                &format!("SELECT lease_id FROM {s}.held_scopes WHERE scope = ANY(ARRAY[$1])"),
+                scope,
+            )
+            .await?;
+        Ok(Probe {
+            claim_buffers: claim.0,
+            claim_us: claim.1,
+            holder_buffers: holder.0,
+            holder_us: holder.1,
+        })
+    }
+
+    async fn server_setting(&self, name: &str) -> BenchResult<String> {
+        let (value,): (String,) = sqlx::query_as("SELECT current_setting($1)")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(value)
+    }
+
+    async fn table_stats(&self) -> BenchResult<Vec<TableStat>> {
+        type Row = (String, i64, i64, i64, i64, i64, i64, i64, i64, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT relname::text, coalesce(seq_scan, 0), coalesce(seq_tup_read, 0), \
+             coalesce(idx_scan, 0), n_tup_upd, n_tup_hot_upd, n_live_tup, n_dead_tup, \
+             autovacuum_count, autoanalyze_count \
+             FROM pg_stat_user_tables WHERE schemaname = $1 ORDER BY relname",
+        )
+        .bind(&self.schema_name)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    table,
+                    seq_scan,
+                    seq_tup_read,
+                    idx_scan,
+                    n_tup_upd,
+                    n_tup_hot_upd,
+                    n_live_tup,
+                    n_dead_tup,
+                    autovacuum_count,
+                    autoanalyze_count,
+                )| TableStat {
+                    table,
+                    seq_scan,
+                    seq_tup_read,
+                    idx_scan,
+                    n_tup_upd,
+                    n_tup_hot_upd,
+                    n_live_tup,
+                    n_dead_tup,
+                    autovacuum_count,
+                    autoanalyze_count,
+                },
+            )
+            .collect())
     }
 }
 

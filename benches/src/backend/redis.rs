@@ -14,7 +14,9 @@ use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Script};
 use tenure_backend_redis::{RedisConfig, RedisStore};
 
-use super::{Backend, PeerLock, PeerSession, RawBaseline, Teardown, WakeSession, WakeUps};
+use super::{
+    Backend, PeerLock, PeerSession, RawBaseline, ServerTime, Teardown, WakeSession, WakeUps,
+};
 use crate::options::BackendKind;
 use crate::BenchResult;
 
@@ -52,7 +54,9 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         queue: store.clone(),
         raw: raw.clone(),
         peer: raw.clone(),
-        wake_ups: raw,
+        wake_ups: raw.clone(),
+        tables: None,
+        server_time: Some(raw),
         teardown: Box::new(DeleteNamespace(store)),
     })
 }
@@ -150,6 +154,70 @@ impl RawBaseline for RawRedis {
             .query_async(&mut self.connection.clone())
             .await?;
         Ok(removed == 1)
+    }
+
+    fn describe_batch(&self) -> &'static str {
+        "n × LMOVE in one pipeline; n × LREM in one pipeline"
+    }
+
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        _worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let mut pipeline = redis::pipe();
+        for _ in 0..limit {
+            pipeline
+                .cmd("LMOVE")
+                .arg(self.key("queued", queue))
+                .arg(self.key("claimed", queue))
+                .arg("LEFT")
+                .arg("RIGHT");
+        }
+        let claimed: Vec<Option<String>> =
+            pipeline.query_async(&mut self.connection.clone()).await?;
+        Ok(claimed.into_iter().flatten().collect())
+    }
+
+    async fn complete_jobs(
+        &self,
+        queue: &str,
+        ids: &[String],
+        _worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipeline = redis::pipe();
+        for id in ids {
+            pipeline
+                .cmd("LREM")
+                .arg(self.key("claimed", queue))
+                .arg(1)
+                .arg(id);
+        }
+        let removed: Vec<i64> = pipeline.query_async(&mut self.connection.clone()).await?;
+        Ok(removed.into_iter().map(|removed| removed == 1).collect())
+    }
+}
+
+#[async_trait]
+impl ServerTime for RawRedis {
+    async fn command_usec(&self) -> BenchResult<u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(info
+            .lines()
+            .filter(|line| line.starts_with("cmdstat_"))
+            .filter_map(|line| {
+                line.split(&[':', ','][..])
+                    .find_map(|field| field.strip_prefix("usec="))
+                    .and_then(|usec| usec.parse::<u64>().ok())
+            })
+            .sum())
     }
 }
 

@@ -34,6 +34,8 @@ pub(super) async fn open() -> BenchResult<Backend> {
         raw: raw.clone(),
         peer: raw,
         wake_ups: Arc::new(InProcessWakeUps::default()),
+        tables: None,
+        server_time: None,
         teardown: Box::new(TempFiles(Mutex::new(Some(directory)))),
     })
 }
@@ -204,6 +206,57 @@ impl RawBaseline for RawSqlite {
                 params![id, worker],
             )?;
             Ok(updated == 1)
+        })
+        .await
+    }
+
+    fn describe_batch(&self) -> &'static str {
+        "rusqlite UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING id; n conditional UPDATEs \
+         in one transaction"
+    }
+
+    async fn claim_jobs(
+        &self,
+        queue: &str,
+        worker: &str,
+        limit: usize,
+    ) -> BenchResult<Vec<String>> {
+        let (queue, worker, limit) = (queue.to_owned(), worker.to_owned(), i64::try_from(limit)?);
+        let claimed: Vec<i64> = self
+            .write(move |transaction| {
+                let mut claim = transaction.prepare(
+                    "UPDATE raw_jobs SET state = 'claimed', owner = ?2 WHERE id IN \
+                     (SELECT id FROM raw_jobs WHERE queue = ?1 AND state = 'queued' \
+                      ORDER BY id LIMIT ?3) RETURNING id",
+                )?;
+                let ids = claim
+                    .query_map(params![queue, worker, limit], |row| row.get(0))?
+                    .collect::<rusqlite::Result<Vec<i64>>>()?;
+                Ok(ids)
+            })
+            .await?;
+        Ok(claimed.into_iter().map(|id| id.to_string()).collect())
+    }
+
+    async fn complete_jobs(
+        &self,
+        _queue: &str,
+        ids: &[String],
+        worker: &str,
+    ) -> BenchResult<Vec<bool>> {
+        let numbers = ids
+            .iter()
+            .map(|id| id.parse::<i64>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let worker = worker.to_owned();
+        self.write(move |transaction| {
+            let mut complete = transaction.prepare(
+                "UPDATE raw_jobs SET state = 'completed' WHERE id = ?1 AND owner = ?2 AND state = 'claimed'",
+            )?;
+            numbers
+                .iter()
+                .map(|id| Ok(complete.execute(params![id, worker])? == 1))
+                .collect()
         })
         .await
     }

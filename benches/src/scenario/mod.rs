@@ -7,7 +7,9 @@
 
 pub mod heartbeat;
 pub mod hot_key;
+pub mod long_run;
 pub mod queue;
+pub mod queue_batch;
 pub mod scaling;
 pub mod single_op;
 pub mod takeover;

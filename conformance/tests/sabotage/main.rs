@@ -86,6 +86,15 @@ trait Bug: Default + Send + Sync + 'static {
         honest.complete_many(claims).await
     }
 
+    async fn renew_jobs(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+        ttl: Duration,
+    ) -> Result<Vec<JobRenewal>> {
+        honest.renew_jobs(claims, ttl).await
+    }
+
     /// What the bug keeps beside the honest store, for the growth case.
     fn footprint(&self) -> Footprint {
         Footprint::new()
@@ -165,6 +174,10 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         self.honest.renew_job(claim, ttl).await
+    }
+
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        self.bug.renew_jobs(&self.honest, claims, ttl).await
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
@@ -573,6 +586,50 @@ impl Bug for CompleteManyJudgesTheFirstClaimOnly {
     }
 }
 
+/// A batch renewal that renews whoever holds each job now, so a stale
+/// copy's claim (an old fence, another owner) keeps the job alive.
+#[derive(Default)]
+struct RenewJobsRenewsWhoeverHoldsTheJob;
+
+#[async_trait]
+impl Bug for RenewJobsRenewsWhoeverHoldsTheJob {
+    async fn renew_jobs(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+        ttl: Duration,
+    ) -> Result<Vec<JobRenewal>> {
+        let mut answers = Vec::with_capacity(claims.len());
+        for claim in claims {
+            let current = match honest.get_job(&claim.id).await?.and_then(|job| job.claim()) {
+                Some(holder) => holder,
+                None => claim.clone(),
+            };
+            answers.push(honest.renew_job(&current, ttl).await?);
+        }
+        Ok(answers)
+    }
+}
+
+/// A batch renewal that answers in its own order (by job id) rather than
+/// the batch's.
+#[derive(Default)]
+struct RenewJobsAnswersById;
+
+#[async_trait]
+impl Bug for RenewJobsAnswersById {
+    async fn renew_jobs(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+        ttl: Duration,
+    ) -> Result<Vec<JobRenewal>> {
+        let mut sorted = claims.to_vec();
+        sorted.sort_by(|a, b| a.id.cmp(&b.id));
+        honest.renew_jobs(&sorted, ttl).await
+    }
+}
+
 /// A completion that decides before it writes: it checks the claim, waits a
 /// round trip, and answers completed whatever happened in between (here, a
 /// reap).
@@ -842,6 +899,22 @@ async fn catches_an_old_copy_completing_a_requeued_job() {
 async fn catches_a_batch_completion_that_judges_one_claim_for_all() {
     assert_caught::<CompleteManyJudgesTheFirstClaimOnly>(&[
         "queue_complete_many_settles_each_claim_as_complete_would",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_renewal_that_renews_a_stale_copy() {
+    assert_caught::<RenewJobsRenewsWhoeverHoldsTheJob>(&[
+        "queue_renew_jobs_answers_each_claim_as_renew_job_would",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_renewal_that_answers_out_of_order() {
+    assert_caught::<RenewJobsAnswersById>(&[
+        "queue_renew_jobs_answers_each_claim_as_renew_job_would",
     ])
     .await;
 }

@@ -293,7 +293,7 @@ pub fn job_claims(claims: &[crate::queue::JobClaim]) -> Result<()> {
             return Err(Error::invalid_input(
                 "claims",
                 format_args!(
-                    "job {:?} is named twice; settle each job once per call",
+                    "job {:?} is named twice; name each job once per call",
                     claim.id
                 ),
             ));
@@ -652,6 +652,18 @@ pub mod operation {
     /// As [`admit`].
     pub fn complete_many(claims: &[JobClaim]) -> Result<()> {
         super::job_claims(claims)
+    }
+
+    /// `renew_jobs`: the batch as `complete_many`'s (at most
+    /// [`MAX_BATCH`](super::MAX_BATCH) claims, each valid, each job once),
+    /// and the ttl.
+    ///
+    /// # Errors
+    ///
+    /// As [`admit`].
+    pub fn renew_jobs(claims: &[JobClaim], ttl: Duration) -> Result<()> {
+        super::job_claims(claims)?;
+        super::ttl(ttl)
     }
 
     /// `fail`.

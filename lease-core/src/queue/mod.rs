@@ -134,6 +134,47 @@ pub trait JobQueue: LeaseStore {
     /// is safe.
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal>;
 
+    /// Renews many job claims in one call, each fenced by its own claim: the
+    /// batched [`renew_job`](JobQueue::renew_job), for workers that hold
+    /// jobs claimed in batches. Every backend of this workspace but etcd
+    /// answers it in one round trip and one atomic step; etcd keeps this
+    /// default.
+    ///
+    /// Answers one [`JobRenewal`] per claim, in the order given, each what
+    /// `renew_job` would have answered for that claim alone: a claim that
+    /// still holds its job is renewed to `now + ttl` (one `now` for the
+    /// batch), one that does not is [`JobRenewal::Lost`] with its
+    /// [`JobLoss`] and its job unchanged, and the others are still renewed.
+    /// Each job may appear once per call, as in
+    /// [`complete_many`](JobQueue::complete_many).
+    ///
+    /// The default renews the claims one by one, for backends without a
+    /// batched path.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   bad claim (id, owner, fence 0) or ttl, a job named twice, or more
+    ///   than [`MAX_BATCH`](crate::backend::validate::MAX_BATCH) claims;
+    ///   nothing changed;
+    /// * the [store errors](LeaseStore#store-errors), `Corrupt` when one of
+    ///   the jobs cannot be decoded: the outcome of every claim is then
+    ///   unknown.
+    ///
+    /// # Cancellation
+    ///
+    /// As for `renew_job`, for each claim: a dropped batch may have renewed
+    /// some or all of the claims that held their jobs, never another, and
+    /// retrying the same claims is safe.
+    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+        crate::backend::validate::operation::renew_jobs(claims, ttl)?;
+        let mut renewed = Vec::with_capacity(claims.len());
+        for claim in claims {
+            renewed.push(self.renew_job(claim, ttl).await?);
+        }
+        Ok(renewed)
+    }
+
     /// Marks the job completed (fenced by the claim); a claim that no longer
     /// holds it is answered [`JobSettle::Rejected`], nothing changed.
     ///
@@ -395,6 +436,9 @@ macro_rules! forward_job_queue {
             }
             async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
                 (**self).renew_job(claim, ttl).await
+            }
+            async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
+                (**self).renew_jobs(claims, ttl).await
             }
             async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
                 (**self).complete(claim).await

@@ -234,6 +234,13 @@ pub async fn queue_invalid_input_rejected_and_changes_nothing<S: JobQueue + 'sta
             &format!("complete_many: {what}"),
         )?;
         expect_invalid(
+            ctx.store
+                .renew_jobs(std::slice::from_ref(bad), LONG_TTL)
+                .await,
+            field,
+            &format!("renew_jobs: {what}"),
+        )?;
+        expect_invalid(
             ctx.store.fail(bad, "boom", FailAction::DeadLetter).await,
             field,
             &format!("fail: {what}"),
@@ -261,6 +268,13 @@ pub async fn queue_invalid_input_rejected_and_changes_nothing<S: JobQueue + 'sta
         ctx.store.renew_job(live, huge_ttl).await,
         "ttl",
         "renew_job: huge ttl",
+    )?;
+    expect_invalid(
+        ctx.store
+            .renew_jobs(std::slice::from_ref(live), huge_ttl)
+            .await,
+        "ttl",
+        "renew_jobs: huge ttl",
     )?;
     let retry = FailAction::Retry {
         backoff: Duration::ZERO,

@@ -22,6 +22,7 @@ pub mod enqueue;
 pub mod input;
 pub mod list_jobs;
 pub mod reap;
+pub mod renew_jobs;
 pub mod retention;
 pub mod settle;
 pub mod take_back;
