@@ -18,7 +18,9 @@
 //! that epoch to it; a renewal re-attaches its key to the current epoch's
 //! lease in the renewal's own transaction, and old etcd leases simply end.
 //! A store holding a million leases of one ttl keeps a handful of etcd
-//! leases alive at once.
+//! leases alive at once. Halfway through the time an epoch can serve, the
+//! next one is granted in the background, one grant at a time, so writes
+//! seldom wait for one.
 //!
 //! An etcd lease granted for `G` seconds at local instant `g` ends no sooner
 //! than `g + G` (the leader starts counting once it has applied the grant,
@@ -59,66 +61,144 @@ pub(crate) struct Epoch {
 /// The epochs of one store, one per etcd lease ttl asked for.
 #[derive(Clone)]
 pub(crate) struct Timers {
-    epochs: Arc<Mutex<HashMap<i64, Epoch>>>,
+    buckets: Arc<Mutex<HashMap<i64, Bucket>>>,
     clock: Arc<dyn Clock>,
 }
+
+/// One etcd lease ttl: the epoch in use, and the lock one grant at a time
+/// holds (writes that find the epoch running out wait for that grant
+/// instead of each asking for one).
+#[derive(Default)]
+struct Bucket {
+    epoch: Option<Epoch>,
+    granting: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// How often a grant is asked again when etcd answered it so late that the
+/// lease has less than the ttl left, before the write answers `Unavailable`.
+const GRANT_ATTEMPTS: u32 = 3;
 
 impl Timers {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Timers {
-            epochs: Arc::default(),
+            buckets: Arc::default(),
             clock,
         }
     }
 
     /// The etcd lease a liveness key for `ttl` is attached to now: one that
-    /// etcd ends no sooner than `ttl` from now; granted when the current
-    /// one has too little left.
+    /// etcd ends no sooner than `ttl` from now. Halfway through the time an
+    /// epoch can serve, the next one is granted in the background, so
+    /// writes seldom wait for a grant; a write that finds none left waits
+    /// for the one grant under way.
     ///
     /// # Errors
     ///
-    /// The store's errors, when a grant is needed and fails.
+    /// The store's errors, when a grant is needed and fails; `Unavailable`
+    /// when etcd grants too slowly for the lease to cover `ttl`.
     pub(crate) async fn epoch_for(&self, cluster: &Cluster, ttl: Duration) -> Result<Epoch> {
         let asked = asked_seconds(ttl);
-        if let Some(epoch) = self.current(asked, ttl) {
+        let (epoch, granting) = self.look(asked, ttl);
+        if let Some((epoch, left)) = epoch {
+            let usable =
+                Duration::from_secs(u64::try_from(asked).unwrap_or(u64::MAX)).saturating_sub(ttl);
+            if left < ttl + usable / 2 {
+                if let Ok(guard) = granting.try_lock_owned() {
+                    let (timers, cluster) = (self.clone(), cluster.clone());
+                    tokio::spawn(async move {
+                        let _granting = guard;
+                        if let Err(error) = timers.grant(&cluster, asked, ttl).await {
+                            tracing::debug!(%error, "granting the next etcd lease ahead failed");
+                        }
+                    });
+                }
+            }
             return Ok(epoch);
         }
-        let before = Instant::now();
-        let wall = self.clock.now();
-        let granted = cluster.grant(asked).await?;
-        let lasts = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0));
-        let epoch = Epoch {
-            id: granted.id,
-            ends_no_sooner: before + lasts,
-            ends_about: clock::add(wall, lasts),
-        };
-        let mut epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        epochs.retain(|_, kept| kept.ends_no_sooner > now);
-        epochs.insert(asked, epoch);
-        Ok(epoch)
+        let _granting = granting.lock().await;
+        if let (Some((epoch, _)), _) = self.look(asked, ttl) {
+            return Ok(epoch);
+        }
+        self.grant(cluster, asked, ttl).await
+    }
+
+    /// Grants an epoch lease of `asked` seconds that still has `ttl` to run
+    /// when etcd's answer arrives, and makes it the bucket's.
+    async fn grant(&self, cluster: &Cluster, asked: i64, ttl: Duration) -> Result<Epoch> {
+        let mut waited = Duration::ZERO;
+        for _ in 0..GRANT_ATTEMPTS {
+            let before = Instant::now();
+            let wall = self.clock.now();
+            let granted = cluster.grant(asked).await?;
+            let lasts = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0));
+            let epoch = Epoch {
+                id: granted.id,
+                ends_no_sooner: before + lasts,
+                ends_about: clock::add(wall, lasts),
+            };
+            waited = before.elapsed();
+            if epoch.left().is_some_and(|left| left >= ttl) {
+                self.install(asked, epoch);
+                return Ok(epoch);
+            }
+        }
+        Err(tenure_lease_core::Error::unavailable(format!(
+            "etcd took {waited:?} to grant a lease of {asked} s, leaving less than the ttl of \
+             {ttl:?}; nothing was written, retry"
+        )))
+    }
+
+    /// The bucket's epoch if it still has `ttl` to run (and how long it
+    /// has), and the bucket's grant lock.
+    fn look(
+        &self,
+        asked: i64,
+        ttl: Duration,
+    ) -> (Option<(Epoch, Duration)>, Arc<tokio::sync::Mutex<()>>) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let bucket = buckets.entry(asked).or_default();
+        let epoch = bucket
+            .epoch
+            .and_then(|epoch| epoch.left().map(|left| (epoch, left)))
+            .filter(|(_, left)| *left >= ttl);
+        (epoch, Arc::clone(&bucket.granting))
+    }
+
+    /// Makes `epoch` the one its bucket serves from, unless that one ends
+    /// later; drops buckets whose epoch has ended and that no grant holds.
+    fn install(&self, asked: i64, epoch: Epoch) {
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets.retain(|_, bucket| {
+            bucket.epoch.is_some_and(|kept| kept.left().is_some())
+                || Arc::strong_count(&bucket.granting) > 1
+        });
+        let bucket = buckets.entry(asked).or_default();
+        if bucket
+            .epoch
+            .is_none_or(|kept| kept.ends_no_sooner < epoch.ends_no_sooner)
+        {
+            bucket.epoch = Some(epoch);
+        }
     }
 
     /// Forgets the epoch of etcd lease `id`: etcd refused a write to it as
     /// ended (a key attached to it would not have been written).
     pub(crate) fn forget(&self, id: i64) {
-        self.epochs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, epoch| epoch.id != id);
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        for bucket in buckets.values_mut() {
+            if bucket.epoch.is_some_and(|epoch| epoch.id == id) {
+                bucket.epoch = None;
+            }
+        }
     }
+}
 
-    fn current(&self, asked: i64, ttl: Duration) -> Option<Epoch> {
-        let epochs = self.epochs.lock().unwrap_or_else(PoisonError::into_inner);
-        epochs
-            .get(&asked)
-            .filter(|epoch| {
-                epoch
-                    .ends_no_sooner
-                    .checked_duration_since(Instant::now())
-                    .is_some_and(|left| left >= ttl)
-            })
-            .copied()
+impl Epoch {
+    /// How long etcd surely keeps it still; `None` once that is over.
+    fn left(&self) -> Option<Duration> {
+        self.ends_no_sooner
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
     }
 }
 

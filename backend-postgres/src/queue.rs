@@ -242,12 +242,7 @@ impl JobQueue for PgStore {
             if claims.is_empty() {
                 return Ok(Vec::new());
             }
-            let ids: Vec<&str> = claims.iter().map(|claim| claim.id.as_str()).collect();
-            let owners: Vec<&str> = claims.iter().map(|claim| claim.owner.as_str()).collect();
-            let fences: Vec<i64> = claims
-                .iter()
-                .map(|claim| fence_param(claim.fence))
-                .collect();
+            let (ids, owners, fences) = claim_columns(claims);
             let rows = self
                 .fetch_all(|| {
                     sqlx::query(&self.sql.jobs.renew_many)
@@ -311,12 +306,7 @@ impl JobQueue for PgStore {
             if claims.is_empty() {
                 return Ok(Vec::new());
             }
-            let ids: Vec<&str> = claims.iter().map(|claim| claim.id.as_str()).collect();
-            let owners: Vec<&str> = claims.iter().map(|claim| claim.owner.as_str()).collect();
-            let fences: Vec<i64> = claims
-                .iter()
-                .map(|claim| fence_param(claim.fence))
-                .collect();
+            let (ids, owners, fences) = claim_columns(claims);
             let rows = self
                 .fetch_all(|| {
                     sqlx::query(&self.sql.jobs.complete_many)
@@ -509,4 +499,17 @@ impl JobQueue for PgStore {
         })
         .await
     }
+}
+
+/// The ids, owners and fences of `claims`, as the array parameters of a
+/// statement over many claims (`unnest`).
+fn claim_columns(claims: &[JobClaim]) -> (Vec<&str>, Vec<&str>, Vec<i64>) {
+    (
+        claims.iter().map(|claim| claim.id.as_str()).collect(),
+        claims.iter().map(|claim| claim.owner.as_str()).collect(),
+        claims
+            .iter()
+            .map(|claim| fence_param(claim.fence))
+            .collect(),
+    )
 }

@@ -39,7 +39,7 @@ measured in the same run.
   --quick         tiny sizes: a few seconds per backend
   --full          the whole matrix (more worker counts, longer cells, 10k
                   heartbeat leases, queue-batch): a few minutes per backend
-  --huge          heartbeat-scale also holds 100k leases at a 30 s ttl
+  --huge          heartbeat-scale also holds 1M leases at a 60 s ttl
   --hot-workers N hot-key worker counts, a comma list (e.g. 2,8,32; default 8;
                   at most 40): every cell runs once per count
   --out DIR       where the JSON and SVG files go (default target/bench-results)
@@ -253,12 +253,12 @@ pub struct HeartbeatSize {
 }
 
 impl HeartbeatSize {
-    /// `--huge`: 100k leases at a 30 s ttl, renewed in batches only (one
-    /// call per lease cannot keep up at that size, and filling a second
+    /// `--huge`: a million leases at a 60 s ttl, renewed in batches only
+    /// (one call per lease cannot keep up at that size, and filling a second
     /// keeper would double the minutes spent admitting).
     pub const HUGE: HeartbeatSize = HeartbeatSize {
-        leases: 100_000,
-        ttl: Duration::from_secs(30),
+        leases: 1_000_000,
+        ttl: Duration::from_secs(60),
         compare_solo: false,
     };
 

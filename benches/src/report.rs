@@ -488,6 +488,7 @@ pub fn render(report: &Report) -> String {
             "calls",
             "renewed",
             "missed",
+            "B/lease",
         ],
     );
     let mut takeover = Table::new(
@@ -783,6 +784,9 @@ pub fn render(report: &Report) -> String {
                     format!("{:.0}", point.calls_per_round),
                     format!("{:.0}", point.renewals_per_round),
                     point.missed_deadlines.to_string(),
+                    point
+                        .bytes_per_lease
+                        .map_or_else(|| "-".to_owned(), |bytes| format!("{bytes:.0}")),
                 ]);
             }
         }
@@ -823,7 +827,9 @@ pub fn render(report: &Report) -> String {
     }
     heartbeat.notes.push(
         "max/beat above 1 on a renew_many row means a round outlasted the beat: \
-         the machine (or the store) could not keep up."
+         the machine (or the store) could not keep up. B/lease: the benchmark process's \
+         resident memory grown while admitting, per lease held (the keeper's state and the \
+         caller's guard; allocator slack included)."
             .to_owned(),
     );
     for table in [

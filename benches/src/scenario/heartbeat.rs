@@ -66,6 +66,10 @@ pub struct HeartbeatPoint {
     pub renewals_per_round: f64,
     /// Leases lost by the keeper, deadline passed or otherwise (must be 0).
     pub missed_deadlines: u64,
+    /// The process's resident memory grown while admitting, per lease held
+    /// (the keeper's state and the caller's guard): `None` where the
+    /// platform does not say.
+    pub bytes_per_lease: Option<f64>,
 }
 
 /// The heartbeat-scale report.
@@ -133,6 +137,7 @@ async fn hold_and_measure(
         .worker_id(format!("{prefix}-keeper"));
     let keeper = Arc::new(Keeper::builder(timed.clone(), config).start()?);
 
+    let resident_before = resident_bytes();
     let admitting = Instant::now();
     let mut guards: Vec<RunGuard> = Vec::with_capacity(leases);
     let mut admissions = JoinSet::new();
@@ -157,6 +162,9 @@ async fn hold_and_measure(
         guards.push(answer??);
     }
     let admit_us = micros(admitting.elapsed());
+    let bytes_per_lease = resident_before
+        .zip(resident_bytes())
+        .map(|(before, after)| after.saturating_sub(before) as f64 / leases.max(1) as f64);
 
     let measuring = Instant::now();
     tokio::time::sleep(beat * beats + beat / 2).await;
@@ -191,7 +199,16 @@ async fn hold_and_measure(
         calls_per_round: rounds.iter().map(|round| round.calls).sum::<usize>() as f64 / count,
         renewals_per_round: rounds.iter().map(|round| round.renewals).sum::<usize>() as f64 / count,
         missed_deadlines: missed,
+        bytes_per_lease,
     })
+}
+
+/// This process's resident memory, from `/proc/self/status` (Linux).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[derive(Debug, Clone)]
