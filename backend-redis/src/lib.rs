@@ -206,7 +206,10 @@ impl RedisStore {
     /// Connects to the server `config` names (a [`RedisConfig`], or a URL
     /// keeping its keys under [`RedisConfig::DEFAULT_NAMESPACE`]), checks that it cannot evict
     /// tenure's keys, reads its persistence settings
-    /// ([`durability`](Self::durability)) and names the connection.
+    /// ([`durability`](Self::durability)), names the connection and, on
+    /// Redis 7 and newer, loads the function library the operations run
+    /// from (a server or user that refuses it gets the same scripts by
+    /// `EVALSHA`).
     ///
     /// # Errors
     ///
