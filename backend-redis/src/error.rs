@@ -20,7 +20,8 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 ///   password.
 ///
 /// `NOSCRIPT` never reaches here: [`redis::Script`] loads the script and
-/// runs it again.
+/// runs it again (and a missing function's `Function not found` neither:
+/// the store loads its library and calls again).
 pub(crate) fn from_redis(error: RedisError) -> Error {
     let kind = classify(&error);
     let message = match error.detail() {
@@ -57,7 +58,11 @@ fn classify(error: &RedisError) -> ErrorKind {
         _ => match error.code() {
             Some(CORRUPT_CODE | "WRONGTYPE") => ErrorKind::Corrupt,
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => ErrorKind::Config,
-            Some("ERR") if error.detail().is_some_and(|d| d.contains("user_script")) => {
+            Some("ERR")
+                if error
+                    .detail()
+                    .is_some_and(|d| d.contains("user_script") || d.contains("user_function")) =>
+            {
                 ErrorKind::Incompatible
             }
             _ => ErrorKind::Unavailable,

@@ -1,8 +1,12 @@
 //! # backend-redis
 //!
 //! A [`LeaseStore`](tenure_lease_core::LeaseStore) and [`JobQueue`](tenure_lease_core::JobQueue) on Redis: every
-//! operation is one Lua script, run with
-//! `EVALSHA` (loaded again on `NOSCRIPT`), so it is atomic on the server. The
+//! operation is one Lua script, so it is atomic on the server: on Redis 7
+//! and newer a function of one library that [`RedisStore::connect`] loads
+//! (`FUNCTION LOAD`, called with `FCALL` / `FCALL_RO`, loaded again when the
+//! server lost it), elsewhere a script run with `EVALSHA` (loaded again on
+//! `NOSCRIPT`); both forms are made from the same files (see
+//! `src/scripts.rs`). The
 //! scripts read the time from the server (`TIME`, microseconds), never from
 //! the client, and mirror [`tenure_lease_core::backend::rules`] exactly: the same reasons in
 //! the same precedence, the same retry-after. Each script judges everything
@@ -127,7 +131,14 @@
 //! write, so a damaged value never leaves an operation half-applied.
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
-//! Redis 7.
+//! Redis 7. On Redis 7 and newer the operations run as functions, which
+//! saves each call the shared prelude's run (see BENCHMARKS.md, "Redis:
+//! where the microseconds go"): the user needs `FUNCTION LOAD` (once per
+//! server and version of this crate; it leaves one library
+//! `tenure_<version>` behind, `FUNCTION DELETE` removes an old one),
+//! `FCALL` and `FCALL_RO` (all in `@scripting`). A server older than 7, or
+//! an ACL that denies them, gets the same operations as `EVALSHA` scripts,
+//! a few microseconds slower per call.
 
 mod config;
 mod decode;
@@ -145,7 +156,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, FromRedisValue, RedisResult, ScriptInvocation, Value};
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult, Value};
 use tenure_lease_core::{Claim, Error, LeaseRecord, Renewal, Result};
 
 pub use config::RedisConfig;
@@ -154,7 +165,7 @@ pub use server::{AppendFsync, Durability, SettingsSource};
 
 use crate::config::config_error;
 use crate::keys::Keys;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Invocation, SCRIPTS};
 
 /// Most claims renewed by one script call; `renew_many` splits larger
 /// batches so one call never blocks the server for long.
@@ -177,6 +188,10 @@ pub struct RedisStore {
     /// Set when the connection may have been replaced, so the next call
     /// names the new one first.
     needs_name: Arc<AtomicBool>,
+    /// Operations run as functions of the library (`FCALL`) rather than as
+    /// scripts (`EVALSHA`): set at connect when the server took the
+    /// library, cleared for good when it later refuses functions.
+    functions: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -191,7 +206,10 @@ impl RedisStore {
     /// Connects to the server `config` names (a [`RedisConfig`], or a URL
     /// keeping its keys under [`RedisConfig::DEFAULT_NAMESPACE`]), checks that it cannot evict
     /// tenure's keys, reads its persistence settings
-    /// ([`durability`](Self::durability)) and names the connection.
+    /// ([`durability`](Self::durability)), names the connection and, on
+    /// Redis 7 and newer, loads the function library the operations run
+    /// from (a server or user that refuses it gets the same scripts by
+    /// `EVALSHA`).
     ///
     /// # Errors
     ///
@@ -253,8 +271,24 @@ impl RedisStore {
             config: Arc::new(config),
             durability: Arc::new(durability),
             needs_name: Arc::new(AtomicBool::new(false)),
+            functions: Arc::new(AtomicBool::new(false)),
         };
         store.name_connection(&mut store.connection.clone()).await?;
+        let loaded = tokio::time::timeout_at(deadline, load_library(&mut store.connection.clone()))
+            .await
+            .map_err(|_| connect_timed_out(&store.config, "loading its function library"))?;
+        match loaded {
+            Ok(()) => store.functions.store(true, Ordering::Release),
+            Err(error) if !answered(&error) => return Err(error::from_redis(error)),
+            // Loaded again by the first call that finds it missing.
+            Err(error) if is_transient(&error) => store.functions.store(true, Ordering::Release),
+            Err(error) => tracing::debug!(
+                url = %store.config.redacted_url(),
+                %error,
+                "the Redis server does not take tenure's function library; running scripts \
+                 with EVALSHA instead"
+            ),
+        }
         Ok(store)
     }
 
@@ -335,9 +369,44 @@ impl RedisStore {
         self.bounded(command.query_async(&mut connection)).await
     }
 
-    async fn script(&self, invocation: &ScriptInvocation<'_>) -> Result<Value> {
+    /// Runs one operation: as a function of the library when the server
+    /// took it (loading it again, once, when the server lost it), else as a
+    /// script by `EVALSHA` (loaded again on `NOSCRIPT`).
+    async fn script(&self, invocation: &Invocation<'_>) -> Result<Value> {
         let mut connection = self.connection().await;
-        self.bounded(invocation.invoke_async(&mut connection)).await
+        self.bounded(async {
+            if self.functions.load(Ordering::Acquire) {
+                let called = invocation.fcall().query_async(&mut connection).await;
+                match called {
+                    Err(error) if is_missing_function(&error) => {
+                        match load_library(&mut connection).await {
+                            Ok(()) => return invocation.fcall().query_async(&mut connection).await,
+                            Err(error) if !answered(&error) => return Err(error),
+                            // This call as a script; the next loads again.
+                            Err(error) if is_transient(&error) => {}
+                            Err(error) => self.stop_functions(&error),
+                        }
+                    }
+                    Err(error) if is_unknown_command(&error) => self.stop_functions(&error),
+                    answered => return answered,
+                }
+            }
+            invocation.script().invoke_async(&mut connection).await
+        })
+        .await
+    }
+
+    /// Runs every later operation as a script: the server (perhaps another
+    /// one, after a failover) refuses functions.
+    fn stop_functions(&self, error: &RedisError) {
+        if self.functions.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                url = %self.config.redacted_url(),
+                %error,
+                "the Redis server no longer runs tenure's functions; running scripts with \
+                 EVALSHA from now on"
+            );
+        }
     }
 
     /// One script call renewing `claims` (at most [`RENEW_BATCH`]).
@@ -359,6 +428,54 @@ impl RedisStore {
         invocation.key(index).arg(self.keys.prefix());
         decode::records(self.script(&invocation).await?)
     }
+}
+
+/// Loads the function library (a library of this version already loaded,
+/// by this process or another, is fine: its name is its version).
+async fn load_library(connection: &mut ConnectionManager) -> RedisResult<()> {
+    let loaded: RedisResult<String> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(&SCRIPTS.library)
+        .query_async(connection)
+        .await;
+    match loaded {
+        Err(error) if !error.detail().is_some_and(|d| d.contains("already exists")) => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// The server answered (with an error): the call reached it.
+fn answered(error: &RedisError) -> bool {
+    !(error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal())
+        && error.code().is_some()
+}
+
+/// A refusal that passes (loading, busy, out of memory, read-only
+/// mid-failover): unlike an unknown command or an ACL denial, no sign that
+/// the server will never run functions.
+fn is_transient(error: &RedisError) -> bool {
+    matches!(
+        error.code(),
+        Some("LOADING" | "BUSY" | "TRYAGAIN" | "OOM" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN")
+    )
+}
+
+/// `FCALL` of a function the server does not have (the library was lost).
+fn is_missing_function(error: &RedisError) -> bool {
+    error.code() == Some("ERR")
+        && error
+            .detail()
+            .is_some_and(|d| d.contains("Function not found"))
+}
+
+/// `FCALL` on a server without functions (older than 7).
+fn is_unknown_command(error: &RedisError) -> bool {
+    error
+        .detail()
+        .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command"))
 }
 
 /// The instant `timeout` from now, or a century from now when that is

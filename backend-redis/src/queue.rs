@@ -85,7 +85,7 @@ impl RedisStore {
         decode::enqueued(self.script(&invocation).await?, jobs)
     }
 
-    async fn settle(&self, invocation: &redis::ScriptInvocation<'_>) -> Result<JobSettle> {
+    async fn settle(&self, invocation: &crate::scripts::Invocation<'_>) -> Result<JobSettle> {
         decode::settle(self.script(invocation).await?)
     }
 }

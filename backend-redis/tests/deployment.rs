@@ -467,3 +467,120 @@ async fn a_full_server_refuses_writes_and_keeps_every_key() {
         );
     }
 }
+
+/// Calls of `command` (`fcall`, `evalsha`, ...) the server has counted.
+async fn calls_of(url: &str, command: &str) -> u64 {
+    let client = redis::Client::open(url).expect("client");
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut connection)
+        .await
+        .expect("INFO commandstats");
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+/// A little of everything, checked: admission, renewal, a read, a job.
+async fn exercise(store: &RedisStore, id: &str) {
+    let admitted = store
+        .admit(&AdmitRequest::new(id, "w").scope(format!("s-{id}")).ttl(TTL))
+        .await
+        .expect("admit");
+    let Admission::Admitted { record, .. } = admitted else {
+        panic!("{admitted:?}");
+    };
+    let claim = record.claim().expect("an owner");
+    assert!(matches!(
+        store.renew(&claim, TTL).await.expect("renew"),
+        Renewal::Renewed { .. }
+    ));
+    assert!(store.get(id).await.expect("get").is_some());
+    store
+        .enqueue(&NewJob::new("q", json!(1)).id(format!("job-{id}")))
+        .await
+        .expect("enqueue");
+    let claimed = store
+        .claim(&ClaimRequest::new("q", "w", TTL))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 1);
+}
+
+/// On Redis 7 every operation is a function of one library, loaded at
+/// connect; `FUNCTION FLUSH` (as a restart without persistence) loses it,
+/// and the next call loads it again and answers as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_function_library_is_loaded_again() {
+    const TEST: &str = "a_flushed_function_library_is_loaded_again";
+    let Some(server) = private_server(TEST, &[]).await else {
+        return;
+    };
+    let url = server.url();
+    let store = connect(url.clone()).await.expect("connect");
+    exercise(&store, "before").await;
+    let before = calls_of(&url, "fcall").await;
+    assert!(before > 0, "no FCALL on a Redis 7 server");
+    assert_eq!(calls_of(&url, "evalsha").await, 0);
+
+    let client = redis::Client::open(url.as_str()).expect("client");
+    let mut plain = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    let flushed: String = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut plain)
+        .await
+        .expect("FUNCTION FLUSH");
+    assert_eq!(flushed, "OK");
+
+    exercise(&store, "after").await;
+    assert!(calls_of(&url, "fcall").await > before);
+    assert_eq!(calls_of(&url, "evalsha").await, 0, "functions all along");
+    let libraries: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut plain)
+        .await
+        .expect("FUNCTION LIST");
+    assert!(
+        format!("{libraries:?}").contains("tenure_"),
+        "{libraries:?}"
+    );
+}
+
+/// A user the ACL denies `FUNCTION` (and so `FCALL`) runs every operation
+/// as a script by `EVALSHA`, as on a server older than Redis 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_forbidding_functions_falls_back_to_evalsha() {
+    const TEST: &str = "an_acl_forbidding_functions_falls_back_to_evalsha";
+    let acl = [
+        "--user",
+        "app",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+        "-fcall",
+        "-fcall_ro",
+    ];
+    let Some(server) = private_server(TEST, &acl).await else {
+        return;
+    };
+    let url = server.url();
+    let store = connect(url.replacen("redis://", "redis://app:pw@", 1))
+        .await
+        .expect("connect");
+    exercise(&store, "scripted").await;
+    assert_eq!(calls_of(&url, "fcall").await, 0);
+    assert!(calls_of(&url, "evalsha").await > 0);
+}
