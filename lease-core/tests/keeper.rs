@@ -801,6 +801,39 @@ async fn ten_thousand_leases_renew_through_few_renew_many_calls() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_beat_keeps_at_most_the_configured_renew_many_calls_in_flight() {
+    let store = faulty_store();
+    let keeper = start(
+        &store,
+        config()
+            .solo_renewal_limit(0)
+            .renew_batch_size(10)
+            .renew_batches_in_flight(2),
+    );
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    for index in 0..100 {
+        guards.push(admit(&keeper, &format!("lease-{index}")).await);
+    }
+    store.inject(Op::RenewMany, None, Fault::Hang);
+
+    at(t0, BEAT + ms(500)).await;
+    assert_eq!(
+        store.calls(Op::RenewMany),
+        2,
+        "ten batches are due; two are sent, the rest wait their turn"
+    );
+    store.clear();
+    store.release_hangs();
+    at(t0, BEAT * 2 + ms(500)).await;
+    assert!(
+        store.calls(Op::RenewMany) >= 10,
+        "once the first turns end, every batch is sent"
+    );
+    assert!(guards.iter().all(|guard| guard.loss().is_none()));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_undecodable_record_costs_its_batch_neighbours_nothing() {
     let store = faulty_store();
     let keeper = start(&store, config().solo_renewal_limit(4));

@@ -169,6 +169,11 @@ pub struct KeeperConfig {
     pub reconcile_limit: usize,
     /// Most claims per `renew_many` call.
     pub renew_batch_size: usize,
+    /// Most `renew_many` calls of one beat in flight at once: the others
+    /// wait their turn, earliest deadline first, so a keeper holding a
+    /// million leases never queues a thousand calls on its store at once
+    /// (each would wait behind the others and time out).
+    pub renew_batches_in_flight: usize,
     /// A beat renewing at most this many leases renews each with its own
     /// `renew` call, so a slow or hung claim delays nobody else; larger beats
     /// use `renew_many` in chunks of `renew_batch_size`.
@@ -195,6 +200,7 @@ impl KeeperConfig {
             reconcile_kinds: ReconcileKinds::default(),
             reconcile_limit: 100,
             renew_batch_size: 1000,
+            renew_batches_in_flight: 8,
             solo_renewal_limit: 32,
             store_timeout: ttl.max(Duration::from_secs(1)),
             worker_id: None,
@@ -294,6 +300,12 @@ impl KeeperConfig {
         self
     }
 
+    /// Sets the most `renew_many` calls of one beat in flight at once.
+    pub fn renew_batches_in_flight(mut self, calls: usize) -> Self {
+        self.renew_batches_in_flight = calls;
+        self
+    }
+
     /// Sets the beat size up to which leases are renewed one call each.
     pub fn solo_renewal_limit(mut self, limit: usize) -> Self {
         self.solo_renewal_limit = limit;
@@ -355,6 +367,12 @@ impl KeeperConfig {
                     self.renew_batch_size,
                     validate::MAX_BATCH
                 ),
+            ));
+        }
+        if self.renew_batches_in_flight == 0 {
+            return Err(Error::invalid_input(
+                "renew_batches_in_flight",
+                "must be at least 1",
             ));
         }
         if self.store_timeout.is_zero() {

@@ -277,9 +277,13 @@ async fn renew_chunk(
             .await
             .map(|result| result.map(|outcome| vec![outcome]))
     } else {
-        telemetry::renew_call("renew_many");
-        let call = shared.store.renew_many(&claims, ttl);
-        let call = health::store_call(panics, Task::Heartbeat, "renew_many", call);
+        let call = async {
+            // Closed never: without a turn the call goes anyway.
+            let _turn = shared.renew_batches.acquire().await.ok();
+            telemetry::renew_call("renew_many");
+            let call = shared.store.renew_many(&claims, ttl);
+            health::store_call(panics, Task::Heartbeat, "renew_many", call).await
+        };
         tokio::time::timeout_at(bound, call).await
     };
     let now = Instant::now();

@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     pub(crate) heartbeat_wake: Notify,
     /// Panics caught in background work, for [`Keeper::health`].
     pub(crate) panics: health::PanicLog,
+    /// Turns of the beat's `renew_many` calls
+    /// ([`KeeperConfig::renew_batches_in_flight`]).
+    pub(crate) renew_batches: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -71,6 +74,7 @@ impl Shared {
         check_interval: Duration,
     ) -> Self {
         Shared {
+            renew_batches: tokio::sync::Semaphore::new(config.renew_batches_in_flight),
             store,
             config,
             worker_id,
