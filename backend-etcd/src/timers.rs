@@ -131,9 +131,16 @@ impl Timers {
             let wall = self.clock.now();
             let granted = cluster.grant(asked).await?;
             let lasts = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0));
+            let ends_no_sooner = before.checked_add(lasts).ok_or_else(|| {
+                tenure_lease_core::Error::unavailable(format!(
+                    "etcd granted a lease of {} s, past what this host can count; nothing was \
+                     written",
+                    granted.ttl
+                ))
+            })?;
             let epoch = Epoch {
                 id: granted.id,
-                ends_no_sooner: before + lasts,
+                ends_no_sooner,
                 ends_about: clock::add(wall, lasts),
             };
             waited = before.elapsed();
