@@ -57,6 +57,18 @@ fn run_at_rank(micros: i64) -> String {
 }
 
 impl RedisStore {
+    /// Adds each of `claims` to a batch script's call, in order: its job's
+    /// key, and its id, owner and fence as three arguments.
+    fn add_claims(&self, invocation: &mut crate::scripts::Invocation<'_>, claims: &[JobClaim]) {
+        for claim in claims {
+            invocation
+                .key(self.keys.job(&claim.id))
+                .arg(&claim.id)
+                .arg(&claim.owner)
+                .arg(claim.fence);
+        }
+    }
+
     /// One script call adding `jobs` (already validated, at least one).
     async fn enqueue_valid(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         let mut invocation = SCRIPTS.enqueue.prepare_invoke();
@@ -141,13 +153,7 @@ impl JobQueue for RedisStore {
         }
         let mut invocation = SCRIPTS.renew_jobs.prepare_invoke();
         invocation.key(self.keys.claimed_jobs()).arg(micros(ttl));
-        for claim in claims {
-            invocation
-                .key(self.keys.job(&claim.id))
-                .arg(&claim.id)
-                .arg(&claim.owner)
-                .arg(claim.fence);
-        }
+        self.add_claims(&mut invocation, claims);
         decode::job_renewals(self.script(&invocation).await?)
     }
 
@@ -173,13 +179,7 @@ impl JobQueue for RedisStore {
         invocation
             .key(self.keys.claimed_jobs())
             .key(self.keys.finished_jobs());
-        for claim in claims {
-            invocation
-                .key(self.keys.job(&claim.id))
-                .arg(&claim.id)
-                .arg(&claim.owner)
-                .arg(claim.fence);
-        }
+        self.add_claims(&mut invocation, claims);
         decode::settles(self.script(&invocation).await?)
     }
 
