@@ -37,6 +37,13 @@ const DECODABLE_INACTIVE: &str = "('interrupted', 'succeeded', 'failed')";
 /// represent, so a damaged row is left exactly as it is instead of being
 /// rewritten and then not answered. (State, owner and payload are judged
 /// by the statements themselves or never fail to decode.)
+///
+/// The test is one `CASE` expression, not a conjunction: the planner gives
+/// each of some twenty conjuncts a default selectivity (a third for each
+/// function call), estimates that a handful of rows match, and, once the
+/// table has statistics, prefers reading and sorting every queued job to
+/// walking the claim index with its `LIMIT`. A `CASE` is estimated as one
+/// clause (half the rows), which keeps the index plan.
 fn decodable_job() -> String {
     let dead_reasons = DeadReason::ALL.map(|reason| format!("'{}'", reason.as_str()));
     // PostgreSQL's calendar starts after chrono's but ends long after it.
@@ -46,13 +53,13 @@ fn decodable_job() -> String {
     let latest = latest.trim_start_matches('+');
     let instant = |column: &str| format!("(isfinite({column}) AND {column} <= '{latest}')");
     format!(
-        "{} AND {} AND {} AND (lease_expires_at IS NULL OR {}) \
+        "(CASE WHEN {} AND {} AND {} AND (lease_expires_at IS NULL OR {}) \
          AND attempt BETWEEN 0 AND {MAX_ATTEMPTS} AND max_attempts BETWEEN 0 AND {MAX_ATTEMPTS} \
          AND fence >= 0 AND (dead_reason IS NULL OR dead_reason IN ({})) \
          AND COALESCE(array_ndims(required_capabilities), 1) = 1 \
          AND array_position(required_capabilities, NULL) IS NULL \
          AND taken_back BETWEEN 0 AND {} AND (taken_back_at IS NULL OR {}) \
-         AND (taken_back = 0) = (taken_back_at IS NULL)",
+         AND (taken_back = 0) = (taken_back_at IS NULL) THEN true ELSE false END)",
         instant("run_at"),
         instant("created_at"),
         instant("updated_at"),
@@ -433,6 +440,114 @@ impl Statements {
             ),
             jobs: JobStatements::new(&s, &fence_seq),
             gates: GateStatements::new(&s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The plans of the claim on a jobs table with statistics, as autovacuum
+    //! or any `ANALYZE` leaves it on a real server (the kit's fresh schemas
+    //! never have any). Only the plans are read: `EXPLAIN` without
+    //! `ANALYZE` runs nothing.
+
+    use std::panic::AssertUnwindSafe;
+
+    use futures_util::FutureExt as _;
+    use sqlx::Row as _;
+    use tenure_lease_core::queue::{JobQueue as _, NewJob};
+
+    use crate::{PgStore, PgStoreConfig};
+
+    const URL_VAR: &str = "TENURE_PG_URL";
+
+    /// The plan of the store's claim of one job of `queue`, under
+    /// `plan_cache_mode` (a custom plan for the bound values, or the
+    /// generic plan a prepared statement settles on).
+    async fn claim_plan(store: &PgStore, plan_cache_mode: &str) -> sqlx::Result<String> {
+        let mut connection = store.pool.acquire().await?;
+        sqlx::raw_sql(&format!(
+            "SET plan_cache_mode = {plan_cache_mode}; \
+             PREPARE tenure_claim(text, text[], bigint, text, interval) AS {}",
+            store.sql.jobs.claim
+        ))
+        .execute(&mut *connection)
+        .await?;
+        let rows =
+            sqlx::query("EXPLAIN EXECUTE tenure_claim('plans', '{}', 1, 'claimer', '30 seconds')")
+                .fetch_all(&mut *connection)
+                .await?;
+        sqlx::raw_sql("DEALLOCATE tenure_claim; RESET plan_cache_mode")
+            .execute(&mut *connection)
+            .await?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>(0))
+            .collect::<sqlx::Result<Vec<_>>>()
+            .map(|lines| lines.join("\n"))
+    }
+
+    /// Fills the queue with many queued jobs beside many finished ones,
+    /// analyzes the table and answers the claim's custom and generic plans.
+    async fn plans_on_an_analyzed_table(store: &PgStore) -> Vec<(String, String)> {
+        for _ in 0..12 {
+            let batch: Vec<NewJob> = (0..500)
+                .map(|_| NewJob::new("plans", serde_json::json!({})))
+                .collect();
+            store.enqueue_batch(&batch).await.expect("enqueue");
+        }
+        sqlx::raw_sql(&format!(
+            "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, attempt, \
+               max_attempts, state, created_at, updated_at) \
+             SELECT 'finished-' || n, 'plans', '{{}}', 0, now(), 1, 3, 'completed', now(), now() \
+             FROM generate_series(1, 20000) AS n; \
+             ANALYZE {s}.jobs",
+            s = store.schema.quoted()
+        ))
+        .execute(&store.pool)
+        .await
+        .expect("finished jobs and statistics");
+        let mut plans = Vec::new();
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let plan = claim_plan(store, mode).await.expect("the claim's plan");
+            plans.push((mode.to_owned(), plan));
+        }
+        plans
+    }
+
+    /// A claim of one job reads one entry of the claim index, however many
+    /// jobs are queued: neither a sequential scan of the table nor a bitmap
+    /// scan of every queued job (then sorted), which is what the planner
+    /// picked while the "decodable row" test was a conjunction.
+    #[tokio::test]
+    async fn a_claim_walks_the_claim_index_once_the_table_has_statistics() {
+        let test = "a_claim_walks_the_claim_index_once_the_table_has_statistics";
+        let Some(url) = tenure_conformance::service_url(URL_VAR) else {
+            tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
+            return;
+        };
+        let schema = format!(
+            "tenure_test_{}",
+            tenure_lease_core::generate_id().replace('-', "")
+        );
+        let store = PgStore::connect(PgStoreConfig::new(url).schema(schema).max_connections(2))
+            .await
+            .expect("a store in a fresh schema");
+        let plans = AssertUnwindSafe(plans_on_an_analyzed_table(&store))
+            .catch_unwind()
+            .await;
+        store.drop_schema().await.expect("drop the test schema");
+        let plans = plans.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        for (mode, plan) in plans {
+            assert!(
+                plan.contains("Index Scan using jobs_claim_order on jobs"),
+                "{mode}: the claim does not walk the claim index:\n{plan}"
+            );
+            for whole_table in ["Seq Scan on jobs", "Bitmap Heap Scan on jobs"] {
+                assert!(
+                    !plan.contains(whole_table),
+                    "{mode}: the claim reads every queued job ({whole_table}):\n{plan}"
+                );
+            }
         }
     }
 }
