@@ -12,7 +12,7 @@
 -- Reply: { 'exists' }
 --      | { 'conflict', now, holder }
 --      | { 'admitted', record, { interrupted holder, ... } }
--- where a record is { id, HGETALL pairs } and now is store time in us.
+-- where a record is { id, field pairs } and now is store time in us.
 
 local prefix, id, owner = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', KEYS[4]) == 1 then
@@ -38,7 +38,7 @@ end
 
 for _, holder in ipairs(holders) do
   if ARGV[6] == 'reject' or (holder.owner ~= owner and lease_valid(holder, grace, now)) then
-    return { 'conflict', fmt(now), { holder.id, holder.flat } }
+    return { 'conflict', fmt(now), reply_record(holder) }
   end
 end
 
@@ -47,10 +47,10 @@ local interrupted = {}
 for _, holder in ipairs(holders) do
   local fence = draw_fence(fences)
   release(prefix, holder, KEYS[2], KEYS[3])
-  redis.call('HSET', holder.key, 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
-    'stop', ARGV[10], 'updated', fmt(now))
+  write_fields(holder, { 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
+    'stop', ARGV[10], 'updated', fmt(now) })
   redis.call('ZADD', KEYS[5], fmt(now), holder.id)
-  interrupted[#interrupted + 1] = reply_record(holder.key, holder.id)
+  interrupted[#interrupted + 1] = reply_record(holder)
 end
 
 local fence = draw_fence(fences)
@@ -62,11 +62,11 @@ if ARGV[5] ~= '' then
   fields[#fields + 1] = 'expires'
   fields[#fields + 1] = expiry_score
 end
-redis.call('HSET', KEYS[4], unpack(fields))
+local record = create_hash(KEYS[4], id, fields)
 for i = 1, scope_count do
   redis.call('SET', KEYS[5 + i], id)
   redis.call('ZADD', KEYS[5 + scope_count + i], fmt(now), id)
 end
 redis.call('ZADD', KEYS[3], 0, id)
 redis.call('ZADD', KEYS[2], expiry_score, id)
-return { 'admitted', reply_record(KEYS[4], id), interrupted }
+return { 'admitted', reply_record(record), interrupted }

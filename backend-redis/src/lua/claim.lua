@@ -9,7 +9,7 @@
 -- ARGV[8..] the worker's capabilities.
 -- Reply: { { job, ... }, { { id, reason }, ... } }: the jobs claimed, as
 -- they now are and in the order their fences were drawn, where a job is
--- { id, HGETALL pairs }; then the jobs met that could not be judged (left
+-- { id, field pairs }; then the jobs met that could not be judged (left
 -- alone, reported by the caller).
 --
 -- First the delayed jobs now due move into ready (at most ARGV[7], earliest
@@ -126,11 +126,11 @@ local claimed = {}
 for _, pick in ipairs(picked) do
   local job = pick.job
   local fence = draw_fence(fences)
-  redis.call('HSET', job.key, 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
-    'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now))
-  redis.call('HDEL', job.key, 'dead')
+  write_fields(job, { 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
+    'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now) })
+  delete_field(job, 'dead')
   redis.call('ZREM', KEYS[1], pick.rank)
   redis.call('ZADD', KEYS[4], expires, job.id)
-  claimed[#claimed + 1] = reply_record(job.key, job.id)
+  claimed[#claimed + 1] = reply_record(job)
 end
 return { claimed, skipped }

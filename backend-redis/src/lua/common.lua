@@ -23,6 +23,8 @@
 -- Record hash fields: kind, status, owner, fence, expires (absent: no lease),
 -- created, updated (timestamps as integer microseconds since the epoch),
 -- error, stop (absent: none), scopes (JSON array of strings), meta (JSON object).
+-- Replies carry a record (or a job) as { id, field pairs }: the pairs HGETALL
+-- answers, in any order (see reply_record).
 --
 -- Every script reads and judges everything first, then writes: Lua does not
 -- roll back, so no script may fail after its first write.
@@ -125,6 +127,7 @@ local function load(key, id)
   local record = {
     id = id,
     key = key,
+    fields = fields,
     flat = flat,
     status = fields.status,
     owner = fields.owner,
@@ -211,8 +214,63 @@ local function release(prefix, record, expiry_key, active_key)
   redis.call('ZREM', active_key, record.id)
 end
 
--- A record as replies carry it: { id, HGETALL pairs }.
-local function reply_record(key, id)
-  return { id, redis.call('HGETALL', key) }
+-- Writes to a hash a script loaded (a record of load, a job of load_job):
+-- each writes the hash and its fields table alike, so the table stays what
+-- HGETALL would answer and reply_record answers from it. Neither reads the
+-- store, so both belong after judging.
+
+-- HSETs `changes`, a list of field names and their texts (name, text, ...),
+-- on `hash`.
+local function write_fields(hash, changes)
+  redis.call('HSET', hash.key, unpack(changes))
+  local fields = hash.fields
+  for i = 1, #changes, 2 do
+    fields[changes[i]] = changes[i + 1]
+  end
+  hash.written = true
 end
 
+-- Adds field `name`, set to `text`, to a list of changes for write_fields.
+local function add_change(changes, name, text)
+  changes[#changes + 1] = name
+  changes[#changes + 1] = text
+end
+
+-- HDELs field `name` of `hash`, if it has one.
+local function delete_field(hash, name)
+  if hash.fields[name] ~= nil then
+    redis.call('HDEL', hash.key, name)
+    hash.fields[name] = nil
+    hash.written = true
+  end
+end
+
+-- A new hash at `key`: HSETs `field_pairs` (name, text, ..., no name twice)
+-- and answers it for reply_record, which answers those pairs. It keeps no
+-- fields table: write_fields and delete_field do not take it.
+local function create_hash(key, id, field_pairs)
+  redis.call('HSET', key, unpack(field_pairs))
+  return { id = id, key = key, flat = field_pairs }
+end
+
+-- A hash as replies carry it: { id, field pairs }, the pairs HGETALL would
+-- answer now: the list HGETALL answered at load (or the pairs create_hash
+-- wrote) while nothing else was written, else its fields table, in any
+-- order, rewritten over that list (already about the right size, so no
+-- table grows).
+local function reply_record(hash)
+  local flat = hash.flat
+  if hash.written then
+    local loaded = #flat
+    local count = 0
+    for name, text in pairs(hash.fields) do
+      flat[count + 1] = name
+      flat[count + 2] = text
+      count = count + 2
+    end
+    for i = count + 1, loaded do
+      flat[i] = nil
+    end
+  end
+  return { hash.id, flat }
+end

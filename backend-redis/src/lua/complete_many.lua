@@ -11,23 +11,20 @@
 --   { 'settled', job } | { 'rejected', loss... }.
 
 local count = #KEYS - 2
-local losses = {}
+local jobs, losses = {}, {}
 for i = 1, count do
   local base = 3 * (i - 1)
-  losses[i] = judge_job(load_job(KEYS[2 + i], ARGV[base + 1]), ARGV[base + 2], ARGV[base + 3])
+  jobs[i] = load_job(KEYS[2 + i], ARGV[base + 1])
+  losses[i] = judge_job(jobs[i], ARGV[base + 2], ARGV[base + 3])
 end
 local now = now_us()
 local replies = {}
 for i = 1, count do
-  local key, id = KEYS[2 + i], ARGV[3 * (i - 1) + 1]
   if losses[i] then
     replies[i] = { 'rejected', unpack(losses[i]) }
   else
-    redis.call('HSET', key, 'state', 'completed', 'updated', fmt(now))
-    redis.call('HDEL', key, 'expires')
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('ZADD', KEYS[2], fmt(now), id)
-    replies[i] = { 'settled', reply_record(key, id) }
+    complete_job(jobs[i], KEYS[1], KEYS[2], now)
+    replies[i] = { 'settled', reply_record(jobs[i]) }
   end
 end
 return replies

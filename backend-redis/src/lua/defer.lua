@@ -6,7 +6,7 @@
 -- from it), ARGV[2] id, ARGV[3] owner, ARGV[4] fence,
 -- ARGV[5..] the missing capabilities.
 -- Reply: { 'settled', job } | { 'rejected', loss... } with the loss parts of
--- renew_job.lua, where a job is { id, HGETALL pairs }.
+-- renew_job.lua, where a job is { id, field pairs }.
 
 local prefix, id = ARGV[1], ARGV[2]
 local job = load_job(KEYS[1], id)
@@ -22,7 +22,7 @@ for i = 5, #ARGV do
   required[ARGV[i]] = true
 end
 local now = now_us()
-redis.call('HSET', KEYS[1], 'attempt', fmt(math.max(job.attempt - 1, 0)),
-  'caps', encode_set(required))
+write_fields(job, { 'attempt', fmt(math.max(job.attempt - 1, 0)),
+  'caps', encode_set(required) })
 requeue(prefix, job, now, now)
-return { 'settled', reply_record(KEYS[1], id) }
+return { 'settled', reply_record(job) }

@@ -6,7 +6,7 @@
 -- ARGV[5] 'retry' | 'dead_letter', ARGV[6] backoff in us (retry),
 -- ARGV[7] error text.
 -- Reply: { 'settled', job } | { 'rejected', loss... } with the loss parts of
--- renew_job.lua, where a job is { id, HGETALL pairs }.
+-- renew_job.lua, where a job is { id, field pairs }.
 
 local prefix, id = ARGV[1], ARGV[2]
 local job = load_job(KEYS[1], id)
@@ -15,7 +15,7 @@ if loss then
   return { 'rejected', unpack(loss) }
 end
 local now = now_us()
-redis.call('HSET', KEYS[1], 'error', ARGV[7])
+write_fields(job, { 'error', ARGV[7] })
 if ARGV[5] == 'retry' and job.attempt < job.max_attempts then
   requeue(prefix, job, now + tonumber(ARGV[6]), now)
 elseif ARGV[5] == 'retry' then
@@ -23,4 +23,4 @@ elseif ARGV[5] == 'retry' then
 else
   dead_letter(prefix, job, 'failed', now)
 end
-return { 'settled', reply_record(KEYS[1], id) }
+return { 'settled', reply_record(job) }

@@ -88,7 +88,7 @@ end
 -- the UTF-8 of texts), so a job a script writes is one the caller can
 -- decode, and WRONGTYPE when the key is not a hash.
 local function load_job(key, id)
-  local fields = hash_fields(key)
+  local fields, flat = hash_fields(key)
   if fields == nil then
     return nil
   end
@@ -109,6 +109,7 @@ local function load_job(key, id)
     id = id,
     key = key,
     fields = fields,
+    flat = flat,
     state = fields.state,
     queue = fields.queue,
     owner = fields.owner,
@@ -175,8 +176,8 @@ end
 -- its lease cleared: the state change shared by fail (retry), defer and reap.
 local function requeue(prefix, job, run_at, now)
   local run_at_text = fmt(run_at)
-  redis.call('HSET', job.key, 'state', 'queued', 'run_at', run_at_text, 'updated', fmt(now))
-  redis.call('HDEL', job.key, 'expires')
+  write_fields(job, { 'state', 'queued', 'run_at', run_at_text, 'updated', fmt(now) })
+  delete_field(job, 'expires')
   redis.call('ZREM', prefix .. 'claimed', job.id)
   index_queued(prefix, job.id, job.queue, job.priority, job.fields.created, run_at_text,
     time_rank(run_at_text), now)
@@ -184,9 +185,17 @@ end
 
 -- Dead-letters a loaded job for `reason`, its lease cleared.
 local function dead_letter(prefix, job, reason, now)
-  redis.call('HSET', job.key, 'state', 'dead_lettered', 'dead', reason, 'updated', fmt(now))
-  redis.call('HDEL', job.key, 'expires')
+  write_fields(job, { 'state', 'dead_lettered', 'dead', reason, 'updated', fmt(now) })
+  delete_field(job, 'expires')
   redis.call('ZREM', prefix .. 'claimed', job.id)
   redis.call('ZADD', prefix .. 'dead:' .. job.queue, fmt(now), job.id)
   redis.call('ZADD', prefix .. 'finished', fmt(now), job.id)
+end
+
+-- Completes a loaded job, its lease cleared: complete and complete_many.
+local function complete_job(job, claimed_key, finished_key, now)
+  write_fields(job, { 'state', 'completed', 'updated', fmt(now) })
+  delete_field(job, 'expires')
+  redis.call('ZREM', claimed_key, job.id)
+  redis.call('ZADD', finished_key, fmt(now), job.id)
 end

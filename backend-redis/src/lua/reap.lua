@@ -6,7 +6,7 @@
 -- ARGV[2] grace in us (rounded up), ARGV[3] most entries looked at.
 -- Reply: { { { 'requeued' | 'dead_lettered', job }, ... }, { { id, reason }, ... } }:
 -- the jobs handled, as they now are and in reap order, where a job is
--- { id, HGETALL pairs }; then the jobs met that could not be judged (left
+-- { id, field pairs }; then the jobs met that could not be judged (left
 -- alone, reported by the caller).
 
 local prefix = ARGV[1]
@@ -50,6 +50,6 @@ for _, job in ipairs(expired) do
     dead_letter(prefix, job, 'lease_expired', now)
     outcome = 'dead_lettered'
   end
-  handled[#handled + 1] = { outcome, reply_record(job.key, job.id) }
+  handled[#handled + 1] = { outcome, reply_record(job) }
 end
 return { handled, skipped }

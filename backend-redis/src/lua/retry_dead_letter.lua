@@ -3,7 +3,7 @@
 -- KEYS[1] job hash.
 -- ARGV[1] key prefix (the job's queue keys are built from it), ARGV[2] id.
 -- Reply: { 'requeued', job } | { 'missing' } | { 'not_dead_lettered', state }
--- where a job is { id, HGETALL pairs }.
+-- where a job is { id, field pairs }.
 
 local prefix, id = ARGV[1], ARGV[2]
 local job = load_job(KEYS[1], id)
@@ -15,11 +15,11 @@ if job.state ~= 'dead_lettered' then
 end
 local now = now_us()
 local now_text = fmt(now)
-redis.call('HSET', KEYS[1], 'state', 'queued', 'attempt', '0', 'run_at', now_text,
-  'updated', now_text)
-redis.call('HDEL', KEYS[1], 'dead')
+write_fields(job, { 'state', 'queued', 'attempt', '0', 'run_at', now_text,
+  'updated', now_text })
+delete_field(job, 'dead')
 redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
 redis.call('ZREM', prefix .. 'finished', id)
 index_queued(prefix, id, job.queue, job.priority, job.fields.created, now_text,
   time_rank(now_text), now)
-return { 'requeued', reply_record(KEYS[1], id) }
+return { 'requeued', reply_record(job) }

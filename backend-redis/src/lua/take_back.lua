@@ -9,7 +9,7 @@
 --      | { 'refused', 'not_dead_lettered', state }
 --      | { 'refused', 'not_by_reaper', reason }
 --      | { 'refused', 'not_the_reaped_claim' }
--- where a job is { id, HGETALL pairs }.
+-- where a job is { id, field pairs }.
 
 local prefix, id = ARGV[1], ARGV[2]
 local job = load_job(KEYS[1], id)
@@ -29,11 +29,11 @@ end
 local now = now_us()
 local fence = draw_fence(fence_counter(KEYS[2], now))
 local expires = fmt(now + tonumber(ARGV[5]))
-redis.call('HSET', KEYS[1], 'state', 'claimed', 'fence', fmt(fence), 'expires', expires,
+write_fields(job, { 'state', 'claimed', 'fence', fmt(fence), 'expires', expires,
   'updated', fmt(now), 'taken_back', fmt(math.min(job.taken_back + 1, 4294967295)),
-  'taken_back_at', fmt(now))
-redis.call('HDEL', KEYS[1], 'dead')
+  'taken_back_at', fmt(now) })
+delete_field(job, 'dead')
 redis.call('ZREM', prefix .. 'dead:' .. job.queue, id)
 redis.call('ZREM', prefix .. 'finished', id)
 redis.call('ZADD', KEYS[3], expires, id)
-return { 'taken', reply_record(KEYS[1], id) }
+return { 'taken', reply_record(job) }

@@ -9,7 +9,7 @@
 -- ARGV[9] ttl in us ('' = no lease) (adopt).
 -- Reply: { 'taken', record } | { 'missing' } | { 'terminal', status }
 --      | { 'interrupted' } | { 'lease_valid', now, record }
--- where a record is { id, HGETALL pairs } and now is store time in us.
+-- where a record is { id, field pairs } and now is store time in us.
 
 local prefix, id = ARGV[1], ARGV[2]
 local record = load(KEYS[1], id)
@@ -24,28 +24,30 @@ if record.status == 'interrupted' then
 end
 local now = now_us()
 if lease_valid(record, tonumber(ARGV[4]), now) then
-  return { 'lease_valid', fmt(now), { id, record.flat } }
+  return { 'lease_valid', fmt(now), reply_record(record) }
 end
 local fences = fence_counter(KEYS[2], now)
 
-local fence = draw_fence(fences)
-redis.call('HSET', KEYS[1], 'owner', ARGV[3], 'fence', fmt(fence), 'updated', fmt(now))
+local changes = { 'owner', ARGV[3], 'fence', fmt(draw_fence(fences)), 'updated', fmt(now) }
 if ARGV[5] == 'fail' then
-  redis.call('HSET', KEYS[1], 'status', 'failed', 'error', ARGV[6])
+  add_change(changes, 'status', 'failed')
+  add_change(changes, 'error', ARGV[6])
   if ARGV[7] == '1' then
-    redis.call('HSET', KEYS[1], 'stop', ARGV[8])
+    add_change(changes, 'stop', ARGV[8])
   end
+  write_fields(record, changes)
   release(prefix, record, KEYS[3], KEYS[4])
   redis.call('ZADD', KEYS[5], fmt(now), id)
 else
-  redis.call('HSET', KEYS[1], 'status', 'running')
+  add_change(changes, 'status', 'running')
+  local expiry_score = '-inf'
   if ARGV[9] ~= '' then
-    local expires = fmt(now + tonumber(ARGV[9]))
-    redis.call('HSET', KEYS[1], 'expires', expires)
-    redis.call('ZADD', KEYS[3], expires, id)
+    expiry_score = fmt(now + tonumber(ARGV[9]))
+    add_change(changes, 'expires', expiry_score)
   else
-    redis.call('HDEL', KEYS[1], 'expires')
-    redis.call('ZADD', KEYS[3], '-inf', id)
+    delete_field(record, 'expires')
   end
+  write_fields(record, changes)
+  redis.call('ZADD', KEYS[3], expiry_score, id)
 end
-return { 'taken', reply_record(KEYS[1], id) }
+return { 'taken', reply_record(record) }

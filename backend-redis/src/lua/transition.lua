@@ -8,7 +8,7 @@
 -- Reply: { 'applied', record } | { 'rejected', 'missing' }
 --      | { 'rejected', 'terminal', status } | { 'rejected', 'stale' }
 --      | { 'rejected', 'not_allowed', from, to }
--- where a record is { id, HGETALL pairs }.
+-- where a record is { id, field pairs }.
 
 local ALLOWED = {
   pending = { running = true, succeeded = true, failed = true },
@@ -32,15 +32,16 @@ if not (ALLOWED[record.status] or {})[to] then
 end
 
 local now = now_us()
-redis.call('HSET', KEYS[1], 'status', to, 'updated', fmt(now))
+local changes = { 'status', to, 'updated', fmt(now) }
 if ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'error', ARGV[7])
+  add_change(changes, 'error', ARGV[7])
 end
 if ARGV[8] == '1' then
-  redis.call('HSET', KEYS[1], 'stop', ARGV[9])
+  add_change(changes, 'stop', ARGV[9])
 end
+write_fields(record, changes)
 if not ACTIVE[to] then
   release(prefix, record, KEYS[2], KEYS[3])
   redis.call('ZADD', KEYS[4], fmt(now), id)
 end
-return { 'applied', reply_record(KEYS[1], id) }
+return { 'applied', reply_record(record) }
