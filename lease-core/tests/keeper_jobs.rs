@@ -1,6 +1,7 @@
 //! The keeper holding job claims, against the memory store on tokio's paused
 //! clock (see tests/keeper.rs): the same guarantees as run leases, through
-//! `renew_job`, `get_job` and the fenced `complete` / `fail` / `defer`.
+//! `renew_job` / `renew_jobs`, `get_job` and the fenced `complete` / `fail` /
+//! `defer`.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 use common::{
     at, config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, Op, BEAT, TTL,
 };
-use tenure_lease_core::keeper::{JobGuard, JobWriteError};
+use tenure_lease_core::keeper::{AdmitOutcome, JobGuard, JobWriteError};
 use tenure_lease_core::keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
 use tenure_lease_core::queue::{
     ClaimRequest, DeadReason, FailAction, Job, JobLoss, JobQueue, JobState, NewJob,
@@ -134,6 +135,143 @@ async fn a_hung_job_renewal_is_cut_at_its_deadline_and_delays_no_other_job() {
     tokio::time::sleep(TTL * 2).await;
     assert_eq!(healthy.loss(), None);
     assert!(healthy.confirmed_deadline().unwrap() > Instant::now() + BEAT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_beat_renews_job_claims_in_renew_jobs_chunks_one_queue_per_call() {
+    let store = faulty_store();
+    let other_queue = faulty_store();
+    let keeper = start(&store, config().solo_renewal_limit(2).renew_batch_size(2));
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    // Claimed in turns, so that by deadline the two queues' claims alternate.
+    for (queue, id) in [
+        (&store, "a-1"),
+        (&other_queue, "b-1"),
+        (&store, "a-2"),
+        (&other_queue, "b-2"),
+        (&store, "a-3"),
+    ] {
+        guards.push(claim(&keeper, queue, id).await);
+        tokio::time::sleep(ms(10)).await;
+    }
+
+    at(t0, BEAT + ms(500)).await;
+    assert_eq!(
+        store.calls(Op::RenewJobs),
+        2,
+        "three claims in chunks of two"
+    );
+    assert_eq!(other_queue.calls(Op::RenewJobs), 1, "its own call");
+    assert_eq!(
+        store.calls(Op::RenewJob) + other_queue.calls(Op::RenewJob),
+        0
+    );
+
+    at(t0, TTL * 3 + ms(500)).await;
+    assert_eq!(store.calls(Op::RenewJobs), 18, "two calls a beat");
+    assert_eq!(other_queue.calls(Op::RenewJobs), 9, "one call a beat");
+    for guard in &guards {
+        assert_eq!(guard.loss(), None, "{}", guard.id());
+        assert!(guard.confirmed_deadline().unwrap() > Instant::now() + BEAT);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_lost_within_a_batch_costs_its_neighbours_nothing() {
+    let store = faulty_store();
+    let keeper = start(&store, config().solo_renewal_limit(0));
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    for id in ["job-0", "job-1", "job-2"] {
+        guards.push(claim(&keeper, &store, id).await);
+    }
+    // Completed behind the keeper's back, with the keeper's own claim.
+    store.inner().complete(guards[1].claim()).await.unwrap();
+
+    at(t0, BEAT + ms(500)).await;
+    assert_eq!(store.calls(Op::RenewJobs), 1, "one batch for the three");
+    assert_eq!(
+        guards[1].loss(),
+        Some(LossCause::JobLost(JobLoss::Finished(JobState::Completed)))
+    );
+    assert!(guards[1].token().is_cancelled());
+    assert!(!keeper.holds_job("job-1"));
+    for guard in [&guards[0], &guards[2]] {
+        assert_eq!(guard.loss(), None, "{}", guard.id());
+        assert!(
+            guard.confirmed_deadline().unwrap() > t0 + TTL,
+            "{} was renewed",
+            guard.id()
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_undecodable_job_costs_its_batch_neighbours_nothing() {
+    let store = faulty_store();
+    let keeper = start(&store, config().solo_renewal_limit(2));
+    let t0 = Instant::now();
+    let mut guards = Vec::new();
+    for index in 0..4 {
+        guards.push(claim(&keeper, &store, &format!("job-{index}")).await);
+    }
+    // The batch holding job-1 fails as undecodable, and so does job-1 alone.
+    store.inject(Op::RenewJobs, Some("job-1"), Fault::Corrupt);
+    store.inject(Op::RenewJob, Some("job-1"), Fault::Corrupt);
+
+    at(t0, TTL * 3 + ms(500)).await;
+    assert!(store.calls(Op::RenewJobs) > 0, "the beat renews in batches");
+    assert_eq!(
+        guards[1].loss(),
+        Some(LossCause::DeadlinePassed),
+        "the undecodable job itself fail-stops at its deadline"
+    );
+    for guard in [&guards[0], &guards[2], &guards[3]] {
+        assert_eq!(guard.loss(), None, "{} was renewed job by job", guard.id());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn job_batches_and_run_batches_share_the_in_flight_bound() {
+    let store = faulty_store();
+    let keeper = start(
+        &store,
+        config()
+            .solo_renewal_limit(0)
+            .renew_batch_size(2)
+            .renew_batches_in_flight(2),
+    );
+    let t0 = Instant::now();
+    let mut runs = Vec::new();
+    for id in ["run-0", "run-1"] {
+        match keeper.admit(keeper.request(id)).await.unwrap() {
+            AdmitOutcome::Admitted { guard, .. } => runs.push(guard),
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut guards = Vec::new();
+    for index in 0..4 {
+        guards.push(claim(&keeper, &store, &format!("job-{index}")).await);
+    }
+    store.inject(Op::RenewMany, None, Fault::Hang);
+    store.inject(Op::RenewJobs, None, Fault::Hang);
+
+    at(t0, BEAT + ms(500)).await;
+    assert_eq!(
+        store.calls(Op::RenewMany) + store.calls(Op::RenewJobs),
+        2,
+        "three batches are due; two are sent, the last waits its turn"
+    );
+    store.release_hangs();
+    at(t0, BEAT * 2 + ms(500)).await;
+    assert!(store.calls(Op::RenewMany) >= 1);
+    assert!(
+        store.calls(Op::RenewJobs) >= 2,
+        "once the first turns end, every batch is sent"
+    );
+    assert!(guards.iter().all(|guard| guard.loss().is_none()));
+    assert!(runs.iter().all(|run| run.loss().is_none()));
 }
 
 // ----------------------------------------------------------------- loss --

@@ -167,16 +167,19 @@ pub struct KeeperConfig {
     pub reconcile_kinds: ReconcileKinds,
     /// Most orphans one reconciler pass looks at.
     pub reconcile_limit: usize,
-    /// Most claims per `renew_many` call.
+    /// Most claims per `renew_many` or `renew_jobs` call.
     pub renew_batch_size: usize,
-    /// Most `renew_many` calls of one beat in flight at once: the others
-    /// wait their turn, earliest deadline first, so a keeper holding a
-    /// million leases never queues a thousand calls on its store at once
-    /// (each would wait behind the others and time out).
+    /// Most `renew_many` and `renew_jobs` calls of one beat in flight at
+    /// once, both counted together: the others wait their turn, earliest
+    /// deadline first, so a keeper holding a million leases never queues a
+    /// thousand calls on its store at once (each would wait behind the
+    /// others and time out).
     pub renew_batches_in_flight: usize,
     /// A beat renewing at most this many leases renews each with its own
     /// `renew` call, so a slow or hung claim delays nobody else; larger beats
-    /// use `renew_many` in chunks of `renew_batch_size`.
+    /// use `renew_many` in chunks of `renew_batch_size`. Job claims are
+    /// counted apart, the same way: `renew_job` each, or `renew_jobs` in
+    /// chunks.
     pub solo_renewal_limit: usize,
     /// Bound on writes and reads that have no lease deadline to bound them
     /// (terminal writes, scans, takeovers, `cancel`'s reads).
@@ -294,13 +297,14 @@ impl KeeperConfig {
         self
     }
 
-    /// Sets the most claims per `renew_many` call.
+    /// Sets the most claims per `renew_many` or `renew_jobs` call.
     pub fn renew_batch_size(mut self, size: usize) -> Self {
         self.renew_batch_size = size;
         self
     }
 
-    /// Sets the most `renew_many` calls of one beat in flight at once.
+    /// Sets the most `renew_many` and `renew_jobs` calls of one beat in
+    /// flight at once.
     pub fn renew_batches_in_flight(mut self, calls: usize) -> Self {
         self.renew_batches_in_flight = calls;
         self

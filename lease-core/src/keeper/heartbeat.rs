@@ -2,20 +2,23 @@
 //! fail-stops those whose confirmed deadline passes without a confirmation.
 //!
 //! The loop itself never awaits the store. Each beat spawns its renewal
-//! calls as separate tasks (runs: one per lease for small beats, one per
-//! chunk of `renew_batch_size` for large ones; jobs: always one per job,
-//! queues having no batch renewal), each bounded by the earliest confirmed
-//! deadline among what it carries, so a slow or hung call delays nobody
-//! outside its own call and cannot outlive its leases. Something whose
-//! renewal is still in flight is skipped by the next beat. Dropping the loop
-//! (shutdown) aborts every call in flight. Both kinds' answers are judged by
-//! one function, [`on_answer`] / [`on_unknown`].
+//! calls as separate tasks, runs and jobs alike ([`Renewable`]): one per
+//! lease or claim for small beats, one per chunk of `renew_batch_size` for
+//! large ones (`renew_many` for runs, `renew_jobs` to the queue the jobs
+//! were claimed from), each bounded by the earliest confirmed deadline
+//! among what it carries, so a slow or hung call delays nobody outside its
+//! own call and cannot outlive its leases. Something whose renewal is still
+//! in flight is skipped by the next beat. Dropping the loop (shutdown)
+//! aborts every call in flight. Both kinds' answers are judged by one
+//! function, [`on_answer`] / [`on_unknown`].
 //!
 //! Panics (see the `health` module): a store call that panics is judged like
 //! one that failed (unknown: nothing is extended); a renewal task or the loop
 //! that panics anyway is logged and counted, the loop is restarted, and the
 //! in-flight marks are cleared by [`InFlight`] however a call ends.
 
+use std::future::Future;
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,9 +31,9 @@ use super::health::{self, Task};
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::loss::LossCause;
 use super::{telemetry, Shared};
-use crate::error::ErrorKind;
+use crate::error::{Error, ErrorKind};
 use crate::outcome::Renewal;
-use crate::queue::JobRenewal;
+use crate::queue::{JobClaim, JobRenewal};
 use crate::record::Claim;
 
 /// How many times in a row the heartbeat loop may panic before finishing a
@@ -153,41 +156,68 @@ impl Drop for InFlight {
     }
 }
 
+/// Starts one beat: takes everything due for renewal and spawns its
+/// renewal calls into `renewals`, runs and jobs each by their own count
+/// (see [`KeeperConfig::solo_renewal_limit`](super::KeeperConfig::solo_renewal_limit)).
 fn start_beat(shared: &Arc<Shared>, ttl: Duration, now: Instant, renewals: &mut JoinSet<()>) {
     let mut runs: Vec<(Instant, Arc<HeldRun>)> = Vec::new();
+    let mut jobs: Vec<(Instant, Arc<HeldJob>)> = Vec::new();
     for entry in shared.snapshot() {
         let Some(deadline) = take_for_renewal(entry.core(), now) else {
             continue;
         };
         match entry {
             Entry::Run(run) => runs.push((deadline, run)),
-            Entry::Job(job) => {
-                let in_flight = InFlight(vec![Entry::Job(Arc::clone(&job))]);
-                renewals.spawn(renew_job(Arc::clone(shared), deadline, job, ttl, in_flight));
-            }
+            Entry::Job(job) => jobs.push((deadline, job)),
         }
     }
-    if runs.is_empty() {
-        return;
+    let solo_runs = runs.len() <= shared.config.solo_renewal_limit;
+    spawn_renewals(shared, ttl, runs, solo_runs, renewals);
+    let solo_jobs = jobs.len() <= shared.config.solo_renewal_limit;
+    for same_queue in by_queue(jobs) {
+        spawn_renewals(shared, ttl, same_queue, solo_jobs, renewals);
     }
-    runs.sort_by_key(|(deadline, _)| *deadline);
-    let solo = runs.len() <= shared.config.solo_renewal_limit;
+}
+
+/// Spawns the renewal calls of `due`, all renewed through the same store or
+/// queue: one call each when `solo`, otherwise one per chunk of
+/// `renew_batch_size`, earliest deadlines first.
+fn spawn_renewals<R: Renewable>(
+    shared: &Arc<Shared>,
+    ttl: Duration,
+    mut due: Vec<(Instant, Arc<R>)>,
+    solo: bool,
+    renewals: &mut JoinSet<()>,
+) {
+    due.sort_by_key(|(deadline, _)| *deadline);
     let chunk_size = if solo {
         1
     } else {
         shared.config.renew_batch_size
     };
-    let mut runs = runs.into_iter().peekable();
-    while runs.peek().is_some() {
-        let chunk: Vec<(Instant, Arc<HeldRun>)> = runs.by_ref().take(chunk_size).collect();
-        let in_flight = InFlight(
-            chunk
-                .iter()
-                .map(|(_, run)| Entry::Run(Arc::clone(run)))
-                .collect(),
-        );
+    let mut due = due.into_iter().peekable();
+    while due.peek().is_some() {
+        let chunk: Vec<(Instant, Arc<R>)> = due.by_ref().take(chunk_size).collect();
+        let in_flight = InFlight(chunk.iter().map(|(_, held)| R::entry(held)).collect());
         renewals.spawn(renew_chunk(Arc::clone(shared), chunk, ttl, solo, in_flight));
     }
+}
+
+/// `jobs` grouped by the queue they were claimed from (the same queue
+/// object, not merely an equal one), as one batch call goes to one queue.
+fn by_queue(jobs: Vec<(Instant, Arc<HeldJob>)>) -> Vec<Vec<(Instant, Arc<HeldJob>)>> {
+    let mut groups: Vec<Vec<(Instant, Arc<HeldJob>)>> = Vec::new();
+    for (deadline, job) in jobs {
+        let queue = &job.item.queue;
+        match groups
+            .iter_mut()
+            .find(|group| Arc::ptr_eq(&group[0].1.item.queue, queue))
+        {
+            Some(group) => group.push((deadline, job)),
+            None => groups.push(vec![(deadline, job)]),
+        }
+    }
+    groups
 }
 
 /// The confirmed deadline of `held` when it is due for renewal (held or
@@ -210,173 +240,229 @@ enum Answer {
     Lost(LossCause),
 }
 
+/// What a renewal call carries, by kind: a held run or a held job claim,
+/// each renewed through its own store calls, both judged by [`renew_chunk`].
+trait Renewable: Deref<Target = HeldCore> + Send + Sync + Sized + 'static {
+    /// The store call renewing one alone, as telemetry and panic reports
+    /// name it.
+    const SOLO_CALL: &'static str;
+    /// The store call renewing a chunk in one round trip.
+    const BATCH_CALL: &'static str;
+
+    /// Its row in the keeper's table.
+    fn entry(held: &Arc<Self>) -> Entry;
+
+    /// Renews it alone.
+    fn renew_solo(
+        &self,
+        shared: &Shared,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Answer, Error>> + Send;
+
+    /// Renews `chunk` (all renewed through the same store or queue) in one
+    /// call: one answer per member, in order, from a store that keeps its
+    /// contract.
+    fn renew_batch(
+        shared: &Shared,
+        chunk: &[(Instant, Arc<Self>)],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<Answer>, Error>> + Send;
+}
+
+impl Renewable for HeldRun {
+    const SOLO_CALL: &'static str = "renew";
+    const BATCH_CALL: &'static str = "renew_many";
+
+    fn entry(run: &Arc<Self>) -> Entry {
+        Entry::Run(Arc::clone(run))
+    }
+
+    async fn renew_solo(&self, shared: &Shared, ttl: Duration) -> Result<Answer, Error> {
+        let outcome = shared.store.renew(&self.item.claim, ttl).await?;
+        Ok(run_answer(outcome))
+    }
+
+    async fn renew_batch(
+        shared: &Shared,
+        chunk: &[(Instant, Arc<Self>)],
+        ttl: Duration,
+    ) -> Result<Vec<Answer>, Error> {
+        let claims: Vec<Claim> = chunk
+            .iter()
+            .map(|(_, run)| run.item.claim.clone())
+            .collect();
+        let outcomes = shared.store.renew_many(&claims, ttl).await?;
+        Ok(outcomes.into_iter().map(run_answer).collect())
+    }
+}
+
+impl Renewable for HeldJob {
+    const SOLO_CALL: &'static str = "renew_job";
+    const BATCH_CALL: &'static str = "renew_jobs";
+
+    fn entry(job: &Arc<Self>) -> Entry {
+        Entry::Job(Arc::clone(job))
+    }
+
+    async fn renew_solo(&self, _shared: &Shared, ttl: Duration) -> Result<Answer, Error> {
+        let outcome = self.item.queue.renew_job(&self.item.claim, ttl).await?;
+        Ok(job_answer(outcome))
+    }
+
+    async fn renew_batch(
+        _shared: &Shared,
+        chunk: &[(Instant, Arc<Self>)],
+        ttl: Duration,
+    ) -> Result<Vec<Answer>, Error> {
+        let Some((_, first)) = chunk.first() else {
+            return Ok(Vec::new());
+        };
+        // The table holds a job once, so no chunk names a job twice (which
+        // `renew_jobs` refuses).
+        let claims: Vec<JobClaim> = chunk
+            .iter()
+            .map(|(_, job)| job.item.claim.clone())
+            .collect();
+        let outcomes = first.item.queue.renew_jobs(&claims, ttl).await?;
+        Ok(outcomes.into_iter().map(job_answer).collect())
+    }
+}
+
 /// A run renewal's outcome as an [`Answer`].
-fn renewal_answer(outcome: Renewal) -> Answer {
+fn run_answer(outcome: Renewal) -> Answer {
     match outcome {
         Renewal::Renewed { .. } => Answer::Renewed,
         Renewal::Lost(reason) => Answer::Lost(LossCause::Lost(reason)),
     }
 }
 
-/// Renews one job claim, bounded by its own confirmed deadline.
-async fn renew_job(
-    shared: Arc<Shared>,
-    deadline: Instant,
-    job: Arc<HeldJob>,
-    ttl: Duration,
-    _in_flight: InFlight,
-) {
-    telemetry::renew_call("renew_job");
-    let sent = Instant::now();
-    let call = job.item.queue.renew_job(&job.item.claim, ttl);
-    let call = health::store_call(&shared.panics, Task::Heartbeat, "renew_job", call);
-    let answer = tokio::time::timeout_at(deadline, call).await;
-    let now = Instant::now();
-    match answer {
-        Ok(Ok(outcome)) => {
-            let answer = match outcome {
-                JobRenewal::Renewed { .. } => Answer::Renewed,
-                JobRenewal::Lost(loss) => Answer::Lost(LossCause::JobLost(loss)),
-            };
-            on_answer(&shared, &job, deadline, answer, sent + ttl, now);
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(job.id = %job.item.claim.id, %error, "job renewal failed; claim kept until its confirmed deadline");
-            on_unknown(&shared, &job, deadline, "error", now);
-        }
-        Err(_) => {
-            tracing::warn!(job.id = %job.item.claim.id, "job renewal got no answer before the confirmed deadline");
-            on_unknown(&shared, &job, deadline, "timeout", now);
-        }
+/// A job renewal's outcome as an [`Answer`].
+fn job_answer(outcome: JobRenewal) -> Answer {
+    match outcome {
+        JobRenewal::Renewed { .. } => Answer::Renewed,
+        JobRenewal::Lost(loss) => Answer::Lost(LossCause::JobLost(loss)),
     }
 }
 
-/// Renews one chunk of runs (sorted by deadline) in one store call and
-/// judges each lease by its own outcome.
-async fn renew_chunk(
+/// Renews one chunk (sorted by deadline) in one store call, bounded by its
+/// earliest deadline, and judges each member by its own answer.
+async fn renew_chunk<R: Renewable>(
     shared: Arc<Shared>,
-    chunk: Vec<(Instant, Arc<HeldRun>)>,
+    chunk: Vec<(Instant, Arc<R>)>,
     ttl: Duration,
     solo: bool,
     _in_flight: InFlight,
 ) {
-    let Some(&(bound, _)) = chunk.first() else {
+    let Some((bound, earliest)) = chunk.first() else {
         return;
     };
-    let claims: Vec<Claim> = chunk
-        .iter()
-        .map(|(_, run)| run.item.claim.clone())
-        .collect();
+    let bound = *bound;
     let sent = Instant::now();
     let panics = &shared.panics;
     let answer = if solo {
-        telemetry::renew_call("renew");
-        let call = shared.store.renew(&claims[0], ttl);
-        let call = health::store_call(panics, Task::Heartbeat, "renew", call);
+        telemetry::renew_call(R::SOLO_CALL);
+        let call = earliest.renew_solo(&shared, ttl);
+        let call = health::store_call(panics, Task::Heartbeat, R::SOLO_CALL, call);
         tokio::time::timeout_at(bound, call)
             .await
-            .map(|result| result.map(|outcome| vec![outcome]))
+            .map(|result| result.map(|answer| vec![answer]))
     } else {
         let call = async {
             // Closed never: without a turn the call goes anyway.
             let _turn = shared.renew_batches.acquire().await.ok();
-            telemetry::renew_call("renew_many");
-            let call = shared.store.renew_many(&claims, ttl);
-            health::store_call(panics, Task::Heartbeat, "renew_many", call).await
+            telemetry::renew_call(R::BATCH_CALL);
+            let call = R::renew_batch(&shared, &chunk, ttl);
+            health::store_call(panics, Task::Heartbeat, R::BATCH_CALL, call).await
         };
         tokio::time::timeout_at(bound, call).await
     };
     let now = Instant::now();
     match answer {
-        Ok(Ok(outcomes)) if outcomes.len() == chunk.len() => {
-            for ((deadline, run), outcome) in chunk.iter().zip(outcomes) {
-                on_answer(
-                    &shared,
-                    run,
-                    *deadline,
-                    renewal_answer(outcome),
-                    sent + ttl,
-                    now,
-                );
+        Ok(Ok(answers)) if answers.len() == chunk.len() => {
+            for ((deadline, held), answer) in chunk.iter().zip(answers) {
+                on_answer(&shared, held, *deadline, answer, sent + ttl, now);
             }
         }
-        Ok(Ok(outcomes)) => {
+        Ok(Ok(answers)) => {
             tracing::error!(
                 claims = chunk.len(),
-                outcomes = outcomes.len(),
-                "renew_many answered the wrong number of outcomes; treating the batch as unknown"
+                outcomes = answers.len(),
+                "{} answered the wrong number of outcomes; treating the batch as unknown",
+                R::BATCH_CALL
             );
-            for (deadline, run) in &chunk {
-                on_unknown(&shared, run, *deadline, "error", now);
+            for (deadline, held) in &chunk {
+                on_unknown(&shared, held, *deadline, "error", now);
             }
         }
         Ok(Err(error)) if !solo && error.kind() == ErrorKind::Corrupt => {
             // One undecodable record must not cost its healthy neighbours
-            // their renewal: renew this chunk lease by lease instead.
-            tracing::warn!(%error, claims = chunk.len(), "renew_many met an undecodable record; renewing the chunk lease by lease");
-            let mut singles = JoinSet::new();
-            for (index, (deadline, run)) in chunk.iter().enumerate() {
-                let shared = Arc::clone(&shared);
-                let claim = run.item.claim.clone();
-                let deadline = *deadline;
-                telemetry::renew_call("renew");
-                singles.spawn(async move {
-                    let sent = Instant::now();
-                    let call = shared.store.renew(&claim, ttl);
-                    let call = health::store_call(&shared.panics, Task::Heartbeat, "renew", call);
-                    let answer = tokio::time::timeout_at(deadline, call).await;
-                    (index, sent, answer)
-                });
-            }
-            while let Some(joined) = singles.join_next().await {
-                let (index, sent, answer) = match joined {
-                    Ok(answered) => answered,
-                    Err(error) => {
-                        if error.is_panic() {
-                            shared.panics.record(
-                                Task::Heartbeat,
-                                &*error.into_panic(),
-                                "a renewal task panicked; its lease keeps only its confirmed deadline",
-                            );
-                        }
-                        continue;
-                    }
-                };
-                let (deadline, run) = &chunk[index];
-                let now = Instant::now();
-                match answer {
-                    Ok(Ok(outcome)) => {
-                        on_answer(
-                            &shared,
-                            run,
-                            *deadline,
-                            renewal_answer(outcome),
-                            sent + ttl,
-                            now,
-                        );
-                    }
-                    Ok(Err(error)) => {
-                        tracing::warn!(lease.id = %run.item.claim.id, %error, "renewal failed; lease kept until its confirmed deadline");
-                        on_unknown(&shared, run, *deadline, "error", now);
-                    }
-                    Err(_) => on_unknown(&shared, run, *deadline, "timeout", now),
-                }
-            }
+            // their renewal.
+            tracing::warn!(%error, claims = chunk.len(), "{} met an undecodable record; renewing the chunk one by one", R::BATCH_CALL);
+            renew_one_by_one(&shared, &chunk, ttl).await;
         }
         Ok(Err(error)) => {
-            tracing::warn!(%error, claims = chunk.len(), "renewal failed; leases kept until their confirmed deadline");
-            for (deadline, run) in &chunk {
-                on_unknown(&shared, run, *deadline, "error", now);
+            tracing::warn!(%error, claims = chunk.len(), earliest = %earliest.key, "renewal failed; kept until the confirmed deadline");
+            for (deadline, held) in &chunk {
+                on_unknown(&shared, held, *deadline, "error", now);
             }
         }
         Err(_) => {
             tracing::warn!(
                 claims = chunk.len(),
+                earliest = %earliest.key,
                 "renewal got no answer before the earliest confirmed deadline"
             );
-            for (deadline, run) in &chunk {
-                on_unknown(&shared, run, *deadline, "timeout", now);
+            for (deadline, held) in &chunk {
+                on_unknown(&shared, held, *deadline, "timeout", now);
             }
+        }
+    }
+}
+
+/// Renews each member of `chunk` with its own call, all at once, each
+/// bounded by its own deadline: a batch's fallback.
+async fn renew_one_by_one<R: Renewable>(
+    shared: &Arc<Shared>,
+    chunk: &[(Instant, Arc<R>)],
+    ttl: Duration,
+) {
+    let mut singles = JoinSet::new();
+    for (index, (deadline, held)) in chunk.iter().enumerate() {
+        let shared = Arc::clone(shared);
+        let held = Arc::clone(held);
+        let deadline = *deadline;
+        telemetry::renew_call(R::SOLO_CALL);
+        singles.spawn(async move {
+            let sent = Instant::now();
+            let call = held.renew_solo(&shared, ttl);
+            let call = health::store_call(&shared.panics, Task::Heartbeat, R::SOLO_CALL, call);
+            let answer = tokio::time::timeout_at(deadline, call).await;
+            (index, sent, answer)
+        });
+    }
+    while let Some(joined) = singles.join_next().await {
+        let (index, sent, answer) = match joined {
+            Ok(answered) => answered,
+            Err(error) => {
+                if error.is_panic() {
+                    shared.panics.record(
+                        Task::Heartbeat,
+                        &*error.into_panic(),
+                        "a renewal task panicked; its lease keeps only its confirmed deadline",
+                    );
+                }
+                continue;
+            }
+        };
+        let (deadline, held) = &chunk[index];
+        let now = Instant::now();
+        match answer {
+            Ok(Ok(answer)) => on_answer(shared, held, *deadline, answer, sent + ttl, now),
+            Ok(Err(error)) => {
+                tracing::warn!(held = %held.key, %error, "renewal failed; kept until its confirmed deadline");
+                on_unknown(shared, held, *deadline, "error", now);
+            }
+            Err(_) => on_unknown(shared, held, *deadline, "timeout", now),
         }
     }
 }

@@ -1,13 +1,14 @@
 //! Job claims held by the keeper ([contract §9 and §12](crate::contract)):
 //! a claimed job's lease is renewed by the same heartbeat, judged by the same
 //! confirmed deadline and stopped by the same loss path as a run's; only the
-//! store calls differ (`renew_job`, `get_job`, `complete` / `fail` /
-//! `defer`).
+//! store calls differ (`renew_job` / `renew_jobs`, `get_job`, `complete` /
+//! `fail` / `defer`).
 //!
-//! Jobs have no batch renewal, so each held job is renewed by its own call,
-//! bounded by its own confirmed deadline: one slow queue call delays no
-//! other job and no run. Why the keeper never takes a job back is on
-//! [`JobGuard`].
+//! Held jobs are renewed as runs are: one call each for small beats,
+//! `renew_jobs` in chunks (one queue per chunk) for large ones, each call
+//! bounded by the earliest confirmed deadline it carries, so one slow queue
+//! call delays no job outside it and no run. Why the keeper never takes a
+//! job back is on [`JobGuard`].
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -5,8 +5,8 @@
 //!
 //! It holds job claims the same way ([`Keeper::claim_jobs`],
 //! [`JobGuard`]): one heartbeat, one confirmed deadline per claim, one loss
-//! path; only the store calls differ (`renew_job` per job, as queues have no
-//! batch renewal, and the fenced `complete` / `fail` / `defer`).
+//! path; only the store calls differ (`renew_job`, or `renew_jobs` in
+//! chunks as for runs, and the fenced `complete` / `fail` / `defer`).
 //!
 //! Two helpers build on it ([contract §14](crate::contract)): [`Election`]
 //! (one leader among campaigners, fenced by its term) and [`Schedule`] /
@@ -26,8 +26,10 @@
 //!   keeper never touches the work's own locks, so a long side effect under
 //!   the work's lock cannot look like a store failure.
 //! * **Few round trips.** Large beats go through
-//!   [`LeaseStore::renew_many`] in chunks, so one worker can hold tens of
-//!   thousands of leases; outcomes stay per lease.
+//!   [`LeaseStore::renew_many`] in chunks (job claims through
+//!   [`JobQueue::renew_jobs`](crate::JobQueue::renew_jobs), one chunk per
+//!   queue), so one worker can hold tens of thousands of leases; outcomes
+//!   stay per lease.
 //! * **Fail closed.** Whoever notices a loss first (heartbeat,
 //!   [`RunGuard::check`] / [`JobGuard::check`], a refused or unconfirmed
 //!   write) cancels the token, aborts the registered task and stops holding
@@ -79,7 +81,7 @@
 //! | name | type | labels |
 //! | --- | --- | --- |
 //! | `tenure_keeper_renewals_total` | counter | `outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |
-//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many`, `renew_job` |
+//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many`, `renew_job`, `renew_jobs` |
 //! | `tenure_keeper_losses_total` | counter | `reason`: a [`LossCause::label`] |
 //! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
 //! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` (reconciler recoveries), `release` (silent releases, [`OrphanHandling::ReleaseSilently`]), `cancel` ([`Keeper::cancel_anywhere`]) |

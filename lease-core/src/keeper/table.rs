@@ -40,7 +40,7 @@ pub(crate) struct Shared {
     pub(crate) heartbeat_wake: Notify,
     /// Panics caught in background work, for [`Keeper::health`].
     pub(crate) panics: health::PanicLog,
-    /// Turns of the beat's `renew_many` calls
+    /// Turns of the beat's `renew_many` and `renew_jobs` calls
     /// ([`KeeperConfig::renew_batches_in_flight`]).
     pub(crate) renew_batches: tokio::sync::Semaphore,
 }

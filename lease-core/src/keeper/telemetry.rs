@@ -23,8 +23,8 @@ pub(crate) fn renewal(outcome: &'static str, time_left: Duration) {
     metrics::histogram!(TIME_LEFT).record(time_left.as_secs_f64());
 }
 
-/// One store round trip of the heartbeat: `renew`, `renew_many` or
-/// `renew_job`.
+/// One store round trip of the heartbeat: `renew`, `renew_many`,
+/// `renew_job` or `renew_jobs`.
 pub(crate) fn renew_call(call: &'static str) {
     metrics::counter!(RENEW_CALLS, "call" => call).increment(1);
 }
