@@ -1,7 +1,8 @@
 //! Redis-specific behaviour the conformance kit cannot check: undecodable
 //! records and jobs, batches larger than one script call, a connection
 //! killed in the middle of a run, fences across a server restart, the job
-//! indexes and the claim scan bound, and rough throughput figures.
+//! indexes and the claim scan bound, fences drawn several per call, and
+//! rough throughput figures.
 //!
 //! Tests that need a shared server read `TENURE_REDIS_URL`; without it each
 //! prints one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`). Each
@@ -146,6 +147,65 @@ async fn renew_many_splits_large_batches_and_answers_per_claim() {
                     (index, other) => panic!("claim {index} answered {other:?}"),
                 }
             }
+        },
+    )
+    .await;
+}
+
+/// Fences a script draws several at a time (the interrupted holders and
+/// the newcomer of one admission, the jobs of one batch claim) are stored
+/// as the counter once, at the greatest: the next call draws above all of
+/// them. The counter is set far ahead of the server's clock first, as a
+/// burst of draws faster than one per microsecond leaves it, so the clock
+/// cannot hide a counter stored too low.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_drawn_together_all_stay_below_the_next_call() {
+    with_namespace(
+        "fences_drawn_together",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let ahead_of_the_clock: u64 = 8_000_000_000_000_000;
+            let () = scratch
+                .raw
+                .clone()
+                .set(format!("{}fence", scratch.prefix), ahead_of_the_clock)
+                .await
+                .expect("SET the fence counter");
+
+            let holder = admitted(store, AdmitRequest::new("holder", "a").scope("s")).await;
+            let (newcomer, interrupted) = match store
+                .admit(
+                    &AdmitRequest::new("newcomer", "a")
+                        .scope("s")
+                        .strategy(AdmitStrategy::Interrupt),
+                )
+                .await
+                .expect("admit")
+            {
+                Admission::Admitted {
+                    record,
+                    interrupted,
+                } => (record, interrupted),
+                other => panic!("the newcomer was not admitted: {other:?}"),
+            };
+            assert_eq!(interrupted.len(), 1, "the holder is interrupted");
+            for index in 0..3 {
+                enqueued(store, NewJob::new("fences", json!({ "job": index }))).await;
+            }
+            let jobs = claim_jobs(store, ClaimRequest::new("fences", "w", TTL).limit(3)).await;
+            assert_eq!(jobs.len(), 3);
+            let last = admitted(store, AdmitRequest::new("last", "a")).await;
+
+            let fences: Vec<u64> = [holder.fence, interrupted[0].fence, newcomer.fence]
+                .into_iter()
+                .chain(jobs.iter().map(|claimed| claimed.claim.fence))
+                .chain([last.fence])
+                .collect();
+            assert!(
+                fences[0] > ahead_of_the_clock && fences.windows(2).all(|pair| pair[0] < pair[1]),
+                "fences in the order they were drawn: {fences:?}"
+            );
         },
     )
     .await;

@@ -43,9 +43,11 @@ for _, holder in ipairs(holders) do
 end
 
 -- Decided: from here on only writes.
+-- The holders' fences first, then the new record's: it gets the greatest.
+local drawn = draw_fences(fences, #holders + 1)
 local interrupted = {}
-for _, holder in ipairs(holders) do
-  local fence = draw_fence(fences)
+for i, holder in ipairs(holders) do
+  local fence = drawn[i]
   release(prefix, holder, KEYS[2], KEYS[3])
   write_fields(holder, { 'status', 'interrupted', 'owner', owner, 'fence', fmt(fence),
     'stop', ARGV[10], 'updated', fmt(now) })
@@ -53,7 +55,7 @@ for _, holder in ipairs(holders) do
   interrupted[#interrupted + 1] = reply_record(holder)
 end
 
-local fence = draw_fence(fences)
+local fence = drawn[#holders + 1]
 local fields = { 'kind', ARGV[4], 'status', 'pending', 'owner', owner, 'fence', fmt(fence),
   'created', fmt(now), 'updated', fmt(now), 'scopes', ARGV[9], 'meta', ARGV[8] }
 local expiry_score = '-inf'

@@ -123,9 +123,10 @@ for _, rank in ipairs(stale) do
 end
 local expires = fmt(now + tonumber(ARGV[4]))
 local claimed = {}
-for _, pick in ipairs(picked) do
+local drawn = draw_fences(fences, #picked)
+for i, pick in ipairs(picked) do
   local job = pick.job
-  local fence = draw_fence(fences)
+  local fence = drawn[i]
   write_fields(job, { 'state', 'claimed', 'owner', worker, 'fence', fmt(fence),
     'attempt', fmt(job.attempt + 1), 'expires', expires, 'updated', fmt(now) })
   delete_field(job, 'dead')

@@ -5,7 +5,7 @@
 -- them share one hash slot and a script may build keys at run time from that
 -- prefix, which scripts that need it receive as ARGV[1]:
 --   <prefix>fence            string: the last fence handed out, decimal (see
---                            draw_fence); the store-wide fence sequence
+--                            draw_fences); the store-wide fence sequence
 --   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
 --   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
 --   <prefix>terminal         zset: interrupted and terminal ids (those purge
@@ -187,12 +187,26 @@ local function fence_counter(key, now)
   return { key = key, last = last, now = now }
 end
 
+-- The next `count` fences of a checked counter, ascending, the last one
+-- stored as the counter: one write however many are drawn (a batch claim
+-- draws one per job).
+local function draw_fences(counter, count)
+  local drawn = {}
+  local last = counter.last
+  for i = 1, count do
+    last = math.max(last + 1, counter.now)
+    drawn[i] = last
+  end
+  if count > 0 then
+    counter.last = last
+    redis.call('SET', counter.key, fmt(last))
+  end
+  return drawn
+end
+
 -- The next fence of a checked counter, stored as the last one.
 local function draw_fence(counter)
-  local fence = math.max(counter.last + 1, counter.now)
-  counter.last = fence
-  redis.call('SET', counter.key, fmt(fence))
-  return fence
+  return draw_fences(counter, 1)[1]
 end
 
 -- rules::lease_valid, with grace rounded up to whole microseconds (which
