@@ -46,9 +46,10 @@ end
 
 local now = now_us()
 local expires = fmt(now + tonumber(ARGV[1]))
+local updated = fmt(now)
 for i = 2, #KEYS do
   if not outcomes[i - 1] then
-    redis.call('HSET', KEYS[i], 'expires', expires, 'updated', fmt(now))
+    redis.call('HSET', KEYS[i], 'expires', expires, 'updated', updated)
     redis.call('ZADD', KEYS[1], expires, ARGV[3 * i - 4])
     outcomes[i - 1] = { 'renewed', expires }
   end
