@@ -12,12 +12,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, LeaseStore, Renewal, StatusChange, Takeover, TakeoverRequest,
-    Transition,
+    Admission, AdmitRequest, Claim, LeaseStore, NotTakenReason, Renewal, StatusChange, Takeover,
+    TakeoverRequest, Transition,
 };
 
 use super::{drive_alternating, Step};
@@ -171,7 +171,7 @@ pub async fn run(
     };
 
     progress.cell("single-op: takeover | raw compare-and-set");
-    tokio::time::sleep(SHORT_TTL + Duration::from_millis(20)).await;
+    wait_until_lapsed(&*store).await?;
     let (takeover, raw_cas_takeover) = {
         let (store, claims) = (Arc::clone(&store), Arc::clone(&claims));
         drive_alternating(
@@ -218,6 +218,36 @@ pub async fn run(
             figure("takeover", takeover, "cas", raw_cas_takeover),
         ],
     })
+}
+
+/// Waits until every lease written so far has lapsed by the store's own
+/// judgement: a sentinel admitted after them, with the same short lease, is
+/// taken over as soon as it can be. A fixed wait of the ttl cannot tell on a
+/// store whose leases end on a timer of its own (etcd: a 2 s minimum, ended
+/// by the leader a little after the ttl), which answers `LeaseValid` until
+/// then.
+async fn wait_until_lapsed(store: &dyn LeaseStore) -> BenchResult<()> {
+    const SENTINEL: &str = "single-op-lapse-sentinel";
+    const PATIENCE: Duration = Duration::from_secs(60);
+    let admission = store
+        .admit(&AdmitRequest::new(SENTINEL, OWNER).ttl(SHORT_TTL))
+        .await?;
+    if !matches!(admission, Admission::Admitted { .. }) {
+        return Err(format!("the lapse sentinel's admission answered {admission:?}").into());
+    }
+    let request = TakeoverRequest::adopt(SENTINEL, "bench-rival", None);
+    let given_up = Instant::now() + PATIENCE;
+    loop {
+        match store.claim_for_takeover(&request).await? {
+            Takeover::Taken(_) => return Ok(()),
+            Takeover::NotTaken(NotTakenReason::LeaseValid { retry_after })
+                if Instant::now() < given_up =>
+            {
+                tokio::time::sleep(retry_after.clamp(Duration::from_millis(1), SHORT_TTL)).await;
+            }
+            other => return Err(format!("the lapse sentinel's takeover answered {other:?}").into()),
+        }
+    }
 }
 
 /// The raw compare-and-set over `keys`, round robin: the baseline of the
