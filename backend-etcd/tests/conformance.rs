@@ -4,3 +4,10 @@
 mod common;
 
 tenure_conformance::tenure_conformance!(common::EtcdFactory);
+
+/// The recorded workload under faults, judged by the history checker.
+mod nemesis {
+    use super::*;
+
+    tenure_conformance::tenure_nemesis_conformance!(common::EtcdFactory);
+}

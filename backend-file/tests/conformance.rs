@@ -5,3 +5,10 @@
 mod common;
 
 tenure_conformance::tenure_conformance!(common::FileFactory::default());
+
+/// The recorded workload under faults, judged by the history checker.
+mod nemesis {
+    use super::*;
+
+    tenure_conformance::tenure_nemesis_conformance!(common::FileFactory::default());
+}

@@ -131,3 +131,10 @@ async fn renew_with_lost_reply_times_out_after_operation_timeout() {
     })
     .await;
 }
+
+/// The recorded workload under faults, judged by the history checker.
+mod nemesis {
+    use super::*;
+
+    tenure_conformance::tenure_nemesis_conformance!(support::PgFactory::from_env());
+}

@@ -12,3 +12,10 @@ mod common;
 mod scratch;
 
 tenure_conformance::tenure_network_conformance!(common::RedisFactory::from_env());
+
+/// The recorded workload under faults, judged by the history checker.
+mod nemesis {
+    use super::*;
+
+    tenure_conformance::tenure_nemesis_conformance!(common::RedisFactory::from_env());
+}

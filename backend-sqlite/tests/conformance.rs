@@ -7,3 +7,10 @@ mod common;
 use common::SqliteFactory;
 
 tenure_conformance::tenure_conformance!(SqliteFactory::default());
+
+/// The recorded workload under faults, judged by the history checker.
+mod nemesis {
+    use super::*;
+
+    tenure_conformance::tenure_nemesis_conformance!(common::SqliteFactory::default());
+}

@@ -14,6 +14,7 @@ use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 use crate::damage::Damager;
 use crate::reopen::Reopener;
 use crate::suites::deployment::DeploymentSupport;
+use crate::suites::nemesis::NemesisSupport;
 use crate::suites::network::NetworkSupport;
 use crate::suites::process::ProcessSupport;
 use crate::suites::restart::RestartSupport;
@@ -87,6 +88,12 @@ pub trait Factory: Send + Sync + 'static {
     /// A private server the kit may restart, for the [restart
     /// suite](crate::suites::restart).
     fn restart(&self) -> Option<&dyn RestartSupport<Self::Store>> {
+        None
+    }
+
+    /// Stores on the real clock, for the [nemesis
+    /// suite](crate::suites::nemesis).
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<Self::Store>> {
         None
     }
 

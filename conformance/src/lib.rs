@@ -80,6 +80,7 @@ mod harness;
 
 pub mod cases;
 pub mod damage;
+pub mod history;
 pub mod memory;
 pub mod reopen;
 pub mod suites;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenure_backend_memory::MemoryStore;
-use tenure_lease_core::ManualClock;
+use tenure_lease_core::{Clock, ManualClock};
 
 use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use crate::reopen::Reopener;
+use crate::suites::nemesis::NemesisSupport;
 
 /// Creates a fresh [`MemoryStore`] on its own [`ManualClock`] per case.
 #[derive(Debug, Default, Clone, Copy)]
@@ -38,11 +39,30 @@ impl Factory for MemoryFactory {
         }))
     }
 
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<MemoryStore>> {
+        Some(self)
+    }
+
     /// A clone: every clone of a memory store shares its state, which is
     /// all a process can reopen.
     fn reopen(&self) -> Option<Reopener<MemoryStore>> {
         Some(Arc::new(|store: Arc<MemoryStore>| {
             Box::pin(async move { Ok(MemoryStore::clone(&store)) })
         }))
+    }
+}
+
+/// A memory store reads the clock it is given.
+#[async_trait]
+impl NemesisSupport<MemoryStore> for MemoryFactory {
+    async fn create_on_clock(
+        &self,
+        clock: Arc<dyn Clock>,
+    ) -> tenure_lease_core::Result<MemoryStore> {
+        Ok(MemoryStore::with_clock(clock))
+    }
+
+    fn reads_given_clock(&self) -> bool {
+        true
     }
 }

@@ -71,7 +71,7 @@ use crate::store::LeaseStore;
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
 /// One store operation, as a hook sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct Operation<'a> {
     /// The trait method's name: `admit`, `renew`, `claim`, `purge_jobs`...
@@ -90,10 +90,103 @@ pub struct Operation<'a> {
     /// The job claims of a batch (`complete_many`, `renew_jobs`); empty for
     /// every other operation.
     pub job_batch: &'a [JobClaim],
+    /// Everything the call was given, for hooks that record calls whole
+    /// (the conformance kit's history recorder).
+    pub input: Input<'a>,
+}
+
+/// What an operation was called with: one variant per store method, each
+/// holding its arguments as the caller passed them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Input<'a> {
+    /// [`LeaseStore::admit`].
+    Admit(&'a AdmitRequest),
+    /// [`LeaseStore::renew`] (one claim) and [`LeaseStore::renew_many`].
+    Renew {
+        /// The claims renewed.
+        claims: &'a [Claim],
+        /// The lease asked for.
+        ttl: Duration,
+    },
+    /// [`LeaseStore::transition`].
+    Transition {
+        /// The claim writing.
+        claim: &'a Claim,
+        /// The change asked for.
+        change: &'a StatusChange,
+    },
+    /// [`LeaseStore::claim_for_takeover`].
+    Takeover(&'a TakeoverRequest),
+    /// [`LeaseStore::list_expired`].
+    ListExpired(&'a ExpiredQuery),
+    /// [`LeaseStore::get`] and [`JobQueue::get_job`]: the id read.
+    Get(&'a str),
+    /// [`LeaseStore::list_by_scope`]: the scope.
+    ListByScope(&'a str),
+    /// [`JobQueue::enqueue`] (one job) and [`JobQueue::enqueue_batch`].
+    Enqueue(&'a [NewJob]),
+    /// [`JobQueue::claim`].
+    Claim(&'a ClaimRequest),
+    /// [`JobQueue::renew_job`] (one claim) and [`JobQueue::renew_jobs`].
+    RenewJobs {
+        /// The claims renewed.
+        claims: &'a [JobClaim],
+        /// The lease asked for.
+        ttl: Duration,
+    },
+    /// [`JobQueue::complete`] (one claim) and [`JobQueue::complete_many`].
+    Complete(&'a [JobClaim]),
+    /// [`JobQueue::fail`].
+    Fail {
+        /// The claim writing.
+        claim: &'a JobClaim,
+        /// The error text.
+        error: &'a str,
+        /// Retry or dead-letter.
+        action: FailAction,
+    },
+    /// [`JobQueue::defer`].
+    Defer {
+        /// The claim writing.
+        claim: &'a JobClaim,
+        /// The capabilities the worker lacked.
+        missing: &'a BTreeSet<String>,
+    },
+    /// [`JobQueue::take_back`].
+    TakeBack {
+        /// The old copy's claim.
+        claim: &'a JobClaim,
+        /// The lease asked for.
+        ttl: Duration,
+    },
+    /// [`JobQueue::list_dead_letters`] and [`JobQueue::list_jobs`].
+    ListJobs {
+        /// The queue listed.
+        queue: &'a str,
+        /// The state asked for (`DeadLettered` for dead letters).
+        state: Option<JobState>,
+        /// At most this many.
+        limit: usize,
+    },
+    /// [`FenceStore::check_fence`].
+    CheckFence {
+        /// The gate's resource.
+        resource: &'a str,
+        /// The fence presented.
+        fence: u64,
+    },
+    /// A retention sweep ([`LeaseStore::purge`], [`JobQueue::reap`],
+    /// [`JobQueue::purge_jobs`], [`FenceStore::purge_fences`]): its age.
+    Sweep(Duration),
+    /// An operation whose name ([`Operation::name`]) and `id` say all:
+    /// [`LeaseStore::list_active`], [`LeaseStore::now`],
+    /// [`JobQueue::retry_dead_letter`], [`FenceStore::highest_fence`].
+    Plain,
 }
 
 impl<'a> Operation<'a> {
-    fn named(name: &'static str) -> Self {
+    fn named(name: &'static str, input: Input<'a>) -> Self {
         Operation {
             name,
             id: None,
@@ -101,34 +194,35 @@ impl<'a> Operation<'a> {
             fence: None,
             batch: &[],
             job_batch: &[],
+            input,
         }
     }
 
-    fn on(name: &'static str, id: &'a str) -> Self {
+    fn on(name: &'static str, id: &'a str, input: Input<'a>) -> Self {
         Operation {
             id: Some(id),
-            ..Operation::named(name)
+            ..Operation::named(name, input)
         }
     }
 
-    fn by(name: &'static str, id: &'a str, owner: &'a str) -> Self {
+    fn by(name: &'static str, id: &'a str, owner: &'a str, input: Input<'a>) -> Self {
         Operation {
             owner: Some(owner),
-            ..Operation::on(name, id)
+            ..Operation::on(name, id, input)
         }
     }
 
-    fn claim(name: &'static str, claim: &'a Claim) -> Self {
+    fn claim(name: &'static str, claim: &'a Claim, input: Input<'a>) -> Self {
         Operation {
             fence: Some(claim.fence),
-            ..Operation::by(name, &claim.id, &claim.owner)
+            ..Operation::by(name, &claim.id, &claim.owner, input)
         }
     }
 
-    fn job_claim(name: &'static str, claim: &'a JobClaim) -> Self {
+    fn job_claim(name: &'static str, claim: &'a JobClaim, input: Input<'a>) -> Self {
         Operation {
             fence: Some(claim.fence),
-            ..Operation::by(name, &claim.id, &claim.owner)
+            ..Operation::by(name, &claim.id, &claim.owner, input)
         }
     }
 }
@@ -144,6 +238,57 @@ pub trait Answer: Send {
     fn fence(&self) -> Option<u64> {
         None
     }
+
+    /// The answer itself, typed, for hooks that record answers whole (the
+    /// conformance kit's history recorder).
+    fn view(&self) -> AnswerView<'_>;
+}
+
+/// An answer as [`Answer::view`] shows it: one variant per answer type of
+/// the store traits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum AnswerView<'a> {
+    /// Of [`LeaseStore::admit`].
+    Admission(&'a Admission),
+    /// Of [`LeaseStore::claim_for_takeover`].
+    Takeover(&'a Takeover),
+    /// Of [`LeaseStore::renew`] and [`LeaseStore::renew_many`], one per claim.
+    Renewals(&'a [Renewal]),
+    /// Of [`LeaseStore::transition`].
+    Transition(&'a Transition),
+    /// Of [`LeaseStore::list_expired`].
+    ExpiredScan(&'a ExpiredScan),
+    /// Of [`LeaseStore::get`].
+    Record(Option<&'a LeaseRecord>),
+    /// Of [`LeaseStore::list_by_scope`] and [`LeaseStore::list_active`].
+    Records(&'a [LeaseRecord]),
+    /// Of [`LeaseStore::now`].
+    Now(Timestamp),
+    /// Of a retention sweep: how many entries it removed.
+    Purged(u64),
+    /// Of [`JobQueue::enqueue`], [`JobQueue::enqueue_batch`],
+    /// [`JobQueue::list_jobs`] and [`JobQueue::list_dead_letters`].
+    Jobs(&'a [Job]),
+    /// Of [`JobQueue::get_job`].
+    JobFound(Option<&'a Job>),
+    /// Of [`JobQueue::claim`].
+    Claimed(&'a [ClaimedJob]),
+    /// Of [`JobQueue::renew_job`] and [`JobQueue::renew_jobs`], one per claim.
+    JobRenewals(&'a [JobRenewal]),
+    /// Of [`JobQueue::complete`], [`JobQueue::complete_many`],
+    /// [`JobQueue::fail`] and [`JobQueue::defer`], one per claim.
+    Settles(&'a [JobSettle]),
+    /// Of [`JobQueue::reap`].
+    Reaped(&'a ReapReport),
+    /// Of [`JobQueue::take_back`].
+    TakeBack(&'a TakeBack),
+    /// Of [`JobQueue::retry_dead_letter`].
+    OperatorRetry(&'a OperatorRetry),
+    /// Of [`FenceStore::check_fence`].
+    FenceCheck(&'a FenceCheck),
+    /// Of [`FenceStore::highest_fence`].
+    HighestFence(Option<u64>),
 }
 
 /// A concern wrapped around every operation of a store; see the
@@ -516,12 +661,16 @@ impl Hook for Faults {
 #[async_trait]
 impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let operation = Operation::by("admit", &request.id, &request.owner);
+        let operation = Operation::by("admit", &request.id, &request.owner, Input::Admit(request));
         self.hook.call(operation, self.inner.admit(request)).await
     }
 
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        let operation = Operation::claim("renew", claim);
+        let input = Input::Renew {
+            claims: std::slice::from_ref(claim),
+            ttl,
+        };
+        let operation = Operation::claim("renew", claim, input);
         self.hook
             .call(operation, self.inner.renew(claim, ttl))
             .await
@@ -530,7 +679,7 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         let operation = Operation {
             batch: claims,
-            ..Operation::named("renew_many")
+            ..Operation::named("renew_many", Input::Renew { claims, ttl })
         };
         self.hook
             .call(operation, self.inner.renew_many(claims, ttl))
@@ -538,21 +687,26 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     }
 
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        let operation = Operation::claim("transition", claim);
+        let operation = Operation::claim("transition", claim, Input::Transition { claim, change });
         self.hook
             .call(operation, self.inner.transition(claim, change))
             .await
     }
 
     async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        let operation = Operation::by("claim_for_takeover", &request.id, &request.claimer);
+        let operation = Operation::by(
+            "claim_for_takeover",
+            &request.id,
+            &request.claimer,
+            Input::Takeover(request),
+        );
         self.hook
             .call(operation, self.inner.claim_for_takeover(request))
             .await
     }
 
     async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        let operation = Operation::named("list_expired");
+        let operation = Operation::named("list_expired", Input::ListExpired(query));
         self.hook
             .call(operation, self.inner.list_expired(query))
             .await
@@ -560,30 +714,30 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
 
     async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
         self.hook
-            .call(Operation::on("get", id), self.inner.get(id))
+            .call(Operation::on("get", id, Input::Get(id)), self.inner.get(id))
             .await
     }
 
     async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        let operation = Operation::named("list_by_scope");
+        let operation = Operation::named("list_by_scope", Input::ListByScope(scope));
         self.hook
             .call(operation, self.inner.list_by_scope(scope))
             .await
     }
 
     async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
-        let operation = Operation::named("list_active");
+        let operation = Operation::named("list_active", Input::Plain);
         self.hook.call(operation, self.inner.list_active()).await
     }
 
     async fn now(&self) -> Result<Timestamp> {
         self.hook
-            .call(Operation::named("now"), self.inner.now())
+            .call(Operation::named("now", Input::Plain), self.inner.now())
             .await
     }
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        let operation = Operation::named("purge");
+        let operation = Operation::named("purge", Input::Sweep(terminal_older_than));
         self.hook
             .call(operation, self.inner.purge(terminal_older_than))
             .await
@@ -593,12 +747,13 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
 #[async_trait]
 impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        let operation = Operation::on("enqueue", &job.id);
+        let input = Input::Enqueue(std::slice::from_ref(job));
+        let operation = Operation::on("enqueue", &job.id, input);
         self.hook.call(operation, self.inner.enqueue(job)).await
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        let operation = Operation::named("enqueue_batch");
+        let operation = Operation::named("enqueue_batch", Input::Enqueue(jobs));
         self.hook
             .call(operation, self.inner.enqueue_batch(jobs))
             .await
@@ -607,13 +762,17 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let operation = Operation {
             owner: Some(&request.worker),
-            ..Operation::named("claim")
+            ..Operation::named("claim", Input::Claim(request))
         };
         self.hook.call(operation, self.inner.claim(request)).await
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        let operation = Operation::job_claim("renew_job", claim);
+        let input = Input::RenewJobs {
+            claims: std::slice::from_ref(claim),
+            ttl,
+        };
+        let operation = Operation::job_claim("renew_job", claim, input);
         self.hook
             .call(operation, self.inner.renew_job(claim, ttl))
             .await
@@ -622,7 +781,7 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
         let operation = Operation {
             job_batch: claims,
-            ..Operation::named("renew_jobs")
+            ..Operation::named("renew_jobs", Input::RenewJobs { claims, ttl })
         };
         self.hook
             .call(operation, self.inner.renew_jobs(claims, ttl))
@@ -630,14 +789,15 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        let operation = Operation::job_claim("complete", claim);
+        let input = Input::Complete(std::slice::from_ref(claim));
+        let operation = Operation::job_claim("complete", claim, input);
         self.hook.call(operation, self.inner.complete(claim)).await
     }
 
     async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
         let operation = Operation {
             job_batch: claims,
-            ..Operation::named("complete_many")
+            ..Operation::named("complete_many", Input::Complete(claims))
         };
         self.hook
             .call(operation, self.inner.complete_many(claims))
@@ -645,38 +805,48 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        let operation = Operation::job_claim("fail", claim);
+        let input = Input::Fail {
+            claim,
+            error,
+            action,
+        };
+        let operation = Operation::job_claim("fail", claim, input);
         self.hook
             .call(operation, self.inner.fail(claim, error, action))
             .await
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        let operation = Operation::job_claim("defer", claim);
+        let operation = Operation::job_claim("defer", claim, Input::Defer { claim, missing });
         self.hook
             .call(operation, self.inner.defer(claim, missing))
             .await
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        let operation = Operation::named("reap");
+        let operation = Operation::named("reap", Input::Sweep(grace));
         self.hook.call(operation, self.inner.reap(grace)).await
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        let operation = Operation::job_claim("take_back", claim);
+        let operation = Operation::job_claim("take_back", claim, Input::TakeBack { claim, ttl });
         self.hook
             .call(operation, self.inner.take_back(claim, ttl))
             .await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        let operation = Operation::on("get_job", id);
+        let operation = Operation::on("get_job", id, Input::Get(id));
         self.hook.call(operation, self.inner.get_job(id)).await
     }
 
     async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        let operation = Operation::named("list_dead_letters");
+        let input = Input::ListJobs {
+            queue,
+            state: Some(JobState::DeadLettered),
+            limit,
+        };
+        let operation = Operation::named("list_dead_letters", input);
         self.hook
             .call(operation, self.inner.list_dead_letters(queue, limit))
             .await
@@ -688,21 +858,26 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         state: Option<JobState>,
         limit: usize,
     ) -> Result<Vec<Job>> {
-        let operation = Operation::named("list_jobs");
+        let input = Input::ListJobs {
+            queue,
+            state,
+            limit,
+        };
+        let operation = Operation::named("list_jobs", input);
         self.hook
             .call(operation, self.inner.list_jobs(queue, state, limit))
             .await
     }
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        let operation = Operation::on("retry_dead_letter", id);
+        let operation = Operation::on("retry_dead_letter", id, Input::Plain);
         self.hook
             .call(operation, self.inner.retry_dead_letter(id))
             .await
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        let operation = Operation::named("purge_jobs");
+        let operation = Operation::named("purge_jobs", Input::Sweep(finished_older_than));
         self.hook
             .call(operation, self.inner.purge_jobs(finished_older_than))
             .await
@@ -714,7 +889,11 @@ impl<S: FenceStore, H: Hook> FenceStore for Layered<S, H> {
     async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
         let operation = Operation {
             fence: Some(fence),
-            ..Operation::on("check_fence", resource)
+            ..Operation::on(
+                "check_fence",
+                resource,
+                Input::CheckFence { resource, fence },
+            )
         };
         self.hook
             .call(operation, self.inner.check_fence(resource, fence))
@@ -722,14 +901,14 @@ impl<S: FenceStore, H: Hook> FenceStore for Layered<S, H> {
     }
 
     async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        let operation = Operation::on("highest_fence", resource);
+        let operation = Operation::on("highest_fence", resource, Input::Plain);
         self.hook
             .call(operation, self.inner.highest_fence(resource))
             .await
     }
 
     async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        let operation = Operation::named("purge_fences");
+        let operation = Operation::named("purge_fences", Input::Sweep(unused_for));
         self.hook
             .call(operation, self.inner.purge_fences(unused_for))
             .await
@@ -737,11 +916,15 @@ impl<S: FenceStore, H: Hook> FenceStore for Layered<S, H> {
 }
 
 macro_rules! answer {
-    ($($type:ty => |$value:ident| $label:expr $(, fence $fence:expr)?;)*) => {
+    ($($type:ty => |$value:ident| $label:expr, view $view:expr $(, fence $fence:expr)?;)*) => {
         $(impl Answer for $type {
             fn label(&self) -> &'static str {
                 let $value = self;
                 $label
+            }
+            fn view(&self) -> AnswerView<'_> {
+                let $value = self;
+                $view
             }
             $(fn fence(&self) -> Option<u64> {
                 let $value = self;
@@ -752,46 +935,50 @@ macro_rules! answer {
 }
 
 answer! {
-    Admission => |answer| answer.label(), fence match answer {
+    Admission => |answer| answer.label(), view AnswerView::Admission(answer), fence match answer {
         Admission::Admitted { record, .. } => Some(record.fence),
         _ => None,
     };
-    Takeover => |answer| answer.label(), fence match answer {
+    Takeover => |answer| answer.label(), view AnswerView::Takeover(answer), fence match answer {
         Takeover::Taken(record) => Some(record.fence),
         _ => None,
     };
-    Renewal => |answer| answer.label();
-    Transition => |answer| answer.label();
-    Vec<Renewal> => |_answer| "answered";
-    ExpiredScan => |_answer| "listed";
-    Vec<LeaseRecord> => |_answer| "listed";
-    Option<LeaseRecord> => |answer| if answer.is_some() { "found" } else { "missing" };
-    Timestamp => |_answer| "answered";
-    u64 => |_answer| "purged";
-    Job => |_answer| "enqueued";
-    Vec<Job> => |_answer| "answered";
-    Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" };
-    Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" };
+    Renewal => |answer| answer.label(), view AnswerView::Renewals(std::slice::from_ref(answer));
+    Transition => |answer| answer.label(), view AnswerView::Transition(answer);
+    Vec<Renewal> => |_answer| "answered", view AnswerView::Renewals(_answer);
+    ExpiredScan => |_answer| "listed", view AnswerView::ExpiredScan(_answer);
+    Vec<LeaseRecord> => |_answer| "listed", view AnswerView::Records(_answer);
+    Option<LeaseRecord> => |answer| if answer.is_some() { "found" } else { "missing" },
+        view AnswerView::Record(answer.as_ref());
+    Timestamp => |_answer| "answered", view AnswerView::Now(*_answer);
+    u64 => |_answer| "purged", view AnswerView::Purged(*_answer);
+    Job => |_answer| "enqueued", view AnswerView::Jobs(std::slice::from_ref(_answer));
+    Vec<Job> => |_answer| "answered", view AnswerView::Jobs(_answer);
+    Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" },
+        view AnswerView::Claimed(answer);
+    Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" },
+        view AnswerView::JobFound(answer.as_ref());
     JobRenewal => |answer| match answer {
         JobRenewal::Renewed { .. } => "renewed",
         JobRenewal::Lost(_) => "lost",
-    };
-    Vec<JobRenewal> => |_answer| "answered";
+    }, view AnswerView::JobRenewals(std::slice::from_ref(answer));
+    Vec<JobRenewal> => |_answer| "answered", view AnswerView::JobRenewals(_answer);
     JobSettle => |answer| match answer {
         JobSettle::Settled(_) => "settled",
         JobSettle::Rejected(_) => "rejected",
-    };
-    Vec<JobSettle> => |_answer| "answered";
-    ReapReport => |_answer| "reaped";
+    }, view AnswerView::Settles(std::slice::from_ref(answer));
+    Vec<JobSettle> => |_answer| "answered", view AnswerView::Settles(_answer);
+    ReapReport => |_answer| "reaped", view AnswerView::Reaped(_answer);
     TakeBack => |answer| match answer {
         TakeBack::Taken(_) => "taken",
         TakeBack::NotTaken(_) => "not_taken",
-    };
-    FenceCheck => |answer| answer.label();
-    Option<u64> => |answer| if answer.is_some() { "found" } else { "missing" };
+    }, view AnswerView::TakeBack(answer);
+    FenceCheck => |answer| answer.label(), view AnswerView::FenceCheck(answer);
+    Option<u64> => |answer| if answer.is_some() { "found" } else { "missing" },
+        view AnswerView::HighestFence(*answer);
     OperatorRetry => |answer| match answer {
         OperatorRetry::Requeued(_) => "requeued",
         OperatorRetry::NotDeadLettered(_) => "not_dead_lettered",
         OperatorRetry::Missing => "missing",
-    };
+    }, view AnswerView::OperatorRetry(answer);
 }

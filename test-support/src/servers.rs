@@ -183,6 +183,15 @@ impl PrivatePostgres {
         self.pg_ctl(PgCtl::Start).await
     }
 
+    /// Like [`restart`](Self::restart), but an immediate stop: every server
+    /// process quits at once, with no checkpoint, as after a kill, and the
+    /// next start recovers from the write-ahead log.
+    pub async fn crash_restart(&self, down_for: Duration) -> io::Result<()> {
+        self.pg_ctl(PgCtl::Crash).await?;
+        tokio::time::sleep(down_for).await;
+        self.pg_ctl(PgCtl::Start).await
+    }
+
     fn data_dir(&self) -> PathBuf {
         self.base.join("data")
     }
@@ -221,6 +230,7 @@ impl PrivatePostgres {
                 .arg(self.base.join("server.log"))
                 .args(["-o", &options]),
             PgCtl::Stop => command.args(["-m", "fast"]),
+            PgCtl::Crash => command.args(["-m", "immediate"]),
         };
         let output = command.output().await?;
         succeeded(&format!("pg_ctl {}", action.verb()), output)
@@ -232,6 +242,10 @@ impl RestartableServer for PrivatePostgres {
     async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
         PrivatePostgres::restart(self, down_for).await
     }
+
+    async fn kill_and_restart(&mut self, down_for: Duration) -> io::Result<()> {
+        self.crash_restart(down_for).await
+    }
 }
 
 /// What [`PrivatePostgres::pg_ctl`] does.
@@ -239,13 +253,15 @@ impl RestartableServer for PrivatePostgres {
 enum PgCtl {
     Start,
     Stop,
+    /// `stop -m immediate`.
+    Crash,
 }
 
 impl PgCtl {
     fn verb(self) -> &'static str {
         match self {
             PgCtl::Start => "start",
-            PgCtl::Stop => "stop",
+            PgCtl::Stop | PgCtl::Crash => "stop",
         }
     }
 }

@@ -10,8 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 use tenure_conformance::reopen::Reopener;
+use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use tenure_lease_core::Error;
+use tenure_lease_core::{Clock, Error};
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
 
 /// The cluster of this test binary, with the runtime its members were
@@ -73,6 +74,10 @@ impl Factory for EtcdFactory {
         store.delete_prefix().await.map(drop)
     }
 
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<EtcdStore>> {
+        Some(self)
+    }
+
     /// A second store, with connections of its own, on the case's prefix.
     fn reopen(&self) -> Option<Reopener<EtcdStore>> {
         Some(Arc::new(|store: Arc<EtcdStore>| {
@@ -90,5 +95,22 @@ impl Factory for EtcdFactory {
                     .map(|counts| counts.into_iter().collect::<Footprint>())
             })
         }))
+    }
+}
+
+/// A fresh prefix whose `now()` and expiry judgement read the given clock,
+/// as well as etcd's own lease timers.
+#[async_trait]
+impl NemesisSupport<EtcdStore> for EtcdFactory {
+    async fn create_on_clock(&self, clock: Arc<dyn Clock>) -> tenure_lease_core::Result<EtcdStore> {
+        let prefix = format!("nemesis/{}", tenure_lease_core::generate_id());
+        let config = EtcdConfig::from(cluster()?.url(&prefix))
+            .max_txn_ops(MAX_TXN_OPS)
+            .clock(clock);
+        EtcdStore::connect(config).await
+    }
+
+    fn reads_given_clock(&self) -> bool {
+        true
     }
 }

@@ -18,6 +18,7 @@ use tempfile::TempDir;
 use tenure_backend_file::FileStore;
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
+use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error, ManualClock, SystemClock};
@@ -95,6 +96,10 @@ impl Factory for FileFactory {
         Some(self)
     }
 
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<FileStore>> {
+        Some(self)
+    }
+
     async fn teardown(&self, store: &FileStore) -> tenure_lease_core::Result<()> {
         lock(&self.clocks).remove(store.path());
         let directory = lock(&self.directories).remove(store.path());
@@ -123,6 +128,18 @@ impl FileFactory {
         lock(&self.directories).insert(path.clone(), directory);
         lock(&self.clocks).insert(path, clock);
         Ok(store)
+    }
+}
+
+/// A file on the clock the nemesis gives.
+#[async_trait]
+impl NemesisSupport<FileStore> for FileFactory {
+    async fn create_on_clock(&self, clock: Arc<dyn Clock>) -> tenure_lease_core::Result<FileStore> {
+        self.in_fresh_directory(clock).await
+    }
+
+    fn reads_given_clock(&self) -> bool {
+        true
     }
 }
 

@@ -19,13 +19,14 @@ use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
+use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use tenure_lease_core::{Error, ErrorKind};
+use tenure_lease_core::{Clock, Error, ErrorKind};
 use tenure_test_support::servers::PrivatePostgres;
 use tenure_test_support::FaultProxy;
 
@@ -233,6 +234,10 @@ impl Factory for PgFactory {
     }
 
     fn processes(&self) -> Option<&dyn ProcessSupport<PgStore>> {
+        Some(self)
+    }
+
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<PgStore>> {
         Some(self)
     }
 
@@ -486,4 +491,13 @@ async fn count_rows(store: &PgStore) -> tenure_lease_core::Result<Footprint> {
         footprint.insert(table, u64::try_from(rows).unwrap_or(u64::MAX));
     }
     Ok(footprint)
+}
+
+/// A fresh schema; the server's clock judges expiry, so the given clock is
+/// not read.
+#[async_trait]
+impl NemesisSupport<PgStore> for PgFactory {
+    async fn create_on_clock(&self, _clock: Arc<dyn Clock>) -> tenure_lease_core::Result<PgStore> {
+        Ok(self.create().await?.store)
+    }
 }

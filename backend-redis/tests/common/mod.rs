@@ -15,13 +15,14 @@ use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
+use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use tenure_lease_core::{Error, ErrorKind};
+use tenure_lease_core::{Clock, Error, ErrorKind};
 use tenure_test_support::servers::PrivateRedis;
 use tenure_test_support::FaultProxy;
 
@@ -80,6 +81,10 @@ impl Factory for RedisFactory {
     }
 
     fn processes(&self) -> Option<&dyn ProcessSupport<RedisStore>> {
+        Some(self)
+    }
+
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<RedisStore>> {
         Some(self)
     }
 
@@ -367,4 +372,16 @@ async fn apply(
     }
     set_field(&mut raw, key, field, Some(value)).await?;
     Ok(DamageOutcome::Applied)
+}
+
+/// A fresh namespace; the server's `TIME` judges expiry, so the given clock
+/// is not read.
+#[async_trait]
+impl NemesisSupport<RedisStore> for RedisFactory {
+    async fn create_on_clock(
+        &self,
+        _clock: Arc<dyn Clock>,
+    ) -> tenure_lease_core::Result<RedisStore> {
+        Ok(self.create().await?.store)
+    }
 }

@@ -17,9 +17,10 @@ use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
+use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
-use tenure_lease_core::{Error, ManualClock};
+use tenure_lease_core::{Clock, Error, ManualClock};
 
 /// How long a process sharing the file waits for another's write lock:
 /// generous, as three processes commit one fsync after another.
@@ -54,6 +55,10 @@ impl Factory for SqliteFactory {
     }
 
     fn processes(&self) -> Option<&dyn ProcessSupport<SqliteStore>> {
+        Some(self)
+    }
+
+    fn nemeses(&self) -> Option<&dyn NemesisSupport<SqliteStore>> {
         Some(self)
     }
 
@@ -131,6 +136,23 @@ impl SqliteFactory {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(path, directory);
         Ok(store)
+    }
+}
+
+/// A file on the clock the nemesis gives, waiting patiently for locks (four
+/// clients write at once).
+#[async_trait]
+impl NemesisSupport<SqliteStore> for SqliteFactory {
+    async fn create_on_clock(
+        &self,
+        clock: Arc<dyn Clock>,
+    ) -> tenure_lease_core::Result<SqliteStore> {
+        self.in_fresh_directory(|path| shared_config(path).clock(clock))
+            .await
+    }
+
+    fn reads_given_clock(&self) -> bool {
+        true
     }
 }
 

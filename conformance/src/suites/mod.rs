@@ -25,6 +25,7 @@
 //! or fails under `TENURE_REQUIRE_SERVICES=1`.
 
 pub mod deployment;
+pub mod nemesis;
 pub mod network;
 pub mod process;
 pub mod restart;

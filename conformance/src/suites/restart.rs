@@ -49,6 +49,18 @@ pub trait RestartableServer: Send + Sync {
     /// When the server cannot be stopped or started; the scenario then
     /// fails.
     async fn restart(&mut self, down_for: Duration) -> std::io::Result<()>;
+
+    /// Like [`restart`](RestartableServer::restart), but the server is
+    /// killed rather than stopped (SIGKILL or its equivalent: no shutdown
+    /// work, committed work kept only as far as its durability settings
+    /// promise); the nemesis suite's killed server. By default, a restart.
+    ///
+    /// # Errors
+    ///
+    /// As for [`restart`](RestartableServer::restart).
+    async fn kill_and_restart(&mut self, down_for: Duration) -> std::io::Result<()> {
+        self.restart(down_for).await
+    }
 }
 
 /// A private server and a store on it: what [`RestartSupport::start_private`]

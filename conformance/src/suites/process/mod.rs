@@ -341,7 +341,7 @@ pub(crate) fn check_fences(results: &[ChildAnswers]) -> usize {
 pub const SEED_VAR: &str = "TENURE_MULTI_PROCESS_SEED";
 
 /// The seed [`SEED_VAR`] names, else a fresh one.
-fn seed() -> u64 {
+pub(crate) fn seed() -> u64 {
     match std::env::var(SEED_VAR) {
         Ok(text) => text
             .trim()

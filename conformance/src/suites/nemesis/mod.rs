@@ -1,0 +1,553 @@
+//! The nemesis suite: a recorded workload under faults, judged by the
+//! [history checker](crate::history).
+//!
+//! Clients race for two scopes and a queue ([`workload`]), every write
+//! through a fence gate, while a nemesis breaks something: replies lost
+//! after the store applied the call, calls refused or hung past their time
+//! limit, the network between some clients and the server cut and reset,
+//! the server killed and restarted, the store's clock stepped. Every call
+//! and answer is recorded ([`History`]); at the end every record and job
+//! is read back and the whole history is [checked](crate::history::check).
+//! A scenario passes when the checker finds no violation, and the workload
+//! really raced: owners that walked away wrote again after their successor
+//! had, and the gate refused them. The control scenario runs the same
+//! workload with the gate check turned off and passes only when the checker
+//! *does* report those stale writes, so a clean verdict cannot come from a
+//! workload that never races.
+//!
+//! Each scenario needs a capability of the factory, as the other suites do:
+//!
+//! | scenario | capability |
+//! |---|---|
+//! | [`nemesis_lost_replies_refusals_and_hangs`] | [`Factory::nemeses`] |
+//! | [`nemesis_control_without_the_gate_is_caught`] | [`Factory::nemeses`] |
+//! | [`nemesis_clock_steps`] | [`Factory::nemeses`], reading the clock it is given |
+//! | [`nemesis_partitions_and_resets`] | [`Factory::network`] |
+//! | [`nemesis_server_killed_and_restarted`] | [`Factory::restart`] |
+//!
+//! Each prints one line of figures: calls, faults injected, unknown
+//! outcomes, stale writes refused, violations per property.
+//! [`SECONDS_VAR`] sets how long the workload runs (3 s by default: the
+//! CI-sized form; minutes or hours for a soak) and [`HISTORY_DIR_VAR`]
+//! names a directory to write each history into as JSON lines, for
+//! `tenure check-history`.
+
+mod workload;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_lease_core::layer::{Fault, LayerExt as _};
+use tenure_lease_core::{Clock, SystemClock, Timestamp};
+
+pub use workload::Store;
+
+use super::{conclude, define_suite, guarded, report_note, runtime, unavailable, unsupported};
+use crate::harness::{CaseOutcome, Factory, Failure};
+use crate::history::{check, write_json_lines, Property, Verdict};
+use workload::{Workload, Writes, GRACE, TTL};
+
+/// The environment variable setting how many seconds each nemesis
+/// workload runs (default [`DEFAULT_SECONDS`]).
+pub const SECONDS_VAR: &str = "TENURE_NEMESIS_SECONDS";
+/// The workload's length when [`SECONDS_VAR`] is not set: the CI-sized form.
+pub const DEFAULT_SECONDS: u64 = 3;
+/// The environment variable naming a directory to write every scenario's
+/// history into (`<scenario>-<pid>.jsonl`).
+pub const HISTORY_DIR_VAR: &str = "TENURE_NEMESIS_HISTORY_DIR";
+/// Clients racing in each scenario.
+const CLIENTS: usize = 4;
+
+/// What a factory offers the nemesis suite.
+#[async_trait]
+pub trait NemesisSupport<S>: Send + Sync {
+    /// A new store, sharing nothing with any other test (torn down with
+    /// [`Factory::teardown`]), whose expiry real time judges: its server's
+    /// clock, or `clock` for a store that reads a clock in its own process
+    /// (memory, SQLite, file, etcd's `now`).
+    ///
+    /// # Errors
+    ///
+    /// When the store cannot be created; the scenario then fails.
+    async fn create_on_clock(&self, clock: Arc<dyn Clock>) -> tenure_lease_core::Result<S>;
+
+    /// Whether the stores [`create_on_clock`](NemesisSupport::create_on_clock)
+    /// makes read the clock they are given: only then can the kit step it
+    /// ([`nemesis_clock_steps`]).
+    fn reads_given_clock(&self) -> bool {
+        false
+    }
+}
+
+define_suite! {$
+    /// Expands to one `#[test]` per scenario of the [nemesis
+    /// suite](crate::suites::nemesis), named after it; each is skipped with
+    /// the reason when the factory lacks its capability. The store must
+    /// be a `JobQueue` and a `FenceStore` too.
+    ///
+    /// ```ignore
+    /// tenure_conformance::tenure_nemesis_conformance!(MyFactory::from_env());
+    /// ```
+    tenure_nemesis_conformance => nemesis [
+        nemesis_lost_replies_refusals_and_hangs,
+        nemesis_control_without_the_gate_is_caught,
+        nemesis_clock_steps,
+        nemesis_partitions_and_resets,
+        nemesis_server_killed_and_restarted,
+    ]
+}
+
+/// The body of each test [`tenure_nemesis_conformance!`](crate::tenure_nemesis_conformance)
+/// generates.
+#[doc(hidden)]
+pub fn run_named<F, G, Fut>(factory: F, _module: &str, name: &str, scenario: G)
+where
+    F: Factory,
+    G: FnOnce(F) -> Fut,
+    Fut: Future<Output = CaseOutcome>,
+{
+    let outcome = runtime().block_on(scenario(factory));
+    conclude(name, outcome);
+}
+
+/// How long each workload runs: [`SECONDS_VAR`], else [`DEFAULT_SECONDS`].
+fn run_for() -> Duration {
+    let seconds = std::env::var(SECONDS_VAR)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(DEFAULT_SECONDS);
+    Duration::from_secs(seconds.max(1))
+}
+
+/// The run's seed: [`SEED_VAR`](crate::suites::process::SEED_VAR) when
+/// set, else fresh.
+fn seed() -> u64 {
+    super::process::seed()
+}
+
+/// A clock the kit can step: the host's wall clock plus an offset.
+#[derive(Debug, Default)]
+pub struct SteppedClock {
+    offset_micros: AtomicI64,
+}
+
+impl SteppedClock {
+    /// Moves the clock by `micros` (negative: back).
+    pub fn step(&self, micros: i64) {
+        self.offset_micros.fetch_add(micros, Ordering::SeqCst);
+    }
+}
+
+impl Clock for SteppedClock {
+    fn now(&self) -> Timestamp {
+        let now = SystemClock.now();
+        let offset = chrono::Duration::microseconds(self.offset_micros.load(Ordering::SeqCst));
+        now.checked_add_signed(offset).unwrap_or(now)
+    }
+}
+
+/// What one scenario's run found: the verdict and the nemesis's counts.
+struct Run {
+    verdict: Verdict,
+    faults: usize,
+    stale_writes: usize,
+    seed: u64,
+}
+
+impl Run {
+    fn line(&self) -> String {
+        let counts: Vec<String> = Property::ALL
+            .iter()
+            .map(|property| format!("{property} {}", self.verdict.count(*property)))
+            .collect();
+        format!(
+            "seed {}: {} calls, {} faults injected, {} unknown outcomes, {} ownership changes, \
+             {} stale writes tried ({} refused); violations: {}",
+            self.seed,
+            self.verdict.calls,
+            self.faults,
+            self.verdict.unknown,
+            self.verdict.ownership_changes,
+            self.stale_writes,
+            self.verdict.writes_refused,
+            counts.join(", ")
+        )
+    }
+
+    /// Passes when the verdict is clean except for `allowed`, and stale
+    /// writes were tried (the workload raced).
+    fn judge(&self, name: &str, allowed: &[Property]) -> Result<(), Failure> {
+        report_note(name, &self.line());
+        let broken: Vec<_> = self
+            .verdict
+            .violations
+            .iter()
+            .filter(|violation| !allowed.contains(&violation.property))
+            .collect();
+        if !broken.is_empty() {
+            return Err(Failure(format!(
+                "the history breaks the contract (seed {}): {}",
+                self.seed, self.verdict
+            )));
+        }
+        if self.stale_writes == 0 {
+            return Err(Failure(format!(
+                "no owner that walked away saw a successor write within the run (seed {}): the \
+                 workload did not race, so a clean verdict proves nothing",
+                self.seed
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Plays the workload on clients over `bases` while `nemesis` runs, reads
+/// everything back through a fault-free client on `reader`, and checks.
+async fn play<S, N, Fut>(
+    name: &str,
+    bases: &[Arc<S>],
+    reader: Arc<S>,
+    writes: Writes,
+    nemesis: N,
+) -> Run
+where
+    S: Store,
+    N: FnOnce(Arc<Workload<S>>, tokio::time::Instant) -> Fut,
+    Fut: Future<Output = usize> + Send + 'static,
+{
+    let seed = seed();
+    let workload = Arc::new(Workload::new(bases, writes));
+    let length = run_for();
+    let until = tokio::time::Instant::now() + length;
+    let faults = tokio::spawn(nemesis(Arc::clone(&workload), until));
+    workload.play(length, seed).await;
+    let faults = faults.await.unwrap_or(0);
+    for index in 0..workload.clients.len() {
+        workload.faults(index).release_hangs();
+    }
+    let reader = reader.layer(workload.history.client("final-reads"));
+    workload.read_back(&reader).await;
+    let entries = workload.history.entries();
+    keep_history(name, &entries);
+    Run {
+        verdict: check(&entries),
+        faults,
+        stale_writes: workload.tally.stale_writes.load(Ordering::Relaxed),
+        seed,
+    }
+}
+
+/// Writes the history to [`HISTORY_DIR_VAR`]'s directory, when set.
+fn keep_history(name: &str, entries: &[crate::history::Entry]) {
+    let Ok(directory) = std::env::var(HISTORY_DIR_VAR) else {
+        return;
+    };
+    let path =
+        std::path::Path::new(&directory).join(format!("{name}-{}.jsonl", std::process::id()));
+    let written = std::fs::File::create(&path)
+        .and_then(|file| write_json_lines(entries, std::io::BufWriter::new(file)));
+    if let Err(error) = written {
+        report_note(
+            name,
+            &format!("could not write the history to {}: {error}", path.display()),
+        );
+    }
+}
+
+/// A fresh real-time store from the factory's [`NemesisSupport`], or the
+/// outcome to report without one.
+async fn real_time_store<F: Factory>(
+    factory: &F,
+    clock: Arc<dyn Clock>,
+) -> Result<Arc<F::Store>, CaseOutcome> {
+    let Some(nemeses) = factory.nemeses() else {
+        return Err(unsupported("store on the real clock", "nemeses"));
+    };
+    if let Some(reason) = factory.unavailable_reason() {
+        return Err(unavailable(reason));
+    }
+    nemeses
+        .create_on_clock(clock)
+        .await
+        .map(Arc::new)
+        .map_err(|error| CaseOutcome::Failed(format!("factory could not create a store: {error}")))
+}
+
+/// Runs `scenario` on a store of `factory`, then tears it down.
+async fn on_store<F, Fut>(factory: &F, store: Arc<F::Store>, scenario: Fut) -> CaseOutcome
+where
+    F: Factory,
+    Fut: Future<Output = Result<(), Failure>>,
+{
+    let outcome = guarded(scenario).await;
+    super::with_cleanup(outcome, factory.teardown(&store).await)
+}
+
+/// Injects one fault at a time into a random client's store, on a random
+/// operation, for a few tens of milliseconds, until `until`: lost replies
+/// (applied, answer dropped), refusals, hangs cut off by the time limit.
+/// Answers how many it injected.
+async fn inject_call_faults<S: Store>(
+    workload: Arc<Workload<S>>,
+    until: tokio::time::Instant,
+) -> usize {
+    const OPERATIONS: [&str; 10] = [
+        "admit",
+        "renew",
+        "transition",
+        "claim_for_takeover",
+        "check_fence",
+        "enqueue",
+        "claim",
+        "renew_job",
+        "complete",
+        "reap",
+    ];
+    let mut dice = fastrand::Rng::with_seed(seed());
+    let mut injected = 0;
+    while tokio::time::Instant::now() < until {
+        let client = dice.usize(0..workload.clients.len());
+        let operation = OPERATIONS[dice.usize(0..OPERATIONS.len())];
+        let fault = match dice.u8(0..3) {
+            0 => Fault::ReplyLost,
+            1 => Fault::Unavailable,
+            _ => Fault::Hang,
+        };
+        workload.faults(client).inject(operation, None, fault);
+        injected += 1;
+        tokio::time::sleep(Duration::from_millis(dice.u64(20..80))).await;
+        workload.faults(client).release_hangs();
+        tokio::time::sleep(Duration::from_millis(dice.u64(5..40))).await;
+    }
+    injected
+}
+
+/// Lost replies, refused calls and hung calls, one client at a time, on
+/// any store: the contract's unknown outcomes (§10) must never add up to
+/// a broken promise.
+pub async fn nemesis_lost_replies_refusals_and_hangs<F: Factory>(factory: F) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_lost_replies_refusals_and_hangs";
+    let store = match real_time_store(&factory, Arc::new(SystemClock)).await {
+        Ok(store) => store,
+        Err(outcome) => return outcome,
+    };
+    let bases = vec![Arc::clone(&store); CLIENTS];
+    let reader = Arc::clone(&store);
+    on_store(&factory, store, async move {
+        let run = play(name, &bases, reader, Writes::Gated, inject_call_faults).await;
+        run.judge(name, &[])
+    })
+    .await
+}
+
+/// The lost-replies workload with the gate check turned off: the owners
+/// that walked away write unchecked after their successors, and the
+/// checker must say so. Passes only when it does.
+pub async fn nemesis_control_without_the_gate_is_caught<F: Factory>(factory: F) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_control_without_the_gate_is_caught";
+    let store = match real_time_store(&factory, Arc::new(SystemClock)).await {
+        Ok(store) => store,
+        Err(outcome) => return outcome,
+    };
+    let bases = vec![Arc::clone(&store); CLIENTS];
+    let reader = Arc::clone(&store);
+    on_store(&factory, store, async move {
+        let run = play(name, &bases, reader, Writes::Unchecked, inject_call_faults).await;
+        report_note(name, &run.line());
+        let caught = run.verdict.count(Property::GateNeverGoesBack);
+        if caught == 0 {
+            return Err(Failure(format!(
+                "with no gate, {} stale writes were made and the checker reported none \
+                 (seed {}): {}",
+                run.stale_writes, run.seed, run.verdict
+            )));
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// The store's clock stepped forward and back by four times the grace,
+/// every few hundred milliseconds, under the lost-replies workload. The
+/// contract asks for a slewed clock (§2): a forward step may end a lease
+/// early, so overlapping ownerships are counted and reported, not failed.
+/// What fencing promises must hold whatever the clock does: fences grow,
+/// gates never go back, acknowledged writes stay.
+pub async fn nemesis_clock_steps<F: Factory>(factory: F) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_clock_steps";
+    if factory
+        .nemeses()
+        .is_some_and(|nemeses| !nemeses.reads_given_clock())
+    {
+        return CaseOutcome::Skipped(
+            "the store reads its server's clock, which the kit cannot step".to_owned(),
+        );
+    }
+    let clock = Arc::new(SteppedClock::default());
+    let store = match real_time_store(&factory, Arc::clone(&clock) as Arc<dyn Clock>).await {
+        Ok(store) => store,
+        Err(outcome) => return outcome,
+    };
+    let bases = vec![Arc::clone(&store); CLIENTS];
+    let reader = Arc::clone(&store);
+    on_store(&factory, store, async move {
+        let steps = Arc::new(AtomicUsize::new(0));
+        let stepping = {
+            let (clock, steps) = (Arc::clone(&clock), Arc::clone(&steps));
+            move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
+                let step = i64::try_from(GRACE.as_micros() * 4).unwrap_or(i64::MAX);
+                let faults = tokio::spawn(inject_call_faults(workload, until));
+                let mut forward = true;
+                while tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    clock.step(if forward { step } else { -step });
+                    forward = !forward;
+                    steps.fetch_add(1, Ordering::Relaxed);
+                }
+                faults.await.unwrap_or(0) + steps.load(Ordering::Relaxed)
+            }
+        };
+        let run = play(name, &bases, reader, Writes::Gated, stepping).await;
+        run.judge(name, &[Property::ExclusiveOwnership])
+    })
+    .await
+}
+
+/// Half the clients reach the server through a proxy the kit cuts
+/// (black-holed longer than the ttl, then healed) and resets, under the
+/// lost-replies workload: a partitioned owner's lease lapses, a successor
+/// takes over, and the partitioned owner's late writes are refused.
+pub async fn nemesis_partitions_and_resets<F: Factory>(factory: F) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_partitions_and_resets";
+    let Some(network) = factory.network() else {
+        return unsupported("network to cut", "network");
+    };
+    if let Some(reason) = factory.unavailable_reason() {
+        return unavailable(reason);
+    }
+    let direct = match factory.create().await {
+        Ok(subject) => Arc::new(subject.store),
+        Err(error) => {
+            return CaseOutcome::Failed(format!("factory could not create a store: {error}"))
+        }
+    };
+    let mut behind = Vec::new();
+    for _ in 0..CLIENTS / 2 {
+        match network.connect_behind_faults(&direct).await {
+            Ok(connected) => behind.push((Arc::new(connected.store), connected.faults)),
+            Err(error) => {
+                let outcome =
+                    CaseOutcome::Failed(format!("could not connect behind faults: {error}"));
+                return super::with_cleanup(outcome, factory.teardown(&direct).await);
+            }
+        }
+    }
+    let mut bases: Vec<Arc<F::Store>> = behind.iter().map(|(store, _)| Arc::clone(store)).collect();
+    bases.extend(std::iter::repeat_n(
+        Arc::clone(&direct),
+        CLIENTS - bases.len(),
+    ));
+    let proxies: Vec<_> = behind
+        .iter()
+        .map(|(_, faults)| Arc::clone(faults))
+        .collect();
+    let reader = Arc::clone(&direct);
+    let outcome = on_store(&factory, Arc::clone(&direct), async move {
+        let cutting = {
+            let proxies = proxies.clone();
+            move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
+                let faults = tokio::spawn(inject_call_faults(workload, until));
+                let mut dice = fastrand::Rng::with_seed(seed());
+                let mut cuts = 0;
+                while tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(dice.u64(100..300))).await;
+                    let proxy = &proxies[dice.usize(0..proxies.len())];
+                    if dice.bool() {
+                        proxy.blackhole();
+                        tokio::time::sleep(TTL * 2 + GRACE).await;
+                        proxy.heal();
+                    } else {
+                        proxy.reset();
+                    }
+                    cuts += 1;
+                }
+                for proxy in &proxies {
+                    proxy.heal();
+                }
+                faults.await.unwrap_or(0) + cuts
+            }
+        };
+        let run = play(name, &bases, reader, Writes::Gated, cutting).await;
+        for proxy in &proxies {
+            proxy.stop().await;
+        }
+        run.judge(name, &[])
+    })
+    .await;
+    outcome
+}
+
+/// The server of a private instance killed and restarted from its data in
+/// the middle of the lost-replies workload.
+pub async fn nemesis_server_killed_and_restarted<F: Factory>(factory: F) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_server_killed_and_restarted";
+    let Some(restart) = factory.restart() else {
+        return unsupported("private server to restart", "restart");
+    };
+    if let Some(reason) = restart.unavailable_reason() {
+        return unavailable(reason);
+    }
+    let private = match restart.start_private().await {
+        Ok(private) => private,
+        Err(error) => {
+            return CaseOutcome::Failed(format!(
+                "factory could not start a private server: {error}"
+            ))
+        }
+    };
+    let store = Arc::new(private.store);
+    let server = tokio::sync::Mutex::new(private.server);
+    let bases = vec![Arc::clone(&store); CLIENTS];
+    guarded(async move {
+        let restarts = Arc::new(AtomicUsize::new(0));
+        let server = Arc::new(server);
+        let killing = {
+            let (server, restarts) = (Arc::clone(&server), Arc::clone(&restarts));
+            move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
+                let faults = tokio::spawn(inject_call_faults(workload, until));
+                let quarter = until.saturating_duration_since(tokio::time::Instant::now()) / 4;
+                tokio::time::sleep(quarter).await;
+                if server.lock().await.kill_and_restart(TTL * 2).await.is_ok() {
+                    restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                faults.await.unwrap_or(0) + restarts.load(Ordering::Relaxed)
+            }
+        };
+        let run = play(name, &bases, store, Writes::Gated, killing).await;
+        if restarts.load(Ordering::Relaxed) == 0 {
+            return Err(Failure(
+                "the private server could not be restarted".to_owned(),
+            ));
+        }
+        run.judge(name, &[])
+    })
+    .await
+}
