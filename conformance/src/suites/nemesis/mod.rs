@@ -24,6 +24,8 @@
 //! | [`nemesis_clock_steps`] | [`Factory::nemeses`], reading the clock it is given |
 //! | [`nemesis_partitions_and_resets`] | [`Factory::network`] |
 //! | [`nemesis_server_killed_and_restarted`] | [`Factory::restart`] |
+//! | [`nemesis_paused_owner_is_refused_after_a_takeover`] | [`Factory::processes`] |
+//! | [`nemesis_killed_owner_is_taken_over`] | [`Factory::processes`] |
 //!
 //! Each prints one line of figures: calls, faults injected, unknown
 //! outcomes, stale writes refused, violations per property.
@@ -32,6 +34,7 @@
 //! names a directory to write each history into as JSON lines, for
 //! `tenure check-history`.
 
+mod owners;
 mod workload;
 
 use std::future::Future;
@@ -43,6 +46,7 @@ use async_trait::async_trait;
 use tenure_lease_core::layer::{Fault, LayerExt as _};
 use tenure_lease_core::{Clock, SystemClock, Timestamp};
 
+pub use owners::OWNERS_VAR;
 pub use workload::Store;
 
 use super::{conclude, define_suite, guarded, report_note, runtime, unavailable, unsupported};
@@ -97,21 +101,38 @@ define_suite! {$
         nemesis_clock_steps,
         nemesis_partitions_and_resets,
         nemesis_server_killed_and_restarted,
+        nemesis_paused_owner_is_refused_after_a_takeover,
+        nemesis_killed_owner_is_taken_over,
     ]
 }
 
 /// The body of each test [`tenure_nemesis_conformance!`](crate::tenure_nemesis_conformance)
 /// generates.
+/// A test run with [`OWNER_VAR`] set is an owner process of the owner
+/// scenarios, not a test.
 #[doc(hidden)]
-pub fn run_named<F, G, Fut>(factory: F, _module: &str, name: &str, scenario: G)
+pub fn run_named<F, G, Fut>(factory: F, module: &str, name: &str, scenario: G)
 where
     F: Factory,
-    G: FnOnce(F) -> Fut,
+    F::Store: Store,
+    G: FnOnce(F, String) -> Fut,
     Fut: Future<Output = CaseOutcome>,
 {
-    let outcome = runtime().block_on(scenario(factory));
+    if let Ok(owner) = std::env::var(OWNER_VAR) {
+        return owners::play_owner(&factory, &owner);
+    }
+    // The test's path in its binary, for the owner processes to run.
+    let test = match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{name}"),
+        None => name.to_owned(),
+    };
+    let outcome = runtime().block_on(scenario(factory, test));
     conclude(name, outcome);
 }
+
+/// The environment variable naming an owner process of the owner
+/// scenarios; set, the test plays that owner.
+pub const OWNER_VAR: &str = "TENURE_NEMESIS_OWNER";
 
 /// How long each workload runs: [`SECONDS_VAR`], else [`DEFAULT_SECONDS`].
 fn run_for() -> Duration {
@@ -328,7 +349,10 @@ async fn inject_call_faults<S: Store>(
 /// Lost replies, refused calls and hung calls, one client at a time, on
 /// any store: the contract's unknown outcomes (§10) must never add up to
 /// a broken promise.
-pub async fn nemesis_lost_replies_refusals_and_hangs<F: Factory>(factory: F) -> CaseOutcome
+pub async fn nemesis_lost_replies_refusals_and_hangs<F: Factory>(
+    factory: F,
+    _test: String,
+) -> CaseOutcome
 where
     F::Store: Store,
 {
@@ -349,7 +373,10 @@ where
 /// The lost-replies workload with the gate check turned off: the owners
 /// that walked away write unchecked after their successors, and the
 /// checker must say so. Passes only when it does.
-pub async fn nemesis_control_without_the_gate_is_caught<F: Factory>(factory: F) -> CaseOutcome
+pub async fn nemesis_control_without_the_gate_is_caught<F: Factory>(
+    factory: F,
+    _test: String,
+) -> CaseOutcome
 where
     F::Store: Store,
 {
@@ -382,7 +409,7 @@ where
 /// early, so overlapping ownerships are counted and reported, not failed.
 /// What fencing promises must hold whatever the clock does: fences grow,
 /// gates never go back, acknowledged writes stay.
-pub async fn nemesis_clock_steps<F: Factory>(factory: F) -> CaseOutcome
+pub async fn nemesis_clock_steps<F: Factory>(factory: F, _test: String) -> CaseOutcome
 where
     F::Store: Store,
 {
@@ -429,7 +456,7 @@ where
 /// (black-holed longer than the ttl, then healed) and resets, under the
 /// lost-replies workload: a partitioned owner's lease lapses, a successor
 /// takes over, and the partitioned owner's late writes are refused.
-pub async fn nemesis_partitions_and_resets<F: Factory>(factory: F) -> CaseOutcome
+pub async fn nemesis_partitions_and_resets<F: Factory>(factory: F, _test: String) -> CaseOutcome
 where
     F::Store: Store,
 {
@@ -504,7 +531,10 @@ where
 
 /// The server of a private instance killed and restarted from its data in
 /// the middle of the lost-replies workload.
-pub async fn nemesis_server_killed_and_restarted<F: Factory>(factory: F) -> CaseOutcome
+pub async fn nemesis_server_killed_and_restarted<F: Factory>(
+    factory: F,
+    _test: String,
+) -> CaseOutcome
 where
     F::Store: Store,
 {
@@ -550,4 +580,36 @@ where
         run.judge(name, &[])
     })
     .await
+}
+
+/// A keeper in a child process holds a lease and writes through the gate;
+/// it is stopped with `SIGSTOP` for longer than its ttl, a rival takes the
+/// lease over once the store judges it lapsed and writes with the new
+/// fence, and the owner is resumed: its keeper must notice the loss, and
+/// every write it makes with the old fence must be refused. Repeated for
+/// [`OWNERS_VAR`] owners (5 by default); the line reports how soon after
+/// the resume each owner noticed.
+pub async fn nemesis_paused_owner_is_refused_after_a_takeover<F: Factory>(
+    factory: F,
+    test: String,
+) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_paused_owner_is_refused_after_a_takeover";
+    owners::owners_scenario(&factory, &test, name, owners::Blow::Pause).await
+}
+
+/// A keeper in a child process holds a lease and is killed with
+/// `SIGKILL`; a rival takes the lease over once the store judges it lapsed
+/// (never earlier: the fence must exceed the dead owner's) and writes. The
+/// line reports the time from the death to the successor's first accepted
+/// write against ttl + grace + one beat. Repeated for [`OWNERS_VAR`]
+/// owners, one process each.
+pub async fn nemesis_killed_owner_is_taken_over<F: Factory>(factory: F, test: String) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_killed_owner_is_taken_over";
+    owners::owners_scenario(&factory, &test, name, owners::Blow::Kill).await
 }
