@@ -285,8 +285,8 @@ async fn play_rounds<S: Store>(
                 drop(current);
             }
             Blow::Pause => {
-                current.signal("-CONT")?;
                 let resumed = monotonic_nanos();
+                current.signal("-CONT")?;
                 let (current, lost) = blocking(current, |owner| owner.expect("lost")).await?;
                 let lost_at: u64 = lost.trim().parse().map_err(failure)?;
                 noticed.push(Duration::from_nanos(lost_at.saturating_sub(resumed)));
