@@ -118,6 +118,22 @@ where
     conclude(name, outcome);
 }
 
+/// A private server from `factory`'s [`RestartSupport`], or the outcome to
+/// report without one.
+pub(crate) async fn start_private<F: Factory>(
+    factory: &F,
+) -> Result<PrivateServer<F::Store>, CaseOutcome> {
+    let Some(restart) = factory.restart() else {
+        return Err(unsupported("private server to restart", "restart"));
+    };
+    if let Some(reason) = restart.unavailable_reason() {
+        return Err(unavailable(reason));
+    }
+    restart.start_private().await.map_err(|error| {
+        CaseOutcome::Failed(format!("factory could not start a private server: {error}"))
+    })
+}
+
 /// Runs one restart `scenario` (one of this module's public functions) on
 /// a private server from `factory`; reports what it counted under `name`.
 pub async fn run_scenario<F, G, Fut>(factory: &F, name: &str, scenario: G) -> CaseOutcome
@@ -126,19 +142,9 @@ where
     G: FnOnce(Arc<dyn LeaseStore>, Box<dyn RestartableServer>) -> Fut,
     Fut: Future<Output = String> + Send + 'static,
 {
-    let Some(restart) = factory.restart() else {
-        return unsupported("private server to restart", "restart");
-    };
-    if let Some(reason) = restart.unavailable_reason() {
-        return unavailable(reason);
-    }
-    let private = match restart.start_private().await {
+    let private = match start_private(factory).await {
         Ok(private) => private,
-        Err(error) => {
-            return CaseOutcome::Failed(format!(
-                "factory could not start a private server: {error}"
-            ))
-        }
+        Err(outcome) => return outcome,
     };
     let store: Arc<dyn LeaseStore> = Arc::new(private.store);
     let name = name.to_owned();

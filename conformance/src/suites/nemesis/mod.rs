@@ -297,13 +297,31 @@ async fn real_time_store<F: Factory>(
         .map_err(|error| CaseOutcome::Failed(format!("factory could not create a store: {error}")))
 }
 
-/// Runs `scenario` on a store of `factory`, then tears it down.
-async fn on_store<F, Fut>(factory: &F, store: Arc<F::Store>, scenario: Fut) -> CaseOutcome
+/// Plays the workload with every client on one fresh real-time store of
+/// `factory` (reading `clock` where it reads one) while `nemesis` runs,
+/// judges the run with `judge`, and tears the store down.
+async fn on_one_store<F, N, Fut>(
+    factory: &F,
+    clock: Arc<dyn Clock>,
+    name: &str,
+    writes: Writes,
+    nemesis: N,
+    judge: impl FnOnce(Run) -> Result<(), Failure>,
+) -> CaseOutcome
 where
     F: Factory,
-    Fut: Future<Output = Result<(), Failure>>,
+    F::Store: Store,
+    N: FnOnce(Arc<Workload<F::Store>>, tokio::time::Instant) -> Fut,
+    Fut: Future<Output = usize> + Send + 'static,
 {
-    let outcome = guarded(scenario).await;
+    let store = match real_time_store(factory, clock).await {
+        Ok(store) => store,
+        Err(outcome) => return outcome,
+    };
+    let bases = vec![Arc::clone(&store); CLIENTS];
+    let reader = Arc::clone(&store);
+    let outcome =
+        guarded(async move { judge(play(name, &bases, reader, writes, nemesis).await) }).await;
     super::with_cleanup(outcome, factory.teardown(&store).await)
 }
 
@@ -357,16 +375,15 @@ where
     F::Store: Store,
 {
     let name = "nemesis_lost_replies_refusals_and_hangs";
-    let store = match real_time_store(&factory, Arc::new(SystemClock)).await {
-        Ok(store) => store,
-        Err(outcome) => return outcome,
-    };
-    let bases = vec![Arc::clone(&store); CLIENTS];
-    let reader = Arc::clone(&store);
-    on_store(&factory, store, async move {
-        let run = play(name, &bases, reader, Writes::Gated, inject_call_faults).await;
-        run.judge(name, &[])
-    })
+    let clock = Arc::new(SystemClock);
+    on_one_store(
+        &factory,
+        clock,
+        name,
+        Writes::Gated,
+        inject_call_faults,
+        |run| run.judge(name, &[]),
+    )
     .await
 }
 
@@ -381,25 +398,25 @@ where
     F::Store: Store,
 {
     let name = "nemesis_control_without_the_gate_is_caught";
-    let store = match real_time_store(&factory, Arc::new(SystemClock)).await {
-        Ok(store) => store,
-        Err(outcome) => return outcome,
-    };
-    let bases = vec![Arc::clone(&store); CLIENTS];
-    let reader = Arc::clone(&store);
-    on_store(&factory, store, async move {
-        let run = play(name, &bases, reader, Writes::Unchecked, inject_call_faults).await;
-        report_note(name, &run.line());
-        let caught = run.verdict.count(Property::GateNeverGoesBack);
-        if caught == 0 {
-            return Err(Failure(format!(
-                "with no gate, {} stale writes were made and the checker reported none \
+    let clock = Arc::new(SystemClock);
+    on_one_store(
+        &factory,
+        clock,
+        name,
+        Writes::Unchecked,
+        inject_call_faults,
+        |run| {
+            report_note(name, &run.line());
+            if run.verdict.count(Property::GateNeverGoesBack) == 0 {
+                return Err(Failure(format!(
+                    "with no gate, {} stale writes were made and the checker reported none \
                  (seed {}): {}",
-                run.stale_writes, run.seed, run.verdict
-            )));
-        }
-        Ok(())
-    })
+                    run.stale_writes, run.seed, run.verdict
+                )));
+            }
+            Ok(())
+        },
+    )
     .await
 }
 
@@ -423,30 +440,22 @@ where
         );
     }
     let clock = Arc::new(SteppedClock::default());
-    let store = match real_time_store(&factory, Arc::clone(&clock) as Arc<dyn Clock>).await {
-        Ok(store) => store,
-        Err(outcome) => return outcome,
-    };
-    let bases = vec![Arc::clone(&store); CLIENTS];
-    let reader = Arc::clone(&store);
-    on_store(&factory, store, async move {
-        let steps = Arc::new(AtomicUsize::new(0));
-        let stepping = {
-            let (clock, steps) = (Arc::clone(&clock), Arc::clone(&steps));
-            move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
-                let step = i64::try_from(GRACE.as_micros() * 4).unwrap_or(i64::MAX);
-                let faults = tokio::spawn(inject_call_faults(workload, until));
-                let mut forward = true;
-                while tokio::time::Instant::now() < until {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    clock.step(if forward { step } else { -step });
-                    forward = !forward;
-                    steps.fetch_add(1, Ordering::Relaxed);
-                }
-                faults.await.unwrap_or(0) + steps.load(Ordering::Relaxed)
+    let stepping = {
+        let clock = Arc::clone(&clock);
+        move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
+            let step = i64::try_from(GRACE.as_micros() * 4).unwrap_or(i64::MAX);
+            let faults = tokio::spawn(inject_call_faults(workload, until));
+            let (mut forward, mut steps) = (true, 0);
+            while tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                clock.step(if forward { step } else { -step });
+                forward = !forward;
+                steps += 1;
             }
-        };
-        let run = play(name, &bases, reader, Writes::Gated, stepping).await;
+            faults.await.unwrap_or(0) + steps
+        }
+    };
+    on_one_store(&factory, clock, name, Writes::Gated, stepping, |run| {
         run.judge(name, &[Property::ExclusiveOwnership])
     })
     .await
@@ -494,7 +503,7 @@ where
         .map(|(_, faults)| Arc::clone(faults))
         .collect();
     let reader = Arc::clone(&direct);
-    let outcome = on_store(&factory, Arc::clone(&direct), async move {
+    let outcome = guarded(async move {
         let cutting = {
             let proxies = proxies.clone();
             move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
@@ -526,7 +535,7 @@ where
         run.judge(name, &[])
     })
     .await;
-    outcome
+    super::with_cleanup(outcome, factory.teardown(&direct).await)
 }
 
 /// The server of a private instance killed and restarted from its data in
@@ -539,19 +548,9 @@ where
     F::Store: Store,
 {
     let name = "nemesis_server_killed_and_restarted";
-    let Some(restart) = factory.restart() else {
-        return unsupported("private server to restart", "restart");
-    };
-    if let Some(reason) = restart.unavailable_reason() {
-        return unavailable(reason);
-    }
-    let private = match restart.start_private().await {
+    let private = match super::restart::start_private(&factory).await {
         Ok(private) => private,
-        Err(error) => {
-            return CaseOutcome::Failed(format!(
-                "factory could not start a private server: {error}"
-            ))
-        }
+        Err(outcome) => return outcome,
     };
     let store = Arc::new(private.store);
     let server = tokio::sync::Mutex::new(private.server);

@@ -140,7 +140,7 @@ impl<S: Store> Workload<S> {
 
     /// Reads back, through `reader` (recorded into the same history), every
     /// record and job the history names.
-    pub(crate) async fn read_back(&self, reader: &(impl LeaseStore + JobQueue)) {
+    pub(crate) async fn read_back(&self, reader: &impl JobQueue) {
         let mut records = BTreeSet::new();
         let mut jobs = BTreeSet::new();
         for entry in self.history.entries() {
