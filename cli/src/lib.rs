@@ -21,22 +21,30 @@
 //! except `migrate`, and never create a SQLite file, except `migrate`: a
 //! mistyped URL answers an error instead of an empty new store.
 //!
+//! `tenure check-history FILE` needs no store: it judges a history of store
+//! calls recorded by the conformance kit ([`tenure::conformance::history`],
+//! one JSON entry a line; `-` reads standard input) against the contract's
+//! safety properties, and exits 1 when the history breaks one.
+//!
 //! Exit codes: 0 done; 1 not found or refused (no such id, a takeover the
 //! store declined, a failed deployment check, a schema this version does
-//! not know); 2 usage (a bad argument, duration, JSON payload, or URL); 3
-//! the store is unavailable or did not answer in time (retry when it is
-//! back).
+//! not know, a history that breaks a safety property); 2 usage (a bad
+//! argument, duration, JSON payload, or URL, a history file that cannot be
+//! read); 3 the store is unavailable or did not answer in time (retry when
+//! it is back).
 //!
 //! The binary calls [`main`]; the commands are described by `tenure --help`
 //! and `tenure <command> --help`.
 
 use std::fmt::Write as _;
 use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
+use tenure::conformance::history;
 use tenure::queue::{Job, JobState, NewJob, OperatorRetry};
 use tenure::{
     Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Store, Takeover,
@@ -60,8 +68,11 @@ const EXIT_UNAVAILABLE: u8 = 3;
 /// Inspect and repair the leases and jobs of a tenure store.
 #[derive(Debug, Parser)]
 #[command(name = "tenure", version, about, long_about = None)]
-#[command(after_help = "Exit codes: 0 done, 1 not found or refused, 2 usage, \
-                        3 store unavailable (retry when it is back).")]
+#[command(
+    after_help = "Exit codes: 0 done, 1 not found or refused (or a history \
+                        that breaks a safety property), 2 usage, 3 store unavailable \
+                        (retry when it is back)."
+)]
 struct Cli {
     /// The store: memory:, sqlite:PATH, postgres://..., redis://... (?schema= for
     /// PostgreSQL, ?namespace= for Redis). Wins over TENURE_URL.
@@ -142,6 +153,25 @@ enum Command {
     /// A live view of the active leases and their expiries, refreshed until
     /// Ctrl-C.
     Watch(WatchArgs),
+    /// Check a recorded history of store calls against the contract's
+    /// safety properties. Needs no store. Exit 1 when one is broken.
+    ///
+    /// The history is JSON lines, one entry a line, as the conformance
+    /// kit's history recorder writes them (`tenure::conformance::history`).
+    /// The properties: fences grow, exclusive ownership, gates never go
+    /// back, acknowledged writes are kept; each violation is printed with
+    /// the two or three entries that show it. Exit 2 when the file cannot
+    /// be read or a line is not an entry. --url is ignored.
+    #[command(name = "check-history")]
+    CheckHistory {
+        /// The history file; `-` reads standard input.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Print a JSON summary (counts, violations by property, excerpts)
+        /// instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -273,6 +303,13 @@ type Outcome = Result<(), Failure>;
 /// on bad usage), runs the command, and answers the exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::CheckHistory { file, json } = &cli.command {
+        // Judged offline: no store, no URL, no runtime.
+        return match check_history(file, *json) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(failure) => report("", failure),
+        };
+    }
     let Some(url) = cli.url.clone() else {
         Cli::command()
             .error(
@@ -420,7 +457,7 @@ async fn run(url: &str, command: Command) -> Outcome {
             }
         }
         Command::Watch(args) => watch(store, args).await,
-        Command::Migrate | Command::Check { .. } => Ok(()),
+        Command::Migrate | Command::Check { .. } | Command::CheckHistory { .. } => Ok(()),
     }
 }
 
@@ -753,6 +790,91 @@ async fn check(url: &str, json: bool) -> Outcome {
         )));
     }
     Ok(())
+}
+
+/// `tenure check-history`: reads the history at `file` (`-`: standard
+/// input), prints the checker's verdict, and fails with exit 1 when it
+/// names a violation.
+fn check_history(file: &Path, json: bool) -> Outcome {
+    let verdict = history::check(&read_history(file)?);
+    if json {
+        print_json(&verdict_json(&verdict))?;
+    } else {
+        let text = verdict.to_string();
+        if text.ends_with('\n') {
+            print!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+    if verdict.is_clean() {
+        return Ok(());
+    }
+    let broken: Vec<String> = history::Property::ALL
+        .into_iter()
+        .filter(|property| verdict.count(*property) > 0)
+        .map(|property| format!("{property} ({})", verdict.count(property)))
+        .collect();
+    Err(Failure::Refused(format!(
+        "the history in {} breaks {}",
+        shown_file(file),
+        broken.join(", ")
+    )))
+}
+
+/// The history's entries; exit 2 when the file cannot be read or a line is
+/// not an entry.
+fn read_history(file: &Path) -> Result<Vec<history::Entry>, Failure> {
+    let read = if file.as_os_str() == "-" {
+        history::read_json_lines(std::io::stdin().lock())
+    } else {
+        std::fs::File::open(file)
+            .and_then(|opened| history::read_json_lines(std::io::BufReader::new(opened)))
+    };
+    read.map_err(|error| {
+        Failure::Usage(format!(
+            "cannot read the history in {}: {error}",
+            shown_file(file)
+        ))
+    })
+}
+
+/// The file as messages name it.
+fn shown_file(file: &Path) -> String {
+    if file.as_os_str() == "-" {
+        "standard input".to_owned()
+    } else {
+        file.display().to_string()
+    }
+}
+
+/// The verdict as `check-history --json` prints it.
+fn verdict_json(verdict: &history::Verdict) -> serde_json::Value {
+    let violations: serde_json::Map<String, serde_json::Value> = history::Property::ALL
+        .into_iter()
+        .map(|property| (property.name().to_owned(), verdict.count(property).into()))
+        .collect();
+    let excerpts: Vec<serde_json::Value> = verdict
+        .violations
+        .iter()
+        .map(|violation| {
+            serde_json::json!({
+                "property": violation.property.name(),
+                "explanation": violation.explanation,
+                "entries": violation.excerpt,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "clean": verdict.is_clean(),
+        "calls": verdict.calls,
+        "unknown": verdict.unknown,
+        "ownership_changes": verdict.ownership_changes,
+        "writes_accepted": verdict.writes_accepted,
+        "writes_refused": verdict.writes_refused,
+        "violations": violations,
+        "excerpts": excerpts,
+    })
 }
 
 async fn watch(store: &dyn Store, args: WatchArgs) -> Outcome {

@@ -25,7 +25,9 @@ pub enum Property {
     /// No two owners' acknowledged ownerships of one scope, lease or job
     /// overlap in time. An ownership lasts from its answer until the send of
     /// its last confirmed renewal (or of the grant itself) plus the ttl, or
-    /// until its owner sent its release.
+    /// until its owner sent its release (a terminal write or a stop), or an
+    /// admission of its own that interrupted it (or, its outcome unknown,
+    /// may have).
     ExclusiveOwnership,
     /// A resource never accepts a write holding a fence lower than one it
     /// accepted before the write was sent (through a gate, or unchecked in
@@ -208,6 +210,9 @@ fn fences_handed_out(entry: &Entry) -> Vec<u64> {
     }
 }
 
+/// An entry, by its index, and a value it carries.
+type Valued = (usize, u64);
+
 /// For each entry of `candidates` (an index into `entries` and a value),
 /// its own value and the greatest value among the candidates answered
 /// strictly before it was sent, with the entry holding it: one sweep over
@@ -215,7 +220,7 @@ fn fences_handed_out(entry: &Entry) -> Vec<u64> {
 fn greatest_answered_before(
     entries: &[Entry],
     candidates: &[(usize, u64)],
-) -> Vec<(usize, u64, Option<(usize, u64)>)> {
+) -> Vec<(usize, u64, Option<Valued>)> {
     let mut by_answer: Vec<(usize, u64)> = candidates.to_vec();
     by_answer.sort_by_key(|&(index, _)| entries[index].answered);
     let mut by_send: Vec<(usize, u64)> = candidates.to_vec();
@@ -581,8 +586,13 @@ fn check_gates(entries: &[Entry], verdict: &mut Verdict) {
             _ => {}
         }
     }
+    // A purge of gates may forget one, which then accepts any fence again.
+    let gates_purged = first_sent(entries, "purge_fences");
     for (resource, writes) in accepted {
         for (index, own, before) in greatest_answered_before(entries, &writes) {
+            if gates_purged.is_some_and(|purged| purged < entries[index].sent) {
+                continue;
+            }
             if let Some((earlier, fence)) = before.filter(|&(_, fence)| own < fence) {
                 verdict.found(
                     Property::GateNeverGoesBack,
@@ -595,6 +605,16 @@ fn check_gates(entries: &[Entry], verdict: &mut Verdict) {
             }
         }
     }
+}
+
+/// When the first call of the operation `name` (recorded as
+/// [`Call::Other`]) was sent.
+fn first_sent(entries: &[Entry], name: &str) -> Option<u64> {
+    entries
+        .iter()
+        .filter(|entry| matches!(&entry.call, Call::Other { name: called } if called == name))
+        .map(|entry| entry.sent)
+        .min()
 }
 
 fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
@@ -612,17 +632,23 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
             *last = index;
         }
     }
-    let read_after = |reads: &HashMap<&str, usize>, id: &str, write: &Entry| {
-        reads
-            .get(id)
-            .copied()
-            .filter(|&read| entries[read].sent > write.answered)
-    };
+    // A purge may remove what finished; what is read after one is not judged.
+    let (records_purged, jobs_purged) = (
+        first_sent(entries, "purge"),
+        first_sent(entries, "purge_jobs"),
+    );
+    let read_after =
+        |reads: &HashMap<&str, usize>, purged: Option<u64>, id: &str, write: &Entry| {
+            reads.get(id).copied().filter(|&read| {
+                entries[read].sent > write.answered
+                    && purged.is_none_or(|purged| purged > entries[read].answered)
+            })
+        };
     let mut completions: HashMap<&str, usize> = HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
         match (&entry.call, &entry.reply) {
             (Call::Admit { .. }, Reply::Admitted { record, .. }) => {
-                if let Some(read) = read_after(&last_record, &record.id, entry) {
+                if let Some(read) = read_after(&last_record, records_purged, &record.id, entry) {
                     if matches!(entries[read].reply, Reply::Record { record: None }) {
                         verdict.found(
                             Property::AcknowledgedWritesKept,
@@ -644,7 +670,7 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
                 },
                 Reply::Taken { record: written },
             ) if is_terminal(written.status) => {
-                if let Some(read) = read_after(&last_record, &written.id, entry) {
+                if let Some(read) = read_after(&last_record, records_purged, &written.id, entry) {
                     let kept = matches!(&entries[read].reply, Reply::Record { record: Some(now) }
                         if now.status == written.status && now.fence == written.fence);
                     if !kept {
@@ -661,7 +687,7 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
             }
             (Call::Enqueue { .. }, Reply::Jobs { jobs }) => {
                 for job in jobs {
-                    if let Some(read) = read_after(&last_job, &job.id, entry) {
+                    if let Some(read) = read_after(&last_job, jobs_purged, &job.id, entry) {
                         if matches!(&entries[read].reply, Reply::Jobs { jobs } if jobs.is_empty()) {
                             verdict.found(
                                 Property::AcknowledgedWritesKept,
@@ -689,7 +715,7 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
                     } else {
                         completions.insert(&job.id, index);
                     }
-                    if let Some(read) = read_after(&last_job, &job.id, entry) {
+                    if let Some(read) = read_after(&last_job, jobs_purged, &job.id, entry) {
                         let kept = matches!(&entries[read].reply, Reply::Jobs { jobs }
                             if jobs.iter().any(|now| now.state == JobState::Completed
                                 && now.fence == job.fence));
