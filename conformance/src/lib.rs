@@ -53,6 +53,12 @@
 //! * [`Factory::deployment`] ([`suites::deployment::DeploymentSupport`]):
 //!   misdeployments the factory can stage and connect to, whose typed
 //!   refusal [`tenure_deployment_conformance!`] checks.
+//! * [`Factory::nemeses`] ([`suites::nemesis::NemesisSupport`]): a store on
+//!   the real clock, for [`tenure_nemesis_conformance!`], which records a
+//!   racing workload under faults (lost replies, hangs, clock steps, and,
+//!   with the capabilities above, partitions, a killed server, paused and
+//!   killed owner processes) and checks the whole history with
+//!   [`history::check`].
 //!
 //! ```ignore
 //! tenure_conformance::tenure_network_conformance!(MyFactory::from_env());
@@ -61,6 +67,15 @@
 //!
 //! Every skip line, of the kit and of a backend's own tests, is printed by
 //! [`report_skip`].
+//!
+//! ## Histories
+//!
+//! [`history`] records what clients asked a store and what they were
+//! answered ([`history::History::client`], one layer per client) and
+//! checks a whole history against the contract's safety properties
+//! ([`history::check`]): fences grow, owners never overlap, gates never go
+//! back, acknowledged writes stay. Use it on your own soak as well as the
+//! kit does.
 //!
 //! ## Fault and damage cases
 //!
