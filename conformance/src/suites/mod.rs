@@ -131,13 +131,22 @@ pub(crate) async fn guarded<Fut>(scenario: Fut) -> CaseOutcome
 where
     Fut: Future<Output = CaseResult>,
 {
-    match tokio::time::timeout(CASE_TIMEOUT, AssertUnwindSafe(scenario).catch_unwind()).await {
+    guarded_within(CASE_TIMEOUT, scenario).await
+}
+
+/// [`guarded`], bounded by `limit`: for scenarios whose length is set by
+/// the run (a soak).
+pub(crate) async fn guarded_within<Fut>(limit: std::time::Duration, scenario: Fut) -> CaseOutcome
+where
+    Fut: Future<Output = CaseResult>,
+{
+    match tokio::time::timeout(limit, AssertUnwindSafe(scenario).catch_unwind()).await {
         Ok(Ok(Ok(()))) => CaseOutcome::Passed,
         Ok(Ok(Err(failure))) => CaseOutcome::Failed(failure.0),
         Ok(Err(panic)) => {
             CaseOutcome::Failed(format!("case panicked: {}", panic_message(panic.as_ref())))
         }
-        Err(_) => CaseOutcome::Failed(format!("case did not finish within {CASE_TIMEOUT:?}")),
+        Err(_) => CaseOutcome::Failed(format!("case did not finish within {limit:?}")),
     }
 }
 

@@ -49,7 +49,9 @@ use tenure_lease_core::{Clock, SystemClock, Timestamp};
 pub use owners::OWNERS_VAR;
 pub use workload::Store;
 
-use super::{conclude, define_suite, guarded, report_note, runtime, unavailable, unsupported};
+use super::{
+    conclude, define_suite, guarded_within, report_note, runtime, unavailable, unsupported,
+};
 use crate::harness::{CaseOutcome, Factory, Failure};
 use crate::history::{check, write_json_lines, Property, Verdict};
 use workload::{Workload, Writes, GRACE, TTL};
@@ -141,6 +143,12 @@ fn run_for() -> Duration {
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(DEFAULT_SECONDS);
     Duration::from_secs(seconds.max(1))
+}
+
+/// How long a workload scenario may take before it counts as hung: the
+/// kit's case bound, plus twice the workload's length.
+fn case_bound() -> Duration {
+    crate::harness::CASE_TIMEOUT + run_for() * 2
 }
 
 /// The run's seed: [`SEED_VAR`](crate::suites::process::SEED_VAR) when
@@ -320,8 +328,10 @@ where
     };
     let bases = vec![Arc::clone(&store); CLIENTS];
     let reader = Arc::clone(&store);
-    let outcome =
-        guarded(async move { judge(play(name, &bases, reader, writes, nemesis).await) }).await;
+    let outcome = guarded_within(case_bound(), async move {
+        judge(play(name, &bases, reader, writes, nemesis).await)
+    })
+    .await;
     super::with_cleanup(outcome, factory.teardown(&store).await)
 }
 
@@ -503,7 +513,7 @@ where
         .map(|(_, faults)| Arc::clone(faults))
         .collect();
     let reader = Arc::clone(&direct);
-    let outcome = guarded(async move {
+    let outcome = guarded_within(case_bound(), async move {
         let cutting = {
             let proxies = proxies.clone();
             move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
@@ -555,7 +565,7 @@ where
     let store = Arc::new(private.store);
     let server = tokio::sync::Mutex::new(private.server);
     let bases = vec![Arc::clone(&store); CLIENTS];
-    guarded(async move {
+    guarded_within(case_bound(), async move {
         let restarts = Arc::new(AtomicUsize::new(0));
         let server = Arc::new(server);
         let killing = {

@@ -27,7 +27,7 @@ use super::{Store, OWNER_VAR};
 use crate::harness::{CaseOutcome, Factory, Failure};
 use crate::history::{check, monotonic_nanos, Entry, History, Property};
 use crate::suites::process::SharedStore;
-use crate::suites::{guarded, report_note, unavailable, unsupported, with_cleanup};
+use crate::suites::{guarded_within, report_note, unavailable, unsupported, with_cleanup};
 
 /// Prefix of every line a child prints for its parent.
 const MARK: &str = "tenure-nemesis ";
@@ -38,6 +38,11 @@ const WRITE_EVERY: Duration = Duration::from_millis(15);
 /// Bound on one step of the protocol, or on the store judging a lease
 /// lapsed: far above any healthy wait, so only a hang fails.
 const STEP_BOUND: Duration = Duration::from_secs(30);
+/// How long the rival asks for a paused owner's lease before it takes the
+/// owner to hold a lock the store needs, and resumes it.
+const PAUSED_TAKEOVER_BOUND: Duration = Duration::from_secs(5);
+/// Added to the scenario's bound per owner: far above a healthy round.
+const PER_OWNER_BOUND: Duration = Duration::from_secs(10);
 /// How often the rival asks for the lapsed lease.
 const TAKEOVER_POLL: Duration = Duration::from_millis(5);
 /// Owners paused or killed per scenario unless [`OWNERS_VAR`] says.
@@ -105,13 +110,12 @@ where
         }
     };
     let store = Arc::new(store);
-    let outcome = guarded(play_rounds(
-        Arc::clone(&store),
-        test.to_owned(),
-        address,
-        name,
-        blow,
-    ))
+    let bound = crate::harness::CASE_TIMEOUT
+        + PER_OWNER_BOUND * u32::try_from(owners()).unwrap_or(u32::MAX);
+    let outcome = guarded_within(
+        bound,
+        play_rounds(Arc::clone(&store), test.to_owned(), address, name, blow),
+    )
     .await;
     with_cleanup(outcome, factory.teardown(&store).await)
 }
@@ -228,6 +232,7 @@ async fn play_rounds<S: Store>(
     let rounds = owners();
     let mut owner: Option<Owner> = None;
     let (mut noticed, mut taken_after_death, mut refused) = (Vec::new(), Vec::new(), 0usize);
+    let mut pauses_holding_a_lock = 0usize;
     for round in 0..rounds {
         let current = match owner.take() {
             Some(owner) => owner,
@@ -257,7 +262,24 @@ async fn play_rounds<S: Store>(
             Blow::Kill => current.signal("-KILL")?,
         }
         let (id, scope) = (format!("{name}-{round}"), format!("{name}-scope-{round}"));
-        let taken = take_over(&rival, &id).await?;
+        let mut resumed = None;
+        let taken = match take_over(&rival, &id, PAUSED_TAKEOVER_BOUND).await? {
+            Some(taken) => taken,
+            None => {
+                // The owner was stopped holding something the store needs
+                // (SQLite's and the file store's write lock): nobody can take
+                // over until it runs again, and then its keeper, past its
+                // deadline, must stop and let the lease lapse.
+                if blow == Blow::Pause {
+                    resumed = Some(monotonic_nanos());
+                    current.signal("-CONT")?;
+                    pauses_holding_a_lock += 1;
+                }
+                take_over(&rival, &id, STEP_BOUND).await?.ok_or_else(|| {
+                    Failure(format!("the store never let the rival take {id} over"))
+                })?
+            }
+        };
         let taken_at = monotonic_nanos();
         if taken_at < deadline {
             return Err(Failure(format!(
@@ -285,8 +307,14 @@ async fn play_rounds<S: Store>(
                 drop(current);
             }
             Blow::Pause => {
-                let resumed = monotonic_nanos();
-                current.signal("-CONT")?;
+                let resumed = match resumed {
+                    Some(resumed) => resumed,
+                    None => {
+                        let resumed = monotonic_nanos();
+                        current.signal("-CONT")?;
+                        resumed
+                    }
+                };
                 let (current, lost) = blocking(current, |owner| owner.expect("lost")).await?;
                 let lost_at: u64 = lost.trim().parse().map_err(failure)?;
                 noticed.push(Duration::from_nanos(lost_at.saturating_sub(resumed)));
@@ -314,7 +342,11 @@ async fn play_rounds<S: Store>(
     }
     let verdict = check(&history.entries());
     let timing = match blow {
-        Blow::Pause => format!("loss noticed after resume: {}", spread(noticed)),
+        Blow::Pause => format!(
+            "loss noticed after resume: {}; paused holding the store's lock (taken over only \
+             after the resume): {pauses_holding_a_lock}",
+            spread(noticed)
+        ),
         Blow::Kill => format!(
             "death to the successor's first accepted write: {} (ttl {TTL:?} + grace {GRACE:?} + one beat {:?})",
             spread(taken_after_death),
@@ -361,16 +393,18 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-/// Asks for the lease until the store judges it lapsed and hands it over.
+/// Asks for the lease until the store judges it lapsed and hands it over,
+/// for at most `bound`; `None` when it did not within it.
 async fn take_over<R: LeaseStore>(
     rival: &R,
     id: &str,
-) -> Result<tenure_lease_core::LeaseRecord, Failure> {
+    bound: Duration,
+) -> Result<Option<tenure_lease_core::LeaseRecord>, Failure> {
     let request = TakeoverRequest::adopt(id, "rival", Some(TTL)).grace(GRACE);
-    let deadline = tokio::time::Instant::now() + STEP_BOUND;
+    let deadline = tokio::time::Instant::now() + bound;
     while tokio::time::Instant::now() < deadline {
         match rival.claim_for_takeover(&request).await {
-            Ok(Takeover::Taken(record)) => return Ok(record),
+            Ok(Takeover::Taken(record)) => return Ok(Some(record)),
             Ok(Takeover::NotTaken(tenure_lease_core::NotTakenReason::LeaseValid { .. }))
             | Err(_) => {
                 tokio::time::sleep(TAKEOVER_POLL).await;
@@ -378,9 +412,7 @@ async fn take_over<R: LeaseStore>(
             Ok(other) => return Err(Failure(format!("the lapsed lease {id} answered {other:?}"))),
         }
     }
-    Err(Failure(format!(
-        "the store never let the rival take {id} over"
-    )))
+    Ok(None)
 }
 
 /// The child's side: opens the shared store, holds what the parent asks
