@@ -120,8 +120,10 @@ pub enum Input<'a> {
     Takeover(&'a TakeoverRequest),
     /// [`LeaseStore::list_expired`].
     ListExpired(&'a ExpiredQuery),
-    /// [`LeaseStore::get`] and [`JobQueue::get_job`]: the id read.
+    /// [`LeaseStore::get`]: the id read.
     Get(&'a str),
+    /// [`JobQueue::get_job`]: the id read.
+    GetJob(&'a str),
     /// [`LeaseStore::list_by_scope`]: the scope.
     ListByScope(&'a str),
     /// [`JobQueue::enqueue`] (one job) and [`JobQueue::enqueue_batch`].
@@ -836,7 +838,7 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        let operation = Operation::on("get_job", id, Input::Get(id));
+        let operation = Operation::on("get_job", id, Input::GetJob(id));
         self.hook.call(operation, self.inner.get_job(id)).await
     }
 

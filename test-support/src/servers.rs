@@ -178,16 +178,18 @@ impl PrivatePostgres {
     /// kept), keeps it down for `down_for`, and starts it again on the same
     /// data and port; answers once it accepts connections again.
     pub async fn restart(&self, down_for: Duration) -> io::Result<()> {
-        self.pg_ctl(PgCtl::Stop).await?;
-        tokio::time::sleep(down_for).await;
-        self.pg_ctl(PgCtl::Start).await
+        self.stop_and_start(PgCtl::Stop, down_for).await
     }
 
     /// Like [`restart`](Self::restart), but an immediate stop: every server
     /// process quits at once, with no checkpoint, as after a kill, and the
     /// next start recovers from the write-ahead log.
     pub async fn crash_restart(&self, down_for: Duration) -> io::Result<()> {
-        self.pg_ctl(PgCtl::Crash).await?;
+        self.stop_and_start(PgCtl::Crash, down_for).await
+    }
+
+    async fn stop_and_start(&self, stop: PgCtl, down_for: Duration) -> io::Result<()> {
+        self.pg_ctl(stop).await?;
         tokio::time::sleep(down_for).await;
         self.pg_ctl(PgCtl::Start).await
     }

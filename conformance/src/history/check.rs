@@ -6,7 +6,7 @@
 //! clients were given contradicts the contract, and a violation is a
 //! contradiction shown by the entries named with it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use tenure_lease_core::queue::JobState;
@@ -120,6 +120,16 @@ impl Verdict {
             .count()
     }
 
+    /// The count of every property, as `fences_grow 0, exclusive_ownership
+    /// 0, ...`: the form the kit's report lines use.
+    pub fn counts(&self) -> String {
+        Property::ALL
+            .iter()
+            .map(|property| format!("{property} {}", self.count(*property)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn found(&mut self, property: Property, explanation: String, excerpt: &[&Entry]) {
         self.violations.push(Violation {
             property,
@@ -146,11 +156,7 @@ impl fmt::Display for Verdict {
         if self.is_clean() {
             return f.write_str("no violation");
         }
-        let counts: Vec<String> = Property::ALL
-            .iter()
-            .map(|property| format!("{property} {}", self.count(*property)))
-            .collect();
-        writeln!(f, "violations: {}", counts.join(", "))?;
+        writeln!(f, "violations: {}", self.counts())?;
         for property in Property::ALL {
             let mut shown = self
                 .violations
@@ -318,15 +324,17 @@ fn grants(entries: &[Entry]) -> Vec<Grant> {
             (
                 Call::Takeover {
                     claimer,
-                    adopt_ttl_us,
+                    adopt,
+                    ttl_us,
                     ..
                 },
                 Reply::Taken { record },
             ) => {
                 // A failed takeover releases the scopes as it takes the record.
-                let scopes = match adopt_ttl_us {
-                    Some(_) => record.scopes.iter().cloned().collect(),
-                    None => Vec::new(),
+                let scopes = if *adopt {
+                    record.scopes.iter().cloned().collect()
+                } else {
+                    Vec::new()
                 };
                 grants.push(Grant {
                     at,
@@ -334,7 +342,7 @@ fn grants(entries: &[Entry]) -> Vec<Grant> {
                     keys: lease_keys(&record.id, scopes),
                     id: record.id.clone(),
                     fence: record.fence,
-                    ttl_us: adopt_ttl_us.flatten(),
+                    ttl_us: *ttl_us,
                     is_job: false,
                 });
             }
@@ -418,8 +426,10 @@ fn claim_events(entries: &[Entry]) -> HashMap<ClaimKey, ClaimEvents> {
     events
 }
 
-/// The admissions that interrupted a record of their own owner, by the
-/// record's id and owner.
+/// The admissions that interrupted a record, by the record's id and the
+/// admission's owner: matched against a grant of that owner, they are the
+/// owner's own re-admissions over its record (contract §3: an owner's
+/// record is interruptible whatever its lease).
 fn self_interruptions(entries: &[Entry]) -> HashMap<(&str, &str), Vec<usize>> {
     let mut found: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -427,12 +437,10 @@ fn self_interruptions(entries: &[Entry]) -> HashMap<(&str, &str), Vec<usize>> {
             (&entry.call, &entry.reply)
         {
             for record in interrupted {
-                if record.owner.as_deref() == Some(owner.as_str()) {
-                    found
-                        .entry((record.id.as_str(), owner.as_str()))
-                        .or_default()
-                        .push(index);
-                }
+                found
+                    .entry((record.id.as_str(), owner.as_str()))
+                    .or_default()
+                    .push(index);
             }
         }
     }
@@ -509,19 +517,21 @@ fn check_ownership(entries: &[Entry], grants: &[Grant], verdict: &mut Verdict) {
         // ownership: the owner let go of it, and was told so.
         // So may one of its admissions whose outcome is unknown, on a scope
         // the record holds.
+        // Either ends it no earlier than the grant's answer, and an unknown
+        // one only if it may have been applied after the record was made.
         let maybe_interrupted = grant
             .keys
             .iter()
-            .filter(|_| !grant.is_job)
             .filter_map(|key| key.strip_prefix("scope:"))
-            .filter_map(|scope| unknown_admissions.get(&(scope, grant.owner.as_str())));
+            .filter_map(|scope| unknown_admissions.get(&(scope, grant.owner.as_str())))
+            .flatten()
+            .filter(|&&at| entries[at].answered > entry.sent);
         let interrupted_by_owner = self_interruptions
             .get(&(grant.id.as_str(), grant.owner.as_str()))
             .into_iter()
-            .chain(maybe_interrupted)
             .flatten()
-            .map(|&at| entries[at].sent)
-            .filter(|&sent| sent >= entry.answered)
+            .chain(maybe_interrupted)
+            .map(|&at| entries[at].sent.max(entry.answered))
             .min();
         if let Some(released) = interrupted_by_owner.filter(|&released| released < end) {
             end = released;
@@ -536,6 +546,8 @@ fn check_ownership(entries: &[Entry], grants: &[Grant], verdict: &mut Verdict) {
             });
         }
     }
+    // One overlapping pair is one violation, however many keys it shares.
+    let mut reported: HashSet<(usize, usize)> = HashSet::new();
     for (key, mut held) in by_key {
         held.sort_by_key(|each| each.start);
         let mut open: Vec<&Held> = Vec::new();
@@ -543,7 +555,7 @@ fn check_ownership(entries: &[Entry], grants: &[Grant], verdict: &mut Verdict) {
             open.retain(|earlier| earlier.end > later.start);
             for earlier in &open {
                 let (first, second) = (&grants[earlier.grant], &grants[later.grant]);
-                if first.owner == second.owner {
+                if !reported.insert((earlier.grant, later.grant)) {
                     continue;
                 }
                 let mut excerpt = vec![&entries[first.at]];
@@ -590,7 +602,7 @@ fn check_gates(entries: &[Entry], verdict: &mut Verdict) {
     let gates_purged = first_sent(entries, "purge_fences");
     for (resource, writes) in accepted {
         for (index, own, before) in greatest_answered_before(entries, &writes) {
-            if gates_purged.is_some_and(|purged| purged < entries[index].sent) {
+            if gates_purged.is_some_and(|purged| purged < entries[index].answered) {
                 continue;
             }
             if let Some((earlier, fence)) = before.filter(|&(_, fence)| own < fence) {
@@ -664,12 +676,9 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
                     record: Some(written),
                 },
             )
-            | (
-                Call::Takeover {
-                    adopt_ttl_us: None, ..
-                },
-                Reply::Taken { record: written },
-            ) if is_terminal(written.status) => {
+            | (Call::Takeover { adopt: false, .. }, Reply::Taken { record: written })
+                if is_terminal(written.status) =>
+            {
                 if let Some(read) = read_after(&last_record, records_purged, &written.id, entry) {
                     let kept = matches!(&entries[read].reply, Reply::Record { record: Some(now) }
                         if now.status == written.status && now.fence == written.fence);
@@ -706,7 +715,11 @@ fn check_kept(entries: &[Entry], verdict: &mut Verdict) {
                 Reply::Settles { settled },
             ) => {
                 for job in settled.iter().flatten() {
-                    if let Some(&first) = completions.get(job.id.as_str()) {
+                    // A purge may have removed the first, and the id been
+                    // enqueued again.
+                    let purged_since = jobs_purged.is_some_and(|purged| purged < entry.answered);
+                    if let Some(&first) = completions.get(job.id.as_str()).filter(|_| !purged_since)
+                    {
                         verdict.found(
                             Property::AcknowledgedWritesKept,
                             format!("job {} was completed twice, both acknowledged", job.id),

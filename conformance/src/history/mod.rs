@@ -119,9 +119,11 @@ pub enum Call {
         id: String,
         /// The claimer.
         claimer: String,
-        /// `Some(lease)` to adopt it (lease `None`: no lease), `None` to
-        /// fail it.
-        adopt_ttl_us: Option<Option<u64>>,
+        /// Whether the claimer adopts it (else it fails it).
+        adopt: bool,
+        /// The adopter's lease, in microseconds; `None` for no lease (and
+        /// for a failing takeover).
+        ttl_us: Option<u64>,
     },
     /// `enqueue` and `enqueue_batch`.
     Enqueue {
@@ -447,8 +449,9 @@ impl Call {
             Input::Takeover(request) => Call::Takeover {
                 id: request.id.clone(),
                 claimer: request.claimer.clone(),
-                adopt_ttl_us: match &request.action {
-                    TakeoverAction::Adopt { ttl } => Some(ttl.map(micros)),
+                adopt: matches!(request.action, TakeoverAction::Adopt { .. }),
+                ttl_us: match &request.action {
+                    TakeoverAction::Adopt { ttl } => ttl.map(micros),
                     TakeoverAction::Fail { .. } => None,
                 },
             },
@@ -487,7 +490,7 @@ impl Call {
                 resource: resource.to_owned(),
                 fence,
             },
-            Input::Get(id) if operation.name == "get_job" => Call::GetJob { id: id.to_owned() },
+            Input::GetJob(id) => Call::GetJob { id: id.to_owned() },
             Input::Get(id) => Call::Get { id: id.to_owned() },
             _ => Call::Other {
                 name: operation.name.to_owned(),

@@ -188,10 +188,6 @@ struct Run {
 
 impl Run {
     fn line(&self) -> String {
-        let counts: Vec<String> = Property::ALL
-            .iter()
-            .map(|property| format!("{property} {}", self.verdict.count(*property)))
-            .collect();
         format!(
             "seed {}: {} calls, {} faults injected, {} unknown outcomes, {} ownership changes, \
              {} stale writes tried ({} refused); violations: {}",
@@ -202,7 +198,7 @@ impl Run {
             self.verdict.ownership_changes,
             self.stale_writes,
             self.verdict.writes_refused,
-            counts.join(", ")
+            self.verdict.counts()
         )
     }
 
@@ -253,10 +249,7 @@ where
     let until = tokio::time::Instant::now() + length;
     let faults = tokio::spawn(nemesis(Arc::clone(&workload), until));
     workload.play(length, seed).await;
-    let faults = faults.await.unwrap_or(0);
-    for index in 0..workload.clients.len() {
-        workload.faults(index).release_hangs();
-    }
+    let faults = counted(faults.await);
     let reader = reader.layer(workload.history.client("final-reads"));
     workload.read_back(&reader).await;
     let entries = workload.history.entries();
@@ -266,6 +259,15 @@ where
         faults,
         stale_writes: workload.tally.stale_writes.load(Ordering::Relaxed),
         seed,
+    }
+}
+
+/// What a nemesis task counted; its panic, raised again.
+fn counted(joined: Result<usize, tokio::task::JoinError>) -> usize {
+    match joined {
+        Ok(count) => count,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => 0,
     }
 }
 
@@ -462,7 +464,7 @@ where
                 forward = !forward;
                 steps += 1;
             }
-            faults.await.unwrap_or(0) + steps
+            counted(faults.await) + steps
         }
     };
     on_one_store(&factory, clock, name, Writes::Gated, stepping, |run| {
@@ -483,14 +485,9 @@ where
     let Some(network) = factory.network() else {
         return unsupported("network to cut", "network");
     };
-    if let Some(reason) = factory.unavailable_reason() {
-        return unavailable(reason);
-    }
-    let direct = match factory.create().await {
-        Ok(subject) => Arc::new(subject.store),
-        Err(error) => {
-            return CaseOutcome::Failed(format!("factory could not create a store: {error}"))
-        }
+    let direct = match real_time_store(&factory, Arc::new(SystemClock)).await {
+        Ok(store) => store,
+        Err(outcome) => return outcome,
     };
     let mut behind = Vec::new();
     for _ in 0..CLIENTS / 2 {
@@ -535,7 +532,7 @@ where
                 for proxy in &proxies {
                     proxy.heal();
                 }
-                faults.await.unwrap_or(0) + cuts
+                counted(faults.await) + cuts
             }
         };
         let run = play(name, &bases, reader, Writes::Gated, cutting).await;
@@ -577,7 +574,7 @@ where
                 if server.lock().await.kill_and_restart(TTL * 2).await.is_ok() {
                     restarts.fetch_add(1, Ordering::Relaxed);
                 }
-                faults.await.unwrap_or(0) + restarts.load(Ordering::Relaxed)
+                counted(faults.await) + restarts.load(Ordering::Relaxed)
             }
         };
         let run = play(name, &bases, store, Writes::Gated, killing).await;

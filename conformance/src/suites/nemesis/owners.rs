@@ -2,9 +2,11 @@
 //! process of the same test binary holds a lease and writes through the
 //! gate; the parent stops it with `SIGSTOP` (or kills it with `SIGKILL`),
 //! takes the lease over once the store judges it lapsed, writes with the
-//! new fence, and (paused) resumes it. The child records its calls into a
-//! history of its own and hands it over at the end; the parent checks both
-//! together.
+//! new fence, and (paused) resumes it. A paused owner records its calls
+//! into a history of its own and hands it over at the end, and the parent
+//! checks both together; a killed owner's history dies with it, so there
+//! the parent checks its own, and that no takeover lands before the
+//! deadline the owner last said it had confirmed.
 //!
 //! The protocol runs over the child's stdin and stdout, one line a step,
 //! every child line prefixed with [`MARK`]: the parent says `own ID SCOPE`,
@@ -20,12 +22,14 @@ use std::time::Duration;
 
 use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig};
 use tenure_lease_core::layer::LayerExt as _;
-use tenure_lease_core::{FenceCheck, FenceStore, Keeper, LeaseStore, Takeover, TakeoverRequest};
+use tenure_lease_core::{
+    FenceCheck, FenceStore, Keeper, LeaseStore, NotTakenReason, Takeover, TakeoverRequest,
+};
 
 use super::workload::{GRACE, TTL};
 use super::{Store, OWNER_VAR};
 use crate::harness::{CaseOutcome, Factory, Failure};
-use crate::history::{check, monotonic_nanos, Entry, History, Property};
+use crate::history::{check, monotonic_nanos, Entry, History};
 use crate::suites::process::SharedStore;
 use crate::suites::{guarded_within, report_note, unavailable, unsupported, with_cleanup};
 
@@ -43,6 +47,8 @@ const STEP_BOUND: Duration = Duration::from_secs(30);
 const PAUSED_TAKEOVER_BOUND: Duration = Duration::from_secs(5);
 /// Added to the scenario's bound per owner: far above a healthy round.
 const PER_OWNER_BOUND: Duration = Duration::from_secs(10);
+/// Admissions an owner tries before it gives up on an `Err`.
+const ADMIT_TRIES: usize = 5;
 /// How often the rival asks for the lapsed lease.
 const TAKEOVER_POLL: Duration = Duration::from_millis(5);
 /// Owners paused or killed per scenario unless [`OWNERS_VAR`] says.
@@ -140,13 +146,11 @@ impl Owner {
             .map_err(failure)?;
         let stdin = child.stdin.take().ok_or_else(|| failure("no stdin"))?;
         let stdout = BufReader::new(child.stdout.take().ok_or_else(|| failure("no stdout"))?);
-        let mut owner = Owner {
+        Ok(Owner {
             child,
             stdin,
             stdout,
-        };
-        owner.expect("ready")?;
-        Ok(owner)
+        })
     }
 
     fn say(&mut self, line: &str) -> Result<(), Failure> {
@@ -237,16 +241,14 @@ async fn play_rounds<S: Store>(
         let current = match owner.take() {
             Some(owner) => owner,
             None => {
-                let (test, address) = (test.clone(), address.clone());
-                let name = format!("owner-{round}");
-                tokio::task::spawn_blocking(move || Owner::spawn(&test, &address, &name))
-                    .await
-                    .map_err(failure)??
+                let spawned = Owner::spawn(&test, &address, &format!("owner-{round}"))?;
+                blocking(spawned, |owner| owner.expect("ready")).await?.0
             }
         };
         let (id, scope) = (format!("{name}-{round}"), format!("{name}-scope-{round}"));
+        let own = format!("own {id} {scope}");
         let (current, holding) = blocking(current, move |owner| {
-            owner.say(&format!("own {id} {scope}"))?;
+            owner.say(&own)?;
             owner.expect("holding")
         })
         .await?;
@@ -261,7 +263,6 @@ async fn play_rounds<S: Store>(
             Blow::Pause => current.signal("-STOP")?,
             Blow::Kill => current.signal("-KILL")?,
         }
-        let (id, scope) = (format!("{name}-{round}"), format!("{name}-scope-{round}"));
         let mut resumed = None;
         let taken = match take_over(&rival, &id, PAUSED_TAKEOVER_BOUND).await? {
             Some(taken) => taken,
@@ -287,13 +288,7 @@ async fn play_rounds<S: Store>(
                 (deadline - taken_at) / 1_000
             )));
         }
-        let written = rival.check_fence(&scope, taken.fence).await;
-        if !matches!(written, Ok(FenceCheck::Accepted)) {
-            return Err(Failure(format!(
-                "the rival's write with fence {} was not accepted: {written:?}",
-                taken.fence
-            )));
-        }
+        rival_writes(&rival, &scope, taken.fence).await?;
         if taken.fence <= fence {
             return Err(Failure(format!(
                 "the takeover's fence {} is not above the owner's {fence}",
@@ -353,10 +348,6 @@ async fn play_rounds<S: Store>(
             TTL / 3
         ),
     };
-    let counts: Vec<String> = Property::ALL
-        .iter()
-        .map(|property| format!("{property} {}", verdict.count(*property)))
-        .collect();
     report_note(
         name,
         &format!(
@@ -364,7 +355,7 @@ async fn play_rounds<S: Store>(
              {timing}; violations: {}",
             verdict.calls,
             verdict.unknown,
-            counts.join(", ")
+            verdict.counts()
         ),
     );
     if verdict.is_clean() {
@@ -381,20 +372,29 @@ async fn blocking<T: Send + 'static>(
     mut owner: Owner,
     step: impl FnOnce(&mut Owner) -> Result<T, Failure> + Send + 'static,
 ) -> Result<(Owner, T), Failure> {
+    let pid = owner.child.id().to_string();
     let bounded = tokio::time::timeout(
         STEP_BOUND,
         tokio::task::spawn_blocking(move || step(&mut owner).map(|answer| (owner, answer))),
     );
     match bounded.await {
         Ok(joined) => joined.map_err(failure)?,
-        Err(_) => Err(Failure(format!(
-            "the owner did not answer within {STEP_BOUND:?}"
-        ))),
+        Err(_) => {
+            // Killed, its pipe closes: the step stuck reading it ends, and
+            // no stopped child outlives the scenario.
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            Err(Failure(format!(
+                "the owner did not answer within {STEP_BOUND:?}"
+            )))
+        }
     }
 }
 
 /// Asks for the lease until the store judges it lapsed and hands it over,
-/// for at most `bound`; `None` when it did not within it.
+/// for at most `bound`; `None` when it did not within it. Each attempt is
+/// bounded too (a store may wait on a lock the paused owner holds); an
+/// attempt given up may still be applied later, so after any answer but
+/// `Taken` the rival reads the record to see whether it holds it already.
 async fn take_over<R: LeaseStore>(
     rival: &R,
     id: &str,
@@ -403,16 +403,43 @@ async fn take_over<R: LeaseStore>(
     let request = TakeoverRequest::adopt(id, "rival", Some(TTL)).grace(GRACE);
     let deadline = tokio::time::Instant::now() + bound;
     while tokio::time::Instant::now() < deadline {
-        match rival.claim_for_takeover(&request).await {
-            Ok(Takeover::Taken(record)) => return Ok(Some(record)),
-            Ok(Takeover::NotTaken(tenure_lease_core::NotTakenReason::LeaseValid { .. }))
-            | Err(_) => {
-                tokio::time::sleep(TAKEOVER_POLL).await;
+        match tokio::time::timeout_at(deadline, rival.claim_for_takeover(&request)).await {
+            Ok(Ok(Takeover::Taken(record))) => return Ok(Some(record)),
+            Ok(Ok(Takeover::NotTaken(NotTakenReason::LeaseValid { .. })) | Err(_)) | Err(_) => {}
+            Ok(Ok(other)) => {
+                return Err(Failure(format!("the lapsed lease {id} answered {other:?}")))
             }
-            Ok(other) => return Err(Failure(format!("the lapsed lease {id} answered {other:?}"))),
         }
+        if let Ok(Ok(Some(record))) = tokio::time::timeout_at(deadline, rival.get(id)).await {
+            if record.owner.as_deref() == Some("rival") {
+                return Ok(Some(record));
+            }
+        }
+        tokio::time::sleep(TAKEOVER_POLL).await;
     }
     Ok(None)
+}
+
+/// Writes through the gate as the rival until the gate answers; a refusal
+/// fails the scenario.
+async fn rival_writes<R: FenceStore>(rival: &R, scope: &str, fence: u64) -> Result<(), Failure> {
+    let deadline = tokio::time::Instant::now() + STEP_BOUND;
+    loop {
+        match tokio::time::timeout_at(deadline, rival.check_fence(scope, fence)).await {
+            Ok(Ok(FenceCheck::Accepted)) => return Ok(()),
+            Ok(Ok(refused)) => {
+                return Err(Failure(format!(
+                    "the rival's write with fence {fence} was refused: {refused:?}"
+                )))
+            }
+            Ok(Err(_)) => tokio::time::sleep(TAKEOVER_POLL).await,
+            Err(_) => {
+                return Err(Failure(format!(
+                    "the rival's write with fence {fence} got no answer within {STEP_BOUND:?}"
+                )))
+            }
+        }
+    }
 }
 
 /// The child's side: opens the shared store, holds what the parent asks
@@ -473,10 +500,27 @@ async fn hold_and_write<R: LeaseStore + FenceStore>(
     id: &str,
     scope: &str,
 ) {
-    let request = keeper.request(id).scope(scope);
-    let guard = match keeper.admit(request).await {
-        Ok(AdmitOutcome::Admitted { guard, .. }) => guard,
-        other => panic!("the owner could not admit {id}: {other:?}"),
+    let mut answer = None;
+    for _ in 0..ADMIT_TRIES {
+        match keeper.admit(keeper.request(id).scope(scope)).await {
+            Ok(AdmitOutcome::Admitted { guard, .. }) => {
+                answer = Some(Ok(guard));
+                break;
+            }
+            // An unknown outcome: the retry finds the record, ours or not.
+            Err(error) => answer = Some(Err(error.to_string())),
+            Ok(other) => {
+                answer = Some(Err(format!("{other:?}")));
+                break;
+            }
+        }
+    }
+    let guard = match answer {
+        Some(Ok(guard)) => guard,
+        failed => {
+            println!("{MARK}failed to admit {id}: {failed:?}");
+            return;
+        }
     };
     let token = guard.token();
     let mut told = false;
@@ -485,7 +529,10 @@ async fn hold_and_write<R: LeaseStore + FenceStore>(
         // it then makes carries the old fence, and the gate must refuse it.
         let written = store.check_fence(scope, guard.fence()).await;
         if !told && matches!(written, Ok(FenceCheck::Accepted)) {
-            let deadline = guard.confirmed_deadline().map_or(0, |deadline| {
+            // The host clock read first, so the deadline said is never later
+            // than the keeper's.
+            let now = monotonic_nanos();
+            let remaining = guard.confirmed_deadline().map_or(0, |deadline| {
                 deadline
                     .saturating_duration_since(tokio::time::Instant::now())
                     .as_nanos()
@@ -493,7 +540,7 @@ async fn hold_and_write<R: LeaseStore + FenceStore>(
             println!(
                 "{MARK}holding {} {}",
                 guard.fence(),
-                u128::from(monotonic_nanos()) + deadline
+                u128::from(now) + remaining
             );
             told = true;
         }

@@ -37,6 +37,9 @@ const QUEUE: &str = "nemesis";
 pub(crate) const TTL: Duration = Duration::from_millis(200);
 /// The grace of every admission, takeover, scan and reap.
 pub(crate) const GRACE: Duration = Duration::from_millis(50);
+/// How long past the run's length the clients go on while the workload has
+/// not raced yet.
+const RACE_BOUND: Duration = Duration::from_secs(20);
 /// How long after the clients stop a walker still waits for a successor.
 const WALKERS_OUTLAST_THE_RUN: Duration = Duration::from_millis(500);
 /// One owner in this many walks away instead of finishing.
@@ -164,7 +167,7 @@ impl<S: Store> Workload<S> {
         let (name, store) = &self.clients[index];
         let mut dice = fastrand::Rng::with_seed(seed ^ (index as u64).wrapping_mul(0x9e37_79b9));
         let mut round = 0u64;
-        while Instant::now() < until {
+        while self.goes_on(until) {
             round += 1;
             match dice.u8(0..10) {
                 0..=3 => self.lease_round(index, round, &mut dice).await,
@@ -276,11 +279,14 @@ impl<S: Store> Workload<S> {
                 .await
                 .is_ok()
         };
-        let give_up = self
-            .until
-            .get()
-            .map_or(Instant::now(), |&until| until + WALKERS_OUTLAST_THE_RUN)
-            .min(Instant::now() + SUCCESSOR_WAIT);
+        // Once the workload has raced, walkers left at the end give up soon.
+        let raced = self.tally.stale_writes.load(Ordering::Relaxed) > 0;
+        let give_up = match self.until.get() {
+            Some(&until) if raced => {
+                (until + WALKERS_OUTLAST_THE_RUN).min(Instant::now() + SUCCESSOR_WAIT)
+            }
+            _ => Instant::now() + SUCCESSOR_WAIT,
+        };
         if tokio::time::timeout_at(give_up, overtaken)
             .await
             .unwrap_or(false)
@@ -288,6 +294,15 @@ impl<S: Store> Workload<S> {
             self.tally.stale_writes.fetch_add(1, Ordering::Relaxed);
             self.write(store, name, resource, fence).await;
         }
+    }
+
+    /// Whether the clients go on: until `until`, and past it (for at most
+    /// [`RACE_BOUND`]) while no owner that walked away has yet seen a
+    /// successor write, so that a slow machine still races.
+    fn goes_on(&self, until: Instant) -> bool {
+        let now = Instant::now();
+        now < until
+            || (self.tally.stale_writes.load(Ordering::Relaxed) == 0 && now < until + RACE_BOUND)
     }
 
     /// Writes to `resource` holding `fence`; answers whether the write was
