@@ -28,6 +28,12 @@ pub enum Property {
     /// until its owner sent its release (a terminal write or a stop), or an
     /// admission of its own that interrupted it (or, its outcome unknown,
     /// may have).
+    ///
+    /// The store's expiry is set no earlier than the send of the call that
+    /// set it plus the ttl, as long as the store's clock runs no faster than
+    /// the host's monotonic clock; a takeover grace of a few milliseconds
+    /// covers the rate difference of any slewed clock. With no grace at all
+    /// a takeover at the exact expiry can be reported.
     ExclusiveOwnership,
     /// A resource never accepts a write holding a fence lower than one it
     /// accepted before the write was sent (through a gate, or unchecked in
