@@ -14,7 +14,7 @@ use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 use crate::damage::Damager;
 use crate::reopen::Reopener;
 use crate::suites::deployment::DeploymentSupport;
-use crate::suites::nemesis::NemesisSupport;
+use crate::suites::nemesis::{FailoverSupport, NemesisSupport};
 use crate::suites::network::NetworkSupport;
 use crate::suites::process::ProcessSupport;
 use crate::suites::restart::RestartSupport;
@@ -94,6 +94,12 @@ pub trait Factory: Send + Sync + 'static {
     /// Stores on the real clock, for the [nemesis
     /// suite](crate::suites::nemesis).
     fn nemeses(&self) -> Option<&dyn NemesisSupport<Self::Store>> {
+        None
+    }
+
+    /// A primary with replicas to fail over, for the [nemesis
+    /// suite](crate::suites::nemesis)'s failover scenario.
+    fn failover(&self) -> Option<&dyn FailoverSupport<Self::Store>> {
         None
     }
 

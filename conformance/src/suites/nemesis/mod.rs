@@ -24,6 +24,7 @@
 //! | [`nemesis_clock_steps`] | [`Factory::nemeses`], reading the clock it is given |
 //! | [`nemesis_partitions_and_resets`] | [`Factory::network`] |
 //! | [`nemesis_server_killed_and_restarted`] | [`Factory::restart`] |
+//! | [`nemesis_failover`] | [`Factory::failover`] (no backend offers it yet) |
 //! | [`nemesis_paused_owner_is_refused_after_a_takeover`] | [`Factory::processes`] |
 //! | [`nemesis_killed_owner_is_taken_over`] | [`Factory::processes`] |
 //!
@@ -38,7 +39,7 @@ mod owners;
 mod workload;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +104,7 @@ define_suite! {$
         nemesis_clock_steps,
         nemesis_partitions_and_resets,
         nemesis_server_killed_and_restarted,
+        nemesis_failover,
         nemesis_paused_owner_is_refused_after_a_takeover,
         nemesis_killed_owner_is_taken_over,
     ]
@@ -559,33 +561,115 @@ where
         Ok(private) => private,
         Err(outcome) => return outcome,
     };
-    let store = Arc::new(private.store);
-    let server = tokio::sync::Mutex::new(private.server);
+    let mut server = private.server;
+    let strike = move || async move { server.kill_and_restart(TTL * 2).await };
+    struck_once(name, Arc::new(private.store), strike).await
+}
+
+/// A primary with replicas ([`Factory::failover`]) failed over in the
+/// middle of the lost-replies workload: the primary killed, a replica
+/// promoted, the clients repointed. Skipped until a factory offers the
+/// topology.
+pub async fn nemesis_failover<F: Factory>(factory: F, _test: String) -> CaseOutcome
+where
+    F::Store: Store,
+{
+    let name = "nemesis_failover";
+    let Some(failover) = factory.failover() else {
+        return unsupported("primary with replicas to fail over", "failover");
+    };
+    if let Some(reason) = failover.unavailable_reason() {
+        return unavailable(reason);
+    }
+    let topology = match failover.start_topology().await {
+        Ok(topology) => topology,
+        Err(error) => {
+            return CaseOutcome::Failed(format!("factory could not start the topology: {error}"))
+        }
+    };
+    let mut control = topology.control;
+    let strike = move || async move { control.fail_over().await };
+    struck_once(name, Arc::new(topology.store), strike).await
+}
+
+/// Plays the lost-replies workload on `store` while, a quarter into the
+/// run, `strike` breaks the deployment once; the strike must succeed and
+/// the history be clean.
+async fn struck_once<S, B, BFut>(name: &str, store: Arc<S>, strike: B) -> CaseOutcome
+where
+    S: Store,
+    B: FnOnce() -> BFut + Send + 'static,
+    BFut: Future<Output = std::io::Result<()>> + Send,
+{
     let bases = vec![Arc::clone(&store); CLIENTS];
     guarded_within(case_bound(), async move {
-        let restarts = Arc::new(AtomicUsize::new(0));
-        let server = Arc::new(server);
-        let killing = {
-            let (server, restarts) = (Arc::clone(&server), Arc::clone(&restarts));
-            move |workload: Arc<Workload<F::Store>>, until: tokio::time::Instant| async move {
+        let struck = Arc::new(std::sync::Mutex::new(None));
+        let striking = {
+            let struck = Arc::clone(&struck);
+            move |workload: Arc<Workload<S>>, until: tokio::time::Instant| async move {
                 let faults = tokio::spawn(inject_call_faults(workload, until));
                 let quarter = until.saturating_duration_since(tokio::time::Instant::now()) / 4;
                 tokio::time::sleep(quarter).await;
-                if server.lock().await.kill_and_restart(TTL * 2).await.is_ok() {
-                    restarts.fetch_add(1, Ordering::Relaxed);
-                }
-                counted(faults.await) + restarts.load(Ordering::Relaxed)
+                let outcome = strike().await;
+                let ok = outcome.is_ok();
+                *struck
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
+                counted(faults.await) + usize::from(ok)
             }
         };
-        let run = play(name, &bases, store, Writes::Gated, killing).await;
-        if restarts.load(Ordering::Relaxed) == 0 {
-            return Err(Failure(
-                "the private server could not be restarted".to_owned(),
-            ));
+        let run = play(name, &bases, store, Writes::Gated, striking).await;
+        let outcome = struck
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match outcome {
+            Some(Ok(())) => run.judge(name, &[]),
+            Some(Err(error)) => Err(Failure(format!(
+                "the strike on the deployment failed: {error}"
+            ))),
+            None => Err(Failure("the strike on the deployment never ran".to_owned())),
         }
-        run.judge(name, &[])
     })
     .await
+}
+
+/// A topology the kit may fail over; see [`FailoverSupport`].
+#[async_trait]
+pub trait FailoverControl: Send + Sync {
+    /// Kills the primary, promotes a replica, and repoints what the
+    /// topology's store follows (a Sentinel, a DNS name, a proxy); answers
+    /// once the new primary accepts writes.
+    ///
+    /// # Errors
+    ///
+    /// When the failover cannot be carried out; the scenario then fails.
+    async fn fail_over(&mut self) -> std::io::Result<()>;
+}
+
+/// A private primary with replicas and a store that follows its failovers:
+/// what [`FailoverSupport::start_topology`] answers.
+pub struct Topology<S> {
+    /// A store on the topology, following its primary.
+    pub store: S,
+    /// How the kit fails it over; stops everything when dropped.
+    pub control: Box<dyn FailoverControl>,
+}
+
+/// What a factory offers [`nemesis_failover`].
+#[async_trait]
+pub trait FailoverSupport<S>: Send + Sync {
+    /// Why the topology cannot be started here, or `None` when it can.
+    fn unavailable_reason(&self) -> Option<String> {
+        None
+    }
+
+    /// Starts a private topology and connects a store to it.
+    ///
+    /// # Errors
+    ///
+    /// When it cannot be started; the scenario then fails.
+    async fn start_topology(&self) -> tenure_lease_core::Result<Topology<S>>;
 }
 
 /// A keeper in a child process holds a lease and writes through the gate;
