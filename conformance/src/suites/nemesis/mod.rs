@@ -55,7 +55,7 @@ use super::{
 };
 use crate::harness::{CaseOutcome, Factory, Failure};
 use crate::history::{check, write_json_lines, Property, Verdict};
-use workload::{Workload, Writes, GRACE, TTL};
+use workload::{Workload, Writes, CALL_LIMIT, GRACE, TTL};
 
 /// The environment variable setting how many seconds each nemesis
 /// workload runs (default [`DEFAULT_SECONDS`]).
@@ -65,6 +65,8 @@ pub const DEFAULT_SECONDS: u64 = 3;
 /// The environment variable naming a directory to write every scenario's
 /// history into (`<scenario>-<pid>.jsonl`).
 pub const HISTORY_DIR_VAR: &str = "TENURE_NEMESIS_HISTORY_DIR";
+/// The client name of the reads after the run.
+const FINAL_READS: &str = "final-reads";
 /// Clients racing in each scenario.
 const CLIENTS: usize = 4;
 
@@ -185,6 +187,9 @@ struct Run {
     verdict: Verdict,
     faults: usize,
     stale_writes: usize,
+    /// Final reads that got no answer: what they should have shown is
+    /// unjudged.
+    unread: usize,
     seed: u64,
 }
 
@@ -220,6 +225,13 @@ impl Run {
                 self.seed, self.verdict
             )));
         }
+        if self.unread > 0 {
+            return Err(Failure(format!(
+                "{} of the final reads got no answer (seed {}), so what they should show was \
+                 not judged",
+                self.unread, self.seed
+            )));
+        }
         if self.stale_writes == 0 {
             return Err(Failure(format!(
                 "no owner that walked away saw a successor write within the run (seed {}): the \
@@ -252,14 +264,21 @@ where
     let faults = tokio::spawn(nemesis(Arc::clone(&workload), until));
     workload.play(length, seed).await;
     let faults = counted(faults.await);
-    let reader = reader.layer(workload.history.client("final-reads"));
+    let reader = reader
+        .with_timeout(CALL_LIMIT)
+        .layer(workload.history.client(FINAL_READS));
     workload.read_back(&reader).await;
     let entries = workload.history.entries();
     keep_history(name, &entries);
+    let unread = entries
+        .iter()
+        .filter(|entry| entry.client == FINAL_READS && entry.reply.is_unknown())
+        .count();
     Run {
         verdict: check(&entries),
         faults,
         stale_writes: workload.tally.stale_writes.load(Ordering::Relaxed),
+        unread,
         seed,
     }
 }
@@ -561,8 +580,12 @@ where
         Ok(private) => private,
         Err(outcome) => return outcome,
     };
-    let mut server = private.server;
-    let strike = move || async move { server.kill_and_restart(TTL * 2).await };
+    // Held here until the run ends: dropping the server stops it.
+    let server = Arc::new(tokio::sync::Mutex::new(private.server));
+    let strike = {
+        let server = Arc::clone(&server);
+        move || async move { server.lock().await.kill_and_restart(TTL * 2).await }
+    };
     struck_once(name, Arc::new(private.store), strike).await
 }
 
@@ -587,8 +610,12 @@ where
             return CaseOutcome::Failed(format!("factory could not start the topology: {error}"))
         }
     };
-    let mut control = topology.control;
-    let strike = move || async move { control.fail_over().await };
+    // Held here until the run ends: dropping the control stops everything.
+    let control = Arc::new(tokio::sync::Mutex::new(topology.control));
+    let strike = {
+        let control = Arc::clone(&control);
+        move || async move { control.lock().await.fail_over().await }
+    };
     struck_once(name, Arc::new(topology.store), strike).await
 }
 

@@ -45,7 +45,7 @@ const WALKERS_OUTLAST_THE_RUN: Duration = Duration::from_millis(500);
 /// One owner in this many walks away instead of finishing.
 const WALK_AWAY_ONE_IN: u8 = 5;
 /// The time limit on one call: a hung call becomes an unknown outcome.
-const CALL_LIMIT: Duration = Duration::from_millis(800);
+pub(crate) const CALL_LIMIT: Duration = Duration::from_millis(800);
 /// How long an owner that walked away waits for a successor's write before
 /// it gives up its stale write: long enough for etcd's whole-second timers.
 const SUCCESSOR_WAIT: Duration = Duration::from_secs(4);
