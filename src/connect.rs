@@ -35,8 +35,8 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// |-----|---------|---------|
 /// | `memory:` | [`MemoryStore`](crate::memory::MemoryStore), a new empty store | `memory` |
 /// | `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite:rel/path` | `SqliteStore` | `sqlite` |
-/// | `postgres://...`, `postgresql://...` (`?schema=NAME`) | `PgStore` | `postgres` |
-/// | `redis://...`, `rediss://...`, `redis+unix://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
+/// | `postgres://...`, `postgresql://...` (`?schema=NAME`, `?require_synchronous_standby=true`) | `PgStore` | `postgres` |
+/// | `redis://...`, `rediss://...`, `redis+unix://...`, `redis+sentinel://HOST:PORT,.../SERVICE`, `rediss+sentinel://...`, `redis+cluster://HOST:PORT,...`, `rediss+cluster://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
 /// | `etcd://[user:password@]host:port[,host:port...][/prefix]` (`?max_txn_ops=N`) | `EtcdStore` | `etcd` |
 ///
 /// The `schema` (PostgreSQL) and `namespace` (Redis) query parameters are
@@ -180,7 +180,7 @@ impl Connect {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                let config = self.postgres_config();
+                let config = self.postgres_config()?;
                 Ok(Arc::new(crate::postgres::PgStore::connect(config).await?))
             }
             #[cfg(feature = "redis")]
@@ -189,13 +189,9 @@ impl Connect {
                 Ok(Arc::new(crate::redis::RedisStore::connect(config).await?))
             }
             #[cfg(feature = "etcd")]
-            Backend::Etcd => {
-                let mut config = crate::etcd::EtcdConfig::from(self.url.as_str());
-                if let Some(clock) = self.clock {
-                    config = config.clock(clock);
-                }
-                Ok(Arc::new(crate::etcd::EtcdStore::connect(config).await?))
-            }
+            Backend::Etcd => Ok(Arc::new(
+                crate::etcd::EtcdStore::connect(self.etcd_config()).await?,
+            )),
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
         }
@@ -222,11 +218,13 @@ impl Connect {
         Ok(config)
     }
 
-    /// The PostgreSQL config: the URL without `?schema=`, the schema.
+    /// The PostgreSQL config: the URL without `?schema=` and
+    /// `?require_synchronous_standby=`, the schema, the requirement.
     #[cfg(feature = "postgres")]
-    pub(crate) fn postgres_config(&self) -> crate::postgres::PgStoreConfig {
+    pub(crate) fn postgres_config(&self) -> Result<crate::postgres::PgStoreConfig> {
         use crate::postgres::{MigrationMode, PgStoreConfig};
         let (url, schema) = take_parameter(&self.url, "schema");
+        let (url, synchronous) = take_parameter(&url, "require_synchronous_standby");
         let mut config = PgStoreConfig::new(url);
         if let Some(schema) = self.schema.clone().or(schema) {
             config = config.schema(schema);
@@ -234,7 +232,16 @@ impl Connect {
         if !self.migrate_schema {
             config = config.migrations(MigrationMode::VerifyOnly);
         }
-        config
+        match synchronous.as_deref() {
+            None | Some("false") => {}
+            Some("true") => config = config.require_synchronous_standby(true),
+            Some(_) => {
+                return Err(config_error(
+                    "require_synchronous_standby must be true or false",
+                ))
+            }
+        }
+        Ok(config)
     }
 
     /// The Redis config: the URL without `?namespace=`, the namespace.
@@ -248,6 +255,16 @@ impl Connect {
             .or(namespace)
             .unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned());
         RedisConfig::new(url, namespace)
+    }
+
+    /// The etcd config of the URL, on the clock given.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd_config(&self) -> crate::etcd::EtcdConfig {
+        let config = crate::etcd::EtcdConfig::from(self.url.as_str());
+        match &self.clock {
+            Some(clock) => config.clock(Arc::clone(clock)),
+            None => config,
+        }
     }
 
     /// Refuses the options `backend` does not take, naming the one that does.
@@ -295,8 +312,9 @@ pub(crate) enum Backend {
 
 /// What the errors list as accepted.
 const ACCEPTED: &str = "`memory:`, `sqlite:PATH` (or `sqlite:///ABSOLUTE/PATH`), \
-                        `postgres://` / `postgresql://`, `redis://` / `rediss://` / `redis+unix://` \
-                        and `etcd://`";
+                        `postgres://` / `postgresql://`, `redis://` / `rediss://` / `redis+unix://` / \
+                        `redis+sentinel://` / `rediss+sentinel://` / `redis+cluster://` / \
+                        `rediss+cluster://` and `etcd://`";
 
 impl Backend {
     /// The backend of `scheme` (lower case); an unknown one is
@@ -306,7 +324,8 @@ impl Backend {
             "memory" => Ok(Backend::Memory),
             "sqlite" => Ok(Backend::Sqlite),
             "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "redis" | "rediss" | "redis+unix" => Ok(Backend::Redis),
+            "redis" | "rediss" | "redis+unix" | "redis+sentinel" | "rediss+sentinel"
+            | "redis+cluster" | "rediss+cluster" => Ok(Backend::Redis),
             "etcd" => Ok(Backend::Etcd),
             other => Err(config_error(format!(
                 "unknown store URL scheme `{other}:`; tenure::connect accepts {ACCEPTED}"

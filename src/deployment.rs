@@ -4,10 +4,13 @@
 //! these.
 //!
 //! The checks are the backends' own, not copies: PostgreSQL's schema
-//! verification (`MigrationMode::VerifyOnly`), SQLite's schema version,
-//! Redis's eviction-policy refusal and its persistence settings
-//! (`RedisStore::durability`), and every store's clock
-//! ([`LeaseStore::now`]).
+//! verification (`MigrationMode::VerifyOnly`) and its durability, vacuum
+//! and replication settings (`PgStore::server_settings`), SQLite's schema
+//! version, Redis's eviction-policy refusal, its persistence settings and
+//! replicas (`RedisStore::durability`), etcd's member count
+//! (`EtcdStore::member_count`), and every store's clock
+//! ([`LeaseStore::now`]). A replica or standby is refused at connect, with
+//! the fix, before any check runs.
 
 use std::fmt;
 
@@ -41,8 +44,8 @@ pub const CLOCK_SKEW_WARNING: std::time::Duration = std::time::Duration::from_se
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
-    /// What was checked: `schema`, `eviction policy`, `persistence` or
-    /// `clock`.
+    /// What was checked: `schema`, `durability`, `vacuum`, `replication`,
+    /// `eviction policy`, `persistence`, `members` or `clock`.
     pub check: &'static str,
     /// What was found.
     pub verdict: Verdict,
@@ -160,22 +163,25 @@ impl Connect {
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                let config = self.migrate_schema(false).postgres_config();
+                let config = self.migrate_schema(false).postgres_config()?;
                 let schema = config.schema_name().to_owned();
+                // Connected without the requirement, so the check can judge
+                // the replication it found against it.
+                let requires_synchronous = config.requires_synchronous_standby();
+                let config = config.require_synchronous_standby(false);
                 match crate::postgres::PgStore::connect(config).await {
                     Ok(store) => {
                         let clock = server_clock(&store, "PostgreSQL").await;
+                        let settings = store.server_settings().await;
                         store.close().await;
-                        Ok(vec![
-                            Finding::new(
-                                "schema",
-                                Verdict::Pass,
-                                format!(
-                                    "schema {schema:?} carries every migration of this version"
-                                ),
-                            ),
-                            clock?,
-                        ])
+                        let mut findings = vec![Finding::new(
+                            "schema",
+                            Verdict::Pass,
+                            format!("schema {schema:?} carries every migration of this version"),
+                        )];
+                        findings.extend(postgres_settings(&settings?, requires_synchronous));
+                        findings.push(clock?);
+                        Ok(findings)
                     }
                     Err(error) if error.kind() == ErrorKind::Incompatible => {
                         Ok(vec![Finding::new(
@@ -206,6 +212,7 @@ impl Connect {
                                 ),
                             ),
                             redis_persistence(durability),
+                            redis_replication(durability, store.waits_for_replicas()),
                             server_clock(&store, "Redis").await?,
                         ])
                     }
@@ -222,16 +229,19 @@ impl Connect {
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd => {
-                let store = self.open().await?;
+                let store = crate::etcd::EtcdStore::connect(self.etcd_config()).await?;
                 // A read through the store: it answers only with a quorum.
                 store.list_active().await?;
-                Ok(vec![Finding::new(
-                    "clock",
-                    Verdict::Pass,
-                    "leases end on etcd's own lease timers, whatever a host's clock says \
+                Ok(vec![
+                    etcd_members(store.member_count().await?),
+                    Finding::new(
+                        "clock",
+                        Verdict::Pass,
+                        "leases end on etcd's own lease timers, whatever a host's clock says \
                      (contract §2); hosts' clocks only stamp the records and can delay a \
                      takeover, so keep them synchronised",
-                )])
+                    ),
+                ])
             }
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
@@ -258,7 +268,7 @@ impl Connect {
         match self.backend()?.0 {
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
-                crate::postgres::PgStore::apply_migrations(&self.postgres_config()).await
+                crate::postgres::PgStore::apply_migrations(&self.postgres_config()?).await
             }
             _ => self.open().await.map(drop),
         }
@@ -341,4 +351,199 @@ fn redis_persistence(durability: &crate::redis::Durability) -> Finding {
              that survive a crash"
         ),
     )
+}
+
+/// What a PostgreSQL server's settings lose in a crash, in a failover, and
+/// to dead rows, for a store that `requires_synchronous` standby or not.
+#[cfg(feature = "postgres")]
+fn postgres_settings(
+    settings: &crate::postgres::ServerSettings,
+    requires_synchronous: bool,
+) -> Vec<Finding> {
+    let durability = if !settings.fsync {
+        Finding::new(
+            "durability",
+            Verdict::Fail,
+            "fsync is off: a crash can corrupt the database and lose acknowledged commits, \
+             fences among them, which are then handed out again; set fsync = on",
+        )
+    } else if settings.synchronous_commit == "off" {
+        Finding::new(
+            "durability",
+            Verdict::Fail,
+            "synchronous_commit is off: a crash loses the last acknowledged commits, fences \
+             among them, which are then handed out again; set synchronous_commit = on \
+             (for the database or the application's role)",
+        )
+    } else {
+        Finding::new(
+            "durability",
+            Verdict::Pass,
+            format!(
+                "fsync on, synchronous_commit {}: a crash loses no acknowledged commit",
+                settings.synchronous_commit
+            ),
+        )
+    };
+    let vacuum = if settings.autovacuum {
+        Finding::new(
+            "vacuum",
+            Verdict::Pass,
+            "autovacuum reclaims the dead rows finished records and jobs leave",
+        )
+    } else {
+        Finding::new(
+            "vacuum",
+            Verdict::Warn,
+            "autovacuum is off: the dead rows every finished record and job leaves are never \
+             reclaimed, and admissions and claims slow down; set autovacuum = on, or VACUUM \
+             the schema's tables on a schedule",
+        )
+    };
+    let names_set = !settings.synchronous_standby_names.trim().is_empty();
+    let replication = if requires_synchronous && !names_set {
+        Finding::new(
+            "replication",
+            Verdict::Fail,
+            "the URL requires a synchronous standby, but synchronous_standby_names is empty: \
+             no commit waits for a standby, and connecting refuses the server; set \
+             synchronous_standby_names on the primary (e.g. 'FIRST 1 (standby1)')",
+        )
+    } else if requires_synchronous && settings.standbys == 0 {
+        Finding::new(
+            "replication",
+            Verdict::Fail,
+            format!(
+                "the URL requires a synchronous standby and synchronous_standby_names is {:?}, \
+                 but no standby streams: every write waits for one until the operation \
+                 timeout, and fails; start the standby",
+                settings.synchronous_standby_names
+            ),
+        )
+    } else if requires_synchronous {
+        Finding::new(
+            "replication",
+            Verdict::Pass,
+            format!(
+                "synchronous standby required and present ({}, {} streaming): the store \
+                 commits with synchronous_commit = on, so a failover to it loses no \
+                 acknowledged write",
+                settings.synchronous_standby_names, settings.standbys
+            ),
+        )
+    } else if settings.replicates_synchronously() && settings.standbys == 0 {
+        Finding::new(
+            "replication",
+            Verdict::Warn,
+            format!(
+                "synchronous_standby_names is {:?} but no standby streams: every commit \
+                 waits for one, so writes hang until a standby connects",
+                settings.synchronous_standby_names
+            ),
+        )
+    } else if settings.replicates_synchronously() {
+        Finding::new(
+            "replication",
+            Verdict::Pass,
+            format!(
+                "synchronous standby ({}), {} streaming: a failover to it loses no \
+                 acknowledged write",
+                settings.synchronous_standby_names, settings.standbys
+            ),
+        )
+    } else if settings.standbys == 0 {
+        Finding::new(
+            "replication",
+            Verdict::Warn,
+            "no standby streams from this server: losing it loses the store; stream to a \
+             synchronous standby (synchronous_standby_names) for failovers that lose nothing",
+        )
+    } else {
+        Finding::new(
+            "replication",
+            Verdict::Warn,
+            format!(
+                "{} asynchronous standby(s): a failover may lose the last acknowledged writes. \
+                 Fences stay unique (drawn on the WAL timeline), but the store's gates may roll \
+                 back and accept a deposed owner: set synchronous_standby_names, or connect \
+                 with refuse_fences_from_before_failover",
+                settings.standbys
+            ),
+        )
+    };
+    vec![durability, vacuum, replication]
+}
+
+/// What a Redis primary's replicas keep through a failover, given how
+/// many must confirm each write.
+#[cfg(feature = "redis")]
+fn redis_replication(
+    durability: &crate::redis::Durability,
+    wait: Option<crate::redis::WaitForReplicas>,
+) -> Finding {
+    match (durability.replicas, wait) {
+        (None, _) => Finding::new(
+            "replication",
+            Verdict::Warn,
+            "the server would not say whether replicas follow it (ROLE and INFO refused)",
+        ),
+        (Some(replicas), Some(wait)) if replicas < wait.replicas as usize => Finding::new(
+            "replication",
+            Verdict::Fail,
+            format!(
+                "every write waits for {} replica(s) to confirm it, but {replicas} follow(s) \
+                 this server: writes answer Unavailable until enough connect; add replicas \
+                 or lower wait_replicas",
+                wait.replicas
+            ),
+        ),
+        (Some(replicas), Some(wait)) => Finding::new(
+            "replication",
+            Verdict::Pass,
+            format!(
+                "{replicas} replica(s); every write waits for {} of them to confirm it \
+                 (WAIT, up to {:?}): a failover to a replica that confirmed keeps every \
+                 acknowledged write",
+                wait.replicas, wait.timeout
+            ),
+        ),
+        (Some(0), None) => Finding::new(
+            "replication",
+            Verdict::Warn,
+            "no replica follows this server: losing it loses every record and job",
+        ),
+        (Some(replicas), None) => Finding::new(
+            "replication",
+            Verdict::Warn,
+            format!(
+                "{replicas} replica(s), asynchronous: a failover may lose the last writes and \
+                 roll the store's gates back, so the Redis gate may accept a deposed owner \
+                 (fences stay monotonic, from the server's clock); connect with \
+                 refuse_fences_from_before_failover, and wait_replicas to keep acknowledged \
+                 writes, or keep the gate of a fence-checking resource in the resource itself"
+            ),
+        ),
+    }
+}
+
+/// Whether an etcd cluster of `members` survives the loss of one.
+#[cfg(feature = "etcd")]
+fn etcd_members(members: usize) -> Finding {
+    let tolerated = members.saturating_sub(1) / 2;
+    if members >= 3 && members % 2 == 1 {
+        Finding::new(
+            "members",
+            Verdict::Pass,
+            format!("{members} members: the store survives the loss of {tolerated}"),
+        )
+    } else {
+        Finding::new(
+            "members",
+            Verdict::Warn,
+            format!(
+                "{members} member(s): the store survives the loss of {tolerated}; run three or \
+                 five members (an even count tolerates no more losses than one fewer)"
+            ),
+        )
+    }
 }

@@ -68,3 +68,254 @@ async fn postgres_schema_changes_only_through_migrate() {
         "{after:?}"
     );
 }
+
+/// The findings of `check` on `url`, by name.
+#[cfg(any(feature = "postgres", feature = "redis", feature = "etcd"))]
+async fn findings_of(url: &str) -> std::collections::HashMap<&'static str, tenure::Finding> {
+    tenure::Connect::new(url)
+        .check()
+        .await
+        .expect("checks")
+        .into_iter()
+        .map(|finding| (finding.check, finding))
+        .collect()
+}
+
+/// A private PostgreSQL server with `settings`, its schema migrated, or
+/// `None` after a skip line.
+#[cfg(feature = "postgres")]
+async fn private_postgres(
+    test: &str,
+    settings: &[&str],
+) -> Option<tenure_test_support::servers::PrivatePostgres> {
+    use tenure_test_support::servers::PrivatePostgres;
+    if let Some(reason) = PrivatePostgres::unavailable_reason() {
+        tenure_conformance::skip_unless_required(test, &reason);
+        return None;
+    }
+    let server = PrivatePostgres::start_with_settings(settings)
+        .await
+        .expect("a private server");
+    tenure::Connect::new(server.url())
+        .migrate()
+        .await
+        .expect("migrations");
+    Some(server)
+}
+
+/// `fsync` or `synchronous_commit` off fails the durability check, with
+/// the setting to change; autovacuum off warns; a server without a
+/// standby warns that losing it loses the store, and fails (and is refused
+/// at connect) where the URL requires a synchronous standby; a synchronous
+/// standby passes, and a store requiring it commits synchronously
+/// whatever the server's default; a standby is refused with the fix.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_settings_that_lose_writes_are_caught() {
+    use tenure::{ErrorKind, Verdict};
+    use tenure_test_support::servers::PrivatePostgres;
+    const TEST: &str = "postgres_settings_that_lose_writes_are_caught";
+    let Some(careless) = private_postgres(TEST, &["fsync=off", "autovacuum=off"]).await else {
+        return;
+    };
+    let findings = findings_of(&careless.url()).await;
+    assert_eq!(
+        findings["durability"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["durability"].detail.contains("fsync = on"),
+        "{findings:?}"
+    );
+    assert_eq!(findings["vacuum"].verdict, Verdict::Warn, "{findings:?}");
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Warn,
+        "{findings:?}"
+    );
+    assert!(
+        findings["replication"].detail.contains("no standby"),
+        "{findings:?}"
+    );
+    // Requiring a synchronous standby of a server without one: the check
+    // fails, and connecting is refused, both naming the setting.
+    let findings = findings_of(&requiring_synchronous_standby(&careless.url())).await;
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["replication"]
+            .detail
+            .contains("synchronous_standby_names is empty"),
+        "{findings:?}"
+    );
+    let refused = tenure::connect(&requiring_synchronous_standby(&careless.url()))
+        .await
+        .expect_err("no synchronous standby");
+    assert_eq!(refused.kind(), ErrorKind::Incompatible, "{refused}");
+    assert!(
+        refused.message().contains("synchronous_standby_names"),
+        "{refused}"
+    );
+    let malformed = tenure::connect(&format!(
+        "{}?require_synchronous_standby=yes",
+        careless.url()
+    ))
+    .await
+    .expect_err("not a boolean");
+    assert_eq!(malformed.kind(), ErrorKind::Config, "{malformed}");
+
+    let Some(hasty) = private_postgres(TEST, &["synchronous_commit=off"]).await else {
+        return;
+    };
+    let findings = findings_of(&hasty.url()).await;
+    assert_eq!(
+        findings["durability"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["durability"]
+            .detail
+            .contains("synchronous_commit = on"),
+        "{findings:?}"
+    );
+    assert_eq!(findings["vacuum"].verdict, Verdict::Pass, "{findings:?}");
+
+    let Some(primary) = private_postgres(TEST, &[]).await else {
+        return;
+    };
+    let standby = PrivatePostgres::start_standby_of(&primary)
+        .await
+        .expect("a standby");
+    // Only once the standby streams: before, every commit would wait for
+    // it. `*` matches whatever application name the standby gives.
+    let mut session: tenure::postgres::sqlx::PgConnection =
+        tenure::postgres::sqlx::Connection::connect(&primary.url())
+            .await
+            .expect("a session");
+    for statement in [
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        "SELECT pg_reload_conf()",
+    ] {
+        tenure::postgres::sqlx::query(statement)
+            .execute(&mut session)
+            .await
+            .expect(statement);
+    }
+    let findings = findings_of(&primary.url()).await;
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Pass,
+        "{findings:?}"
+    );
+    assert_eq!(
+        findings["durability"].verdict,
+        Verdict::Pass,
+        "{findings:?}"
+    );
+    // Required and present: the check passes, and the store commits with
+    // synchronous_commit = on even where the server's default is local.
+    for statement in [
+        "ALTER SYSTEM SET synchronous_commit = 'local'",
+        "SELECT pg_reload_conf()",
+    ] {
+        tenure::postgres::sqlx::query(statement)
+            .execute(&mut session)
+            .await
+            .expect(statement);
+    }
+    let findings = findings_of(&requiring_synchronous_standby(&primary.url())).await;
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Pass,
+        "{findings:?}"
+    );
+    let requiring = tenure::postgres::PgStore::connect(
+        tenure::postgres::PgStoreConfig::new(primary.url()).require_synchronous_standby(true),
+    )
+    .await
+    .expect("a synchronous standby streams");
+    let settings = requiring.server_settings().await.expect("settings");
+    assert_eq!(settings.synchronous_commit, "on", "{settings:?}");
+    requiring.close().await;
+    let error = tenure::Connect::new(standby.url())
+        .check()
+        .await
+        .expect_err("a standby");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.message().contains("primary"), "{error}");
+}
+
+/// `url` with `require_synchronous_standby=true` added.
+#[cfg(feature = "postgres")]
+fn requiring_synchronous_standby(url: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}require_synchronous_standby=true")
+}
+
+/// A Redis primary says how many replicas follow it, and the check warns
+/// that they are asynchronous.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_replicas_are_reported() {
+    use tenure::Verdict;
+    use tenure_test_support::servers::PrivateRedis;
+    const TEST: &str = "redis_replicas_are_reported";
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let primary = PrivateRedis::start().await.expect("a primary");
+    let findings = findings_of(&primary.url()).await;
+    assert!(
+        findings["replication"].detail.contains("no replica"),
+        "{findings:?}"
+    );
+    let port = primary.port().to_string();
+    let _replica = PrivateRedis::start_with(&["--replicaof", "127.0.0.1", &port])
+        .await
+        .expect("a replica");
+    // The replica attaches in its own time: there is no signal to wait on.
+    let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let replication = loop {
+        let findings = findings_of(&primary.url()).await;
+        let replication = findings["replication"].clone();
+        if replication.detail.contains("1 replica(s)") || tokio::time::Instant::now() > give_up {
+            break replication;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(replication.verdict, Verdict::Warn, "{replication:?}");
+    assert!(
+        replication.detail.contains("1 replica(s)"),
+        "{replication:?}"
+    );
+    assert!(
+        replication.detail.contains("deposed owner"),
+        "{replication:?}"
+    );
+}
+
+/// A single etcd member warns that losing it loses the store.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_etcd_member_is_warned_about() {
+    use tenure::Verdict;
+    use tenure_test_support::etcd::PrivateEtcd;
+    const TEST: &str = "a_single_etcd_member_is_warned_about";
+    if let Some(reason) = PrivateEtcd::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let cluster = PrivateEtcd::start(1).await.expect("one member");
+    let findings = findings_of(&cluster.url("check")).await;
+    assert_eq!(findings["members"].verdict, Verdict::Warn, "{findings:?}");
+    assert!(
+        findings["members"].detail.contains("three or five"),
+        "{findings:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `examples/worker.rs` is the README's worker: it must still be quoted
 //! there whole, and run twice on one store (each run a new id, so the
-//! second is not `AlreadyExists`).
+//! second is not `AlreadyExists`). The README's count of the kit's cases
+//! must be the kit's.
 
 // Its `main` reads the command line; the tests call `run`.
 #[allow(dead_code)]
@@ -15,6 +16,22 @@ fn the_readme_quotes_the_worker_whole() {
     assert!(
         readme.contains(&quoted),
         "README.md's keeper section no longer quotes examples/worker.rs: paste the file again"
+    );
+}
+
+#[test]
+fn the_readme_counts_the_kits_cases_as_the_kit_does() {
+    type Store = tenure::memory::MemoryStore;
+    let counted = format!(
+        "({} lease, {} gate and {} queue cases,",
+        tenure_conformance::cases::<Store>().len(),
+        tenure_conformance::gate_cases::<Store>().len(),
+        tenure_conformance::queue_cases::<Store>().len(),
+    );
+    let readme = include_str!("../README.md").replace('\n', " ");
+    assert!(
+        readme.contains(&counted),
+        "README.md's \"Writing a backend\" no longer counts the kit's cases: write {counted}"
     );
 }
 

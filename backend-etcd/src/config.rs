@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_lease_core::backend::validate;
+use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
 
 /// How to reach an etcd cluster: its members, the key prefix every key of
@@ -15,13 +16,18 @@ use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
 /// `etcd://[user:password@]host:port[,host:port...][/prefix][?max_txn_ops=N]`
 /// by [`From<&str>`](#impl-From<%26str>-for-EtcdConfig); the prefix defaults
 /// to [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX), `max_txn_ops` to
-/// [`DEFAULT_MAX_TXN_OPS`](Self::DEFAULT_MAX_TXN_OPS). Its `Debug` never shows the
+/// [`DEFAULT_MAX_TXN_OPS`](Self::DEFAULT_MAX_TXN_OPS). `etcds://` encrypts
+/// every connection and verifies each member's certificate and name
+/// against the system's trust store, or against the authorities of the
+/// URL's `tls_ca=` file (`tls_cert=` and `tls_key=` for a client
+/// certificate; see [`tenure_lease_core::tls`]). Its `Debug` never shows the
 /// password.
 #[derive(Clone)]
 pub struct EtcdConfig {
     endpoints: Vec<String>,
     prefix: String,
     credentials: Option<(String, String)>,
+    tls: Option<TlsCertificates>,
     pub(crate) operation_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_txn_ops: usize,
@@ -42,8 +48,9 @@ impl EtcdConfig {
     /// may hold.
     pub const DEFAULT_MAX_TXN_OPS: usize = 128;
 
-    /// Settings for these member endpoints (`host:port` or
-    /// `http://host:port`) and key prefix.
+    /// Settings for these member endpoints (`host:port`,
+    /// `http://host:port`, or `https://host:port` for TLS with the
+    /// system's trust store) and key prefix.
     pub fn new<E: Into<String>>(
         endpoints: impl IntoIterator<Item = E>,
         prefix: impl Into<String>,
@@ -62,6 +69,7 @@ impl EtcdConfig {
                 .collect(),
             prefix: prefix.into(),
             credentials: None,
+            tls: None,
             operation_timeout: Self::DEFAULT_OPERATION_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             max_txn_ops: Self::DEFAULT_MAX_TXN_OPS,
@@ -73,6 +81,19 @@ impl EtcdConfig {
     /// Authenticates as `user` (etcd's role-based access control).
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.credentials = Some((user.into(), password.into()));
+        self
+    }
+
+    /// Connects to every member over TLS, trusting and presenting
+    /// `certificates` (in place of any the URL names); `http://` endpoints
+    /// become `https://`.
+    pub fn tls(mut self, certificates: TlsCertificates) -> Self {
+        self.endpoints = self
+            .endpoints
+            .iter()
+            .map(|endpoint| encrypted(endpoint))
+            .collect();
+        self.tls = Some(certificates);
         self
     }
 
@@ -123,6 +144,19 @@ impl EtcdConfig {
         &self.prefix
     }
 
+    /// The certificates to connect with, when the members are reached over
+    /// TLS: those of [`tls`](Self::tls) or the URL, or none (the system's
+    /// trust store) for `https://` endpoints.
+    pub(crate) fn certificates(&self) -> Option<TlsCertificates> {
+        let encrypted = self
+            .endpoints
+            .iter()
+            .any(|endpoint| endpoint.to_ascii_lowercase().starts_with("https://"));
+        self.tls
+            .clone()
+            .or_else(|| encrypted.then(TlsCertificates::new))
+    }
+
     pub(crate) fn user(&self) -> Option<(&str, &str)> {
         self.credentials
             .as_ref()
@@ -162,8 +196,14 @@ impl EtcdConfig {
         Ok(())
     }
 
-    /// Reads `etcd://[user:password@]host:port[,host:port...][/prefix][?max_txn_ops=N]`.
+    /// Reads `etcd[s]://[user:password@]host:port[,host:port...][/prefix][?max_txn_ops=N]`
+    /// (and the TLS parameters).
     fn parse(url: &str) -> Self {
+        let (url, certificates) = match TlsCertificates::split_from_url(url) {
+            Ok(split) => split,
+            Err(error) => return Self::broken(error.message()),
+        };
+        let url = url.as_str();
         let (url, query) = url.split_once('?').unwrap_or((url, ""));
         let mut max_txn_ops = Self::DEFAULT_MAX_TXN_OPS;
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
@@ -172,12 +212,18 @@ impl EtcdConfig {
                     Ok(ops) => max_txn_ops = ops,
                     Err(_) => return Self::broken("max_txn_ops in the etcd URL must be a number"),
                 },
-                _ => return Self::broken("the etcd URL takes one query parameter, max_txn_ops=N"),
+                _ => {
+                    return Self::broken(
+                        "the etcd URL takes the query parameters max_txn_ops=N, tls_ca=, \
+                         tls_cert= and tls_key=",
+                    )
+                }
             }
         }
-        let Some(rest) = strip_scheme(url) else {
+        let Some((rest, tls)) = strip_scheme(url) else {
             return Self::broken(
-                "an etcd URL starts with etcd:// (etcd://host:2379,host:2379/prefix)",
+                "an etcd URL starts with etcd:// or, for TLS, etcds:// \
+                 (etcd://host:2379,host:2379/prefix)",
             );
         };
         let (authority, prefix) = match rest.split_once('/') {
@@ -198,7 +244,13 @@ impl EtcdConfig {
         }
         let mut config = EtcdConfig::new(endpoints, prefix).max_txn_ops(max_txn_ops);
         config.credentials = credentials;
-        config
+        match (tls, certificates) {
+            (true, certificates) => config.tls(certificates.unwrap_or_default()),
+            (false, None) => config,
+            (false, Some(_)) => {
+                Self::broken("the etcd URL names certificates but is not encrypted: use etcds://")
+            }
+        }
     }
 
     fn broken(problem: &str) -> Self {
@@ -208,10 +260,25 @@ impl EtcdConfig {
     }
 }
 
-/// The URL without its scheme, when the scheme is `etcd` (any case).
-fn strip_scheme(url: &str) -> Option<&str> {
+/// The URL without its scheme, and whether it asks for TLS, when the
+/// scheme is `etcd` or `etcds` (any case).
+fn strip_scheme(url: &str) -> Option<(&str, bool)> {
     let (scheme, rest) = url.split_once("://")?;
-    scheme.eq_ignore_ascii_case("etcd").then_some(rest)
+    if scheme.eq_ignore_ascii_case("etcd") {
+        Some((rest, false))
+    } else if scheme.eq_ignore_ascii_case("etcds") {
+        Some((rest, true))
+    } else {
+        None
+    }
+}
+
+/// `endpoint` reached over TLS.
+fn encrypted(endpoint: &str) -> String {
+    match endpoint.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => format!("https://{rest}"),
+        _ => endpoint.to_owned(),
+    }
 }
 
 impl From<&str> for EtcdConfig {
@@ -232,6 +299,7 @@ impl fmt::Debug for EtcdConfig {
             .field("endpoints", &self.endpoints)
             .field("prefix", &self.prefix)
             .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
             .field("operation_timeout", &self.operation_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_txn_ops", &self.max_txn_ops)
@@ -264,6 +332,25 @@ mod tests {
         let plain = EtcdConfig::from("ETCD://127.0.0.1:2379");
         assert_eq!(plain.key_prefix(), EtcdConfig::DEFAULT_PREFIX);
         assert_eq!(plain.user(), None);
+    }
+
+    #[test]
+    fn etcds_urls_reach_every_member_over_tls() {
+        let config = EtcdConfig::from("etcds://alice:pw@10.0.0.1:2379,10.0.0.2:2379/jobs");
+        assert_eq!(
+            config.endpoints(),
+            ["https://10.0.0.1:2379", "https://10.0.0.2:2379"]
+        );
+        assert_eq!(config.certificates(), Some(TlsCertificates::new()));
+        assert_eq!(EtcdConfig::from("etcd://h:2379").certificates(), None);
+        let refused = EtcdConfig::from("etcd://h:2379?tls_ca=/etc/hostname");
+        assert_eq!(
+            refused.validate().map_err(|error| error.kind()),
+            Err(ErrorKind::Config)
+        );
+        let missing = EtcdConfig::from("etcds://h:2379?tls_ca=/no/such/ca.pem");
+        let error = missing.validate().expect_err("an unreadable file");
+        assert!(error.message().contains("/no/such/ca.pem"), "{error}");
     }
 
     #[test]

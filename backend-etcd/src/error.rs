@@ -1,6 +1,7 @@
 //! etcd's errors as the store's: what was never sent, what is unknown, and
 //! what a deployment must change.
 
+use tenure_lease_core::tls::find_cause;
 use tenure_lease_core::{Error, ErrorKind};
 
 /// Whether the request surely never reached the member (no connection could
@@ -38,6 +39,20 @@ fn connect_failure(message: &str) -> bool {
 /// A client error as the store's error. Anything that may have reached the
 /// server is an unknown outcome (`Unavailable` or `Timeout`).
 pub(crate) fn store_error(error: etcd_client::Error) -> Error {
+    // etcd-client's error names no source: the cause hangs off the gRPC
+    // status it wraps.
+    let refused = match &error {
+        etcd_client::Error::GRpcStatus(status) => find_cause::<rustls::Error>(status),
+        other => find_cause::<rustls::Error>(other),
+    };
+    if let Some(refused) = refused {
+        let message = format!(
+            "the TLS handshake with etcd failed: {refused}; check that the members listen for \
+             TLS (etcds://), that their certificates are signed by an authority the store \
+             trusts (the system's, or tls_ca= / EtcdConfig::tls) and name the host in the URL"
+        );
+        return Error::new(ErrorKind::Config, message).with_source(error);
+    }
     let (kind, message) = match &error {
         etcd_client::Error::GRpcStatus(status) => {
             use tonic::Code;

@@ -32,9 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, LeaseClient, PutOptions, Txn,
-    TxnOp, TxnOpResponse,
+    Certificate, Client, ClusterClient, Compare, CompareOp, ConnectOptions, GetOptions, Identity,
+    KvClient, LeaseClient, PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
+use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Clock, Error, Result, Timestamp};
 
 use crate::config::EtcdConfig;
@@ -73,6 +74,7 @@ pub(crate) struct Cluster {
 struct Member {
     kv: KvClient,
     lease: LeaseClient,
+    cluster: ClusterClient,
 }
 
 /// An etcd lease granted: its id and the ttl etcd granted, in seconds.
@@ -105,6 +107,9 @@ impl Cluster {
         if let Some((user, password)) = config.user() {
             options = options.with_user(user, password);
         }
+        if let Some(certificates) = config.certificates() {
+            options = options.with_tls(tls_options(&certificates));
+        }
         let mut members = Vec::with_capacity(config.endpoints().len());
         let mut last_error = None;
         for endpoint in config.endpoints() {
@@ -114,6 +119,7 @@ impl Cluster {
                         .kv_client()
                         .max_decoding_message_size(MAX_ANSWER_BYTES),
                     lease: client.lease_client(),
+                    cluster: client.cluster_client(),
                 }),
                 Err(error) => last_error = Some(store_error(error)),
             }
@@ -128,6 +134,14 @@ impl Cluster {
             next: Arc::new(AtomicUsize::new(0)),
             timeout: config.operation_timeout,
         })
+    }
+
+    /// How many members the cluster has, as one member reports it.
+    pub(crate) async fn member_count(&self) -> Result<usize> {
+        let response = self
+            .send(|mut member| async move { member.cluster.member_list().await })
+            .await?;
+        Ok(response.members().len())
     }
 
     /// Sends `txn` to one member, to the next one while a member cannot be
@@ -650,4 +664,18 @@ impl Runner {
         }
         Ok(())
     }
+}
+
+/// tonic's TLS settings for `certificates`: their authorities, or the
+/// system's trust store.
+fn tls_options(certificates: &TlsCertificates) -> TlsOptions {
+    let mut options = TlsOptions::new();
+    options = match certificates.roots() {
+        Some(roots) => options.ca_certificate(Certificate::from_pem(roots)),
+        None => options.with_native_roots(),
+    };
+    if let Some((certificate, key)) = certificates.identity() {
+        options = options.identity(Identity::from_pem(certificate, key));
+    }
+    options
 }

@@ -75,7 +75,17 @@
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
 //!   batches, and `--max-request-bytes` (default 1.5 MiB) for large
 //!   payloads. A transaction over the limit answers `Config` saying so.
-//! * Credentials: a user whose role reads and writes the prefix.
+//! * Credentials: a user whose role reads and writes the prefix
+//!   (`etcd://user:password@...`).
+//! * TLS: `etcds://` reaches every member over TLS, verifying its
+//!   certificate and name against the system's trust store, or the
+//!   authorities of [`EtcdConfig::tls`] or of the URL's `tls_ca=` file
+//!   (`tls_cert=` and `tls_key=` for members that ask for client
+//!   certificates, `--client-cert-auth`). An untrusted certificate is
+//!   [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config); under TLS
+//!   1.3 a member refusing a missing client certificate shows only as a
+//!   closed connection. [`EtcdStore::member_count`] tells `tenure check`
+//!   how many members there are.
 //! * Scans (`list_expired`, `list_active`, `list_by_scope`, `purge`, the
 //!   queue's `claim`, `reap`, `list_dead_letters`) read the whole prefix of
 //!   their kind: keep a prefix to one application, and retention on.
@@ -172,6 +182,17 @@ impl EtcdStore {
             keys: Keys::new(config.key_prefix()),
             config,
         })
+    }
+
+    /// How many members the cluster has (`MemberList`): a cluster of one
+    /// loses the store with that member, and only three or five survive
+    /// the loss of one or two.
+    ///
+    /// # Errors
+    ///
+    /// The store errors of [`LeaseStore`](tenure_lease_core::LeaseStore).
+    pub async fn member_count(&self) -> Result<usize> {
+        self.runner.cluster.member_count().await
     }
 
     /// The settings this store was opened with.

@@ -7,8 +7,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
 pub(crate) use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Error, ErrorKind, Result};
+
+use crate::error::store_error;
 
 /// The schema a store uses unless told otherwise.
 pub const DEFAULT_SCHEMA: &str = "tenure";
@@ -46,6 +50,9 @@ pub struct PgStoreConfig {
     acquire_timeout: Duration,
     operation_timeout: Duration,
     migration_mode: MigrationMode,
+    tls: Option<TlsCertificates>,
+    refuse_fences_from_before_failover: bool,
+    require_synchronous_standby: bool,
 }
 
 /// What [`PgStore::connect`](crate::PgStore::connect) does to the schema.
@@ -69,9 +76,17 @@ pub enum MigrationMode {
 
 impl PgStoreConfig {
     /// A config for the server at `url` (`postgres://user:password@host:port/database`,
-    /// with any libpq-style query parameters sqlx understands, e.g. `sslmode`),
-    /// schema [`DEFAULT_SCHEMA`], at most 10 connections, 10 s to get one,
+    /// with any libpq-style query parameters sqlx understands), schema
+    /// [`DEFAULT_SCHEMA`], at most 10 connections, 10 s to get one,
     /// [`DEFAULT_OPERATION_TIMEOUT`] per operation.
+    ///
+    /// TLS is libpq's: `sslmode=require` encrypts, `verify-ca` also checks
+    /// the server's certificate against `sslrootcert=/path/ca.pem` (or the
+    /// system's trust store), `verify-full` its host name too; `sslcert=`
+    /// and `sslkey=` present a client certificate. The `tls_ca=`,
+    /// `tls_cert=` and `tls_key=` parameters every tenure backend takes
+    /// (see [`tenure_lease_core::tls`]), like [`tls`](Self::tls), verify in
+    /// full.
     pub fn new(url: impl Into<String>) -> Self {
         PgStoreConfig {
             url: url.into(),
@@ -80,7 +95,18 @@ impl PgStoreConfig {
             acquire_timeout: Duration::from_secs(10),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             migration_mode: MigrationMode::Apply,
+            tls: None,
+            refuse_fences_from_before_failover: false,
+            require_synchronous_standby: false,
         }
+    }
+
+    /// Encrypts every connection, trusting and presenting `certificates`
+    /// (in place of any the URL names), and verifies the server's
+    /// certificate and host name (`sslmode=verify-full`).
+    pub fn tls(mut self, certificates: TlsCertificates) -> Self {
+        self.tls = Some(certificates);
+        self
     }
 
     /// Keeps the records in `schema` (created if missing). Must be a plain
@@ -122,6 +148,51 @@ impl PgStoreConfig {
         self
     }
 
+    /// Has the store's fence gates refuse every fence drawn before the
+    /// server's last promotion (default: off).
+    ///
+    /// Fences are drawn on the server's WAL timeline, so a promoted standby
+    /// never hands out a fence again. Its gates, though, are what it had
+    /// received: a successor's gate write the old primary acknowledged but
+    /// never shipped is lost, and a deposed owner whose fence lies between
+    /// the lost write and what the standby holds would be accepted. With
+    /// this on, a gate is raised to the timeline's floor before each check:
+    /// every owner from before the promotion is refused (as stale) and must
+    /// take its lease again, and no deposed owner is ever accepted.
+    pub fn refuse_fences_from_before_failover(mut self, refuse: bool) -> Self {
+        self.refuse_fences_from_before_failover = refuse;
+        self
+    }
+
+    /// Whether the store's gates refuse fences from before a promotion.
+    pub fn refuses_fences_from_before_failover(&self) -> bool {
+        self.refuse_fences_from_before_failover
+    }
+
+    /// Acknowledges a write only once a synchronous standby has it
+    /// (default: off), so a failover to that standby loses no acknowledged
+    /// admission, transition, completion or gate write.
+    ///
+    /// Every connection of the store then runs with `synchronous_commit =
+    /// on` (whatever the server's, the database's or the role's default),
+    /// and [`PgStore::connect`](crate::PgStore::connect) refuses a server
+    /// whose `synchronous_standby_names` is empty with
+    /// [`ErrorKind::Incompatible`]: on it no commit waits for a standby.
+    /// While no synchronous standby streams, every write waits for one
+    /// until the [operation timeout](Self::operation_timeout) and answers
+    /// [`ErrorKind::Timeout`], its outcome unknown (the commit is on the
+    /// primary, and a failover may lose it); `tenure check` fails then.
+    pub fn require_synchronous_standby(mut self, require: bool) -> Self {
+        self.require_synchronous_standby = require;
+        self
+    }
+
+    /// Whether a write is acknowledged only once a synchronous standby has
+    /// it.
+    pub fn requires_synchronous_standby(&self) -> bool {
+        self.require_synchronous_standby
+    }
+
     /// Prepares the schema at connect as `mode` says (default
     /// [`MigrationMode::Apply`]).
     pub fn migrations(mut self, mode: MigrationMode) -> Self {
@@ -137,6 +208,29 @@ impl PgStoreConfig {
     /// The server URL, password included.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// What sqlx connects with: the URL's settings, and the certificates
+    /// of [`tls`](Self::tls) or of the URL's `tls_*` parameters, verified in
+    /// full.
+    pub(crate) fn connect_options(&self) -> Result<PgConnectOptions> {
+        let (url, from_url) = TlsCertificates::split_from_url(&self.url)?;
+        let mut options: PgConnectOptions = url.parse().map_err(store_error)?;
+        if let Some(certificates) = self.tls.clone().or(from_url) {
+            options = options.ssl_mode(PgSslMode::VerifyFull);
+            if let Some(roots) = certificates.roots() {
+                options = options.ssl_root_cert_from_pem(roots.to_vec());
+            }
+            if let Some((certificate, key)) = certificates.identity() {
+                options = options
+                    .ssl_client_cert_from_pem(certificate)
+                    .ssl_client_key_from_pem(key);
+            }
+        }
+        if self.require_synchronous_standby {
+            options = options.options([("synchronous_commit", "on")]);
+        }
+        Ok(options)
     }
 
     /// The schema name, as given.
@@ -183,6 +277,15 @@ impl fmt::Debug for PgStoreConfig {
             .field("acquire_timeout", &self.acquire_timeout)
             .field("operation_timeout", &self.operation_timeout)
             .field("migration_mode", &self.migration_mode)
+            .field("tls", &self.tls)
+            .field(
+                "refuse_fences_from_before_failover",
+                &self.refuse_fences_from_before_failover,
+            )
+            .field(
+                "require_synchronous_standby",
+                &self.require_synchronous_standby,
+            )
             .finish()
     }
 }

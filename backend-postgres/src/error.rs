@@ -8,6 +8,7 @@
 //! permission is [`ErrorKind::Config`].
 
 use sqlx::migrate::MigrateError;
+use tenure_lease_core::tls::find_cause;
 use tenure_lease_core::{Error, ErrorKind};
 
 /// SQLSTATE of a unique violation.
@@ -18,6 +19,9 @@ pub(crate) const SERIALIZATION_FAILURE: &str = "40001";
 pub(crate) const DEADLOCK_DETECTED: &str = "40P01";
 
 /// The class of a server error, from its SQLSTATE.
+/// `read_only_sql_transaction`: a write sent to a standby.
+const READ_ONLY: &str = "25006";
+
 pub(crate) fn sqlstate_kind(code: &str) -> ErrorKind {
     match code {
         // statement_timeout / lock_timeout / idle-in-transaction timeout.
@@ -70,13 +74,35 @@ pub(crate) fn store_error(error: sqlx::Error) -> Error {
             ErrorKind::Unavailable,
             "the PostgreSQL connection pool is closed".to_owned(),
         ),
+        sqlx::Error::Tls(_) | sqlx::Error::Io(_)
+            if matches!(error, sqlx::Error::Tls(_))
+                || find_cause::<rustls::Error>(&error).is_some() =>
+        {
+            (
+                ErrorKind::Config,
+                format!(
+                    "the TLS handshake with PostgreSQL failed: {error}; check sslmode, that the \
+                 server has ssl = on, and that its certificate is signed by an authority the \
+                 store trusts (sslrootcert= or tls_ca= in the URL, or PgStoreConfig::tls) and \
+                 names the host in the URL"
+                ),
+            )
+        }
         sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::BeginFailed => (
             ErrorKind::Unavailable,
             format!("lost or could not reach the PostgreSQL server: {error}"),
+        ),
+        sqlx::Error::Database(database) if database.code().as_deref() == Some(READ_ONLY) => (
+            ErrorKind::Unavailable,
+            format!(
+                "PostgreSQL refused a write as read-only (SQLSTATE {READ_ONLY}: {}): the server \
+                 is a standby, or was demoted by a failover; nothing was written. Point the \
+                 store at the primary, or at an address that follows it through failovers",
+                database.message()
+            ),
         ),
         sqlx::Error::Database(database) => {
             let code = database.code().unwrap_or_default();

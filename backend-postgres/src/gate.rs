@@ -32,6 +32,10 @@ pub(crate) struct GateStatements {
     /// stamped when it ran), the higher fence when refused (the row
     /// unchanged).
     check: String,
+    /// [`check`](Self::check), the gate raised first to the floor of the
+    /// server's WAL timeline: every fence drawn on an earlier timeline
+    /// (before a promotion) is refused.
+    check_on_timeline: String,
     /// `$1` resource → `fence`.
     highest: String,
     /// `$1` retention → `purged`, the count of deleted gates.
@@ -40,22 +44,39 @@ pub(crate) struct GateStatements {
 
 impl GateStatements {
     pub(crate) fn new(s: &str) -> Self {
-        GateStatements {
-            check: format!(
+        let check = |raised: &str| {
+            format!(
                 "INSERT INTO {s}.fence_gates AS gate (resource, fence, checked_at) \
-                 VALUES ($1, $2, statement_timestamp()) \
+                 VALUES ($1, {raised}, statement_timestamp()) \
                  ON CONFLICT (resource) DO UPDATE SET \
                    fence = GREATEST(gate.fence, EXCLUDED.fence), \
                    checked_at = CASE WHEN gate.fence <= EXCLUDED.fence \
                      THEN EXCLUDED.checked_at ELSE gate.checked_at END \
                  RETURNING fence"
-            ),
+            )
+        };
+        GateStatements {
+            check: check("$2"),
+            // The timeline's floor is no fence of its own: the timeline's
+            // first fence is one above it (migration 0008).
+            check_on_timeline: check(&format!("GREATEST($2, {s}.timeline_floor())")),
             highest: format!("SELECT fence FROM {s}.fence_gates WHERE resource = $1"),
             purge: format!(
                 "WITH purged AS (DELETE FROM {s}.fence_gates \
                    WHERE checked_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
             ),
+        }
+    }
+}
+
+impl PgStore {
+    /// The check statement this store's gates run.
+    fn gate_check(&self) -> &str {
+        if self.gates_refuse_earlier_timelines {
+            &self.sql.gates.check_on_timeline
+        } else {
+            &self.sql.gates.check
         }
     }
 }
@@ -130,7 +151,7 @@ impl PgStore {
         fence: u64,
     ) -> Result<FenceCheck> {
         validate::check_fence(resource, fence)?;
-        let row = check_query(&self.sql.gates.check, resource, fence)
+        let row = check_query(self.gate_check(), resource, fence)
             .fetch_optional(connection)
             .await
             .map_err(store_error)?;
@@ -144,7 +165,7 @@ impl FenceStore for PgStore {
         self.bounded("check_fence", async move {
             validate::check_fence(resource, fence)?;
             let row = self
-                .fetch_optional(|| check_query(&self.sql.gates.check, resource, fence))
+                .fetch_optional(|| check_query(self.gate_check(), resource, fence))
                 .await?;
             judged(row.as_ref(), resource, fence)
         })

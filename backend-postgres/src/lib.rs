@@ -69,7 +69,12 @@
 //!   cascade); scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
-//!   takeovers, job claims and take-backs alike.
+//!   takeovers, job claims and take-backs alike, through `next_fence()`
+//!   (migration 0008): every fence is above the floor of the server's WAL
+//!   timeline (the timeline times 2^40; the first draw on a new timeline
+//!   moves the sequence past it), so a standby promoted while it lagged (a
+//!   new timeline) still hands out fences above every fence of the old
+//!   primary, and a fence never repeats;
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
 //!   [Admissions](#admissions-one-at-a-time-per-scope)); migration 0007
 //!   makes its holder read index lookups on every plan (it was one
@@ -143,7 +148,8 @@
 //! GRANT SELECT ON tenure._sqlx_migrations TO app;
 //! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
 //! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
-//!     interval, jsonb, boolean) TO app;
+//!     interval, jsonb, boolean), tenure.next_fence(), tenure.timeline_floor(),
+//!     tenure.wal_timeline() TO app;
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
@@ -163,12 +169,56 @@
 //! below). Only the second run costs anything, and only above
 //! `READ COMMITTED`.
 //!
-//! ## TLS
+//! ## TLS and authentication
 //!
-//! The crate feature `tls` enables rustls in sqlx; then `sslmode=require`
-//! (or `verify-ca`, `verify-full`, with `sslrootcert=...`) in the URL
-//! encrypts the connection. Without it, use plain TCP on a trusted network
-//! or a Unix socket.
+//! Connections are encrypted with rustls as the URL says, in libpq's words:
+//! `sslmode=require` encrypts, `verify-ca` checks the server's certificate
+//! against `sslrootcert=/path/ca.pem` (or the system's trust store),
+//! `verify-full` its host name too; `sslcert=` and `sslkey=` present a
+//! client certificate. [`PgStoreConfig::tls`] (or the `tls_ca=`,
+//! `tls_cert=`, `tls_key=` parameters every tenure backend takes) gives the
+//! certificates from code and always verifies in full:
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> tenure_lease_core::Result<()> {
+//! use tenure_backend_postgres::{PgStore, PgStoreConfig};
+//! use tenure_lease_core::tls::TlsCertificates;
+//!
+//! let ca = std::fs::read("/etc/tenure/db-ca.pem").expect("the CA file");
+//! let store = PgStore::connect(
+//!     PgStoreConfig::new("postgres://app:secret@db.internal:5432/jobs")
+//!         .tls(TlsCertificates::new().trust_pem(ca)),
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
+//! A refused handshake (an untrusted or misnamed certificate, a server
+//! without `ssl = on` under `sslmode=require`) is [`ErrorKind::Config`],
+//! saying what to check. The user and password come from the URL (any
+//! method the server asks for: SCRAM, md5, trust, certificate).
+//!
+//! ## Standbys and failover
+//!
+//! [`PgStore::connect`] refuses a standby (`pg_is_in_recovery()`) with
+//! [`ErrorKind::Config`]: it would refuse every write. A server demoted
+//! after connect answers each write with SQLSTATE 25006, reported as a
+//! retryable [`ErrorKind::Unavailable`] that says the server is read-only,
+//! for an address that follows the primary through failovers.
+//!
+//! Fences survive a promotion (they are drawn on the WAL timeline, see
+//! [Schema](#schema)); the store's fence gates are what the standby had
+//! received. [`PgStoreConfig::refuse_fences_from_before_failover`] has them
+//! refuse every fence drawn before the last promotion, so no deposed owner
+//! is accepted even when the successor's gate write was lost.
+//! [`PgStoreConfig::require_synchronous_standby`] (`?require_synchronous_standby=true`
+//! through `tenure::connect`) acknowledges a write only once a synchronous
+//! standby has it: every connection commits with `synchronous_commit =
+//! on`, and a server whose `synchronous_standby_names` is empty is refused
+//! at connect with [`ErrorKind::Incompatible`].
+//! [`PgStore::server_settings`] reads what a crash or a failover may lose
+//! (`fsync`, `synchronous_commit`, `synchronous_standby_names`, the
+//! streaming standbys), as `tenure check` reports it.
 //!
 //! ## Time
 //!
@@ -286,6 +336,7 @@ mod gate;
 mod lease;
 mod queue;
 mod scope_locks;
+mod server;
 mod sql;
 mod statement;
 
@@ -300,6 +351,7 @@ use sqlx::{ConnectOptions, Connection, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
 pub use config::{MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
+pub use server::ServerSettings;
 /// The sqlx this crate runs on, for the transactions
 /// [`PgStore::check_fence_in`] checks in.
 pub use sqlx;
@@ -323,6 +375,8 @@ pub struct PgStore {
     sql: Arc<Statements>,
     scope_locks: ScopeLocks,
     operation_timeout: Duration,
+    /// See [`PgStore::refusing_fences_from_before_failover`].
+    gates_refuse_earlier_timelines: bool,
 }
 
 impl fmt::Debug for PgStore {
@@ -356,14 +410,21 @@ impl PgStore {
     pub async fn connect(config: impl Into<PgStoreConfig>) -> Result<Self> {
         let config = config.into();
         let schema = SchemaName::parse(config.schema_name())?;
-        let options: PgConnectOptions = config.url().parse().map_err(store_error)?;
+        let options = config.connect_options()?;
         let first = open_session(&options, config.connection_wait()).await?;
         let pool = PgPoolOptions::new()
             .max_connections(config.connection_limit())
             .acquire_timeout(config.connection_wait())
             .connect_lazy_with(options);
-        let store = Self::on_pool(pool, schema).with_operation_timeout(config.operation_limit());
+        let mut store =
+            Self::on_pool(pool, schema).with_operation_timeout(config.operation_limit());
+        if config.refuses_fences_from_before_failover() {
+            store = store.refusing_fences_from_before_failover();
+        }
         store.prepare_on(first, config.migration_mode()).await?;
+        if config.requires_synchronous_standby() {
+            store.refuse_asynchronous_replication().await?;
+        }
         Ok(store)
     }
 
@@ -412,7 +473,7 @@ impl PgStore {
     /// migrations need is [`ErrorKind::Config`].
     pub async fn apply_migrations(config: &PgStoreConfig) -> Result<()> {
         let schema = SchemaName::parse(config.schema_name())?;
-        let options: PgConnectOptions = config.url().parse().map_err(store_error)?;
+        let options = config.connect_options()?;
         let mut session = open_session(&options, config.connection_wait()).await?;
         let outcome = migrate_on(&mut session, &schema).await;
         // Closing can only fail if the session is already gone.
@@ -427,6 +488,7 @@ impl PgStore {
             pool,
             schema,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            gates_refuse_earlier_timelines: false,
         }
     }
 
@@ -441,9 +503,12 @@ impl PgStore {
     /// Migrates or verifies the schema on `session` as `mode` says, then
     /// closes it.
     async fn prepare_on(&self, mut session: PgConnection, mode: MigrationMode) -> Result<()> {
-        let outcome = match mode {
-            MigrationMode::Apply => migrate_on(&mut session, &self.schema).await,
-            MigrationMode::VerifyOnly => verify_on(&mut session, &self.schema).await,
+        let outcome = match refuse_standby(&mut session).await {
+            Err(refused) => Err(refused),
+            Ok(()) => match mode {
+                MigrationMode::Apply => migrate_on(&mut session, &self.schema).await,
+                MigrationMode::VerifyOnly => verify_on(&mut session, &self.schema).await,
+            },
         };
         // Closing can only fail if the session is already gone.
         let _ = session.close().await;
@@ -459,6 +524,15 @@ impl PgStore {
     pub async fn migrate(&self) -> Result<()> {
         let session = self.dedicated_session().await?;
         self.prepare_on(session, MigrationMode::Apply).await
+    }
+
+    /// The store with its fence gates ([`FenceStore`](tenure_lease_core::FenceStore),
+    /// [`check_fence_in`](Self::check_fence_in)) refusing every fence drawn
+    /// before the server's last promotion, as
+    /// [`PgStoreConfig::refuse_fences_from_before_failover`] describes.
+    pub fn refusing_fences_from_before_failover(mut self) -> Self {
+        self.gates_refuse_earlier_timelines = true;
+        self
     }
 
     /// The store with each whole operation bounded by `timeout`, as
@@ -543,6 +617,24 @@ async fn migrate_on(connection: &mut PgConnection, schema: &SchemaName) -> Resul
     // makes `run` unusable in a future that must be `Send` for any
     // lifetime (sqlx documents it as the way around that).
     MIGRATOR.run_direct(connection).await.map_err(migrate_error)
+}
+
+/// Refuses a standby (`pg_is_in_recovery()`), where every write would fail
+/// for as long as it stays one.
+async fn refuse_standby(session: &mut PgConnection) -> Result<()> {
+    let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+        .fetch_one(&mut *session)
+        .await
+        .map_err(store_error)?;
+    if in_recovery {
+        return Err(Error::new(
+            ErrorKind::Config,
+            "the PostgreSQL server is a standby (pg_is_in_recovery() is true): every write \
+             tenure makes would be refused; point the URL at the primary (or at an address \
+             that follows it through failovers)",
+        ));
+    }
+    Ok(())
 }
 
 /// Opens one session with `options`, within `wait`. A failure names the

@@ -205,7 +205,7 @@ pub(crate) struct JobStatements {
 }
 
 impl JobStatements {
-    fn new(s: &str, fence_seq: &str) -> Self {
+    fn new(s: &str, next_fence: &str) -> Self {
         let job = qualified(&JOB_COLUMNS, "j");
         let claimed_by = "j.id = $1 AND j.state = 'claimed' AND j.owner = $2 AND j.fence = $3";
         // fail: `Retry` with attempts left goes back to the queue.
@@ -243,7 +243,7 @@ impl JobStatements {
                  ranked AS (SELECT id, row_number() OVER \
                    (ORDER BY priority DESC, run_at, created_at, id) AS claim_order FROM picked), \
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
-                   FROM (SELECT nextval({fence_seq}) AS fence FROM picked) drawn), \
+                   FROM (SELECT {next_fence} AS fence FROM picked) drawn), \
                  claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
                    attempt = j.attempt + 1, fence = f.fence, \
                    lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
@@ -303,7 +303,7 @@ impl JobStatements {
             ),
             take_back: format!(
                 "UPDATE {s}.jobs j SET state = 'claimed', dead_reason = NULL, \
-                 fence = nextval({fence_seq}), lease_expires_at = now() + $4::interval, \
+                 fence = {next_fence}, lease_expires_at = now() + $4::interval, \
                  updated_at = now(), taken_back = least(j.taken_back + 1, {}), \
                  taken_back_at = now() \
                  WHERE j.id = $1 AND j.state = 'dead_lettered' AND j.dead_reason = 'lease_expired' \
@@ -337,9 +337,9 @@ impl JobStatements {
 impl Statements {
     pub(crate) fn new(schema: &SchemaName) -> Self {
         let s = schema.quoted();
-        // The sequence's name as a regclass literal; the schema check leaves
-        // no quote to escape.
-        let fence_seq = format!("'{s}.fence_seq'");
+        // The next fence, at or above the server's WAL timeline's floor
+        // (migration 0008).
+        let next_fence = format!("{s}.next_fence()");
         let record = columns("l");
         let admitted_or_holder = columns("(a.lease)");
         let held_release = format!(
@@ -365,7 +365,7 @@ impl Statements {
                 "WITH planned AS (SELECT p.id, p.position \
                    FROM unnest($1::text[]) WITH ORDINALITY AS p(id, position)), \
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS position \
-                   FROM (SELECT nextval({fence_seq}) AS fence FROM planned) drawn), \
+                   FROM (SELECT {next_fence} AS fence FROM planned) drawn), \
                  changed AS (UPDATE {s}.leases l SET status = 'interrupted', owner = $2, \
                    fence = f.fence, stop_reason = $3, updated_at = $4::timestamptz \
                    FROM planned p JOIN fences f ON f.position = p.position \
@@ -405,7 +405,7 @@ impl Statements {
                  SELECT {record} FROM changed l"
             ),
             take_over: format!(
-                "WITH changed AS (UPDATE {s}.leases l SET owner = $2, fence = nextval({fence_seq}), \
+                "WITH changed AS (UPDATE {s}.leases l SET owner = $2, fence = {next_fence}, \
                    status = $3, error = COALESCE($4, error), stop_reason = COALESCE($5, stop_reason), \
                    lease_expires_at = CASE WHEN $6 THEN now() + $7::interval ELSE lease_expires_at END, \
                    updated_at = now() \
@@ -438,7 +438,7 @@ impl Statements {
                    AND updated_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
             ),
-            jobs: JobStatements::new(&s, &fence_seq),
+            jobs: JobStatements::new(&s, &next_fence),
             gates: GateStatements::new(&s),
         }
     }

@@ -137,4 +137,20 @@ mod nemesis {
     use super::*;
 
     tenure_conformance::tenure_nemesis_conformance!(support::PgFactory::from_env());
+
+    /// The failover scenario with a synchronous standby (every commit
+    /// waits for it): acknowledged writes must survive every failover too.
+    /// By hand: on a loaded machine (every test binary at once, as in CI)
+    /// so few of its commits get through that the workload may not race,
+    /// and a run that did not race proves nothing.
+    #[test]
+    #[ignore = "by hand: on a loaded machine the workload may not race (see RELIABILITY.md)"]
+    fn nemesis_failover_with_a_synchronous_standby() {
+        tenure_conformance::suites::nemesis::run_named(
+            support::PgFactory::with_synchronous_standby(),
+            module_path!(),
+            "nemesis_failover_with_a_synchronous_standby",
+            tenure_conformance::suites::nemesis::nemesis_failover,
+        );
+    }
 }

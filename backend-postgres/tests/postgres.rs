@@ -76,7 +76,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 7);
+    assert_eq!(applied, 8);
     assert_eq!(seen, Some(record));
 }
 
@@ -827,14 +827,18 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migration 0006 undoes, to stand a fresh schema back at version 5:
-/// the schema a store of the previous version created (0007 only replaces
-/// a function, so forgetting it is enough).
+/// What migrations 0006 and 0008 undo, to stand a fresh schema back at
+/// version 5: the schema a store of the previous version created (0007
+/// only replaces a function, so forgetting it is enough; 0008 replaces it
+/// again and adds the two functions dropped here).
 const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
      DROP COLUMN taken_back_at; \
      DROP INDEX $schema.leases_finished_age; \
      CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
        WHERE status IN ('succeeded', 'failed'); \
+     DROP FUNCTION $schema.next_fence(); \
+     DROP FUNCTION $schema.timeline_floor(); \
+     DROP FUNCTION $schema.wal_timeline(); \
      DELETE FROM $schema._sqlx_migrations WHERE version >= 6;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! Redis errors as tenure errors, decided in one place.
 
 use redis::{RedisError, ServerErrorKind};
+use tenure_lease_core::tls::find_cause;
 use tenure_lease_core::{Error, ErrorKind};
 
 /// The error code scripts raise when a stored record cannot be judged.
@@ -15,6 +16,8 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 /// * a record a script could not judge, a key of the namespace holding the
 ///   wrong type, an answer of the wrong shape: [`ErrorKind::Corrupt`];
 /// * a script that fails to run on this server: [`ErrorKind::Incompatible`];
+/// * a refused TLS handshake (an untrusted or misnamed certificate, a
+///   plain-text port): [`ErrorKind::Config`], not retryable;
 /// * refused or missing credentials (`WRONGPASS`, `NOAUTH`) or permissions
 ///   (`NOPERM`): [`ErrorKind::Config`], not retryable: retrying cannot fix a
 ///   password.
@@ -23,8 +26,22 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 /// runs it again (and a missing function's `Function not found` neither:
 /// the store loads its library and calls again).
 pub(crate) fn from_redis(error: RedisError) -> Error {
+    if let Some(refused) = find_cause::<rustls::Error>(&error) {
+        let message = format!(
+            "the TLS handshake with the Redis server failed: {refused}; check that the URL is \
+             rediss:// to a TLS port, that the server's certificate is signed by an authority \
+             the store trusts (the system's, or tls_ca= / RedisConfig::tls) and names the \
+             host in the URL"
+        );
+        return Error::new(ErrorKind::Config, message).with_source(error);
+    }
     let kind = classify(&error);
     let message = match error.detail() {
+        Some(detail) if error.code() == Some("READONLY") => format!(
+            "the Redis server refused a write as a read-only replica (READONLY: {detail}): it \
+             was demoted by a failover, or the URL names a replica; nothing was written. Point \
+             the store at the primary, or at an address that follows it through failovers"
+        ),
         Some(detail) if error.code() == Some("OOM") => format!(
             "the Redis server is out of memory (OOM: {detail}); it refused the script's first \
              write, so nothing was written: free memory or raise maxmemory, then retry"
@@ -93,6 +110,16 @@ mod tests {
         assert_eq!(from_redis(corrupt).kind(), ErrorKind::Corrupt);
         let wrong_type = server_error("WRONGTYPE Operation against a key");
         assert_eq!(from_redis(wrong_type).kind(), ErrorKind::Corrupt);
+    }
+
+    #[test]
+    fn demoted_servers_say_so() {
+        let error = from_redis(server_error(
+            "READONLY You can't write against a read only replica.",
+        ));
+        assert!(error.is_retryable());
+        assert!(error.message().contains("replica"), "{error}");
+        assert!(error.message().contains("primary"), "{error}");
     }
 
     #[test]

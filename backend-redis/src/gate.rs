@@ -73,10 +73,26 @@ impl RedisStore {
             .key(self.keys.gate(resource))
             .key(self.keys.gates())
             .key(key)
+            .key(self.keys.fence())
             .arg(resource)
             .arg(fence)
-            .arg(value);
+            .arg(value)
+            .arg(self.refusal_flag());
         decode::gates::fence_check(self.script(&invocation).await?, fence)
+    }
+}
+
+impl RedisStore {
+    /// The gate scripts' flag: `"1"` when they refuse fences drawn before
+    /// a failover ([`RedisConfig::refuse_fences_from_before_failover`]).
+    ///
+    /// [`RedisConfig::refuse_fences_from_before_failover`]: crate::RedisConfig::refuse_fences_from_before_failover
+    fn refusal_flag(&self) -> &'static str {
+        if self.config.refuses_fences_from_before_failover() {
+            "1"
+        } else {
+            "0"
+        }
     }
 }
 
@@ -88,8 +104,10 @@ impl FenceStore for RedisStore {
         invocation
             .key(self.keys.gate(resource))
             .key(self.keys.gates())
+            .key(self.keys.fence())
             .arg(resource)
-            .arg(fence);
+            .arg(fence)
+            .arg(self.refusal_flag());
         decode::gates::fence_check(self.script(&invocation).await?, fence)
     }
 

@@ -110,6 +110,74 @@
 //! (`CONFIG SET`), the server a reconnection or failover reaches, and the
 //! server's clock.
 //!
+//! **Gates roll back in a failover; a store can refuse what came before.**
+//! A promoted replica holds the fence gates as it last received them, so a
+//! successor's gate write the old primary never shipped is lost, and a
+//! deposed owner would pass. With
+//! [`RedisConfig::refuse_fences_from_before_failover`], the store's gates
+//! refuse every fence drawn before the server's replication id last
+//! changed (a promotion, a restart): every fence-drawing script (and, with
+//! the option, every gate check) reads the id (`INFO replication`, so the
+//! user must be allowed `INFO`) and, under a new one, records a floor, the
+//! first fence drawn under it. No deposed owner is accepted; owners from
+//! before the failover take their leases again.
+//!
+//! **Sentinel.** With a `redis+sentinel://host:port,host:port/SERVICE`
+//! URL the store asks the Sentinels for the primary of `SERVICE` (a server
+//! they name is checked with `ROLE`, so a replica is never taken for it),
+//! and asks again, in the background and at most ten times a second,
+//! whenever a call fails in a way a failover explains (a dropped or
+//! refused connection, a time-out, `READONLY`) or is cancelled: the calls
+//! during a failover fail as retryable, and those after it reach the new
+//! primary. Replication stays asynchronous: what the promoted replica had
+//! not received is lost (fences stay monotonic, and
+//! [`RedisConfig::refuse_fences_from_before_failover`] keeps deposed owners
+//! out of the store's gates; see RELIABILITY.md for the measured losses).
+//!
+//! **Redis Cluster.** With a `redis+cluster://host:port,host:port` URL
+//! (`rediss+cluster://` for TLS) the store learns the cluster from the
+//! nodes named, and sends every call of its namespace, keyless ones too
+//! (`SCAN`, `INFO`, `WAIT`, `FUNCTION LOAD`), to the primary serving the
+//! namespace's hash slot: every key of a namespace carries it as its hash
+//! tag, so each script stays atomic on one node, and each namespace is a
+//! single-server store on the node that holds it. Load spreads across the
+//! cluster by namespace: one namespace is served by one primary however
+//! large the cluster, so split independent workloads into namespaces
+//! (one per tenant, per queue family) to use every primary. The cluster
+//! client follows a moved slot (`MOVED`) and a promoted replica by itself;
+//! the function library is loaded again on a node that lacks it. What
+//! survives a failover is as behind Sentinel: replication is asynchronous.
+//! A cluster node named with a plain `redis://` URL is refused at connect
+//! ([`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config)), naming
+//! the fix.
+//!
+//! **Writes confirmed by replicas.** With
+//! [`RedisConfig::wait_for_replicas`] (or `?wait_replicas=N` in the URL)
+//! every lease, job and gate operation that may write is sent with
+//! `WAIT N` in one pipeline, so on one connection and in one round trip,
+//! and acknowledged only once N replicas confirmed it; otherwise it
+//! answers [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable),
+//! outcome unknown. A failover to a replica that confirmed then keeps
+//! every acknowledged write. The server reads nothing more from a client
+//! blocked in `WAIT`, and the store's calls share one connection: while a
+//! write waits, every other call of the store (reads too) waits behind it,
+//! so a lagging replica slows them all, up to the wait's timeout per
+//! write.
+//!
+//! **Replicas are refused.** `connect` reads `ROLE` (or `INFO replication`)
+//! and refuses a read-only replica with
+//! [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config), naming its
+//! primary; a server demoted after connect answers each write `READONLY`,
+//! a retryable error saying so. [`Durability::replicas`] counts the
+//! replicas following the primary.
+//!
+//! **TLS and ACL users.** `rediss://user:password@host:port` encrypts the
+//! connection and logs in as an ACL user; the server's certificate and name
+//! are verified against the system's trust store, or the authorities of
+//! [`RedisConfig::tls`] or of the URL's `tls_ca=` file (`tls_cert=` and
+//! `tls_key=` for a client certificate). A refused handshake is
+//! [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config).
+//!
 //! ## Errors
 //!
 //! A dropped connection or a server that is loading, read-only or out of
@@ -140,14 +208,19 @@
 //! an ACL that denies them, gets the same operations as `EVALSHA` scripts,
 //! a few microseconds slower per call.
 
+mod cluster;
 mod config;
+mod connection;
 mod decode;
 mod error;
 mod gate;
+mod hosts;
 mod keys;
 mod lease;
+mod primary;
 mod queue;
 mod scripts;
+mod sentinel;
 mod server;
 
 use std::future::Future;
@@ -155,17 +228,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult, Value};
+use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Claim, Error, LeaseRecord, Renewal, Result};
 
-pub use config::RedisConfig;
+pub use config::{RedisConfig, WaitForReplicas};
 pub use queue::{CLAIM_SCAN_PER_JOB, PROMOTE_BATCH};
+pub use sentinel::DEFAULT_SENTINEL_PORT;
 pub use server::{AppendFsync, Durability, SettingsSource};
 
+use crate::cluster::ClusterUrl;
 use crate::config::config_error;
+use crate::connection::Connection;
 use crate::keys::Keys;
+use crate::primary::{manager_config, Primary};
 use crate::scripts::{Invocation, SCRIPTS};
+use crate::sentinel::SentinelUrl;
 
 /// Most claims renewed by one script call; `renew_many` splits larger
 /// batches so one call never blocks the server for long.
@@ -181,9 +262,11 @@ const SCAN_COUNT: usize = 1000;
 /// The Redis store. Cloning shares the connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    primary: Arc<Primary>,
     keys: Keys,
     config: Arc<RedisConfig>,
+    /// How many replicas confirm each write, read from the config once.
+    wait_for_replicas: Option<WaitForReplicas>,
     durability: Arc<Durability>,
     /// Set when the connection may have been replaced, so the next call
     /// names the new one first.
@@ -226,19 +309,14 @@ impl RedisStore {
     pub async fn connect(config: impl Into<RedisConfig>) -> Result<Self> {
         let config = config.into();
         config.validate()?;
-        let client = redis::Client::open(config.url()).map_err(|error| {
-            config_error(format!(
-                "invalid Redis URL {}: {}",
-                config.redacted_url(),
-                error.category()
-            ))
-        })?;
         let deadline = deadline_after(config.connect_timeout);
-        let mut first = first_connection(&client, &config, deadline).await?;
-        let durability = tokio::time::timeout_at(deadline, server::inspect(&mut first))
-            .await
-            .map_err(|_| connect_timed_out(&config, "reading its settings"))??;
-        drop(first);
+        let keys = Keys::new(config.namespace());
+        let Opened {
+            connection,
+            address,
+            sentinels,
+            durability,
+        } = open(&config, &keys, deadline).await?;
         if durability.keeps_nothing_on_disk() {
             tracing::warn!(
                 url = %config.redacted_url(),
@@ -254,29 +332,34 @@ impl RedisStore {
                 "the Redis server may lose acknowledged writes in a crash"
             );
         }
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.operation_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_max_delay(Duration::from_secs(1));
-        let connection = tokio::time::timeout_at(
-            deadline,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await
-        .map_err(|_| connect_timed_out(&config, "connecting"))?
-        .map_err(error::from_redis)?;
+        let wait_for_replicas = config.waits_for_replicas()?;
+        if let (Some(wait), Some(replicas)) = (wait_for_replicas, durability.replicas) {
+            if replicas < wait.replicas as usize {
+                tracing::warn!(
+                    url = %config.redacted_url(),
+                    replicas,
+                    waits_for = wait.replicas,
+                    "every write waits for more replicas than follow the primary: writes \
+                     answer Unavailable until enough replicas connect"
+                );
+            }
+        }
         let store = RedisStore {
-            connection,
-            keys: Keys::new(config.namespace()),
+            primary: Arc::new(Primary::new(connection, address, sentinels)),
+            keys,
+            wait_for_replicas,
             config: Arc::new(config),
             durability: Arc::new(durability),
             needs_name: Arc::new(AtomicBool::new(false)),
             functions: Arc::new(AtomicBool::new(false)),
         };
-        store.name_connection(&mut store.connection.clone()).await?;
-        let loaded = tokio::time::timeout_at(deadline, load_library(&mut store.connection.clone()))
-            .await
-            .map_err(|_| connect_timed_out(&store.config, "loading its function library"))?;
+        store
+            .name_connection(&mut store.primary.connection())
+            .await?;
+        let loaded =
+            tokio::time::timeout_at(deadline, load_library(&mut store.primary.connection()))
+                .await
+                .map_err(|_| connect_timed_out(&store.config, "loading its function library"))?;
         match loaded {
             Ok(()) => store.functions.store(true, Ordering::Release),
             Err(error) if !answered(&error) => return Err(error::from_redis(error)),
@@ -297,6 +380,12 @@ impl RedisStore {
     /// is what it said then.
     pub fn durability(&self) -> &Durability {
         &self.durability
+    }
+
+    /// How many replicas confirm each write before it is acknowledged
+    /// ([`RedisConfig::wait_for_replicas`]), if any must.
+    pub fn waits_for_replicas(&self) -> Option<WaitForReplicas> {
+        self.wait_for_replicas
     }
 
     /// The settings this store was connected with.
@@ -330,7 +419,7 @@ impl RedisStore {
         }
     }
 
-    async fn name_connection(&self, connection: &mut ConnectionManager) -> Result<()> {
+    async fn name_connection(&self, connection: &mut Connection) -> Result<()> {
         let mut rename = redis::cmd("CLIENT");
         rename.arg("SETNAME").arg(self.config.connection_name());
         let named: RedisResult<()> = rename.query_async(connection).await;
@@ -339,8 +428,8 @@ impl RedisStore {
 
     /// The shared connection, named again first when it may have been
     /// replaced since the last call.
-    async fn connection(&self) -> ConnectionManager {
-        let mut connection = self.connection.clone();
+    async fn connection(&self) -> Connection {
+        let mut connection = self.primary.connection();
         if self.needs_name.swap(false, Ordering::AcqRel)
             && self.name_connection(&mut connection).await.is_err()
         {
@@ -350,8 +439,11 @@ impl RedisStore {
     }
 
     /// Awaits one call to the server within the operation timeout and maps
-    /// its errors.
+    /// its errors. Behind Sentinel, a call that fails in a way a failover
+    /// explains (retryable), or is cancelled, has the store ask where the
+    /// primary is, so later calls go there.
     async fn bounded<T>(&self, call: impl Future<Output = RedisResult<T>>) -> Result<T> {
+        let watch = self.primary.watch(&self.config, &self.needs_name);
         let answered = async {
             call.await.map_err(|error| {
                 if error.is_unrecoverable_error() {
@@ -360,8 +452,19 @@ impl RedisStore {
                 error::from_redis(error)
             })
         };
-        tenure_lease_core::layer::bounded(self.config.operation_timeout, "a Redis call", answered)
-            .await
+        let outcome = tenure_lease_core::layer::bounded(
+            self.config.operation_timeout,
+            "a Redis call",
+            answered,
+        )
+        .await;
+        if outcome
+            .as_ref()
+            .map_or_else(|error| !error.is_retryable(), |_| true)
+        {
+            watch.answered();
+        }
+        outcome
     }
 
     async fn command<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
@@ -371,29 +474,59 @@ impl RedisStore {
 
     /// Runs one operation: as a function of the library when the server
     /// took it (loading it again, once, when the server lost it), else as a
-    /// script by `EVALSHA` (loaded again on `NOSCRIPT`).
+    /// script by `EVALSHA` (loaded again on `NOSCRIPT`). A write is
+    /// followed by `WAIT` when the config asks for replicas to confirm it.
     async fn script(&self, invocation: &Invocation<'_>) -> Result<Value> {
         let mut connection = self.connection().await;
-        self.bounded(async {
-            if self.functions.load(Ordering::Acquire) {
-                let called = invocation.fcall().query_async(&mut connection).await;
-                match called {
-                    Err(error) if is_missing_function(&error) => {
-                        match load_library(&mut connection).await {
-                            Ok(()) => return invocation.fcall().query_async(&mut connection).await,
-                            Err(error) if !answered(&error) => return Err(error),
-                            // This call as a script; the next loads again.
-                            Err(error) if is_transient(&error) => {}
-                            Err(error) => self.stop_functions(&error),
+        let wait = self.wait_for_replicas.filter(|_| invocation.writes());
+        let (answer, confirmed) = self
+            .bounded(async {
+                if self.functions.load(Ordering::Acquire) {
+                    let called = confirmed_call(invocation.fcall(), wait, &mut connection).await;
+                    match called {
+                        Err(error) if is_missing_function(&error) => {
+                            match load_library(&mut connection).await {
+                                Ok(()) => {
+                                    return confirmed_call(
+                                        invocation.fcall(),
+                                        wait,
+                                        &mut connection,
+                                    )
+                                    .await
+                                }
+                                Err(error) if !answered(&error) => return Err(error),
+                                // This call as a script; the next loads again.
+                                Err(error) if is_transient(&error) => {}
+                                Err(error) => self.stop_functions(&error),
+                            }
                         }
+                        Err(error) if is_unknown_command(&error) => self.stop_functions(&error),
+                        answered => return answered,
                     }
-                    Err(error) if is_unknown_command(&error) => self.stop_functions(&error),
-                    answered => return answered,
                 }
+                match confirmed_call(invocation.evalsha(), wait, &mut connection).await {
+                    Err(error) if error.code() == Some("NOSCRIPT") => {
+                        invocation.load_script(&mut connection).await?;
+                        confirmed_call(invocation.evalsha(), wait, &mut connection).await
+                    }
+                    answered => answered,
+                }
+            })
+            .await?;
+        match (wait, confirmed) {
+            (Some(wait), Some(confirmed)) if confirmed < i64::from(wait.replicas) => {
+                Err(Error::unavailable(format!(
+                    "the write was confirmed by {confirmed} of the {} replicas it waits for \
+                     within {:?}: it is on the primary of {}, but a failover may lose it, so \
+                     its outcome is unknown (retry it; check that the replicas are connected \
+                     and keeping up, or wait for fewer)",
+                    wait.replicas,
+                    wait.timeout,
+                    self.config.redacted_url()
+                )))
             }
-            invocation.script().invoke_async(&mut connection).await
-        })
-        .await
+            _ => Ok(answer),
+        }
     }
 
     /// Runs every later operation as a script: the server (perhaps another
@@ -430,9 +563,47 @@ impl RedisStore {
     }
 }
 
+/// Sends `command` and, when `wait` says so, `WAIT` in the same pipeline
+/// (so on the same connection, which is what `WAIT` counts the writes
+/// of): the answer, and how many replicas confirmed it.
+async fn confirmed_call(
+    command: redis::Cmd,
+    wait: Option<WaitForReplicas>,
+    connection: &mut Connection,
+) -> RedisResult<(Value, Option<i64>)> {
+    let Some(wait) = wait else {
+        return command
+            .query_async(connection)
+            .await
+            .map(|answer| (answer, None));
+    };
+    let mut pipeline = redis::pipe();
+    // Each reply on its own: a pipeline's error would lose the server's
+    // code and text, which classify it (`TENURE_CORRUPT`, a lost function).
+    pipeline
+        .ignore_errors()
+        .add_command(command)
+        .cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(u64::try_from(wait.timeout.as_millis()).unwrap_or(u64::MAX));
+    let mut replies: Vec<Value> = pipeline.query_async(connection).await?;
+    let confirmed = replies.pop();
+    let answer = match replies.pop() {
+        Some(Value::ServerError(error)) => return Err(error.into()),
+        Some(answer) => answer,
+        None => Value::Nil,
+    };
+    let confirmed = match confirmed {
+        Some(Value::ServerError(error)) => return Err(error.into()),
+        Some(confirmed) => i64::from_redis_value(confirmed)?,
+        None => 0,
+    };
+    Ok((answer, Some(confirmed)))
+}
+
 /// Loads the function library (a library of this version already loaded,
 /// by this process or another, is fine: its name is its version).
-async fn load_library(connection: &mut ConnectionManager) -> RedisResult<()> {
+async fn load_library(connection: &mut Connection) -> RedisResult<()> {
     let loaded: RedisResult<String> = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg(&SCRIPTS.library)
@@ -478,6 +649,181 @@ fn is_unknown_command(error: &RedisError) -> bool {
         .is_some_and(|d| d.to_ascii_lowercase().contains("unknown command"))
 }
 
+/// What [`open`] connected: the store's connection, the address it leads
+/// to, the Sentinels to ask after a failover, and what the server said of
+/// itself.
+struct Opened {
+    connection: Connection,
+    address: String,
+    sentinels: Option<SentinelClient>,
+    durability: Durability,
+}
+
+/// Connects to what `config` names, tried until `deadline`: the server the
+/// URL names, the primary its Sentinels name, or, in a cluster, the
+/// primary serving the slot of `keys`; and reads the server's settings.
+async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant) -> Result<Opened> {
+    let (url, certificates) = config.client_url()?;
+    if let Some(cluster) = ClusterUrl::parse(&url)? {
+        let client = cluster.client(config, certificates.as_ref())?;
+        let connection =
+            until_connected(config, deadline, || client.get_async_connection()).await?;
+        let mut connection = Connection::into_cluster(connection, keys.prefix());
+        let durability = inspect_within(config, deadline, &mut connection).await?;
+        return Ok(Opened {
+            connection,
+            address: redact_url(&url),
+            sentinels: None,
+            durability,
+        });
+    }
+    let (client, sentinels) = primary_client(config, url, certificates, deadline).await?;
+    let address = client.get_connection_info().addr().to_string();
+    let connection_config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.operation_timeout));
+    let mut first = until_connected(config, deadline, || {
+        client.get_multiplexed_async_connection_with_config(&connection_config)
+    })
+    .await?;
+    let durability = inspect_within(config, deadline, &mut first).await?;
+    refuse_cluster_node(config, &mut first).await?;
+    drop(first);
+    let manager = tokio::time::timeout_at(
+        deadline,
+        ConnectionManager::new_with_config(client, manager_config(config)),
+    )
+    .await
+    .map_err(|_| connect_timed_out(config, "connecting"))?
+    .map_err(error::from_redis)?;
+    Ok(Opened {
+        connection: Connection::Server(manager),
+        address,
+        sentinels,
+        durability,
+    })
+}
+
+/// Refuses a node of a Redis Cluster named as one server: it would answer
+/// `MOVED` for every namespace whose slot another node serves. Says
+/// nothing when the server does not let the user run `INFO cluster`.
+async fn refuse_cluster_node(
+    config: &RedisConfig,
+    connection: &mut (impl ConnectionLike + Send),
+) -> Result<()> {
+    let info: RedisResult<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(connection)
+        .await;
+    match info {
+        Ok(info) if info.lines().any(|line| line.trim() == "cluster_enabled:1") => {
+            Err(config_error(format!(
+                "{} is a node of a Redis Cluster: name the cluster with \
+                 redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS), so each \
+                 namespace reaches the node that serves its hash slot",
+                config.redacted_url()
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The server's settings, read through `connection` before `deadline`.
+async fn inspect_within(
+    config: &RedisConfig,
+    deadline: tokio::time::Instant,
+    connection: &mut (impl ConnectionLike + Send),
+) -> Result<Durability> {
+    tokio::time::timeout_at(deadline, server::inspect(connection))
+        .await
+        .map_err(|_| connect_timed_out(config, "reading its settings"))?
+}
+
+/// The client for `config`'s primary: the server `url` names, or the one
+/// its Sentinels name (asked until `deadline`), with the client that asks
+/// them again after a failover.
+async fn primary_client(
+    config: &RedisConfig,
+    url: String,
+    certificates: Option<TlsCertificates>,
+    deadline: tokio::time::Instant,
+) -> Result<(redis::Client, Option<SentinelClient>)> {
+    let Some(sentinels) = SentinelUrl::parse(&url)? else {
+        return Ok((open_client(config, url, certificates.as_ref())?, None));
+    };
+    let mut asking = sentinels.client(certificates.as_ref())?;
+    let mut last_error = None;
+    // The Sentinels name no primary of an unknown service, and none of a
+    // known one mid-failover either: asked again until the deadline.
+    let mut named_none = false;
+    loop {
+        match tokio::time::timeout_at(deadline, asking.async_get_client()).await {
+            Ok(Ok(client)) => return Ok((client, Some(asking))),
+            Ok(Err(error)) => {
+                named_none = error.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel;
+                let error = error::from_redis(error);
+                if !named_none && !error.is_retryable() {
+                    return Err(error);
+                }
+                last_error = Some(error);
+            }
+            Err(_) => break,
+        }
+        if tokio::time::Instant::now() + CONNECT_RETRY_DELAY >= deadline {
+            break;
+        }
+        tokio::time::sleep(CONNECT_RETRY_DELAY).await;
+    }
+    if let (true, Some(error)) = (named_none, last_error.as_ref()) {
+        return Err(config_error(format!(
+            "the Sentinels of {} named no primary of service {:?} within {:?}: {error}; check \
+             the service name and that they monitor it (SENTINEL MASTERS)",
+            config.redacted_url(),
+            sentinels.service(),
+            config.connect_timeout
+        )));
+    }
+    let doing = match last_error {
+        Some(cause) => format!("asking the Sentinels for the primary; last attempt: {cause}"),
+        None => "asking the Sentinels for the primary".to_owned(),
+    };
+    Err(connect_timed_out(config, &doing))
+}
+
+/// The client for the server at `url`, encrypted with `certificates` when
+/// given.
+fn open_client(
+    config: &RedisConfig,
+    url: String,
+    certificates: Option<&TlsCertificates>,
+) -> Result<redis::Client> {
+    let client = match certificates {
+        None => redis::Client::open(url),
+        Some(certificates) => redis::Client::build_with_tls(url, redis_certificates(certificates)),
+    };
+    client.map_err(|error| {
+        config_error(format!(
+            "invalid Redis URL or certificates for {}: {}",
+            config.redacted_url(),
+            error
+        ))
+        .with_source(error)
+    })
+}
+
+/// tenure's certificates as the `redis` crate takes them.
+fn redis_certificates(certificates: &TlsCertificates) -> redis::TlsCertificates {
+    redis::TlsCertificates {
+        client_tls: certificates
+            .identity()
+            .map(|(certificate, key)| redis::ClientTlsConfig {
+                client_cert: certificate.to_vec(),
+                client_key: key.to_vec(),
+            }),
+        root_cert: certificates.roots().map(<[u8]>::to_vec),
+    }
+}
+
 /// The instant `timeout` from now, or a century from now when that is
 /// beyond what an instant holds (a timeout of `Duration::MAX` waits "for
 /// ever", never panics).
@@ -490,25 +836,20 @@ fn deadline_after(timeout: Duration) -> tokio::time::Instant {
 /// Pause between two attempts at a first connection.
 const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
-/// A first plain connection, tried until `deadline`: refused credentials
+/// A first connection, `attempt`ed until `deadline`: refused credentials
 /// answer at once (retrying cannot fix them), a server that cannot be
 /// reached is tried again until then.
-async fn first_connection(
-    client: &redis::Client,
+async fn until_connected<C, Attempt>(
     config: &RedisConfig,
     deadline: tokio::time::Instant,
-) -> Result<MultiplexedConnection> {
-    let connection_config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.operation_timeout));
+    mut attempt: impl FnMut() -> Attempt,
+) -> Result<C>
+where
+    Attempt: Future<Output = RedisResult<C>>,
+{
     let mut last_error = None;
     loop {
-        let attempt = tokio::time::timeout_at(
-            deadline,
-            client.get_multiplexed_async_connection_with_config(&connection_config),
-        )
-        .await;
-        let error = match attempt {
+        let error = match tokio::time::timeout_at(deadline, attempt()).await {
             Ok(Ok(connection)) => return Ok(connection),
             Ok(Err(error)) => error::from_redis(error),
             Err(_) => break,

@@ -31,7 +31,7 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, Script, ScriptInvocation, ToRedisArgs};
+use redis::{Cmd, RedisResult, Script, ToRedisArgs};
 
 /// The shared prelude and the two family preludes.
 const COMMON: &str = include_str!("lua/common.lua");
@@ -282,17 +282,31 @@ impl Invocation<'_> {
         command
     }
 
-    /// The call as `EVALSHA` of the operation's script (loaded on
-    /// `NOSCRIPT`).
-    pub(crate) fn script(&self) -> ScriptInvocation<'_> {
-        let mut invocation = self.op.script.prepare_invoke();
+    /// The call as `EVALSHA` of the operation's script (which
+    /// [`load_script`](Self::load_script) loads after `NOSCRIPT`).
+    pub(crate) fn evalsha(&self) -> Cmd {
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(self.op.script.get_hash()).arg(self.keys.len());
         for key in &self.keys {
-            invocation.key(key.as_slice());
+            command.arg(key.as_slice());
         }
         for arg in &self.args {
-            invocation.arg(arg.as_slice());
+            command.arg(arg.as_slice());
         }
-        invocation
+        command
+    }
+
+    /// Loads the operation's script into the server's script cache.
+    pub(crate) async fn load_script<C>(&self, connection: &mut C) -> RedisResult<String>
+    where
+        C: redis::aio::ConnectionLike,
+    {
+        self.op.script.load_async(connection).await
+    }
+
+    /// Whether the operation may write.
+    pub(crate) fn writes(&self) -> bool {
+        !self.op.read_only
     }
 }
 

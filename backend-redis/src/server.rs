@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 use redis::{RedisError, RedisResult};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
@@ -76,6 +76,11 @@ pub struct Durability {
     pub snapshot_schedule: Option<String>,
     /// Where the settings were read from.
     pub source: SettingsSource,
+    /// How many replicas were connected to the server (`ROLE`, or
+    /// `INFO replication`); `None` when neither could be run. Without one,
+    /// a lost server loses every record; with them, a failover may lose
+    /// the writes they had not received yet (see RELIABILITY.md).
+    pub replicas: Option<usize>,
 }
 
 impl Durability {
@@ -106,12 +111,13 @@ impl fmt::Display for Durability {
         }
         write!(
             f,
-            "maxmemory-policy {}, appendonly {}, appendfsync {}, save {} (from {:?})",
+            "maxmemory-policy {}, appendonly {}, appendfsync {}, save {} (from {:?}), replicas {}",
             self.eviction_policy,
             shown(&self.append_only),
             shown(&self.append_fsync),
             shown(&self.snapshot_schedule),
-            self.source
+            self.source,
+            shown(&self.replicas)
         )
     }
 }
@@ -121,7 +127,7 @@ const NOT_REPORTED: &str = "<not reported>";
 
 /// Reads the server's settings and refuses a server that may evict
 /// tenure's keys.
-pub(crate) async fn inspect(connection: &mut MultiplexedConnection) -> Result<Durability> {
+pub(crate) async fn inspect(connection: &mut (impl ConnectionLike + Send)) -> Result<Durability> {
     let durability = match from_config(connection).await {
         Ok(durability) => durability,
         Err(config_error) if may_fall_back(&config_error) => {
@@ -145,7 +151,102 @@ pub(crate) async fn inspect(connection: &mut MultiplexedConnection) -> Result<Du
         Err(other) => return Err(error::from_redis(other)),
     };
     check_eviction_policy(&durability.eviction_policy)?;
-    Ok(durability)
+    let replicas = match role(connection).await? {
+        Some(Role::Primary { replicas }) => Some(replicas),
+        Some(Role::Replica { primary }) => return Err(replica_refused(&primary)),
+        None => None,
+    };
+    Ok(Durability {
+        replicas,
+        ..durability
+    })
+}
+
+/// What the server is in its replication group.
+#[derive(Debug, PartialEq, Eq)]
+enum Role {
+    /// It takes writes; this many replicas follow it.
+    Primary { replicas: usize },
+    /// It follows `primary` (`host:port`) and refuses every write.
+    Replica { primary: String },
+}
+
+/// The server's role from `ROLE`, or from `INFO replication` when `ROLE` is
+/// renamed or forbidden; `None` when neither may be run.
+async fn role(connection: &mut (impl ConnectionLike + Send)) -> Result<Option<Role>> {
+    let answer: RedisResult<redis::Value> = redis::cmd("ROLE").query_async(connection).await;
+    match answer {
+        Ok(value) => return Ok(role_from_answer(&value)),
+        Err(error) if !may_fall_back(&error) => return Err(error::from_redis(error)),
+        Err(_) => {}
+    }
+    let info: RedisResult<String> = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(connection)
+        .await;
+    match info {
+        Ok(text) => Ok(role_from_info(&info_fields(&text))),
+        Err(error) if may_fall_back(&error) => Ok(None),
+        Err(error) => Err(error::from_redis(error)),
+    }
+}
+
+fn role_from_answer(value: &redis::Value) -> Option<Role> {
+    use redis::Value;
+    let Value::Array(fields) = value else {
+        return None;
+    };
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        Value::Int(number) => Some(number.to_string()),
+        _ => None,
+    };
+    match fields.first().and_then(text)?.as_str() {
+        "master" => match fields.get(2) {
+            Some(Value::Array(replicas)) => Some(Role::Primary {
+                replicas: replicas.len(),
+            }),
+            _ => None,
+        },
+        "slave" | "replica" => {
+            let host = fields.get(1).and_then(text)?;
+            let port = fields.get(2).and_then(text)?;
+            Some(Role::Replica {
+                primary: format!("{host}:{port}"),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn role_from_info(fields: &HashMap<&str, &str>) -> Option<Role> {
+    match *fields.get("role")? {
+        "master" => Some(Role::Primary {
+            replicas: fields.get("connected_slaves")?.parse().ok()?,
+        }),
+        "slave" | "replica" => Some(Role::Replica {
+            primary: format!(
+                "{}:{}",
+                fields.get("master_host").copied().unwrap_or("?"),
+                fields.get("master_port").copied().unwrap_or("?")
+            ),
+        }),
+        _ => None,
+    }
+}
+
+/// The error of connecting to a replica: every write would fail, for as
+/// long as it stays one.
+fn replica_refused(primary: &str) -> Error {
+    Error::new(
+        ErrorKind::Config,
+        format!(
+            "the Redis server is a read-only replica of {primary}: every write tenure makes \
+             would be refused; point the URL at the primary (or at an address that follows \
+             it through failovers)"
+        ),
+    )
 }
 
 /// Whether a refused `CONFIG` (or `INFO`) leaves another way to read the
@@ -180,7 +281,10 @@ fn check_eviction_policy(policy: &str) -> Result<()> {
     ))
 }
 
-async fn config_value(connection: &mut MultiplexedConnection, name: &str) -> RedisResult<String> {
+async fn config_value(
+    connection: &mut (impl ConnectionLike + Send),
+    name: &str,
+) -> RedisResult<String> {
     let answer: HashMap<String, String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg(name)
@@ -189,7 +293,7 @@ async fn config_value(connection: &mut MultiplexedConnection, name: &str) -> Red
     Ok(answer.get(name).cloned().unwrap_or_default())
 }
 
-async fn from_config(connection: &mut MultiplexedConnection) -> RedisResult<Durability> {
+async fn from_config(connection: &mut (impl ConnectionLike + Send)) -> RedisResult<Durability> {
     let eviction_policy = config_value(connection, "maxmemory-policy").await?;
     // A server that reports no policy is refused as an unknown one, by name.
     let eviction_policy = if eviction_policy.is_empty() {
@@ -206,6 +310,7 @@ async fn from_config(connection: &mut MultiplexedConnection) -> RedisResult<Dura
         append_fsync: AppendFsync::parse(&append_fsync),
         snapshot_schedule: Some(snapshot_schedule),
         source: SettingsSource::Config,
+        replicas: None,
     })
 }
 
@@ -224,7 +329,7 @@ fn info_fields(text: &str) -> HashMap<&str, &str> {
         .collect()
 }
 
-async fn from_info(connection: &mut MultiplexedConnection) -> RedisResult<Durability> {
+async fn from_info(connection: &mut (impl ConnectionLike + Send)) -> RedisResult<Durability> {
     let memory: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(connection)
@@ -246,6 +351,7 @@ async fn from_info(connection: &mut MultiplexedConnection) -> RedisResult<Durabi
         append_fsync: None,
         snapshot_schedule: None,
         source: SettingsSource::Info,
+        replicas: None,
     })
 }
 
@@ -278,6 +384,49 @@ mod tests {
     }
 
     #[test]
+    fn roles_are_read_from_role_and_from_info() {
+        use redis::Value;
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let primary = Value::Array(vec![
+            bulk("master"),
+            Value::Int(10),
+            Value::Array(vec![Value::Array(vec![
+                bulk("10.0.0.2"),
+                bulk("6379"),
+                bulk("10"),
+            ])]),
+        ]);
+        assert_eq!(
+            role_from_answer(&primary),
+            Some(Role::Primary { replicas: 1 })
+        );
+        let replica = Value::Array(vec![
+            bulk("slave"),
+            bulk("10.0.0.1"),
+            Value::Int(6379),
+            bulk("connected"),
+            Value::Int(10),
+        ]);
+        assert_eq!(
+            role_from_answer(&replica),
+            Some(Role::Replica {
+                primary: "10.0.0.1:6379".to_owned()
+            })
+        );
+        assert_eq!(role_from_answer(&Value::Nil), None);
+        let info = info_fields("# Replication\r\nrole:master\r\nconnected_slaves:2\r\n");
+        assert_eq!(role_from_info(&info), Some(Role::Primary { replicas: 2 }));
+        let info = info_fields("role:slave\r\nmaster_host:h\r\nmaster_port:7000\r\n");
+        assert_eq!(
+            role_from_info(&info),
+            Some(Role::Replica {
+                primary: "h:7000".to_owned()
+            })
+        );
+        assert!(replica_refused("h:1").message().contains("primary"));
+    }
+
+    #[test]
     fn nothing_on_disk_only_when_known() {
         let mut durability = Durability {
             eviction_policy: "noeviction".to_owned(),
@@ -285,6 +434,7 @@ mod tests {
             append_fsync: Some(AppendFsync::EverySecond),
             snapshot_schedule: Some(String::new()),
             source: SettingsSource::Config,
+            replicas: Some(0),
         };
         assert!(durability.keeps_nothing_on_disk());
         assert!(!durability.survives_a_crash());

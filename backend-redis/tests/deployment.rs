@@ -16,10 +16,13 @@ mod scratch;
 use serde_json::json;
 use tenure_backend_redis::{AppendFsync, RedisConfig, RedisStore, SettingsSource};
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{
-    Admission, AdmitRequest, ErrorKind, FenceGate, LeaseStore, LossReason, Renewal, Takeover,
-    TakeoverRequest,
+    Admission, AdmitRequest, ErrorKind, FenceCheck, FenceGate, FenceStore, LeaseStore, LossReason,
+    Renewal, Takeover, TakeoverRequest,
 };
+use tenure_test_support::certificates::TestCertificates;
+use tenure_test_support::sentinel::{PrivateSentinels, SERVICE};
 use tenure_test_support::servers::{until_ok, PrivateRedis};
 
 const TTL: Duration = Duration::from_secs(600);
@@ -583,4 +586,450 @@ async fn an_acl_forbidding_functions_falls_back_to_evalsha() {
     exercise(&store, "scripted").await;
     assert_eq!(calls_of(&url, "fcall").await, 0);
     assert!(calls_of(&url, "evalsha").await > 0);
+}
+
+/// `store` admits a lease of `id` to `owner`: the connection carries real
+/// calls. The record admitted.
+async fn admits_to(store: &RedisStore, id: &str, owner: &str) -> tenure_lease_core::LeaseRecord {
+    match store
+        .admit(&AdmitRequest::new(id, owner).ttl(TTL))
+        .await
+        .expect("an admission")
+    {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("{id}: {other:?}"),
+    }
+}
+
+/// [`admits_to`] a worker.
+async fn admits(store: &RedisStore, id: &str) {
+    admits_to(store, id, "worker").await;
+}
+
+/// A TLS-only server with a certificate of a test authority: trusted
+/// through the config or through the URL's `tls_ca=` file, the store
+/// connects and works; trusting another authority, or only the system's,
+/// it is refused at once with a configuration error that says what to
+/// check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connects_when_the_server_certificate_is_trusted_and_refuses_otherwise() {
+    const TEST: &str = "tls_connects_when_the_server_certificate_is_trusted_and_refuses_otherwise";
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let certificates = TestCertificates::generate("redis").expect("certificates");
+    let stranger = TestCertificates::generate("stranger").expect("certificates");
+    let server = PrivateRedis::start_tls(&certificates, false, &[])
+        .await
+        .expect("a TLS redis-server");
+    assert!(server.url().starts_with("rediss://"), "{}", server.url());
+
+    let trusted = TlsCertificates::new().trust_pem(certificates.ca_pem());
+    let store = RedisStore::connect(config(server.url()).tls(trusted))
+        .await
+        .expect("the authority is trusted");
+    admits(&store, "through-config").await;
+
+    let url = format!(
+        "{}/?tls_ca={}",
+        server.url(),
+        certificates.ca_file().display()
+    );
+    let store = connect(url).await.expect("the URL's authority is trusted");
+    admits(&store, "through-url").await;
+
+    for (case, store) in [
+        (
+            "another authority",
+            RedisStore::connect(
+                config(server.url()).tls(TlsCertificates::new().trust_pem(stranger.ca_pem())),
+            )
+            .await,
+        ),
+        ("the system's authorities", connect(server.url()).await),
+    ] {
+        // Within PATIENT: a time-out would answer Unavailable.
+        let error = store.expect_err(case);
+        assert_eq!(error.kind(), ErrorKind::Config, "{case}: {error}");
+        assert!(!error.is_retryable(), "{case}: {error}");
+        assert!(error.message().contains("TLS handshake"), "{case}: {error}");
+        assert!(error.message().contains("certificate"), "{case}: {error}");
+    }
+
+    let plain = RedisConfig::new(format!("redis://127.0.0.1:{}", server.port()), "deployment")
+        .tls(TlsCertificates::new().trust_pem(certificates.ca_pem()));
+    let error = RedisStore::connect(plain)
+        .await
+        .expect_err("certificates for a plain URL");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.message().contains("rediss://"), "{error}");
+}
+
+/// A server that asks every client for a certificate (`tls-auth-clients
+/// yes`) and an ACL user: the store logs in as that user with the client
+/// certificate of the config or of the URL; without a certificate it is
+/// refused with a configuration error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_client_certificates_and_acl_users_log_in() {
+    const TEST: &str = "tls_client_certificates_and_acl_users_log_in";
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let certificates = TestCertificates::generate("redis-mtls").expect("certificates");
+    let acl = ["--user", "app", "on", ">s3cret", "~*", "&*", "+@all"];
+    let server = PrivateRedis::start_tls(&certificates, true, &acl)
+        .await
+        .expect("a TLS redis-server asking for client certificates");
+    let url = server
+        .url()
+        .replacen("rediss://", "rediss://app:s3cret@", 1);
+    let (certificate, key) = certificates.client_pem();
+    let identified = TlsCertificates::new()
+        .trust_pem(certificates.ca_pem())
+        .identity_pem(certificate, key);
+    let store = RedisStore::connect(config(url.as_str()).tls(identified))
+        .await
+        .expect("a client certificate and the ACL user");
+    admits(&store, "mtls-config").await;
+
+    let with_files = format!(
+        "{url}/?tls_ca={}&tls_cert={}&tls_key={}",
+        certificates.ca_file().display(),
+        certificates.client_file().display(),
+        certificates.client_key_file().display()
+    );
+    let store = connect(with_files)
+        .await
+        .expect("the URL's client certificate");
+    admits(&store, "mtls-url").await;
+
+    let anonymous = RedisStore::connect(
+        config(url.as_str()).tls(TlsCertificates::new().trust_pem(certificates.ca_pem())),
+    )
+    .await
+    .expect_err("no client certificate");
+    assert_eq!(anonymous.kind(), ErrorKind::Config, "{anonymous}");
+    assert!(!anonymous.to_string().contains("s3cret"), "{anonymous}");
+
+    let wrong_password = url.replacen("s3cret", "wrong", 1);
+    let error = RedisStore::connect(
+        config(wrong_password).tls(
+            TlsCertificates::new()
+                .trust_pem(certificates.ca_pem())
+                .identity_pem(certificate, key),
+        ),
+    )
+    .await
+    .expect_err("a wrong password");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+}
+
+/// A read-only replica is refused at connect, naming its primary; the
+/// primary says how many replicas follow it; a primary demoted after
+/// connect (`REPLICAOF`) answers every write with a retryable error that
+/// says it became a replica, and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_are_refused_at_connect_and_a_demotion_is_reported() {
+    const TEST: &str = "replicas_are_refused_at_connect_and_a_demotion_is_reported";
+    let Some(primary) = private_server(TEST, &[]).await else {
+        return;
+    };
+    let port = primary.port().to_string();
+    let replica = PrivateRedis::start_with(&["--replicaof", "127.0.0.1", &port])
+        .await
+        .expect("a replica");
+    let error = connect(replica.url()).await.expect_err("a replica");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    assert!(error.message().contains("replica"), "{error}");
+    assert!(
+        error.message().contains(&format!("127.0.0.1:{port}")),
+        "{error}"
+    );
+
+    // The replica attaches in its own time: there is no signal to wait on.
+    let give_up = tokio::time::Instant::now() + PATIENT;
+    let followed = loop {
+        let store = connect(primary.url()).await.expect("the primary");
+        match store.durability().replicas {
+            Some(1) => break store,
+            other if tokio::time::Instant::now() < give_up => {
+                assert_eq!(other, Some(0), "{:?}", store.durability());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the replica never attached: replicas {other:?}"),
+        }
+    };
+    admits(&followed, "before-demotion").await;
+
+    let other = PrivateRedis::start().await.expect("a new primary");
+    let mut raw = redis::Client::open(primary.url())
+        .expect("a client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(other.port())
+        .query_async(&mut raw)
+        .await
+        .expect("demoted");
+    let error = followed
+        .admit(&AdmitRequest::new("after-demotion", "worker").ttl(TTL))
+        .await
+        .expect_err("a demoted server refuses writes");
+    assert!(error.is_retryable(), "{error}");
+    assert!(error.message().contains("read-only replica"), "{error}");
+}
+
+/// A replica promoted while its primary went on alone (the asynchronous
+/// worst case: the successor's admission and gate write lost): fences
+/// drawn on it still exceed every fence of the old primary; a plain
+/// store's gate accepts the deposed owner's fence (the loss
+/// RELIABILITY.md documents); a store refusing fences from before a
+/// failover refuses it, and accepts the owners who took their leases
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_deposed_owners_are_refused_when_asked() {
+    const TEST: &str = "after_a_failover_deposed_owners_are_refused_when_asked";
+    let Some(primary) = private_server(TEST, &[]).await else {
+        return;
+    };
+    let port = primary.port().to_string();
+    let replica = PrivateRedis::start_with(&["--replicaof", "127.0.0.1", &port])
+        .await
+        .expect("a replica");
+    let old = connect(primary.url()).await.expect("the primary");
+    let first = admits_to(&old, "run", "worker-a").await;
+    assert_eq!(
+        old.check_fence("resource", first.fence)
+            .await
+            .expect("a check"),
+        FenceCheck::Accepted
+    );
+    let mut raw_primary = redis::Client::open(primary.url())
+        .expect("a client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    // Everything so far reaches the replica before it is promoted (the
+    // replica attaches in its own time: WAIT in short steps, bounded).
+    let give_up = tokio::time::Instant::now() + PATIENT;
+    loop {
+        let acknowledged: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(100)
+            .query_async(&mut raw_primary)
+            .await
+            .expect("WAIT");
+        if acknowledged == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the replica never acknowledged"
+        );
+    }
+    let mut raw_replica = redis::Client::open(replica.url())
+        .expect("a client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut raw_replica)
+        .await
+        .expect("promoted");
+
+    // The successor's admission and gate write, on the old primary only.
+    let successor = admits_to(&old, "run-successor", "worker-b").await;
+    assert_eq!(
+        old.check_fence("resource", successor.fence)
+            .await
+            .expect("a check"),
+        FenceCheck::Accepted
+    );
+    drop(old);
+    drop(primary);
+
+    let plain = connect(replica.url()).await.expect("the promoted replica");
+    assert_eq!(
+        plain
+            .check_fence("resource", first.fence)
+            .await
+            .expect("a check"),
+        FenceCheck::Accepted,
+        "the plain gate lost the successor's write"
+    );
+    let refusing =
+        RedisStore::connect(config(replica.url()).refuse_fences_from_before_failover(true))
+            .await
+            .expect("a refusing store");
+    let refused = refusing
+        .check_fence("resource", first.fence)
+        .await
+        .expect("a check");
+    assert!(
+        matches!(refused, FenceCheck::Stale(_)),
+        "the deposed owner: {refused:?}"
+    );
+    let again = admits_to(&refusing, "run-again", "worker-a").await;
+    assert!(
+        again.fence > successor.fence,
+        "fence {} after the failover, {} before it",
+        again.fence,
+        successor.fence
+    );
+    assert_eq!(
+        refusing
+            .check_fence("resource", again.fence)
+            .await
+            .expect("a check"),
+        FenceCheck::Accepted
+    );
+}
+
+/// Behind Sentinel (`redis+sentinel://`), the store finds the primary,
+/// follows it through failovers (the primary killed, a replica promoted)
+/// and never writes to a replica; a service the Sentinels do not monitor
+/// is refused, once the connect timeout has passed (mid-failover the
+/// Sentinels name no primary for a while), with a configuration error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_finds_the_primary_and_follows_its_failovers() {
+    const TEST: &str = "sentinel_finds_the_primary_and_follows_its_failovers";
+    if let Some(reason) = PrivateRedis::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let mut sentinels = PrivateSentinels::start(1)
+        .await
+        .expect("a Sentinel deployment");
+    let unknown = sentinels.url().replace(SERVICE, "no-such-service");
+    let error = RedisStore::connect(
+        RedisConfig::new(unknown, "deployment").connect_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect_err("an unknown service");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+    assert!(error.message().contains("no-such-service"), "{error}");
+
+    let store =
+        RedisStore::connect(config(sentinels.url()).operation_timeout(Duration::from_secs(1)))
+            .await
+            .expect("the primary, through the Sentinels");
+    let mut fences = vec![admits_to(&store, "before", "worker").await.fence];
+    for round in 0..2 {
+        sentinels.fail_over().await.expect("a failover");
+        let id = format!("after-failover-{round}");
+        let give_up = tokio::time::Instant::now() + PATIENT;
+        let record = loop {
+            match store
+                .admit(&AdmitRequest::new(&id, "worker").ttl(TTL))
+                .await
+            {
+                Ok(Admission::Admitted { record, .. }) => break record,
+                Ok(other) => panic!("{id}: {other:?}"),
+                Err(error) => {
+                    assert!(error.is_retryable(), "{error}");
+                    assert!(
+                        tokio::time::Instant::now() < give_up,
+                        "never followed: {error}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        assert!(record.fence > *fences.last().expect("a fence"));
+        fences.push(record.fence);
+        // Written to the new primary, not to a replica.
+        let primary = connect(sentinels.primary_url().await.expect("the primary"))
+            .await
+            .expect("the new primary alone");
+        assert_eq!(
+            primary
+                .get(&id)
+                .await
+                .expect("a read")
+                .map(|found| found.fence),
+            Some(record.fence)
+        );
+    }
+}
+
+/// A store waiting for one replica (`wait_replicas=1` in the URL) on a
+/// primary that has none: its writes answer a retryable `Unavailable`
+/// saying that no replica confirmed them, its reads answer; once a
+/// replica follows, its writes are acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_wait_for_their_replicas_when_asked() {
+    const TEST: &str = "writes_wait_for_their_replicas_when_asked";
+    let Some(primary) = private_server(TEST, &[]).await else {
+        return;
+    };
+    let store = connect(format!(
+        "{}?wait_replicas=1&wait_timeout_ms=100",
+        primary.url()
+    ))
+    .await
+    .expect("connects without its replica");
+    assert_eq!(
+        store.waits_for_replicas().map(|wait| wait.replicas),
+        Some(1)
+    );
+    let error = store
+        .admit(&AdmitRequest::new("unconfirmed", "worker").ttl(TTL))
+        .await
+        .expect_err("no replica confirms the write");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(error.is_retryable(), "{error}");
+    assert!(
+        error.message().contains("confirmed by 0 of the 1 replicas"),
+        "{error}"
+    );
+    // The write is on the primary: its outcome was unknown, not refused.
+    assert!(store.get("unconfirmed").await.expect("a read").is_some());
+
+    let port = primary.port().to_string();
+    let _replica = PrivateRedis::start_with(&["--replicaof", "127.0.0.1", &port])
+        .await
+        .expect("a replica");
+    // The replica attaches in its own time: there is no signal to wait on.
+    let give_up = tokio::time::Instant::now() + PATIENT;
+    let mut round = 0;
+    loop {
+        round += 1;
+        let id = format!("confirmed-{round}");
+        match store
+            .admit(&AdmitRequest::new(&id, "worker").ttl(TTL))
+            .await
+        {
+            Ok(Admission::Admitted { .. }) => break,
+            Ok(other) => panic!("{id}: {other:?}"),
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+                assert!(
+                    tokio::time::Instant::now() < give_up,
+                    "the replica never confirmed: {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+
+    // A server's refusal keeps its code and text through the pipeline
+    // carrying WAIT: a lost function library is still loaded again.
+    let mut raw = redis::Client::open(primary.url())
+        .expect("a client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection");
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .expect("flushed");
+    admits(&store, "after-the-flush").await;
 }

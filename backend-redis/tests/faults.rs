@@ -18,4 +18,17 @@ mod nemesis {
     use super::*;
 
     tenure_conformance::tenure_nemesis_conformance!(common::RedisFactory::from_env());
+
+    /// The failover scenario with every write confirmed by the replica
+    /// (`RedisConfig::wait_for_replicas`): acknowledged writes must
+    /// survive every failover too.
+    #[test]
+    fn nemesis_failover_waiting_for_replicas() {
+        tenure_conformance::suites::nemesis::run_named(
+            common::RedisFactory::waiting_for_replicas(),
+            module_path!(),
+            "nemesis_failover_waiting_for_replicas",
+            tenure_conformance::suites::nemesis::nemesis_failover,
+        );
+    }
 }

@@ -26,22 +26,38 @@ enum Bug {
     PurgesEverything,
     /// Checks no input.
     NoValidation,
+    /// Takes two names differing only in case for one resource.
+    CaseFolded,
 }
 
-/// The honest memory store, with a gate of its own carrying `bug`.
+/// The honest memory store, with a gate of its own carrying `bug`: per
+/// resource the highest fence accepted and when it last accepted one.
 struct Broken {
     honest: MemoryStore,
     bug: Bug,
-    gates: Mutex<HashMap<String, u64>>,
+    gates: Mutex<HashMap<String, (u64, Timestamp)>>,
 }
 
 impl Broken {
-    fn highest(&self, resource: &str) -> Option<u64> {
+    fn gates(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Timestamp)>> {
         self.gates
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(resource)
-            .copied()
+    }
+
+    /// The key `resource` is kept under.
+    fn key(&self, resource: &str) -> String {
+        if self.bug == Bug::CaseFolded {
+            resource.to_lowercase()
+        } else {
+            resource.to_owned()
+        }
+    }
+
+    fn highest(&self, resource: &str) -> Option<u64> {
+        self.gates()
+            .get(&self.key(resource))
+            .map(|&(fence, _)| fence)
     }
 }
 
@@ -66,10 +82,8 @@ impl FenceStore for Broken {
         if self.bug == Bug::TornCheck {
             tokio::task::yield_now().await;
         }
-        self.gates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(resource.to_owned(), fence);
+        let now = self.honest.now().await?;
+        self.gates().insert(self.key(resource), (fence, now));
         Ok(FenceCheck::Accepted)
     }
 
@@ -80,16 +94,16 @@ impl FenceStore for Broken {
 
     async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
         tenure_lease_core::backend::validate::operation::purge_fences(unused_for)?;
-        let mut gates = self
-            .gates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if self.bug == Bug::PurgesEverything {
-            let purged = gates.len() as u64;
-            gates.clear();
-            return Ok(purged);
-        }
-        Ok(0)
+        let now = self.honest.now().await?;
+        let mut gates = self.gates();
+        let before = gates.len();
+        gates.retain(|_, &mut (_, checked_at)| {
+            self.bug != Bug::PurgesEverything
+                && !tenure_lease_core::backend::gate_rules::gate_purgeable(
+                    checked_at, unused_for, now,
+                )
+        });
+        Ok((before - gates.len()) as u64)
     }
 }
 
@@ -154,7 +168,7 @@ fn failed(report: &Report) -> Vec<&str> {
         .collect()
 }
 
-async fn assert_caught(bug: Bug, expected: &str) {
+async fn assert_caught(bug: Bug, expected: &[&str]) {
     let honest = run_gate_all(&tenure_conformance::memory::MemoryFactory).await;
     assert!(
         honest
@@ -164,31 +178,43 @@ async fn assert_caught(bug: Bug, expected: &str) {
         "the honest store fails:\n{honest}"
     );
     let broken = run_gate_all(&BrokenFactory(bug)).await;
-    assert!(
-        failed(&broken).contains(&expected),
-        "{expected} did not catch {bug:?}:\n{broken}"
-    );
+    for expected in expected {
+        assert!(
+            failed(&broken).contains(expected),
+            "{expected} did not catch {bug:?}:\n{broken}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_check_is_caught_by_the_race() {
     assert_caught(
         Bug::TornCheck,
-        "race_gate_checks_leave_the_highest_and_refusals_are_truthful",
+        &["race_gate_checks_leave_the_highest_and_refusals_are_truthful"],
     )
     .await;
 }
 
 #[tokio::test]
 async fn a_refused_equal_fence_is_caught() {
-    assert_caught(Bug::EqualRefused, "gate_accepts_an_equal_fence").await;
+    assert_caught(
+        Bug::EqualRefused,
+        &[
+            "gate_accepts_an_equal_fence",
+            "gate_model_based_random_operations",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_purge_ignoring_retention_is_caught() {
     assert_caught(
         Bug::PurgesEverything,
-        "gate_purge_removes_only_gates_unused_past_retention",
+        &[
+            "gate_purge_removes_only_gates_unused_past_retention",
+            "gate_model_based_random_operations",
+        ],
     )
     .await;
 }
@@ -197,7 +223,15 @@ async fn a_purge_ignoring_retention_is_caught() {
 async fn missing_validation_is_caught() {
     assert_caught(
         Bug::NoValidation,
-        "gate_invalid_input_is_rejected_and_changes_nothing",
+        &[
+            "gate_invalid_input_is_rejected_and_changes_nothing",
+            "gate_model_based_random_operations",
+        ],
     )
     .await;
+}
+
+#[tokio::test]
+async fn names_differing_only_in_case_taken_for_one_are_caught() {
+    assert_caught(Bug::CaseFolded, &["gate_model_based_random_operations"]).await;
 }

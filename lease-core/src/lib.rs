@@ -38,6 +38,7 @@ mod record;
 pub mod redact;
 mod request;
 mod store;
+pub mod tls;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};

@@ -17,15 +17,24 @@ const REDACTED: &str = "***";
 const NOT_A_URL: &str = "<not a URL>";
 
 /// Query parameters whose value is a secret, compared without regard to case.
-const SECRET_PARAMETERS: [&str; 5] = ["password", "pass", "passwd", "pwd", "sslpassword"];
+const SECRET_PARAMETERS: [&str; 6] = [
+    "password",
+    "pass",
+    "passwd",
+    "pwd",
+    "sslpassword",
+    "sentinel_password",
+];
 
 /// `url` with every password replaced by `***`, safe to log.
 ///
 /// * The user-info password (`scheme://user:secret@host`) is hidden from the
 ///   first `:` after the scheme to the **last** `@`, so a password holding
 ///   unescaped `/`, `?`, `#`, `:` or `@` is hidden whole.
-/// * The value of every `password`, `pass`, `passwd`, `pwd` or `sslpassword`
-///   query parameter, in any case, is hidden.
+/// * The value of every `password`, `pass`, `passwd`, `pwd`, `sslpassword`
+///   or `sentinel_password` query parameter, in any case, is hidden, with
+///   every `&`-separated piece after it that holds no `=` (the tail of a
+///   password with an unescaped `&`).
 /// * Text without a `scheme://` prefix is hidden entirely.
 ///
 /// ```
@@ -73,18 +82,31 @@ fn user_info_password(rest: &str) -> Option<Range<usize>> {
     Some(colon + 1..at)
 }
 
-/// The values of the secret parameters of the query starting at byte `start`.
+/// The values of the secret parameters of the query starting at byte
+/// `start`. A value runs on over every following `&`-separated piece
+/// without a `=`: no parameter looks like that, but the tail of a password
+/// holding an unescaped `&` does.
 fn secret_parameter_values(rest: &str, start: usize) -> Vec<Range<usize>> {
-    let mut values = Vec::new();
+    let mut values: Vec<Range<usize>> = Vec::new();
     let mut parameter_start = start;
+    let mut in_secret = false;
     for parameter in rest[start..].split('&') {
-        if let Some((name, value)) = parameter.split_once('=') {
-            if is_secret_parameter(name) && !value.is_empty() {
-                let value_start = parameter_start + name.len() + 1;
-                values.push(value_start..parameter_start + parameter.len());
+        let parameter_end = parameter_start + parameter.len();
+        match parameter.split_once('=') {
+            Some((name, value)) => {
+                in_secret = is_secret_parameter(name) && !value.is_empty();
+                if in_secret {
+                    values.push(parameter_start + name.len() + 1..parameter_end);
+                }
             }
+            None if in_secret => {
+                if let Some(value) = values.last_mut() {
+                    value.end = parameter_end;
+                }
+            }
+            None => {}
         }
-        parameter_start += parameter.len() + 1;
+        parameter_start = parameter_end + 1;
     }
     values
 }
@@ -156,6 +178,14 @@ mod tests {
                 "postgres://db/jobs?password=hunter2&user=a@b",
                 "postgres://db/jobs?password=***&user=a@b",
             ),
+            (
+                "redis+sentinel://s1/svc?sentinel_password=hun&ter&2&db=1",
+                "redis+sentinel://s1/svc?sentinel_password=***&db=1",
+            ),
+            (
+                "postgres://db/jobs?sslmode=require&password=hun&ter2",
+                "postgres://db/jobs?sslmode=require&password=***",
+            ),
         ] {
             assert_eq!(redact_url(url), shown, "{url}");
         }
@@ -218,7 +248,7 @@ mod tests {
             // A query value with `&` or `#` must be percent-encoded to mean
             // one value, so the generated ones leave those out.
             query_password in prop::option::of((
-                prop::sample::select(vec!["password", "PASSWORD", "Password", "pass", "PASS", "passwd", "pwd", "sslpassword"]),
+                prop::sample::select(vec!["password", "PASSWORD", "Password", "pass", "PASS", "passwd", "pwd", "sslpassword", "sentinel_password"]),
                 secret("/?@:=%"),
             )),
             other_parameter in prop::option::of(("[a-p]{1,6}", "[a-p0-9@._-]{0,8}")),

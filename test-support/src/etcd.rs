@@ -3,10 +3,8 @@
 //! directory, stopped (by PID) and removed when dropped — also when the
 //! test panics.
 //!
-//! Each member runs under a small `sh` watchdog that holds a pipe from the
-//! test process: when the test process exits, even without running any
-//! destructor (a cluster kept in a `static` for a whole test binary), the
-//! pipe closes and the watchdog kills its member.
+//! Each member runs under a [watchdog](crate::watchdog), so a cluster kept
+//! in a `static` for a whole test binary stops when the binary exits.
 //!
 //! A member can be killed (SIGKILL: only what it had fsynced survives) and
 //! restarted from its data directory, rejoining the cluster; the cluster's
@@ -17,10 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::Command;
 
-use crate::servers::{free_port, fresh_dir, READY_BOUND, REAP_STEP};
+use crate::certificates::TestCertificates;
+use crate::servers::{free_port, fresh_dir, READY_BOUND};
+use crate::watchdog::Watched;
 
 /// The `etcd` server program (Debian's `etcd-server`).
 const ETCD: &str = "/usr/bin/etcd";
@@ -32,35 +31,6 @@ const HEALTH_STEP: Duration = Duration::from_millis(100);
 /// the kit's wide admissions and batches fit.
 pub const MAX_TXN_OPS: usize = 4096;
 
-/// The watchdog: starts etcd with the arguments it is given, its log
-/// appended to `$LOG`, prints its PID, and kills it once its own standard
-/// input closes.
-const WATCHDOG: &str = r#"etcd "$@" >>"$LOG" 2>&1 & pid=$!; echo "$pid"; read _ignored; kill -9 "$pid" 2>/dev/null; wait "$pid""#;
-
-/// A running member: its watchdog, the pipe that keeps it waiting, and
-/// etcd's own PID.
-#[derive(Debug)]
-struct Running {
-    watchdog: Child,
-    lifeline: Option<ChildStdin>,
-    pid: u32,
-}
-
-impl Running {
-    /// Kills etcd by its PID, then lets the watchdog exit and reaps it.
-    async fn stop(mut self) -> io::Result<()> {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.pid.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        drop(self.lifeline.take());
-        self.watchdog.wait().await.map(drop)
-    }
-}
-
 /// One member: its ports, directory and process (none while killed).
 #[derive(Debug)]
 struct Member {
@@ -68,7 +38,7 @@ struct Member {
     client_port: u16,
     peer_port: u16,
     dir: PathBuf,
-    process: Option<Running>,
+    process: Option<Watched>,
 }
 
 impl Member {
@@ -88,6 +58,20 @@ pub struct PrivateEtcd {
     members: Vec<Member>,
     initial_cluster: String,
     token: String,
+    /// The members serve clients over TLS with these files, and ask every
+    /// client for a certificate the same authority signed.
+    tls: Option<TlsFiles>,
+}
+
+/// A member's TLS files: its certificate and key, and the authority its
+/// clients' certificates must be signed by.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    ca: PathBuf,
+    certificate: PathBuf,
+    key: PathBuf,
+    client_certificate: PathBuf,
+    client_key: PathBuf,
 }
 
 impl PrivateEtcd {
@@ -104,6 +88,24 @@ impl PrivateEtcd {
     /// Starts a cluster of `size` members; answers once every member
     /// reports healthy.
     pub async fn start(size: usize) -> io::Result<Self> {
+        Self::start_with(size, None).await
+    }
+
+    /// [`start`](Self::start), the members serving clients over TLS with
+    /// the server certificate of `certificates` and asking each client for
+    /// one their authority signed (`--client-cert-auth`).
+    pub async fn start_tls(size: usize, certificates: &TestCertificates) -> io::Result<Self> {
+        let files = TlsFiles {
+            ca: certificates.ca_file(),
+            certificate: certificates.server_file(),
+            key: certificates.server_key_file(),
+            client_certificate: certificates.client_file(),
+            client_key: certificates.client_key_file(),
+        };
+        Self::start_with(size, Some(files)).await
+    }
+
+    async fn start_with(size: usize, tls: Option<TlsFiles>) -> io::Result<Self> {
         let base = fresh_dir("tenure-etcd")?;
         let mut members = Vec::with_capacity(size);
         for index in 0..size {
@@ -129,6 +131,7 @@ impl PrivateEtcd {
             members,
             initial_cluster,
             token,
+            tls,
         };
         for index in 0..size {
             cluster.launch(index).await?;
@@ -142,9 +145,36 @@ impl PrivateEtcd {
         self.members.iter().map(Member::endpoint).collect()
     }
 
-    /// The URL of a store under `prefix` naming every member.
+    /// The URL of a store under `prefix` naming every member (`etcds://`
+    /// when they serve TLS).
     pub fn url(&self, prefix: &str) -> String {
-        format!("etcd://{}/{prefix}", self.endpoints().join(","))
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        format!("{scheme}://{}/{prefix}", self.endpoints().join(","))
+    }
+
+    /// `etcdctl` reaching the running members (with the client
+    /// certificate, under TLS).
+    fn etcdctl(&self) -> Command {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let running: Vec<String> = self
+            .members
+            .iter()
+            .filter(|member| member.process.is_some())
+            .map(|member| format!("{scheme}://{}", member.endpoint()))
+            .collect();
+        let mut command = Command::new(ETCDCTL);
+        command.arg(format!("--endpoints={}", running.join(",")));
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client_certificate)
+                .arg("--key")
+                .arg(&tls.client_key);
+        }
+        command.stdin(Stdio::null());
+        command
     }
 
     /// How many members the cluster has (killed ones included).
@@ -157,7 +187,7 @@ impl PrivateEtcd {
         self.members
             .get(index)
             .and_then(|member| member.process.as_ref())
-            .map(|running| running.pid)
+            .map(Watched::pid)
     }
 
     /// Kills member `index` (SIGKILL, by its PID) and waits until it has
@@ -184,16 +214,9 @@ impl PrivateEtcd {
     /// The index of the member that is leader now, as a running member
     /// reports it.
     pub async fn leader(&self) -> io::Result<usize> {
-        let running: Vec<String> = self
-            .members
-            .iter()
-            .filter(|member| member.process.is_some())
-            .map(Member::endpoint)
-            .collect();
-        let output = Command::new(ETCDCTL)
-            .arg(format!("--endpoints={}", running.join(",")))
+        let output = self
+            .etcdctl()
             .args(["endpoint", "status", "-w", "json"])
-            .stdin(Stdio::null())
             .output()
             .await?;
         let statuses: serde_json::Value = serde_json::from_slice(&output.stdout)
@@ -213,25 +236,18 @@ impl PrivateEtcd {
             .ok_or_else(|| io::Error::other("the leader is not among the running members"))?;
         self.members
             .iter()
-            .position(|member| member.endpoint() == endpoint)
+            .position(|member| endpoint.ends_with(&member.endpoint()))
             .ok_or_else(|| io::Error::other(format!("unknown endpoint {endpoint}")))
     }
 
     /// Waits (bounded) until every running member reports healthy: it can
     /// commit a proposal through the cluster.
     pub async fn wait_healthy(&self) -> io::Result<()> {
-        let running: Vec<String> = self
-            .members
-            .iter()
-            .filter(|member| member.process.is_some())
-            .map(Member::endpoint)
-            .collect();
         let give_up = tokio::time::Instant::now() + READY_BOUND;
         loop {
-            let status = Command::new(ETCDCTL)
-                .arg(format!("--endpoints={}", running.join(",")))
+            let status = self
+                .etcdctl()
                 .args(["endpoint", "health", "--command-timeout=2s"])
-                .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
@@ -243,7 +259,7 @@ impl PrivateEtcd {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "etcd members {running:?} not healthy within {READY_BOUND:?} (logs in {})",
+                        "etcd members not healthy within {READY_BOUND:?} (logs in {})",
                         self.base.display()
                     ),
                 ));
@@ -256,78 +272,57 @@ impl PrivateEtcd {
     /// directory.
     async fn launch(&mut self, index: usize) -> io::Result<()> {
         let member = &self.members[index];
-        let client_url = format!("http://{}", member.endpoint());
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client_url = format!("{scheme}://{}", member.endpoint());
+        let mut tls_flags: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(tls) = &self.tls {
+            for (flag, file) in [
+                ("--cert-file", &tls.certificate),
+                ("--key-file", &tls.key),
+                ("--trusted-ca-file", &tls.ca),
+            ] {
+                tls_flags.push(flag.into());
+                tls_flags.push(file.into());
+            }
+            tls_flags.push("--client-cert-auth".into());
+        }
         let state = if member.dir.exists() {
             "existing"
         } else {
             "new"
         };
-        let mut watchdog = Command::new("sh")
-            .args(["-c", WATCHDOG, "sh"])
-            .env("LOG", self.base.join(format!("{}.log", member.name)))
-            .args(["--name", &member.name])
-            .arg("--data-dir")
-            .arg(&member.dir)
-            .args([
-                "--listen-client-urls",
-                &client_url,
-                "--advertise-client-urls",
-                &client_url,
-            ])
-            .args(["--listen-peer-urls", &member.peer_url()])
-            .args(["--initial-advertise-peer-urls", &member.peer_url()])
-            .args(["--initial-cluster", &self.initial_cluster])
-            .args(["--initial-cluster-state", state])
-            .args(["--initial-cluster-token", &self.token])
-            .args(["--max-txn-ops", &MAX_TXN_OPS.to_string()])
-            .args(["--max-request-bytes", "10485760"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()?;
-        let lifeline = watchdog.stdin.take();
-        let stdout = watchdog
-            .stdout
-            .take()
-            .ok_or_else(|| io::Error::other("the etcd watchdog's output is not piped"))?;
-        let mut line = String::new();
-        let read =
-            tokio::time::timeout(READY_BOUND, BufReader::new(stdout).read_line(&mut line)).await;
-        let pid = match read {
-            Ok(Ok(_)) => line.trim().parse::<u32>().ok(),
-            _ => None,
-        };
-        let Some(pid) = pid else {
-            let _ = watchdog.start_kill();
-            return Err(io::Error::other(format!(
-                "the etcd watchdog did not report a PID: {line:?}"
-            )));
-        };
-        self.members[index].process = Some(Running {
-            watchdog,
-            lifeline,
-            pid,
-        });
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "--name".into(),
+            member.name.clone().into(),
+            "--data-dir".into(),
+            member.dir.clone().into(),
+        ];
+        for (flag, value) in [
+            ("--listen-client-urls", client_url.clone()),
+            ("--advertise-client-urls", client_url),
+            ("--listen-peer-urls", member.peer_url()),
+            ("--initial-advertise-peer-urls", member.peer_url()),
+            ("--initial-cluster", self.initial_cluster.clone()),
+            ("--initial-cluster-state", state.to_owned()),
+            ("--initial-cluster-token", self.token.clone()),
+            ("--max-txn-ops", MAX_TXN_OPS.to_string()),
+            ("--max-request-bytes", "10485760".to_owned()),
+        ] {
+            args.push(flag.into());
+            args.push(value.into());
+        }
+        args.extend(tls_flags);
+        let log = self.base.join(format!("{}.log", member.name));
+        self.members[index].process = Some(Watched::launch(ETCD, args, &log).await?);
         Ok(())
     }
 }
 
 impl Drop for PrivateEtcd {
     fn drop(&mut self) {
-        // Killed and reaped here: the test process may exit right after,
-        // leaving nobody to reap them.
+        // Each member's watchdog kills it and is reaped as it is dropped.
         for member in &mut self.members {
-            if let Some(running) = member.process.as_mut() {
-                // The watchdog kills its member once the pipe closes.
-                drop(running.lifeline.take());
-                let give_up = std::time::Instant::now() + READY_BOUND;
-                while matches!(running.watchdog.try_wait(), Ok(None))
-                    && std::time::Instant::now() < give_up
-                {
-                    std::thread::sleep(REAP_STEP);
-                }
-            }
+            drop(member.process.take());
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }

@@ -16,8 +16,14 @@
 //! It only ever listens on and connects to loopback addresses, and every
 //! task it starts ends with [`FaultProxy::stop`] (or when it is dropped).
 
+pub mod certificates;
 pub mod etcd;
+pub mod per_binary;
+pub mod postgres_pair;
+pub mod redis_cluster;
+pub mod sentinel;
 pub mod servers;
+mod watchdog;
 
 use std::collections::HashMap;
 use std::io;
@@ -64,7 +70,8 @@ struct Link {
 
 /// The controls shared by the proxy handle and its tasks.
 struct Controls {
-    target: SocketAddr,
+    /// Where new connections go ([`FaultProxy::retarget`] moves it).
+    target: Mutex<SocketAddr>,
     latency: Mutex<HashMap<Direction, Duration>>,
     blackhole: AtomicBool,
     /// The marker whose request's reply is to be lost; one-shot.
@@ -117,7 +124,7 @@ impl std::fmt::Debug for FaultProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultProxy")
             .field("address", &self.address)
-            .field("target", &self.controls.target)
+            .field("target", &*lock(&self.controls.target))
             .finish_non_exhaustive()
     }
 }
@@ -135,7 +142,7 @@ impl FaultProxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let address = listener.local_addr()?;
         let controls = Arc::new(Controls {
-            target,
+            target: Mutex::new(target),
             latency: Mutex::new(HashMap::new()),
             blackhole: AtomicBool::new(false),
             armed_marker: Mutex::new(None),
@@ -238,6 +245,25 @@ impl FaultProxy {
         });
     }
 
+    /// Forwards every new connection to `target` (a loopback address) and
+    /// drops every current one, as a virtual address moved to another
+    /// server would: how a test repoints clients after a failover.
+    ///
+    /// # Errors
+    ///
+    /// When `target` is not a loopback address.
+    pub fn retarget(&self, target: SocketAddr) -> io::Result<()> {
+        if !target.ip().is_loopback() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("the fault proxy only forwards to loopback, not {target}"),
+            ));
+        }
+        *lock(&self.controls.target) = target;
+        self.reset();
+        Ok(())
+    }
+
     /// Drops every current connection (both sockets) and disarms a pending
     /// reply drop. The blackhole and latencies stay as they are.
     pub fn reset(&self) {
@@ -323,8 +349,8 @@ async fn accept(listener: TcpListener, controls: Arc<Controls>, stop: Cancellati
 
 /// Connects to the target and pumps both directions until both end.
 async fn relay(client: TcpStream, controls: &Controls, link: &Link) {
-    let Ok(Ok(server)) =
-        tokio::time::timeout(CONNECT_BOUND, TcpStream::connect(controls.target)).await
+    let target = *lock(&controls.target);
+    let Ok(Ok(server)) = tokio::time::timeout(CONNECT_BOUND, TcpStream::connect(target)).await
     else {
         return;
     };

@@ -20,8 +20,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use tenure_conformance::suites::restart::RestartableServer;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
+
+use crate::certificates::TestCertificates;
+use crate::watchdog::Watched;
 
 /// `call` until it answers `Ok`, at most 20 times, every error meanwhile
 /// retryable: the first calls after a restart meet the dead connection.
@@ -50,7 +52,7 @@ where
 /// directory per major version.
 const POSTGRES_ROOT: &str = "/usr/lib/postgresql";
 /// The `redis-server` program.
-const REDIS_SERVER: &str = "/usr/bin/redis-server";
+pub(crate) const REDIS_SERVER: &str = "/usr/bin/redis-server";
 /// The account PostgreSQL's programs run as when the test runs as root
 /// (`initdb` refuses root).
 const POSTGRES_ACCOUNT: &str = "postgres";
@@ -102,6 +104,8 @@ pub struct PrivatePostgres {
     /// The programs run through `runuser -u postgres` (the test runs as
     /// root).
     as_postgres_account: bool,
+    /// `-c name=value` settings given on every start, after the defaults.
+    settings: Vec<String>,
 }
 
 impl PrivatePostgres {
@@ -134,6 +138,37 @@ impl PrivatePostgres {
 
     /// Creates a cluster and starts it; answers once it accepts connections.
     pub async fn start() -> io::Result<Self> {
+        Self::start_with(|_| Ok(Vec::new())).await
+    }
+
+    /// [`start`](Self::start) with `settings` (`name=value`, as
+    /// `postgres -c` takes them) on every start.
+    pub async fn start_with_settings(settings: &[&str]) -> io::Result<Self> {
+        let settings = settings.iter().map(|&setting| setting.to_owned()).collect();
+        Self::start_with(|_| Ok(settings)).await
+    }
+
+    /// [`start`](Self::start), also accepting TLS connections (`ssl = on`)
+    /// with the server certificate of `certificates`; plain connections
+    /// stay allowed, so a test can tell what `sslmode` changes.
+    pub async fn start_tls(certificates: &TestCertificates) -> io::Result<Self> {
+        Self::start_with(|server| {
+            let certificate = server.install(&certificates.server_file(), "server.crt")?;
+            let key = server.install(&certificates.server_key_file(), "server.key")?;
+            Ok(vec![
+                "ssl=on".to_owned(),
+                format!("ssl_cert_file={}", certificate.display()),
+                format!("ssl_key_file={}", key.display()),
+            ])
+        })
+        .await
+    }
+
+    /// Creates the cluster, asks `settings` for the settings of every
+    /// start (it may put files in the data directory first), and starts it.
+    async fn start_with(
+        settings: impl FnOnce(&PrivatePostgres) -> io::Result<Vec<String>>,
+    ) -> io::Result<Self> {
         let bin = Self::binaries().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -144,11 +179,12 @@ impl PrivatePostgres {
         // The directory was created by this process: root owns it iff the
         // test runs as root.
         let as_postgres_account = std::fs::metadata(&base)?.uid() == 0;
-        let server = PrivatePostgres {
+        let mut server = PrivatePostgres {
             bin,
             base,
             port: free_port()?,
             as_postgres_account,
+            settings: Vec::new(),
         };
         if as_postgres_account {
             let chown = Command::new("chown")
@@ -165,8 +201,71 @@ impl PrivatePostgres {
             .output()
             .await?;
         succeeded("initdb", initdb)?;
+        server.settings = settings(&server)?;
         server.pg_ctl(PgCtl::Start).await?;
         Ok(server)
+    }
+
+    /// A streaming standby of `primary` (`pg_basebackup -R`), started;
+    /// answers once it accepts connections. It refuses every write.
+    pub async fn start_standby_of(primary: &PrivatePostgres) -> io::Result<Self> {
+        let standby = PrivatePostgres {
+            bin: primary.bin.clone(),
+            base: fresh_dir("tenure-pg-standby")?,
+            port: free_port()?,
+            as_postgres_account: primary.as_postgres_account,
+            settings: primary.settings.clone(),
+        };
+        if standby.as_postgres_account {
+            let chown = Command::new("chown")
+                .arg(POSTGRES_ACCOUNT)
+                .arg(&standby.base)
+                .output()
+                .await?;
+            succeeded("chown", chown)?;
+        }
+        let backup = standby
+            .program("pg_basebackup")
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            // An immediate checkpoint: a spread one can take many seconds.
+            .args([
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "--checkpoint=fast",
+                "-D",
+            ])
+            .arg(standby.data_dir())
+            .output()
+            .await?;
+        succeeded("pg_basebackup", backup)?;
+        standby.pg_ctl(PgCtl::Start).await?;
+        Ok(standby)
+    }
+
+    /// Copies `source` into the data directory as `name`, readable by the
+    /// server's account alone (as PostgreSQL wants of a key), and answers
+    /// its path.
+    fn install(&self, source: &Path, name: &str) -> io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let target = self.data_dir().join(name);
+        std::fs::copy(source, &target)?;
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))?;
+        if self.as_postgres_account {
+            let status = std::process::Command::new("chown")
+                .arg(POSTGRES_ACCOUNT)
+                .arg(&target)
+                .status()?;
+            if !status.success() {
+                return Err(io::Error::other(format!(
+                    "chown {}: {status}",
+                    target.display()
+                )));
+            }
+        }
+        Ok(target)
     }
 
     /// The URL of the `postgres` database as superuser `postgres`.
@@ -186,6 +285,35 @@ impl PrivatePostgres {
     /// next start recovers from the write-ahead log.
     pub async fn crash_restart(&self, down_for: Duration) -> io::Result<()> {
         self.stop_and_start(PgCtl::Crash, down_for).await
+    }
+
+    /// Stops the server (fast shutdown) and leaves it down, until
+    /// [`resume`](Self::resume).
+    pub async fn stop(&self) -> io::Result<()> {
+        self.pg_ctl(PgCtl::Stop).await
+    }
+
+    /// Starts a stopped server again on the same data and port; answers
+    /// once it accepts connections.
+    pub async fn resume(&self) -> io::Result<()> {
+        self.pg_ctl(PgCtl::Start).await
+    }
+
+    /// Stops the server at once (every process quits, no checkpoint, as
+    /// after a kill) and leaves it down.
+    pub async fn crash(&self) -> io::Result<()> {
+        self.pg_ctl(PgCtl::Crash).await
+    }
+
+    /// Where the server listens.
+    pub fn address(&self) -> std::net::SocketAddr {
+        (std::net::Ipv4Addr::LOCALHOST, self.port).into()
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`, on a new WAL
+    /// timeline); answers once it takes writes.
+    pub async fn promote(&self) -> io::Result<()> {
+        self.pg_ctl(PgCtl::Promote).await
     }
 
     async fn stop_and_start(&self, stop: PgCtl, down_for: Duration) -> io::Result<()> {
@@ -213,13 +341,18 @@ impl PrivatePostgres {
         command
     }
 
-    /// Runs `pg_ctl start` or `pg_ctl stop`, waiting (bounded) until done.
+    /// Runs `pg_ctl start`, `stop` or `promote`, waiting (bounded) until
+    /// done.
     async fn pg_ctl(&self, action: PgCtl) -> io::Result<()> {
-        let options = format!(
+        let mut options = format!(
             "-c port={} -c listen_addresses=127.0.0.1 -c unix_socket_directories={}",
             self.port,
             self.base.display()
         );
+        for setting in &self.settings {
+            options.push_str(" -c ");
+            options.push_str(setting);
+        }
         let mut command = self.program("pg_ctl");
         command
             .arg(action.verb())
@@ -233,6 +366,7 @@ impl PrivatePostgres {
                 .args(["-o", &options]),
             PgCtl::Stop => command.args(["-m", "fast"]),
             PgCtl::Crash => command.args(["-m", "immediate"]),
+            PgCtl::Promote => &mut command,
         };
         let output = command.output().await?;
         succeeded(&format!("pg_ctl {}", action.verb()), output)
@@ -257,6 +391,7 @@ enum PgCtl {
     Stop,
     /// `stop -m immediate`.
     Crash,
+    Promote,
 }
 
 impl PgCtl {
@@ -264,6 +399,7 @@ impl PgCtl {
         match self {
             PgCtl::Start => "start",
             PgCtl::Stop | PgCtl::Crash => "stop",
+            PgCtl::Promote => "promote",
         }
     }
 }
@@ -298,10 +434,13 @@ impl Drop for PrivatePostgres {
 pub struct PrivateRedis {
     dir: PathBuf,
     port: u16,
-    server: Child,
+    /// `None` while killed.
+    server: Option<Watched>,
     /// Settings given after the defaults (so they override them), kept for
     /// restarts.
     extra_args: Vec<String>,
+    /// It speaks TLS only.
+    tls: bool,
 }
 
 impl PrivateRedis {
@@ -320,9 +459,43 @@ impl PrivateRedis {
     /// `["--rename-command", "CONFIG", ""]`...), on every restart too;
     /// answers once it accepts connections.
     pub async fn start_with(extra_args: &[&str]) -> io::Result<Self> {
-        let dir = fresh_dir("tenure-redis")?;
-        let port = free_port()?;
         let extra_args: Vec<String> = extra_args.iter().map(|&arg| arg.to_owned()).collect();
+        Self::start_on(free_port()?, extra_args, false).await
+    }
+
+    /// Starts a server that speaks TLS only, with the server certificate
+    /// of `certificates`; when `client_certificates` it also asks each
+    /// client for a certificate their authority signed
+    /// (`tls-auth-clients yes`). `extra_args` as for
+    /// [`start_with`](Self::start_with). Its [`url`](Self::url) is
+    /// `rediss://`.
+    pub async fn start_tls(
+        certificates: &TestCertificates,
+        client_certificates: bool,
+        extra_args: &[&str],
+    ) -> io::Result<Self> {
+        let port = free_port()?;
+        let file = |path: PathBuf| path.display().to_string();
+        let mut args = vec![
+            "--port".to_owned(),
+            "0".to_owned(),
+            "--tls-port".to_owned(),
+            port.to_string(),
+            "--tls-cert-file".to_owned(),
+            file(certificates.server_file()),
+            "--tls-key-file".to_owned(),
+            file(certificates.server_key_file()),
+            "--tls-ca-cert-file".to_owned(),
+            file(certificates.ca_file()),
+            "--tls-auth-clients".to_owned(),
+            if client_certificates { "yes" } else { "no" }.to_owned(),
+        ];
+        args.extend(extra_args.iter().map(|&arg| arg.to_owned()));
+        Self::start_on(port, args, true).await
+    }
+
+    async fn start_on(port: u16, extra_args: Vec<String>, tls: bool) -> io::Result<Self> {
+        let dir = fresh_dir("tenure-redis")?;
         let server = match launch_redis(&dir, port, &extra_args).await {
             Ok(server) => server,
             Err(error) => {
@@ -333,14 +506,21 @@ impl PrivateRedis {
         Ok(PrivateRedis {
             dir,
             port,
-            server,
+            server: Some(server),
             extra_args,
+            tls,
         })
     }
 
-    /// The server's URL.
+    /// The server's URL (`rediss://` when it speaks TLS).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Kills the server (SIGKILL: no shutdown save, only what the
@@ -348,9 +528,34 @@ impl PrivateRedis {
     /// `down_for`, and starts it again on the same directory and port;
     /// answers once it accepts connections again.
     pub async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
-        self.server.kill().await?;
+        self.kill().await?;
         tokio::time::sleep(down_for).await;
-        self.server = launch_redis(&self.dir, self.port, &self.extra_args).await?;
+        self.server = Some(launch_redis(&self.dir, self.port, &self.extra_args).await?);
+        Ok(())
+    }
+
+    /// Kills the server (SIGKILL) and waits until it has exited.
+    pub async fn kill(&mut self) -> io::Result<()> {
+        match self.server.take() {
+            Some(server) => server.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Starts the (killed) server again on its directory and port as a
+    /// replica of the server on `primary_port`, on every later restart too;
+    /// answers once it accepts connections.
+    pub async fn start_as_replica_of(&mut self, primary_port: u16) -> io::Result<()> {
+        if let Some(at) = self.extra_args.iter().position(|arg| arg == "--replicaof") {
+            self.extra_args
+                .drain(at..(at + 3).min(self.extra_args.len()));
+        }
+        self.extra_args.extend([
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary_port.to_string(),
+        ]);
+        self.server = Some(launch_redis(&self.dir, self.port, &self.extra_args).await?);
         Ok(())
     }
 }
@@ -364,58 +569,41 @@ impl RestartableServer for PrivateRedis {
 
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
-        // Killed and reaped here: the test process may exit right after,
-        // leaving nobody to reap it.
-        if self.server.start_kill().is_ok() {
-            let give_up = std::time::Instant::now() + READY_BOUND;
-            while matches!(self.server.try_wait(), Ok(None)) && std::time::Instant::now() < give_up
-            {
-                std::thread::sleep(REAP_STEP);
-            }
-        }
+        // The watchdog kills the server and is reaped as it is dropped.
+        drop(self.server.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// Starts `redis-server` on `port` with its files in `dir`, `extra_args`
-/// last, and waits (bounded) until its log says it accepts connections.
-async fn launch_redis(dir: &Path, port: u16, extra_args: &[String]) -> io::Result<Child> {
-    let mut server = Command::new(REDIS_SERVER)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--appendonly", "yes", "--appendfsync", "always"])
-        .args(["--save", ""])
-        .arg("--dir")
-        .arg(dir)
-        .args(extra_args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout = server
-        .stdout
-        .take()
-        .ok_or_else(|| io::Error::other("redis-server's log is not piped"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let ready = tokio::time::timeout(READY_BOUND, async {
-        while let Some(line) = lines.next_line().await? {
-            if line.contains("Ready to accept connections") {
-                return Ok(());
-            }
-        }
-        Err(io::Error::other("redis-server exited before it was ready"))
-    })
+/// Starts `redis-server` on `port` with its files (and its log,
+/// `redis.log`) in `dir`, `extra_args` last, under a
+/// [watchdog](crate::watchdog), and waits (bounded) until its log says it
+/// accepts connections.
+pub(crate) async fn launch_redis(
+    dir: &Path,
+    port: u16,
+    extra_args: &[String],
+) -> io::Result<Watched> {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "--port".into(),
+        port.to_string().into(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--appendonly".into(),
+        "yes".into(),
+        "--appendfsync".into(),
+        "always".into(),
+        "--save".into(),
+        "".into(),
+        "--dir".into(),
+        dir.into(),
+    ];
+    args.extend(extra_args.iter().map(Into::into));
+    Watched::launch_until_logged(
+        REDIS_SERVER,
+        args,
+        &dir.join("redis.log"),
+        "Ready to accept connections",
+    )
     .await
-    .unwrap_or_else(|_| {
-        Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("redis-server not ready within {READY_BOUND:?}"),
-        ))
-    });
-    if let Err(error) = ready {
-        let _ = server.start_kill();
-        return Err(error);
-    }
-    // Keep draining the log so the server never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(server)
 }

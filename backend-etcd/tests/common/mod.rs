@@ -4,7 +4,7 @@
 //! own timers (contract §2), which the kit cannot move: it waits for them,
 //! up to [`OVERRUN`] past each deadline.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -14,34 +14,16 @@ use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error};
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
+use tenure_test_support::per_binary::PerBinary;
 
-/// The cluster of this test binary, with the runtime its members were
-/// started on, or why it could not be started.
-static CLUSTER: OnceLock<Result<(tokio::runtime::Runtime, PrivateEtcd), String>> = OnceLock::new();
+/// The cluster of this test binary.
+static CLUSTER: PerBinary<PrivateEtcd> = PerBinary::new();
 
 /// This binary's cluster, started on first use.
 fn cluster() -> tenure_lease_core::Result<&'static PrivateEtcd> {
-    let started = CLUSTER.get_or_init(|| {
-        // Started on a thread and runtime of its own: the case calling
-        // this runs inside its own runtime, which ends with the case.
-        std::thread::spawn(|| {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .map_err(|error| error.to_string())?;
-            let cluster = runtime
-                .block_on(PrivateEtcd::start(1))
-                .map_err(|error| format!("cannot start a private etcd cluster: {error}"))?;
-            Ok((runtime, cluster))
-        })
-        .join()
-        .unwrap_or_else(|_| Err("starting the private etcd cluster panicked".to_owned()))
-    });
-    match started {
-        Ok((_, cluster)) => Ok(cluster),
-        Err(reason) => Err(Error::unavailable(reason.clone())),
-    }
+    CLUSTER
+        .get_or_start("a private etcd cluster", || PrivateEtcd::start(1))
+        .map_err(Error::unavailable)
 }
 
 /// The longest etcd's timers keep a lease of the kit's ttls (at most a few

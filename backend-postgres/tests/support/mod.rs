@@ -19,7 +19,7 @@ use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
-use tenure_conformance::suites::nemesis::NemesisSupport;
+use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
@@ -27,6 +27,7 @@ use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error, ErrorKind};
+use tenure_test_support::postgres_pair::PrivatePostgresPair;
 use tenure_test_support::servers::PrivatePostgres;
 use tenure_test_support::FaultProxy;
 
@@ -134,9 +135,16 @@ pub fn server_url(test: &str) -> Option<String> {
 /// `url` with a startup option making `isolation` its sessions' default
 /// (spaces escaped for the option, then percent-encoded for the URL).
 pub fn with_isolation(url: &str, isolation: &str) -> String {
+    with_option(url, &format!("default_transaction_isolation={isolation}"))
+}
+
+/// `url` with the startup option `setting` (`name=value`) for every
+/// session (spaces escaped for the option, then percent-encoded for the
+/// URL).
+pub fn with_option(url: &str, setting: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
-    let value = isolation.replace(' ', "%5C%20");
-    format!("{url}{separator}options=-c%20default_transaction_isolation%3D{value}")
+    let value = setting.replace(' ', "%5C%20").replace('=', "%3D");
+    format!("{url}{separator}options=-c%20{value}")
 }
 
 /// A schema name no other test or run uses.
@@ -186,6 +194,9 @@ where
 /// cases wait on it.
 pub struct PgFactory {
     url: Option<String>,
+    /// The failover topology's primary waits for its standby at every
+    /// commit (`synchronous_standby_names`).
+    synchronous_standby: bool,
 }
 
 impl PgFactory {
@@ -193,6 +204,16 @@ impl PgFactory {
     pub fn from_env() -> Self {
         PgFactory {
             url: tenure_conformance::service_url(URL_VAR),
+            synchronous_standby: false,
+        }
+    }
+
+    /// [`from_env`](Self::from_env), but the failover topology's primary
+    /// waits for its standby at every commit.
+    pub fn with_synchronous_standby() -> Self {
+        PgFactory {
+            synchronous_standby: true,
+            ..Self::from_env()
         }
     }
 
@@ -203,6 +224,7 @@ impl PgFactory {
         PgFactory {
             url: tenure_conformance::service_url(URL_VAR)
                 .map(|url| with_isolation(&url, isolation)),
+            synchronous_standby: false,
         }
     }
 }
@@ -242,6 +264,10 @@ impl Factory for PgFactory {
     }
 
     fn restart(&self) -> Option<&dyn RestartSupport<PgStore>> {
+        Some(self)
+    }
+
+    fn failover(&self) -> Option<&dyn FailoverSupport<PgStore>> {
         Some(self)
     }
 
@@ -315,8 +341,8 @@ const RESTART_CALL_TIMEOUT: Duration = Duration::from_secs(1);
 const FUTURE_MIGRATION: i64 = 99_990_101_000_000;
 
 /// The proxied URL with TLS off: the proxy finds its markers in the bytes it
-/// forwards, which a TLS session (negotiated whenever the `tls` feature is
-/// on and the server offers it) would hide.
+/// forwards, which a TLS session (negotiated under the default
+/// `sslmode=prefer` whenever the server offers it) would hide.
 pub fn plaintext(url: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
     format!("{url}{separator}sslmode=disable")
@@ -421,6 +447,49 @@ impl RestartSupport<PgStore> for PgFactory {
         Ok(PrivateServer {
             store,
             server: Box::new(server),
+        })
+    }
+}
+
+/// A private primary with a streaming standby behind a proxy that follows
+/// the primary; the store's gates refuse fences from before a promotion.
+/// Replication is asynchronous unless the factory asks for a synchronous
+/// standby.
+#[async_trait]
+impl FailoverSupport<PgStore> for PgFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivatePostgres::unavailable_reason()
+    }
+
+    async fn start_topology(&self) -> tenure_lease_core::Result<Topology<PgStore>> {
+        // The server's own default stays `local`: the store requiring a
+        // synchronous standby commits with `on` by itself.
+        let settings: &[&str] = if self.synchronous_standby {
+            &["synchronous_standby_names=*", "synchronous_commit=local"]
+        } else {
+            &[]
+        };
+        let pair = PrivatePostgresPair::start(settings)
+            .await
+            .map_err(|error| {
+                Error::unavailable("cannot start a private PostgreSQL primary and standby")
+                    .with_source(error)
+            })?;
+        let store = PgStore::connect(
+            PgStoreConfig::new(pair.url())
+                .schema("failover")
+                .refuse_fences_from_before_failover(true)
+                .require_synchronous_standby(self.synchronous_standby)
+                .max_connections(8)
+                .acquire_timeout(RESTART_CALL_TIMEOUT)
+                .operation_timeout(RESTART_CALL_TIMEOUT),
+        )
+        .await?;
+        Ok(Topology {
+            store,
+            control: Box::new(pair),
+            asynchronous: !self.synchronous_standby,
+            failover_every: Duration::from_millis(2500),
         })
     }
 }

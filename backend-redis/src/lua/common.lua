@@ -6,6 +6,10 @@
 -- prefix, which scripts that need it receive as ARGV[1]:
 --   <prefix>fence            string: the last fence handed out, decimal (see
 --                            draw_fences); the store-wide fence sequence
+--   <prefix>epoch            hash: the server's replication id when a fence
+--                            was last drawn or checked (replid) and the
+--                            first fence drawn under it (floor); see
+--                            failover_floor
 --   <prefix>expiry           zset: active ids by lease expiry in us (no lease: -inf)
 --   <prefix>active           zset: active ids, all scored 0 (so ordered by id)
 --   <prefix>terminal         zset: interrupted and terminal ids (those purge
@@ -167,6 +171,44 @@ end
 -- computed on.
 local FENCE_HORIZON = 9007199254740992 - 4294967296
 
+-- Failovers. A promoted replica starts a new replication id (INFO
+-- replication's master_replid), and so does a server restarted without
+-- its replication state. The first script that draws or checks a fence
+-- under a new id records it with a floor: the first fence drawn under it.
+-- Every fence drawn before (on the old primary, those the promoted replica
+-- never received included) is below the floor, by the hybrid clock's
+-- argument above; every fence drawn after is at or above it. A gate that
+-- refuses fences from before a failover refuses every fence below it.
+--
+-- The epoch beside the counter at `counter_key` (<prefix>fence →
+-- <prefix>epoch), read and checked: { key, replid (the server's now),
+-- floor (nil when the recorded id is another: a failover not yet
+-- recorded) }. Raises TENURE_CORRUPT for a floor that is not a number
+-- (and WRONGTYPE when the key is not a hash).
+local function failover_epoch(counter_key)
+  local key = string.sub(counter_key, 1, -6) .. 'epoch'
+  local info = redis.call('INFO', 'replication')
+  local replid = string.match(info, 'master_replid:(%x+)') or ''
+  local recorded = redis.call('HMGET', key, 'replid', 'floor')
+  local floor = nil
+  if recorded[1] == replid then
+    if type(recorded[2]) ~= 'string' or not string.match(recorded[2], '^%d+$')
+      or #recorded[2] > 16 then
+      corrupt(key, 'the failover floor is not an integer')
+    end
+    floor = tonumber(recorded[2])
+  end
+  return { key = key, replid = replid, floor = floor }
+end
+
+-- Records `first` as the floor of a failover not yet recorded.
+local function record_failover(epoch, first)
+  if epoch.floor == nil then
+    epoch.floor = first
+    redis.call('HSET', epoch.key, 'replid', epoch.replid, 'floor', fmt(first))
+  end
+end
+
 -- The fence counter at `key` at store time `now`, checked: call it while
 -- judging, before the first write, since it raises TENURE_CORRUPT when the
 -- counter is not a decimal integer below FENCE_HORIZON (and WRONGTYPE when
@@ -184,7 +226,7 @@ local function fence_counter(key, now)
     corrupt(key, 'the fence counter or the server clock is beyond 2^53 - 2^32, '
       .. 'where Lua numbers lose precision')
   end
-  return { key = key, last = last, now = now }
+  return { key = key, last = last, now = now, epoch = failover_epoch(key) }
 end
 
 -- The next `count` fences of a checked counter, ascending, the last one
@@ -200,8 +242,19 @@ local function draw_fences(counter, count)
   if count > 0 then
     counter.last = last
     redis.call('SET', counter.key, fmt(last))
+    record_failover(counter.epoch, drawn[1])
   end
   return drawn
+end
+
+-- The failover floor of a checked counter: the floor recorded under the
+-- server's replication id, or, when none is yet, the next fence, drawn
+-- here (no owner holds it) and recorded as the floor.
+local function failover_floor(counter)
+  if counter.epoch.floor == nil then
+    draw_fences(counter, 1)
+  end
+  return counter.epoch.floor
 end
 
 -- The next fence of a checked counter, stored as the last one.

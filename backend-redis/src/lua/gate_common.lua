@@ -34,16 +34,29 @@ end
 -- gate_rules::judge_fence for `presented` (decimal text, validated by the
 -- caller) at the gate of `resource`: when accepted, stores it as the
 -- highest, stamps the resource in the index and answers nil; when stale,
--- answers the highest fence and writes nothing. Judges (the gate and the
--- index's type) before its first write.
-local function check_gate(gate_key, index_key, resource, presented)
+-- answers the highest fence and writes nothing. When `refuse_before` is
+-- '1', a fence below the failover floor of the counter at `counter_key`
+-- (common.lua) is stale too, answered with the floor as the highest (the
+-- floor recorded first when it is not yet). Judges (the gate, the counter,
+-- the epoch and the index's type) before its first write.
+local function check_gate(gate_key, index_key, resource, presented, counter_key, refuse_before)
   local highest = gate_fence(gate_key)
+  local counter = nil
+  if refuse_before == '1' then
+    counter = fence_counter(counter_key, now_us())
+  end
   if highest ~= nil and highest > tonumber(presented) then
     return highest
   end
   local index_type = redis.call('TYPE', index_key).ok
   if index_type ~= 'zset' and index_type ~= 'none' then
     corrupt(index_key, 'the gate index is not a sorted set')
+  end
+  if counter ~= nil then
+    local floor = failover_floor(counter)
+    if floor > tonumber(presented) then
+      return floor
+    end
   end
   redis.call('SET', gate_key, presented)
   redis.call('ZADD', index_key, now_us(), resource)

@@ -1,5 +1,6 @@
 //! The Redis factory the kit runs with: a fresh random namespace per case on
-//! the server `TENURE_REDIS_URL` names, deleted afterwards, damaged on
+//! the server `TENURE_REDIS_URL` names (or on a private Redis Cluster),
+//! deleted afterwards, damaged on
 //! request by raw writes to its hashes, and every
 //! capability of the kit's suites: a second store through a `FaultProxy`,
 //! namespaces other processes open, private servers to restart and to
@@ -15,7 +16,7 @@ use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
-use tenure_conformance::suites::nemesis::NemesisSupport;
+use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
@@ -23,10 +24,19 @@ use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error, ErrorKind};
+use tenure_test_support::per_binary::PerBinary;
+use tenure_test_support::redis_cluster::{PrivateRedisCluster, SlotFailover};
+use tenure_test_support::sentinel::PrivateSentinels;
 use tenure_test_support::servers::PrivateRedis;
 use tenure_test_support::FaultProxy;
 
-use crate::scratch::{key_prefix, set_field};
+use crate::scratch::{key_prefix, raw_connection, set_field};
+
+/// This binary's private Redis Cluster, when it uses one.
+static CLUSTER: PerBinary<PrivateRedisCluster> = PerBinary::new();
+/// This binary's private Sentinel deployment and its primary's URL, when
+/// it uses one.
+static SENTINELS: PerBinary<(PrivateSentinels, String)> = PerBinary::new();
 
 /// The environment variable naming the server the kit runs against.
 const URL_VAR: &str = "TENURE_REDIS_URL";
@@ -43,16 +53,108 @@ const EVICTING_POLICIES: [&str; 3] = ["allkeys-lru", "allkeys-lfu", "allkeys-ran
 /// How a misdeployment's name starts; the policy follows.
 const POLICY_PREFIX: &str = "maxmemory-policy ";
 
-/// A fresh random namespace per case on the server `TENURE_REDIS_URL` names.
+/// A fresh random namespace per case on the server `TENURE_REDIS_URL` names,
+/// or on this binary's private Sentinel deployment or Redis Cluster.
 pub struct RedisFactory {
     url: Option<String>,
+    /// Plain URLs of the servers namespaces live on (the server itself, or
+    /// each node of the cluster), for raw reads and writes.
+    servers: Vec<String>,
+    /// Why the factory has no server, when it has none.
+    unavailable: Option<String>,
+    /// What the store's URL names: behind Sentinel or in a cluster, the
+    /// suites that start single servers of their own (network faults,
+    /// restarts, misdeployments) run in the single-server binaries; in a
+    /// cluster, the failover topology is a cluster too.
+    topology: Deployment,
+    /// The failover topology's store has every write confirmed by the
+    /// replica (`WAIT`).
+    waits_for_replicas: bool,
+}
+
+/// How long a write of the failover topology's store waiting for its
+/// replica waits (below [`RESTART_CALL_TIMEOUT`]).
+const REPLICA_WAIT: Duration = Duration::from_millis(500);
+
+/// What a factory's stores connect to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deployment {
+    /// One server (`TENURE_REDIS_URL`).
+    Server,
+    /// A primary the binary's Sentinels name.
+    Sentinels,
+    /// The binary's cluster.
+    Cluster,
 }
 
 impl RedisFactory {
     /// The factory for the server the environment names, if any.
     pub fn from_env() -> Self {
+        let url = tenure_conformance::service_url(URL_VAR);
         RedisFactory {
-            url: tenure_conformance::service_url(URL_VAR),
+            servers: url.iter().cloned().collect(),
+            unavailable: url.is_none().then(|| format!("{URL_VAR} is not set")),
+            url,
+            waits_for_replicas: false,
+            topology: Deployment::Server,
+        }
+    }
+
+    /// A fresh namespace per case on this binary's private three-primary
+    /// Redis Cluster (started by the first case): namespaces spread over
+    /// its primaries.
+    #[allow(dead_code)] // Used by one test binary of several.
+    pub fn on_private_cluster() -> Self {
+        let started = match PrivateRedisCluster::unavailable_reason() {
+            Some(reason) => Err(reason),
+            None => CLUSTER
+                .get_or_start("a private Redis Cluster", || PrivateRedisCluster::start(3))
+                .map(|cluster| (cluster.url(), cluster.node_urls())),
+        };
+        Self::on(Deployment::Cluster, started)
+    }
+
+    /// A fresh namespace per case on the primary this binary's private
+    /// Sentinels (three, with a primary and a replica, started by the first
+    /// case) name; the deployment does not fail over.
+    #[allow(dead_code)] // Used by one test binary of several.
+    pub fn behind_private_sentinels() -> Self {
+        let started = match PrivateRedis::unavailable_reason() {
+            Some(reason) => Err(reason),
+            None => SENTINELS
+                .get_or_start("a private Sentinel deployment", || async {
+                    let sentinels = PrivateSentinels::start(1).await?;
+                    let primary = sentinels.primary_url().await?;
+                    Ok((sentinels, primary))
+                })
+                .map(|(sentinels, primary)| (sentinels.url(), vec![primary.clone()])),
+        };
+        Self::on(Deployment::Sentinels, started)
+    }
+
+    /// A factory on `topology`, given its URL and its servers' plain URLs,
+    /// or why it could not be started.
+    fn on(topology: Deployment, started: Result<(String, Vec<String>), String>) -> Self {
+        let (url, servers, unavailable) = match started {
+            Ok((url, servers)) => (Some(url), servers, None),
+            Err(reason) => (None, Vec::new(), Some(reason)),
+        };
+        RedisFactory {
+            url,
+            servers,
+            unavailable,
+            topology,
+            waits_for_replicas: false,
+        }
+    }
+
+    /// [`from_env`](Self::from_env), but the failover topology's store
+    /// waits for its replica to confirm every write.
+    #[allow(dead_code)] // Used by one test binary of several.
+    pub fn waiting_for_replicas() -> Self {
+        RedisFactory {
+            waits_for_replicas: true,
+            ..Self::from_env()
         }
     }
 }
@@ -62,10 +164,7 @@ impl Factory for RedisFactory {
     type Store = RedisStore;
 
     fn unavailable_reason(&self) -> Option<String> {
-        match self.url {
-            Some(_) => None,
-            None => Some(format!("{URL_VAR} is not set")),
-        }
+        self.unavailable.clone()
     }
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<RedisStore>> {
@@ -77,11 +176,11 @@ impl Factory for RedisFactory {
     }
 
     fn network(&self) -> Option<&dyn NetworkSupport<RedisStore>> {
-        Some(self)
+        (self.topology == Deployment::Server).then_some(self as _)
     }
 
     fn processes(&self) -> Option<&dyn ProcessSupport<RedisStore>> {
-        Some(self)
+        (self.topology == Deployment::Server).then_some(self as _)
     }
 
     fn nemeses(&self) -> Option<&dyn NemesisSupport<RedisStore>> {
@@ -89,11 +188,15 @@ impl Factory for RedisFactory {
     }
 
     fn restart(&self) -> Option<&dyn RestartSupport<RedisStore>> {
+        (self.topology == Deployment::Server).then_some(self as _)
+    }
+
+    fn failover(&self) -> Option<&dyn FailoverSupport<RedisStore>> {
         Some(self)
     }
 
     fn deployment(&self) -> Option<&dyn DeploymentSupport> {
-        Some(self)
+        (self.topology == Deployment::Server).then_some(self as _)
     }
 
     async fn teardown(&self, store: &RedisStore) -> tenure_lease_core::Result<()> {
@@ -111,21 +214,24 @@ impl Factory for RedisFactory {
     /// Damage by raw writes to the record's or job's hash: every field is
     /// bytes, so every damage of the kit can be held.
     fn damager(&self) -> Option<Damager<RedisStore>> {
-        let url = self.url.clone().unwrap_or_default();
+        let servers = self.servers.clone();
         Some(std::sync::Arc::new(
             move |store: std::sync::Arc<RedisStore>, target: Target, damage: Damage| {
-                let url = url.clone();
+                let servers = servers.clone();
                 Box::pin(async move {
                     let Some((key, field, value)) = damage_field(&target, damage) else {
                         return Ok(DamageOutcome::CannotHold);
                     };
-                    let key = format!("{}{key}", key_prefix(store.config().namespace()));
-                    apply(&url, &key, field, value).await.map_err(|error| {
-                        tenure_lease_core::Error::unavailable(format!(
-                            "cannot damage {target:?} with {damage}"
-                        ))
-                        .with_source(error)
-                    })
+                    let namespace = store.config().namespace();
+                    let key = format!("{}{key}", key_prefix(namespace));
+                    apply(&servers, namespace, &key, field, value)
+                        .await
+                        .map_err(|error| {
+                            tenure_lease_core::Error::unavailable(format!(
+                                "cannot damage {target:?} with {damage}"
+                            ))
+                            .with_source(error)
+                        })
                 })
             },
         ))
@@ -133,19 +239,28 @@ impl Factory for RedisFactory {
 
     /// Entries per key of the case's namespace.
     fn footprint_probe(&self) -> Option<FootprintProbe<RedisStore>> {
-        let url = self.url.clone().unwrap_or_default();
+        let servers = self.servers.clone();
         Some(Arc::new(move |store: Arc<RedisStore>| {
-            let url = url.clone();
-            Box::pin(async move { count_entries(&url, store.config().namespace()).await })
+            let servers = servers.clone();
+            Box::pin(async move { count_entries(&servers, store.config().namespace()).await })
         }))
     }
 }
 
 impl RedisFactory {
+    /// The cluster's URL and each node's plain URL.
+    #[allow(dead_code)] // Used by one test binary of several.
+    pub fn cluster_urls(&self) -> (String, Vec<String>) {
+        (self.url.clone().unwrap_or_default(), self.servers.clone())
+    }
+
     fn url(&self) -> tenure_lease_core::Result<&str> {
-        self.url
-            .as_deref()
-            .ok_or_else(|| Error::new(ErrorKind::Config, format!("{URL_VAR} is not set")))
+        self.url.as_deref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                self.unavailable.clone().unwrap_or_default(),
+            )
+        })
     }
 }
 
@@ -218,6 +333,64 @@ impl RestartSupport<RedisStore> for RedisFactory {
     }
 }
 
+/// A private primary with a replica and three Sentinels; the store follows
+/// the primary through them and its gates refuse fences from before a
+/// failover. Replication is asynchronous unless the factory waits for
+/// replicas.
+#[async_trait]
+impl FailoverSupport<RedisStore> for RedisFactory {
+    fn unavailable_reason(&self) -> Option<String> {
+        PrivateRedis::unavailable_reason()
+    }
+
+    async fn start_topology(&self) -> tenure_lease_core::Result<Topology<RedisStore>> {
+        if self.topology == Deployment::Cluster {
+            return cluster_topology().await;
+        }
+        let sentinels = PrivateSentinels::start(1).await.map_err(|error| {
+            Error::unavailable("cannot start a private Sentinel deployment").with_source(error)
+        })?;
+        let mut config = RedisConfig::new(sentinels.url(), "failover")
+            .refuse_fences_from_before_failover(true)
+            .operation_timeout(RESTART_CALL_TIMEOUT)
+            .connect_timeout(RESTART_CALL_TIMEOUT);
+        if self.waits_for_replicas {
+            config = config.wait_for_replicas(1, REPLICA_WAIT);
+        }
+        Ok(Topology {
+            store: RedisStore::connect(config).await?,
+            control: Box::new(sentinels),
+            asynchronous: !self.waits_for_replicas,
+            failover_every: Duration::from_millis(2500),
+        })
+    }
+}
+
+/// A private three-primary cluster, each primary with a replica; the
+/// store's namespace fails over (its primary killed, the replica taking
+/// the slot over), and its gates refuse fences from before a failover.
+async fn cluster_topology() -> tenure_lease_core::Result<Topology<RedisStore>> {
+    let cluster = PrivateRedisCluster::start_with_replicas(3, true)
+        .await
+        .map_err(|error| {
+            Error::unavailable("cannot start a private Redis Cluster with replicas")
+                .with_source(error)
+        })?;
+    let config = RedisConfig::new(cluster.url(), "failover")
+        .refuse_fences_from_before_failover(true)
+        .operation_timeout(RESTART_CALL_TIMEOUT)
+        .connect_timeout(RESTART_CALL_TIMEOUT);
+    Ok(Topology {
+        store: RedisStore::connect(config).await?,
+        control: Box::new(SlotFailover {
+            cluster,
+            key: key_prefix("failover"),
+        }),
+        asynchronous: true,
+        failover_every: Duration::from_millis(2500),
+    })
+}
+
 /// A private `redis-server` per misdeployment, with an eviction policy that
 /// may drop any key; the shared server is never reconfigured.
 #[async_trait]
@@ -256,16 +429,15 @@ impl DeploymentSupport for RedisFactory {
 /// Entries per key (members, fields, or 1 for a string) of the keys of
 /// `namespace`, by name after the namespace's prefix. The case namespaces
 /// hold no glob characters.
-async fn count_entries(url: &str, namespace: &str) -> tenure_lease_core::Result<Footprint> {
+async fn count_entries(
+    servers: &[String],
+    namespace: &str,
+) -> tenure_lease_core::Result<Footprint> {
     let failed = |error: redis::RedisError| {
         tenure_lease_core::Error::unavailable("cannot count the keys of the case's namespace")
             .with_source(error)
     };
-    let client = redis::Client::open(url).map_err(failed)?;
-    let mut connection = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(failed)?;
+    let mut connection = raw_connection(servers, namespace).await.map_err(failed)?;
     let prefix = key_prefix(namespace);
     let mut keys: Vec<String> = Vec::new();
     let mut cursor = 0_u64;
@@ -354,14 +526,13 @@ fn damage_field(target: &Target, damage: Damage) -> Option<(String, &'static str
 /// Writes `value` into `field` of the existing hash at `key`, on a
 /// connection of its own.
 async fn apply(
-    url: &str,
+    servers: &[String],
+    namespace: &str,
     key: &str,
     field: &str,
     value: &[u8],
 ) -> redis::RedisResult<DamageOutcome> {
-    let mut raw = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut raw = raw_connection(servers, namespace).await?;
     let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut raw).await?;
     if !exists {
         return Err(redis::RedisError::from((

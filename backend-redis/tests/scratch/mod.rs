@@ -77,6 +77,35 @@ pub fn key_prefix(namespace: &str) -> String {
     format!("tenure:{{{namespace}}}:")
 }
 
+/// A plain connection to the one of `servers` that holds `namespace`'s
+/// keys: the only one, or, among a cluster's nodes, the one that serves
+/// their slot (the others answer `MOVED`).
+pub async fn raw_connection(
+    servers: &[String],
+    namespace: &str,
+) -> redis::RedisResult<MultiplexedConnection> {
+    let mut last_error = None;
+    for server in servers {
+        let mut connection = redis::Client::open(server.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        if servers.len() == 1 {
+            return Ok(connection);
+        }
+        let serves: redis::RedisResult<String> = redis::cmd("TYPE")
+            .arg(key_prefix(namespace))
+            .query_async(&mut connection)
+            .await;
+        match serves {
+            Ok(_) => return Ok(connection),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::Client, "no server to connect to"))
+    }))
+}
+
 /// Sets `field` of the hash at `key` to `value`, or deletes it (`None`),
 /// behind the store's back.
 pub async fn set_field(

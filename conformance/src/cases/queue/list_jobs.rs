@@ -4,7 +4,7 @@ use serde_json::json;
 use tenure_lease_core::queue::{FailAction, JobState, NewJob};
 use tenure_lease_core::JobQueue;
 
-use super::{enqueue, enqueue_and_claim, job, settled, QUEUE, TICK};
+use super::{enqueue, enqueue_and_claim, get_job, job, settled, QUEUE, TICK};
 use crate::cases::util::{expect_invalid, LONG_TTL};
 use crate::ensure_eq;
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -93,4 +93,123 @@ pub async fn queue_list_jobs_by_state_oldest_first<S: JobQueue + 'static>(
         "list_jobs: empty queue",
     )?;
     Ok(())
+}
+
+/// The state filter applies before the limit (the oldest job of the queue
+/// in another state does not use up the limit), dead letters list by last
+/// update and not by creation, and ties in time order by id: a batch's
+/// jobs (one instant) list by id, and so do dead letters failed at one
+/// instant (on a clock the kit holds still), whatever the order they were
+/// given or failed in.
+pub async fn queue_listings_filter_before_the_limit_and_break_ties_by_id<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    // Created in this order; dead-lettered in the reverse one.
+    let oldest = enqueue_and_claim(&ctx, job("created-1"), "worker-a", LONG_TTL).await?;
+    ctx.advance(TICK).await?;
+    let middle = enqueue_and_claim(&ctx, job("created-2"), "worker-a", LONG_TTL).await?;
+    ctx.advance(TICK).await?;
+    let newest = enqueue_and_claim(&ctx, job("created-3"), "worker-a", LONG_TTL).await?;
+    ctx.advance(TICK).await?;
+    for held in [&newest, &oldest] {
+        let failed = ctx
+            .store
+            .fail(&held.claim, "broken", FailAction::DeadLetter)
+            .await?;
+        settled(&ctx, failed, "fail with dead-letter").await?;
+        ctx.advance(TICK).await?;
+    }
+    settled(&ctx, ctx.store.complete(&middle.claim).await?, "complete").await?;
+    ctx.advance(TICK).await?;
+
+    let listed = |state: Option<JobState>, limit: usize| {
+        let ctx = &ctx;
+        async move {
+            let jobs = ctx.store.list_jobs(QUEUE, state, limit).await?;
+            Ok::<_, Failure>(jobs.into_iter().map(|job| job.id).collect::<Vec<_>>())
+        }
+    };
+    ensure_eq!(
+        listed(Some(JobState::Completed), 1).await?,
+        ["created-2"],
+        "list_jobs(completed, limit 1): the oldest completed job, though an older job of \
+         another state comes first in the queue"
+    );
+    ensure_eq!(
+        listed(Some(JobState::DeadLettered), 1).await?,
+        ["created-1"],
+        "list_jobs(dead-lettered, limit 1): the oldest-created dead letter"
+    );
+    ensure_eq!(
+        dead_letter_ids(&ctx, QUEUE, 10).await?,
+        ["created-3", "created-1"],
+        "list_dead_letters: by last update (created-3 failed first), not by creation"
+    );
+    ensure_eq!(
+        dead_letter_ids(&ctx, QUEUE, 1).await?,
+        ["created-3"],
+        "list_dead_letters(limit 1): the least recently updated"
+    );
+
+    // One batch, one instant: listed by id, not in the batch's order.
+    let batch_queue = "batch-queue";
+    let batch: Vec<NewJob> = ["tie-c", "tie-a", "tie-b"]
+        .iter()
+        .map(|id| NewJob::new(batch_queue, serde_json::json!({ "job": id })).id(*id))
+        .collect();
+    ctx.store.enqueue_batch(&batch).await?;
+    let mut expected = Vec::new();
+    for new in &batch {
+        let stored = get_job(&ctx, &new.id).await?;
+        expected.push((stored.created_at, stored.id));
+    }
+    expected.sort();
+    let expected: Vec<String> = expected.into_iter().map(|(_, id)| id).collect();
+    let listed: Vec<String> = ctx
+        .store
+        .list_jobs(batch_queue, None, 10)
+        .await?
+        .into_iter()
+        .map(|job| job.id)
+        .collect();
+    ensure_eq!(
+        listed,
+        expected,
+        "list_jobs: oldest first, ties (a batch's one instant) by id"
+    );
+
+    // Dead letters failed at one instant, where the kit can hold the clock
+    // still: listed by id.
+    if ctx.manual_clock().is_some() {
+        let tie_queue = "tie-dead-queue";
+        let mut held = Vec::new();
+        for id in ["dead-b", "dead-a"] {
+            let new = NewJob::new(tie_queue, serde_json::json!({ "job": id })).id(id);
+            held.push(enqueue_and_claim(&ctx, new, "worker-a", LONG_TTL).await?);
+        }
+        ctx.advance(TICK).await?;
+        for each in &held {
+            let failed = ctx
+                .store
+                .fail(&each.claim, "broken", FailAction::DeadLetter)
+                .await?;
+            settled(&ctx, failed, "fail with dead-letter").await?;
+        }
+        ensure_eq!(
+            dead_letter_ids(&ctx, tie_queue, 10).await?,
+            ["dead-a", "dead-b"],
+            "list_dead_letters: updated at one instant, so by id"
+        );
+    }
+    Ok(())
+}
+
+/// The ids `list_dead_letters(queue, limit)` answers, in its order.
+async fn dead_letter_ids<S: JobQueue>(
+    ctx: &Ctx<S>,
+    queue: &str,
+    limit: usize,
+) -> Result<Vec<String>, Failure> {
+    let listed = ctx.store.list_dead_letters(queue, limit).await?;
+    Ok(listed.into_iter().map(|job| job.id).collect())
 }

@@ -16,14 +16,17 @@
 //! its observation and, when the instant had already passed, tries again on
 //! a fresh queue with twice the delay (see `not_yet`).
 
+pub mod batches;
 pub mod claim;
 pub mod complete_many;
 pub mod enqueue;
 pub mod input;
 pub mod list_jobs;
+pub mod names;
 pub mod reap;
 pub mod renew_jobs;
 pub mod retention;
+pub mod reuse;
 pub mod settle;
 pub mod take_back;
 

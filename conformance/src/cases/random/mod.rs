@@ -2,8 +2,10 @@
 //! reference, hostile input at every entry point, and concurrent histories
 //! checked against the invariants.
 
+pub mod gate_model;
 pub mod history;
 pub mod history_queue;
 pub mod hostile;
 pub mod hostile_queue;
 pub mod model;
+pub mod queue_model;

@@ -20,6 +20,10 @@ mod runner;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use std::future::Future;
+use std::pin::Pin;
+
+use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use tenure_lease_core::LeaseStore;
 use tokio::runtime::Handle;
@@ -32,17 +36,17 @@ use crate::harness::{CaseResult, ClockControl, Ctx, Failure};
 pub const MODEL_CASES_VAR: &str = "TENURE_MODEL_CASES";
 
 /// How much random exploration a run affords on a given clock.
-struct Plan {
-    cases: u32,
-    max_steps: usize,
+pub(super) struct Plan {
+    pub(super) cases: u32,
+    pub(super) max_steps: usize,
     /// Whether the clock may jump past every lease (only when it moves
     /// without waiting).
-    can_jump: bool,
+    pub(super) can_jump: bool,
     max_shrink_iters: u32,
 }
 
 impl Plan {
-    fn for_clock(clock: &ClockControl) -> Result<Plan, Failure> {
+    pub(super) fn for_clock(clock: &ClockControl) -> Result<Plan, Failure> {
         let mut plan = match clock {
             ClockControl::Manual(_) => Plan {
                 cases: 24,
@@ -79,14 +83,49 @@ const MAX_SHRINK_MILLIS: u32 = 45_000;
 /// back until purged.
 pub async fn model_based_random_operations<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let plan = Plan::for_clock(ctx.clock())?;
+    let (max_steps, can_jump) = (plan.max_steps, plan.can_jump);
+    let sequences = move || ops::sequence(max_steps, can_jump);
+    explore(ctx, plan, sequences, |ctx, prefix, ops, highest_fence| {
+        Box::pin(runner::run(ctx, prefix, ops, highest_fence))
+    })
+    .await
+}
+
+/// Plays one drawn sequence on the case's store, under ids starting with
+/// the given prefix (no other run uses it), given the highest fence seen
+/// so far across runs; `Err` is the transcript up to the divergence.
+pub(super) type Play<S, Op> = for<'a> fn(
+    &'a Ctx<S>,
+    String,
+    &'a [Op],
+    &'a AtomicU64,
+) -> Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>;
+
+/// Plays `plan.cases` sequences drawn from the strategy `sequences` makes
+/// with `play`, and shrinks the first that fails to the shortest proptest
+/// finds. (The strategy is made on the exploring thread: proptest's
+/// strategies stay on one.)
+pub(super) async fn explore<S, Op, Sequences>(
+    ctx: Ctx<S>,
+    plan: Plan,
+    sequences: impl FnOnce() -> Sequences + Send + 'static,
+    play: Play<S, Op>,
+) -> CaseResult
+where
+    S: Send + Sync + 'static,
+    Op: std::fmt::Debug + Clone + 'static,
+    Sequences: Strategy<Value = Vec<Op>>,
+{
     let handle = Handle::current();
     let abandoned = Arc::new(AtomicBool::new(false));
     let _abandon_when_dropped = AbandonOnDrop(Arc::clone(&abandoned));
     // proptest drives the runs synchronously; each run drives the store on
     // the case's runtime.
-    tokio::task::spawn_blocking(move || explore(&ctx, &handle, &plan, &abandoned))
-        .await
-        .map_err(|error| Failure(format!("the model-based run panicked: {error}")))?
+    tokio::task::spawn_blocking(move || {
+        explore_blocking(&ctx, &handle, &plan, &abandoned, &sequences(), play)
+    })
+    .await
+    .map_err(|error| Failure(format!("the model-based run panicked: {error}")))?
 }
 
 /// Tells the blocking exploration to stop when the case is dropped (its time
@@ -99,12 +138,18 @@ impl Drop for AbandonOnDrop {
     }
 }
 
-fn explore<S: LeaseStore>(
+fn explore_blocking<S, Op, Sequences>(
     ctx: &Ctx<S>,
     handle: &Handle,
     plan: &Plan,
     abandoned: &AtomicBool,
-) -> CaseResult {
+    sequences: &Sequences,
+    play: Play<S, Op>,
+) -> CaseResult
+where
+    Op: std::fmt::Debug + Clone,
+    Sequences: Strategy<Value = Vec<Op>>,
+{
     let mut runner = TestRunner::new(Config {
         cases: plan.cases,
         failure_persistence: None,
@@ -114,14 +159,14 @@ fn explore<S: LeaseStore>(
     });
     let runs = AtomicUsize::new(0);
     let highest_fence = AtomicU64::new(0);
-    let result = runner.run(&ops::sequence(plan.max_steps, plan.can_jump), |ops| {
+    let result = runner.run(sequences, |ops| {
         if abandoned.load(Ordering::Relaxed) {
             return Err(TestCaseError::fail("abandoned: the case ran out of time"));
         }
         // Every run, shrinking included, gets ids and scopes of its own.
         let prefix = format!("m{}-", runs.fetch_add(1, Ordering::Relaxed));
         handle
-            .block_on(runner::run(ctx, prefix, &ops, &highest_fence))
+            .block_on(play(ctx, prefix, &ops, &highest_fence))
             .map_err(TestCaseError::fail)
     });
     match result {

@@ -24,7 +24,7 @@
 //! | [`nemesis_clock_steps`] | [`Factory::nemeses`], reading the clock it is given |
 //! | [`nemesis_partitions_and_resets`] | [`Factory::network`] |
 //! | [`nemesis_server_killed_and_restarted`] | [`Factory::restart`] |
-//! | [`nemesis_failover`] | [`Factory::failover`] (no backend offers it yet) |
+//! | [`nemesis_failover`] | [`Factory::failover`] (Redis behind Sentinel, PostgreSQL primary and standby) |
 //! | [`nemesis_paused_owner_is_refused_after_a_takeover`] | [`Factory::processes`] |
 //! | [`nemesis_killed_owner_is_taken_over`] | [`Factory::processes`] |
 //!
@@ -152,7 +152,12 @@ fn run_for() -> Duration {
 /// How long a workload scenario may take before it counts as hung: the
 /// kit's case bound, plus twice the workload's length.
 fn case_bound() -> Duration {
-    crate::harness::CASE_TIMEOUT + run_for() * 2
+    bound_for(run_for())
+}
+
+/// [`case_bound`] for a workload of `length`.
+fn bound_for(length: Duration) -> Duration {
+    crate::harness::CASE_TIMEOUT + length * 2
 }
 
 /// The run's seed: [`SEED_VAR`](crate::suites::process::SEED_VAR) when
@@ -250,6 +255,7 @@ async fn play<S, N, Fut>(
     bases: &[Arc<S>],
     reader: Arc<S>,
     writes: Writes,
+    length: Duration,
     nemesis: N,
 ) -> Run
 where
@@ -259,7 +265,6 @@ where
 {
     let seed = seed();
     let workload = Arc::new(Workload::new(bases, writes));
-    let length = run_for();
     let until = tokio::time::Instant::now() + length;
     let faults = tokio::spawn(nemesis(Arc::clone(&workload), until));
     workload.play(length, seed).await;
@@ -352,7 +357,7 @@ where
     let bases = vec![Arc::clone(&store); CLIENTS];
     let reader = Arc::clone(&store);
     let outcome = guarded_within(case_bound(), async move {
-        judge(play(name, &bases, reader, writes, nemesis).await)
+        judge(play(name, &bases, reader, writes, run_for(), nemesis).await)
     })
     .await;
     super::with_cleanup(outcome, factory.teardown(&store).await)
@@ -556,7 +561,7 @@ where
                 counted(faults.await) + cuts
             }
         };
-        let run = play(name, &bases, reader, Writes::Gated, cutting).await;
+        let run = play(name, &bases, reader, Writes::Gated, run_for(), cutting).await;
         for proxy in &proxies {
             proxy.stop().await;
         }
@@ -584,15 +589,30 @@ where
     let server = Arc::new(tokio::sync::Mutex::new(private.server));
     let strike = {
         let server = Arc::clone(&server);
-        move || async move { server.lock().await.kill_and_restart(TTL * 2).await }
+        move || {
+            let server = Arc::clone(&server);
+            async move { server.lock().await.kill_and_restart(TTL * 2).await }
+        }
     };
-    struck_once(name, Arc::new(private.store), strike).await
+    let outcome = struck(
+        name,
+        Arc::new(private.store),
+        (1, Duration::ZERO),
+        strike,
+        &[],
+    )
+    .await;
+    drop(server);
+    outcome
 }
 
-/// A primary with replicas ([`Factory::failover`]) failed over in the
-/// middle of the lost-replies workload: the primary killed, a replica
-/// promoted, the clients repointed. Skipped until a factory offers the
-/// topology.
+/// A primary with replicas ([`Factory::failover`]) failed over
+/// [`FAILOVERS_VAR`] times (10 by default) in the middle of the
+/// lost-replies workload, through the store's gate: each time the primary
+/// killed, a replica promoted, the store following it. Fences must grow
+/// and the gate never go back across every failover; on an asynchronous
+/// topology ([`Topology::asynchronous`]) acknowledged writes may be lost
+/// and ownerships overlap, which the line counts but does not fail.
 pub async fn nemesis_failover<F: Factory>(factory: F, _test: String) -> CaseOutcome
 where
     F::Store: Store,
@@ -610,53 +630,116 @@ where
             return CaseOutcome::Failed(format!("factory could not start the topology: {error}"))
         }
     };
+    let allowed: &[Property] = if topology.asynchronous {
+        &[
+            Property::ExclusiveOwnership,
+            Property::AcknowledgedWritesKept,
+        ]
+    } else {
+        &[]
+    };
     // Held here until the run ends: dropping the control stops everything.
     let control = Arc::new(tokio::sync::Mutex::new(topology.control));
     let strike = {
         let control = Arc::clone(&control);
-        move || async move { control.lock().await.fail_over().await }
+        move || {
+            let control = Arc::clone(&control);
+            async move { control.lock().await.fail_over().await }
+        }
     };
-    struck_once(name, Arc::new(topology.store), strike).await
+    let outcome = struck(
+        name,
+        Arc::new(topology.store),
+        (failovers(), topology.failover_every),
+        strike,
+        allowed,
+    )
+    .await;
+    drop(control);
+    outcome
 }
 
-/// Plays the lost-replies workload on `store` while, a quarter into the
-/// run, `strike` breaks the deployment once; the strike must succeed and
-/// the history be clean.
-async fn struck_once<S, B, BFut>(name: &str, store: Arc<S>, strike: B) -> CaseOutcome
+/// The environment variable setting how many failovers
+/// [`nemesis_failover`] stages (default [`DEFAULT_FAILOVERS`]).
+pub const FAILOVERS_VAR: &str = "TENURE_NEMESIS_FAILOVERS";
+/// How many failovers [`nemesis_failover`] stages when [`FAILOVERS_VAR`]
+/// is not set.
+pub const DEFAULT_FAILOVERS: usize = 10;
+fn failovers() -> usize {
+    std::env::var(FAILOVERS_VAR)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(DEFAULT_FAILOVERS)
+        .max(1)
+}
+
+/// Plays the lost-replies workload on `store` while `strike` breaks the
+/// deployment `strikes` times, the first a quarter into the run and the
+/// others `each` apart (or one after another when a strike takes longer;
+/// the workload runs `each` longer for every strike after the first);
+/// every strike must succeed and the history be clean but for `allowed`.
+async fn struck<S, B, BFut>(
+    name: &str,
+    store: Arc<S>,
+    (strikes, each): (usize, Duration),
+    mut strike: B,
+    allowed: &'static [Property],
+) -> CaseOutcome
 where
     S: Store,
-    B: FnOnce() -> BFut + Send + 'static,
+    B: FnMut() -> BFut + Send + 'static,
     BFut: Future<Output = std::io::Result<()>> + Send,
 {
     let bases = vec![Arc::clone(&store); CLIENTS];
-    guarded_within(case_bound(), async move {
-        let struck = Arc::new(std::sync::Mutex::new(None));
+    let extra = u32::try_from(strikes.saturating_sub(1)).unwrap_or(u32::MAX);
+    let length = run_for().saturating_add(each.saturating_mul(extra));
+    guarded_within(bound_for(length), async move {
+        let struck = Arc::new(std::sync::Mutex::new(Vec::new()));
         let striking = {
             let struck = Arc::clone(&struck);
             move |workload: Arc<Workload<S>>, until: tokio::time::Instant| async move {
                 let faults = tokio::spawn(inject_call_faults(workload, until));
-                let quarter = until.saturating_duration_since(tokio::time::Instant::now()) / 4;
+                let quarter = run_for() / 4;
                 tokio::time::sleep(quarter).await;
-                let outcome = strike().await;
-                let ok = outcome.is_ok();
-                *struck
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
-                counted(faults.await) + usize::from(ok)
+                let first = tokio::time::Instant::now();
+                let mut succeeded = 0;
+                for (_, index) in (0..strikes).zip(0_u32..) {
+                    // Each strike at its turn, so the workload also runs on
+                    // a healthy deployment between two.
+                    tokio::time::sleep_until(first + each.saturating_mul(index)).await;
+                    let outcome = strike().await;
+                    succeeded += usize::from(outcome.is_ok());
+                    let failed = outcome.is_err();
+                    struck
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(outcome);
+                    if failed {
+                        break;
+                    }
+                }
+                counted(faults.await) + succeeded
             }
         };
-        let run = play(name, &bases, store, Writes::Gated, striking).await;
-        let outcome = struck
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        match outcome {
-            Some(Ok(())) => run.judge(name, &[]),
-            Some(Err(error)) => Err(Failure(format!(
-                "the strike on the deployment failed: {error}"
-            ))),
-            None => Err(Failure("the strike on the deployment never ran".to_owned())),
+        let run = play(name, &bases, store, Writes::Gated, length, striking).await;
+        let outcomes = std::mem::take(
+            &mut *struck
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if let Some(Err(error)) = outcomes.iter().find(|outcome| outcome.is_err()) {
+            return Err(Failure(format!(
+                "strike {} of {strikes} on the deployment failed: {error}",
+                outcomes.len()
+            )));
         }
+        if outcomes.len() < strikes {
+            return Err(Failure(format!(
+                "{} of {strikes} strikes on the deployment ran",
+                outcomes.len()
+            )));
+        }
+        run.judge(name, allowed)
     })
     .await
 }
@@ -677,10 +760,21 @@ pub trait FailoverControl: Send + Sync {
 /// A private primary with replicas and a store that follows its failovers:
 /// what [`FailoverSupport::start_topology`] answers.
 pub struct Topology<S> {
-    /// A store on the topology, following its primary.
+    /// A store on the topology, following its primary, whose gates refuse
+    /// fences from before a failover.
     pub store: S,
     /// How the kit fails it over; stops everything when dropped.
     pub control: Box<dyn FailoverControl>,
+    /// Replicas confirm writes after they are acknowledged, so a failover
+    /// may lose acknowledged writes (and with them ownerships): the
+    /// scenario counts those losses instead of failing on them.
+    pub asynchronous: bool,
+    /// How far apart the failovers start: a little longer than one
+    /// [`fail_over`](FailoverControl::fail_over) takes, so the workload
+    /// also runs on a healthy topology between two. The workload runs that
+    /// much longer for each failover after the first, so that all of them
+    /// fall inside it.
+    pub failover_every: Duration,
 }
 
 /// What a factory offers [`nemesis_failover`].
