@@ -400,67 +400,78 @@ fn postgres_settings(
              the schema's tables on a schedule",
         )
     };
-    let names_set = !settings.synchronous_standby_names.trim().is_empty();
-    let replication = if requires_synchronous && !names_set {
-        Finding::new(
-            "replication",
+    let replication = postgres_replication(settings, requires_synchronous);
+    vec![durability, vacuum, replication]
+}
+
+/// What a failover of a PostgreSQL primary loses, from who must confirm a
+/// commit and who streams: a standby counts as synchronous only while it
+/// streams and the primary waits for it (`sync_state` `sync` or
+/// `quorum`), not for being connected.
+#[cfg(feature = "postgres")]
+fn postgres_replication(
+    settings: &crate::postgres::ServerSettings,
+    requires_synchronous: bool,
+) -> Finding {
+    let names = &settings.synchronous_standby_names;
+    let waits = settings.replicates_synchronously();
+    let finding = |verdict, message: String| Finding::new("replication", verdict, message);
+    match settings.synchronous_standbys {
+        _ if requires_synchronous && names.trim().is_empty() => finding(
             Verdict::Fail,
             "the URL requires a synchronous standby, but synchronous_standby_names is empty: \
              no commit waits for a standby, and connecting refuses the server; set \
-             synchronous_standby_names on the primary (e.g. 'FIRST 1 (standby1)')",
-        )
-    } else if requires_synchronous && settings.standbys == 0 {
-        Finding::new(
-            "replication",
+             synchronous_standby_names on the primary (e.g. 'FIRST 1 (standby1)')"
+                .to_owned(),
+        ),
+        None if requires_synchronous || waits => finding(
+            Verdict::Warn,
+            format!(
+                "synchronous_standby_names is {names:?}, but the store's role may not see which \
+                 standbys stream (pg_stat_replication hides their state): grant it \
+                 pg_read_all_stats or pg_monitor to have this checked"
+            ),
+        ),
+        Some(0) if requires_synchronous => finding(
             Verdict::Fail,
             format!(
-                "the URL requires a synchronous standby and synchronous_standby_names is {:?}, \
-                 but no standby streams: every write waits for one until the operation \
-                 timeout, and fails; start the standby",
-                settings.synchronous_standby_names
+                "the URL requires a synchronous standby and synchronous_standby_names is \
+                 {names:?}, but no standby it names streams ({} connected): every write waits \
+                 for one until the operation timeout, and fails; start the standby, or name \
+                 the ones that stream",
+                settings.standbys
             ),
-        )
-    } else if requires_synchronous {
-        Finding::new(
-            "replication",
+        ),
+        Some(synchronous) if requires_synchronous => finding(
             Verdict::Pass,
             format!(
-                "synchronous standby required and present ({}, {} streaming): the store \
-                 commits with synchronous_commit = on, so a failover to it loses no \
-                 acknowledged write",
-                settings.synchronous_standby_names, settings.standbys
+                "synchronous standby required and present ({names}, {synchronous} streaming): \
+                 the store commits with synchronous_commit = on, so a failover to it loses no \
+                 acknowledged write"
             ),
-        )
-    } else if settings.replicates_synchronously() && settings.standbys == 0 {
-        Finding::new(
-            "replication",
+        ),
+        Some(0) if waits => finding(
             Verdict::Warn,
             format!(
-                "synchronous_standby_names is {:?} but no standby streams: every commit \
-                 waits for one, so writes hang until a standby connects",
-                settings.synchronous_standby_names
+                "synchronous_standby_names is {names:?} but no standby it names streams ({} \
+                 connected): every commit waits for one, so writes hang until it streams",
+                settings.standbys
             ),
-        )
-    } else if settings.replicates_synchronously() {
-        Finding::new(
-            "replication",
+        ),
+        Some(synchronous) if waits => finding(
             Verdict::Pass,
             format!(
-                "synchronous standby ({}), {} streaming: a failover to it loses no \
-                 acknowledged write",
-                settings.synchronous_standby_names, settings.standbys
+                "synchronous standby ({names}), {synchronous} streaming: a failover to it loses \
+                 no acknowledged write"
             ),
-        )
-    } else if settings.standbys == 0 {
-        Finding::new(
-            "replication",
+        ),
+        _ if settings.standbys == 0 => finding(
             Verdict::Warn,
             "no standby streams from this server: losing it loses the store; stream to a \
-             synchronous standby (synchronous_standby_names) for failovers that lose nothing",
-        )
-    } else {
-        Finding::new(
-            "replication",
+             synchronous standby (synchronous_standby_names) for failovers that lose nothing"
+                .to_owned(),
+        ),
+        _ => finding(
             Verdict::Warn,
             format!(
                 "{} asynchronous standby(s): a failover may lose the last acknowledged writes. \
@@ -469,9 +480,8 @@ fn postgres_settings(
                  with refuse_fences_from_before_failover",
                 settings.standbys
             ),
-        )
-    };
-    vec![durability, vacuum, replication]
+        ),
+    }
 }
 
 /// What a Redis primary's replicas keep through a failover, given how

@@ -152,7 +152,9 @@ async fn postgres_settings_that_lose_writes_are_caught() {
             .contains("synchronous_standby_names is empty"),
         "{findings:?}"
     );
-    let refused = tenure::connect(&requiring_synchronous_standby(&careless.url()))
+    // In a schema of its own, to show the refusal comes before migrations.
+    let untouched = format!("{}?schema=untouched", careless.url());
+    let refused = tenure::connect(&requiring_synchronous_standby(&untouched))
         .await
         .expect_err("no synchronous standby");
     assert_eq!(refused.kind(), ErrorKind::Incompatible, "{refused}");
@@ -160,6 +162,18 @@ async fn postgres_settings_that_lose_writes_are_caught() {
         refused.message().contains("synchronous_standby_names"),
         "{refused}"
     );
+    let mut careless_session: tenure::postgres::sqlx::PgConnection =
+        tenure::postgres::sqlx::Connection::connect(&careless.url())
+            .await
+            .expect("a session");
+    let schemas: i64 = tenure::postgres::sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
+    )
+    .bind("untouched")
+    .fetch_one(&mut careless_session)
+    .await
+    .expect("count the schemas");
+    assert_eq!(schemas, 0, "the refused connect created the schema");
     let malformed = tenure::connect(&format!(
         "{}?require_synchronous_standby=yes",
         careless.url()
@@ -206,6 +220,7 @@ async fn postgres_settings_that_lose_writes_are_caught() {
             .await
             .expect(statement);
     }
+    synchronous_standbys_become(&mut session, 1).await;
     let findings = findings_of(&primary.url()).await;
     assert_eq!(
         findings["replication"].verdict,
@@ -242,12 +257,69 @@ async fn postgres_settings_that_lose_writes_are_caught() {
     let settings = requiring.server_settings().await.expect("settings");
     assert_eq!(settings.synchronous_commit, "on", "{settings:?}");
     requiring.close().await;
+    // A standby that streams but is not the one the primary waits for is
+    // no synchronous standby: every commit would wait for the one named.
+    for statement in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        tenure::postgres::sqlx::query(statement)
+            .execute(&mut session)
+            .await
+            .expect(statement);
+    }
+    synchronous_standbys_become(&mut session, 0).await;
+    let findings = findings_of(&requiring_synchronous_standby(&primary.url())).await;
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["replication"]
+            .detail
+            .contains("no standby it names streams (1 connected)"),
+        "{findings:?}"
+    );
+    let findings = findings_of(&primary.url()).await;
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Warn,
+        "{findings:?}"
+    );
     let error = tenure::Connect::new(standby.url())
         .check()
         .await
         .expect_err("a standby");
     assert_eq!(error.kind(), ErrorKind::Config, "{error}");
     assert!(error.message().contains("primary"), "{error}");
+}
+
+/// Waits until `count` standbys stream synchronously from the primary of
+/// `session`: the walsenders take a reloaded `synchronous_standby_names` up
+/// a moment after the reload.
+#[cfg(feature = "postgres")]
+async fn synchronous_standbys_become(
+    session: &mut tenure::postgres::sqlx::PgConnection,
+    count: i64,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let now: i64 = tenure::postgres::sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')",
+        )
+        .fetch_one(&mut *session)
+        .await
+        .expect("read pg_stat_replication");
+        if now == count {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{now} synchronous standbys, never {count}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// `url` with `require_synchronous_standby=true` added.

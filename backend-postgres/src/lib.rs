@@ -421,10 +421,11 @@ impl PgStore {
         if config.refuses_fences_from_before_failover() {
             store = store.refusing_fences_from_before_failover();
         }
-        store.prepare_on(first, config.migration_mode()).await?;
+        // Before any migration: a refused server is left as it was.
         if config.requires_synchronous_standby() {
             store.refuse_asynchronous_replication().await?;
         }
+        store.prepare_on(first, config.migration_mode()).await?;
         Ok(store)
     }
 

@@ -14,7 +14,11 @@ const SETTINGS: &str = "SELECT current_setting('fsync') = 'on' AS fsync, \
      current_setting('synchronous_commit') AS synchronous_commit, \
      current_setting('autovacuum') = 'on' AS autovacuum, \
      current_setting('synchronous_standby_names') AS synchronous_standby_names, \
-     (SELECT count(*) FROM pg_stat_replication) AS standbys";
+     (SELECT count(*) FROM pg_stat_replication) AS standbys, \
+     (SELECT CASE WHEN bool_or(state IS NULL) THEN NULL \
+          ELSE count(*) FILTER (WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum')) \
+          END \
+      FROM pg_stat_replication) AS synchronous_standbys";
 
 /// The server's settings that decide what a crash or a failover loses, as
 /// [`PgStore::server_settings`] read them.
@@ -32,8 +36,14 @@ pub struct ServerSettings {
     /// `synchronous_standby_names`: empty, replication is asynchronous and
     /// a failover may lose the last acknowledged writes.
     pub synchronous_standby_names: String,
-    /// Standbys streaming from the server now (`pg_stat_replication`).
+    /// Standbys connected to the server now (rows of
+    /// `pg_stat_replication`), synchronous or not, streaming or catching up.
     pub standbys: i64,
+    /// Standbys streaming now that a commit waits for (`sync_state` `sync`
+    /// or `quorum`): with none, a commit on a server that names standbys
+    /// waits until one connects. `None` when the store's role may not see
+    /// replication states (grant it `pg_read_all_stats` or `pg_monitor`).
+    pub synchronous_standbys: Option<i64>,
 }
 
 impl ServerSettings {
@@ -91,6 +101,7 @@ impl PgStore {
                 .try_get("synchronous_standby_names")
                 .map_err(store_error)?,
             standbys: row.try_get("standbys").map_err(store_error)?,
+            synchronous_standbys: row.try_get("synchronous_standbys").map_err(store_error)?,
         })
     }
 }

@@ -14,10 +14,12 @@
 //! namespaces spread over the cluster's primaries.
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::RedisError;
 use tenure_lease_core::tls::TlsCertificates;
-use tenure_lease_core::Result;
+use tenure_lease_core::{Error, ErrorKind, Result};
 
 use crate::config::{config_error, RedisConfig};
+use crate::error;
 use crate::hosts::HostListForm;
 
 /// The port a node listens on when the URL names none.
@@ -89,9 +91,15 @@ impl ClusterUrl {
                 format!("{scheme}://{host}:{port}")
             }
         });
+        // No retries: the client would send a command again after a dropped
+        // connection, when the first copy may have run, and answer the
+        // second copy's verdict (a renewal refused by its own success). A
+        // `MOVED` reaches the store as retryable, and the client has
+        // learnt the slot's new primary by the next call.
         let mut builder = ClusterClientBuilder::new(nodes)
             .connection_timeout(config.connect_timeout)
-            .response_timeout(config.operation_timeout);
+            .response_timeout(config.operation_timeout)
+            .retries(0);
         if let Some(username) = &self.username {
             builder = builder.username(username);
         }
@@ -111,10 +119,84 @@ impl ClusterUrl {
     }
 }
 
+/// A failure to connect to a cluster, classified. The cluster client
+/// reports every node's refusal as an I/O error carrying the cause as text
+/// only, so refused credentials, a refused TLS handshake and a server that
+/// is no cluster node are recognised here by what they say (they are
+/// configuration errors, which retrying cannot fix).
+pub(crate) fn connect_error(error: RedisError) -> Error {
+    let text = error.to_string();
+    let fix = if ["AuthenticationFailed", "WRONGPASS", "NOAUTH", "NOPERM"]
+        .iter()
+        .any(|code| text.contains(code))
+    {
+        "the cluster refused the user or password: check the credentials in the URL \
+         (redis+cluster://user:password@host:port,...) against the nodes' ACL"
+    } else if text.contains("cluster support disabled") {
+        "the server is not a node of a Redis Cluster: name a single server with redis:// \
+         (rediss:// for TLS), a Sentinel deployment with redis+sentinel://"
+    } else if [
+        "certificate",
+        "handshake",
+        "InvalidContentType",
+        "CorruptMessage",
+    ]
+    .iter()
+    .any(|sign| text.contains(sign))
+    {
+        "the TLS handshake with a node failed: check that the URL is rediss+cluster:// to TLS \
+         ports, that the nodes' certificates are signed by an authority the store trusts (the \
+         system's, or tls_ca= / RedisConfig::tls) and name the hosts in the URL"
+    } else {
+        return error::from_redis(error);
+    };
+    Error::new(ErrorKind::Config, format!("{fix} ({text})")).with_source(error)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tenure_lease_core::ErrorKind;
+
+    fn initial_connections_failed(cause: &str) -> RedisError {
+        RedisError::from((
+            redis::ErrorKind::Io,
+            "Failed to create initial connections",
+            cause.to_owned(),
+        ))
+    }
+
+    #[test]
+    fn refusals_no_retry_can_fix_are_configuration_errors() {
+        for (cause, names) in [
+            (
+                "Password authentication failed - AuthenticationFailed",
+                "password",
+            ),
+            ("WRONGPASS invalid username-password pair", "password"),
+            ("This instance has cluster support disabled", "redis://"),
+            (
+                "invalid peer certificate: UnknownIssuer",
+                "rediss+cluster://",
+            ),
+            ("received corrupt message of type InvalidContentType", "TLS"),
+        ] {
+            let error = connect_error(initial_connections_failed(cause));
+            assert_eq!(error.kind(), ErrorKind::Config, "{cause}: {error}");
+            assert!(!error.is_retryable(), "{error}");
+            assert!(error.to_string().contains(names), "{error}");
+            assert!(error.to_string().contains(cause), "{error}");
+        }
+    }
+
+    #[test]
+    fn unreachable_nodes_are_retryable() {
+        let error = connect_error(initial_connections_failed(
+            "Connection refused (os error 111)",
+        ));
+        assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+        assert!(error.is_retryable(), "{error}");
+    }
 
     #[test]
     fn other_urls_are_not_cluster_urls() {

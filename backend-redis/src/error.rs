@@ -9,7 +9,8 @@ const CORRUPT_CODE: &str = "TENURE_CORRUPT";
 
 /// Classifies a Redis error:
 /// * I/O failures, dropped or refused connections, a server that is loading,
-///   read-only (mid-failover) or busy, or out of memory (`OOM`, under
+///   read-only (mid-failover) or busy, a cluster slot that moved (`MOVED`,
+///   `ASK`: nothing was run), or out of memory (`OOM`, under
 ///   `maxmemory-policy noeviction`): [`ErrorKind::Unavailable`], retryable
 ///   (the connection manager reconnects meanwhile);
 /// * time-outs: [`ErrorKind::Timeout`];
@@ -42,6 +43,11 @@ pub(crate) fn from_redis(error: RedisError) -> Error {
              was demoted by a failover, or the URL names a replica; nothing was written. Point \
              the store at the primary, or at an address that follows it through failovers"
         ),
+        Some(detail) if matches!(error.code(), Some("MOVED" | "ASK")) => format!(
+            "the cluster moved the namespace's hash slot to another node ({}: {detail}): \
+             nothing was run; the store follows the slot, so retry",
+            error.code().unwrap_or_default()
+        ),
         Some(detail) if error.code() == Some("OOM") => format!(
             "the Redis server is out of memory (OOM: {detail}); it refused the script's first \
              write, so nothing was written: free memory or raise maxmemory, then retry"
@@ -66,6 +72,8 @@ fn classify(error: &RedisError) -> ErrorKind {
             | ServerErrorKind::ClusterDown
             | ServerErrorKind::MasterDown
             | ServerErrorKind::ReadOnly
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask
             | ServerErrorKind::NoScript,
         ) => ErrorKind::Unavailable,
         redis::ErrorKind::AuthenticationFailed

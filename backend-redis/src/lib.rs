@@ -625,12 +625,22 @@ fn answered(error: &RedisError) -> bool {
 }
 
 /// A refusal that passes (loading, busy, out of memory, read-only
-/// mid-failover): unlike an unknown command or an ACL denial, no sign that
+/// mid-failover, a cluster slot moving): unlike an unknown command or an ACL denial, no sign that
 /// the server will never run functions.
 fn is_transient(error: &RedisError) -> bool {
     matches!(
         error.code(),
-        Some("LOADING" | "BUSY" | "TRYAGAIN" | "OOM" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN")
+        Some(
+            "LOADING"
+                | "BUSY"
+                | "TRYAGAIN"
+                | "OOM"
+                | "READONLY"
+                | "MASTERDOWN"
+                | "CLUSTERDOWN"
+                | "MOVED"
+                | "ASK"
+        )
     )
 }
 
@@ -666,8 +676,10 @@ async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant)
     let (url, certificates) = config.client_url()?;
     if let Some(cluster) = ClusterUrl::parse(&url)? {
         let client = cluster.client(config, certificates.as_ref())?;
-        let connection =
-            until_connected(config, deadline, || client.get_async_connection()).await?;
+        let connection = until_connected(config, deadline, cluster::connect_error, || {
+            client.get_async_connection()
+        })
+        .await?;
         let mut connection = Connection::into_cluster(connection, keys.prefix());
         let durability = inspect_within(config, deadline, &mut connection).await?;
         return Ok(Opened {
@@ -682,7 +694,7 @@ async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant)
     let connection_config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.operation_timeout));
-    let mut first = until_connected(config, deadline, || {
+    let mut first = until_connected(config, deadline, error::from_redis, || {
         client.get_multiplexed_async_connection_with_config(&connection_config)
     })
     .await?;
@@ -836,12 +848,14 @@ fn deadline_after(timeout: Duration) -> tokio::time::Instant {
 /// Pause between two attempts at a first connection.
 const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
-/// A first connection, `attempt`ed until `deadline`: refused credentials
-/// answer at once (retrying cannot fix them), a server that cannot be
-/// reached is tried again until then.
+/// A first connection, `attempt`ed until `deadline`, its failures
+/// classified by `classify`: refused credentials answer at once (retrying
+/// cannot fix them), a server that cannot be reached is tried again until
+/// then.
 async fn until_connected<C, Attempt>(
     config: &RedisConfig,
     deadline: tokio::time::Instant,
+    classify: fn(RedisError) -> Error,
     mut attempt: impl FnMut() -> Attempt,
 ) -> Result<C>
 where
@@ -851,7 +865,7 @@ where
     loop {
         let error = match tokio::time::timeout_at(deadline, attempt()).await {
             Ok(Ok(connection)) => return Ok(connection),
-            Ok(Err(error)) => error::from_redis(error),
+            Ok(Err(error)) => classify(error),
             Err(_) => break,
         };
         if !error.is_retryable() {

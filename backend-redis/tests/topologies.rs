@@ -152,6 +152,41 @@ mod cluster {
     }
 
     #[tokio::test]
+    async fn refused_credentials_are_a_configuration_error_at_once() {
+        let Some((url, _)) = cluster("refused_credentials_are_a_configuration_error") else {
+            return;
+        };
+        let wrong = url.replacen("redis+cluster://", "redis+cluster://nobody:hunter2@", 1);
+        // Were the refusal taken for an outage, connect would retry it until
+        // this deadline and answer Unavailable.
+        let config = RedisConfig::new(wrong, "credentials")
+            .connect_timeout(std::time::Duration::from_secs(120));
+        let error = RedisStore::connect(config).await.expect_err("no such user");
+        assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+        assert!(!error.is_retryable(), "{error}");
+        assert!(error.to_string().contains("password"), "{error}");
+        assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_single_server_named_as_a_cluster_is_refused_with_the_fix() {
+        let Some(single) = tenure_conformance::service_url("TENURE_REDIS_URL") else {
+            return tenure_conformance::skip_unless_required(
+                "a_single_server_named_as_a_cluster_is_refused_with_the_fix",
+                "TENURE_REDIS_URL is not set",
+            );
+        };
+        let url = single.replacen("redis://", "redis+cluster://", 1);
+        let config = RedisConfig::new(url, "not-a-cluster")
+            .connect_timeout(std::time::Duration::from_secs(120));
+        let error = RedisStore::connect(config)
+            .await
+            .expect_err("a single server is no cluster");
+        assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+        assert!(error.to_string().contains("redis://"), "{error}");
+    }
+
+    #[tokio::test]
     async fn a_cluster_url_with_a_path_is_refused_before_connecting() {
         let error = RedisStore::connect(RedisConfig::new(
             "redis+cluster://:hunter2@127.0.0.1:1/2",

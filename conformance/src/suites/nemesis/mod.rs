@@ -54,7 +54,7 @@ use super::{
     conclude, define_suite, guarded_within, report_note, runtime, unavailable, unsupported,
 };
 use crate::harness::{CaseOutcome, Factory, Failure};
-use crate::history::{check, write_json_lines, Property, Verdict};
+use crate::history::{check, write_json_lines, Call, Property, Verdict};
 use workload::{Workload, Writes, CALL_LIMIT, GRACE, TTL};
 
 /// The environment variable setting how many seconds each nemesis
@@ -192,8 +192,8 @@ struct Run {
     verdict: Verdict,
     faults: usize,
     stale_writes: usize,
-    /// Final reads that got no answer: what they should have shown is
-    /// unjudged.
+    /// Final reads that got no answer in any attempt: what they should
+    /// have shown is unjudged.
     unread: usize,
     seed: u64,
 }
@@ -275,10 +275,19 @@ where
     workload.read_back(&reader).await;
     let entries = workload.history.entries();
     keep_history(name, &entries);
-    let unread = entries
-        .iter()
-        .filter(|entry| entry.client == FINAL_READS && entry.reply.is_unknown())
-        .count();
+    let final_reads = entries.iter().filter(|entry| entry.client == FINAL_READS);
+    let answered: Vec<&Call> = final_reads
+        .clone()
+        .filter(|entry| !entry.reply.is_unknown())
+        .map(|entry| &entry.call)
+        .collect();
+    let mut unread: Vec<&Call> = Vec::new();
+    for entry in final_reads {
+        if !answered.contains(&&entry.call) && !unread.contains(&&entry.call) {
+            unread.push(&entry.call);
+        }
+    }
+    let unread = unread.len();
     Run {
         verdict: check(&entries),
         faults,

@@ -46,6 +46,10 @@ const WALKERS_OUTLAST_THE_RUN: Duration = Duration::from_millis(500);
 const WALK_AWAY_ONE_IN: u8 = 5;
 /// The time limit on one call: a hung call becomes an unknown outcome.
 pub(crate) const CALL_LIMIT: Duration = Duration::from_millis(800);
+/// Attempts at one final read before it counts as unanswered.
+const FINAL_READ_ATTEMPTS: usize = 20;
+/// Pause between two attempts at a final read.
+const FINAL_READ_PAUSE: Duration = Duration::from_millis(250);
 /// How long an owner that walked away waits for a successor's write before
 /// it gives up its stale write: long enough for etcd's whole-second timers.
 const SUCCESSOR_WAIT: Duration = Duration::from_secs(4);
@@ -142,7 +146,9 @@ impl<S: Store> Workload<S> {
     }
 
     /// Reads back, through `reader` (recorded into the same history), every
-    /// record and job the history names.
+    /// record and job the history names; a read the store could not answer
+    /// (a retryable error: a failover may still be settling) is tried again,
+    /// up to [`FINAL_READ_ATTEMPTS`] times.
     pub(crate) async fn read_back(&self, reader: &impl JobQueue) {
         let mut records = BTreeSet::new();
         let mut jobs = BTreeSet::new();
@@ -156,10 +162,10 @@ impl<S: Store> Workload<S> {
             }
         }
         for id in &records {
-            let _ = reader.get(id).await;
+            until_answered(|| reader.get(id)).await;
         }
         for id in &jobs {
-            let _ = reader.get_job(id).await;
+            until_answered(|| reader.get_job(id)).await;
         }
     }
 
@@ -335,6 +341,21 @@ fn propagate_panic<T>(joined: Result<T, tokio::task::JoinError>) {
     if let Err(error) = joined {
         if error.is_panic() {
             std::panic::resume_unwind(error.into_panic());
+        }
+    }
+}
+
+/// Calls `read` until it answers or fails for good, at most
+/// [`FINAL_READ_ATTEMPTS`] times.
+async fn until_answered<T, Read, Fut>(mut read: Read)
+where
+    Read: FnMut() -> Fut,
+    Fut: std::future::Future<Output = tenure_lease_core::Result<T>>,
+{
+    for _ in 0..FINAL_READ_ATTEMPTS {
+        match read().await {
+            Err(error) if error.is_retryable() => tokio::time::sleep(FINAL_READ_PAUSE).await,
+            _ => return,
         }
     }
 }
