@@ -16,6 +16,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+#[cfg(any(feature = "postgres", feature = "redis"))]
+use tenure_lease_core::backend::url::take_parameter;
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::{Clock, Error, ErrorKind, FenceStore, JobQueue, LeaseStore, Result};
 
@@ -218,28 +220,17 @@ impl Connect {
         Ok(config)
     }
 
-    /// The PostgreSQL config: the URL without `?schema=` and
-    /// `?require_synchronous_standby=`, the schema, the requirement.
+    /// The PostgreSQL config: the URL without `?schema=`, the schema.
     #[cfg(feature = "postgres")]
     pub(crate) fn postgres_config(&self) -> Result<crate::postgres::PgStoreConfig> {
         use crate::postgres::{MigrationMode, PgStoreConfig};
         let (url, schema) = take_parameter(&self.url, "schema");
-        let (url, synchronous) = take_parameter(&url, "require_synchronous_standby");
         let mut config = PgStoreConfig::new(url);
         if let Some(schema) = self.schema.clone().or(schema) {
             config = config.schema(schema);
         }
         if !self.migrate_schema {
             config = config.migrations(MigrationMode::VerifyOnly);
-        }
-        match synchronous.as_deref() {
-            None | Some("false") => {}
-            Some("true") => config = config.require_synchronous_standby(true),
-            Some(_) => {
-                return Err(config_error(
-                    "require_synchronous_standby must be true or false",
-                ))
-            }
         }
         Ok(config)
     }
@@ -386,32 +377,6 @@ fn split_scheme(url: &str) -> Result<(String, &str)> {
     Ok((scheme.to_ascii_lowercase(), rest))
 }
 
-/// `url` without its query parameter `name`, and that parameter's value
-/// (the last one, if repeated).
-#[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
-fn take_parameter(url: &str, name: &str) -> (String, Option<String>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_owned(), None);
-    };
-    let mut value = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| match pair.split_once('=') {
-            Some((key, found)) if key == name => {
-                value = Some(found.to_owned());
-                false
-            }
-            _ => true,
-        })
-        .collect();
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    (url, value)
-}
-
 fn config_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::Config, message)
 }
@@ -429,30 +394,6 @@ mod tests {
                 && error.message().contains("features = [\"postgres\"]"),
             "{error}"
         );
-    }
-
-    #[test]
-    fn the_parameter_is_taken_out_and_the_rest_kept() {
-        let cases = [
-            ("postgres://h/db?schema=s", ("postgres://h/db", Some("s"))),
-            (
-                "postgres://h/db?sslmode=disable&schema=s&x=1",
-                ("postgres://h/db?sslmode=disable&x=1", Some("s")),
-            ),
-            (
-                "postgres://h/db?sslmode=disable",
-                ("postgres://h/db?sslmode=disable", None),
-            ),
-            ("postgres://h/db", ("postgres://h/db", None)),
-        ];
-        for (url, (base, value)) in cases {
-            let (found_base, found_value) = take_parameter(url, "schema");
-            assert_eq!(
-                (found_base.as_str(), found_value.as_deref()),
-                (base, value),
-                "{url}"
-            );
-        }
     }
 
     #[test]

@@ -257,6 +257,23 @@ async fn postgres_settings_that_lose_writes_are_caught() {
     let settings = requiring.server_settings().await.expect("settings");
     assert_eq!(settings.synchronous_commit, "on", "{settings:?}");
     requiring.close().await;
+    // A stronger default than `on` is kept.
+    for statement in [
+        "ALTER SYSTEM SET synchronous_commit = 'remote_apply'",
+        "SELECT pg_reload_conf()",
+    ] {
+        tenure::postgres::sqlx::query(statement)
+            .execute(&mut session)
+            .await
+            .expect(statement);
+    }
+    let applying =
+        tenure::postgres::PgStore::connect(requiring_synchronous_standby(&primary.url()))
+            .await
+            .expect("a synchronous standby streams");
+    let settings = applying.server_settings().await.expect("settings");
+    assert_eq!(settings.synchronous_commit, "remote_apply", "{settings:?}");
+    applying.close().await;
     // A standby that streams but is not the one the primary waits for is
     // no synchronous standby: every commit would wait for the one named.
     for statement in [

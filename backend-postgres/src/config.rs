@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use tenure_lease_core::backend::url::take_parameter;
 pub(crate) use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Error, ErrorKind, Result};
@@ -22,6 +23,9 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest schema name PostgreSQL keeps without truncating it (`NAMEDATALEN - 1`).
 const MAX_SCHEMA_BYTES: usize = 63;
+
+/// The URL parameter that is [`PgStoreConfig::require_synchronous_standby`].
+const SYNCHRONOUS_STANDBY_PARAMETER: &str = "require_synchronous_standby";
 
 /// What [`PgStore::connect`](crate::PgStore::connect) needs: the server URL,
 /// the schema, and the pool's bounds.
@@ -87,9 +91,21 @@ impl PgStoreConfig {
     /// `tls_cert=` and `tls_key=` parameters every tenure backend takes
     /// (see [`tenure_lease_core::tls`]), like [`tls`](Self::tls), verify in
     /// full.
+    ///
+    /// `require_synchronous_standby=true` in the URL is
+    /// [`require_synchronous_standby`](Self::require_synchronous_standby)
+    /// (`false` is the default); any other value is refused at connect.
     pub fn new(url: impl Into<String>) -> Self {
+        let url = url.into();
+        let (without, requirement) = take_parameter(&url, SYNCHRONOUS_STANDBY_PARAMETER);
+        let (url, require_synchronous_standby) = match requirement.as_deref() {
+            Some("true") => (without, true),
+            Some("false") => (without, false),
+            // Left in the URL, for connect to refuse.
+            _ => (url, false),
+        };
         PgStoreConfig {
-            url: url.into(),
+            url,
             schema: DEFAULT_SCHEMA.to_owned(),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
@@ -97,7 +113,7 @@ impl PgStoreConfig {
             migration_mode: MigrationMode::Apply,
             tls: None,
             refuse_fences_from_before_failover: false,
-            require_synchronous_standby: false,
+            require_synchronous_standby,
         }
     }
 
@@ -173,8 +189,10 @@ impl PgStoreConfig {
     /// (default: off), so a failover to that standby loses no acknowledged
     /// admission, transition, completion or gate write.
     ///
-    /// Every connection of the store then runs with `synchronous_commit =
-    /// on` (whatever the server's, the database's or the role's default),
+    /// Every connection of the store then runs with `synchronous_commit`
+    /// `on` or stronger (raised from `off`, `local` or `remote_write`,
+    /// whatever the server's, the database's or the role's default; a
+    /// `remote_apply` is kept),
     /// and [`PgStore::connect`](crate::PgStore::connect) refuses a server
     /// whose `synchronous_standby_names` is empty with
     /// [`ErrorKind::Incompatible`]: on it no commit waits for a standby.
@@ -214,6 +232,14 @@ impl PgStoreConfig {
     /// of [`tls`](Self::tls) or of the URL's `tls_*` parameters, verified in
     /// full.
     pub(crate) fn connect_options(&self) -> Result<PgConnectOptions> {
+        if let (_, Some(value)) = take_parameter(&self.url, SYNCHRONOUS_STANDBY_PARAMETER) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                "{SYNCHRONOUS_STANDBY_PARAMETER}={value:?} in the URL: it must be true or false"
+            ),
+            ));
+        }
         let (url, from_url) = TlsCertificates::split_from_url(&self.url)?;
         let mut options: PgConnectOptions = url.parse().map_err(store_error)?;
         if let Some(certificates) = self.tls.clone().or(from_url) {
@@ -226,9 +252,6 @@ impl PgStoreConfig {
                     .ssl_client_cert_from_pem(certificate)
                     .ssl_client_key_from_pem(key);
             }
-        }
-        if self.require_synchronous_standby {
-            options = options.options([("synchronous_commit", "on")]);
         }
         Ok(options)
     }
@@ -367,5 +390,21 @@ mod tests {
             let error = SchemaName::parse(bad).expect_err(bad);
             assert_eq!(error.kind(), ErrorKind::Config, "{bad}");
         }
+    }
+
+    #[test]
+    fn the_url_may_require_a_synchronous_standby() {
+        let required =
+            PgStoreConfig::new("postgres://h/db?sslmode=disable&require_synchronous_standby=true");
+        assert!(required.requires_synchronous_standby());
+        assert_eq!(required.url(), "postgres://h/db?sslmode=disable");
+        let not = PgStoreConfig::new("postgres://h/db?require_synchronous_standby=false");
+        assert!(!not.requires_synchronous_standby());
+        assert_eq!(not.url(), "postgres://h/db");
+        let malformed = PgStoreConfig::new("postgres://h/db?require_synchronous_standby=yes");
+        assert!(!malformed.requires_synchronous_standby());
+        let error = malformed.connect_options().expect_err("not a boolean");
+        assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+        assert!(error.to_string().contains("true or false"), "{error}");
     }
 }

@@ -412,10 +412,20 @@ impl PgStore {
         let schema = SchemaName::parse(config.schema_name())?;
         let options = config.connect_options()?;
         let first = open_session(&options, config.connection_wait()).await?;
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(config.connection_limit())
-            .acquire_timeout(config.connection_wait())
-            .connect_lazy_with(options);
+            .acquire_timeout(config.connection_wait());
+        if config.requires_synchronous_standby() {
+            pool = pool.after_connect(|session, _| {
+                Box::pin(async move {
+                    sqlx::query(AT_LEAST_SYNCHRONOUS_COMMIT)
+                        .execute(session)
+                        .await
+                        .map(drop)
+                })
+            });
+        }
+        let pool = pool.connect_lazy_with(options);
         let mut store =
             Self::on_pool(pool, schema).with_operation_timeout(config.operation_limit());
         if config.refuses_fences_from_before_failover() {
@@ -640,6 +650,12 @@ async fn refuse_standby(session: &mut PgConnection) -> Result<()> {
 
 /// Opens one session with `options`, within `wait`. A failure names the
 /// server's address, database and user (never the password) and the cause.
+/// Raises a session's `synchronous_commit` to `on` where it would
+/// acknowledge a commit no standby has flushed (`off`, `local`,
+/// `remote_write`), and keeps a stronger `remote_apply`.
+const AT_LEAST_SYNCHRONOUS_COMMIT: &str = "SELECT set_config('synchronous_commit', 'on', false) \
+     WHERE current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')";
+
 async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgConnection> {
     let address = format!(
         "{}:{} (database {:?}, user {:?})",

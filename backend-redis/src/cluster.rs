@@ -1,8 +1,9 @@
 //! Redis Cluster: a `redis+cluster://` URL names some of the cluster's
 //! nodes, the `redis` crate's cluster client learns the rest and which node
 //! serves which hash slot, and follows the cluster when slots move or a
-//! replica is promoted (it asks again on `MOVED` and on a lost
-//! connection).
+//! replica is promoted (it learns the new map on `MOVED` and on a lost
+//! connection; the call that met the change fails, retryable, rather than
+//! being sent again).
 //!
 //! Why this works with the scripts unchanged: every key of a namespace
 //! carries the namespace as its hash tag, so the whole namespace lives in
@@ -247,6 +248,8 @@ mod tests {
             "redis+cluster://:hunter2@h:7000?db=1",
             "redis+cluster://app:hun&ter2@h:7000?x=1&y",
             "redis+cluster://[::1:7000",
+            "redis+cluster://::1:7000",
+            "redis+cluster://h:7000,fe80::1",
         ] {
             let error = ClusterUrl::parse(url).expect_err(url);
             assert_eq!(error.kind(), ErrorKind::Config, "{url}");

@@ -93,7 +93,7 @@ impl HostListForm {
             .map(|(index, host)| {
                 address(host, self.default_port).ok_or_else(|| {
                     bad(&format!(
-                        "{} {} is not host, host:port or [v6]:port",
+                        "{} {} is not host, host:port or [v6]:port (an IPv6 address in brackets)",
                         self.host_noun,
                         index + 1
                     ))
@@ -152,7 +152,8 @@ fn address(text: &str, default_port: u16) -> Option<(String, u16)> {
             None => (text, None),
         }
     };
-    if host.is_empty() {
+    // An IPv6 address unbracketed cannot be told from its port.
+    if host.is_empty() || (host.contains(':') && !text.starts_with('[')) {
         return None;
     }
     let port = match port {

@@ -144,10 +144,15 @@
 //! cluster by namespace: one namespace is served by one primary however
 //! large the cluster, so split independent workloads into namespaces
 //! (one per tenant, per queue family) to use every primary. The cluster
-//! client follows a moved slot (`MOVED`) and a promoted replica by itself;
-//! the function library is loaded again on a node that lacks it. What
-//! survives a failover is as behind Sentinel: replication is asynchronous.
-//! A cluster node named with a plain `redis://` URL is refused at connect
+//! client learns a moved slot (`MOVED`) and a promoted replica by itself,
+//! but never sends a call twice: the call that meets the move answers
+//! [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)
+//! (retryable; it did not run) and the next one reaches the slot's new
+//! primary; the function library is loaded again on a node that lacks it.
+//! What survives a failover is as behind Sentinel: replication is
+//! asynchronous. A cluster node named with a plain `redis://` URL, a
+//! single server named with `redis+cluster://` and refused credentials are
+//! refused at connect
 //! ([`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config)), naming
 //! the fix.
 //!

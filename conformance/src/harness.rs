@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 
 use crate::damage::Damager;
+use crate::offset_clock::ClockOffsetter;
 use crate::reopen::Reopener;
 use crate::suites::deployment::DeploymentSupport;
 use crate::suites::nemesis::{FailoverSupport, NemesisSupport};
@@ -122,6 +123,15 @@ pub trait Factory: Send + Sync + 'static {
     /// `None` (the default) when the factory cannot: the kit's cases that
     /// check what survives a reconnect are then reported skipped.
     fn reopen(&self) -> Option<Reopener<Self::Store>> {
+        None
+    }
+
+    /// How to open a store whose clock runs a given offset from this
+    /// process's clock ([`offset_clock`](crate::offset_clock)), or `None`
+    /// (the default) when the factory cannot: the kit's clock cases, which
+    /// catch a store deciding by the process clock instead of its own, are
+    /// then reported skipped.
+    fn clock_offset(&self) -> Option<ClockOffsetter<Self::Store>> {
         None
     }
 }
@@ -240,6 +250,7 @@ pub struct Ctx<S> {
     footprint: Option<FootprintProbe<S>>,
     pub(crate) damager: Option<Damager<S>>,
     pub(crate) reopener: Option<Reopener<S>>,
+    pub(crate) clock_offsetter: Option<ClockOffsetter<S>>,
     pub(crate) renewals: crate::cases::lease::keeper::RenewalHold,
     skipped: Arc<Mutex<Option<String>>>,
 }
@@ -252,6 +263,7 @@ impl<S> Clone for Ctx<S> {
             footprint: self.footprint.clone(),
             damager: self.damager.clone(),
             reopener: self.reopener.clone(),
+            clock_offsetter: self.clock_offsetter.clone(),
             renewals: self.renewals.clone(),
             skipped: Arc::clone(&self.skipped),
         }
@@ -287,6 +299,7 @@ impl<S: LeaseStore> Ctx<S> {
             footprint: None,
             damager: None,
             reopener: None,
+            clock_offsetter: None,
             renewals: crate::cases::lease::keeper::RenewalHold::default(),
             skipped: Arc::default(),
         }
@@ -498,7 +511,8 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
     let ctx = Ctx::new(Arc::clone(&store), subject.clock)
         .with_footprint(factory.footprint_probe())
         .with_damager(factory.damager())
-        .with_reopener(factory.reopen());
+        .with_reopener(factory.reopen())
+        .with_clock_offsetter(factory.clock_offset());
     let outcome = match crate::suites::guarded((case.run)(ctx.clone())).await {
         CaseOutcome::Passed => ctx
             .skip_reason()

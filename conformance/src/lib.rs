@@ -27,7 +27,9 @@
 //! store that is also a [`JobQueue`], the fence-gate cases
 //! ([`tenure_gate_conformance!`], [`run_gate_all`]) one that is also a
 //! [`FenceStore`]; a gate case that checks what survives a reconnect needs
-//! [`Factory::reopen`] and is reported skipped without it. A case that
+//! [`Factory::reopen`] and is reported skipped without it, and the two clock
+//! cases (a store must decide by its own clock, not the process's) need
+//! [`Factory::clock_offset`] ([`offset_clock`]). A case that
 //! cannot run (its server is not configured) is reported as skipped, never as
 //! passed; with `TENURE_REQUIRE_SERVICES=1` it fails instead.
 //!
@@ -97,6 +99,7 @@ pub mod cases;
 pub mod damage;
 pub mod history;
 pub mod memory;
+pub mod offset_clock;
 pub mod reopen;
 pub mod suites;
 
@@ -321,6 +324,7 @@ define_cases! {$
         lease::listing::purge_boundary_is_exact_to_the_microsecond,
         lease::listing::purge_counts_age_from_the_finish,
         lease::listing::list_expired_applies_every_filter_before_the_limit,
+        clock::lease::clock_lease_decisions_follow_the_store_clock,
         lease::listing::list_by_scope_orders_ties_by_fence,
         lease::listing::purge_leaves_nothing_behind,
         lease::listing::purge_interrupted_boundary_is_exact_to_the_microsecond,
@@ -401,6 +405,7 @@ define_cases! {$
         queue::retention::queue_purge_jobs_invalid_retention_changes_nothing,
         queue::retention::queue_purge_leaves_nothing_behind,
         queue::reuse::queue_an_id_is_reused_only_after_its_job_is_purged,
+        clock::queue::clock_queue_decisions_follow_the_store_clock,
         fault::errors::fault_keeper_fail_stops_at_its_deadline_when_renewals_fail,
         fault::errors::fault_keeper_never_counts_a_lost_renewal_reply_as_renewed,
         fault::errors::fault_keeper_rides_through_a_short_outage,

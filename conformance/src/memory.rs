@@ -8,6 +8,7 @@ use tenure_backend_memory::MemoryStore;
 use tenure_lease_core::{Clock, ManualClock};
 
 use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
+use crate::offset_clock::{ClockOffsetter, OffsetClock};
 use crate::reopen::Reopener;
 use crate::suites::nemesis::NemesisSupport;
 
@@ -48,6 +49,14 @@ impl Factory for MemoryFactory {
     fn reopen(&self) -> Option<Reopener<MemoryStore>> {
         Some(Arc::new(|store: Arc<MemoryStore>| {
             Box::pin(async move { Ok(MemoryStore::clone(&store)) })
+        }))
+    }
+
+    /// A fresh memory store on an [`OffsetClock`] (a memory store's state
+    /// cannot be shared across clocks).
+    fn clock_offset(&self) -> Option<ClockOffsetter<MemoryStore>> {
+        Some(Arc::new(|_store: Arc<MemoryStore>, offset| {
+            Box::pin(async move { Ok(MemoryStore::with_clock(Arc::new(OffsetClock(offset)))) })
         }))
     }
 }

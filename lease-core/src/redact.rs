@@ -32,9 +32,10 @@ const SECRET_PARAMETERS: [&str; 6] = [
 ///   first `:` after the scheme to the **last** `@`, so a password holding
 ///   unescaped `/`, `?`, `#`, `:` or `@` is hidden whole.
 /// * The value of every `password`, `pass`, `passwd`, `pwd`, `sslpassword`
-///   or `sentinel_password` query parameter, in any case, is hidden, with
-///   every `&`-separated piece after it that holds no `=` (the tail of a
-///   password with an unescaped `&`).
+///   or `sentinel_password` query parameter, in any case, is hidden with
+///   the rest of the query after it: a password holding an unescaped `&`
+///   reads as further parameters (`&tail` or `&name=value`), which cannot
+///   be told from real ones.
 /// * Text without a `scheme://` prefix is hidden entirely.
 ///
 /// ```
@@ -42,8 +43,8 @@ const SECRET_PARAMETERS: [&str; 6] = [
 ///
 /// assert_eq!(redact_url("postgres://app:pa/ss@db/jobs"), "postgres://app:***@db/jobs");
 /// assert_eq!(
-///     redact_url("redis://cache:6379/0?PASSWORD=hunter2&db=1"),
-///     "redis://cache:6379/0?PASSWORD=***&db=1"
+///     redact_url("redis://cache:6379/0?db=1&PASSWORD=hunter2&x=y"),
+///     "redis://cache:6379/0?db=1&PASSWORD=***"
 /// );
 /// assert_eq!(redact_url("host=db password=hunter2"), "<not a URL>");
 /// ```
@@ -82,33 +83,20 @@ fn user_info_password(rest: &str) -> Option<Range<usize>> {
     Some(colon + 1..at)
 }
 
-/// The values of the secret parameters of the query starting at byte
-/// `start`. A value runs on over every following `&`-separated piece
-/// without a `=`: no parameter looks like that, but the tail of a password
-/// holding an unescaped `&` does.
-fn secret_parameter_values(rest: &str, start: usize) -> Vec<Range<usize>> {
-    let mut values: Vec<Range<usize>> = Vec::new();
+/// The value of the first secret parameter of the query starting at byte
+/// `start`, run on to the end of the text: what follows may be the rest of
+/// a password holding an unescaped `&`.
+fn secret_parameter_values(rest: &str, start: usize) -> Option<Range<usize>> {
     let mut parameter_start = start;
-    let mut in_secret = false;
     for parameter in rest[start..].split('&') {
-        let parameter_end = parameter_start + parameter.len();
-        match parameter.split_once('=') {
-            Some((name, value)) => {
-                in_secret = is_secret_parameter(name) && !value.is_empty();
-                if in_secret {
-                    values.push(parameter_start + name.len() + 1..parameter_end);
-                }
+        if let Some((name, value)) = parameter.split_once('=') {
+            if is_secret_parameter(name) && !value.is_empty() {
+                return Some(parameter_start + name.len() + 1..rest.len());
             }
-            None if in_secret => {
-                if let Some(value) = values.last_mut() {
-                    value.end = parameter_end;
-                }
-            }
-            None => {}
         }
-        parameter_start = parameter_end + 1;
+        parameter_start += parameter.len() + 1;
     }
-    values
+    None
 }
 
 fn is_secret_parameter(name: &str) -> bool {
@@ -164,7 +152,11 @@ mod tests {
         for (url, shown) in [
             (
                 "postgres://db/jobs?user=app&password=hunter2&sslmode=disable",
-                "postgres://db/jobs?user=app&password=***&sslmode=disable",
+                "postgres://db/jobs?user=app&password=***",
+            ),
+            (
+                "postgres://db/jobs?password=hun&ter=2",
+                "postgres://db/jobs?password=***",
             ),
             (
                 "postgres://db/jobs?PASSWORD=hunter2",
@@ -176,11 +168,11 @@ mod tests {
             ),
             (
                 "postgres://db/jobs?password=hunter2&user=a@b",
-                "postgres://db/jobs?password=***&user=a@b",
+                "postgres://db/jobs?password=***",
             ),
             (
                 "redis+sentinel://s1/svc?sentinel_password=hun&ter&2&db=1",
-                "redis+sentinel://s1/svc?sentinel_password=***&db=1",
+                "redis+sentinel://s1/svc?sentinel_password=***",
             ),
             (
                 "postgres://db/jobs?sslmode=require&password=hun&ter2",

@@ -32,6 +32,10 @@ pub struct PrivateRedisCluster {
     base: PathBuf,
     /// Every node's port, the first ones the primaries at the start.
     ports: Vec<u16>,
+    /// Every node's cluster bus port, in the order of `ports` (free ports
+    /// of their own: the default, the port plus 10,000, may be taken or
+    /// beyond 65,535).
+    bus_ports: Vec<u16>,
     /// Every node's process, `None` while killed.
     nodes: Vec<Option<Watched>>,
     primaries: usize,
@@ -68,13 +72,21 @@ impl PrivateRedisCluster {
         let mut cluster = PrivateRedisCluster {
             base,
             ports: Vec::with_capacity(size),
+            bus_ports: Vec::with_capacity(size),
             nodes: Vec::with_capacity(size),
             primaries,
         };
         for _ in 0..size {
             let port = free_port()?;
-            cluster.nodes.push(Some(cluster.launch(port).await?));
+            let mut bus_port = free_port()?;
+            while bus_port == port {
+                bus_port = free_port()?;
+            }
+            cluster
+                .nodes
+                .push(Some(cluster.launch(port, bus_port).await?));
             cluster.ports.push(port);
+            cluster.bus_ports.push(bus_port);
         }
         cluster.form().await?;
         Ok(cluster)
@@ -98,8 +110,9 @@ impl PrivateRedisCluster {
             .collect()
     }
 
-    /// Starts a node on `port` and waits until it accepts connections.
-    async fn launch(&self, port: u16) -> io::Result<Watched> {
+    /// Starts a node on `port`, its cluster bus on `bus_port`, and waits
+    /// until it accepts connections.
+    async fn launch(&self, port: u16, bus_port: u16) -> io::Result<Watched> {
         let dir = self.base.join(port.to_string());
         std::fs::create_dir_all(&dir)?;
         let nodes_file = dir.join("nodes.conf").display().to_string();
@@ -110,6 +123,8 @@ impl PrivateRedisCluster {
             &nodes_file,
             "--cluster-node-timeout",
             "2000",
+            "--cluster-port",
+            &bus_port.to_string(),
         ]
         .map(str::to_owned);
         launch_redis(&dir, port, &cluster_args).await
@@ -135,11 +150,12 @@ impl PrivateRedisCluster {
                 .map_err(io::Error::other)?;
         }
         let mut first = connect(self.ports[0]).await?;
-        for &port in &self.ports[1..] {
+        for (&port, &bus_port) in self.ports.iter().zip(&self.bus_ports).skip(1) {
             let _: () = redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
                 .arg(port)
+                .arg(bus_port)
                 .query_async(&mut first)
                 .await
                 .map_err(io::Error::other)?;
@@ -233,7 +249,7 @@ impl PrivateRedisCluster {
             Ok(self.serving(key).await?.0 == replica)
         })
         .await?;
-        self.nodes[old_index] = Some(self.launch(old).await?);
+        self.nodes[old_index] = Some(self.launch(old, self.bus_ports[old_index]).await?);
         self.until("the old primary rejoined as a replica", || async {
             Ok(self.serving(key).await?.1 == Some(old) && self.replicas_in_sync().await?)
         })

@@ -66,7 +66,15 @@ impl Watched {
             _ => None,
         };
         let Some(pid) = pid else {
-            let _ = watchdog.start_kill();
+            // Closing the pipe has the watchdog kill a server it started;
+            // killing the watchdog itself would leave that server running.
+            drop(lifeline);
+            if tokio::time::timeout(READY_BOUND, watchdog.wait())
+                .await
+                .is_err()
+            {
+                let _ = watchdog.start_kill();
+            }
             return Err(io::Error::other(format!(
                 "the watchdog of {program} did not report a PID: {line:?}"
             )));

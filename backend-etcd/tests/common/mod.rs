@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
@@ -64,6 +65,16 @@ impl Factory for EtcdFactory {
     fn reopen(&self) -> Option<Reopener<EtcdStore>> {
         Some(Arc::new(|store: Arc<EtcdStore>| {
             Box::pin(async move { EtcdStore::connect(store.config().clone()).await })
+        }))
+    }
+
+    /// The case's prefix, its store on an [`OffsetClock`].
+    fn clock_offset(&self) -> Option<ClockOffsetter<EtcdStore>> {
+        Some(Arc::new(|store: Arc<EtcdStore>, offset| {
+            Box::pin(async move {
+                let config = store.config().clone().clock(Arc::new(OffsetClock(offset)));
+                EtcdStore::connect(config).await
+            })
         }))
     }
 

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use tenure_backend_file::FileStore;
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
@@ -88,6 +89,15 @@ impl Factory for FileFactory {
                 let clock =
                     clock.ok_or_else(|| Error::unavailable("no clock for the case's file"))?;
                 FileStore::open_with_clock(store.path(), clock).await
+            })
+        }))
+    }
+
+    /// The case's file, opened on an [`OffsetClock`].
+    fn clock_offset(&self) -> Option<ClockOffsetter<FileStore>> {
+        Some(Arc::new(|store: Arc<FileStore>, offset| {
+            Box::pin(async move {
+                FileStore::open_with_clock(store.path(), Arc::new(OffsetClock(offset))).await
             })
         }))
     }

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use futures_util::FutureExt as _;
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::offset_clock::ClockOffsetter;
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
@@ -282,6 +283,63 @@ impl Factory for PgFactory {
             move |store: std::sync::Arc<PgStore>| {
                 let url = url.clone();
                 Box::pin(async move { connect(&url, store.schema()).await })
+            },
+        ))
+    }
+
+    /// A store on the case's schema whose server clock is offset: the
+    /// schema gets its own `now()`, `clock_timestamp()`,
+    /// `statement_timestamp()` and `transaction_timestamp()` (pg_catalog's
+    /// plus the offset), and the store's sessions and functions find them
+    /// first on their `search_path` (the store's tables are named with
+    /// their schema).
+    fn clock_offset(&self) -> Option<ClockOffsetter<PgStore>> {
+        let url = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<PgStore>, offset: chrono::TimeDelta| {
+                let url = url.clone();
+                Box::pin(async move {
+                    let micros = offset.num_microseconds().unwrap_or_default();
+                    let functions: String = [
+                        ("now", "STABLE"),
+                        ("clock_timestamp", "VOLATILE"),
+                        ("statement_timestamp", "STABLE"),
+                        ("transaction_timestamp", "STABLE"),
+                    ]
+                    .iter()
+                    .map(|(name, volatility)| {
+                        format!(
+                            "CREATE OR REPLACE FUNCTION $schema.{name}() RETURNS timestamptz \
+                             LANGUAGE sql {volatility} AS \
+                             $$ SELECT pg_catalog.{name}() + {micros} * interval '1 microsecond' $$;"
+                        )
+                    })
+                    .collect();
+                    // The store's own functions keep the search_path they
+                    // were created with, where pg_catalog comes first.
+                    let functions = format!(
+                        "{functions} DO $do$ DECLARE f regprocedure; BEGIN \
+                         FOR f IN SELECT oid::regprocedure FROM pg_proc \
+                         WHERE pronamespace = '$schema'::regnamespace AND proconfig IS NOT NULL \
+                         LOOP EXECUTE format('ALTER FUNCTION %s SET search_path = %I, \
+                         pg_catalog, pg_temp', f, '{}'); END LOOP; END $do$;",
+                        store.schema()
+                    );
+                    try_execute(&url, &store, &functions)
+                        .await
+                        .map_err(|error| {
+                            tenure_lease_core::Error::unavailable(
+                                "cannot offset the schema's clock",
+                            )
+                            .with_source(error)
+                        })?;
+                    let separator = if url.contains('?') { '&' } else { '?' };
+                    let shifted = format!(
+                        "{url}{separator}options[search_path]={},pg_catalog",
+                        store.schema()
+                    );
+                    connect(&shifted, store.schema()).await
+                })
             },
         ))
     }

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use tempfile::TempDir;
 use tenure_backend_sqlite::{SqliteConfig, SqliteStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
@@ -94,6 +95,16 @@ impl Factory for SqliteFactory {
                     Some(clock) => config.clock(clock),
                     None => config,
                 };
+                SqliteStore::connect(config).await
+            })
+        }))
+    }
+
+    /// The case's file, opened on an [`OffsetClock`].
+    fn clock_offset(&self) -> Option<ClockOffsetter<SqliteStore>> {
+        Some(Arc::new(|store: Arc<SqliteStore>, offset| {
+            Box::pin(async move {
+                let config = SqliteConfig::new(store.path()).clock(Arc::new(OffsetClock(offset)));
                 SqliteStore::connect(config).await
             })
         }))

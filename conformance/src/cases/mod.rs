@@ -4,6 +4,7 @@
 //! file per operation, and the cases that explore random inputs and
 //! histories in [`random`]. Scaffolding the cases share lives in [`util`].
 
+pub mod clock;
 pub mod fault;
 pub mod gate;
 pub mod lease;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_backend_memory::MemoryStore;
 use tenure_conformance::memory::MemoryFactory;
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::{
     CaseOutcome, ClockControl, Factory, Footprint, FootprintProbe, Report, Subject,
 };
@@ -26,9 +27,9 @@ use tenure_lease_core::queue::{
     JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{
-    clock, Admission, AdmitRequest, AdmitStrategy, Claim, ExpiredQuery, ExpiredScan, LeaseRecord,
-    LeaseStore, ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp,
-    Transition, TransitionRejection,
+    clock, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, ExpiredQuery, ExpiredScan,
+    LeaseRecord, LeaseStore, ManualClock, Renewal, Result, StatusChange, SystemClock, Takeover,
+    TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
 use tokio::sync::OnceCell;
 use torn::{Gap, TornStore};
@@ -102,6 +103,10 @@ trait Bug: Default + Send + Sync + 'static {
         missing: &BTreeSet<String>,
     ) -> Result<JobSettle> {
         honest.defer(claim, missing).await
+    }
+
+    async fn enqueue(&self, honest: &MemoryStore, job: &NewJob) -> Result<Job> {
+        honest.enqueue(job).await
     }
 
     async fn claim(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
@@ -193,7 +198,7 @@ impl<B: Bug> LeaseStore for Broken<B> {
 #[async_trait]
 impl<B: Bug> JobQueue for Broken<B> {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        self.honest.enqueue(job).await
+        self.bug.enqueue(&self.honest, job).await
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
@@ -284,6 +289,17 @@ impl<B: Bug> Factory for BrokenFactory<B> {
             },
             clock: ClockControl::Manual(clock),
         })
+    }
+
+    fn clock_offset(&self) -> Option<ClockOffsetter<Broken<B>>> {
+        Some(Arc::new(|_store: Arc<Broken<B>>, offset| {
+            Box::pin(async move {
+                Ok(Broken {
+                    honest: MemoryStore::with_clock(Arc::new(OffsetClock(offset))),
+                    bug: B::default(),
+                })
+            })
+        }))
     }
 
     fn footprint_probe(&self) -> Option<FootprintProbe<Broken<B>>> {
@@ -777,6 +793,57 @@ impl Bug for DeferIsARetry {
     }
 }
 
+/// The orphan scan judged by the process's clock instead of the store's.
+#[derive(Default)]
+struct ExpiryByTheProcessClock;
+
+#[async_trait]
+impl Bug for ExpiryByTheProcessClock {
+    async fn list_expired(
+        &self,
+        honest: &MemoryStore,
+        query: &ExpiredQuery,
+    ) -> Result<ExpiredScan> {
+        let now = SystemClock.now();
+        let mut records: Vec<LeaseRecord> = honest
+            .list_active()
+            .await?
+            .into_iter()
+            .filter(|record| {
+                record
+                    .lease_expires_at
+                    .is_none_or(|expires| clock::add(expires, query.grace) <= now)
+            })
+            .filter(|record| {
+                query
+                    .created_before
+                    .is_none_or(|cut| record.created_at <= cut)
+            })
+            .collect();
+        records.sort_by(|a, b| (a.lease_expires_at, &a.id).cmp(&(b.lease_expires_at, &b.id)));
+        records.truncate(query.limit);
+        Ok(ExpiredScan {
+            records,
+            skipped: Vec::new(),
+        })
+    }
+}
+
+/// A job enqueued without `run_at` stamped due at the process's clock
+/// instead of the store's.
+#[derive(Default)]
+struct RunAtFromTheProcessClock;
+
+#[async_trait]
+impl Bug for RunAtFromTheProcessClock {
+    async fn enqueue(&self, honest: &MemoryStore, job: &NewJob) -> Result<Job> {
+        match job.run_at {
+            Some(_) => honest.enqueue(job).await,
+            None => honest.enqueue(&job.clone().run_at(SystemClock.now())).await,
+        }
+    }
+}
+
 /// A batch completion that looks for a job named twice only side by side,
 /// then completes claim by claim.
 #[derive(Default)]
@@ -1082,6 +1149,20 @@ async fn catches_a_multi_scope_holder_interrupted_per_scope() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_side_tables_that_grow_with_the_work() {
     assert_caught::<ScopeLocksNeverPurged>(&["purge_leaves_nothing_behind"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_expiry_judged_by_the_process_clock() {
+    assert_caught::<ExpiryByTheProcessClock>(&["clock_lease_decisions_follow_the_store_clock"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_run_at_stamped_by_the_process_clock() {
+    assert_queue_caught::<RunAtFromTheProcessClock>(&[
+        "clock_queue_decisions_follow_the_store_clock",
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,4 +17,5 @@ pub mod gate_rules;
 pub mod queue_rules;
 pub mod rules;
 pub mod telemetry;
+pub mod url;
 pub mod validate;

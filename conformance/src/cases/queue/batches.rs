@@ -29,9 +29,11 @@ fn with_a_repeat<T: Clone>(items: &[T], alter: impl Fn(&T) -> T) -> Vec<(String,
 /// Makes the repeated claim of a batch from the one it repeats.
 type AlterClaim = fn(&JobClaim) -> JobClaim;
 
-/// Another claim on `claim`'s job: an older fence.
+/// Another claim on `claim`'s job: an older fence, when there is one, and
+/// another worker (so it differs from `claim` even at fence 1).
 fn stale_copy(claim: &JobClaim) -> JobClaim {
     JobClaim {
+        owner: format!("{}-before", claim.owner),
         fence: claim.fence.saturating_sub(1).max(1),
         ..claim.clone()
     }

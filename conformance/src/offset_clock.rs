@@ -1,0 +1,80 @@
+//! Offset clocks: the case's store opened again with a clock that runs a
+//! chosen amount away from this process's clock.
+//!
+//! A store must judge every expiry, grace, `run_at`, retention and stamp
+//! by its own clock (the server's, or the [`Clock`] it was given;
+//! [contract §2](tenure_lease_core::contract)). On one host the process
+//! clock and the server's agree, so a store that reads the process clock
+//! for some decision passes every case. Only the factory can open a store
+//! on a clock that disagrees: [`Factory::clock_offset`](crate::Factory::clock_offset)
+//! answers a [`ClockOffsetter`], and the clock cases
+//! ([`Ctx::offset_store`]) are reported skipped on a factory without one.
+//!
+//! How factories do it: a store on an injected [`Clock`] (memory, SQLite,
+//! file) is given an [`OffsetClock`]; PostgreSQL's factory shadows `now()`
+//! and `clock_timestamp()` with functions of the case's schema, first on
+//! the store's `search_path`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use chrono::TimeDelta;
+use tenure_lease_core::{clock, Clock, SystemClock, Timestamp};
+
+use crate::harness::{Ctx, Failure};
+
+/// Opens a store whose clock runs `offset` from the process clock (ahead
+/// when positive), on the case's backing data or on fresh data that needs
+/// no cleanup of its own: see [`Factory::clock_offset`](crate::Factory::clock_offset).
+/// The kit drops it before the case's teardown.
+pub type ClockOffsetter<S> = Arc<
+    dyn Fn(Arc<S>, TimeDelta) -> Pin<Box<dyn Future<Output = tenure_lease_core::Result<S>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The process clock moved by a fixed offset, for factories whose stores
+/// take a [`Clock`].
+#[derive(Debug, Clone, Copy)]
+pub struct OffsetClock(pub TimeDelta);
+
+impl Clock for OffsetClock {
+    fn now(&self) -> Timestamp {
+        let now = SystemClock.now();
+        clock::truncate_to_micros(now.checked_add_signed(self.0).unwrap_or(now))
+    }
+}
+
+impl<S> Ctx<S> {
+    /// The context, able to open its store on an offset clock with
+    /// `offsetter`.
+    pub fn with_clock_offsetter(mut self, offsetter: Option<ClockOffsetter<S>>) -> Self {
+        self.clock_offsetter = offsetter;
+        self
+    }
+
+    /// A store whose clock runs `offset` from the process clock, or `None`
+    /// (the case marked skipped) when the factory cannot open one.
+    ///
+    /// # Errors
+    ///
+    /// A failure when the factory could not open a store it should have.
+    pub async fn offset_store(&self, offset: TimeDelta) -> Result<Option<S>, Failure> {
+        let Some(offsetter) = &self.clock_offsetter else {
+            self.skip(
+                "the factory cannot run a store on a clock offset from this process's \
+                 (`Factory::clock_offset` answers `None`)",
+            )?;
+            return Ok(None);
+        };
+        offsetter(Arc::clone(&self.store), offset)
+            .await
+            .map(Some)
+            .map_err(|error| {
+                Failure(format!(
+                    "the factory could not open a store on a clock offset by {offset}: {error}"
+                ))
+            })
+    }
+}
