@@ -33,7 +33,9 @@ mod sentinel {
 /// The kit, the failover nemesis and connecting, on Redis Cluster.
 mod cluster {
     use tenure_backend_redis::{RedisConfig, RedisStore};
+    use tenure_lease_core::tls::TlsCertificates;
     use tenure_lease_core::{AdmitRequest, ErrorKind, LeaseStore};
+    use tenure_test_support::certificates::TestCertificates;
     use tenure_test_support::redis_cluster::PrivateRedisCluster;
 
     use crate::common::RedisFactory;
@@ -196,6 +198,44 @@ mod cluster {
         .expect_err("a cluster has database 0 only");
         assert_eq!(error.kind(), ErrorKind::Config, "{error}");
         assert!(!error.to_string().contains("hunter2"), "{error}");
+    }
+
+    /// `rediss+cluster://`: the store reaches every node over TLS when it
+    /// trusts their authority, and a node's certificate it does not trust
+    /// is a configuration error at once, not an outage retried until the
+    /// connect timeout.
+    #[tokio::test]
+    async fn tls_clusters_are_reached_when_trusted_and_refused_otherwise() {
+        const TEST: &str = "tls_clusters_are_reached_when_trusted_and_refused_otherwise";
+        if let Some(reason) = PrivateRedisCluster::unavailable_reason() {
+            return tenure_conformance::skip_unless_required(TEST, &reason);
+        }
+        let certificates = TestCertificates::generate("cluster").expect("certificates");
+        let stranger = TestCertificates::generate("stranger").expect("certificates");
+        let cluster = PrivateRedisCluster::start_tls(3, &certificates)
+            .await
+            .expect("a private TLS cluster");
+        let url = cluster.url();
+        assert!(url.starts_with("rediss+cluster://"), "{url}");
+        let trusted = TlsCertificates::new().trust_pem(certificates.ca_pem());
+        let store = RedisStore::connect(RedisConfig::new(url.clone(), "tls").tls(trusted))
+            .await
+            .expect("the authority is trusted");
+        admitted(&store, AdmitRequest::new("over-tls", "worker")).await;
+        let through_url = format!("{url}?tls_ca={}", certificates.ca_file().display());
+        let store = RedisStore::connect(RedisConfig::new(through_url, "tls"))
+            .await
+            .expect("the URL's authority is trusted");
+        assert!(store.get("over-tls").await.expect("read").is_some());
+
+        let untrusted = RedisConfig::new(url, "tls")
+            .tls(TlsCertificates::new().trust_pem(stranger.ca_pem()))
+            .connect_timeout(std::time::Duration::from_secs(120));
+        let error = RedisStore::connect(untrusted)
+            .await
+            .expect_err("another authority");
+        assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+        assert!(error.to_string().contains("TLS"), "{error}");
     }
 
     #[tokio::test]

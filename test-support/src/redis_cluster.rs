@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use tenure_conformance::suites::nemesis::FailoverControl;
 use tokio::time::Instant;
 
+use crate::certificates::TestCertificates;
 use crate::sentinel::connect;
 use crate::servers::{free_port, fresh_dir, launch_redis, READY_BOUND, REDIS_SERVER};
 use crate::watchdog::Watched;
@@ -39,6 +40,11 @@ pub struct PrivateRedisCluster {
     /// Every node's process, `None` while killed.
     nodes: Vec<Option<Watched>>,
     primaries: usize,
+    /// When the nodes speak TLS to clients and to each other: the port
+    /// each takes TLS clients on (in the order of `ports`, which then
+    /// serve the helper's own plain-text calls), and the certificate
+    /// arguments every node starts with.
+    tls: Option<(Vec<u16>, Vec<String>)>,
 }
 
 impl PrivateRedisCluster {
@@ -66,6 +72,47 @@ impl PrivateRedisCluster {
     ///
     /// As for [`start`](Self::start).
     pub async fn start_with_replicas(primaries: usize, replicas: bool) -> io::Result<Self> {
+        Self::start_nodes(primaries, replicas, None).await
+    }
+
+    /// [`start`](Self::start), each node also taking TLS clients on a port
+    /// of its own with the server certificate of `certificates` (clients
+    /// need no certificate), the cluster bus and replication over TLS too
+    /// (the nodes present the client certificate to each other);
+    /// [`url`](Self::url) is then `rediss+cluster://` naming the TLS ports.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    pub async fn start_tls(primaries: usize, certificates: &TestCertificates) -> io::Result<Self> {
+        let file = |path: PathBuf| path.display().to_string();
+        let arguments = vec![
+            "--tls-cert-file".to_owned(),
+            file(certificates.server_file()),
+            "--tls-key-file".to_owned(),
+            file(certificates.server_key_file()),
+            "--tls-ca-cert-file".to_owned(),
+            file(certificates.ca_file()),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+            "--tls-cluster".to_owned(),
+            "yes".to_owned(),
+            "--tls-replication".to_owned(),
+            "yes".to_owned(),
+            // The cluster bus asks every node for a client certificate.
+            "--tls-client-cert-file".to_owned(),
+            file(certificates.client_file()),
+            "--tls-client-key-file".to_owned(),
+            file(certificates.client_key_file()),
+        ];
+        Self::start_nodes(primaries, false, Some(arguments)).await
+    }
+
+    async fn start_nodes(
+        primaries: usize,
+        replicas: bool,
+        tls_arguments: Option<Vec<String>>,
+    ) -> io::Result<Self> {
         let primaries = primaries.max(3);
         let size = if replicas { 2 * primaries } else { primaries };
         let base = fresh_dir("tenure-redis-cluster")?;
@@ -75,6 +122,7 @@ impl PrivateRedisCluster {
             bus_ports: Vec::with_capacity(size),
             nodes: Vec::with_capacity(size),
             primaries,
+            tls: tls_arguments.map(|arguments| (Vec::with_capacity(size), arguments)),
         };
         for _ in 0..size {
             let port = free_port()?;
@@ -82,24 +130,34 @@ impl PrivateRedisCluster {
             while bus_port == port {
                 bus_port = free_port()?;
             }
-            cluster
-                .nodes
-                .push(Some(cluster.launch(port, bus_port).await?));
+            if let Some((tls_ports, _)) = &mut cluster.tls {
+                let mut tls_port = free_port()?;
+                while tls_port == port || tls_port == bus_port {
+                    tls_port = free_port()?;
+                }
+                tls_ports.push(tls_port);
+            }
             cluster.ports.push(port);
             cluster.bus_ports.push(bus_port);
+            let node = cluster.launch(cluster.nodes.len()).await?;
+            cluster.nodes.push(Some(node));
         }
         cluster.form().await?;
         Ok(cluster)
     }
 
-    /// `redis+cluster://` naming every node.
+    /// `redis+cluster://` naming every node (`rediss+cluster://` and the
+    /// TLS ports for a cluster [started with TLS](Self::start_tls)).
     pub fn url(&self) -> String {
-        let nodes: Vec<String> = self
-            .ports
+        let (scheme, ports) = match &self.tls {
+            Some((tls_ports, _)) => ("rediss+cluster", tls_ports),
+            None => ("redis+cluster", &self.ports),
+        };
+        let nodes: Vec<String> = ports
             .iter()
             .map(|port| format!("127.0.0.1:{port}"))
             .collect();
-        format!("redis+cluster://{}", nodes.join(","))
+        format!("{scheme}://{}", nodes.join(","))
     }
 
     /// `redis://` of each node.
@@ -110,13 +168,14 @@ impl PrivateRedisCluster {
             .collect()
     }
 
-    /// Starts a node on `port`, its cluster bus on `bus_port`, and waits
-    /// until it accepts connections.
-    async fn launch(&self, port: u16, bus_port: u16) -> io::Result<Watched> {
+    /// Starts node `index` on its ports and waits until it accepts
+    /// connections.
+    async fn launch(&self, index: usize) -> io::Result<Watched> {
+        let (port, bus_port) = (self.ports[index], self.bus_ports[index]);
         let dir = self.base.join(port.to_string());
         std::fs::create_dir_all(&dir)?;
         let nodes_file = dir.join("nodes.conf").display().to_string();
-        let cluster_args = [
+        let mut args = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -126,8 +185,13 @@ impl PrivateRedisCluster {
             "--cluster-port",
             &bus_port.to_string(),
         ]
-        .map(str::to_owned);
-        launch_redis(&dir, port, &cluster_args).await
+        .map(str::to_owned)
+        .to_vec();
+        if let Some((tls_ports, arguments)) = &self.tls {
+            args.extend(["--tls-port".to_owned(), tls_ports[index].to_string()]);
+            args.extend(arguments.iter().cloned());
+        }
+        launch_redis(&dir, port, &args).await
     }
 
     /// Assigns the slots, has the first node meet the others, and waits
@@ -249,7 +313,7 @@ impl PrivateRedisCluster {
             Ok(self.serving(key).await?.0 == replica)
         })
         .await?;
-        self.nodes[old_index] = Some(self.launch(old, self.bus_ports[old_index]).await?);
+        self.nodes[old_index] = Some(self.launch(old_index).await?);
         self.until("the old primary rejoined as a replica", || async {
             Ok(self.serving(key).await?.1 == Some(old) && self.replicas_in_sync().await?)
         })
@@ -316,6 +380,22 @@ impl PrivateRedisCluster {
 
     /// Waits until `ready` answers true (errors meanwhile count as not
     /// yet: a node may be restarting).
+    /// The last lines of every node's log, by port.
+    fn log_tails(&self) -> String {
+        const LINES: usize = 5;
+        self.ports
+            .iter()
+            .map(|port| {
+                let log = self.base.join(port.to_string()).join("redis.log");
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = lines[lines.len().saturating_sub(LINES)..].join("\n  ");
+                format!("node {port}:\n  {tail}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     async fn until<Fut>(&self, what: &str, mut ready: impl FnMut() -> Fut) -> io::Result<()>
     where
         Fut: std::future::Future<Output = io::Result<bool>>,
@@ -329,8 +409,9 @@ impl PrivateRedisCluster {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "not {what} within {READY_BOUND:?} (logs in {})",
-                        self.base.display()
+                        "not {what} within {READY_BOUND:?}; the nodes' last log lines (the \
+                         logs go with the cluster):\n{}",
+                        self.log_tails()
                     ),
                 ));
             }
