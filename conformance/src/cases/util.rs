@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseRecord, LeaseStore};
 
-use crate::harness::{Ctx, Failure};
+use crate::harness::{Ctx, Failure, Footprint};
 
 /// A lease that stays valid for the whole case.
 pub const LONG_TTL: Duration = Duration::from_secs(600);
@@ -35,6 +35,38 @@ pub const MICROSECOND: Duration = Duration::from_micros(1);
 /// `instant` less one microsecond.
 pub fn micro_before(instant: tenure_lease_core::Timestamp) -> tenure_lease_core::Timestamp {
     instant - chrono::Duration::microseconds(1)
+}
+
+/// Fails the case unless what the store keeps (`actual`) is what it kept
+/// after the smaller round of work (`expected`), naming each structure
+/// (table, key family, map) whose count differs, expected against actual.
+/// Both `None`: the factory cannot count, and there is nothing to compare.
+pub fn ensure_footprint_kept(
+    expected: Option<&Footprint>,
+    actual: Option<&Footprint>,
+    what: &str,
+) -> Result<(), Failure> {
+    let (Some(expected), Some(actual)) = (expected, actual) else {
+        return Ok(());
+    };
+    let names: std::collections::BTreeSet<&String> = expected.keys().chain(actual.keys()).collect();
+    let grown: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| {
+            let (before, after) = (
+                expected.get(name).copied().unwrap_or(0),
+                actual.get(name).copied().unwrap_or(0),
+            );
+            (before != after).then(|| format!("`{name}`: expected {before}, actual {after}"))
+        })
+        .collect();
+    if grown.is_empty() {
+        return Ok(());
+    }
+    Err(Failure(format!(
+        "{what}: counted after twice the work against after the first round, {}",
+        grown.join("; ")
+    )))
 }
 
 /// Runs `call` against the store and fails the case unless it answers
@@ -391,7 +423,7 @@ pub fn same_json(stored: &serde_json::Value, given: &serde_json::Value) -> bool 
 mod tests {
     use serde_json::json;
 
-    use super::same_json;
+    use super::{ensure_footprint_kept, same_json, Failure, Footprint};
 
     #[test]
     fn numbers_compare_by_value_not_notation() {
@@ -410,5 +442,20 @@ mod tests {
         ));
         assert!(!same_json(&json!({ "m": 1 }), &json!({ "n": 1 })));
         assert!(!same_json(&json!(u64::MAX), &json!(i64::MIN)));
+    }
+
+    #[test]
+    fn a_grown_footprint_names_each_structure_expected_against_actual() {
+        let first = Footprint::from([("jobs".to_owned(), 0), ("scope_locks".to_owned(), 3)]);
+        let second = Footprint::from([("jobs".to_owned(), 0), ("scope_locks".to_owned(), 6)]);
+        assert!(ensure_footprint_kept(Some(&first), Some(&first), "kept").is_ok());
+        assert!(ensure_footprint_kept(None, None, "no probe").is_ok());
+        let Failure(message) =
+            ensure_footprint_kept(Some(&first), Some(&second), "grew").expect_err("grown");
+        assert!(
+            message.contains("`scope_locks`: expected 3, actual 6"),
+            "{message}"
+        );
+        assert!(!message.contains("`jobs`"), "{message}");
     }
 }

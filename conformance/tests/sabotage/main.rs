@@ -1223,3 +1223,12 @@ async fn honest_memory_store_passes_every_case() {
     );
     assert_eq!(report.skipped(), 2, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_an_id_checked_before_the_scopes_are_locked() {
+    assert_torn_caught(
+        Gap::IdCheckBeforeLock,
+        &["race_admissions_one_id_overlapping_scopes_answer_already_exists"],
+    )
+    .await;
+}

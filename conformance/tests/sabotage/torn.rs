@@ -26,6 +26,10 @@ pub enum Gap {
     /// Only between drawing a fence and locking the record: a store that
     /// draws its fence first, so a smaller fence can be written last.
     FenceBeforeLock,
+    /// Only between the id check and the lock every other step runs under:
+    /// a store that checks the id before it locks the scopes, so racing
+    /// admissions of one id meet at the scopes and answer `Conflict`.
+    IdCheckBeforeLock,
 }
 
 /// How long a gap lasts: a few milliseconds, as a round trip would.
@@ -77,6 +81,10 @@ impl TornStore {
                     store: self,
                 })
             }
+            Gap::IdCheckBeforeLock => step(&mut IdFirst {
+                store: self,
+                tables: None,
+            }),
         }
     }
 }
@@ -175,6 +183,42 @@ impl Steps for Locked<'_, '_> {
     }
     fn write(&mut self, record: &LeaseRecord, holds: bool) {
         write_into(self.tables, record, holds);
+    }
+}
+
+/// The id checked before the lock, with a gap; every other step under one
+/// lock, taken at the first of them.
+struct IdFirst<'a> {
+    store: &'a TornStore,
+    tables: Option<MutexGuard<'a, Tables>>,
+}
+
+impl IdFirst<'_> {
+    fn locked(&mut self) -> &mut Tables {
+        self.tables.get_or_insert_with(|| self.store.tables())
+    }
+}
+
+impl Steps for IdFirst<'_> {
+    fn exists(&mut self, id: &str) -> bool {
+        if let Some(tables) = &self.tables {
+            return tables.records.contains_key(id);
+        }
+        let found = self.store.tables().records.contains_key(id);
+        std::thread::sleep(GAP);
+        found
+    }
+    fn load(&mut self, id: &str) -> Option<LeaseRecord> {
+        self.locked().records.get(id).cloned()
+    }
+    fn holder_of(&mut self, scope: &str) -> Option<String> {
+        self.locked().holders.get(scope).cloned()
+    }
+    fn next_fence(&mut self) -> u64 {
+        self.store.draw_fence()
+    }
+    fn write(&mut self, record: &LeaseRecord, holds: bool) {
+        write_into(self.locked(), record, holds);
     }
 }
 
