@@ -109,6 +109,10 @@ trait Bug: Default + Send + Sync + 'static {
         honest.enqueue(job).await
     }
 
+    async fn enqueue_batch(&self, honest: &MemoryStore, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        honest.enqueue_batch(jobs).await
+    }
+
     async fn claim(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         honest.claim(request).await
     }
@@ -202,7 +206,7 @@ impl<B: Bug> JobQueue for Broken<B> {
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        self.honest.enqueue_batch(jobs).await
+        self.bug.enqueue_batch(&self.honest, jobs).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
@@ -793,6 +797,51 @@ impl Bug for DeferIsARetry {
     }
 }
 
+/// A batch completion that answers every loss of a job still in play
+/// (requeued, another owner) as a stale fence.
+#[derive(Default)]
+struct CompleteManyCollapsesLosses;
+
+#[async_trait]
+impl Bug for CompleteManyCollapsesLosses {
+    async fn complete_many(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+    ) -> Result<Vec<JobSettle>> {
+        let answers = honest.complete_many(claims).await?;
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                JobSettle::Rejected(JobLoss::Requeued | JobLoss::OwnerChanged) => {
+                    JobSettle::Rejected(JobLoss::FenceChanged)
+                }
+                other => other,
+            })
+            .collect())
+    }
+}
+
+/// A batch enqueue that drops each job's requirements and `run_at` (the
+/// batch insert names fewer columns than the single one).
+#[derive(Default)]
+struct BatchDropsRequirements;
+
+#[async_trait]
+impl Bug for BatchDropsRequirements {
+    async fn enqueue_batch(&self, honest: &MemoryStore, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        let stripped: Vec<NewJob> = jobs
+            .iter()
+            .map(|job| NewJob {
+                required_capabilities: BTreeSet::new(),
+                run_at: None,
+                ..job.clone()
+            })
+            .collect();
+        honest.enqueue_batch(&stripped).await
+    }
+}
+
 /// The orphan scan judged by the process's clock instead of the store's.
 #[derive(Default)]
 struct ExpiryByTheProcessClock;
@@ -1149,6 +1198,22 @@ async fn catches_a_multi_scope_holder_interrupted_per_scope() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_side_tables_that_grow_with_the_work() {
     assert_caught::<ScopeLocksNeverPurged>(&["purge_leaves_nothing_behind"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_completion_that_collapses_its_losses() {
+    assert_queue_caught::<CompleteManyCollapsesLosses>(&[
+        "queue_complete_many_answers_and_writes_as_complete_does_for_twins",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_enqueue_that_drops_requirements() {
+    assert_queue_caught::<BatchDropsRequirements>(&[
+        "queue_enqueue_batch_jobs_are_what_enqueue_makes_of_each",
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

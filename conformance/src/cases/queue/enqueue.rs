@@ -253,3 +253,85 @@ pub async fn queue_enqueue_batch_all_or_nothing<S: JobQueue + 'static>(ctx: Ctx<
     }
     Ok(())
 }
+
+/// A batch's jobs are what `enqueue` makes of each, one by one: the same
+/// queue, payload, priority, `run_at` (given, or the store's now),
+/// attempts and requirements, Queued at attempt 0 and fence 0; answered
+/// (and stored) under the ids given, in the order given (not sorted), each
+/// in its own queue only.
+pub async fn queue_enqueue_batch_jobs_are_what_enqueue_makes_of_each<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let run_at = clock::add(ctx.store.now().await?, LONG_TTL);
+    let variants = |prefix: &str| {
+        vec![
+            NewJob::new("batch-b", rich_payload())
+                .id(format!("{prefix}-zeta"))
+                .priority(-3)
+                .max_attempts(1),
+            NewJob::new(QUEUE, json!(null))
+                .id(format!("{prefix}-alpha"))
+                .run_at(run_at)
+                .require("gpu")
+                .require("ssd"),
+            NewJob::new(QUEUE, json!([1, "two", { "three": 3.5 }]))
+                .id(format!("{prefix}-mid"))
+                .priority(i32::MAX),
+        ]
+    };
+    let batch = variants("batch");
+    let singles = variants("single");
+    let mut one_by_one = Vec::with_capacity(singles.len());
+    for new in &singles {
+        one_by_one.push(ctx.store.enqueue(new).await?);
+    }
+    let before = ctx.store.now().await?;
+    let added = ctx.store.enqueue_batch(&batch).await?;
+    let after = ctx.store.now().await?;
+    let given: Vec<&str> = batch.iter().map(|new| new.id.as_str()).collect();
+    ensure_eq!(
+        ids(&added),
+        given,
+        "the batch answers its jobs in the order given"
+    );
+    for ((job, single), new) in added.iter().zip(&one_by_one).zip(&batch) {
+        let expected = Job {
+            id: job.id.clone(),
+            run_at: if new.run_at.is_some() {
+                single.run_at
+            } else {
+                job.run_at
+            },
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            ..single.clone()
+        };
+        ensure_eq!(
+            *job,
+            expected,
+            "{} as the batch enqueued it, against enqueue",
+            job.id
+        );
+        ensure_within(job.created_at, before, after, "a batch job's created_at")?;
+        if new.run_at.is_none() {
+            ensure_within(job.run_at, before, after, "a batch job's default run_at")?;
+        }
+        ensure_eq!(
+            get_job(&ctx, &job.id).await?,
+            *job,
+            "get_job reads the batch's job"
+        );
+    }
+    let claimed = ctx
+        .store
+        .claim(&ClaimRequest::new("batch-b", "worker", LONG_TTL).limit(10))
+        .await?;
+    let mut held: Vec<&str> = claimed.iter().map(|each| each.job.id.as_str()).collect();
+    held.sort_unstable();
+    ensure_eq!(
+        held,
+        vec!["batch-zeta", "single-zeta"],
+        "the queue of the batch's first job holds that job and its twin only"
+    );
+    Ok(())
+}
