@@ -28,6 +28,9 @@ enum Bug {
     NoValidation,
     /// Takes two names differing only in case for one resource.
     CaseFolded,
+    /// Stamps a gate when it is created and on an equal fence, not when a
+    /// higher one raises it.
+    RaisedKeepsItsStamp,
 }
 
 /// The honest memory store, with a gate of its own carrying `bug`: per
@@ -82,8 +85,15 @@ impl FenceStore for Broken {
         if self.bug == Bug::TornCheck {
             tokio::task::yield_now().await;
         }
-        let now = self.honest.now().await?;
-        self.gates().insert(self.key(resource), (fence, now));
+        let mut now = self.honest.now().await?;
+        let key = self.key(resource);
+        let mut gates = self.gates();
+        if let Some(&(seen, stamped)) = gates.get(&key) {
+            if self.bug == Bug::RaisedKeepsItsStamp && fence > seen {
+                now = stamped;
+            }
+        }
+        gates.insert(key, (fence, now));
         Ok(FenceCheck::Accepted)
     }
 
@@ -234,4 +244,13 @@ async fn missing_validation_is_caught() {
 #[tokio::test]
 async fn names_differing_only_in_case_taken_for_one_are_caught() {
     assert_caught(Bug::CaseFolded, &["gate_model_based_random_operations"]).await;
+}
+
+#[tokio::test]
+async fn a_raised_gate_that_keeps_its_old_stamp_is_caught() {
+    assert_caught(
+        Bug::RaisedKeepsItsStamp,
+        &["gate_a_raised_fence_refreshes_the_gate"],
+    )
+    .await;
 }

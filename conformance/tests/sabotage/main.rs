@@ -822,6 +822,32 @@ impl Bug for CompleteManyCollapsesLosses {
     }
 }
 
+/// A batch renewal that answers every loss of a job still in play
+/// (requeued, another owner) as a stale fence.
+#[derive(Default)]
+struct RenewJobsCollapsesLosses;
+
+#[async_trait]
+impl Bug for RenewJobsCollapsesLosses {
+    async fn renew_jobs(
+        &self,
+        honest: &MemoryStore,
+        claims: &[JobClaim],
+        ttl: Duration,
+    ) -> Result<Vec<JobRenewal>> {
+        let answers = honest.renew_jobs(claims, ttl).await?;
+        Ok(answers
+            .into_iter()
+            .map(|answer| match answer {
+                JobRenewal::Lost(JobLoss::Requeued | JobLoss::OwnerChanged) => {
+                    JobRenewal::Lost(JobLoss::FenceChanged)
+                }
+                other => other,
+            })
+            .collect())
+    }
+}
+
 /// A batch enqueue that drops each job's requirements and `run_at` (the
 /// batch insert names fewer columns than the single one).
 #[derive(Default)]
@@ -1204,6 +1230,14 @@ async fn catches_side_tables_that_grow_with_the_work() {
 async fn catches_a_batch_completion_that_collapses_its_losses() {
     assert_queue_caught::<CompleteManyCollapsesLosses>(&[
         "queue_complete_many_answers_and_writes_as_complete_does_for_twins",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_batch_renewal_that_collapses_its_losses() {
+    assert_queue_caught::<RenewJobsCollapsesLosses>(&[
+        "queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins",
     ])
     .await;
 }

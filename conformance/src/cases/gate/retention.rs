@@ -96,6 +96,52 @@ async fn purge_round<S: LeaseStore + FenceStore>(
     Ok(true)
 }
 
+/// A higher fence accepted refreshes a gate as an equal one does: a gate
+/// first accepted more than a retention ago and raised since is kept by
+/// the purge, at its new fence; one only refused since goes. (A store that
+/// stamps a gate when it creates it, or only on an equal fence, purges the
+/// raised gate.) On a real clock it tries again, with twice the retention,
+/// when its timing proved nothing.
+pub async fn gate_a_raised_fence_refreshes_the_gate<S: LeaseStore + FenceStore>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let mut retention = RETENTION;
+    for attempt in 0..TRIES {
+        let [raised, refused_only] =
+            ["raised", "refused-only"].map(|name| format!("try-{attempt}:{name}"));
+        accepted(&ctx, &raised, 5).await?;
+        accepted(&ctx, &refused_only, 5).await?;
+        let first_checked = ctx.store.now().await?;
+        ctx.advance_past(clock::add(first_checked, retention))
+            .await?;
+        let raised_at = ctx.store.now().await?;
+        accepted(&ctx, &raised, 6).await?;
+        refused(&ctx, &refused_only, 4, 5).await?;
+        let purged = ctx.store.purge_fences(retention).await?;
+        if clock::until(raised_at, ctx.store.now().await?) >= retention {
+            retention *= 2;
+            continue;
+        }
+        ensure_eq!(
+            ctx.store.highest_fence(&raised).await?,
+            Some(6),
+            "a gate raised within the retention is kept, at its new fence"
+        );
+        ensure_eq!(
+            ctx.store.highest_fence(&refused_only).await?,
+            None,
+            "a gate only refused since its check a retention ago is purged"
+        );
+        ensure_eq!(purged, 1, "the purge removes the refused-only gate alone");
+        return Ok(());
+    }
+    Err(Failure(format!(
+        "in {TRIES} tries, no purge ran within the retention of the gate it should keep \
+         (the last {:?}): the store or the machine is too slow for this case",
+        retention / 2
+    )))
+}
+
 /// A gate whose last accepted check is exactly the retention ago is
 /// purged; one a microsecond younger is not. Needs a clock the kit can
 /// place.

@@ -135,8 +135,8 @@ pub async fn queue_complete_many_refuses_bad_batches<S: JobQueue + 'static>(
     Ok(())
 }
 
-/// The situations a claim of `complete_many`'s twin test is put in.
-const SITUATIONS: [&str; 6] = [
+/// The situations a claim of the batch operations' twin cases is put in.
+pub(super) const SITUATIONS: [&str; 6] = [
     "held",
     "retried",
     "dead-lettered",
@@ -146,7 +146,7 @@ const SITUATIONS: [&str; 6] = [
 ];
 
 /// Puts `held`'s job in `situation` and answers the claim to present.
-async fn into_situation<S: JobQueue>(
+pub(super) async fn into_situation<S: JobQueue>(
     ctx: &Ctx<S>,
     situation: &str,
     held: JobClaim,
@@ -187,7 +187,7 @@ async fn into_situation<S: JobQueue>(
 
 /// `job` without what differs between twins made one after the other: the
 /// id, the fence and the instants.
-fn twin_view(job: &Job) -> Job {
+pub(super) fn twin_view(job: &Job) -> Job {
     let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
     Job {
         id: String::new(),

@@ -8,6 +8,10 @@ use tenure_lease_core::clock;
 use tenure_lease_core::queue::{FailAction, JobClaim, JobLoss, JobRenewal, JobState};
 use tenure_lease_core::JobQueue;
 
+use serde_json::json;
+use tenure_lease_core::queue::NewJob;
+
+use super::complete_many::{into_situation, twin_view, SITUATIONS};
 use super::{enqueue_and_claim, ensure_within, expire_job, get_job, job, settled, TICK};
 use crate::cases::util::{expect_invalid, LONG_TTL, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -208,5 +212,66 @@ pub async fn queue_renew_jobs_refuses_bad_batches<S: JobQueue + 'static>(
         Vec::<JobRenewal>::new(),
         "an empty batch answers nothing"
     );
+    Ok(())
+}
+
+/// `answer` without the instant a renewal answers (twins are renewed one
+/// after the other).
+fn twin_renewal(answer: &JobRenewal) -> JobRenewal {
+    match answer {
+        JobRenewal::Renewed { .. } => JobRenewal::Renewed {
+            expires_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+        },
+        other => other.clone(),
+    }
+}
+
+/// Twins, one renewed alone and one in a batch: for a job held, retried,
+/// dead-lettered, completed, held by another worker's name and presented
+/// with a stale fence, `renew_jobs` answers what `renew_job` answers for
+/// its twin, and leaves the job as `renew_job` leaves the twin (ids,
+/// fences and instants aside).
+pub async fn queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins<
+    S: JobQueue + 'static,
+>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let mut singles = Vec::with_capacity(SITUATIONS.len());
+    let mut batch = Vec::with_capacity(SITUATIONS.len());
+    for situation in SITUATIONS {
+        for (twin, claims) in [("single", &mut singles), ("batch", &mut batch)] {
+            let new = NewJob::new(
+                format!("renewal-twins-{situation}"),
+                json!({ "twin": true }),
+            )
+            .id(format!("{twin}-{situation}"))
+            .max_attempts(3);
+            let held = enqueue_and_claim(&ctx, new, "worker-a", LONG_TTL).await?;
+            claims.push(into_situation(&ctx, situation, held.claim).await?);
+        }
+    }
+    let mut alone = Vec::with_capacity(singles.len());
+    for claim in &singles {
+        alone.push(ctx.store.renew_job(claim, LONG_TTL).await?);
+    }
+    let together = ctx.store.renew_jobs(&batch, LONG_TTL).await?;
+    ensure_eq!(together.len(), batch.len(), "one answer per claim");
+    for (((situation, single), in_batch), (claim, twin)) in SITUATIONS
+        .iter()
+        .zip(&alone)
+        .zip(&together)
+        .zip(batch.iter().zip(&singles))
+    {
+        ensure_eq!(
+            twin_renewal(in_batch),
+            twin_renewal(single),
+            "renew_jobs of a job {situation} (batch answer against renew_job's)"
+        );
+        ensure_eq!(
+            twin_view(&get_job(&ctx, &claim.id).await?),
+            twin_view(&get_job(&ctx, &twin.id).await?),
+            "the job {situation} after renew_jobs (against its twin after renew_job)"
+        );
+    }
     Ok(())
 }
