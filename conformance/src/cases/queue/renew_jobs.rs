@@ -222,7 +222,7 @@ fn twin_renewal(answer: &JobRenewal) -> JobRenewal {
         JobRenewal::Renewed { .. } => JobRenewal::Renewed {
             expires_at: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
         },
-        other => other.clone(),
+        other => *other,
     }
 }
 
