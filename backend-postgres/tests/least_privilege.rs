@@ -18,7 +18,8 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest, Transition,
 };
 
-use support::{fresh_schema, with_store, POOL_SIZE, URL_VAR};
+use support::{fresh_schema, offset_schema_clock, on_offset_clock, with_store, POOL_SIZE, URL_VAR};
+use tenure_conformance::offset_clock::ClockOffsetter;
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -137,6 +138,30 @@ impl tenure_conformance::Factory for RestrictedFactory {
                 Err(error)
             }
         }
+    }
+
+    /// The case's schema with its clock offset by the admin, opened again
+    /// by the restricted role.
+    fn clock_offset(&self) -> Option<ClockOffsetter<PgStore>> {
+        let admin = self.url.clone().unwrap_or_default();
+        Some(std::sync::Arc::new(
+            move |store: std::sync::Arc<PgStore>, offset: chrono::TimeDelta| {
+                let admin = admin.clone();
+                Box::pin(async move {
+                    offset_schema_clock(&admin, &store, offset).await?;
+                    let schema = store.schema();
+                    let url = url_as(&admin, &Self::role(schema));
+                    PgStore::connect(
+                        PgStoreConfig::new(on_offset_clock(&url, schema))
+                            .schema(schema)
+                            .max_connections(POOL_SIZE)
+                            .migrations(MigrationMode::VerifyOnly),
+                    )
+                    .await
+                    .map(Into::into)
+                })
+            },
+        ))
     }
 
     async fn teardown(&self, store: &PgStore) -> tenure_lease_core::Result<()> {

@@ -215,25 +215,27 @@ macro_rules! ensure {
     };
 }
 
-/// Fails the case unless `left == right`, showing both.
+/// Fails the case unless `actual == expected`, showing both, marked: the
+/// first is what the store did, the second what the contract (or the
+/// reference the case built) says it should have.
 #[macro_export]
 macro_rules! ensure_eq {
-    ($left:expr, $right:expr $(,)?) => {
-        $crate::ensure_eq!($left, $right, "values differ")
+    ($actual:expr, $expected:expr $(,)?) => {
+        $crate::ensure_eq!($actual, $expected, "values differ")
     };
-    ($left:expr, $right:expr, $($message:tt)+) => {
-        match (&$left, &$right) {
-            (left, right) => {
-                if !(*left == *right) {
+    ($actual:expr, $expected:expr, $($message:tt)+) => {
+        match (&$actual, &$expected) {
+            (actual, expected) => {
+                if !(*actual == *expected) {
                     return ::core::result::Result::Err($crate::Failure(::std::format!(
-                        "{}\n  left: {:?}\n right: {:?}\n (at {}:{}: `{} == {}`)",
+                        "{}\n    actual: {:?}\n  expected: {:?}\n (at {}:{}: `{} == {}`)",
                         ::std::format!($($message)+),
-                        left,
-                        right,
+                        actual,
+                        expected,
                         ::core::file!(),
                         ::core::line!(),
-                        ::core::stringify!($left),
-                        ::core::stringify!($right),
+                        ::core::stringify!($actual),
+                        ::core::stringify!($expected),
                     )));
                 }
             }

@@ -56,7 +56,9 @@ impl Factory for MemoryFactory {
     /// cannot be shared across clocks).
     fn clock_offset(&self) -> Option<ClockOffsetter<MemoryStore>> {
         Some(Arc::new(|_store: Arc<MemoryStore>, offset| {
-            Box::pin(async move { Ok(MemoryStore::with_clock(Arc::new(OffsetClock(offset)))) })
+            Box::pin(
+                async move { Ok(MemoryStore::with_clock(Arc::new(OffsetClock(offset))).into()) },
+            )
         }))
     }
 }

@@ -200,7 +200,10 @@ async fn assert_caught(bug: Bug, expected: &[&str]) {
 async fn a_torn_check_is_caught_by_the_race() {
     assert_caught(
         Bug::TornCheck,
-        &["race_gate_checks_leave_the_highest_and_refusals_are_truthful"],
+        &[
+            "race_gate_checks_leave_the_highest_and_refusals_are_truthful",
+            "race_gate_climbers_never_land_below_an_accepted_fence",
+        ],
     )
     .await;
 }

@@ -313,7 +313,7 @@ impl PrivateEtcd {
         }
         args.extend(tls_flags);
         let log = self.base.join(format!("{}.log", member.name));
-        self.members[index].process = Some(Watched::launch(ETCD, args, &log).await?);
+        self.members[index].process = Some(Watched::launch(ETCD, args, &Vec::new(), &log).await?);
         Ok(())
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod certificates;
 pub mod etcd;
+mod offset_clock;
 pub mod per_binary;
 pub mod postgres_pair;
 pub mod redis_cluster;

@@ -191,7 +191,7 @@ impl PrivateRedisCluster {
             args.extend(["--tls-port".to_owned(), tls_ports[index].to_string()]);
             args.extend(arguments.iter().cloned());
         }
-        launch_redis(&dir, port, &args).await
+        launch_redis(&dir, port, &args, &Vec::new()).await
     }
 
     /// Assigns the slots, has the first node meet the others, and waits

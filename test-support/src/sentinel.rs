@@ -196,14 +196,21 @@ impl Sentinel {
         )?;
         let args: [std::ffi::OsString; 2] = [config.into(), "--sentinel".into()];
         let log = dir.join("sentinel.log");
-        let process =
-            match Watched::launch_until_logged(REDIS_SERVER, args, &log, "+monitor master").await {
-                Ok(process) => process,
-                Err(error) => {
-                    let _ = std::fs::remove_dir_all(&dir);
-                    return Err(error);
-                }
-            };
+        let process = match Watched::launch_until_logged(
+            REDIS_SERVER,
+            args,
+            &Vec::new(),
+            &log,
+            "+monitor master",
+        )
+        .await
+        {
+            Ok(process) => process,
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(error);
+            }
+        };
         Ok(Sentinel {
             port,
             dir,

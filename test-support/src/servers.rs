@@ -23,6 +23,7 @@ use tenure_conformance::suites::restart::RestartableServer;
 use tokio::process::Command;
 
 use crate::certificates::TestCertificates;
+use crate::offset_clock::{self, Environment};
 use crate::watchdog::Watched;
 
 /// `call` until it answers `Ok`, at most 20 times, every error meanwhile
@@ -441,6 +442,8 @@ pub struct PrivateRedis {
     extra_args: Vec<String>,
     /// It speaks TLS only.
     tls: bool,
+    /// Variables it is started with, kept for restarts.
+    environment: Environment,
 }
 
 impl PrivateRedis {
@@ -460,7 +463,17 @@ impl PrivateRedis {
     /// answers once it accepts connections.
     pub async fn start_with(extra_args: &[&str]) -> io::Result<Self> {
         let extra_args: Vec<String> = extra_args.iter().map(|&arg| arg.to_owned()).collect();
-        Self::start_on(free_port()?, extra_args, false).await
+        Self::start_on(free_port()?, extra_args, false, None).await
+    }
+
+    /// Starts a server (no persistence) whose wall clock, the one `TIME`
+    /// and key expiry read, runs `offset_micros` from the host's (ahead
+    /// when positive), on every restart too; answers once it accepts
+    /// connections. Needs the C compiler `cc`, which builds the library
+    /// that moves the server's clock.
+    pub async fn start_with_clock_offset(offset_micros: i64) -> io::Result<Self> {
+        let extra_args = ["--appendonly", "no"].map(str::to_owned).to_vec();
+        Self::start_on(free_port()?, extra_args, false, Some(offset_micros)).await
     }
 
     /// Starts a server that speaks TLS only, with the server certificate
@@ -491,13 +504,26 @@ impl PrivateRedis {
             if client_certificates { "yes" } else { "no" }.to_owned(),
         ];
         args.extend(extra_args.iter().map(|&arg| arg.to_owned()));
-        Self::start_on(port, args, true).await
+        Self::start_on(port, args, true, None).await
     }
 
-    async fn start_on(port: u16, extra_args: Vec<String>, tls: bool) -> io::Result<Self> {
+    async fn start_on(
+        port: u16,
+        extra_args: Vec<String>,
+        tls: bool,
+        clock_offset_micros: Option<i64>,
+    ) -> io::Result<Self> {
         let dir = fresh_dir("tenure-redis")?;
-        let server = match launch_redis(&dir, port, &extra_args).await {
-            Ok(server) => server,
+        let started = async {
+            let environment = match clock_offset_micros {
+                Some(offset) => offset_clock::environment(&dir, offset).await?,
+                None => Environment::new(),
+            };
+            let server = launch_redis(&dir, port, &extra_args, &environment).await?;
+            Ok((server, environment))
+        };
+        let (server, environment) = match started.await {
+            Ok(started) => started,
             Err(error) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 return Err(error);
@@ -509,6 +535,7 @@ impl PrivateRedis {
             server: Some(server),
             extra_args,
             tls,
+            environment,
         })
     }
 
@@ -530,7 +557,8 @@ impl PrivateRedis {
     pub async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
         self.kill().await?;
         tokio::time::sleep(down_for).await;
-        self.server = Some(launch_redis(&self.dir, self.port, &self.extra_args).await?);
+        self.server =
+            Some(launch_redis(&self.dir, self.port, &self.extra_args, &self.environment).await?);
         Ok(())
     }
 
@@ -555,7 +583,8 @@ impl PrivateRedis {
             "127.0.0.1".to_owned(),
             primary_port.to_string(),
         ]);
-        self.server = Some(launch_redis(&self.dir, self.port, &self.extra_args).await?);
+        self.server =
+            Some(launch_redis(&self.dir, self.port, &self.extra_args, &self.environment).await?);
         Ok(())
     }
 }
@@ -576,13 +605,14 @@ impl Drop for PrivateRedis {
 }
 
 /// Starts `redis-server` on `port` with its files (and its log,
-/// `redis.log`) in `dir`, `extra_args` last, under a
+/// `redis.log`) in `dir`, `extra_args` last, and `environment`, under a
 /// [watchdog](crate::watchdog), and waits (bounded) until its log says it
 /// accepts connections.
 pub(crate) async fn launch_redis(
     dir: &Path,
     port: u16,
     extra_args: &[String],
+    environment: &Environment,
 ) -> io::Result<Watched> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "--port".into(),
@@ -602,6 +632,7 @@ pub(crate) async fn launch_redis(
     Watched::launch_until_logged(
         REDIS_SERVER,
         args,
+        environment,
         &dir.join("redis.log"),
         "Ready to accept connections",
     )

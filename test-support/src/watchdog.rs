@@ -15,6 +15,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+use crate::offset_clock::Environment;
 use crate::servers::{READY_BOUND, REAP_STEP};
 
 /// Pause between two reads of a starting server's log.
@@ -35,17 +36,19 @@ pub(crate) struct Watched {
 }
 
 impl Watched {
-    /// Starts `program` with `args` under a watchdog, its output appended
-    /// to `log`; answers once the watchdog reported the server's PID (the
-    /// server may not accept connections yet).
+    /// Starts `program` with `args` and `environment` under a watchdog, its
+    /// output appended to `log`; answers once the watchdog reported the
+    /// server's PID (the server may not accept connections yet).
     pub(crate) async fn launch<Arg: AsRef<OsStr>>(
         program: &str,
         args: impl IntoIterator<Item = Arg>,
+        environment: &Environment,
         log: &Path,
     ) -> io::Result<Self> {
         let mut watchdog = Command::new("sh")
             .args(["-c", WATCHDOG, "sh"])
             .args(args)
+            .envs(environment.iter().map(|(name, value)| (name, value)))
             .env("PROGRAM", program)
             .env("LOG", log)
             .stdin(Stdio::piped())
@@ -86,18 +89,19 @@ impl Watched {
         })
     }
 
-    /// Starts `program` with `args` as [`launch`](Self::launch) does, and
-    /// waits (bounded) until what it appends to `log` from now on holds a
-    /// line containing `ready`. Killed when it exits or does not get ready
-    /// in time.
+    /// Starts `program` with `args` and `environment` as
+    /// [`launch`](Self::launch) does, and waits (bounded) until what it
+    /// appends to `log` from now on holds a line containing `ready`. Killed
+    /// when it exits or does not get ready in time.
     pub(crate) async fn launch_until_logged<Arg: AsRef<OsStr>>(
         program: &str,
         args: impl IntoIterator<Item = Arg>,
+        environment: &Environment,
         log: &Path,
         ready: &str,
     ) -> io::Result<Self> {
         let logged_before = std::fs::metadata(log).map_or(0, |metadata| metadata.len());
-        let server = Self::launch(program, args, log).await?;
+        let server = Self::launch(program, args, environment, log).await?;
         let give_up = tokio::time::Instant::now() + READY_BOUND;
         loop {
             let text = std::fs::read(log).unwrap_or_default();

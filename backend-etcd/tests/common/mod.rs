@@ -73,7 +73,7 @@ impl Factory for EtcdFactory {
         Some(Arc::new(|store: Arc<EtcdStore>, offset| {
             Box::pin(async move {
                 let config = store.config().clone().clock(Arc::new(OffsetClock(offset)));
-                EtcdStore::connect(config).await
+                EtcdStore::connect(config).await.map(Into::into)
             })
         }))
     }

@@ -97,7 +97,9 @@ impl Factory for FileFactory {
     fn clock_offset(&self) -> Option<ClockOffsetter<FileStore>> {
         Some(Arc::new(|store: Arc<FileStore>, offset| {
             Box::pin(async move {
-                FileStore::open_with_clock(store.path(), Arc::new(OffsetClock(offset))).await
+                FileStore::open_with_clock(store.path(), Arc::new(OffsetClock(offset)))
+                    .await
+                    .map(Into::into)
             })
         }))
     }

@@ -157,6 +157,65 @@ pub fn fresh_schema() -> String {
 }
 
 /// A migrated store in `schema`, with a small pool.
+/// Offsets the server clock of `store`'s schema by `offset`, run as the
+/// admin `url` names: the schema gets its own `now()`,
+/// `clock_timestamp()`, `statement_timestamp()` and
+/// `transaction_timestamp()` (pg_catalog's plus the offset), and the
+/// store's own functions look in the schema first; a session then finds
+/// them through the `search_path` of [`on_offset_clock`] (the store's
+/// tables are named with their schema).
+///
+/// # Errors
+///
+/// When the admin statements fail.
+pub async fn offset_schema_clock(
+    url: &str,
+    store: &PgStore,
+    offset: chrono::TimeDelta,
+) -> tenure_lease_core::Result<()> {
+    let micros = offset.num_microseconds().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Config,
+            format!("a clock offset of {offset} is too large"),
+        )
+    })?;
+    let functions: String = [
+        ("now", "STABLE"),
+        ("clock_timestamp", "VOLATILE"),
+        ("statement_timestamp", "STABLE"),
+        ("transaction_timestamp", "STABLE"),
+    ]
+    .iter()
+    .map(|(name, volatility)| {
+        format!(
+            "CREATE OR REPLACE FUNCTION $schema.{name}() RETURNS timestamptz \
+             LANGUAGE sql {volatility} AS \
+             $$ SELECT pg_catalog.{name}() + {micros} * interval '1 microsecond' $$;"
+        )
+    })
+    .collect();
+    // The store's own functions keep the search_path they were created
+    // with, where pg_catalog comes first.
+    let functions = format!(
+        "{functions} DO $do$ DECLARE f regprocedure; BEGIN \
+         FOR f IN SELECT oid::regprocedure FROM pg_proc \
+         WHERE pronamespace = '$schema'::regnamespace AND proconfig IS NOT NULL \
+         LOOP EXECUTE format('ALTER FUNCTION %s SET search_path = %I, \
+         pg_catalog, pg_temp', f, '{}'); END LOOP; END $do$;",
+        store.schema()
+    );
+    try_execute(url, store, &functions)
+        .await
+        .map_err(|error| Error::unavailable("cannot offset the schema's clock").with_source(error))
+}
+
+/// `url` with sessions finding `schema`'s offset clock
+/// ([`offset_schema_clock`]) before pg_catalog's.
+pub fn on_offset_clock(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options[search_path]={schema},pg_catalog")
+}
+
 pub async fn connect(url: &str, schema: &str) -> tenure_lease_core::Result<PgStore> {
     PgStore::connect(
         PgStoreConfig::new(url)
@@ -287,58 +346,18 @@ impl Factory for PgFactory {
         ))
     }
 
-    /// A store on the case's schema whose server clock is offset: the
-    /// schema gets its own `now()`, `clock_timestamp()`,
-    /// `statement_timestamp()` and `transaction_timestamp()` (pg_catalog's
-    /// plus the offset), and the store's sessions and functions find them
-    /// first on their `search_path` (the store's tables are named with
-    /// their schema).
+    /// The case's schema with its clock offset ([`offset_schema_clock`]),
+    /// opened again on it.
     fn clock_offset(&self) -> Option<ClockOffsetter<PgStore>> {
         let url = self.url.clone().unwrap_or_default();
         Some(std::sync::Arc::new(
             move |store: std::sync::Arc<PgStore>, offset: chrono::TimeDelta| {
                 let url = url.clone();
                 Box::pin(async move {
-                    let micros = offset.num_microseconds().unwrap_or_default();
-                    let functions: String = [
-                        ("now", "STABLE"),
-                        ("clock_timestamp", "VOLATILE"),
-                        ("statement_timestamp", "STABLE"),
-                        ("transaction_timestamp", "STABLE"),
-                    ]
-                    .iter()
-                    .map(|(name, volatility)| {
-                        format!(
-                            "CREATE OR REPLACE FUNCTION $schema.{name}() RETURNS timestamptz \
-                             LANGUAGE sql {volatility} AS \
-                             $$ SELECT pg_catalog.{name}() + {micros} * interval '1 microsecond' $$;"
-                        )
-                    })
-                    .collect();
-                    // The store's own functions keep the search_path they
-                    // were created with, where pg_catalog comes first.
-                    let functions = format!(
-                        "{functions} DO $do$ DECLARE f regprocedure; BEGIN \
-                         FOR f IN SELECT oid::regprocedure FROM pg_proc \
-                         WHERE pronamespace = '$schema'::regnamespace AND proconfig IS NOT NULL \
-                         LOOP EXECUTE format('ALTER FUNCTION %s SET search_path = %I, \
-                         pg_catalog, pg_temp', f, '{}'); END LOOP; END $do$;",
-                        store.schema()
-                    );
-                    try_execute(&url, &store, &functions)
+                    offset_schema_clock(&url, &store, offset).await?;
+                    connect(&on_offset_clock(&url, store.schema()), store.schema())
                         .await
-                        .map_err(|error| {
-                            tenure_lease_core::Error::unavailable(
-                                "cannot offset the schema's clock",
-                            )
-                            .with_source(error)
-                        })?;
-                    let separator = if url.contains('?') { '&' } else { '?' };
-                    let shifted = format!(
-                        "{url}{separator}options[search_path]={},pg_catalog",
-                        store.schema()
-                    );
-                    connect(&shifted, store.schema()).await
+                        .map(Into::into)
                 })
             },
         ))

@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetStore};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
@@ -209,6 +210,40 @@ impl Factory for RedisFactory {
         Some(Arc::new(|store: Arc<RedisStore>| {
             Box::pin(async move { RedisStore::connect(store.config().clone()).await })
         }))
+    }
+
+    /// A private server of the case's own whose wall clock (`TIME`, key
+    /// expiry) is moved by the offset, kept running as long as the store;
+    /// for the single-server topology, where a server of its own stands for
+    /// the one the URL names.
+    fn clock_offset(&self) -> Option<ClockOffsetter<RedisStore>> {
+        if self.topology != Deployment::Server || PrivateRedis::unavailable_reason().is_some() {
+            return None;
+        }
+        Some(Arc::new(
+            |store: Arc<RedisStore>, offset: chrono::TimeDelta| {
+                Box::pin(async move {
+                    let micros = offset.num_microseconds().ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Config,
+                            format!("a clock offset of {offset} is too large"),
+                        )
+                    })?;
+                    let server = PrivateRedis::start_with_clock_offset(micros)
+                        .await
+                        .map_err(|error| {
+                            Error::unavailable(
+                                "cannot start a private redis-server on an offset clock",
+                            )
+                            .with_source(error)
+                        })?;
+                    let namespace = store.config().namespace().to_owned();
+                    let offset_store =
+                        RedisStore::connect(RedisConfig::new(server.url(), namespace)).await?;
+                    Ok(OffsetStore::keeping(offset_store, server))
+                })
+            },
+        ))
     }
 
     /// Damage by raw writes to the record's or job's hash: every field is

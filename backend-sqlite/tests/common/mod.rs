@@ -105,7 +105,7 @@ impl Factory for SqliteFactory {
         Some(Arc::new(|store: Arc<SqliteStore>, offset| {
             Box::pin(async move {
                 let config = SqliteConfig::new(store.path()).clock(Arc::new(OffsetClock(offset)));
-                SqliteStore::connect(config).await
+                SqliteStore::connect(config).await.map(Into::into)
             })
         }))
     }

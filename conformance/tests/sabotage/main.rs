@@ -136,6 +136,10 @@ trait Bug: Default + Send + Sync + 'static {
         honest.list_dead_letters(queue, limit).await
     }
 
+    async fn purge_jobs(&self, honest: &MemoryStore, finished_older_than: Duration) -> Result<u64> {
+        honest.purge_jobs(finished_older_than).await
+    }
+
     /// What the bug keeps beside the honest store, for the growth case.
     fn footprint(&self) -> Footprint {
         Footprint::new()
@@ -267,7 +271,7 @@ impl<B: Bug> JobQueue for Broken<B> {
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        self.honest.purge_jobs(finished_older_than).await
+        self.bug.purge_jobs(&self.honest, finished_older_than).await
     }
 }
 
@@ -301,7 +305,8 @@ impl<B: Bug> Factory for BrokenFactory<B> {
                 Ok(Broken {
                     honest: MemoryStore::with_clock(Arc::new(OffsetClock(offset))),
                     bug: B::default(),
-                })
+                }
+                .into())
             })
         }))
     }
@@ -982,6 +987,43 @@ impl Bug for ListJobsLimitsBeforeFiltering {
     }
 }
 
+/// Job purge that measures age from a job's creation instead of its
+/// finish: a job enqueued long ago that finished a moment ago is purged.
+#[derive(Default)]
+struct PurgeJobsByCreation {
+    enqueued: Mutex<BTreeSet<String>>,
+}
+
+#[async_trait]
+impl Bug for PurgeJobsByCreation {
+    async fn enqueue(&self, honest: &MemoryStore, job: &NewJob) -> Result<Job> {
+        let enqueued = honest.enqueue(job).await?;
+        lock(&self.enqueued).insert(enqueued.id.clone());
+        Ok(enqueued)
+    }
+
+    async fn enqueue_batch(&self, honest: &MemoryStore, jobs: &[NewJob]) -> Result<Vec<Job>> {
+        let enqueued = honest.enqueue_batch(jobs).await?;
+        lock(&self.enqueued).extend(enqueued.iter().map(|job| job.id.clone()));
+        Ok(enqueued)
+    }
+
+    async fn purge_jobs(&self, honest: &MemoryStore, finished_older_than: Duration) -> Result<u64> {
+        let now = honest.now().await?;
+        let ids: Vec<String> = lock(&self.enqueued).iter().cloned().collect();
+        let mut retention = finished_older_than;
+        for id in ids {
+            if let Some(job) = honest.get_job(&id).await? {
+                let finished = matches!(job.state, JobState::Completed | JobState::DeadLettered);
+                if finished && clock::until(job.created_at, now) >= finished_older_than {
+                    retention = retention.min(clock::until(job.updated_at, now));
+                }
+            }
+        }
+        honest.purge_jobs(retention).await
+    }
+}
+
 /// Dead letters listed by creation instead of by last update.
 #[derive(Default)]
 struct DeadLettersByCreation;
@@ -1156,6 +1198,24 @@ async fn catches_check_then_write_races_between_unlike_operations() {
     .await;
 }
 
+/// A store at REPEATABLE READ (or SERIALIZABLE) answers contention with a
+/// serialization error instead of the outcome the contract names: every
+/// race case that meets it fails, in every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_contention_answered_as_a_serialization_error() {
+    assert_torn_caught(
+        Gap::SnapshotCommit,
+        &[
+            "race_renew_vs_takeover_exactly_one_wins",
+            "race_terminal_write_vs_takeover_exactly_one_wins",
+            "race_renew_vs_interrupt_admission_exactly_one_wins",
+            "race_admissions_one_scope_exactly_one_admitted",
+            "race_takeovers_exactly_one_taken",
+        ],
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_a_completion_racing_the_reaper() {
     assert_queue_caught::<CompleteDecidesBeforeWriting>(&[
@@ -1276,7 +1336,17 @@ async fn catches_a_deferral_written_as_a_retry() {
 async fn catches_a_job_listing_limited_before_its_state_filter() {
     assert_queue_caught::<ListJobsLimitsBeforeFiltering>(&[
         "queue_listings_filter_before_the_limit_and_break_ties_by_id",
+        "queue_listings_match_the_reference_at_every_limit",
         "queue_model_based_random_operations",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_job_purge_that_reads_the_creation_time() {
+    assert_queue_caught::<PurgeJobsByCreation>(&[
+        "queue_purge_jobs_counts_age_from_the_finish",
+        "queue_purge_jobs_boundary_is_exact",
     ])
     .await;
 }
@@ -1288,6 +1358,7 @@ async fn catches_dead_letters_listed_by_creation() {
     // case in every run.
     assert_queue_caught::<DeadLettersByCreation>(&[
         "queue_listings_filter_before_the_limit_and_break_ties_by_id",
+        "queue_listings_match_the_reference_at_every_limit",
     ])
     .await;
 }

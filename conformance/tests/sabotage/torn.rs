@@ -13,7 +13,7 @@ use tenure_lease_core::backend::engine::{self, RecordTransaction};
 use tenure_lease_core::backend::{rules, validate::operation as validate};
 use tenure_lease_core::clock::Clock;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
+    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
     ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
@@ -30,21 +30,34 @@ pub enum Gap {
     /// a store that checks the id before it locks the scopes, so racing
     /// admissions of one id meet at the scopes and answer `Conflict`.
     IdCheckBeforeLock,
+    /// Between a snapshot taken at the start and the commit, as an SQL
+    /// store left at REPEATABLE READ or SERIALIZABLE: each operation reads
+    /// its snapshot, and its commit fails with a retryable serialization
+    /// error when another call wrote a record or scope it writes since the
+    /// snapshot (first committer wins). Its answers are right whenever it
+    /// answers, but contention comes back as `Err`, not as the outcome the
+    /// contract names.
+    SnapshotCommit,
 }
 
 /// How long a gap lasts: a few milliseconds, as a round trip would.
 const GAP: Duration = Duration::from_millis(2);
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Tables {
     records: HashMap<String, LeaseRecord>,
     holders: HashMap<String, String>,
+    /// The commit that last wrote each record (`record:ID`) and scope
+    /// (`scope:NAME`), for [`Gap::SnapshotCommit`].
+    written_by: HashMap<String, u64>,
 }
 
 /// The torn store.
 pub struct TornStore {
     tables: Mutex<Tables>,
     fence: AtomicU64,
+    /// Commits so far, for [`Gap::SnapshotCommit`].
+    commits: AtomicU64,
     clock: Arc<ManualClock>,
     gap: Gap,
 }
@@ -54,6 +67,7 @@ impl TornStore {
         TornStore {
             tables: Mutex::default(),
             fence: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
             clock,
             gap,
         }
@@ -85,8 +99,52 @@ impl TornStore {
                 store: self,
                 tables: None,
             }),
+            Gap::SnapshotCommit => {
+                let (snapshot, began) = {
+                    let tables = self.tables();
+                    (tables.clone(), self.commits.load(Ordering::SeqCst))
+                };
+                let mut transaction = Snapshot {
+                    tables: snapshot,
+                    writes: Vec::new(),
+                    store: self,
+                };
+                let answer = step(&mut transaction)?;
+                std::thread::sleep(GAP);
+                let mut tables = self.tables();
+                let keys: Vec<String> = transaction
+                    .writes
+                    .iter()
+                    .flat_map(|(record, _)| written_keys(record))
+                    .collect();
+                if keys.iter().any(|key| {
+                    tables
+                        .written_by
+                        .get(key)
+                        .is_some_and(|&commit| commit > began)
+                }) {
+                    return Err(Error::unavailable(
+                        "could not serialize access due to concurrent update \
+                         (the torn store's snapshot commit)",
+                    ));
+                }
+                let commit = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+                for (record, holds) in &transaction.writes {
+                    write_into(&mut tables, record, *holds);
+                }
+                for key in keys {
+                    tables.written_by.insert(key, commit);
+                }
+                Ok(answer)
+            }
         }
     }
+}
+
+/// The keys a write of `record` takes for [`Gap::SnapshotCommit`].
+fn written_keys(record: &LeaseRecord) -> impl Iterator<Item = String> + '_ {
+    std::iter::once(format!("record:{}", record.id))
+        .chain(record.scopes.iter().map(|scope| format!("scope:{scope}")))
 }
 
 /// The engine's steps, object-safe so one `run` serves both gaps.
@@ -219,6 +277,32 @@ impl Steps for IdFirst<'_> {
     }
     fn write(&mut self, record: &LeaseRecord, holds: bool) {
         write_into(self.locked(), record, holds);
+    }
+}
+
+/// Reads from a snapshot, writes kept for the commit.
+struct Snapshot<'a> {
+    tables: Tables,
+    writes: Vec<(LeaseRecord, bool)>,
+    store: &'a TornStore,
+}
+
+impl Steps for Snapshot<'_> {
+    fn exists(&mut self, id: &str) -> bool {
+        self.tables.records.contains_key(id)
+    }
+    fn load(&mut self, id: &str) -> Option<LeaseRecord> {
+        self.tables.records.get(id).cloned()
+    }
+    fn holder_of(&mut self, scope: &str) -> Option<String> {
+        self.tables.holders.get(scope).cloned()
+    }
+    fn next_fence(&mut self) -> u64 {
+        self.store.draw_fence()
+    }
+    fn write(&mut self, record: &LeaseRecord, holds: bool) {
+        write_into(&mut self.tables, record, holds);
+        self.writes.push((record.clone(), holds));
     }
 }
 

@@ -1,8 +1,10 @@
-//! Racing checks: one atomic step each, so the highest fence wins and every
-//! refusal names a fence that was really accepted.
+//! Racing checks: one atomic step each, so the highest fence wins, every
+//! refusal names a fence that was really accepted, and no check lands
+//! below one already accepted.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tenure_lease_core::{FenceCheck, FenceStore, LeaseStore};
 
@@ -83,6 +85,87 @@ pub async fn race_gate_checks_leave_the_highest_and_refusals_are_truthful<
                  accepted (accepted {accepted:?})"
             );
         }
+    }
+    Ok(())
+}
+
+/// How many checks each of the two climbers of
+/// [`race_gate_climbers_never_land_below_an_accepted_fence`] makes per round.
+const CLIMB: u64 = 32;
+
+/// One check of a climber: its fence, when it was sent and answered, and
+/// whether it was accepted.
+struct Timed {
+    fence: u64,
+    sent: Instant,
+    answered: Instant,
+    accepted: bool,
+}
+
+/// Two writers climb one gate at once, one through the odd fences and one
+/// through the even, each check awaited before the next, over several
+/// rounds. Whatever the interleaving, the answers are those of an atomic
+/// gate in real time: a check sent after a check of a greater fence was
+/// answered `Accepted` is refused, and the gate ends at the greatest
+/// fence. A gate that reads and then writes in two steps lets a climber
+/// write its fence over a greater one the other had just been granted,
+/// and its own next check is then accepted below it.
+pub async fn race_gate_climbers_never_land_below_an_accepted_fence<
+    S: LeaseStore + FenceStore + 'static,
+>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    for round in 0..UNLIKE_RACE_ROUNDS / 2 {
+        let resource = format!("climb-{round}");
+        let start = StartLine::new(2);
+        let climbers: Vec<_> = [1_u64, 2]
+            .into_iter()
+            .map(|first| {
+                let store = Arc::clone(&ctx.store);
+                let start = Arc::clone(&start);
+                let resource = resource.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    let mut checks = Vec::new();
+                    for step in 0..CLIMB {
+                        let fence = first + 2 * step;
+                        let sent = Instant::now();
+                        let answer = store.check_fence(&resource, fence).await?;
+                        checks.push(Timed {
+                            fence,
+                            sent,
+                            answered: Instant::now(),
+                            accepted: matches!(answer, FenceCheck::Accepted),
+                        });
+                    }
+                    Ok::<_, tenure_lease_core::Error>(checks)
+                })
+            })
+            .collect();
+        let mut checks = Vec::new();
+        for climber in climbers {
+            checks.extend(
+                climber
+                    .await
+                    .map_err(|error| Failure(format!("a climbing check panicked: {error}")))??,
+            );
+        }
+        for granted in checks.iter().filter(|check| check.accepted) {
+            if let Some(below) = checks.iter().find(|check| {
+                check.accepted && check.fence < granted.fence && check.sent > granted.answered
+            }) {
+                return Err(Failure(format!(
+                    "round {round}: fence {} was accepted by a check sent after fence {} had \
+                     been accepted; expected Stale (a gate never goes back), got Accepted",
+                    below.fence, granted.fence
+                )));
+            }
+        }
+        ensure_eq!(
+            ctx.store.highest_fence(&resource).await?,
+            Some(2 * CLIMB),
+            "round {round}: the gate ends at the greatest fence either climber presented"
+        );
     }
     Ok(())
 }

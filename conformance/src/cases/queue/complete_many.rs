@@ -1,11 +1,11 @@
 //! `complete_many`: a batch of fenced completions, each answered as
 //! `complete` would answer it alone.
 
-use serde_json::json;
 use tenure_lease_core::backend::validate::MAX_BATCH;
-use tenure_lease_core::queue::{FailAction, Job, JobClaim, JobLoss, JobSettle, JobState, NewJob};
+use tenure_lease_core::queue::{JobClaim, JobLoss, JobSettle, JobState};
 use tenure_lease_core::JobQueue;
 
+use super::twins::{ensure_twins_agree, twin_claims, twin_view, Twins};
 use super::{enqueue_and_claim, get_job, job, settled};
 use crate::cases::util::{expect_invalid, LONG_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -135,72 +135,6 @@ pub async fn queue_complete_many_refuses_bad_batches<S: JobQueue + 'static>(
     Ok(())
 }
 
-/// The situations a claim of the batch operations' twin cases is put in.
-pub(super) const SITUATIONS: [&str; 6] = [
-    "held",
-    "retried",
-    "dead-lettered",
-    "completed",
-    "other-owner",
-    "stale-fence",
-];
-
-/// Puts `held`'s job in `situation` and answers the claim to present.
-pub(super) async fn into_situation<S: JobQueue>(
-    ctx: &Ctx<S>,
-    situation: &str,
-    held: JobClaim,
-) -> Result<JobClaim, Failure> {
-    let retry_later = FailAction::Retry { backoff: LONG_TTL };
-    match situation {
-        "retried" => {
-            settled(
-                ctx,
-                ctx.store.fail(&held, "retry", retry_later).await?,
-                "fail",
-            )
-            .await?;
-        }
-        "dead-lettered" => {
-            let dead = FailAction::DeadLetter;
-            settled(ctx, ctx.store.fail(&held, "dead", dead).await?, "fail").await?;
-        }
-        "completed" => {
-            settled(ctx, ctx.store.complete(&held).await?, "complete").await?;
-        }
-        "other-owner" => {
-            return Ok(JobClaim {
-                owner: format!("{}-other", held.owner),
-                ..held
-            })
-        }
-        "stale-fence" => {
-            return Ok(JobClaim {
-                fence: held.fence + 1,
-                ..held
-            })
-        }
-        _ => {}
-    }
-    Ok(held)
-}
-
-/// `job` without what differs between twins made one after the other: the
-/// id, the fence and the instants.
-pub(super) fn twin_view(job: &Job) -> Job {
-    let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
-    Job {
-        id: String::new(),
-        fence: 0,
-        run_at: epoch,
-        created_at: epoch,
-        updated_at: epoch,
-        lease_expires_at: job.lease_expires_at.map(|_| epoch),
-        taken_back_at: job.taken_back_at.map(|_| epoch),
-        ..job.clone()
-    }
-}
-
 /// `answer` with its job (if any) seen as [`twin_view`] does.
 fn twin_answer(answer: &JobSettle) -> JobSettle {
     match answer {
@@ -219,39 +153,22 @@ pub async fn queue_complete_many_answers_and_writes_as_complete_does_for_twins<
 >(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let mut singles = Vec::with_capacity(SITUATIONS.len());
-    let mut batch = Vec::with_capacity(SITUATIONS.len());
-    for situation in SITUATIONS {
-        for (twin, claims) in [("single", &mut singles), ("batch", &mut batch)] {
-            let new = NewJob::new(format!("twins-{situation}"), json!({ "twin": true }))
-                .id(format!("{twin}-{situation}"))
-                .max_attempts(3);
-            let held = enqueue_and_claim(&ctx, new, "worker-a", LONG_TTL).await?;
-            claims.push(into_situation(&ctx, situation, held.claim).await?);
-        }
-    }
+    let (singles, batch) = twin_claims(&ctx, "twins").await?;
     let mut alone = Vec::with_capacity(singles.len());
     for claim in &singles {
         alone.push(ctx.store.complete(claim).await?);
     }
     let together = ctx.store.complete_many(&batch).await?;
-    ensure_eq!(together.len(), batch.len(), "one answer per claim");
-    for (((situation, single), in_batch), (claim, twin)) in SITUATIONS
-        .iter()
-        .zip(&alone)
-        .zip(&together)
-        .zip(batch.iter().zip(&singles))
-    {
-        ensure_eq!(
-            twin_answer(in_batch),
-            twin_answer(single),
-            "complete_many of a job {situation} (batch answer against complete's)"
-        );
-        ensure_eq!(
-            twin_view(&get_job(&ctx, &claim.id).await?),
-            twin_view(&get_job(&ctx, &twin.id).await?),
-            "the job {situation} after complete_many (against its twin after complete)"
-        );
-    }
-    Ok(())
+    ensure_twins_agree(
+        &ctx,
+        Twins {
+            batch: &batch,
+            singles: &singles,
+            together: &together,
+            alone: &alone,
+        },
+        twin_answer,
+        ("complete_many", "complete"),
+    )
+    .await
 }

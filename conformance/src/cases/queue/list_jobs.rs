@@ -1,7 +1,7 @@
 //! `list_jobs`: the operator's view of a queue, by state, oldest first.
 
 use serde_json::json;
-use tenure_lease_core::queue::{FailAction, JobState, NewJob};
+use tenure_lease_core::queue::{FailAction, Job, JobState, NewJob};
 use tenure_lease_core::JobQueue;
 
 use super::{enqueue, enqueue_and_claim, get_job, job, settled, QUEUE, TICK};
@@ -199,6 +199,114 @@ pub async fn queue_listings_filter_before_the_limit_and_break_ties_by_id<S: JobQ
             dead_letter_ids(&ctx, tie_queue, 10).await?,
             ["dead-a", "dead-b"],
             "list_dead_letters: updated at one instant, so by id"
+        );
+    }
+    Ok(())
+}
+
+/// Every listing of a queue whose jobs were created in one order and
+/// settled in another matches a reference built from the jobs' own stamps,
+/// at every limit from one to one past the count: `list_jobs` for every
+/// state (and none) is the queue's jobs in that state by creation, then id,
+/// cut at the limit; `list_dead_letters` is its dead letters by last
+/// update, then id. A listing cut before it filters, ordered by another
+/// stamp, or holding another queue's jobs differs at some limit.
+pub async fn queue_listings_match_the_reference_at_every_limit<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    // Created (and claimed) in this order; settled in `SETTLE_ORDER`.
+    const CREATED: usize = 8;
+    const SETTLE_ORDER: [(usize, bool); 6] = [
+        (5, false),
+        (2, true),
+        (7, false),
+        (0, false),
+        (3, true),
+        (6, false),
+    ];
+    // A clock the kit holds still is moved between steps; any other moves
+    // by itself, and the reference reads the stamps the store gave.
+    let step = || {
+        if let Some(clock) = ctx.manual_clock() {
+            clock.advance(TICK);
+        }
+    };
+    let mut held = Vec::with_capacity(CREATED);
+    for index in 0..CREATED {
+        held.push(
+            enqueue_and_claim(&ctx, job(&format!("ref-{index}")), "worker-a", LONG_TTL).await?,
+        );
+        step();
+    }
+    enqueue(&ctx, job("ref-queued")).await?;
+    let tomorrow = ctx.store.now().await? + chrono::TimeDelta::days(1);
+    enqueue(&ctx, job("ref-later").run_at(tomorrow)).await?;
+    enqueue(
+        &ctx,
+        NewJob::new("ref-other-queue", json!(1)).id("ref-elsewhere"),
+    )
+    .await?;
+    for (index, completes) in SETTLE_ORDER {
+        step();
+        let claim = &held[index].claim;
+        let answer = if completes {
+            ctx.store.complete(claim).await?
+        } else {
+            ctx.store
+                .fail(claim, "broken", FailAction::DeadLetter)
+                .await?
+        };
+        settled(&ctx, answer, "settle").await?;
+    }
+
+    let mut jobs = Vec::new();
+    for id in (0..CREATED)
+        .map(|index| format!("ref-{index}"))
+        .chain(["ref-queued".to_owned(), "ref-later".to_owned()])
+    {
+        jobs.push(get_job(&ctx, &id).await?);
+    }
+    jobs.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    let states = [
+        None,
+        Some(JobState::Queued),
+        Some(JobState::Claimed),
+        Some(JobState::Completed),
+        Some(JobState::DeadLettered),
+    ];
+    for state in states {
+        let expected: Vec<&str> = jobs
+            .iter()
+            .filter(|job| state.is_none_or(|state| job.state == state))
+            .map(|job| job.id.as_str())
+            .collect();
+        for limit in 1..=expected.len() + 1 {
+            let listed: Vec<String> = ctx
+                .store
+                .list_jobs(QUEUE, state, limit)
+                .await?
+                .into_iter()
+                .map(|job| job.id)
+                .collect();
+            ensure_eq!(
+                listed,
+                expected[..limit.min(expected.len())],
+                "list_jobs({state:?}, limit {limit}): the queue's jobs in that state by \
+                 creation, then id, cut at the limit"
+            );
+        }
+    }
+    let mut dead: Vec<&Job> = jobs
+        .iter()
+        .filter(|job| job.state == JobState::DeadLettered)
+        .collect();
+    dead.sort_by(|a, b| (a.updated_at, &a.id).cmp(&(b.updated_at, &b.id)));
+    let dead: Vec<&str> = dead.iter().map(|job| job.id.as_str()).collect();
+    for limit in 1..=dead.len() + 1 {
+        ensure_eq!(
+            dead_letter_ids(&ctx, QUEUE, limit).await?,
+            dead[..limit.min(dead.len())],
+            "list_dead_letters(limit {limit}): the dead letters by last update, then id"
         );
     }
     Ok(())

@@ -29,6 +29,7 @@ pub mod retention;
 pub mod reuse;
 pub mod settle;
 pub mod take_back;
+mod twins;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;

@@ -8,10 +8,7 @@ use tenure_lease_core::clock;
 use tenure_lease_core::queue::{FailAction, JobClaim, JobLoss, JobRenewal, JobState};
 use tenure_lease_core::JobQueue;
 
-use serde_json::json;
-use tenure_lease_core::queue::NewJob;
-
-use super::complete_many::{into_situation, twin_view, SITUATIONS};
+use super::twins::{ensure_twins_agree, twin_claims, Twins};
 use super::{enqueue_and_claim, ensure_within, expire_job, get_job, job, settled, TICK};
 use crate::cases::util::{expect_invalid, LONG_TTL, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
@@ -236,42 +233,22 @@ pub async fn queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins<
 >(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let mut singles = Vec::with_capacity(SITUATIONS.len());
-    let mut batch = Vec::with_capacity(SITUATIONS.len());
-    for situation in SITUATIONS {
-        for (twin, claims) in [("single", &mut singles), ("batch", &mut batch)] {
-            let new = NewJob::new(
-                format!("renewal-twins-{situation}"),
-                json!({ "twin": true }),
-            )
-            .id(format!("{twin}-{situation}"))
-            .max_attempts(3);
-            let held = enqueue_and_claim(&ctx, new, "worker-a", LONG_TTL).await?;
-            claims.push(into_situation(&ctx, situation, held.claim).await?);
-        }
-    }
+    let (singles, batch) = twin_claims(&ctx, "renewal-twins").await?;
     let mut alone = Vec::with_capacity(singles.len());
     for claim in &singles {
         alone.push(ctx.store.renew_job(claim, LONG_TTL).await?);
     }
     let together = ctx.store.renew_jobs(&batch, LONG_TTL).await?;
-    ensure_eq!(together.len(), batch.len(), "one answer per claim");
-    for (((situation, single), in_batch), (claim, twin)) in SITUATIONS
-        .iter()
-        .zip(&alone)
-        .zip(&together)
-        .zip(batch.iter().zip(&singles))
-    {
-        ensure_eq!(
-            twin_renewal(in_batch),
-            twin_renewal(single),
-            "renew_jobs of a job {situation} (batch answer against renew_job's)"
-        );
-        ensure_eq!(
-            twin_view(&get_job(&ctx, &claim.id).await?),
-            twin_view(&get_job(&ctx, &twin.id).await?),
-            "the job {situation} after renew_jobs (against its twin after renew_job)"
-        );
-    }
-    Ok(())
+    ensure_twins_agree(
+        &ctx,
+        Twins {
+            batch: &batch,
+            singles: &singles,
+            together: &together,
+            alone: &alone,
+        },
+        twin_renewal,
+        ("renew_jobs", "renew_job"),
+    )
+    .await
 }

@@ -407,14 +407,23 @@ pub async fn queue_purge_jobs_counts_age_from_the_finish<S: JobQueue + 'static>(
     .await
 }
 
-/// The boundary is exact: a job finished exactly the retention ago is
-/// purged, one finished a microsecond less ago is not, and a retention is
-/// never rounded down (half a microsecond more keeps it). On a clock the kit
-/// cannot move, the boundary is the store's own reading: a retention of the
-/// job's age at a clock read before the purge deletes it, one an hour longer
-/// keeps it.
+/// The boundary is exact, and lies a retention after the finish: a job
+/// held for longer than the retention before it completed, and finished
+/// exactly the retention ago, is purged; finished a microsecond less ago,
+/// it is not (though it was enqueued long before), and a retention is
+/// never rounded down (half a microsecond more keeps it). On a clock the
+/// kit cannot move, the boundary is the store's own reading: a retention
+/// of the job's age at a clock read before the purge deletes it, one an
+/// hour longer keeps it.
 pub async fn queue_purge_jobs_boundary_is_exact<S: JobQueue + 'static>(ctx: Ctx<S>) -> CaseResult {
-    let finished = completed(&ctx, job("boundary")).await?;
+    let held = enqueue_and_claim(&ctx, job("boundary"), "worker-a", LONG_TTL).await?;
+    ctx.advance_past(clock::add(held.job.created_at, RETENTION))
+        .await?;
+    let finished = settled(
+        ctx.store.complete(&held.claim).await?,
+        JobState::Completed,
+        "complete after a run longer than the retention",
+    )?;
     let due = clock::add(finished.updated_at, RETENTION);
     if let ClockControl::Manual(manual) = ctx.clock() {
         manual.advance_to(clock::add(
