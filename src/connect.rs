@@ -17,7 +17,6 @@ use std::fmt;
 use std::sync::Arc;
 
 #[cfg(any(feature = "postgres", feature = "redis"))]
-use tenure_lease_core::backend::url::take_parameter;
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::{Clock, Error, ErrorKind, FenceStore, JobQueue, LeaseStore, Result};
 
@@ -45,7 +44,11 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// taken out of the URL before it reaches the driver; the builder's
 /// [`schema`](Connect::schema) and [`namespace`](Connect::namespace) win
 /// over them. Without either, PostgreSQL uses the schema `tenure` and Redis
-/// the namespace `tenure`. Every other setting is the backend's default; a
+/// the namespace `tenure`. A parameter no backend reads (a typo such as
+/// `?schmea=`) is refused as [`ErrorKind::Config`], naming the closest known
+/// one and the list (`tenure_backend_postgres::URL_PARAMETERS`,
+/// `tenure_backend_redis::URL_PARAMETERS`; SQLite, etcd and memory refuse
+/// theirs too). Every other setting is the backend's default; a
 /// store that needs more (pool bounds, timeouts, durability) is built with
 /// its backend's config and `connect`.
 ///
@@ -220,13 +223,13 @@ impl Connect {
         Ok(config)
     }
 
-    /// The PostgreSQL config: the URL without `?schema=`, the schema.
+    /// The PostgreSQL config of the URL (which reads `?schema=`), with the
+    /// schema given here over it.
     #[cfg(feature = "postgres")]
     pub(crate) fn postgres_config(&self) -> Result<crate::postgres::PgStoreConfig> {
         use crate::postgres::{MigrationMode, PgStoreConfig};
-        let (url, schema) = take_parameter(&self.url, "schema");
-        let mut config = PgStoreConfig::new(url);
-        if let Some(schema) = self.schema.clone().or(schema) {
+        let mut config = PgStoreConfig::new(self.url.clone());
+        if let Some(schema) = self.schema.clone() {
             config = config.schema(schema);
         }
         if !self.migrate_schema {
@@ -235,17 +238,15 @@ impl Connect {
         Ok(config)
     }
 
-    /// The Redis config: the URL without `?namespace=`, the namespace.
+    /// The Redis config of the URL (which reads `?namespace=`), with the
+    /// namespace given here over it.
     #[cfg(feature = "redis")]
     pub(crate) fn redis_config(&self) -> crate::redis::RedisConfig {
         use crate::redis::RedisConfig;
-        let (url, namespace) = take_parameter(&self.url, "namespace");
-        let namespace = self
-            .namespace
-            .clone()
-            .or(namespace)
-            .unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned());
-        RedisConfig::new(url, namespace)
+        match &self.namespace {
+            Some(namespace) => RedisConfig::new(self.url.as_str(), namespace.as_str()),
+            None => RedisConfig::from(self.url.as_str()),
+        }
     }
 
     /// The etcd config of the URL, on the clock given.
@@ -301,27 +302,45 @@ pub(crate) enum Backend {
     Etcd,
 }
 
+/// Every scheme and its backend. Each backend crate declares its own
+/// (`URL_SCHEMES`); they are repeated here so that a scheme whose backend's
+/// feature is off can name the feature, and a unit test keeps the two
+/// equal.
+const SCHEMES: [(&str, Backend); 13] = [
+    ("memory", Backend::Memory),
+    ("sqlite", Backend::Sqlite),
+    ("postgres", Backend::Postgres),
+    ("postgresql", Backend::Postgres),
+    ("redis", Backend::Redis),
+    ("rediss", Backend::Redis),
+    ("redis+unix", Backend::Redis),
+    ("redis+sentinel", Backend::Redis),
+    ("rediss+sentinel", Backend::Redis),
+    ("redis+cluster", Backend::Redis),
+    ("rediss+cluster", Backend::Redis),
+    ("etcd", Backend::Etcd),
+    ("etcds", Backend::Etcd),
+];
+
 /// What the errors list as accepted.
 const ACCEPTED: &str = "`memory:`, `sqlite:PATH` (or `sqlite:///ABSOLUTE/PATH`), \
                         `postgres://` / `postgresql://`, `redis://` / `rediss://` / `redis+unix://` / \
                         `redis+sentinel://` / `rediss+sentinel://` / `redis+cluster://` / \
-                        `rediss+cluster://` and `etcd://`";
+                        `rediss+cluster://` and `etcd://` / `etcds://`";
 
 impl Backend {
     /// The backend of `scheme` (lower case); an unknown one is
     /// [`ErrorKind::Config`] listing the accepted ones.
     fn of(scheme: &str) -> Result<Self> {
-        match scheme {
-            "memory" => Ok(Backend::Memory),
-            "sqlite" => Ok(Backend::Sqlite),
-            "postgres" | "postgresql" => Ok(Backend::Postgres),
-            "redis" | "rediss" | "redis+unix" | "redis+sentinel" | "rediss+sentinel"
-            | "redis+cluster" | "rediss+cluster" => Ok(Backend::Redis),
-            "etcd" => Ok(Backend::Etcd),
-            other => Err(config_error(format!(
-                "unknown store URL scheme `{other}:`; tenure::connect accepts {ACCEPTED}"
-            ))),
-        }
+        SCHEMES
+            .iter()
+            .find(|(known, _)| *known == scheme)
+            .map(|&(_, backend)| backend)
+            .ok_or_else(|| {
+                config_error(format!(
+                    "unknown store URL scheme `{scheme}:`; tenure::connect accepts {ACCEPTED}"
+                ))
+            })
     }
 
     /// The Cargo feature of the `tenure` crate that brings the backend.
@@ -394,6 +413,35 @@ mod tests {
                 && error.message().contains("features = [\"postgres\"]"),
             "{error}"
         );
+    }
+
+    /// The facade's table holds exactly the schemes each backend declares.
+    #[cfg(all(
+        feature = "sqlite",
+        feature = "postgres",
+        feature = "redis",
+        feature = "etcd"
+    ))]
+    #[test]
+    fn every_backend_declares_the_schemes_the_facade_dispatches() {
+        let declared: [(Backend, &[&str]); 5] = [
+            (Backend::Memory, &["memory"]),
+            (Backend::Sqlite, tenure_backend_sqlite::URL_SCHEMES),
+            (Backend::Postgres, tenure_backend_postgres::URL_SCHEMES),
+            (Backend::Redis, tenure_backend_redis::URL_SCHEMES),
+            (Backend::Etcd, tenure_backend_etcd::URL_SCHEMES),
+        ];
+        for (backend, schemes) in declared {
+            let dispatched: Vec<&str> = SCHEMES
+                .iter()
+                .filter(|(_, to)| *to == backend)
+                .map(|(scheme, _)| *scheme)
+                .collect();
+            assert_eq!(dispatched, schemes, "{}", backend.name());
+            for scheme in schemes {
+                assert!(ACCEPTED.contains(&format!("`{scheme}:")), "{scheme}");
+            }
+        }
     }
 
     #[test]

@@ -266,6 +266,35 @@ async fn options_a_backend_does_not_take_are_refused_naming_who_takes_them() {
     }
 }
 
+/// A misspelt parameter would leave its setting at the default without a
+/// word (the drivers drop what they do not know): it is refused before
+/// anything is reached, naming the parameter meant, on every backend.
+#[tokio::test]
+async fn misspelt_url_parameters_are_refused_at_once_naming_the_one_meant() {
+    let cases = [
+        ("postgres://app:hunter2@127.0.0.1:1/db?schmea=s", "`schema`"),
+        (
+            "postgres://app:hunter2@127.0.0.1:1/db?sslmode=disable&applicaton_name=x",
+            "`application_name`",
+        ),
+        ("redis://:hunter2@127.0.0.1:1/?namespce=n", "`namespace`"),
+        ("rediss://:hunter2@127.0.0.1:1/?tls_cq=/ca.pem", "`tls_ca`"),
+        ("redis+unix:///tmp/nobody.sock?pass=hunter2&dv=1", "`db`"),
+        (
+            "etcd://app:hunter2@127.0.0.1:1/p?max_txn_op=8",
+            "max_txn_ops",
+        ),
+        ("sqlite:leases.db?schema=s", "not supported"),
+        ("memory:?namespace=n", "takes nothing"),
+    ];
+    for (url, named) in cases {
+        let error = tenure::connect(url).await.expect_err(url);
+        assert_eq!(error.kind(), ErrorKind::Config, "{url}: {error}");
+        assert!(error.message().contains(named), "{url}: {error}");
+        assert!(!error.to_string().contains("hunter2"), "{url}: {error}");
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn a_refused_connection_does_not_show_the_password() {

@@ -262,6 +262,9 @@ impl EtcdConfig {
 
 /// The URL without its scheme, and whether it asks for TLS, when the
 /// scheme is `etcd` or `etcds` (any case).
+/// The URL schemes of an etcd cluster: plain and TLS.
+pub const URL_SCHEMES: &[&str] = &["etcd", "etcds"];
+
 fn strip_scheme(url: &str) -> Option<(&str, bool)> {
     let (scheme, rest) = url.split_once("://")?;
     if scheme.eq_ignore_ascii_case("etcd") {

@@ -132,7 +132,7 @@ mod queue;
 mod records;
 mod timers;
 
-pub use config::EtcdConfig;
+pub use config::{EtcdConfig, URL_SCHEMES};
 
 use keys::Keys;
 use kv::{Cluster, Reads, Runner};

@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgSslMode};
-use tenure_lease_core::backend::url::take_parameter;
+use tenure_lease_core::backend::url::{refuse_unknown_parameters, take_parameter};
 pub(crate) use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Error, ErrorKind, Result};
@@ -26,6 +26,44 @@ const MAX_SCHEMA_BYTES: usize = 63;
 
 /// The URL parameter that is [`PgStoreConfig::require_synchronous_standby`].
 const SYNCHRONOUS_STANDBY_PARAMETER: &str = "require_synchronous_standby";
+
+/// The URL schemes of a PostgreSQL server.
+pub const URL_SCHEMES: &[&str] = &["postgres", "postgresql"];
+
+/// The URL parameter naming the schema.
+const SCHEMA_PARAMETER: &str = "schema";
+
+/// The query parameters a PostgreSQL URL may carry: tenure's (`schema`,
+/// `require_synchronous_standby`, `tls_ca`, `tls_cert`, `tls_key`) and
+/// those sqlx reads (libpq's names, `options[NAME]` for one server
+/// setting). Any other is refused at connect: a misspelt one would
+/// otherwise be dropped without a word.
+pub const URL_PARAMETERS: &[&str] = &[
+    SCHEMA_PARAMETER,
+    SYNCHRONOUS_STANDBY_PARAMETER,
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+    "options[",
+];
 
 /// What [`PgStore::connect`](crate::PgStore::connect) needs: the server URL,
 /// the schema, and the pool's bounds.
@@ -92,11 +130,13 @@ impl PgStoreConfig {
     /// (see [`tenure_lease_core::tls`]), like [`tls`](Self::tls), verify in
     /// full.
     ///
-    /// `require_synchronous_standby=true` in the URL is
+    /// `schema=NAME` in the URL is [`schema`](Self::schema), which a later
+    /// call overrides. `require_synchronous_standby=true` in the URL is
     /// [`require_synchronous_standby`](Self::require_synchronous_standby)
-    /// (`false` is the default); any other value is refused at connect.
+    /// (`false` is the default); any other value is refused at connect, as
+    /// is a parameter not in [`URL_PARAMETERS`].
     pub fn new(url: impl Into<String>) -> Self {
-        let url = url.into();
+        let (url, schema) = take_parameter(&url.into(), SCHEMA_PARAMETER);
         let (without, requirement) = take_parameter(&url, SYNCHRONOUS_STANDBY_PARAMETER);
         let (url, require_synchronous_standby) = match requirement.as_deref() {
             Some("true") => (without, true),
@@ -106,7 +146,7 @@ impl PgStoreConfig {
         };
         PgStoreConfig {
             url,
-            schema: DEFAULT_SCHEMA.to_owned(),
+            schema: schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned()),
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
@@ -240,6 +280,7 @@ impl PgStoreConfig {
             ),
             ));
         }
+        refuse_unknown_parameters(&self.url, "PostgreSQL", URL_PARAMETERS)?;
         let (url, from_url) = TlsCertificates::split_from_url(&self.url)?;
         let mut options: PgConnectOptions = url.parse().map_err(store_error)?;
         if let Some(certificates) = self.tls.clone().or(from_url) {

@@ -350,7 +350,10 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
-pub use config::{MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA};
+pub use config::{
+    MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA, URL_PARAMETERS,
+    URL_SCHEMES,
+};
 pub use server::ServerSettings;
 /// The sqlx this crate runs on, for the transactions
 /// [`PgStore::check_fence_in`] checks in.

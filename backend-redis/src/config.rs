@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use tenure_lease_core::backend::url::{refuse_unknown_parameters, take_parameter};
 use tenure_lease_core::backend::validate;
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::tls::TlsCertificates;
@@ -50,8 +51,42 @@ const WAIT_REPLICAS_PARAMETER: &str = "wait_replicas";
 /// The URL parameter naming how long a write waits for them, in
 /// milliseconds.
 const WAIT_TIMEOUT_PARAMETER: &str = "wait_timeout_ms";
+/// The URL schemes of a server (plain, TLS, a Unix socket), of Sentinels
+/// and of a cluster.
+pub const URL_SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+unix",
+    "redis+sentinel",
+    "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
+];
+
+/// The URL parameter naming the namespace.
+const NAMESPACE_PARAMETER: &str = "namespace";
 /// How long a write waits for its replicas unless told otherwise.
 const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The query parameters a single server's URL (`redis://`, `rediss://`,
+/// `redis+unix://`) may carry: tenure's (`wait_replicas`,
+/// `wait_timeout_ms`, `tls_ca`, `tls_cert`, `tls_key`) and those the
+/// `redis` crate reads (`db`, `user`, `pass`, `protocol`), and
+/// `namespace`, read when the config is made. Any other is refused at
+/// connect: a misspelt one would otherwise be dropped without a word.
+/// (Sentinel and cluster URLs say what they take in their own refusals.)
+pub const URL_PARAMETERS: &[&str] = &[
+    NAMESPACE_PARAMETER,
+    WAIT_REPLICAS_PARAMETER,
+    WAIT_TIMEOUT_PARAMETER,
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+    "db",
+    "user",
+    "pass",
+    "protocol",
+];
 
 impl RedisConfig {
     /// How long one operation may take, reconnecting included, before it
@@ -97,10 +132,13 @@ impl RedisConfig {
     ///
     /// The namespace separates independent stores on one server: it must be
     /// non-empty, at most 256 bytes, without control characters and without
-    /// `{` or `}` (it becomes the keys' hash tag).
+    /// `{` or `}` (it becomes the keys' hash tag). It wins over a
+    /// `?namespace=` in the URL, which a config made from the URL alone
+    /// reads ([`From<&str>`](#impl-From%3C%26str%3E-for-RedisConfig)).
     pub fn new(url: impl Into<String>, namespace: impl Into<String>) -> Self {
+        let (url, _) = take_parameter(&url.into(), NAMESPACE_PARAMETER);
         RedisConfig {
-            url: url.into(),
+            url,
             namespace: namespace.into(),
             operation_timeout: Self::DEFAULT_OPERATION_TIMEOUT,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
@@ -276,6 +314,12 @@ impl RedisConfig {
         let (url, from_url) = TlsCertificates::split_from_url(&url)?;
         let certificates = self.tls.clone().or(from_url);
         let lowercase = url.to_ascii_lowercase();
+        let single_server = ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|scheme| lowercase.starts_with(scheme));
+        if single_server {
+            refuse_unknown_parameters(&url, "Redis", URL_PARAMETERS)?;
+        }
         let encrypted = ["rediss://", "rediss+sentinel://", "rediss+cluster://"]
             .iter()
             .any(|scheme| lowercase.starts_with(scheme));
@@ -328,16 +372,21 @@ impl RedisConfig {
 }
 
 impl From<&str> for RedisConfig {
-    /// [`RedisConfig::new`]`(url, `[`DEFAULT_NAMESPACE`](RedisConfig::DEFAULT_NAMESPACE)`)`.
+    /// [`RedisConfig::new`]`(url, namespace)` with the URL's `?namespace=`,
+    /// or [`DEFAULT_NAMESPACE`](RedisConfig::DEFAULT_NAMESPACE) without one.
     fn from(url: &str) -> Self {
-        RedisConfig::new(url, RedisConfig::DEFAULT_NAMESPACE)
+        let namespace = take_parameter(url, NAMESPACE_PARAMETER).1;
+        RedisConfig::new(
+            url,
+            namespace.unwrap_or_else(|| RedisConfig::DEFAULT_NAMESPACE.to_owned()),
+        )
     }
 }
 
 impl From<String> for RedisConfig {
-    /// [`RedisConfig::new`]`(url, `[`DEFAULT_NAMESPACE`](RedisConfig::DEFAULT_NAMESPACE)`)`.
+    /// As [`From<&str>`](#impl-From%3C%26str%3E-for-RedisConfig).
     fn from(url: String) -> Self {
-        RedisConfig::new(url, RedisConfig::DEFAULT_NAMESPACE)
+        RedisConfig::from(url.as_str())
     }
 }
 

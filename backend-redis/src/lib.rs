@@ -240,7 +240,7 @@ use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Claim, Error, LeaseRecord, Renewal, Result};
 
-pub use config::{RedisConfig, WaitForReplicas};
+pub use config::{RedisConfig, WaitForReplicas, URL_PARAMETERS, URL_SCHEMES};
 pub use queue::{CLAIM_SCAN_PER_JOB, PROMOTE_BATCH};
 pub use sentinel::DEFAULT_SENTINEL_PORT;
 pub use server::{AppendFsync, Durability, SettingsSource};

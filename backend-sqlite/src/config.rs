@@ -73,6 +73,9 @@ pub struct SqliteConfig {
     invalid: Option<String>,
 }
 
+/// The URL scheme of a SQLite file (`sqlite:PATH`, `sqlite:///ABSOLUTE/PATH`).
+pub const URL_SCHEMES: &[&str] = &["sqlite"];
+
 impl SqliteConfig {
     /// The file at `path` (created if missing), with [`Durability::Full`], a
     /// busy timeout of [`DEFAULT_BUSY_TIMEOUT`] and the [`SystemClock`].

@@ -187,7 +187,7 @@ use std::sync::Arc;
 
 use tenure_lease_core::{Clock, Result};
 
-pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT};
+pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT, URL_SCHEMES};
 pub use gate::FenceTable;
 /// The rusqlite this crate runs on, for the connections [`FenceTable`]
 /// checks on.

@@ -91,6 +91,31 @@ fn a_malformed_url_says_which_are_accepted() {
 }
 
 #[test]
+fn a_misspelt_url_parameter_exits_2_for_every_command_before_anything_is_reached() {
+    let postgres = format!(
+        "postgres://app:hunter2@127.0.0.1:{}/jobs?schmea=s",
+        free_port()
+    );
+    let redis = format!("redis://:hunter2@127.0.0.1:{}/?namespce=n", free_port());
+    let commands: [&[&str]; 5] = [
+        &["leases"],
+        &["migrate"],
+        &["check"],
+        &["take-over", "some-id", "--fail", "operator"],
+        &["purge", "--older-than", "1d"],
+    ];
+    for (url, meant) in [(&postgres, "`schema`"), (&redis, "`namespace`")] {
+        for command in commands {
+            tenure(url, command).assert().code(2).stderr(
+                contains(meant)
+                    .and(contains("config"))
+                    .and(contains("hunter2").not()),
+            );
+        }
+    }
+}
+
+#[test]
 fn the_url_flag_wins_over_the_environment() {
     tenure_bare(&["--url", "memory:", "leases"])
         .env("TENURE_URL", "nonsense")
