@@ -179,9 +179,9 @@ pub trait FenceStore: Send + Sync {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   resource that is empty, longer than
-    ///   [`MAX_NAME_BYTES`](crate::backend::validate::MAX_NAME_BYTES) or
+    ///   [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES) or
     ///   holding control characters, or a fence of 0 or above
-    ///   [`MAX_GATE_FENCE`](crate::backend::validate::MAX_GATE_FENCE);
+    ///   [`MAX_GATE_FENCE`](crate::limits::MAX_GATE_FENCE);
     /// * the [store errors](crate::LeaseStore#store-errors), `Corrupt` when
     ///   the stored highest fence cannot be decoded (nothing is written over
     ///   it).
@@ -223,7 +223,7 @@ pub trait FenceStore: Send + Sync {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    ///   retention over [`MAX_RETENTION`](crate::backend::validate::MAX_RETENTION);
+    ///   retention over [`MAX_RETENTION`](crate::limits::MAX_RETENTION);
     ///   nothing is deleted;
     /// * the [store errors](crate::LeaseStore#store-errors). Redis deletes in
     ///   batches of 1000, one script each: an error after the first batch

@@ -32,6 +32,7 @@ mod error;
 mod fence;
 pub mod keeper;
 pub mod layer;
+pub mod limits;
 mod outcome;
 pub mod queue;
 mod record;

@@ -114,7 +114,7 @@ pub trait LeaseStore: Send + Sync {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for more
-    ///   than [`MAX_BATCH`](crate::backend::validate::MAX_BATCH) claims, a bad claim
+    ///   than [`MAX_BATCH`](crate::limits::MAX_BATCH) claims, a bad claim
     ///   or a bad ttl; nothing is renewed;
     /// * the [store errors](LeaseStore#store-errors). A claim whose record
     ///   cannot be decoded makes the whole call answer `Corrupt`: renew such
@@ -149,7 +149,7 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad claim, a `Pending` target, or an error or stop reason over
-    ///   [`MAX_TEXT_BYTES`](crate::backend::validate::MAX_TEXT_BYTES) or holding a NUL;
+    ///   [`MAX_TEXT_BYTES`](crate::limits::MAX_TEXT_BYTES) or holding a NUL;
     /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the
     ///   record cannot be decoded.
     ///
@@ -175,7 +175,7 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad id or claimer, a grace over
-    ///   [`MAX_GRACE`](crate::backend::validate::MAX_GRACE), a bad error or stop
+    ///   [`MAX_GRACE`](crate::limits::MAX_GRACE), a bad error or stop
     ///   reason (`Fail`) or ttl (`Adopt`);
     /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the
     ///   record or the fence counter cannot be decoded.
@@ -202,8 +202,8 @@ pub trait LeaseStore: Send + Sync {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    ///   grace over [`MAX_GRACE`](crate::backend::validate::MAX_GRACE) or a limit
-    ///   outside 1 to [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT);
+    ///   grace over [`MAX_GRACE`](crate::limits::MAX_GRACE) or a limit
+    ///   outside 1 to [`MAX_LIST_LIMIT`](crate::limits::MAX_LIST_LIMIT);
     /// * the [store errors](LeaseStore#store-errors). A record that cannot be
     ///   decoded is no error: it is left out, listed in
     ///   [`ExpiredScan::skipped`] and logged.
@@ -278,7 +278,7 @@ pub trait LeaseStore: Send + Sync {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    ///   retention over [`MAX_RETENTION`](crate::backend::validate::MAX_RETENTION);
+    ///   retention over [`MAX_RETENTION`](crate::limits::MAX_RETENTION);
     ///   nothing is deleted;
     /// * the [store errors](LeaseStore#store-errors). Redis deletes in
     ///   batches of 1000, one script each: an error after the first batch

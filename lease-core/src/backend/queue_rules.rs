@@ -12,12 +12,8 @@ use crate::queue::{
     DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, TakeBackRefusal,
 };
 
-/// Most jobs one `claim` hands out.
-pub const MAX_CLAIM: usize = 1000;
-/// Most jobs one `reap` handles.
-pub const MAX_REAP: usize = 1000;
-/// Largest `max_attempts`.
-pub const MAX_ATTEMPTS: u32 = 1000;
+pub use crate::limits::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES, MAX_REAP};
+
 /// An attempt count (`attempt` or `max_attempts`) read from a store, checked
 /// as every backend decodes it: the contract never writes one above
 /// [`MAX_ATTEMPTS`], so a larger one is damage (and `claim`'s `attempt + 1`
@@ -35,9 +31,6 @@ pub fn stored_attempt_count(field: &str, count: u32) -> Result<u32, String> {
     }
     Ok(count)
 }
-
-/// Largest payload, serialised as JSON.
-pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
 
 /// The job `enqueue` stores.
 pub fn new_job(new: &NewJob, now: Timestamp) -> Job {

@@ -50,9 +50,9 @@ pub trait JobQueue: LeaseStore {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad id or queue, `max_attempts` outside 1 to
-    ///   [`MAX_ATTEMPTS`](crate::backend::queue_rules::MAX_ATTEMPTS), bad or too many required
+    ///   [`MAX_ATTEMPTS`](crate::limits::MAX_ATTEMPTS), bad or too many required
     ///   capabilities, a payload over
-    ///   [`MAX_PAYLOAD_BYTES`](crate::backend::queue_rules::MAX_PAYLOAD_BYTES), too deep or holding
+    ///   [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES), too deep or holding
     ///   a NUL, or a `run_at` outside the years 1 to 9999;
     /// * [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when a
     ///   job with this id exists;
@@ -77,7 +77,7 @@ pub trait JobQueue: LeaseStore {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for more
-    ///   than [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT) jobs, any
+    ///   than [`MAX_LIST_LIMIT`](crate::limits::MAX_LIST_LIMIT) jobs, any
     ///   invalid job, or an id twice in the batch;
     /// * [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when
     ///   any of the ids exists;
@@ -102,7 +102,7 @@ pub trait JobQueue: LeaseStore {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad queue, worker, capability or ttl, or a limit outside 1 to
-    ///   [`MAX_CLAIM`](crate::backend::queue_rules::MAX_CLAIM);
+    ///   [`MAX_CLAIM`](crate::limits::MAX_CLAIM);
     /// * the [store errors](LeaseStore#store-errors). A job that cannot be
     ///   decoded is no error: it is passed over, left as it is and logged.
     ///
@@ -155,7 +155,7 @@ pub trait JobQueue: LeaseStore {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad claim (id, owner, fence 0) or ttl, a job named twice, or more
-    ///   than [`MAX_BATCH`](crate::backend::validate::MAX_BATCH) claims;
+    ///   than [`MAX_BATCH`](crate::limits::MAX_BATCH) claims;
     ///   nothing changed;
     /// * the [store errors](LeaseStore#store-errors), `Corrupt` when one of
     ///   the jobs cannot be decoded: the outcome of every claim is then
@@ -209,7 +209,7 @@ pub trait JobQueue: LeaseStore {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad claim, a job named twice, or more than
-    ///   [`MAX_BATCH`](crate::backend::validate::MAX_BATCH) claims; nothing
+    ///   [`MAX_BATCH`](crate::limits::MAX_BATCH) claims; nothing
     ///   changed;
     /// * the [store errors](LeaseStore#store-errors), `Corrupt` when one of
     ///   the jobs cannot be decoded: the outcome of every claim is then
@@ -237,8 +237,8 @@ pub trait JobQueue: LeaseStore {
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
     ///   bad claim, an error text over
-    ///   [`MAX_TEXT_BYTES`](crate::backend::validate::MAX_TEXT_BYTES) or holding a
-    ///   NUL, or a backoff over [`MAX_TTL`](crate::backend::validate::MAX_TTL);
+    ///   [`MAX_TEXT_BYTES`](crate::limits::MAX_TEXT_BYTES) or holding a
+    ///   NUL, or a backoff over [`MAX_TTL`](crate::limits::MAX_TTL);
     /// * the [store errors](LeaseStore#store-errors), `Corrupt` when the job
     ///   cannot be decoded.
     ///
@@ -273,12 +273,12 @@ pub trait JobQueue: LeaseStore {
 
     /// Jobs whose lease expired beyond `grace`: requeued when attempts are
     /// left, else dead-lettered with [`DeadReason::LeaseExpired`]. Handles at
-    /// most [`MAX_REAP`](crate::backend::queue_rules::MAX_REAP) jobs per call, oldest expiry first.
+    /// most [`MAX_REAP`](crate::limits::MAX_REAP) jobs per call, oldest expiry first.
     ///
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    ///   grace over [`MAX_GRACE`](crate::backend::validate::MAX_GRACE);
+    ///   grace over [`MAX_GRACE`](crate::limits::MAX_GRACE);
     /// * the [store errors](LeaseStore#store-errors). A job that cannot be
     ///   decoded is no error: it is passed over, left as it is and logged.
     ///
@@ -330,7 +330,7 @@ pub trait JobQueue: LeaseStore {
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an
     /// invalid queue or a limit outside 1 to
-    /// [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT); the
+    /// [`MAX_LIST_LIMIT`](crate::limits::MAX_LIST_LIMIT); the
     /// [store errors](LeaseStore#store-errors). A dead letter that cannot be
     /// decoded makes SQLite and Redis answer `Corrupt`; PostgreSQL leaves it
     /// out with a warning.
@@ -351,7 +351,7 @@ pub trait JobQueue: LeaseStore {
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad
     /// queue name or a limit of 0 or over
-    /// [`MAX_LIST_LIMIT`](crate::backend::validate::MAX_LIST_LIMIT); the
+    /// [`MAX_LIST_LIMIT`](crate::limits::MAX_LIST_LIMIT); the
     /// [store errors](LeaseStore#store-errors), with undecodable jobs
     /// treated as `list_dead_letters` treats them on that backend.
     ///
@@ -407,7 +407,7 @@ pub trait JobQueue: LeaseStore {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    /// retention over [`MAX_RETENTION`](crate::backend::validate::MAX_RETENTION)
+    /// retention over [`MAX_RETENTION`](crate::limits::MAX_RETENTION)
     /// (nothing is deleted); otherwise the
     /// [store errors](LeaseStore#store-errors). A backend that deletes in
     /// batches (Redis, 1000 jobs per script) may have deleted some batches

@@ -283,7 +283,7 @@ pub struct ClaimRequest {
     pub capabilities: BTreeSet<String>,
     /// Lease length of each claim.
     pub ttl: Duration,
-    /// At most this many jobs (1 ..= [`MAX_CLAIM`](crate::backend::queue_rules::MAX_CLAIM)).
+    /// At most this many jobs (1 ..= [`MAX_CLAIM`](crate::limits::MAX_CLAIM)).
     pub limit: usize,
 }
 
