@@ -437,3 +437,48 @@ define_cases! {$
         random::gate_model::gate_model_based_random_operations,
     ]
 }
+
+/// Expands to every area of the kit for one factory, each in its own
+/// module of tests named after the area: `leases`
+/// ([`tenure_conformance!`]), `gates` ([`tenure_gate_conformance!`]),
+/// `queue` ([`tenure_queue_conformance!`]), and the opt-in suites
+/// `nemesis`, `processes`, `queue_processes`, `network`, `restart` and
+/// `deployment`. The opt-in scenarios run where the factory offers their
+/// capability and are reported skipped, with the `Factory` method that
+/// answered `None`, where it does not, so one line covers a backend and a
+/// capability added to its factory is tested without touching the tests.
+///
+/// The store must be a `LeaseStore`, a `JobQueue` and a `FenceStore`, and
+/// the factory expression is evaluated once per test (child processes of
+/// the process suite evaluate it again, so it must read the same
+/// environment). Items of the calling module are visible in the
+/// expression.
+///
+/// ```ignore
+/// mod kit {
+///     use crate::support;
+///     tenure_conformance::tenure_kit!(support::MyFactory::from_env());
+/// }
+/// ```
+#[macro_export]
+macro_rules! tenure_kit {
+    ($factory:expr $(,)?) => {
+        $crate::tenure_kit!(@area leases, tenure_conformance, $factory);
+        $crate::tenure_kit!(@area gates, tenure_gate_conformance, $factory);
+        $crate::tenure_kit!(@area queue, tenure_queue_conformance, $factory);
+        $crate::tenure_kit!(@area nemesis, tenure_nemesis_conformance, $factory);
+        $crate::tenure_kit!(@area processes, tenure_process_conformance, $factory);
+        $crate::tenure_kit!(@area queue_processes, tenure_queue_process_conformance, $factory);
+        $crate::tenure_kit!(@area network, tenure_network_conformance, $factory);
+        $crate::tenure_kit!(@area restart, tenure_restart_conformance, $factory);
+        $crate::tenure_kit!(@area deployment, tenure_deployment_conformance, $factory);
+    };
+    (@area $area:ident, $suite:ident, $factory:expr) => {
+        mod $area {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::$suite!($factory);
+        }
+    };
+}

@@ -7,6 +7,7 @@
 //! behind a wrapper that breaks one behaviour; the race bugs need a store
 //! whose operations are not atomic, the [`torn`] store.
 
+mod gates;
 mod torn;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,0 +1,394 @@
+//! Damaged rows: each column of `leases` and of `jobs` in turn holds a value
+//! the store cannot represent (PostgreSQL's `infinity` and `-infinity`, an
+//! unknown status, malformed JSON shapes, NULL array elements, out-of-range
+//! counts and fences), or an unusual one it can (NULL where allowed, the
+//! largest fence). No read path may panic: point reads answer `Corrupt`,
+//! scans leave the row out (`list_expired` reporting it as skipped), every
+//! other call gives a typed answer, and nothing but the damaged row's own
+//! writes changes.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tenure_backend_postgres::PgStore;
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::{
+    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
+    StatusChange, TakeoverRequest,
+};
+
+use support::{execute, with_store, DROP_JOB_CHECKS, DROP_LEASE_CHECKS};
+
+const LONG: Duration = Duration::from_secs(600);
+
+/// The row of `table` with `id`, as PostgreSQL prints it.
+async fn row_text(store: &PgStore, table: &str, id: &str) -> Option<String> {
+    sqlx::query_scalar(&format!(
+        "SELECT t::text FROM \"{}\".{table} t WHERE t.id = $1",
+        store.schema()
+    ))
+    .bind(id)
+    .fetch_optional(store.pool())
+    .await
+    .expect("read row")
+}
+
+/// One damage: `column` set to the SQL expression `value`; `corrupt` when
+/// no record can represent it.
+struct Damage {
+    column: &'static str,
+    value: &'static str,
+    corrupt: bool,
+}
+
+const fn damage(column: &'static str, value: &'static str, corrupt: bool) -> Damage {
+    Damage {
+        column,
+        value,
+        corrupt,
+    }
+}
+
+/// Every column of `leases` the store reads, with values it cannot or can
+/// represent. (`id` is the primary key; `is_active` is generated.)
+const LEASE_DAMAGES: &[Damage] = &[
+    damage("lease_expires_at", "'infinity'", true),
+    damage("lease_expires_at", "'-infinity'", true),
+    damage("lease_expires_at", "NULL", false),
+    damage("created_at", "'infinity'", true),
+    damage("created_at", "'-infinity'", true),
+    damage("updated_at", "'infinity'", true),
+    damage("updated_at", "'-infinity'", true),
+    damage("status", "'bogus'", true),
+    damage("fence", "0", true),
+    damage("fence", "-5", true),
+    damage("fence", "9223372036854775807", false),
+    damage("metadata", "'[1, 2]'", true),
+    damage("metadata", "'\"text\"'", true),
+    damage("metadata", "'null'", true),
+    damage("scopes", "'{NULL}'", true),
+    damage("scopes", "'{v, NULL}'", true),
+    damage("owner", "NULL", false),
+    damage("kind", "''", false),
+    damage("error", "NULL", false),
+    damage("stop_reason", "NULL", false),
+];
+
+/// Every column of `jobs` the store reads.
+const JOB_DAMAGES: &[Damage] = &[
+    damage("run_at", "'infinity'", true),
+    damage("run_at", "'-infinity'", true),
+    damage("lease_expires_at", "'infinity'", true),
+    damage("lease_expires_at", "'-infinity'", true),
+    damage("created_at", "'infinity'", true),
+    damage("created_at", "'-infinity'", true),
+    damage("updated_at", "'infinity'", true),
+    damage("updated_at", "'-infinity'", true),
+    damage("run_at", "'270000-01-01 00:00:00+00'", true),
+    damage("created_at", "'270000-01-01 00:00:00+00'", true),
+    damage("state", "'bogus'", true),
+    damage("dead_reason", "'bogus'", true),
+    damage("attempt", "-1", true),
+    damage("attempt", "1001", true),
+    damage("attempt", "2147483647", true),
+    damage("attempt", "1000", false),
+    damage("max_attempts", "-1", true),
+    damage("max_attempts", "1001", true),
+    damage("fence", "-1", true),
+    damage("fence", "9223372036854775807", false),
+    damage("required_capabilities", "'{NULL}'", true),
+    damage("required_capabilities", "'{gpu, NULL}'", true),
+    damage("payload", "'null'", false),
+    damage("owner", "NULL", false),
+    damage("last_error", "NULL", false),
+    damage("dead_reason", "NULL", false),
+];
+
+fn assert_corrupt_or<T: std::fmt::Debug>(
+    answer: tenure_lease_core::Result<T>,
+    corrupt: bool,
+    what: &str,
+) -> Option<T> {
+    match answer {
+        Err(error) if corrupt => {
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{what}: {error}");
+            None
+        }
+        Err(error) => panic!("{what}: a representable value answered {error}"),
+        Ok(value) if corrupt => panic!("{what}: an unrepresentable value answered {value:?}"),
+        Ok(value) => Some(value),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_damaged_lease_column_is_corrupt_or_skipped_never_a_panic() {
+    with_store(
+        "every_damaged_lease_column_is_corrupt_or_skipped_never_a_panic",
+        |store, url| async move {
+            execute(&url, &store, DROP_LEASE_CHECKS).await;
+            // No lease: the control is always due for `list_expired`.
+            let control = match store
+                .admit(&AdmitRequest::new("control", "worker-a"))
+                .await
+                .expect("admit control")
+            {
+                Admission::Admitted { record, .. } => record,
+                other => panic!("{other:?}"),
+            };
+            let control_row = row_text(&store, "leases", "control").await;
+            for (case, damage) in LEASE_DAMAGES.iter().enumerate() {
+                let what = format!("leases.{} = {}", damage.column, damage.value);
+                let victim = format!("victim-{case}");
+                let record = match store
+                    .admit(&AdmitRequest::new(&victim, "worker-a").scope("v"))
+                    .await
+                    .expect("admit victim")
+                {
+                    Admission::Admitted { record, .. } => record,
+                    other => panic!("{what}: {other:?}"),
+                };
+                // The victim keeps its scope's history but holds it no more:
+                // a status no longer active must not keep a held row.
+                execute(
+                    &url,
+                    &store,
+                    &format!(
+                        "DELETE FROM $schema.held_scopes WHERE lease_id = '{victim}'; \
+                         UPDATE $schema.leases SET {} = {} WHERE id = '{victim}';",
+                        damage.column, damage.value
+                    ),
+                )
+                .await;
+                let damaged_row = row_text(&store, "leases", &victim).await;
+
+                // Point read.
+                assert_corrupt_or(store.get(&victim).await, damage.corrupt, &what);
+                // Scans: the victim is never listed when corrupt, the control
+                // always is; `list_expired` reports what it skipped.
+                let scan = store
+                    .list_expired(&ExpiredQuery::new(Duration::ZERO))
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: list_expired: {error}"));
+                assert!(
+                    scan.records.iter().any(|record| record.id == "control"),
+                    "{what}: {scan:?}"
+                );
+                if damage.corrupt {
+                    assert!(
+                        scan.records.iter().all(|record| record.id != victim),
+                        "{what}: {scan:?}"
+                    );
+                }
+                let skipped: Vec<&str> = scan.skipped.iter().map(|s| s.id.as_str()).collect();
+                assert!(
+                    skipped.iter().all(|id| *id == victim),
+                    "{what}: skipped {skipped:?}"
+                );
+                if !skipped.is_empty() {
+                    assert!(
+                        scan.skipped[0].reason.contains(damage.column),
+                        "{what}: {:?}",
+                        scan.skipped
+                    );
+                }
+                let by_scope = store.list_by_scope("v").await;
+                if let Ok(listed) = &by_scope {
+                    assert!(
+                        !damage.corrupt || listed.iter().all(|record| record.id != victim),
+                        "{what}: {listed:?}"
+                    );
+                } else if let Err(error) = &by_scope {
+                    assert_eq!(error.kind(), ErrorKind::Corrupt, "{what}: {error}");
+                }
+                match store.list_active().await {
+                    Ok(active) => assert!(
+                        !damage.corrupt || active.iter().all(|record| record.id != victim),
+                        "{what}: {active:?}"
+                    ),
+                    Err(error) => assert_eq!(error.kind(), ErrorKind::Corrupt, "{what}: {error}"),
+                }
+                assert_eq!(
+                    row_text(&store, "leases", &victim).await,
+                    damaged_row,
+                    "{what}: a read changed the damaged row"
+                );
+                assert_eq!(
+                    row_text(&store, "leases", "control").await,
+                    control_row,
+                    "{what}: a read changed another row"
+                );
+
+                // Writes on the victim, or reading it back: typed answers.
+                let claim = record.claim().expect("claim");
+                let _ = store.renew(&claim, LONG).await;
+                let _ = store
+                    .renew_many(&[claim.clone(), Claim::new("ghost", "worker-a", 1)], LONG)
+                    .await;
+                let _ = store.transition(&claim, &StatusChange::running()).await;
+                let _ = store
+                    .claim_for_takeover(&TakeoverRequest::adopt(&victim, "worker-b", Some(LONG)))
+                    .await;
+                let _ = store
+                    .admit(
+                        &AdmitRequest::new(format!("successor-{case}"), "worker-a")
+                            .scope("v")
+                            .strategy(AdmitStrategy::Interrupt),
+                    )
+                    .await;
+                assert_eq!(
+                    row_text(&store, "leases", "control").await,
+                    control_row,
+                    "{what}: a write on the victim changed another row"
+                );
+                assert_eq!(
+                    store.get("control").await.expect("get control"),
+                    Some(control.clone())
+                );
+                execute(
+                    &url,
+                    &store,
+                    "DELETE FROM $schema.held_scopes; \
+                     UPDATE $schema.leases SET status = 'failed', fence = 1, scopes = '{v}', \
+                     metadata = '{}', lease_expires_at = NULL, created_at = now(), \
+                     updated_at = now() WHERE id <> 'control';",
+                )
+                .await;
+            }
+            assert!(store.purge(Duration::ZERO).await.is_ok());
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_damaged_job_column_is_corrupt_or_skipped_never_a_panic() {
+    with_store(
+        "every_damaged_job_column_is_corrupt_or_skipped_never_a_panic",
+        |store, url| async move {
+            execute(&url, &store, DROP_JOB_CHECKS).await;
+            for (case, damage) in JOB_DAMAGES.iter().enumerate() {
+                let what = format!("jobs.{} = {}", damage.column, damage.value);
+                let queue = format!("q{case}");
+                let (victim, control) = (format!("victim-{case}"), format!("control-{case}"));
+                let (dead_victim, dead_control) = (
+                    format!("dead-victim-{case}"),
+                    format!("dead-control-{case}"),
+                );
+                let jobs: Vec<NewJob> = [&victim, &control, &dead_victim, &dead_control]
+                    .into_iter()
+                    .map(|id| NewJob::new(&queue, serde_json::json!({ "id": id })).id(id))
+                    .collect();
+                store.enqueue_batch(&jobs).await.expect("enqueue");
+                // Two of them dead-lettered, for list_dead_letters.
+                execute(
+                    &url,
+                    &store,
+                    &format!(
+                        "UPDATE $schema.jobs SET state = 'dead_lettered', dead_reason = 'failed' \
+                         WHERE id IN ('{dead_victim}', '{dead_control}'); \
+                         UPDATE $schema.jobs SET {column} = {value} \
+                         WHERE id IN ('{victim}', '{dead_victim}');",
+                        column = damage.column,
+                        value = damage.value
+                    ),
+                )
+                .await;
+                let control_row = row_text(&store, "jobs", &dead_control).await;
+                let victim_row = row_text(&store, "jobs", &victim).await;
+
+                assert_corrupt_or(store.get_job(&victim).await, damage.corrupt, &what);
+                assert_corrupt_or(store.get_job(&dead_victim).await, damage.corrupt, &what);
+                let dead = store
+                    .list_dead_letters(&queue, 10)
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: list_dead_letters: {error}"));
+                let dead: Vec<&str> = dead.iter().map(|job| job.id.as_str()).collect();
+                assert!(dead.contains(&dead_control.as_str()), "{what}: {dead:?}");
+                if damage.corrupt {
+                    assert!(!dead.contains(&dead_victim.as_str()), "{what}: {dead:?}");
+                }
+
+                // Claims and the reaper skip what they cannot represent: the
+                // control is always claimed, then reaped.
+                let claimed = store
+                    .claim(&ClaimRequest::new(&queue, "worker-a", LONG).limit(10))
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: claim: {error}"));
+                // (A claim rewrites some columns, repairing them: a victim
+                // it answers must then be the job as stored.)
+                let claimed_ids: Vec<&str> = claimed.iter().map(|c| c.job.id.as_str()).collect();
+                assert!(
+                    claimed_ids.contains(&control.as_str()),
+                    "{what}: {claimed_ids:?}"
+                );
+                for each in &claimed {
+                    let stored = store
+                        .get_job(&each.job.id)
+                        .await
+                        .expect("answered job reads");
+                    assert_eq!(stored.as_ref(), Some(&each.job), "{what}");
+                }
+                if damage.corrupt {
+                    assert_eq!(
+                        row_text(&store, "jobs", &victim).await,
+                        victim_row,
+                        "{what}: claim rewrote a row it cannot answer"
+                    );
+                }
+                execute(
+                    &url,
+                    &store,
+                    &format!(
+                        "UPDATE $schema.jobs SET lease_expires_at = now() - interval '1 hour' \
+                         WHERE queue = '{queue}' AND state = 'claimed';"
+                    ),
+                )
+                .await;
+                let report = store
+                    .reap(Duration::ZERO)
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: reap: {error}"));
+                let reaped: Vec<&str> = report
+                    .requeued
+                    .iter()
+                    .chain(&report.dead_lettered)
+                    .map(|job| job.id.as_str())
+                    .collect();
+                assert!(reaped.contains(&control.as_str()), "{what}: {reaped:?}");
+                for job in report.requeued.iter().chain(&report.dead_lettered) {
+                    let stored = store.get_job(&job.id).await.expect("answered job reads");
+                    assert_eq!(stored.as_ref(), Some(job), "{what}");
+                }
+                assert_eq!(
+                    row_text(&store, "jobs", &dead_control).await,
+                    control_row,
+                    "{what}: another row changed"
+                );
+
+                // Fenced writes and operator calls on the victims: typed answers.
+                let claim = tenure_lease_core::queue::JobClaim {
+                    id: victim.clone(),
+                    owner: "worker-a".to_owned(),
+                    fence: 1,
+                    attempt: 1,
+                };
+                let _ = store.renew_job(&claim, LONG).await;
+                let _ = store.complete(&claim).await;
+                let _ = store.fail(&claim, "boom", FailAction::DeadLetter).await;
+                let _ = store
+                    .defer(&claim, &BTreeSet::from(["gpu".to_owned()]))
+                    .await;
+                let _ = store.take_back(&claim, LONG).await;
+                let _ = store.retry_dead_letter(&dead_victim).await;
+                assert_eq!(
+                    row_text(&store, "jobs", &dead_control).await,
+                    control_row,
+                    "{what}: a write on a victim changed another row"
+                );
+            }
+        },
+    )
+    .await;
+}

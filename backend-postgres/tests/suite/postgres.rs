@@ -1,0 +1,1038 @@
+//! PostgreSQL-specific behaviour the conformance kit cannot reach: migrations
+//! racing, schema checks, hostile strings, undecodable rows, and a backend
+//! killed in the middle of an admission.
+
+use crate::support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::backend::telemetry::ADMIT_RETRIES_TOTAL;
+use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
+use tenure_lease_core::{
+    Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
+    Renewal, Status, StatusChange, Transition,
+};
+
+use support::{execute, fresh_schema, server_url, with_store};
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn admitted(admission: Admission) -> LeaseRecord {
+    match admission {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_schema_name_is_a_config_error_before_connecting() {
+    // Port 1 on localhost: connecting would fail, so a Config answer proves
+    // the name was refused first.
+    let config = PgStoreConfig::new("postgres://nobody@127.0.0.1:1/none").schema("x\"; DROP");
+    let error = PgStore::connect(config).await.expect_err("bad schema");
+    assert_eq!(error.kind(), ErrorKind::Config, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pools_migrate_one_schema_concurrently() {
+    let Some(url) = server_url("two_pools_migrate_one_schema_concurrently") else {
+        return;
+    };
+    let schema = fresh_schema();
+    // One from a URL, one from an application pool whose search_path is
+    // elsewhere: both must end up on the same, fully migrated schema.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .expect("pool");
+    let (from_url, from_pool) = tokio::join!(
+        support::connect(&url, &schema),
+        PgStore::from_pool(pool, &schema)
+    );
+    let (from_url, from_pool) = (from_url.expect("migrate"), from_pool.expect("migrate"));
+    let applied: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{schema}\"._sqlx_migrations WHERE success"
+    ))
+    .fetch_one(from_pool.pool())
+    .await
+    .expect("count");
+    let record = admitted(
+        from_url
+            .admit(&AdmitRequest::new("op-1", "worker-a").scope("s"))
+            .await
+            .expect("admit"),
+    );
+    let seen = from_pool.get("op-1").await.expect("get");
+    // Migrating again finds nothing to do.
+    from_pool.migrate().await.expect("re-migrate");
+    from_url.drop_schema().await.expect("drop");
+    from_pool.close().await;
+    assert_eq!(applied, 8);
+    assert_eq!(seen, Some(record));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_temporary_table_cannot_stand_in_for_the_schemas() {
+    let Some(url) = server_url("a_sessions_temporary_table_cannot_stand_in_for_the_schemas") else {
+        return;
+    };
+    let schema = fresh_schema();
+    // One connection: the temporary table lives in the session every call uses.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("pool");
+    let store = PgStore::from_pool(pool.clone(), &schema)
+        .await
+        .expect("migrate");
+    sqlx::query(&format!(
+        "CREATE TEMP TABLE leases (LIKE \"{schema}\".leases INCLUDING ALL)"
+    ))
+    .execute(&pool)
+    .await
+    .expect("temporary table");
+    let answer = store
+        .admit(&AdmitRequest::new("op-1", "worker-a").scope("s"))
+        .await;
+    let count = |table: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {table}"))
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    let (in_schema, in_temporary) = (
+        count(format!("\"{schema}\".leases")).await,
+        count("pg_temp.leases".to_owned()).await,
+    );
+    store.drop_schema().await.expect("drop");
+    pool.close().await;
+    admitted(answer.expect("admit"));
+    assert_eq!((in_schema, in_temporary), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_and_scopes_are_stored_verbatim() {
+    with_store("hostile_ids_and_scopes_are_stored_verbatim", |store, _| async move {
+        let id = "op'); DROP TABLE leases; -- \\\" $1 %s ünïcødé 🦀";
+        let scope = "scope'; DELETE FROM held_scopes; --\\ \"q\" 名前";
+        let owner = "worker';--\\\"🦀";
+        let record = admitted(
+            store
+                .admit(&AdmitRequest::new(id, owner).scope(scope).ttl(LONG))
+                .await
+                .expect("admit"),
+        );
+        assert_eq!(record.id, id);
+        assert_eq!(record.owner.as_deref(), Some(owner));
+        assert_eq!(record.scopes.iter().next().map(String::as_str), Some(scope));
+        assert_eq!(store.get(id).await.expect("get"), Some(record.clone()));
+        assert_eq!(store.list_by_scope(scope).await.expect("by scope"), vec![record.clone()]);
+        // A neighbouring scope is a different scope; the same one is held.
+        let neighbour = format!("{scope}x");
+        admitted(
+            store
+                .admit(&AdmitRequest::new("other", "worker-b").scope(neighbour.as_str()))
+                .await
+                .expect("admit neighbour"),
+        );
+        let conflict = store
+            .admit(&AdmitRequest::new("third", "worker-b").scope(scope))
+            .await
+            .expect("admit again");
+        assert!(
+            matches!(&conflict, Admission::Conflict { holder, .. } if holder.id == id),
+            "{conflict:?}"
+        );
+        let claim = record.claim().expect("claim");
+        assert!(matches!(
+            store.renew(&claim, LONG).await.expect("renew"),
+            Renewal::Renewed { .. }
+        ));
+        let done = store
+            .transition(&claim, &StatusChange::failed("it's \"broken\"; --"))
+            .await
+            .expect("transition");
+        assert!(
+            matches!(&done, Transition::Applied(r) if r.error.as_deref() == Some("it's \"broken\"; --")),
+            "{done:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_expired_skips_undecodable_rows() {
+    with_store(
+        "list_expired_skips_undecodable_rows",
+        |store, url| async move {
+            for id in ["a", "b", "c", "d"] {
+                // No lease: reclaimable at once, listed in id order.
+                admitted(
+                    store
+                        .admit(&AdmitRequest::new(id, "worker-a"))
+                        .await
+                        .expect("admit"),
+                );
+            }
+            execute(
+                &url,
+                &store,
+                "ALTER TABLE $schema.leases DROP CONSTRAINT leases_status_known; \
+             ALTER TABLE $schema.leases DROP CONSTRAINT leases_metadata_object; \
+             UPDATE $schema.leases SET status = 'bogus' WHERE id = 'b'; \
+             UPDATE $schema.leases SET metadata = '[1, 2]' WHERE id = 'c';",
+            )
+            .await;
+            let scan = store
+                .list_expired(&ExpiredQuery::new(Duration::ZERO).limit(2))
+                .await
+                .expect("scan");
+            let listed: Vec<&str> = scan.records.iter().map(|r| r.id.as_str()).collect();
+            let skipped: Vec<&str> = scan.skipped.iter().map(|s| s.id.as_str()).collect();
+            assert_eq!(listed, ["a", "d"]);
+            assert_eq!(skipped, ["b", "c"]);
+            assert!(
+                scan.skipped[0].reason.contains("status"),
+                "{:?}",
+                scan.skipped
+            );
+            assert!(
+                scan.skipped[1].reason.contains("metadata"),
+                "{:?}",
+                scan.skipped
+            );
+            let error = store.get("b").await.expect_err("undecodable");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_admissions_in_opposite_orders_answer_one_admitted() {
+    with_store(
+        "racing_admissions_in_opposite_orders_answer_one_admitted",
+        |store, _| async move {
+            let racers: Vec<_> = (0..8)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let scopes = if n % 2 == 0 { ["x", "y"] } else { ["y", "x"] };
+                        store
+                            .admit(
+                                &AdmitRequest::new(format!("op-{n}"), format!("worker-{n}"))
+                                    .scopes(scopes)
+                                    .ttl(LONG),
+                            )
+                            .await
+                    })
+                })
+                .collect();
+            let mut admitted = 0;
+            for racer in racers {
+                match racer.await.expect("join").expect("never a raw error") {
+                    Admission::Admitted { .. } => admitted += 1,
+                    Admission::Conflict { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(admitted, 1);
+            assert_eq!(store.list_active().await.expect("active").len(), 1);
+        },
+    )
+    .await;
+}
+
+/// Starts an admission that `blocker_sql` (run in an open transaction on its
+/// own connection) makes wait on a lock, checks the admission waits in its
+/// call of `admit_if_free` (every admission lock is taken there), kills its
+/// backend there, and answers the admission's result once the blocker is
+/// gone.
+async fn kill_blocked_admission(
+    url: &str,
+    store: &PgStore,
+    blocker_sql: &str,
+    request: AdmitRequest,
+) -> tenure_lease_core::Result<Admission> {
+    let mut blocker = PgConnection::connect(url).await.expect("blocker");
+    sqlx::query("BEGIN")
+        .execute(&mut blocker)
+        .await
+        .expect("begin");
+    let blocker_sql = blocker_sql.replace("$schema", &format!("\"{}\"", store.schema()));
+    sqlx::raw_sql(&blocker_sql)
+        .execute(&mut blocker)
+        .await
+        .expect("block");
+
+    let admission = tokio::spawn({
+        let store = store.clone();
+        async move { store.admit(&request).await }
+    });
+
+    let mut watcher = PgConnection::connect(url).await.expect("watcher");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (pid, query): (i32, String) = loop {
+        let waiting: Option<(i32, String)> = sqlx::query_as(
+            "SELECT pid, query FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+             AND state = 'active' AND position($1 in query) > 0 AND pid <> pg_backend_pid()",
+        )
+        .bind(store.schema())
+        .fetch_optional(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if let Some(found) = waiting {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the admission never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut watcher)
+        .await
+        .expect("terminate");
+    assert!(killed);
+    assert!(query.contains("admit_if_free"), "waiting in {query}");
+    let outcome = admission.await.expect("join");
+    sqlx::query("ROLLBACK")
+        .execute(&mut blocker)
+        .await
+        .expect("rollback");
+    blocker.close().await.expect("close blocker");
+    watcher.close().await.expect("close watcher");
+    outcome
+}
+
+/// Admits the holder both kill tests start from: no lease, so an
+/// `Interrupt` admission will take it.
+async fn admit_interruptible_holder(store: &PgStore) -> LeaseRecord {
+    admitted(
+        store
+            .admit(&AdmitRequest::new("holder", "worker-a").scopes(["s1", "s2"]))
+            .await
+            .expect("admit holder"),
+    )
+}
+
+fn takeover_request() -> AdmitRequest {
+    AdmitRequest::new("newcomer", "worker-b")
+        .scopes(["s2", "s3"])
+        .ttl(LONG)
+        .strategy(AdmitStrategy::Interrupt)
+}
+
+/// After a killed admission: everything exactly as before it, and the store
+/// still admits (taking the holder this time).
+async fn assert_untouched_then_working(
+    store: &PgStore,
+    holder: &LeaseRecord,
+    outcome: tenure_lease_core::Result<Admission>,
+) {
+    let error = outcome.expect_err("a killed admission answers Err");
+    assert!(error.is_retryable(), "{error}");
+    assert_eq!(
+        store.get("holder").await.expect("get"),
+        Some(holder.clone())
+    );
+    assert_eq!(store.get("newcomer").await.expect("get"), None);
+    assert_eq!(
+        store.list_active().await.expect("active"),
+        vec![holder.clone()]
+    );
+    for scope in ["s2", "s3"] {
+        let named: Vec<String> = store
+            .list_by_scope(scope)
+            .await
+            .expect("by scope")
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let expected: Vec<&str> = if scope == "s2" {
+            vec!["holder"]
+        } else {
+            vec![]
+        };
+        assert_eq!(named, expected, "{scope}");
+    }
+    match store
+        .admit(&takeover_request())
+        .await
+        .expect("admit after kill")
+    {
+        Admission::Admitted {
+            record,
+            interrupted,
+        } => {
+            assert!(record.fence > holder.fence);
+            assert_eq!(interrupted.len(), 1);
+            assert_eq!(interrupted[0].status, Status::Interrupted);
+        }
+        other => panic!("expected Admitted, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_killed_while_locking_holders_changes_nothing() {
+    with_store(
+        "admission_killed_while_locking_holders_changes_nothing",
+        |store, url| async move {
+            let holder = admit_interruptible_holder(&store).await;
+            let outcome = kill_blocked_admission(
+                &url,
+                &store,
+                "SELECT 1 FROM $schema.leases WHERE id = 'holder' FOR UPDATE",
+                takeover_request(),
+            )
+            .await;
+            assert_untouched_then_working(&store, &holder, outcome).await;
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_killed_after_interrupting_rolls_back_whole() {
+    with_store(
+        "admission_killed_after_interrupting_rolls_back_whole",
+        |store, url| async move {
+            let holder = admit_interruptible_holder(&store).await;
+            // An uncommitted row with the newcomer's id: the admission cannot see
+            // it, interrupts the holder (its first write), then waits on this
+            // row's key when it inserts its own record.
+            let outcome = kill_blocked_admission(
+            &url,
+            &store,
+            "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, updated_at) \
+             VALUES ('newcomer', 'run', 'pending', 'intruder', 1, now(), now())",
+            takeover_request(),
+        )
+        .await;
+            assert_untouched_then_working(&store, &holder, outcome).await;
+        },
+    )
+    .await;
+}
+
+/// A pool whose sessions default to SERIALIZABLE, as some servers are
+/// configured.
+async fn serializable_pool(url: &str, connections: u32) -> sqlx::PgPool {
+    let options: PgConnectOptions = url.parse().expect("url");
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(connections)
+        .connect_with(options.options([("default_transaction_isolation", "serializable")]))
+        .await
+        .expect("serializable pool")
+}
+
+/// In a REPEATABLE READ or SERIALIZABLE transaction every statement shares
+/// one snapshot, so `admit_if_free` cannot see past its lock waits there:
+/// it does nothing, and the store decides in a READ COMMITTED transaction
+/// of its own instead, with the same answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admissions_on_serializable_sessions_answer_alike() {
+    with_store(
+        "admissions_on_serializable_sessions_answer_alike",
+        |store, url| async move {
+            let serializable = PgStore::from_pool(serializable_pool(&url, 2).await, store.schema())
+                .await
+                .expect("serializable store");
+            let holder = admitted(
+                serializable
+                    .admit(&AdmitRequest::new("holder", "worker-a").scope("s").ttl(LONG))
+                    .await
+                    .expect("admit into a free scope"),
+            );
+            match serializable
+                .admit(&AdmitRequest::new("rejected", "worker-b").scope("s"))
+                .await
+                .expect("admit into a held scope")
+            {
+                Admission::Conflict {
+                    holder: blocking, ..
+                } => assert_eq!(blocking, holder),
+                other => panic!("expected Conflict, got {other:?}"),
+            }
+            match serializable
+                .admit(
+                    &AdmitRequest::new("successor", "worker-a")
+                        .scope("s")
+                        .strategy(AdmitStrategy::Interrupt),
+                )
+                .await
+                .expect("admit over its own holder")
+            {
+                Admission::Admitted {
+                    record,
+                    interrupted,
+                } => {
+                    assert_eq!(interrupted.len(), 1);
+                    assert_eq!(interrupted[0].id, holder.id);
+                    assert_eq!(interrupted[0].status, Status::Interrupted);
+                    assert!(record.fence > interrupted[0].fence);
+                }
+                other => panic!("expected Admitted, got {other:?}"),
+            }
+            let error = serializable
+                .admit(&AdmitRequest::new("holder", "worker-c").scope("t"))
+                .await
+                .expect_err("a duplicate id");
+            assert_eq!(error.kind(), ErrorKind::AlreadyExists, "{error}");
+
+            let mut transaction = serializable.pool().begin().await.expect("begin");
+            let rows: i64 = sqlx::query_scalar(&format!(
+                "SELECT count(*) FROM \"{}\".admit_if_free('{{}}', 'ghost', '{{}}', 'run', \
+                 'worker-a', NULL, '{{}}', false)",
+                store.schema()
+            ))
+            .fetch_one(&mut *transaction)
+            .await
+            .expect("call admit_if_free");
+            transaction.commit().await.expect("commit");
+            assert_eq!(rows, 0);
+            assert_eq!(store.get("ghost").await.expect("get"), None);
+            serializable.close().await;
+        },
+    )
+    .await;
+}
+
+/// Scope sets of the admission storm: overlapping, several named in
+/// opposite orders.
+const STORM_SCOPE_SETS: [&[&str]; 8] = [
+    &["a", "b"],
+    &["b", "a"],
+    &["b", "c", "d"],
+    &["d", "c", "b"],
+    &["c", "a"],
+    &["e", "a", "d"],
+    &["a", "b", "c", "d", "e"],
+    &["e"],
+];
+
+/// Fails unless the active records hold pairwise disjoint scopes.
+fn assert_disjoint_holders(active: &[LeaseRecord], when: &str) {
+    let mut holder_of: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for record in active {
+        for scope in &record.scopes {
+            if let Some(other) = holder_of.insert(scope, &record.id) {
+                panic!(
+                    "{when}: scope {scope:?} has two active holders, {other:?} and {:?}",
+                    record.id
+                );
+            }
+        }
+    }
+}
+
+/// One storm admission: `n` picks the store, scopes, strategy, owner and
+/// lease, so every round mixes all of them.
+async fn storm_admission(store: PgStore, round: usize, n: usize) -> (AdmitRequest, Admission) {
+    let scopes = STORM_SCOPE_SETS[(n + round) % STORM_SCOPE_SETS.len()];
+    let strategy = if n % 2 == 0 {
+        AdmitStrategy::Interrupt
+    } else {
+        AdmitStrategy::Reject
+    };
+    let mut request = AdmitRequest::new(format!("r{round}-{n}"), format!("worker-{}", n % 5))
+        .scopes(scopes.iter().copied())
+        .strategy(strategy);
+    // A third hold a long lease; the rest none, so any owner may interrupt them.
+    if n % 3 == 0 {
+        request = request.ttl(LONG);
+    }
+    match store.admit(&request).await {
+        Ok(answer) => (request, answer),
+        Err(error) => panic!("admission {:?} answered Err: {error}", request.id),
+    }
+}
+
+/// Moves one active record along, as its worker or a reaper would: finish it,
+/// renew it, or take it over. Every answer is an outcome, never an error.
+async fn storm_lifecycle(store: PgStore, record: LeaseRecord, n: usize) {
+    let Some(claim) = record.claim() else { return };
+    let outcome = match n % 3 {
+        0 => store
+            .transition(&claim, &StatusChange::succeeded())
+            .await
+            .map(drop),
+        1 => store.renew(&claim, LONG).await.map(drop),
+        _ => store
+            .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt(
+                record.id.as_str(),
+                "reaper",
+                None,
+            ))
+            .await
+            .map(drop),
+    };
+    if let Err(error) = outcome {
+        panic!(
+            "lifecycle step {n} on {:?} answered Err: {error}",
+            record.id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_storm_answers_admitted_or_conflict_never_err() {
+    const ROUNDS: usize = 12;
+    const RACERS: usize = 32;
+    with_store(
+        "admission_storm_answers_admitted_or_conflict_never_err",
+        |store, url| async move {
+            // A second pool on the same schema, as a second host would have,
+            // whose sessions default to SERIALIZABLE: its admissions all take
+            // the transactional path, racing the other pool's single calls.
+            let second = PgStore::from_pool(serializable_pool(&url, 8).await, store.schema())
+                .await
+                .expect("second store");
+            let (mut admitted, mut conflicts, mut interrupted) = (0, 0, 0);
+            for round in 0..ROUNDS {
+                let before = store.list_active().await.expect("active");
+                let storm_over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                // Watches the invariant while the storm runs: every
+                // `list_active` is one snapshot of the store.
+                let watcher = tokio::spawn({
+                    let store = store.clone();
+                    let storm_over = storm_over.clone();
+                    async move {
+                        let mut looks = 0;
+                        while !storm_over.load(std::sync::atomic::Ordering::Acquire) {
+                            let active = store.list_active().await.expect("active");
+                            assert_disjoint_holders(&active, &format!("round {round}, mid-storm"));
+                            looks += 1;
+                        }
+                        looks
+                    }
+                });
+                let lifecycle: Vec<_> = before
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, record)| {
+                        tokio::spawn(storm_lifecycle(store.clone(), record, n + round))
+                    })
+                    .collect();
+                let racers: Vec<_> = (0..RACERS)
+                    .map(|n| {
+                        let on = if n % 2 == 0 { &store } else { &second };
+                        tokio::spawn(storm_admission(on.clone(), round, n))
+                    })
+                    .collect();
+                for (request, answer) in futures_util::future::join_all(racers)
+                    .await
+                    .into_iter()
+                    .map(|joined| joined.expect("racer"))
+                {
+                    match answer {
+                        Admission::Admitted {
+                            record,
+                            interrupted: taken,
+                        } => {
+                            admitted += 1;
+                            assert_eq!(record.status, Status::Pending);
+                            for holder in &taken {
+                                assert_eq!(holder.status, Status::Interrupted, "{request:?}");
+                                assert_eq!(holder.owner.as_deref(), Some(request.owner.as_str()));
+                                assert!(holder.fence < record.fence, "{holder:?} {record:?}");
+                            }
+                            interrupted += taken.len();
+                        }
+                        Admission::Conflict { holder, .. } => {
+                            conflicts += 1;
+                            assert!(
+                                holder.scopes.intersection(&request.scopes).next().is_some(),
+                                "{request:?} conflicted with {holder:?}"
+                            );
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                }
+                for step in futures_util::future::join_all(lifecycle).await {
+                    step.expect("lifecycle");
+                }
+                storm_over.store(true, std::sync::atomic::Ordering::Release);
+                let looks = watcher.await.expect("watcher");
+                assert!(looks > 0, "round {round}: the watcher never looked");
+                let active = store.list_active().await.expect("active");
+                assert_disjoint_holders(&active, &format!("after round {round}"));
+                // The server-side lock table agrees: exactly the active
+                // records' scopes are held, each by its record.
+                let mut held: Vec<(String, String)> = sqlx::query_as(&format!(
+                    "SELECT scope, lease_id FROM \"{}\".held_scopes ORDER BY scope",
+                    store.schema()
+                ))
+                .fetch_all(store.pool())
+                .await
+                .expect("held scopes");
+                let mut expected: Vec<(String, String)> = active
+                    .iter()
+                    .flat_map(|record| {
+                        record
+                            .scopes
+                            .iter()
+                            .map(|scope| (scope.clone(), record.id.clone()))
+                    })
+                    .collect();
+                held.sort();
+                expected.sort();
+                assert_eq!(held, expected, "after round {round}");
+            }
+            second.close().await;
+            // The storm exercised every path it is meant to.
+            assert!(admitted > ROUNDS, "{admitted} admitted");
+            assert!(conflicts > 0, "no conflicts");
+            assert!(interrupted > 0, "nothing interrupted");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_expired_before_postgres_calendar_is_empty_not_an_error() {
+    with_store(
+        "list_expired_before_postgres_calendar_is_empty_not_an_error",
+        |store, _| async move {
+            admitted(
+                store
+                    .admit(&AdmitRequest::new("op", "worker-a"))
+                    .await
+                    .expect("admit"),
+            );
+            // 4714-11-24 BC, midnight UTC: PostgreSQL's first instant.
+            const EARLIEST: i64 = -210_866_803_200_000_000;
+            for micros in [EARLIEST - 1, EARLIEST, i64::MIN / 2] {
+                let bound = tenure_lease_core::clock::from_micros(micros).expect("instant");
+                let scan = store
+                    .list_expired(&ExpiredQuery::new(Duration::ZERO).created_before(bound))
+                    .await
+                    .unwrap_or_else(|error| panic!("{bound}: {error}"));
+                assert!(
+                    scan.records.is_empty() && scan.skipped.is_empty(),
+                    "{bound}: {scan:?}"
+                );
+            }
+        },
+    )
+    .await;
+}
+
+/// Records each renewer holds a claim on.
+const BATCH_RECORDS: usize = 24;
+/// Records one intruding admission interrupts (one scope each).
+const INTERRUPTED_PER_ADMISSION: usize = 6;
+
+/// Renews `claims` as one batch, over and over, until `interrupts_done` and
+/// at least once after; every answer must be an outcome.
+async fn renew_batches_until(
+    store: PgStore,
+    claims: Vec<tenure_lease_core::Claim>,
+    mut interrupts_done: tokio::sync::watch::Receiver<bool>,
+) -> usize {
+    let mut batches = 0;
+    loop {
+        let finished = *interrupts_done.borrow_and_update();
+        match store.renew_many(&claims, LONG).await {
+            Ok(outcomes) => assert_eq!(outcomes.len(), claims.len()),
+            Err(error) => panic!("renew_many batch {batches} answered Err: {error}"),
+        }
+        batches += 1;
+        if finished {
+            return batches;
+        }
+    }
+}
+
+/// `renew_many` locks its records in id order whatever order the claims
+/// come in, as admissions lock holders: two batches over the same records
+/// in opposite orders, and admissions interrupting some of them, wait for
+/// one another and never deadlock (which would answer `Err`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
+    with_store(
+        "renew_many_in_opposite_orders_with_admissions_never_errs",
+        |store, _| async move {
+            let mut claims = Vec::with_capacity(BATCH_RECORDS);
+            for n in 0..BATCH_RECORDS {
+                let record = admitted(
+                    store
+                        .admit(
+                            &AdmitRequest::new(format!("rec-{n:02}"), "worker")
+                                .scope(format!("s-{n:02}"))
+                                .ttl(LONG),
+                        )
+                        .await
+                        .expect("admit"),
+                );
+                claims.push(record.claim().expect("an admitted record has a claim"));
+            }
+            let ascending = claims.clone();
+            let descending: Vec<_> = claims.iter().rev().cloned().collect();
+            let (interrupts_done, watch_done) = tokio::sync::watch::channel(false);
+            let renewers = [ascending, descending].map(|batch| {
+                tokio::spawn(renew_batches_until(
+                    store.clone(),
+                    batch,
+                    watch_done.clone(),
+                ))
+            });
+            // The same owner interrupts even holders with valid leases.
+            for (n, chunk) in (0..BATCH_RECORDS)
+                .collect::<Vec<_>>()
+                .chunks(INTERRUPTED_PER_ADMISSION)
+                .enumerate()
+            {
+                let request = AdmitRequest::new(format!("intruder-{n}"), "worker")
+                    .scopes(chunk.iter().map(|k| format!("s-{k:02}")))
+                    .strategy(AdmitStrategy::Interrupt)
+                    .ttl(LONG);
+                match store.admit(&request).await {
+                    Ok(Admission::Admitted { interrupted, .. }) => {
+                        assert_eq!(interrupted.len(), chunk.len(), "{:?}", request.id);
+                    }
+                    other => panic!("{:?} answered {other:?}", request.id),
+                }
+            }
+            interrupts_done.send_replace(true);
+            for renewer in renewers {
+                assert!(renewer.await.expect("join") >= 1);
+            }
+            let outcomes = store.renew_many(&claims, LONG).await.expect("renew_many");
+            assert!(
+                outcomes
+                    .iter()
+                    .all(|outcome| *outcome
+                        == Renewal::Lost(tenure_lease_core::LossReason::Interrupted)),
+                "{outcomes:?}"
+            );
+        },
+    )
+    .await;
+}
+
+/// What migrations 0006 and 0008 undo, to stand a fresh schema back at
+/// version 5: the schema a store of the previous version created (0007
+/// only replaces a function, so forgetting it is enough; 0008 replaces it
+/// again and adds the two functions dropped here).
+const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
+     DROP COLUMN taken_back_at; \
+     DROP INDEX $schema.leases_finished_age; \
+     CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
+       WHERE status IN ('succeeded', 'failed'); \
+     DROP FUNCTION $schema.next_fence(); \
+     DROP FUNCTION $schema.timeline_floor(); \
+     DROP FUNCTION $schema.wal_timeline(); \
+     DELETE FROM $schema._sqlx_migrations WHERE version >= 6;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions() {
+    with_store(
+        "a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
+        |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_5).await;
+            execute(
+                &url,
+                &store,
+                "INSERT INTO $schema.leases (id, kind, status, owner, fence, created_at, \
+                   updated_at, stop_reason) \
+                 VALUES ('stopped', 'run', 'interrupted', 'worker-b', 4, \
+                   '2023-11-14 22:13:20+00', '2023-11-14 22:13:20+00', 'interrupted_by_admission'); \
+                 INSERT INTO $schema.jobs (id, queue, payload, priority, run_at, attempt, \
+                   max_attempts, state, owner, fence, dead_reason, created_at, updated_at) \
+                 VALUES ('reaped', 'q', '{}', 0, now(), 1, 1, 'dead_lettered', 'worker-a', 5, \
+                   'lease_expired', now(), now()); \
+                 SELECT setval('$schema.fence_seq', 5);",
+            )
+            .await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 5 schema upgrades");
+            let reaped = upgraded
+                .get_job("reaped")
+                .await
+                .expect("get_job")
+                .expect("the old job");
+            assert_eq!(
+                (reaped.taken_back, reaped.taken_back_at),
+                (0, None),
+                "a job stored before the trace existed was never taken back"
+            );
+            let claim = JobClaim {
+                id: "reaped".into(),
+                owner: "worker-a".into(),
+                fence: 5,
+                attempt: 1,
+            };
+            let taken = match upgraded.take_back(&claim, LONG).await.expect("take_back") {
+                TakeBack::Taken(taken) => taken,
+                other => panic!("the live copy takes its job back: {other:?}"),
+            };
+            assert_eq!(
+                (taken.job.taken_back, taken.job.taken_back_at),
+                (1, Some(taken.job.updated_at))
+            );
+            assert_eq!(
+                upgraded.purge(Duration::from_secs(24 * 3600)).await.expect("purge"),
+                1,
+                "the record interrupted long ago is purged"
+            );
+            assert_eq!(upgraded.get("stopped").await.expect("get"), None);
+            upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// Counts `tenure_admit_retries_total` per `backend` label.
+#[derive(Default)]
+struct AdmitRetries(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+impl AdmitRetries {
+    fn of(&self, backend: &str) -> u64 {
+        self.0
+            .lock()
+            .expect("counters")
+            .get(backend)
+            .map_or(0, |count| count.load(Ordering::SeqCst))
+    }
+}
+
+impl Recorder for AdmitRetries {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() != ADMIT_RETRIES_TOTAL {
+            return Counter::noop();
+        }
+        let backend = key
+            .labels()
+            .find(|label| label.key() == "backend")
+            .map_or_else(String::new, |label| label.value().to_owned());
+        Counter::from_arc(Arc::clone(
+            self.0.lock().expect("counters").entry(backend).or_default(),
+        ))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+/// A writer that takes no scope locks (as an older version of this crate
+/// did) holds scope `s` in a transaction it has not committed: the
+/// admission's lock on `s` does not keep it out, its insert waits on the
+/// writer's row, loses when the writer commits, and is decided again, which
+/// the retry counter shows. Uncontended admissions count nothing. The
+/// runtime is current-thread, so the recorder (local to this thread) sees
+/// the admission's task.
+#[tokio::test]
+async fn an_admission_that_loses_a_race_counts_its_retry() {
+    let retries = AdmitRetries::default();
+    let _recorder = metrics::set_default_local_recorder(&retries);
+    let retries = &retries;
+    with_store(
+        "an_admission_that_loses_a_race_counts_its_retry",
+        |store, url| async move {
+            admitted(
+                store
+                    .admit(&AdmitRequest::new("calm", "worker-a").scope("other"))
+                    .await
+                    .expect("admit"),
+            );
+            let conflict = store
+                .admit(&AdmitRequest::new("calm-rival", "worker-b").scope("other"))
+                .await
+                .expect("admit");
+            assert!(
+                matches!(conflict, Admission::Conflict { .. }),
+                "{conflict:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                0,
+                "uncontended admissions retry nothing"
+            );
+
+            let mut lockless = PgConnection::connect(&url).await.expect("lockless writer");
+            let writes = "BEGIN; \
+                 INSERT INTO $schema.leases (id, scopes, kind, status, owner, fence, \
+                   created_at, updated_at) \
+                 VALUES ('lockless', '{s}', 'run', 'running', 'worker-z', \
+                   nextval('$schema.fence_seq'), now(), now()); \
+                 INSERT INTO $schema.lease_scopes (scope, lease_id) VALUES ('s', 'lockless'); \
+                 INSERT INTO $schema.held_scopes (scope, lease_id) VALUES ('s', 'lockless');"
+                .replace("$schema", &format!("\"{}\"", store.schema()));
+            sqlx::raw_sql(&writes)
+                .execute(&mut lockless)
+                .await
+                .expect("the lockless writes");
+            let admission = tokio::spawn({
+                let store = store.clone();
+                async move {
+                    store
+                        .admit(&AdmitRequest::new("op", "worker-a").scope("s"))
+                        .await
+                }
+            });
+            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let waiting: Option<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                     AND state = 'active' AND position($1 in query) > 0 \
+                     AND pid <> pg_backend_pid()",
+                )
+                .bind(store.schema())
+                .fetch_optional(&mut watcher)
+                .await
+                .expect("pg_stat_activity");
+                if waiting.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the admission never waited on the lockless writer"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            sqlx::query("COMMIT")
+                .execute(&mut lockless)
+                .await
+                .expect("commit");
+            let answer = admission.await.expect("join").expect("admit");
+            assert!(
+                matches!(&answer, Admission::Conflict { holder, .. } if holder.id == "lockless"),
+                "decided again, the admission sees the writer's holder: {answer:?}"
+            );
+            assert_eq!(
+                retries.of("postgres"),
+                1,
+                "the lost race is counted once, under the backend's label"
+            );
+            lockless.close().await.expect("close the writer");
+            watcher.close().await.expect("close the watcher");
+        },
+    )
+    .await;
+}

@@ -1,0 +1,191 @@
+//! PostgreSQL-specific job-queue behaviour the conformance kit cannot reach:
+//! claimers on separate pools contending through `SKIP LOCKED`, fences in
+//! claim order, and undecodable job rows.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_lease_core::queue::{ClaimRequest, ClaimedJob, JobQueue, JobState, NewJob};
+use tenure_lease_core::ErrorKind;
+use tokio::sync::Barrier;
+
+use support::{execute, with_store};
+
+const LONG: Duration = Duration::from_secs(600);
+const JOBS: usize = 200;
+const CLAIMERS: usize = 4;
+/// Small batches, so the claimers take many turns against each other.
+const CLAIM_BATCH: usize = 3;
+
+fn ids(claimed: &[ClaimedJob]) -> Vec<&str> {
+    claimed.iter().map(|each| each.job.id.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimers_on_four_pools_claim_every_job_exactly_once() {
+    with_store(
+        "claimers_on_four_pools_claim_every_job_exactly_once",
+        |store, url| async move {
+            let jobs: Vec<NewJob> = (0..JOBS)
+                .map(|n| {
+                    NewJob::new("work", serde_json::json!({ "n": n }))
+                        .id(format!("job-{n:03}"))
+                        .priority(i32::try_from(n % 5).expect("small"))
+                })
+                .collect();
+            store.enqueue_batch(&jobs).await.expect("enqueue");
+
+            let start = Arc::new(Barrier::new(CLAIMERS));
+            let mut claimers = Vec::with_capacity(CLAIMERS);
+            for worker in 0..CLAIMERS {
+                // A pool of its own per claimer, as separate processes would have.
+                let pool = support::connect(&url, store.schema())
+                    .await
+                    .expect("claimer store");
+                let start = start.clone();
+                claimers.push(tokio::spawn(async move {
+                    let request = ClaimRequest::new("work", format!("worker-{worker}"), LONG)
+                        .limit(CLAIM_BATCH);
+                    start.wait().await;
+                    let mut mine = Vec::new();
+                    loop {
+                        let batch = pool.claim(&request).await.expect("claim");
+                        if batch.is_empty() {
+                            break;
+                        }
+                        let fences: Vec<u64> = batch.iter().map(|each| each.claim.fence).collect();
+                        assert!(
+                            fences.windows(2).all(|pair| pair[0] < pair[1]),
+                            "fences of one claim not ascending: {fences:?}"
+                        );
+                        mine.extend(batch);
+                    }
+                    pool.close().await;
+                    mine
+                }));
+            }
+            let mut holder_of: BTreeMap<String, String> = BTreeMap::new();
+            let mut fences = BTreeSet::new();
+            for claimer in claimers {
+                for claimed in claimer.await.expect("claimer") {
+                    assert!(fences.insert(claimed.claim.fence), "fence handed out twice");
+                    assert_eq!(claimed.claim.attempt, 1);
+                    let previous = holder_of.insert(claimed.job.id.clone(), claimed.claim.owner);
+                    assert_eq!(previous, None, "{} claimed twice", claimed.job.id);
+                }
+            }
+            assert_eq!(holder_of.len(), JOBS, "every job claimed");
+            for (id, owner) in &holder_of {
+                let job = store.get_job(id).await.expect("get").expect("present");
+                assert_eq!(job.state, JobState::Claimed);
+                assert_eq!(job.owner.as_ref(), Some(owner));
+                assert_eq!(job.attempt, 1);
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_claim_hands_out_fences_in_claim_order() {
+    with_store(
+        "one_claim_hands_out_fences_in_claim_order",
+        |store, _| async move {
+            // Enqueued in the reverse of claim order, so fences drawn in
+            // table or insertion order would come out descending.
+            let jobs: Vec<NewJob> = (0..20)
+                .map(|n| {
+                    NewJob::new("work", serde_json::json!(null))
+                        .id(format!("job-{n:02}"))
+                        .priority(n)
+                })
+                .collect();
+            store.enqueue_batch(&jobs).await.expect("enqueue");
+            let claimed = store
+                .claim(&ClaimRequest::new("work", "worker-a", LONG).limit(20))
+                .await
+                .expect("claim");
+            let expected: Vec<String> = (0..20).rev().map(|n| format!("job-{n:02}")).collect();
+            assert_eq!(ids(&claimed), expected);
+            let fences: Vec<u64> = claimed.iter().map(|each| each.claim.fence).collect();
+            let first = fences[0];
+            assert_eq!(fences, (first..first + 20).collect::<Vec<_>>());
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_jobs_are_skipped_by_claim_and_reap_and_corrupt_on_get() {
+    with_store(
+        "undecodable_jobs_are_skipped_by_claim_and_reap_and_corrupt_on_get",
+        |store, url| async move {
+            let jobs: Vec<NewJob> = ["a", "bad", "c"]
+                .into_iter()
+                .map(|id| NewJob::new("work", serde_json::json!(id)).id(id))
+                .collect();
+            store.enqueue_batch(&jobs).await.expect("enqueue");
+            execute(
+                &url,
+                &store,
+                "ALTER TABLE $schema.jobs DROP CONSTRAINT jobs_attempt_counted; \
+                 UPDATE $schema.jobs SET attempt = -5 WHERE id = 'bad';",
+            )
+            .await;
+            let claimed = store
+                .claim(&ClaimRequest::new("work", "worker-a", LONG).limit(3))
+                .await
+                .expect("claim");
+            assert_eq!(ids(&claimed), ["a", "c"]);
+            let error = store.get_job("bad").await.expect_err("undecodable");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            assert!(error.message().contains("attempt"), "{error}");
+
+            execute(
+                &url,
+                &store,
+                "UPDATE $schema.jobs SET lease_expires_at = now() - interval '1 hour' \
+                 WHERE state = 'claimed';",
+            )
+            .await;
+            let report = store.reap(Duration::ZERO).await.expect("reap");
+            let requeued: Vec<&str> = report.requeued.iter().map(|j| j.id.as_str()).collect();
+            assert_eq!(requeued, ["a", "c"]);
+            assert!(report.dead_lettered.is_empty());
+            let bad_state: String = sqlx::query_scalar(&format!(
+                "SELECT state FROM \"{}\".jobs WHERE id = 'bad'",
+                store.schema()
+            ))
+            .fetch_one(store.pool())
+            .await
+            .expect("read state");
+            assert_eq!(bad_state, "queued", "the reaper still handles the row");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_in_batch_names_the_existing_id_and_stores_nothing() {
+    with_store(
+        "duplicate_in_batch_names_the_existing_id_and_stores_nothing",
+        |store, _| async move {
+            store
+                .enqueue(&NewJob::new("work", serde_json::json!(1)).id("taken"))
+                .await
+                .expect("enqueue");
+            let batch = [
+                NewJob::new("work", serde_json::json!(2)).id("fresh"),
+                NewJob::new("work", serde_json::json!(3)).id("taken"),
+            ];
+            let error = store.enqueue_batch(&batch).await.expect_err("duplicate");
+            assert_eq!(error.kind(), ErrorKind::AlreadyExists, "{error}");
+            assert!(error.message().contains("\"taken\""), "{error}");
+            assert_eq!(store.get_job("fresh").await.expect("get"), None);
+        },
+    )
+    .await;
+}

@@ -1,8 +1,0 @@
-//! The job-queue conformance kit against the SQLite backend, one test per
-//! case, with the same factory as the lease kit.
-
-mod common;
-
-use common::SqliteFactory;
-
-tenure_conformance::tenure_queue_conformance!(SqliteFactory::default());

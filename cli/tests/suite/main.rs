@@ -1,0 +1,7 @@
+//! Every test of the `tenure` binary, in one binary: the operator's
+//! commands on every backend, what it refuses, and `check-history`.
+
+mod backends;
+mod bad_input;
+mod check_history;
+mod support;
