@@ -47,7 +47,7 @@ fn write_invoice(
 }
 
 /// The whole story; `Err` when a write went otherwise than a fence says
-/// (`tests/fenced_write_example.rs` runs it).
+/// (`tests/suite/fenced_write_example.rs` runs it).
 #[tokio::main(flavor = "current_thread")]
 pub async fn main() -> Result<(), Box<dyn Error>> {
     let directory = tempfile::tempdir()?;

@@ -5,10 +5,12 @@
 //! backend: implement [`Factory`] (a fresh, isolated store per case), then
 //! either
 //!
-//! * run every case as its own named test:
+//! * run every case of every area as its own named test, each area a
+//!   module ([`tenure_kit!`]; one area alone: [`tenure_conformance!`] and
+//!   the macros named below):
 //!
 //!   ```ignore
-//!   tenure_conformance::tenure_conformance!(MyFactory::default());
+//!   tenure_conformance::tenure_kit!(MyFactory::default());
 //!   ```
 //!
 //! * or run them all from your own code and read the [`Report`]:
