@@ -122,9 +122,9 @@ impl Connect {
     /// # Errors
     ///
     /// What [`open`](Connect::open) answers when the store cannot be
-    /// reached or its URL is wrong ([`ErrorKind::Config`],
-    /// [`ErrorKind::Unavailable`], ...); a refusal a check stands for
-    /// ([`ErrorKind::Incompatible`]) is a [`Verdict::Fail`] instead.
+    /// reached or its URL is wrong ([`ErrorKind::Config`](crate::ErrorKind::Config),
+    /// [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable), ...); a refusal a check stands for
+    /// ([`ErrorKind::Incompatible`](crate::ErrorKind::Incompatible)) is a [`Verdict::Fail`] instead.
     pub async fn check(self) -> Result<Vec<Finding>> {
         #[cfg_attr(not(feature = "sqlite"), allow(unused_variables))]
         let (backend, rest) = self.backend()?;
@@ -263,7 +263,7 @@ impl Connect {
     /// # Errors
     ///
     /// As [`open`](Connect::open); a role that lacks the privileges the
-    /// migrations need is [`ErrorKind::Config`].
+    /// migrations need is [`ErrorKind::Config`](crate::ErrorKind::Config).
     pub async fn migrate(self) -> Result<()> {
         match self.backend()?.0 {
             #[cfg(feature = "postgres")]

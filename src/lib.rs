@@ -56,7 +56,8 @@ pub use tenure_lease_core::redact::redact_url;
 
 // What users need; `tenure_lease_core::backend` (rules, validation) is for
 // backend authors and stays in the core crate.
-pub use tenure_lease_core::{clock, contract, keeper, layer, limits, queue, tls};
+pub use tenure_keeper as keeper;
+pub use tenure_lease_core::{clock, contract, layer, limits, queue, tls};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
     ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobQueue, LayerExt,
@@ -66,14 +67,12 @@ pub use tenure_lease_core::{
 };
 // The keeper, its answers and its errors (each error converts into
 // [`Error`] with `?`).
-pub use tenure_lease_core::{
+pub use tenure_keeper::{
     AdmitOutcome, CancelAnywhereOutcome, CancelOutcome, JobGuard, JobWriteError, Keeper,
     KeeperConfig, KeeperError, KeeperHealth, KeeperState, LossCause, OwnershipLost, ReconcileError,
     ReconcileReport, RunGuard, ShutdownReport, WriteError,
 };
-pub use tenure_lease_core::{
-    Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker,
-};
+pub use tenure_keeper::{Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker};
 
 // The README's Rust snippets (those not marked `ignore`), compiled and run
 // as doctests; they use every backend, so they build with `full`.

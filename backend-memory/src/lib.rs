@@ -20,7 +20,7 @@
 //! `now + ttl`, and takeover, `list_expired`, admission over an expired
 //! holder and the queue's `claim` (`run_at`) and `reap` compare it with
 //! `now`. [`MemoryStore::new`] reads [`SystemClock`], the host's wall clock,
-//! while a [`Keeper`](tenure_lease_core::Keeper) trusts its lease by tokio's
+//! while a keeper (`tenure-keeper`) trusts its lease by tokio's
 //! monotonic clock (the send instant of its last confirmed renewal plus
 //! the ttl). A *step* of the wall clock moves the store's judgement and not
 //! the keeper's:

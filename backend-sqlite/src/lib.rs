@@ -102,9 +102,9 @@
 //! on one host anyway, see WAL above). Tests inject a
 //! [`ManualClock`](tenure_lease_core::ManualClock) with [`SqliteConfig::clock`].
 //!
-//! A [`Keeper`](tenure_lease_core::Keeper), though, trusts its own lease by a
+//! A keeper (`tenure-keeper`), though, trusts its own lease by a
 //! monotonic clock: until the send instant of its last confirmed renewal
-//! plus the ttl ([`RunGuard::confirmed_deadline`](tenure_lease_core::RunGuard::confirmed_deadline)).
+//! plus the ttl (the keeper's `RunGuard::confirmed_deadline`).
 //! A *step* of the wall clock moves the store's judgement and not the
 //! keeper's:
 //!

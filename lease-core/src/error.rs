@@ -13,11 +13,8 @@
 //!   **unknown**. The caller must not assume the write happened, nor that it
 //!   did not. [`Error::is_retryable`] tells whether trying again may help.
 //!
-//! The keeper's errors ([`KeeperError`](crate::keeper::KeeperError),
-//! [`WriteError`](crate::keeper::WriteError),
-//! [`OwnershipLost`](crate::keeper::OwnershipLost),
-//! [`JobWriteError`](crate::keeper::JobWriteError),
-//! [`ReconcileError`](crate::keeper::ReconcileError)) and a
+//! The keeper's errors (`KeeperError`, `WriteError`, `OwnershipLost`,
+//! `JobWriteError`, `ReconcileError`, in `tenure-keeper`) and a
 //! [`StaleFence`](crate::StaleFence) say more, for the callers that must
 //! match on them; each converts into an `Error` with `?`, so a function that
 //! answers [`Result`] can call all of them. The conversion keeps the class:
@@ -28,17 +25,16 @@
 //! recovered with [`Error::downcast_source`]:
 //!
 //! ```
-//! use tenure_lease_core::keeper::{LossCause, OwnershipLost};
-//! use tenure_lease_core::{Error, ErrorKind};
+//! use tenure_lease_core::{Error, ErrorKind, StaleFence};
 //!
-//! fn check(lost: OwnershipLost) -> tenure_lease_core::Result<()> {
-//!     Err(lost)?
+//! fn check(stale: StaleFence) -> tenure_lease_core::Result<()> {
+//!     Err(stale)?
 //! }
 //!
-//! let lost = OwnershipLost { id: "report-1".into(), cause: LossCause::DeadlinePassed };
-//! let error = check(lost.clone()).unwrap_err();
+//! let stale = StaleFence { presented: 3, highest_seen: 5 };
+//! let error = check(stale).unwrap_err();
 //! assert_eq!(error.kind(), ErrorKind::OwnershipLost);
-//! assert_eq!(error.downcast_source::<OwnershipLost>(), Some(&lost));
+//! assert_eq!(error.downcast_source::<StaleFence>(), Some(&stale));
 //! ```
 
 use std::fmt;
@@ -202,8 +198,9 @@ impl Error {
     }
 
     /// `specific` as an error of `kind`: its text as the message, itself as
-    /// the source (see [`downcast_source`](Error::downcast_source)).
-    pub(crate) fn converted(
+    /// the source (see [`downcast_source`](Error::downcast_source)). How an
+    /// error type of its own (a keeper's, a gate's) converts into `Error`.
+    pub fn converted(
         kind: ErrorKind,
         specific: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
@@ -252,8 +249,8 @@ impl Error {
 
     /// The underlying cause, if it is an `E`: how a caller gets back the
     /// specific error an `Error` was converted from (e.g. a
-    /// [`WriteError`](crate::keeper::WriteError) turned into an `Error` by
-    /// `?`).
+    /// [`StaleFence`](crate::StaleFence) or a keeper's `WriteError` turned
+    /// into an `Error` by `?`).
     pub fn downcast_source<E: std::error::Error + 'static>(&self) -> Option<&E> {
         self.source.as_deref()?.downcast_ref::<E>()
     }

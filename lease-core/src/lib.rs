@@ -2,14 +2,15 @@
 //!
 //! The contract of tenure: lease records, fencing tokens, the [`LeaseStore`],
 //! [`JobQueue`] and [`FenceStore`] traits every backend implements, the typed outcomes they
-//! answer, the errors they may raise, the [`keeper`], the [`layer`]s that
-//! wrap a store, and, for backend authors only, what every backend shares
+//! answer, the errors they may raise, the [`layer`]s that wrap a store, the
+//! input [`limits`], and, for backend authors only, what every backend shares
 //! under [`backend`] (input validation and the contract's decisions).
 //!
 //! Backends live in their own crates (`tenure-backend-memory`,
 //! `tenure-backend-sqlite`, `tenure-backend-postgres`,
-//! `tenure-backend-redis`) and prove themselves with the `tenure-conformance`
-//! kit. Users depend on the `tenure` facade, which re-exports everything here
+//! `tenure-backend-redis`, ...) and prove themselves with the
+//! `tenure-conformance` kit; the keeper, which drives any store through these
+//! traits, is `tenure-keeper`, which no backend depends on. Users depend on the `tenure` facade, which re-exports everything here
 //! but [`backend`] and [`redact`].
 //!
 //! The behavioural contract every backend honours is the [`contract`]
@@ -30,7 +31,6 @@ pub mod contract {
 }
 mod error;
 mod fence;
-pub mod keeper;
 pub mod layer;
 pub mod limits;
 mod outcome;
@@ -44,12 +44,6 @@ pub mod tls;
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FenceCheck, FenceGate, FenceStore, StaleFence};
-pub use keeper::{
-    AdmitOutcome, CancelAnywhereOutcome, CancelOutcome, JobGuard, JobWriteError, Keeper,
-    KeeperConfig, KeeperError, KeeperHealth, KeeperState, LossCause, OwnershipLost, ReconcileError,
-    ReconcileReport, RunGuard, ShutdownReport, WriteError,
-};
-pub use keeper::{Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker};
 pub use layer::{Instrumented, LayerExt};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,

@@ -24,11 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
-use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
+use tenure_keeper::Keeper;
+use tenure_keeper::{AdmitOutcome, KeeperConfig, LossCause};
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, JobSettle, JobState, NewJob};
 use tenure_lease_core::{
-    Admission, AdmitRequest, AdmitStrategy, Claim, Error, FenceStore, Keeper, LeaseRecord,
-    LeaseStore, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
+    Admission, AdmitRequest, AdmitStrategy, Claim, Error, FenceStore, LeaseRecord, LeaseStore,
+    Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
 };
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
 use tokio::time::Instant;

@@ -12,9 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig};
+use tenure_keeper::{AdmitOutcome, KeeperConfig};
+use tenure_keeper::{Keeper, RunGuard};
 use tenure_lease_core::layer::{Answer, Hook, LayerExt, Operation, Pending};
-use tenure_lease_core::{Keeper, LeaseStore, RunGuard};
+use tenure_lease_core::LeaseStore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tenure_lease_core::keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
+use tenure_keeper::Keeper;
+use tenure_keeper::{KeeperConfig, LossCause, ReconcileAction, Recovered, WriteError};
 use tenure_lease_core::{
-    Admission, AdmitRequest, ErrorKind, FenceGate, Keeper, LeaseStore, Renewal, StatusChange,
-    Transition,
+    Admission, AdmitRequest, ErrorKind, FenceGate, LeaseStore, Renewal, StatusChange, Transition,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;

@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, LossCause};
+use tenure_keeper::Keeper;
+use tenure_keeper::{AdmitOutcome, KeeperConfig, LossCause};
 use tenure_lease_core::{
-    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore,
-    LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
-    TransitionRejection,
+    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, LeaseRecord, LeaseStore, LossReason,
+    Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition, TransitionRejection,
 };
 use tokio::time::Instant;
 
@@ -672,7 +672,7 @@ pub async fn keeper_rides_through_short_outage_and_fail_stops_through_long_one(r
             .admit(request.clone())
             .await
             .map_err(|error| match error {
-                tenure_lease_core::keeper::KeeperError::Store(error) => error,
+                tenure_keeper::KeeperError::Store(error) => error,
                 other => panic!("keeper admit: {other}"),
             })
     })

@@ -25,9 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig, KeeperError};
+use tenure_keeper::Keeper;
+use tenure_keeper::{AdmitOutcome, KeeperConfig, KeeperError};
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ErrorKind, Keeper, LeaseRecord, LeaseStore, Renewal, Status,
+    Admission, AdmitRequest, Claim, ErrorKind, LeaseRecord, LeaseStore, Renewal, Status,
     StatusChange, Timestamp, Transition,
 };
 use tokio::task::JoinSet;
@@ -601,7 +602,7 @@ fn assert_one_holder_per_scope(active: &[LeaseRecord]) {
 async fn check_keeper(
     shared: &Shared,
     keeper: &Keeper,
-    guards: &[tenure_lease_core::RunGuard],
+    guards: &[tenure_keeper::RunGuard],
     back: Timestamp,
 ) -> usize {
     for guard in guards {

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::keeper::{AdmitOutcome, Keeper, KeeperConfig, LossCause, RunGuard};
+use tenure_keeper::{AdmitOutcome, Keeper, KeeperConfig, LossCause, RunGuard};
 use tenure_lease_core::layer::{Fault, Faults, LayerExt};
 use tenure_lease_core::{
     AdmitRequest, ErrorKind, LeaseStore, LossReason, Renewal, Status, StatusChange, Timestamp,

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::keeper::{
+use tenure_keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, Recovered,
     RunGuard, WriteError, CANCELLED,
 };

@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_keeper::{CancelAnywhereOutcome, Keeper, LossCause, CANCELLED};
 use tenure_lease_core::clock;
-use tenure_lease_core::keeper::{CancelAnywhereOutcome, Keeper, LossCause, CANCELLED};
 use tenure_lease_core::layer::Fault;
 use tenure_lease_core::{
     AdmitRequest, ErrorKind, LeaseRecord, LeaseStore, LossReason, NotTakenReason, Renewal, Status,

@@ -9,11 +9,11 @@
 //! backend, through the store's own records, and that every orphan is
 //! finalised under a greater fence with its scope free.
 //!
-//! [`ReconcileKinds`]: tenure_lease_core::keeper::ReconcileKinds
+//! [`ReconcileKinds`]: tenure_keeper::ReconcileKinds
 
 use std::time::Duration;
 
-use tenure_lease_core::keeper::{
+use tenure_keeper::{
     Keeper, KeeperConfig, OrphanHandling, ReconcileReport, Recovered, ORPHANED, RELEASED,
     RELEASED_ERROR,
 };

@@ -20,10 +20,11 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::keeper::{AdmitOutcome, KeeperConfig};
+use tenure_keeper::Keeper;
+use tenure_keeper::{AdmitOutcome, KeeperConfig};
 use tenure_lease_core::layer::LayerExt as _;
 use tenure_lease_core::{
-    FenceCheck, FenceStore, Keeper, LeaseStore, NotTakenReason, Takeover, TakeoverRequest,
+    FenceCheck, FenceStore, LeaseStore, NotTakenReason, Takeover, TakeoverRequest,
 };
 
 use super::workload::{GRACE, TTL};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::election::ELECTION_KIND;
 use super::schedule::SCHEDULE_KIND;
-use crate::backend::validate;
-use crate::error::{Error, Result};
+use tenure_lease_core::backend::validate;
+use tenure_lease_core::{Error, Result};
 
 /// What the reconciler does with an orphan it wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +50,7 @@ pub enum OrphanHandling {
 }
 
 /// Which orphans the reconciler recovers and which it releases silently,
-/// by record kind ([`LeaseRecord::kind`](crate::LeaseRecord::kind)).
+/// by record kind ([`LeaseRecord::kind`](tenure_lease_core::LeaseRecord::kind)).
 ///
 /// A kind in [`recover`](Self::recover) is recovered, one in
 /// [`release_silently`](Self::release_silently) is released silently, and
@@ -65,7 +65,7 @@ pub enum OrphanHandling {
 /// refuses it).
 ///
 /// ```
-/// use tenure_lease_core::keeper::{KeeperConfig, OrphanHandling};
+/// use tenure_keeper::{KeeperConfig, OrphanHandling};
 /// # use std::time::Duration;
 ///
 /// let config = KeeperConfig::with_ttl(Duration::from_secs(30))

@@ -4,9 +4,9 @@
 
 use std::fmt;
 
-use crate::error::{Error, ErrorKind};
-use crate::outcome::LossReason;
-use crate::queue::JobLoss;
+use tenure_lease_core::queue::JobLoss;
+use tenure_lease_core::LossReason;
+use tenure_lease_core::{Error, ErrorKind};
 
 /// Why a run (or a job) no longer owns its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,7 +71,7 @@ pub struct OwnershipLost {
 }
 
 /// `?` from [`check`](super::RunGuard::check) into a function answering
-/// [`crate::Result`]: [`ErrorKind::OwnershipLost`], with this as the source.
+/// [`tenure_lease_core::Result`]: [`ErrorKind::OwnershipLost`], with this as the source.
 impl From<OwnershipLost> for Error {
     fn from(lost: OwnershipLost) -> Self {
         Error::converted(ErrorKind::OwnershipLost, lost)

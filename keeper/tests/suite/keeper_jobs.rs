@@ -12,8 +12,8 @@ use std::time::Duration;
 use common::{
     at, config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, Op, BEAT, TTL,
 };
-use tenure_lease_core::keeper::{AdmitOutcome, JobGuard, JobWriteError};
-use tenure_lease_core::keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
+use tenure_keeper::{AdmitOutcome, JobGuard, JobWriteError};
+use tenure_keeper::{Keeper, KeeperConfig, KeeperError, LossCause, ReconcileAction};
 use tenure_lease_core::queue::{
     ClaimRequest, DeadReason, FailAction, Job, JobLoss, JobQueue, JobState, NewJob,
 };

@@ -13,7 +13,7 @@ use common::{
     at, config, faulty_store, ms, start, CountDrop, Fault, FaultControl, FaultyStore, OnEvent, Op,
     BEAT, TTL,
 };
-use tenure_lease_core::keeper::{
+use tenure_keeper::{
     AdmitOutcome, CancelOutcome, Keeper, KeeperConfig, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
 };
@@ -695,7 +695,7 @@ async fn shutdown_deadline_cancels_a_stuck_heartbeat_and_a_stuck_callback() {
     assert!(work.await.unwrap_err().is_cancelled());
     assert!(matches!(
         keeper.admit(keeper.request("late")).await,
-        Err(tenure_lease_core::keeper::KeeperError::ShuttingDown)
+        Err(tenure_keeper::KeeperError::ShuttingDown)
     ));
 }
 

@@ -1,4 +1,4 @@
-//! Job claims held by the keeper ([contract §9 and §12](crate::contract)):
+//! Job claims held by the keeper ([contract §9 and §12](tenure_lease_core::contract)):
 //! a claimed job's lease is renewed by the same heartbeat, judged by the same
 //! confirmed deadline and stopped by the same loss path as a run's; only the
 //! store calls differ (`renew_job` / `renew_jobs`, `get_job`, `complete` /
@@ -23,11 +23,12 @@ use super::accessors::guard_accessors;
 use super::held::{HeldJob, SettleFailure};
 use super::loss::{LossCause, OwnershipLost};
 use super::{Keeper, KeeperError, Shared};
-use crate::backend::queue_rules as rules;
-use crate::error::{Error, ErrorKind};
-use crate::queue::{
+use crate::held::unknown_answer;
+use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobSettle,
 };
+use tenure_lease_core::{Error, ErrorKind};
 
 /// A job's item in the keeper's table: where it lives, the claim, and the
 /// job as it was claimed.
@@ -183,12 +184,13 @@ impl JobGuard {
     async fn settle(
         &self,
         operation: &'static str,
-        write: impl Future<Output = crate::Result<JobSettle>>,
+        write: impl Future<Output = tenure_lease_core::Result<JobSettle>>,
     ) -> Result<Job, JobWriteError> {
         let write = async {
             Ok(match write.await? {
                 JobSettle::Settled(job) => Ok(job),
                 JobSettle::Rejected(loss) => Err(loss),
+                other => return Err(unknown_answer(operation, &other)),
             })
         };
         let held = self.held();
@@ -296,7 +298,7 @@ impl From<OwnershipLost> for JobWriteError {
     }
 }
 
-/// `?` from a job's write into a function answering [`crate::Result`]: a
+/// `?` from a job's write into a function answering [`tenure_lease_core::Result`]: a
 /// lost job is [`ErrorKind::OwnershipLost`], a queue that could not confirm
 /// keeps its kind, a second settle is [`ErrorKind::InvalidInput`]. The
 /// `JobWriteError` stays the source ([`Error::downcast_source`]).

@@ -1,4 +1,4 @@
-//! Once per tick across hosts ([contract §14](crate::contract)): a named
+//! Once per tick across hosts ([contract §14](tenure_lease_core::contract)): a named
 //! schedule whose every tick is delivered by exactly one of the hosts that
 //! run it, under that tick's own lease and fence.
 //!
@@ -6,7 +6,7 @@
 //! * **The tick is the id.** Ticks are a fixed interval aligned to the Unix
 //!   epoch, and a tick's run id is derived from the schedule's name and the
 //!   tick's start ([`Schedule::run_id`]). Every host admits that id
-//!   ([`AdmitStrategy::Reject`](crate::AdmitStrategy::Reject), the
+//!   ([`AdmitStrategy::Reject`](tenure_lease_core::AdmitStrategy::Reject), the
 //!   default): the store creates it once, and every other host is answered
 //!   `AlreadyExists`, so the tick has one winner however many hosts race.
 //! * **The store's clock says which tick is due** ([`LeaseStore::now`]), so
@@ -28,7 +28,7 @@
 //!   than the interval (and than the look-back horizon, or purged ticks
 //!   are reported missed).
 //!
-//! [`LeaseStore::now`]: crate::LeaseStore::now
+//! [`LeaseStore::now`]: tenure_lease_core::LeaseStore::now
 
 use std::collections::HashMap;
 use std::fmt;
@@ -45,11 +45,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::election::{release, work_ended, AbortOnDrop, Stop};
 use super::{AdmitOutcome, Keeper, KeeperError, LossCause, OwnershipLost, RunGuard};
-use crate::backend::validate;
-use crate::clock::{self, Timestamp};
-use crate::error::{Error, ErrorKind};
-use crate::record::{Claim, LeaseRecord};
-use crate::request::StatusChange;
+use tenure_lease_core::backend::validate;
+use tenure_lease_core::clock::{self, Timestamp};
+use tenure_lease_core::StatusChange;
+use tenure_lease_core::{Claim, LeaseRecord};
+use tenure_lease_core::{Error, ErrorKind};
 
 /// The kind of the records a [`Schedule`] admits, one per fired tick.
 pub const SCHEDULE_KIND: &str = "schedule";
@@ -80,12 +80,12 @@ const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 /// A named schedule of ticks every `interval`, aligned to the Unix epoch
 /// (tick `n` starts at `n × interval` after 1970-01-01T00:00:00Z), each
 /// delivered once among every host that fires it
-/// ([contract §14](crate::contract)).
+/// ([contract §14](tenure_lease_core::contract)).
 ///
 /// The store's clock says which tick is due, so hosts whose clocks disagree
 /// still agree on it. A tick's run id is derived from the name and the
 /// tick ([`run_id`](Schedule::run_id)) and admitted with
-/// [`AdmitStrategy::Reject`](crate::AdmitStrategy::Reject): the store
+/// [`AdmitStrategy::Reject`](tenure_lease_core::AdmitStrategy::Reject): the store
 /// creates it once and answers every other host `AlreadyExists`. The
 /// winner's delivery runs under the run's lease and fence (a held run:
 /// success completes it, an error fails it, a loss aborts it). A tick
@@ -103,7 +103,7 @@ const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 /// use std::time::Duration;
 ///
 /// use tenure_backend_memory::MemoryStore;
-/// use tenure_lease_core::keeper::{Keeper, KeeperConfig, Schedule, TickOutcome};
+/// use tenure_keeper::{Keeper, KeeperConfig, Schedule, TickOutcome};
 /// use tokio::time::Instant;
 ///
 /// let store = Arc::new(MemoryStore::new());
@@ -698,7 +698,7 @@ impl TickerBuilder {
 /// use std::time::Duration;
 ///
 /// use tenure_backend_memory::MemoryStore;
-/// use tenure_lease_core::keeper::{Keeper, KeeperConfig, Schedule, Ticker, TickOutcome};
+/// use tenure_keeper::{Keeper, KeeperConfig, Schedule, Ticker, TickOutcome};
 /// use tokio::sync::mpsc;
 /// use tokio::time::Instant;
 ///

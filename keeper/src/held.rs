@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 use super::job_guard::JobItem;
 use super::loss::{LossCause, OwnershipLost};
 use super::Shared;
-use crate::error::{Error, ErrorKind};
-use crate::record::{Claim, Status};
+use tenure_lease_core::{Claim, Status};
+use tenure_lease_core::{Error, ErrorKind};
 
 /// Where a held thing is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,6 +336,19 @@ pub(crate) enum SettleFailure {
     AlreadySettled,
     Invalid(Error),
     Unconfirmed(Error),
+}
+
+/// An answer of a variant this keeper does not know (a newer
+/// `tenure-lease-core` added it): `Incompatible`, so the outcome counts as
+/// unknown and the keeper fails closed, as for any unconfirmed write.
+pub(crate) fn unknown_answer(operation: &str, answer: &impl std::fmt::Debug) -> Error {
+    Error::new(
+        ErrorKind::Incompatible,
+        format!(
+            "{operation} answered {answer:?}, which this keeper does not know: use the \
+             tenure-keeper release that matches tenure-lease-core"
+        ),
+    )
 }
 
 pub(crate) fn timeout_error(operation: &str) -> Error {

@@ -18,7 +18,7 @@ use common::{
     config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, OnEvent, Op, BEAT, TTL,
 };
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use tenure_lease_core::keeper::{
+use tenure_keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
 };

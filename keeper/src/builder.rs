@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::config::{self, KeeperConfig, ReconcileAction};
 use super::reconciler::{self, Recovered, RecoveryCallback, RecoveryError};
 use super::{heartbeat, Keeper, Shared};
-use crate::error::{Error, ErrorKind};
-use crate::store::LeaseStore;
+use tenure_lease_core::LeaseStore;
+use tenure_lease_core::{Error, ErrorKind};
 
 /// Builds a [`Keeper`]; see [`Keeper::builder`].
 pub struct KeeperBuilder {

@@ -14,11 +14,12 @@ use super::accessors::guard_accessors;
 use super::held::{HeldRun, Phase, SettleFailure};
 use super::loss::{LossCause, OwnershipLost};
 use super::Shared;
-use crate::backend::rules;
-use crate::error::{Error, ErrorKind};
-use crate::outcome::{LossReason, Transition, TransitionRejection};
-use crate::record::{Claim, LeaseRecord, Status};
-use crate::request::StatusChange;
+use crate::held::unknown_answer;
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::StatusChange;
+use tenure_lease_core::{Claim, LeaseRecord, Status};
+use tenure_lease_core::{Error, ErrorKind};
+use tenure_lease_core::{LossReason, Transition, TransitionRejection};
 
 /// Why [`RunGuard::complete`] or [`RunGuard::mark_running`] did not write.
 #[derive(Debug, thiserror::Error)]
@@ -153,6 +154,10 @@ impl RunGuard {
                 Ok(record)
             }
             Ok(Ok(Transition::Rejected(rejection))) => Err(self.rejected(rejection, false)),
+            Ok(Ok(other)) => Err(WriteError::Unconfirmed(unknown_answer(
+                "mark_running",
+                &other,
+            ))),
             Ok(Err(error)) if !error.is_outcome_unknown() => Err(WriteError::Invalid(error)),
             Ok(Err(error)) => Err(WriteError::Unconfirmed(error)),
             Err(_) => Err(WriteError::Unconfirmed(super::held::timeout_error(
@@ -182,6 +187,7 @@ impl RunGuard {
                 match shared.store.transition(self.claim(), &change).await? {
                     Transition::Applied(record) => Ok(record),
                     Transition::Rejected(rejection) => Err(rejection),
+                    other => return Err(unknown_answer("complete", &other)),
                 },
             )
         };
@@ -226,7 +232,7 @@ impl From<OwnershipLost> for WriteError {
     }
 }
 
-/// `?` from a run's write into a function answering [`crate::Result`]: a lost
+/// `?` from a run's write into a function answering [`tenure_lease_core::Result`]: a lost
 /// or taken-over run is [`ErrorKind::OwnershipLost`], a store that could not
 /// confirm keeps its kind, a misuse is [`ErrorKind::InvalidInput`]. The
 /// `WriteError` stays the source ([`Error::downcast_source`]).
@@ -241,9 +247,9 @@ impl From<WriteError> for Error {
                 | TransitionRejection::Stale,
             ) => ErrorKind::OwnershipLost,
             WriteError::Unconfirmed(store) | WriteError::Invalid(store) => store.kind(),
-            WriteError::Rejected(TransitionRejection::NotAllowed { .. })
-            | WriteError::NotFinal(_)
-            | WriteError::AlreadyCompleted => ErrorKind::InvalidInput,
+            WriteError::Rejected(_) | WriteError::NotFinal(_) | WriteError::AlreadyCompleted => {
+                ErrorKind::InvalidInput
+            }
         };
         Error::converted(kind, error)
     }

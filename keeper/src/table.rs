@@ -17,11 +17,11 @@ use super::job_guard::{self, JobGuard};
 use super::loss::LossCause;
 use super::run_guard::RunGuard;
 use super::{health, telemetry, KeeperError};
-use crate::error::Error;
-use crate::outcome::LossReason;
-use crate::queue::{ClaimedJob, JobLoss, JobQueue};
-use crate::record::LeaseRecord;
-use crate::store::LeaseStore;
+use tenure_lease_core::queue::{ClaimedJob, JobLoss, JobQueue};
+use tenure_lease_core::Error;
+use tenure_lease_core::LeaseRecord;
+use tenure_lease_core::LeaseStore;
+use tenure_lease_core::LossReason;
 
 /// State shared by the keeper, its tasks and its guards.
 pub(crate) struct Shared {
@@ -57,7 +57,7 @@ impl Shared {
             .await
             .unwrap_or_else(|_| {
                 Err(Error::new(
-                    crate::error::ErrorKind::Timeout,
+                    tenure_lease_core::ErrorKind::Timeout,
                     format!(
                         "{what} got no answer within the keeper's store timeout; its outcome is \
                          unknown (call again, or raise KeeperConfig::store_timeout)"

@@ -31,10 +31,11 @@ use super::health::{self, Task};
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::loss::LossCause;
 use super::{telemetry, Shared};
-use crate::error::{Error, ErrorKind};
-use crate::outcome::Renewal;
-use crate::queue::{JobClaim, JobRenewal};
-use crate::record::Claim;
+use crate::held::unknown_answer;
+use tenure_lease_core::queue::{JobClaim, JobRenewal};
+use tenure_lease_core::Claim;
+use tenure_lease_core::Renewal;
+use tenure_lease_core::{Error, ErrorKind};
 
 /// How many times in a row the heartbeat loop may panic before finishing a
 /// round before it is given up (see [`run`]).
@@ -279,7 +280,7 @@ impl Renewable for HeldRun {
 
     async fn renew_solo(&self, shared: &Shared, ttl: Duration) -> Result<Answer, Error> {
         let outcome = shared.store.renew(&self.item.claim, ttl).await?;
-        Ok(run_answer(outcome))
+        run_answer(outcome)
     }
 
     async fn renew_batch(
@@ -292,7 +293,7 @@ impl Renewable for HeldRun {
             .map(|(_, run)| run.item.claim.clone())
             .collect();
         let outcomes = shared.store.renew_many(&claims, ttl).await?;
-        Ok(outcomes.into_iter().map(run_answer).collect())
+        outcomes.into_iter().map(run_answer).collect()
     }
 }
 
@@ -306,7 +307,7 @@ impl Renewable for HeldJob {
 
     async fn renew_solo(&self, _shared: &Shared, ttl: Duration) -> Result<Answer, Error> {
         let outcome = self.item.queue.renew_job(&self.item.claim, ttl).await?;
-        Ok(job_answer(outcome))
+        job_answer(outcome)
     }
 
     async fn renew_batch(
@@ -324,23 +325,25 @@ impl Renewable for HeldJob {
             .map(|(_, job)| job.item.claim.clone())
             .collect();
         let outcomes = first.item.queue.renew_jobs(&claims, ttl).await?;
-        Ok(outcomes.into_iter().map(job_answer).collect())
+        outcomes.into_iter().map(job_answer).collect()
     }
 }
 
 /// A run renewal's outcome as an [`Answer`].
-fn run_answer(outcome: Renewal) -> Answer {
+fn run_answer(outcome: Renewal) -> Result<Answer, Error> {
     match outcome {
-        Renewal::Renewed { .. } => Answer::Renewed,
-        Renewal::Lost(reason) => Answer::Lost(LossCause::Lost(reason)),
+        Renewal::Renewed { .. } => Ok(Answer::Renewed),
+        Renewal::Lost(reason) => Ok(Answer::Lost(LossCause::Lost(reason))),
+        other => Err(unknown_answer("renew", &other)),
     }
 }
 
 /// A job renewal's outcome as an [`Answer`].
-fn job_answer(outcome: JobRenewal) -> Answer {
+fn job_answer(outcome: JobRenewal) -> Result<Answer, Error> {
     match outcome {
-        JobRenewal::Renewed { .. } => Answer::Renewed,
-        JobRenewal::Lost(loss) => Answer::Lost(LossCause::JobLost(loss)),
+        JobRenewal::Renewed { .. } => Ok(Answer::Renewed),
+        JobRenewal::Lost(loss) => Ok(Answer::Lost(LossCause::JobLost(loss))),
+        other => Err(unknown_answer("renew_job", &other)),
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_backend_memory::MemoryStore;
-use tenure_lease_core::keeper::{Keeper, KeeperConfig};
+use tenure_keeper::{Keeper, KeeperConfig};
 pub use tenure_lease_core::layer::Fault;
 use tenure_lease_core::layer::{Answer, Faults, Hook, LayerExt, Layered, Operation, Pending};
 use tenure_lease_core::{Clock, Timestamp, TokioClock};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, OnEvent, Op};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
-use tenure_lease_core::keeper::{
+use tenure_keeper::{
     AdmitOutcome, CancelAnywhereOutcome, Keeper, OrphanHandling, ReconcileAction, RELEASED,
 };
 use tenure_lease_core::{AdmitRequest, LeaseRecord, LeaseStore, Status, StatusChange};

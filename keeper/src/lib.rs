@@ -1,6 +1,8 @@
+//! # tenure-keeper
+//!
 //! The keeper: the client-side runtime that holds a worker's leases, keeps
 //! them alive, stops work the moment ownership is gone, and recovers other
-//! workers' orphans ([contract §12](crate::contract)). It needs nothing but
+//! workers' orphans ([contract §12](tenure_lease_core::contract)). It needs nothing but
 //! a [`LeaseStore`], so it behaves the same on every backend.
 //!
 //! It holds job claims the same way ([`Keeper::claim_jobs`],
@@ -8,7 +10,11 @@
 //! path; only the store calls differ (`renew_job`, or `renew_jobs` in
 //! chunks as for runs, and the fenced `complete` / `fail` / `defer`).
 //!
-//! Two helpers build on it ([contract §14](crate::contract)): [`Election`]
+//! It is its own crate, over `tenure-lease-core`'s traits only: no backend
+//! depends on it, and users reach it as `tenure::keeper` (its main types
+//! are re-exported at the facade's root too).
+//!
+//! Two helpers build on it ([contract §14](tenure_lease_core::contract)): [`Election`]
 //! (one leader among campaigners, fenced by its term) and [`Schedule`] /
 //! [`Ticker`] (each tick of a named schedule delivered once across hosts).
 //!
@@ -27,7 +33,7 @@
 //!   the work's lock cannot look like a store failure.
 //! * **Few round trips.** Large beats go through
 //!   [`LeaseStore::renew_many`] in chunks (job claims through
-//!   [`JobQueue::renew_jobs`](crate::JobQueue::renew_jobs), one chunk per
+//!   [`JobQueue::renew_jobs`](tenure_lease_core::JobQueue::renew_jobs), one chunk per
 //!   queue), so one worker can hold tens of thousands of leases; outcomes
 //!   stay per lease.
 //! * **Fail closed.** Whoever notices a loss first (heartbeat,
@@ -68,7 +74,7 @@
 //! record still carries this keeper's owner and fence (a renewal after a
 //! takeover answers `Lost` and changes nothing), it changes no fence, and the
 //! keeper has already stopped the work and refuses every later write for the
-//! claim. A resource guarded by the fence ([`FenceGate`](crate::FenceGate))
+//! claim. A resource guarded by the fence ([`FenceGate`](tenure_lease_core::FenceGate))
 //! refuses a paused holder's write once a successor has written with a newer
 //! fence. Refusing late renewals outright would need a renewal that carries
 //! the deadline its sender still trusts (a change of [`LeaseStore::renew`]
@@ -150,14 +156,14 @@ pub use schedule::{
     DEFAULT_LOOKBACK, LATE, MAX_INTERVAL, MAX_LOOKBACK, MIN_INTERVAL, SCHEDULE_KIND,
 };
 
-use crate::backend::rules;
-use crate::error::{Error, ErrorKind};
-use crate::outcome::{Admission, LossReason, Transition, TransitionRejection};
-use crate::record::{Claim, LeaseRecord, Status};
-use crate::request::AdmitRequest;
-use crate::store::LeaseStore;
 use held::{Entry, Phase};
 pub(crate) use table::Shared;
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::AdmitRequest;
+use tenure_lease_core::LeaseStore;
+use tenure_lease_core::{Admission, LossReason, Transition, TransitionRejection};
+use tenure_lease_core::{Claim, LeaseRecord, Status};
+use tenure_lease_core::{Error, ErrorKind};
 
 /// The reason written on records stopped by [`Keeper::cancel`].
 pub const CANCELLED: &str = "cancelled";
@@ -197,7 +203,7 @@ pub enum KeeperError {
     NoTtl,
 }
 
-/// `?` from a keeper call into a function answering [`crate::Result`]: a
+/// `?` from a keeper call into a function answering [`tenure_lease_core::Result`]: a
 /// store error is answered as it was; a keeper that is shutting down or
 /// whose heartbeat failed is [`ErrorKind::Stopped`]; holding jobs without a
 /// ttl is [`ErrorKind::Config`]. The `KeeperError` stays the source
@@ -281,7 +287,7 @@ pub struct ShutdownReport {
 }
 
 /// Holds a worker's leases and keeps them alive
-/// ([contract §12](crate::contract)); see the [module docs](self).
+/// ([contract §12](tenure_lease_core::contract)); see the [crate docs](crate).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -290,7 +296,7 @@ pub struct ShutdownReport {
 /// use std::time::Duration;
 ///
 /// use tenure_backend_memory::MemoryStore;
-/// use tenure_lease_core::keeper::{AdmitOutcome, Keeper, KeeperConfig, ReconcileAction, WriteError};
+/// use tenure_keeper::{AdmitOutcome, Keeper, KeeperConfig, ReconcileAction, WriteError};
 /// use tenure_lease_core::StatusChange;
 ///
 /// let store = Arc::new(MemoryStore::new());
@@ -476,6 +482,7 @@ impl Keeper {
                 holder,
                 retry_after,
             }),
+            other => Err(held::unknown_answer("admit", &other).into()),
         }
     }
 
@@ -513,7 +520,7 @@ impl Keeper {
                 CancelOutcome::NotCancellable { status: Some(from) }
             }
             Ok(Transition::Rejected(_)) => CancelOutcome::NotCancellable { status: None },
-            Err(_) => CancelOutcome::Unknown,
+            Ok(_) | Err(_) => CancelOutcome::Unknown,
         }
     }
 

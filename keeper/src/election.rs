@@ -1,4 +1,4 @@
-//! Leader election on the keeper ([contract §14](crate::contract)): several
+//! Leader election on the keeper ([contract §14](tenure_lease_core::contract)): several
 //! processes campaign for one scope, the one whose admission wins leads
 //! under that record's lease and fence, the others keep campaigning.
 //!
@@ -18,8 +18,8 @@
 //!   registered task, aborted the moment leadership is gone.
 //! * **The fence says who leads.** Every term draws a new fence, greater
 //!   than every earlier leader's, so a resource that checks it
-//!   (the store's gate, [`FenceStore::check_fence`](crate::FenceStore::check_fence),
-//!   shared by every process; [`FenceGate`](crate::FenceGate) inside one; or
+//!   (the store's gate, [`FenceStore::check_fence`](tenure_lease_core::FenceStore::check_fence),
+//!   shared by every process; [`FenceGate`](tenure_lease_core::FenceGate) inside one; or
 //!   a conditional write in another store) refuses a deposed leader that has
 //!   not noticed yet.
 //! * **Stepping down is a settle.** On [`Election::shutdown`] the work is
@@ -40,10 +40,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{health, AdmitOutcome, Keeper, KeeperError, LossCause, OwnershipLost, RunGuard};
-use crate::backend::validate;
-use crate::error::{Error, ErrorKind};
-use crate::record::{Claim, LeaseRecord};
-use crate::request::{generate_id, AdmitStrategy, StatusChange};
+use tenure_lease_core::backend::validate;
+use tenure_lease_core::{generate_id, AdmitStrategy, StatusChange};
+use tenure_lease_core::{Claim, LeaseRecord};
+use tenure_lease_core::{Error, ErrorKind};
 
 /// The kind of the records an [`Election`] admits, one per term.
 pub const ELECTION_KIND: &str = "election";
@@ -147,8 +147,8 @@ impl Term {
 
     /// The term's fence: greater than every earlier leader's. Present it to
     /// every resource the leader writes
-    /// ([`FenceStore::check_fence`](crate::FenceStore::check_fence),
-    /// [`FenceGate::admit`](crate::FenceGate::admit) or a conditional write
+    /// ([`FenceStore::check_fence`](tenure_lease_core::FenceStore::check_fence),
+    /// [`FenceGate::admit`](tenure_lease_core::FenceGate::admit) or a conditional write
     /// on the fence), so a deposed leader that has not noticed yet is
     /// refused.
     pub fn fence(&self) -> u64 {
@@ -280,7 +280,7 @@ impl ElectionBuilder {
     }
 }
 
-/// One campaigner of a leader election ([contract §14](crate::contract)).
+/// One campaigner of a leader election ([contract §14](tenure_lease_core::contract)).
 ///
 /// Each campaign admits a fresh record (kind [`ELECTION_KIND`]) on the
 /// election's scope with [`AdmitStrategy::Interrupt`]: the store admits it
@@ -292,8 +292,8 @@ impl ElectionBuilder {
 /// deadline when renewals go unconfirmed), and the leader's work is its
 /// registered task, aborted the moment leadership is gone. Each term's
 /// fence is greater than every earlier leader's: present it to what the
-/// leader writes ([`FenceStore::check_fence`](crate::FenceStore::check_fence)
-/// across processes, [`FenceGate`](crate::FenceGate) inside one) so a
+/// leader writes ([`FenceStore::check_fence`](tenure_lease_core::FenceStore::check_fence)
+/// across processes, [`FenceGate`](tenure_lease_core::FenceGate) inside one) so a
 /// deposed leader that has not noticed yet is refused. Followers try again every
 /// [`retry_interval`](ElectionBuilder::retry_interval) (sooner when the
 /// leader's lease ends first); a leader that steps down
@@ -313,7 +313,7 @@ impl ElectionBuilder {
 /// use std::time::Duration;
 ///
 /// use tenure_backend_memory::MemoryStore;
-/// use tenure_lease_core::keeper::{Election, Keeper, KeeperConfig, TermEnd};
+/// use tenure_keeper::{Election, Keeper, KeeperConfig, TermEnd};
 /// use tenure_lease_core::FenceGate;
 /// use tokio::time::Instant;
 ///

@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use futures_util::FutureExt;
 
 use super::telemetry;
-use crate::error::Error;
+use tenure_lease_core::Error;
 
 /// Where a caught panic happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,10 +32,11 @@ use super::config::{OrphanHandling, ReconcileAction};
 use super::health::{self, Task};
 use super::run_guard::RunGuard;
 use super::{telemetry, Shared, ORPHANED, RELEASED, RELEASED_ERROR};
-use crate::error::{Error, ErrorKind};
-use crate::outcome::{SkippedRecord, Takeover};
-use crate::record::LeaseRecord;
-use crate::request::{ExpiredQuery, TakeoverAction, TakeoverRequest};
+use crate::held::unknown_answer;
+use tenure_lease_core::LeaseRecord;
+use tenure_lease_core::{Error, ErrorKind};
+use tenure_lease_core::{ExpiredQuery, TakeoverAction, TakeoverRequest};
+use tenure_lease_core::{SkippedRecord, Takeover};
 
 /// An orphan the reconciler won.
 #[derive(Debug)]
@@ -102,7 +103,7 @@ pub enum ReconcileError {
 }
 
 /// `?` from [`Keeper::reconcile_now`](super::Keeper::reconcile_now) into a
-/// function answering [`crate::Result`]: a failed scan keeps its kind, a
+/// function answering [`tenure_lease_core::Result`]: a failed scan keeps its kind, a
 /// stopping keeper is [`ErrorKind::Stopped`], a pass already running or one
 /// that panicked is [`ErrorKind::Unavailable`] (the next pass may do it).
 impl From<ReconcileError> for Error {
@@ -216,7 +217,7 @@ async fn pass(
         Ok(Err(error)) => return Err(ReconcileError::Scan(error)),
         Err(_) => {
             return Err(ReconcileError::Scan(Error::new(
-                crate::error::ErrorKind::Timeout,
+                tenure_lease_core::ErrorKind::Timeout,
                 "list_expired got no answer within the keeper's store timeout",
             )))
         }
@@ -296,6 +297,11 @@ async fn pass(
             Ok(Ok(Takeover::NotTaken(reason))) => {
                 tracing::debug!(lease.id = %record.id, ?reason, "orphan not taken");
                 report.not_taken += 1;
+            }
+            Ok(Ok(other)) => {
+                let error = unknown_answer("claim_for_takeover", &other);
+                tracing::warn!(lease.id = %record.id, %error, "takeover could not be confirmed");
+                report.claim_errors += 1;
             }
             Ok(Err(error)) => {
                 tracing::warn!(lease.id = %record.id, %error, "takeover could not be confirmed");

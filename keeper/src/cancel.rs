@@ -10,18 +10,19 @@
 //! overwritten. Its refusal says what happened instead, and that is what the
 //! caller hears.
 //!
-//! [`claim_for_takeover`]: crate::LeaseStore::claim_for_takeover
+//! [`claim_for_takeover`]: tenure_lease_core::LeaseStore::claim_for_takeover
 
 use std::time::Duration;
 
 use super::held::Phase;
 use super::loss::LossCause;
 use super::{telemetry, Keeper, Shared, CANCELLED};
-use crate::backend::validate;
-use crate::error::Error;
-use crate::outcome::{NotTakenReason, Takeover, Transition, TransitionRejection};
-use crate::record::{Claim, LeaseRecord, Status};
-use crate::request::{StatusChange, TakeoverAction, TakeoverRequest};
+use crate::held::unknown_answer;
+use tenure_lease_core::backend::validate;
+use tenure_lease_core::Error;
+use tenure_lease_core::{Claim, LeaseRecord, Status};
+use tenure_lease_core::{NotTakenReason, Takeover, Transition, TransitionRejection};
+use tenure_lease_core::{StatusChange, TakeoverAction, TakeoverRequest};
 
 /// The answer of [`Keeper::cancel_anywhere`]: what happened to the run,
 /// never more than did.
@@ -137,7 +138,7 @@ impl Keeper {
     ///   elsewhere;
     /// * held elsewhere by an owner whose lease has lapsed beyond the
     ///   keeper's grace (a crashed worker): taken over with
-    ///   [`claim_for_takeover`](crate::LeaseStore::claim_for_takeover) and
+    ///   [`claim_for_takeover`](tenure_lease_core::LeaseStore::claim_for_takeover) and
     ///   failed under the new fence (`CancelledByTakeover`);
     /// * held elsewhere by a live owner: `LeaseValidElsewhere` with the
     ///   time until its lease plus grace ends;
@@ -184,6 +185,11 @@ impl Keeper {
                             TransitionRejection::Terminal(status)
                             | TransitionRejection::NotAllowed { from: status, .. },
                         )) => return CancelAnywhereOutcome::NotCancellable { status },
+                        Ok(other) => {
+                            return CancelAnywhereOutcome::Unknown {
+                                error: unknown_answer("transition", &other),
+                            }
+                        }
                         Err(error) => return CancelAnywhereOutcome::Unknown { error },
                     }
                 }
@@ -212,17 +218,20 @@ impl Keeper {
                 tracing::info!(lease.id = %record.id, fence = record.fence, "cancelled a run held elsewhere by taking it over");
                 CancelAnywhereOutcome::CancelledByTakeover { record }
             }
-            Ok(Takeover::NotTaken(reason)) => match reason {
-                NotTakenReason::LeaseValid { retry_after } => {
-                    CancelAnywhereOutcome::LeaseValidElsewhere { retry_after }
-                }
-                NotTakenReason::Terminal(status) => {
-                    CancelAnywhereOutcome::NotCancellable { status }
-                }
-                NotTakenReason::Interrupted => CancelAnywhereOutcome::NotCancellable {
+            Ok(Takeover::NotTaken(NotTakenReason::LeaseValid { retry_after })) => {
+                CancelAnywhereOutcome::LeaseValidElsewhere { retry_after }
+            }
+            Ok(Takeover::NotTaken(NotTakenReason::Terminal(status))) => {
+                CancelAnywhereOutcome::NotCancellable { status }
+            }
+            Ok(Takeover::NotTaken(NotTakenReason::Interrupted)) => {
+                CancelAnywhereOutcome::NotCancellable {
                     status: Status::Interrupted,
-                },
-                NotTakenReason::Missing => CancelAnywhereOutcome::NotFound,
+                }
+            }
+            Ok(Takeover::NotTaken(NotTakenReason::Missing)) => CancelAnywhereOutcome::NotFound,
+            Ok(other) => CancelAnywhereOutcome::Unknown {
+                error: unknown_answer("claim_for_takeover", &other),
             },
             Err(error) => {
                 tracing::warn!(lease.id = %id, %error, "cancelling takeover could not be confirmed");
