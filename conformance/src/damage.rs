@@ -21,10 +21,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tenure_lease_core::LeaseStore;
-
-use crate::harness::{Ctx, Failure};
-
 /// What a damage is done to: a stored lease record or a stored job, by id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -186,35 +182,3 @@ pub type Damager<S> = Arc<
         + Send
         + Sync,
 >;
-
-impl<S: LeaseStore> Ctx<S> {
-    /// The context, able to damage its store with `damager`.
-    pub fn with_damager(mut self, damager: Option<Damager<S>>) -> Self {
-        self.damager = damager;
-        self
-    }
-
-    /// Whether the factory can damage this store at all.
-    pub fn can_damage(&self) -> bool {
-        self.damager.is_some()
-    }
-
-    /// Applies `damage` to `target` in the store, behind its back.
-    ///
-    /// # Errors
-    ///
-    /// A failure when the factory could not apply a damage it should have.
-    pub async fn damage(&self, target: Target, damage: Damage) -> Result<DamageOutcome, Failure> {
-        let Some(damager) = &self.damager else {
-            self.skip("the factory cannot damage what its stores keep")?;
-            return Ok(DamageOutcome::CannotHold);
-        };
-        damager(Arc::clone(&self.store), target.clone(), damage)
-            .await
-            .map_err(|error| {
-                Failure(format!(
-                    "the factory could not damage {target:?} with {damage}: {error}"
-                ))
-            })
-    }
-}

@@ -95,6 +95,7 @@
 //! changes. A factory without one (the default) sees them skipped, as a case
 //! reports with [`Ctx::skip`].
 
+mod capability;
 mod harness;
 
 pub mod cases;
@@ -107,12 +108,12 @@ pub mod suites;
 
 #[doc(hidden)]
 pub use harness::run_named_case;
+pub use harness::{report_skip, skip_unless_required};
 pub use harness::{
     run_case, service_url, services_required, Case, CaseFuture, CaseOutcome, CaseReport,
     CaseResult, ClockControl, Ctx, Factory, Failure, Footprint, FootprintProbe, Report, Subject,
     CASE_TIMEOUT, CREATE_FAILURES_BEFORE_GIVING_UP, CREATE_TIMEOUT, REQUIRE_SERVICES_VAR,
 };
-pub use suites::{report_skip, skip_unless_required};
 
 use tenure_lease_core::{FenceStore, JobQueue, LeaseStore};
 

@@ -7,10 +7,10 @@ use async_trait::async_trait;
 use tenure_backend_memory::MemoryStore;
 use tenure_lease_core::{Clock, ManualClock};
 
+use crate::capability::nemesis::NemesisSupport;
 use crate::harness::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use crate::offset_clock::{ClockOffsetter, OffsetClock};
 use crate::reopen::Reopener;
-use crate::suites::nemesis::NemesisSupport;
 
 /// Creates a fresh [`MemoryStore`] on its own [`ManualClock`] per case.
 #[derive(Debug, Default, Clone, Copy)]

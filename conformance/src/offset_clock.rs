@@ -8,7 +8,7 @@
 //! for some decision passes every case. Only the factory can open a store
 //! on a clock that disagrees: [`Factory::clock_offset`](crate::Factory::clock_offset)
 //! answers a [`ClockOffsetter`], and the clock cases
-//! ([`Ctx::offset_store`]) are reported skipped on a factory without one.
+//! ([`Ctx::offset_store`](crate::Ctx::offset_store)) are reported skipped on a factory without one.
 //!
 //! How factories do it: a store on an injected [`Clock`] (memory, SQLite,
 //! file, etcd) is given an [`OffsetClock`]; PostgreSQL's factory shadows
@@ -26,8 +26,6 @@ use std::sync::Arc;
 
 use chrono::TimeDelta;
 use tenure_lease_core::{clock, Clock, SystemClock, Timestamp};
-
-use crate::harness::{Ctx, Failure};
 
 /// Opens a store whose clock runs `offset` from the process clock (ahead
 /// when positive), on the case's backing data or on fresh data that needs
@@ -98,38 +96,5 @@ impl Clock for OffsetClock {
     fn now(&self) -> Timestamp {
         let now = SystemClock.now();
         clock::truncate_to_micros(now.checked_add_signed(self.0).unwrap_or(now))
-    }
-}
-
-impl<S> Ctx<S> {
-    /// The context, able to open its store on an offset clock with
-    /// `offsetter`.
-    pub fn with_clock_offsetter(mut self, offsetter: Option<ClockOffsetter<S>>) -> Self {
-        self.clock_offsetter = offsetter;
-        self
-    }
-
-    /// A store whose clock runs `offset` from the process clock, or `None`
-    /// (the case marked skipped) when the factory cannot open one.
-    ///
-    /// # Errors
-    ///
-    /// A failure when the factory could not open a store it should have.
-    pub async fn offset_store(&self, offset: TimeDelta) -> Result<Option<OffsetStore<S>>, Failure> {
-        let Some(offsetter) = &self.clock_offsetter else {
-            self.skip(
-                "the factory cannot run a store on a clock offset from this process's \
-                 (`Factory::clock_offset` answers `None`)",
-            )?;
-            return Ok(None);
-        };
-        offsetter(Arc::clone(&self.store), offset)
-            .await
-            .map(Some)
-            .map_err(|error| {
-                Failure(format!(
-                    "the factory could not open a store on a clock offset by {offset}: {error}"
-                ))
-            })
     }
 }

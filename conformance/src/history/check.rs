@@ -543,6 +543,12 @@ fn check_ownership(entries: &[Entry], grants: &[Grant], verdict: &mut Verdict) {
             end = released;
             extended_by = None;
         }
+        // A grant answered after its deadline gave its owner nothing: a
+        // client measuring its lease from the send, as the keeper does,
+        // knows on arrival that it has already expired.
+        if end <= entry.answered {
+            continue;
+        }
         for key in &grant.keys {
             by_key.entry(key).or_default().push(Held {
                 grant: number,

@@ -656,6 +656,42 @@ fn an_owner_admitted_again_over_its_own_lease_is_no_overlap() {
     );
 }
 
+/// A takeover answered after its own deadline (a reply held up by the
+/// network longer than the ttl) held nothing, so a holder it overlaps in
+/// time is no violation; answered before the deadline, it is one.
+#[test]
+fn a_grant_answered_after_its_deadline_held_nothing() {
+    let late_takeover = |answered_us: u64| Entry {
+        client: "worker-b".to_owned(),
+        sent: MS,
+        answered: answered_us * 1_000,
+        call: Call::Takeover {
+            id: "run-1".to_owned(),
+            claimer: "worker-b".to_owned(),
+            adopt: true,
+            ttl_us: Some(1_000),
+        },
+        reply: Reply::Taken {
+            record: seen("run-1", "worker-b", 2, Status::Running, &["s"]),
+        },
+    };
+    let entries = vec![
+        admitted("worker-a", 0, "run-2", 1, Vec::new()),
+        late_takeover(5_000),
+    ];
+    let verdict = check(&entries);
+    assert!(verdict.is_clean(), "{verdict}");
+
+    let entries = vec![entries[0].clone(), late_takeover(1_500)];
+    let verdict = check(&entries);
+    only(&verdict, Property::ExclusiveOwnership);
+    shows(
+        &verdict,
+        Property::ExclusiveOwnership,
+        &[&entries[0], &entries[1]],
+    );
+}
+
 #[test]
 fn histories_round_trip_through_json_lines() -> Result<(), Box<dyn std::error::Error>> {
     let mut entries = recorded();

@@ -20,7 +20,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tenure_keeper::Keeper;
 use tenure_keeper::{AdmitOutcome, KeeperConfig, LossCause};
 use tenure_lease_core::{
@@ -29,114 +28,11 @@ use tenure_lease_core::{
 };
 use tokio::time::Instant;
 
-use super::{
-    conclude, define_suite, factory_unavailable, guarded, runtime, unsupported, with_cleanup,
+use super::{define_suite, factory_unavailable, unsupported};
+pub use crate::capability::network::{
+    BehindFaults, CutAfter, NetworkFaults, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
-use crate::harness::{CaseOutcome, Factory};
-
-/// Faults on command between a store and its server; see the [module
-/// docs](self). Each acts at once on current and future connections.
-#[async_trait]
-pub trait NetworkFaults: Send + Sync {
-    /// Starts an outage: nothing is forwarded either way and nothing is
-    /// answered, yet connections stay open (a silent server).
-    fn blackhole(&self);
-
-    /// Ends the outage and any reply drop; connections that lost bytes
-    /// meanwhile are dropped (a stream with a gap cannot carry on), so
-    /// their clients reconnect.
-    fn heal(&self);
-
-    /// Drops every current connection, and disarms a pending reply drop.
-    fn reset(&self);
-
-    /// Arms a one-shot reply drop: the next request containing `marker`
-    /// reaches the server, and every reply on its connection is lost from
-    /// then on, until [`heal`](Self::heal) or [`reset`](Self::reset).
-    fn drop_reply_after(&self, marker: &[u8]);
-
-    /// Waits at most `within` until the request carrying the armed marker
-    /// reached the server; false if it did not in time.
-    async fn request_reached_server(&self, within: Duration) -> bool;
-
-    /// Ends the faults for good: drops every connection and stops whatever
-    /// runs them. The kit calls it once the scenario is over.
-    async fn stop(&self);
-}
-
-/// Which request of an admission's traffic is the one whose reply is lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CutAfter {
-    /// The first request carrying the new record's id.
-    NewId,
-    /// The first request carrying the new record's owner.
-    NewOwner,
-    /// The first request carrying these bytes (a protocol keyword).
-    Bytes(&'static [u8]),
-}
-
-impl CutAfter {
-    /// The bytes that mark the request, for an admission of `request`.
-    pub fn marker(self, request: &AdmitRequest) -> Vec<u8> {
-        match self {
-            CutAfter::NewId => request.id.clone().into_bytes(),
-            CutAfter::NewOwner => request.owner.clone().into_bytes(),
-            CutAfter::Bytes(bytes) => bytes.to_vec(),
-        }
-    }
-}
-
-/// How a scope looks after a cut admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScopeAfterCut {
-    /// Exactly as before: no new record, the holder untouched.
-    AsBefore,
-    /// The admission applied whole: new record holding the scope, the holder
-    /// interrupted by it.
-    FullyAdmitted,
-}
-
-/// Where a backend's protocol may be cut, and what each cut must leave.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetworkProfile {
-    /// For an `Interrupt` admission over a holder: each request whose reply
-    /// is lost in turn, and how the scope must look afterwards (a backend
-    /// that admits in one request has one cut, landing whole; one that
-    /// reads, then writes in a transaction has a cut per step).
-    pub admission_cuts: Vec<(CutAfter, ScopeAfterCut)>,
-    /// For an admission into a free scope: the request after whose commit
-    /// the reply is lost.
-    pub commit: CutAfter,
-}
-
-/// A store behind [`NetworkFaults`]: what [`NetworkSupport`] hands out.
-pub struct BehindFaults<S> {
-    /// A store on the same records (schema, namespace...) as the case's
-    /// store, connected through `faults`, with operation (or
-    /// connection-wait) timeouts of well under a second, so a silent server
-    /// answers an error soon.
-    pub store: S,
-    /// The faults between `store` and its server.
-    pub faults: Arc<dyn NetworkFaults>,
-}
-
-/// What a factory offers the network suite; see the [module docs](self).
-#[async_trait]
-pub trait NetworkSupport<S>: Send + Sync {
-    /// Where this backend's protocol may be cut.
-    fn profile(&self) -> NetworkProfile;
-
-    /// A second store on the records of `direct` (a store this factory
-    /// created), connected through faults of its own.
-    ///
-    /// # Errors
-    ///
-    /// When the faults cannot be set up or the store cannot connect through
-    /// them; the scenario then fails.
-    async fn connect_behind_faults(&self, direct: &S)
-        -> tenure_lease_core::Result<BehindFaults<S>>;
-}
+use crate::harness::{conclude, guarded, runtime, with_cleanup, CaseOutcome, Factory};
 
 /// What a network scenario runs on.
 #[derive(Clone)]

@@ -5,7 +5,7 @@
 //! reads the process clock for one decision (an expiry, a `run_at` default,
 //! a reap, a retention cut-off) passes every other case. These run the
 //! case's store on a clock an hour ahead of the process's and an hour
-//! behind it ([`Ctx::offset_store`]): every instant the store answers must
+//! behind it ([`Ctx::offset_store`](crate::Ctx::offset_store)): every instant the store answers must
 //! be near its own clock, and every decision must be the one its own clock
 //! makes, which in each direction is the opposite of the one the process
 //! clock would make. Skipped on a factory without

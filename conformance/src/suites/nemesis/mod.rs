@@ -1,19 +1,19 @@
 //! The nemesis suite: a recorded workload under faults, judged by the
 //! [history checker](crate::history).
 //!
-//! Clients race for two scopes and a queue ([`workload`]), every write
-//! through a fence gate, while a nemesis breaks something: replies lost
-//! after the store applied the call, calls refused or hung past their time
-//! limit, the network between some clients and the server cut and reset,
-//! the server killed and restarted, the store's clock stepped. Every call
-//! and answer is recorded ([`History`]); at the end every record and job
-//! is read back and the whole history is [checked](crate::history::check).
-//! A scenario passes when the checker finds no violation, and the workload
-//! really raced: owners that walked away wrote again after their successor
-//! had, and the gate refused them. The control scenario runs the same
-//! workload with the gate check turned off and passes only when the checker
-//! *does* report those stale writes, so a clean verdict cannot come from a
-//! workload that never races.
+//! Clients race for two scopes and a queue (the `workload` module), every write
+//! through a fence gate, while a nemesis breaks something: replies lost after
+//! the store applied the call, calls refused or hung past their time limit, the
+//! network between some clients and the server cut and reset, the server killed
+//! and restarted, the store's clock stepped. Every call and answer is recorded
+//! ([`History`](crate::history::History)); at the end every record and job is
+//! read back and the whole history is [checked](crate::history::check). A
+//! scenario passes when the checker finds no violation, and the workload really
+//! raced: owners that walked away wrote again after their successor had, and
+//! the gate refused them. The control scenario runs the same workload with the
+//! gate check turned off and passes only when the checker *does* report those
+//! stale writes, so a clean verdict cannot come from a workload that never
+//! races.
 //!
 //! Each scenario needs a capability of the factory, as the other suites do:
 //!
@@ -43,17 +43,17 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tenure_lease_core::layer::{Fault, LayerExt as _};
 use tenure_lease_core::{Clock, SystemClock, Timestamp};
 
 pub use owners::OWNERS_VAR;
 pub use workload::Store;
 
-use super::{
-    conclude, define_suite, guarded_within, report_note, runtime, unavailable, unsupported,
+use super::{define_suite, report_note, unsupported};
+pub use crate::capability::nemesis::{FailoverControl, FailoverSupport, NemesisSupport, Topology};
+use crate::harness::{
+    conclude, guarded_within, runtime, unavailable, with_cleanup, CaseOutcome, Factory, Failure,
 };
-use crate::harness::{CaseOutcome, Factory, Failure};
 use crate::history::{check, write_json_lines, Call, Property, Verdict};
 use workload::{Workload, Writes, CALL_LIMIT, GRACE, TTL};
 
@@ -69,27 +69,6 @@ pub const HISTORY_DIR_VAR: &str = "TENURE_NEMESIS_HISTORY_DIR";
 const FINAL_READS: &str = "final-reads";
 /// Clients racing in each scenario.
 const CLIENTS: usize = 4;
-
-/// What a factory offers the nemesis suite.
-#[async_trait]
-pub trait NemesisSupport<S>: Send + Sync {
-    /// A new store, sharing nothing with any other test (torn down with
-    /// [`Factory::teardown`]), whose expiry real time judges: its server's
-    /// clock, or `clock` for a store that reads a clock in its own process
-    /// (memory, SQLite, file, etcd's `now`).
-    ///
-    /// # Errors
-    ///
-    /// When the store cannot be created; the scenario then fails.
-    async fn create_on_clock(&self, clock: Arc<dyn Clock>) -> tenure_lease_core::Result<S>;
-
-    /// Whether the stores [`create_on_clock`](NemesisSupport::create_on_clock)
-    /// makes read the clock they are given: only then can the kit step it
-    /// ([`nemesis_clock_steps`]).
-    fn reads_given_clock(&self) -> bool {
-        false
-    }
-}
 
 define_suite! {$
     /// Expands to one `#[test]` per scenario of the [nemesis
@@ -369,7 +348,7 @@ where
         judge(play(name, &bases, reader, writes, run_for(), nemesis).await)
     })
     .await;
-    super::with_cleanup(outcome, factory.teardown(&store).await)
+    with_cleanup(outcome, factory.teardown(&store).await)
 }
 
 /// Injects one fault at a time into a random client's store, on a random
@@ -531,7 +510,7 @@ where
             Err(error) => {
                 let outcome =
                     CaseOutcome::Failed(format!("could not connect behind faults: {error}"));
-                return super::with_cleanup(outcome, factory.teardown(&direct).await);
+                return with_cleanup(outcome, factory.teardown(&direct).await);
             }
         }
     }
@@ -577,7 +556,7 @@ where
         run.judge(name, &[])
     })
     .await;
-    super::with_cleanup(outcome, factory.teardown(&direct).await)
+    with_cleanup(outcome, factory.teardown(&direct).await)
 }
 
 /// The server of a private instance killed and restarted from its data in
@@ -751,55 +730,6 @@ where
         run.judge(name, allowed)
     })
     .await
-}
-
-/// A topology the kit may fail over; see [`FailoverSupport`].
-#[async_trait]
-pub trait FailoverControl: Send + Sync {
-    /// Kills the primary, promotes a replica, and repoints what the
-    /// topology's store follows (a Sentinel, a DNS name, a proxy); answers
-    /// once the new primary accepts writes.
-    ///
-    /// # Errors
-    ///
-    /// When the failover cannot be carried out; the scenario then fails.
-    async fn fail_over(&mut self) -> std::io::Result<()>;
-}
-
-/// A private primary with replicas and a store that follows its failovers:
-/// what [`FailoverSupport::start_topology`] answers.
-pub struct Topology<S> {
-    /// A store on the topology, following its primary, whose gates refuse
-    /// fences from before a failover.
-    pub store: S,
-    /// How the kit fails it over; stops everything when dropped.
-    pub control: Box<dyn FailoverControl>,
-    /// Replicas confirm writes after they are acknowledged, so a failover
-    /// may lose acknowledged writes (and with them ownerships): the
-    /// scenario counts those losses instead of failing on them.
-    pub asynchronous: bool,
-    /// How far apart the failovers start: a little longer than one
-    /// [`fail_over`](FailoverControl::fail_over) takes, so the workload
-    /// also runs on a healthy topology between two. The workload runs that
-    /// much longer for each failover after the first, so that all of them
-    /// fall inside it.
-    pub failover_every: Duration,
-}
-
-/// What a factory offers [`nemesis_failover`].
-#[async_trait]
-pub trait FailoverSupport<S>: Send + Sync {
-    /// Why the topology cannot be started here, or `None` when it can.
-    fn unavailable_reason(&self) -> Option<String> {
-        None
-    }
-
-    /// Starts a private topology and connects a store to it.
-    ///
-    /// # Errors
-    ///
-    /// When it cannot be started; the scenario then fails.
-    async fn start_topology(&self) -> tenure_lease_core::Result<Topology<S>>;
 }
 
 /// A keeper in a child process holds a lease and writes through the gate;

@@ -29,10 +29,11 @@ use tenure_lease_core::{
 
 use super::workload::{GRACE, TTL};
 use super::{Store, OWNER_VAR};
+use crate::harness::{guarded_within, unavailable, with_cleanup};
 use crate::harness::{CaseOutcome, Factory, Failure};
 use crate::history::{check, monotonic_nanos, Entry, History};
 use crate::suites::process::SharedStore;
-use crate::suites::{guarded_within, report_note, unavailable, unsupported, with_cleanup};
+use crate::suites::{report_note, unsupported};
 
 /// Prefix of every line a child prints for its parent.
 const MARK: &str = "tenure-nemesis ";

@@ -26,14 +26,11 @@ use std::pin::Pin;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{
-    conclude, define_suite, factory_unavailable, guarded, report_note, runtime, unsupported,
-    with_cleanup,
-};
-use crate::harness::{CaseOutcome, Factory};
+use super::{define_suite, factory_unavailable, report_note, unsupported};
+pub use crate::capability::process::{ProcessSupport, SharedStore};
+use crate::harness::{conclude, guarded, runtime, with_cleanup, CaseOutcome, Factory};
 
 /// Child processes per scenario.
 const PROCESSES: usize = 3;
@@ -45,40 +42,6 @@ pub const WORKER_VAR: &str = "TENURE_CONFORMANCE_WORKER";
 /// The environment variable by which the parent tells its children where
 /// the shared store is ([`SharedStore::address`]).
 const ADDRESS_VAR: &str = "TENURE_CONFORMANCE_ADDRESS";
-
-/// A store other processes can open: what [`ProcessSupport::create_shared`]
-/// answers.
-pub struct SharedStore<S> {
-    /// The store, in a namespace (schema, key prefix, file...) of its own;
-    /// [`Factory::teardown`] removes it afterwards.
-    pub store: S,
-    /// What [`ProcessSupport::open_shared`] needs, in another process of
-    /// the same test binary, to open a store on the same records (a schema
-    /// name, a namespace, a file path).
-    pub address: String,
-}
-
-/// What a factory offers the process suite; see the [module docs](self).
-#[async_trait]
-pub trait ProcessSupport<S>: Send + Sync {
-    /// A new store, sharing nothing with any other test, that other
-    /// processes can open. Its clock must be the real one (the scenarios
-    /// wait for leases to expire) and it must wait patiently for locks:
-    /// several processes write at once.
-    ///
-    /// # Errors
-    ///
-    /// When the store cannot be created; the scenario then fails.
-    async fn create_shared(&self) -> tenure_lease_core::Result<SharedStore<S>>;
-
-    /// In a child process: a store on the records `address` names.
-    ///
-    /// # Errors
-    ///
-    /// When the store cannot be opened; the child, and so the scenario,
-    /// then fails.
-    async fn open_shared(&self, address: &str) -> tenure_lease_core::Result<S>;
-}
 
 /// A boxed future of the process suite.
 type Step<T> = Pin<Box<dyn Future<Output = T> + Send>>;

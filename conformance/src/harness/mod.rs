@@ -8,17 +8,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod capabilities;
+mod renewal_hold;
+mod running;
+
 use async_trait::async_trait;
 use tenure_lease_core::{LeaseStore, ManualClock, Timestamp};
 
+use crate::capability::deployment::DeploymentSupport;
+use crate::capability::nemesis::{FailoverSupport, NemesisSupport};
+use crate::capability::network::NetworkSupport;
+use crate::capability::process::ProcessSupport;
+use crate::capability::restart::RestartSupport;
 use crate::damage::Damager;
 use crate::offset_clock::ClockOffsetter;
 use crate::reopen::Reopener;
-use crate::suites::deployment::DeploymentSupport;
-use crate::suites::nemesis::{FailoverSupport, NemesisSupport};
-use crate::suites::network::NetworkSupport;
-use crate::suites::process::ProcessSupport;
-use crate::suites::restart::RestartSupport;
+
+pub(crate) use renewal_hold::RenewalHold;
+#[doc(hidden)]
+pub use running::conclude;
+pub(crate) use running::{guarded, guarded_within, runtime, unavailable, with_cleanup};
+pub use running::{report_skip, skip_unless_required};
 
 /// The environment variable that turns "service not configured" from a skip
 /// into a failure (CI sets it).
@@ -253,7 +263,7 @@ pub struct Ctx<S> {
     pub(crate) damager: Option<Damager<S>>,
     pub(crate) reopener: Option<Reopener<S>>,
     pub(crate) clock_offsetter: Option<ClockOffsetter<S>>,
-    pub(crate) renewals: crate::cases::lease::keeper::RenewalHold,
+    pub(crate) renewals: RenewalHold,
     skipped: Arc<Mutex<Option<String>>>,
 }
 
@@ -302,7 +312,7 @@ impl<S: LeaseStore> Ctx<S> {
             damager: None,
             reopener: None,
             clock_offsetter: None,
-            renewals: crate::cases::lease::keeper::RenewalHold::default(),
+            renewals: RenewalHold::default(),
             skipped: Arc::default(),
         }
     }
@@ -503,7 +513,7 @@ pub fn service_url(var: &str) -> Option<String> {
 /// [`CASE_TIMEOUT`]), tear down.
 pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutcome {
     if let Some(reason) = factory.unavailable_reason() {
-        return crate::suites::unavailable(reason);
+        return unavailable(reason);
     }
     let subject = match create(factory).await {
         Ok(subject) => subject,
@@ -515,13 +525,13 @@ pub async fn run_case<F: Factory>(factory: &F, case: Case<F::Store>) -> CaseOutc
         .with_damager(factory.damager())
         .with_reopener(factory.reopen())
         .with_clock_offsetter(factory.clock_offset());
-    let outcome = match crate::suites::guarded((case.run)(ctx.clone())).await {
+    let outcome = match guarded((case.run)(ctx.clone())).await {
         CaseOutcome::Passed => ctx
             .skip_reason()
             .map_or(CaseOutcome::Passed, CaseOutcome::Skipped),
         other => other,
     };
-    crate::suites::with_cleanup(outcome, factory.teardown(&store).await)
+    with_cleanup(outcome, factory.teardown(&store).await)
 }
 
 /// Failed creations so far in this process, and the last one's error.
@@ -568,6 +578,6 @@ pub fn run_named_case<F: Factory>(factory: F, name: &str, list: fn() -> Vec<Case
         .into_iter()
         .find(|case| case.name == name)
         .unwrap_or_else(|| panic!("no conformance case named {name}"));
-    let outcome = crate::suites::runtime().block_on(run_case(&factory, case));
-    crate::suites::conclude(name, outcome);
+    let outcome = runtime().block_on(run_case(&factory, case));
+    conclude(name, outcome);
 }
