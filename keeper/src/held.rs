@@ -351,10 +351,16 @@ pub(crate) fn unknown_answer(operation: &str, answer: &impl std::fmt::Debug) -> 
     )
 }
 
+/// A store call the keeper stopped waiting for: the one wording of every
+/// time limit the keeper puts on a call.
 pub(crate) fn timeout_error(operation: &str) -> Error {
     Error::new(
         ErrorKind::Timeout,
-        format!("{operation} got no answer within the keeper's bound"),
+        format!(
+            "{operation} got no answer within the keeper's bound (its store timeout, or the \
+             lease's confirmed deadline); its outcome is unknown (call again, or raise \
+             KeeperConfig::store_timeout)"
+        ),
     )
 }
 

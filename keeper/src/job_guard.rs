@@ -225,14 +225,7 @@ impl Keeper {
             ..request
         };
         let sent = Instant::now();
-        let claimed = tokio::time::timeout(self.shared.config.store_timeout, queue.claim(&request))
-            .await
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Timeout,
-                    "claim got no answer within the keeper's store timeout",
-                )
-            })??;
+        let claimed = self.shared.bounded("claim", queue.claim(&request)).await?;
         Ok(claimed
             .into_iter()
             .map(|claimed| {

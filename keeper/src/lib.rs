@@ -450,17 +450,10 @@ impl Keeper {
             ..request
         };
         let sent = Instant::now();
-        let admission = tokio::time::timeout(
-            self.shared.config.store_timeout,
-            self.shared.store.admit(&request),
-        )
-        .await
-        .map_err(|_| {
-            Error::new(
-                ErrorKind::Timeout,
-                "admit got no answer within the keeper's store timeout",
-            )
-        })??;
+        let admission = self
+            .shared
+            .bounded("admit", self.shared.store.admit(&request))
+            .await?;
         match admission {
             Admission::Admitted {
                 record,

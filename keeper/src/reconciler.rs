@@ -212,16 +212,10 @@ async fn pass(
     let query = ExpiredQuery::new(config.grace).limit(config.reconcile_limit);
     let scan_call = shared.store.list_expired(&query);
     let scan_call = health::store_call(&shared.panics, Task::Reconciler, "list_expired", scan_call);
-    let scan = match tokio::time::timeout(config.store_timeout, scan_call).await {
-        Ok(Ok(scan)) => scan,
-        Ok(Err(error)) => return Err(ReconcileError::Scan(error)),
-        Err(_) => {
-            return Err(ReconcileError::Scan(Error::new(
-                tenure_lease_core::ErrorKind::Timeout,
-                "list_expired got no answer within the keeper's store timeout",
-            )))
-        }
-    };
+    let scan = shared
+        .bounded("list_expired", scan_call)
+        .await
+        .map_err(ReconcileError::Scan)?;
     for skipped in &scan.skipped {
         tracing::warn!(lease.id = %skipped.id, reason = %skipped.reason, "the orphan scan met an undecodable record");
     }

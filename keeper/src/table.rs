@@ -55,15 +55,7 @@ impl Shared {
     ) -> Result<T, Error> {
         tokio::time::timeout(self.config.store_timeout, call)
             .await
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    tenure_lease_core::ErrorKind::Timeout,
-                    format!(
-                        "{what} got no answer within the keeper's store timeout; its outcome is \
-                         unknown (call again, or raise KeeperConfig::store_timeout)"
-                    ),
-                ))
-            })
+            .unwrap_or_else(|_| Err(held::timeout_error(what)))
     }
 
     /// Holding nothing yet, accepting work.
