@@ -1,18 +1,19 @@
 //! The [`JobQueue`] side of [`EtcdStore`]: one key per job beside the
-//! leases, fences from the same sequence, decisions from the shared
-//! [`queue_rules`](rules); each operation one optimistic transaction.
+//! leases, fences from the same sequence, the writes the shared [queue
+//! engine](engine)'s over the jobs of one optimistic transaction.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{Error, Result, Timestamp};
+use tenure_lease_core::{Result, Timestamp};
 
 use crate::kv::{Reads, Tx};
 use crate::records::{decode, encode, keep_live, live_until};
@@ -60,37 +61,85 @@ impl EtcdStore {
             .collect()
     }
 
-    /// Applies `write` to the job `claim` holds, if it still holds it.
-    async fn write_claimed<T: Send>(
+    /// Runs `operation` in one optimistic transaction reading `reads`, on
+    /// the jobs as the queue engine's [`JobTransaction`].
+    async fn with_jobs<T: Send>(
         &self,
-        claim: &JobClaim,
-        write: impl Fn(&mut Job, Timestamp) -> T + Send + Sync,
-    ) -> Result<std::result::Result<(Job, T), JobLoss>> {
+        reads: Reads,
+        operation: impl Fn(&mut Jobs<'_, '_>, Timestamp) -> Result<T> + Send + Sync,
+    ) -> Result<T> {
         self.runner
-            .run(Reads::keys(self.job_keys(&claim.id)), |tx| {
-                let job = self.load_job(tx, &claim.id)?;
-                if let Err(loss) = rules::judge_job(job.as_ref(), claim) {
-                    return Ok(Err(loss));
-                }
-                let Some(mut job) = job else {
-                    return Ok(Err(JobLoss::Missing));
-                };
-                let answer = write(&mut job, tx.now());
-                self.save_job(tx, &job);
-                Ok(Ok((job, answer)))
+            .run(reads, |tx| {
+                let now = tx.now();
+                operation(&mut Jobs { store: self, tx }, now)
             })
             .await
     }
+}
 
-    async fn settle(
-        &self,
-        claim: &JobClaim,
-        write: impl Fn(&mut Job, Timestamp) + Send + Sync,
-    ) -> Result<JobSettle> {
-        Ok(match self.write_claimed(claim, write).await? {
-            Ok((job, ())) => JobSettle::Settled(job),
-            Err(loss) => JobSettle::Rejected(loss),
-        })
+/// The jobs inside one attempt of an etcd transaction.
+struct Jobs<'a, 's> {
+    store: &'a EtcdStore,
+    tx: &'a mut Tx<'s>,
+}
+
+impl JobTransaction for Jobs<'_, '_> {
+    fn job_exists(&mut self, id: &str) -> Result<bool> {
+        Ok(self.tx.read(&self.store.keys.job(id))?.is_some())
+    }
+
+    fn load_job(&mut self, id: &str) -> Result<Option<Job>> {
+        self.store.load_job(self.tx, id)
+    }
+
+    fn insert_job(&mut self, job: &Job) -> Result<()> {
+        self.store.save_job(self.tx, job);
+        Ok(())
+    }
+
+    fn save_job(&mut self, job: &Job) -> Result<()> {
+        self.store.save_job(self.tx, job);
+        Ok(())
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        Ok(self.tx.next_fence())
+    }
+
+    fn claim_candidates(
+        &mut self,
+        _queue: &str,
+        _now: Timestamp,
+        limit: usize,
+        claimable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let chosen = self
+            .store
+            .scan_jobs(self.tx)
+            .into_iter()
+            .filter(|job| claimable(job))
+            .collect();
+        Ok(rules::first_in_claim_order(chosen, limit))
+    }
+
+    fn reap_candidates(
+        &mut self,
+        _grace: Duration,
+        now: Timestamp,
+        limit: usize,
+        reapable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let mut expired = Vec::new();
+        for job in self.store.scan_jobs(self.tx) {
+            // A claim etcd still keeps alive is not over, whatever the
+            // clock says.
+            if reapable(&job)
+                && live_until(self.tx, &self.store.keys.live_job(&job.id), now)?.is_none()
+            {
+                expired.push(job);
+            }
+        }
+        Ok(rules::first_in_reap_order(expired, limit))
     }
 }
 
@@ -98,77 +147,45 @@ impl EtcdStore {
 impl JobQueue for EtcdStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
         validate::enqueue(job)?;
-        self.enqueue_batch(std::slice::from_ref(job))
-            .await?
-            .pop()
-            .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
+        self.with_jobs(Reads::keys([self.keys.job(&job.id)]), |jobs, now| {
+            engine::enqueue(jobs, job, now)
+        })
+        .await
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         validate::enqueue_batch(jobs)?;
         let reads = Reads::keys(jobs.iter().map(|job| self.keys.job(&job.id)));
-        self.runner
-            .run(reads, |tx| {
-                for job in jobs {
-                    if tx.read(&self.keys.job(&job.id))?.is_some() {
-                        return Err(Error::job_already_exists(&job.id));
-                    }
-                }
-                let now = tx.now();
-                let created: Vec<Job> = jobs.iter().map(|job| rules::new_job(job, now)).collect();
-                for job in &created {
-                    self.save_job(tx, job);
-                }
-                Ok(created)
-            })
-            .await
+        self.with_jobs(reads, |stored, now| {
+            engine::enqueue_batch(stored, jobs, now)
+        })
+        .await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(request)?;
-        let limit = request.limit.min(self.jobs_per_transaction());
+        let limit = self.jobs_per_transaction();
         let reads = Reads::default()
             .prefix(self.keys.jobs())
             .prefix(self.keys.live_jobs());
-        self.runner
-            .run(reads, |tx| {
-                let now = tx.now();
-                let mut chosen: Vec<Job> = self
-                    .scan_jobs(tx)
-                    .into_iter()
-                    .filter(|job| rules::claimable(job, &request.queue, &request.capabilities, now))
-                    .collect();
-                chosen.sort_by(|a, b| rules::claim_order(a).cmp(&rules::claim_order(b)));
-                chosen.truncate(limit);
-                let mut claimed = Vec::with_capacity(chosen.len());
-                for mut job in chosen {
-                    let fence = tx.next_fence();
-                    let claim =
-                        rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
-                    self.save_job(tx, &job);
-                    claimed.push(ClaimedJob { job, claim });
-                }
-                Ok(claimed)
-            })
+        self.with_jobs(reads, |jobs, now| engine::claim(jobs, request, limit, now))
             .await
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         validate::renew_job(claim, ttl)?;
-        Ok(
-            match self
-                .write_claimed(claim, |job, now| rules::renew_job(job, ttl, now))
-                .await?
-            {
-                Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-                Err(loss) => JobRenewal::Lost(loss),
-            },
-        )
+        self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
+            engine::renew_job(jobs, claim, ttl, now)
+        })
+        .await
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
-        self.settle(claim, rules::complete_job).await
+        self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
+            engine::complete(jobs, claim, now)
+        })
+        .await
     }
 
     async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
@@ -179,22 +196,10 @@ impl JobQueue for EtcdStore {
         for part in claims.chunks(self.jobs_per_transaction()) {
             let reads = Reads::keys(part.iter().flat_map(|claim| self.job_keys(&claim.id)));
             let answers = self
-                .runner
-                .run(reads, |tx| {
-                    let mut answers = Vec::with_capacity(part.len());
-                    for claim in part {
-                        let job = self.load_job(tx, &claim.id)?;
-                        answers.push(match (rules::judge_job(job.as_ref(), claim), job) {
-                            (Ok(()), Some(mut job)) => {
-                                rules::complete_job(&mut job, tx.now());
-                                self.save_job(tx, &job);
-                                JobSettle::Settled(job)
-                            }
-                            (Err(loss), _) => JobSettle::Rejected(loss),
-                            (Ok(()), None) => JobSettle::Rejected(JobLoss::Missing),
-                        });
-                    }
-                    Ok(answers)
+                .with_jobs(reads, |jobs, now| {
+                    part.iter()
+                        .map(|claim| engine::complete(jobs, claim, now))
+                        .collect::<Result<Vec<_>>>()
                 })
                 .await?;
             settled.extend(answers);
@@ -204,67 +209,36 @@ impl JobQueue for EtcdStore {
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
-        self.settle(claim, |job, now| rules::fail_job(job, error, action, now))
-            .await
+        self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
+            engine::fail(jobs, claim, error, action, now)
+        })
+        .await
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
         validate::defer(claim, missing)?;
-        self.settle(claim, |job, now| rules::defer_job(job, missing, now))
-            .await
+        self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
+            engine::defer(jobs, claim, missing, now)
+        })
+        .await
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         validate::reap(grace)?;
-        let limit = rules::MAX_REAP.min(self.jobs_per_transaction());
+        let limit = self.jobs_per_transaction();
         let reads = Reads::default()
             .prefix(self.keys.jobs())
             .prefix(self.keys.live_jobs());
-        self.runner
-            .run(reads, |tx| {
-                let now = tx.now();
-                let mut expired = Vec::new();
-                for job in self.scan_jobs(tx) {
-                    // A claim etcd still keeps alive is not over, whatever
-                    // the clock says.
-                    if rules::reapable(&job, grace, now)
-                        && live_until(tx, &self.keys.live_job(&job.id), now)?.is_none()
-                    {
-                        expired.push(job);
-                    }
-                }
-                expired.sort_by(|a, b| rules::reap_order(a).cmp(&rules::reap_order(b)));
-                let mut report = ReapReport::default();
-                for mut job in expired.into_iter().take(limit) {
-                    if rules::reap_job(&mut job, now) {
-                        report.requeued.push(job.clone());
-                    } else {
-                        report.dead_lettered.push(job.clone());
-                    }
-                    self.save_job(tx, &job);
-                }
-                Ok(report)
-            })
+        self.with_jobs(reads, |jobs, now| engine::reap(jobs, grace, limit, now))
             .await
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         validate::take_back(claim, ttl)?;
-        let reads = Reads::keys(self.job_keys(&claim.id));
-        self.runner
-            .run(reads, |tx| {
-                let Some(mut job) = self.load_job(tx, &claim.id)? else {
-                    return Ok(TakeBack::NotTaken(TakeBackRefusal::Missing));
-                };
-                if let Err(refusal) = rules::judge_take_back(Some(&job), claim) {
-                    return Ok(TakeBack::NotTaken(refusal));
-                }
-                let fence = tx.next_fence();
-                let claim = rules::take_back_job(&mut job, ttl, fence, tx.now());
-                self.save_job(tx, &job);
-                Ok(TakeBack::Taken(ClaimedJob { job, claim }))
-            })
-            .await
+        self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
+            engine::take_back(jobs, claim, ttl, now)
+        })
+        .await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
@@ -316,19 +290,10 @@ impl JobQueue for EtcdStore {
 
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         validate::retry_dead_letter(id)?;
-        self.runner
-            .run(Reads::keys([self.keys.job(id)]), |tx| {
-                let Some(mut job) = self.load_job(tx, id)? else {
-                    return Ok(OperatorRetry::Missing);
-                };
-                if job.state != JobState::DeadLettered {
-                    return Ok(OperatorRetry::NotDeadLettered(job.state));
-                }
-                rules::retry_dead_letter(&mut job, tx.now());
-                self.save_job(tx, &job);
-                Ok(OperatorRetry::Requeued(job))
-            })
-            .await
+        self.with_jobs(Reads::keys([self.keys.job(id)]), |jobs, now| {
+            engine::retry_dead_letter(jobs, id, now)
+        })
+        .await
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {

@@ -1,20 +1,22 @@
 //! [`JobQueue`] for [`FileStore`]: jobs live in the document beside the
 //! leases and draw fences from the same sequence, so a job claim never
-//! shares a fence with a lease. The decisions are the shared
-//! [`queue_rules`](rules); this module only finds the jobs they apply to,
-//! passing over (and logging) jobs it cannot decode.
+//! shares a fence with a lease. The writes are the shared [queue
+//! engine](engine)'s, over the document as its [`JobTransaction`]; this
+//! module only finds the jobs the engine asks for, passing over (and
+//! logging) jobs it cannot decode.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{Error, Result, Timestamp};
+use tenure_lease_core::{Result, Timestamp};
 
 use crate::document::{self, Document};
 use crate::FileStore;
@@ -67,50 +69,49 @@ impl Document {
         }
         jobs
     }
-
-    fn reject_known_job_ids<'a>(&self, mut ids: impl Iterator<Item = &'a str>) -> Result<()> {
-        match ids.find(|id| self.jobs.contains_key(*id)) {
-            Some(id) => Err(Error::job_already_exists(id)),
-            None => Ok(()),
-        }
-    }
 }
 
-impl FileStore {
-    /// Runs a fenced write on the job `claim` names: when
-    /// [`rules::judge_job`] says the claim still holds it, applies `change`
-    /// and answers the job as it now is with `change`'s answer; otherwise
-    /// changes nothing and answers why.
-    async fn write_claimed<T: Send + 'static>(
-        &self,
-        claim: &JobClaim,
-        change: impl FnOnce(&mut Job, Timestamp) -> T + Send + 'static,
-    ) -> Result<std::result::Result<(Job, T), JobLoss>> {
-        let claim = claim.clone();
-        self.write(move |document, now| {
-            let job = document.load_job(&claim.id)?;
-            if let Err(loss) = rules::judge_job(job.as_ref(), &claim) {
-                return Ok(Err(loss));
-            }
-            let Some(mut job) = job else {
-                return Ok(Err(JobLoss::Missing));
-            };
-            let answer = change(&mut job, now);
-            document.put_job(&job)?;
-            Ok(Ok((job, answer)))
-        })
-        .await
+impl JobTransaction for Document {
+    fn job_exists(&mut self, id: &str) -> Result<bool> {
+        Ok(self.jobs.contains_key(id))
     }
 
-    async fn settle(
-        &self,
-        claim: &JobClaim,
-        change: impl FnOnce(&mut Job, Timestamp) + Send + 'static,
-    ) -> Result<JobSettle> {
-        Ok(match self.write_claimed(claim, change).await? {
-            Ok((job, ())) => JobSettle::Settled(job),
-            Err(loss) => JobSettle::Rejected(loss),
-        })
+    fn load_job(&mut self, id: &str) -> Result<Option<Job>> {
+        Document::load_job(self, id)
+    }
+
+    fn insert_job(&mut self, job: &Job) -> Result<()> {
+        self.put_job(job)
+    }
+
+    fn save_job(&mut self, job: &Job) -> Result<()> {
+        self.put_job(job)
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        Document::next_fence(self)
+    }
+
+    fn claim_candidates(
+        &mut self,
+        queue: &str,
+        _now: Timestamp,
+        limit: usize,
+        claimable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let chosen = self.decoded_jobs("claim", Some(queue), claimable);
+        Ok(rules::first_in_claim_order(chosen, limit))
+    }
+
+    fn reap_candidates(
+        &mut self,
+        _grace: Duration,
+        _now: Timestamp,
+        limit: usize,
+        reapable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let expired = self.decoded_jobs("reap", None, reapable);
+        Ok(rules::first_in_reap_order(expired, limit))
     }
 }
 
@@ -119,61 +120,29 @@ impl JobQueue for FileStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
         validate::enqueue(job)?;
         let job = job.clone();
-        self.write(move |document, now| {
-            document.reject_known_job_ids(std::iter::once(job.id.as_str()))?;
-            let job = rules::new_job(&job, now);
-            document.put_job(&job)?;
-            Ok(job)
-        })
-        .await
+        self.write(move |document, now| engine::enqueue(document, &job, now))
+            .await
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         validate::enqueue_batch(jobs)?;
         let jobs = jobs.to_vec();
-        self.write(move |document, now| {
-            document.reject_known_job_ids(jobs.iter().map(|job| job.id.as_str()))?;
-            let created: Vec<Job> = jobs.iter().map(|job| rules::new_job(job, now)).collect();
-            for job in &created {
-                document.put_job(job)?;
-            }
-            Ok(created)
-        })
-        .await
+        self.write(move |document, now| engine::enqueue_batch(document, &jobs, now))
+            .await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(request)?;
         let request = request.clone();
-        self.write(move |document, now| {
-            let mut chosen = document.decoded_jobs("claim", Some(&request.queue), |job| {
-                rules::claimable(job, &request.queue, &request.capabilities, now)
-            });
-            chosen.sort_by(|a, b| rules::claim_order(a).cmp(&rules::claim_order(b)));
-            chosen.truncate(request.limit);
-            let mut claimed = Vec::with_capacity(chosen.len());
-            for mut job in chosen {
-                let fence = document.next_fence()?;
-                let claim = rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
-                document.put_job(&job)?;
-                claimed.push(ClaimedJob { job, claim });
-            }
-            Ok(claimed)
-        })
-        .await
+        self.write(move |document, now| engine::claim(document, &request, request.limit, now))
+            .await
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         validate::renew_job(claim, ttl)?;
-        Ok(
-            match self
-                .write_claimed(claim, move |job, now| rules::renew_job(job, ttl, now))
-                .await?
-            {
-                Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-                Err(loss) => JobRenewal::Lost(loss),
-            },
-        )
+        let claim = claim.clone();
+        self.write(move |document, now| engine::renew_job(document, &claim, ttl, now))
+            .await
     }
 
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
@@ -182,84 +151,48 @@ impl JobQueue for FileStore {
         // One write of the document: a job that cannot be decoded fails the
         // call before the file is replaced, so nothing is renewed.
         self.write(move |document, now| {
-            let mut answers = Vec::with_capacity(claims.len());
-            for claim in &claims {
-                let job = document.load_job(&claim.id)?;
-                let answer = match (rules::judge_job(job.as_ref(), claim), job) {
-                    (Ok(()), Some(mut job)) => {
-                        let expires_at = rules::renew_job(&mut job, ttl, now);
-                        document.put_job(&job)?;
-                        JobRenewal::Renewed { expires_at }
-                    }
-                    (Err(loss), _) => JobRenewal::Lost(loss),
-                    (Ok(()), None) => JobRenewal::Lost(JobLoss::Missing),
-                };
-                answers.push(answer);
-            }
-            Ok(answers)
+            claims
+                .iter()
+                .map(|claim| engine::renew_job(document, claim, ttl, now))
+                .collect()
         })
         .await
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
-        self.settle(claim, rules::complete_job).await
+        let claim = claim.clone();
+        self.write(move |document, now| engine::complete(document, &claim, now))
+            .await
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
+        let claim = claim.clone();
         let error = error.to_owned();
-        self.settle(claim, move |job, now| {
-            rules::fail_job(job, &error, action, now);
-        })
-        .await
+        self.write(move |document, now| engine::fail(document, &claim, &error, action, now))
+            .await
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
         validate::defer(claim, missing)?;
+        let claim = claim.clone();
         let missing = missing.clone();
-        self.settle(claim, move |job, now| rules::defer_job(job, &missing, now))
+        self.write(move |document, now| engine::defer(document, &claim, &missing, now))
             .await
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         validate::reap(grace)?;
-        self.write(move |document, now| {
-            let mut expired =
-                document.decoded_jobs("reap", None, |job| rules::reapable(job, grace, now));
-            expired.sort_by(|a, b| rules::reap_order(a).cmp(&rules::reap_order(b)));
-            let mut report = ReapReport::default();
-            for mut job in expired.into_iter().take(rules::MAX_REAP) {
-                let requeued = rules::reap_job(&mut job, now);
-                document.put_job(&job)?;
-                if requeued {
-                    report.requeued.push(job);
-                } else {
-                    report.dead_lettered.push(job);
-                }
-            }
-            Ok(report)
-        })
-        .await
+        self.write(move |document, now| engine::reap(document, grace, rules::MAX_REAP, now))
+            .await
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         validate::take_back(claim, ttl)?;
         let claim = claim.clone();
-        self.write(move |document, now| {
-            let job = document.load_job(&claim.id)?;
-            if let Err(refusal) = rules::judge_take_back(job.as_ref(), &claim) {
-                return Ok(TakeBack::NotTaken(refusal));
-            }
-            let Some(mut job) = job else {
-                return Ok(TakeBack::NotTaken(TakeBackRefusal::Missing));
-            };
-            let fence = document.next_fence()?;
-            let claim = rules::take_back_job(&mut job, ttl, fence, now);
-            document.put_job(&job)?;
-            Ok(TakeBack::Taken(ClaimedJob { job, claim }))
-        })
-        .await
+        self.write(move |document, now| engine::take_back(document, &claim, ttl, now))
+            .await
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
@@ -304,18 +237,8 @@ impl JobQueue for FileStore {
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         validate::retry_dead_letter(id)?;
         let id = id.to_owned();
-        self.write(move |document, now| {
-            let Some(mut job) = document.load_job(&id)? else {
-                return Ok(OperatorRetry::Missing);
-            };
-            if job.state != JobState::DeadLettered {
-                return Ok(OperatorRetry::NotDeadLettered(job.state));
-            }
-            rules::retry_dead_letter(&mut job, now);
-            document.put_job(&job)?;
-            Ok(OperatorRetry::Requeued(job))
-        })
-        .await
+        self.write(move |document, now| engine::retry_dead_letter(document, &id, now))
+            .await
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {

@@ -3,8 +3,9 @@
 //! Jobs live beside the leases in the same state, under the same mutex, and
 //! draw fences from the same counter, so a job claim and a lease admission
 //! never share a fence and every operation is one critical section. The
-//! decisions are [`tenure_lease_core::backend::queue_rules`]; this module only finds the
-//! jobs they apply to.
+//! writes are the shared [queue engine](tenure_lease_core::backend::queue_engine)'s,
+//! over the state as its [`JobTransaction`]; this module only stores jobs
+//! and finds the ones the engine asks for.
 //!
 //! `claim` is the hot path, so [`Jobs`] keeps the queued jobs of each queue
 //! in claim order beside the map and `claim` walks that order instead of
@@ -16,13 +17,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
-use tenure_lease_core::{Error, Result, Timestamp};
+use tenure_lease_core::{Result, Timestamp};
 
 use crate::{MemoryStore, State};
 
@@ -107,55 +109,61 @@ impl Jobs {
     }
 }
 
-impl MemoryStore {
-    /// Runs a fenced write on the job `claim` names: when
-    /// [`rules::judge_job`] says the claim still holds it, applies `write`
-    /// and answers the job as it now is with `write`'s answer; otherwise
-    /// changes nothing and answers why.
-    fn write_claimed<T>(
-        &self,
-        claim: &JobClaim,
-        write: impl FnOnce(&mut Job, Timestamp) -> T,
-    ) -> std::result::Result<(Job, T), JobLoss> {
-        let now = self.now();
-        self.lock().write_claimed(claim, now, write)
+impl JobTransaction for State {
+    fn job_exists(&mut self, id: &str) -> Result<bool> {
+        Ok(self.jobs.contains(id))
     }
 
-    fn settle(&self, claim: &JobClaim, write: impl FnOnce(&mut Job, Timestamp)) -> JobSettle {
-        settled(self.write_claimed(claim, write))
+    fn load_job(&mut self, id: &str) -> Result<Option<Job>> {
+        Ok(self.jobs.get(id).cloned())
     }
-}
 
-fn settled(written: std::result::Result<(Job, ()), JobLoss>) -> JobSettle {
-    match written {
-        Ok((job, ())) => JobSettle::Settled(job),
-        Err(loss) => JobSettle::Rejected(loss),
-    }
-}
-
-impl State {
-    /// [`MemoryStore::write_claimed`] under a lock already held.
-    fn write_claimed<T>(
-        &mut self,
-        claim: &JobClaim,
-        now: Timestamp,
-        write: impl FnOnce(&mut Job, Timestamp) -> T,
-    ) -> std::result::Result<(Job, T), JobLoss> {
-        let Some(job) = self.jobs.get(&claim.id) else {
-            return Err(JobLoss::Missing);
-        };
-        rules::judge_job(Some(job), claim)?;
-        let mut job = job.clone();
-        let answer = write(&mut job, now);
+    fn insert_job(&mut self, job: &Job) -> Result<()> {
         self.jobs.put(job.clone());
-        Ok((job, answer))
+        Ok(())
     }
 
-    fn reject_known_job_ids<'a>(&self, mut ids: impl Iterator<Item = &'a str>) -> Result<()> {
-        match ids.find(|id| self.jobs.contains(id)) {
-            Some(id) => Err(Error::job_already_exists(id)),
-            None => Ok(()),
-        }
+    fn save_job(&mut self, job: &Job) -> Result<()> {
+        self.jobs.put(job.clone());
+        Ok(())
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        Ok(State::next_fence(self))
+    }
+
+    fn claim_candidates(
+        &mut self,
+        queue: &str,
+        _now: Timestamp,
+        limit: usize,
+        claimable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        // Ordered by priority first, so a job not visible yet may come
+        // before visible ones: skip it, don't stop there.
+        Ok(self
+            .jobs
+            .queued_in_claim_order(queue)
+            .filter(|job| claimable(job))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    fn reap_candidates(
+        &mut self,
+        _grace: Duration,
+        _now: Timestamp,
+        limit: usize,
+        reapable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let expired = self
+            .jobs
+            .all()
+            .filter(|job| reapable(job))
+            .cloned()
+            .collect();
+        Ok(rules::first_in_reap_order(expired, limit))
     }
 }
 
@@ -164,136 +172,75 @@ impl JobQueue for MemoryStore {
     async fn enqueue(&self, job: &NewJob) -> Result<Job> {
         validate::enqueue(job)?;
         let now = self.now();
-        let mut state = self.lock();
-        state.reject_known_job_ids(std::iter::once(job.id.as_str()))?;
-        let job = rules::new_job(job, now);
-        state.jobs.put(job.clone());
-        Ok(job)
+        engine::enqueue(&mut *self.lock(), job, now)
     }
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         validate::enqueue_batch(jobs)?;
         let now = self.now();
-        let mut state = self.lock();
-        state.reject_known_job_ids(jobs.iter().map(|job| job.id.as_str()))?;
-        let created: Vec<Job> = jobs.iter().map(|job| rules::new_job(job, now)).collect();
-        for job in &created {
-            state.jobs.put(job.clone());
-        }
-        Ok(created)
+        engine::enqueue_batch(&mut *self.lock(), jobs, now)
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         validate::claim(request)?;
         let now = self.now();
-        let mut state = self.lock();
-        // Ordered by priority first, so a job not visible yet may come
-        // before visible ones: skip it, don't stop there.
-        let chosen: Vec<Job> = state
-            .jobs
-            .queued_in_claim_order(&request.queue)
-            .filter(|job| rules::claimable(job, &request.queue, &request.capabilities, now))
-            .take(request.limit)
-            .cloned()
-            .collect();
-        let mut claimed = Vec::with_capacity(chosen.len());
-        for mut job in chosen {
-            let fence = state.next_fence();
-            let claim = rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
-            state.jobs.put(job.clone());
-            claimed.push(ClaimedJob { job, claim });
-        }
-        Ok(claimed)
+        engine::claim(&mut *self.lock(), request, request.limit, now)
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         validate::renew_job(claim, ttl)?;
-        Ok(
-            match self.write_claimed(claim, |job, now| rules::renew_job(job, ttl, now)) {
-                Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-                Err(loss) => JobRenewal::Lost(loss),
-            },
-        )
+        let now = self.now();
+        engine::renew_job(&mut *self.lock(), claim, ttl, now)
     }
 
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
         validate::renew_jobs(claims, ttl)?;
         let now = self.now();
         let mut state = self.lock();
-        Ok(claims
+        claims
             .iter()
-            .map(|claim| {
-                match state.write_claimed(claim, now, |job, now| rules::renew_job(job, ttl, now)) {
-                    Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-                    Err(loss) => JobRenewal::Lost(loss),
-                }
-            })
-            .collect())
+            .map(|claim| engine::renew_job(&mut *state, claim, ttl, now))
+            .collect()
     }
 
     async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
         validate::complete(claim)?;
-        Ok(self.settle(claim, rules::complete_job))
+        let now = self.now();
+        engine::complete(&mut *self.lock(), claim, now)
     }
 
     async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
         validate::complete_many(claims)?;
         let now = self.now();
         let mut state = self.lock();
-        Ok(claims
+        claims
             .iter()
-            .map(|claim| settled(state.write_claimed(claim, now, rules::complete_job)))
-            .collect())
+            .map(|claim| engine::complete(&mut *state, claim, now))
+            .collect()
     }
 
     async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
         validate::fail(claim, error, action)?;
-        Ok(self.settle(claim, |job, now| rules::fail_job(job, error, action, now)))
+        let now = self.now();
+        engine::fail(&mut *self.lock(), claim, error, action, now)
     }
 
     async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
         validate::defer(claim, missing)?;
-        Ok(self.settle(claim, |job, now| rules::defer_job(job, missing, now)))
+        let now = self.now();
+        engine::defer(&mut *self.lock(), claim, missing, now)
     }
 
     async fn reap(&self, grace: Duration) -> Result<ReapReport> {
         validate::reap(grace)?;
         let now = self.now();
-        let mut state = self.lock();
-        let mut expired: Vec<Job> = state
-            .jobs
-            .all()
-            .filter(|job| rules::reapable(job, grace, now))
-            .cloned()
-            .collect();
-        expired.sort_by(|a, b| rules::reap_order(a).cmp(&rules::reap_order(b)));
-        let mut report = ReapReport::default();
-        for mut job in expired.into_iter().take(rules::MAX_REAP) {
-            if rules::reap_job(&mut job, now) {
-                report.requeued.push(job.clone());
-            } else {
-                report.dead_lettered.push(job.clone());
-            }
-            state.jobs.put(job);
-        }
-        Ok(report)
+        engine::reap(&mut *self.lock(), grace, rules::MAX_REAP, now)
     }
 
     async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
         validate::take_back(claim, ttl)?;
         let now = self.now();
-        let mut state = self.lock();
-        let Some(job) = state.jobs.get(&claim.id) else {
-            return Ok(TakeBack::NotTaken(TakeBackRefusal::Missing));
-        };
-        if let Err(refusal) = rules::judge_take_back(Some(job), claim) {
-            return Ok(TakeBack::NotTaken(refusal));
-        }
-        let mut job = job.clone();
-        let fence = state.next_fence();
-        let claim = rules::take_back_job(&mut job, ttl, fence, now);
-        state.jobs.put(job.clone());
-        Ok(TakeBack::Taken(ClaimedJob { job, claim }))
+        engine::take_back(&mut *self.lock(), claim, ttl, now)
     }
 
     async fn get_job(&self, id: &str) -> Result<Option<Job>> {
@@ -333,17 +280,7 @@ impl JobQueue for MemoryStore {
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         validate::retry_dead_letter(id)?;
         let now = self.now();
-        let mut state = self.lock();
-        let Some(job) = state.jobs.get(id) else {
-            return Ok(OperatorRetry::Missing);
-        };
-        if job.state != JobState::DeadLettered {
-            return Ok(OperatorRetry::NotDeadLettered(job.state));
-        }
-        let mut job = job.clone();
-        rules::retry_dead_letter(&mut job, now);
-        state.jobs.put(job.clone());
-        Ok(OperatorRetry::Requeued(job))
+        engine::retry_dead_letter(&mut *self.lock(), id, now)
     }
 
     async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {

@@ -113,14 +113,12 @@ pub(crate) fn load_job(connection: &Connection, id: &str) -> Result<Option<Job>>
 
 /// Fails with [`ErrorKind::AlreadyExists`] when a job with this id exists,
 /// decodable or not. Lease ids are another namespace and never collide.
-pub(crate) fn refuse_existing_job(connection: &Connection, id: &str) -> Result<()> {
+/// Whether a job with `id` exists, decodable or not.
+pub(crate) fn job_exists(connection: &Connection, id: &str) -> Result<bool> {
     let mut statement = connection
         .prepare_cached("SELECT 1 FROM jobs WHERE id = ?1")
         .map_err(map_sqlite_error)?;
-    if statement.exists([id]).map_err(map_sqlite_error)? {
-        return Err(Error::job_already_exists(id));
-    }
-    Ok(())
+    statement.exists([id]).map_err(map_sqlite_error)
 }
 
 /// Inserts a new job.

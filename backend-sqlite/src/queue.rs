@@ -7,6 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::queue_engine as engine;
+use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
@@ -14,6 +16,7 @@ use tenure_lease_core::queue::{
 };
 use tenure_lease_core::Result;
 
+use crate::records::Records;
 use crate::{jobs, queue_ops, SqliteStore};
 
 #[async_trait]
@@ -23,7 +26,8 @@ impl JobQueue for SqliteStore {
         let job = job.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| queue_ops::enqueue(transaction, now, &job))
+                session
+                    .write(|transaction, now| engine::enqueue(&mut Records(transaction), &job, now))
             })
             .await
     }
@@ -34,9 +38,7 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
-                    jobs.iter()
-                        .map(|job| queue_ops::enqueue(transaction, now, job))
-                        .collect()
+                    engine::enqueue_batch(&mut Records(transaction), &jobs, now)
                 })
             })
             .await
@@ -47,7 +49,9 @@ impl JobQueue for SqliteStore {
         let request = request.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| queue_ops::claim(transaction, now, &request))
+                session.write(|transaction, now| {
+                    engine::claim(&mut Records(transaction), &request, request.limit, now)
+                })
             })
             .await
     }
@@ -57,8 +61,9 @@ impl JobQueue for SqliteStore {
         let claim = claim.clone();
         self.connection
             .run(move |session| {
-                session
-                    .write(|transaction, now| queue_ops::renew_job(transaction, now, &claim, ttl))
+                session.write(|transaction, now| {
+                    engine::renew_job(&mut Records(transaction), &claim, ttl, now)
+                })
             })
             .await
     }
@@ -69,9 +74,10 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
+                    let mut jobs = Records(transaction);
                     claims
                         .iter()
-                        .map(|claim| queue_ops::renew_job(transaction, now, claim, ttl))
+                        .map(|claim| engine::renew_job(&mut jobs, claim, ttl, now))
                         .collect()
                 })
             })
@@ -83,7 +89,9 @@ impl JobQueue for SqliteStore {
         let claim = claim.clone();
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| queue_ops::complete(transaction, now, &claim))
+                session.write(|transaction, now| {
+                    engine::complete(&mut Records(transaction), &claim, now)
+                })
             })
             .await
     }
@@ -94,9 +102,10 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
+                    let mut jobs = Records(transaction);
                     claims
                         .iter()
-                        .map(|claim| queue_ops::complete(transaction, now, claim))
+                        .map(|claim| engine::complete(&mut jobs, claim, now))
                         .collect()
                 })
             })
@@ -110,7 +119,7 @@ impl JobQueue for SqliteStore {
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
-                    queue_ops::fail(transaction, now, &claim, &error, action)
+                    engine::fail(&mut Records(transaction), &claim, &error, action, now)
                 })
             })
             .await
@@ -122,8 +131,9 @@ impl JobQueue for SqliteStore {
         let missing = missing.clone();
         self.connection
             .run(move |session| {
-                session
-                    .write(|transaction, now| queue_ops::defer(transaction, now, &claim, &missing))
+                session.write(|transaction, now| {
+                    engine::defer(&mut Records(transaction), &claim, &missing, now)
+                })
             })
             .await
     }
@@ -132,7 +142,9 @@ impl JobQueue for SqliteStore {
         validate::reap(grace)?;
         self.connection
             .run(move |session| {
-                session.write(|transaction, now| queue_ops::reap(transaction, now, grace))
+                session.write(|transaction, now| {
+                    engine::reap(&mut Records(transaction), grace, rules::MAX_REAP, now)
+                })
             })
             .await
     }
@@ -142,8 +154,9 @@ impl JobQueue for SqliteStore {
         let claim = claim.clone();
         self.connection
             .run(move |session| {
-                session
-                    .write(|transaction, now| queue_ops::take_back(transaction, now, &claim, ttl))
+                session.write(|transaction, now| {
+                    engine::take_back(&mut Records(transaction), &claim, ttl, now)
+                })
             })
             .await
     }
@@ -187,8 +200,9 @@ impl JobQueue for SqliteStore {
         let id = id.to_owned();
         self.connection
             .run(move |session| {
-                session
-                    .write(|transaction, now| queue_ops::retry_dead_letter(transaction, now, &id))
+                session.write(|transaction, now| {
+                    engine::retry_dead_letter(&mut Records(transaction), &id, now)
+                })
             })
             .await
     }

@@ -1,33 +1,31 @@
 //! The job queue operations, run on the connection thread inside their
 //! transaction.
 //!
-//! Same shape as the lease operations: read the jobs involved, judge them
-//! with [`tenure_lease_core::backend::queue_rules`], write the result. SQL only finds
-//! candidate rows through the indexes; the rules have the last word on each,
-//! so this backend claims, settles and reaps exactly as the reference
-//! backend does.
+//! Same shape as the lease operations: the writes are the shared [queue
+//! engine](tenure_lease_core::backend::queue_engine)'s, over the connection
+//! as its [`JobTransaction`]; SQL only finds candidate rows through the
+//! indexes, and the rules have the last word on each, so this backend
+//! claims, settles and reaps exactly as the reference backend does. The
+//! reads (listings, the purge) are SQL of their own.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::queue_engine::JobTransaction;
 use tenure_lease_core::clock::to_micros;
-use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
-};
+use tenure_lease_core::queue::{Job, JobState};
 use tenure_lease_core::{Result, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::jobs::{self, decode_job, select_jobs};
 use crate::lease_ops::{delete_finished_before, micros};
-use crate::records::{self, Undecodable};
+use crate::records::{self, Records, Undecodable};
 
-/// Queued jobs of queue `?1` visible at `?2`, in [`rules::claim_order`]. A
-/// `run_at` that is no instant (not an integer, or beyond `?3`, the latest
-/// instant there is) is let through, so a hand-edited row is reported
-/// rather than silently never claimed.
+/// Queued jobs of queue `?1` visible at `?2`, in
+/// [`queue_rules::claim_order`](tenure_lease_core::backend::queue_rules::claim_order).
+/// A `run_at` that is no instant (not an integer, or beyond `?3`, the latest
+/// instant there is) is let through, so a hand-edited row is reported rather
+/// than silently never claimed.
 const CLAIM_CANDIDATES: &str = select_jobs!(
     "INDEXED BY jobs_claim_order WHERE state = 'queued' AND queue = ?1",
     " AND (typeof(run_at) <> 'integer' OR run_at <= ?2 OR run_at > ?3)",
@@ -35,7 +33,8 @@ const CLAIM_CANDIDATES: &str = select_jobs!(
 );
 
 /// Claimed jobs whose lease ended at or before `?1` (or whose expiry is no
-/// instant: not an integer, or beyond `?2`), in [`rules::reap_order`].
+/// instant: not an integer, or beyond `?2`), in
+/// [`queue_rules::reap_order`](tenure_lease_core::backend::queue_rules::reap_order).
 const REAP_CANDIDATES: &str = select_jobs!(
     "INDEXED BY jobs_claimed_by_expiry WHERE state = 'claimed'",
     " AND (typeof(lease_expires_at) NOT IN ('integer', 'null') OR lease_expires_at <= ?1",
@@ -43,7 +42,9 @@ const REAP_CANDIDATES: &str = select_jobs!(
     " ORDER BY lease_expires_at, id"
 );
 
-/// Dead letters of queue `?1` in [`rules::dead_letter_order`], at most `?2`.
+/// Dead letters of queue `?1` in
+/// [`queue_rules::dead_letter_order`](tenure_lease_core::backend::queue_rules::dead_letter_order),
+/// at most `?2`.
 const DEAD_LETTERS: &str = select_jobs!(
     "INDEXED BY jobs_dead_letters WHERE state = 'dead_lettered' AND queue = ?1",
     " ORDER BY updated_at, id LIMIT ?2"
@@ -55,187 +56,96 @@ const JOBS_OF_A_QUEUE: &str = select_jobs!(
     " ORDER BY created_at, id LIMIT ?3"
 );
 
-pub(crate) fn enqueue(connection: &Connection, now: Timestamp, new: &NewJob) -> Result<Job> {
-    jobs::refuse_existing_job(connection, &new.id)?;
-    let job = rules::new_job(new, now);
-    jobs::insert_job(connection, &job)?;
-    Ok(job)
+impl JobTransaction for Records<'_> {
+    fn job_exists(&mut self, id: &str) -> Result<bool> {
+        jobs::job_exists(self.0, id)
+    }
+
+    fn load_job(&mut self, id: &str) -> Result<Option<Job>> {
+        jobs::load_job(self.0, id)
+    }
+
+    fn insert_job(&mut self, job: &Job) -> Result<()> {
+        jobs::insert_job(self.0, job)
+    }
+
+    fn save_job(&mut self, job: &Job) -> Result<()> {
+        jobs::save_job(self.0, job)
+    }
+
+    fn next_fence(&mut self) -> Result<u64> {
+        records::next_fence(self.0)
+    }
+
+    /// Capabilities are judged by `claimable`, not in SQL: candidates the
+    /// worker cannot run are passed over, and the walk stops as soon as
+    /// `limit` jobs are chosen.
+    fn claim_candidates(
+        &mut self,
+        queue: &str,
+        now: Timestamp,
+        limit: usize,
+        claimable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        select_wanted(
+            self.0,
+            "claim",
+            CLAIM_CANDIDATES,
+            params![queue, to_micros(now), records::latest_micros()],
+            limit,
+            claimable,
+        )
+    }
+
+    /// The SQL bound is a superset of `reapable`, which has the last word
+    /// on every decoded row.
+    fn reap_candidates(
+        &mut self,
+        grace: Duration,
+        now: Timestamp,
+        limit: usize,
+        reapable: &dyn Fn(&Job) -> bool,
+    ) -> Result<Vec<Job>> {
+        let expired_before = to_micros(now).saturating_sub(micros(grace));
+        select_wanted(
+            self.0,
+            "reap",
+            REAP_CANDIDATES,
+            params![expired_before, records::latest_micros()],
+            limit,
+            reapable,
+        )
+    }
 }
 
-/// Claims the best visible jobs. Capabilities are judged here, not in SQL:
-/// candidates the worker cannot run are passed over, and the walk stops as
-/// soon as `limit` jobs are chosen.
-pub(crate) fn claim(
+/// Up to `limit` of the jobs `sql` selects that `wanted` keeps, in the
+/// order selected; a row that cannot be decoded is passed over and logged.
+fn select_wanted(
     connection: &Connection,
-    now: Timestamp,
-    request: &ClaimRequest,
-) -> Result<Vec<ClaimedJob>> {
-    let mut chosen = Vec::with_capacity(request.limit.min(16));
-    {
-        let mut statement = connection
-            .prepare_cached(CLAIM_CANDIDATES)
-            .map_err(map_sqlite_error)?;
-        let mut rows = statement
-            .query(params![
-                request.queue,
-                to_micros(now),
-                records::latest_micros()
-            ])
-            .map_err(map_sqlite_error)?;
-        while chosen.len() < request.limit {
-            let Some(row) = rows.next().map_err(map_sqlite_error)? else {
-                break;
-            };
-            match decode_job(row) {
-                Ok(job) if rules::claimable(&job, &request.queue, &request.capabilities, now) => {
-                    chosen.push(job);
-                }
-                Ok(_) => {}
-                Err(undecodable) => warn_skipped("claim", &undecodable),
-            }
+    operation: &str,
+    sql: &str,
+    params: impl rusqlite::Params,
+    limit: usize,
+    wanted: &dyn Fn(&Job) -> bool,
+) -> Result<Vec<Job>> {
+    let mut chosen = Vec::with_capacity(limit.min(16));
+    let mut statement = connection.prepare_cached(sql).map_err(map_sqlite_error)?;
+    let mut rows = statement.query(params).map_err(map_sqlite_error)?;
+    while chosen.len() < limit {
+        let Some(row) = rows.next().map_err(map_sqlite_error)? else {
+            break;
+        };
+        match decode_job(row) {
+            Ok(job) if wanted(&job) => chosen.push(job),
+            Ok(_) => {}
+            Err(undecodable) => warn_skipped(operation, &undecodable),
         }
     }
-    let mut claimed = Vec::with_capacity(chosen.len());
-    for mut job in chosen {
-        let fence = records::next_fence(connection)?;
-        let claim = rules::claim_job(&mut job, &request.worker, request.ttl, fence, now);
-        jobs::save_job(connection, &job)?;
-        claimed.push(ClaimedJob { job, claim });
-    }
-    Ok(claimed)
+    Ok(chosen)
 }
 
-/// Loads the job `claim` names and, when [`rules::judge_job`] says the claim
-/// still holds it, applies `write` and saves it. Answers the job as it now
-/// is, or why the claim lost it (then nothing changed).
-fn fenced_write<T>(
-    connection: &Connection,
-    claim: &JobClaim,
-    write: impl FnOnce(&mut Job) -> T,
-) -> Result<Result<(Job, T), JobLoss>> {
-    let job = jobs::load_job(connection, &claim.id)?;
-    if let Err(loss) = rules::judge_job(job.as_ref(), claim) {
-        return Ok(Err(loss));
-    }
-    let Some(mut job) = job else {
-        return Ok(Err(JobLoss::Missing));
-    };
-    let answer = write(&mut job);
-    jobs::save_job(connection, &job)?;
-    Ok(Ok((job, answer)))
-}
-
-fn settle(outcome: Result<(Job, ()), JobLoss>) -> JobSettle {
-    match outcome {
-        Ok((job, ())) => JobSettle::Settled(job),
-        Err(loss) => JobSettle::Rejected(loss),
-    }
-}
-
-pub(crate) fn renew_job(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &JobClaim,
-    ttl: Duration,
-) -> Result<JobRenewal> {
-    Ok(
-        match fenced_write(connection, claim, |job| rules::renew_job(job, ttl, now))? {
-            Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-            Err(loss) => JobRenewal::Lost(loss),
-        },
-    )
-}
-
-pub(crate) fn complete(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &JobClaim,
-) -> Result<JobSettle> {
-    fenced_write(connection, claim, |job| rules::complete_job(job, now)).map(settle)
-}
-
-pub(crate) fn fail(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &JobClaim,
-    error: &str,
-    action: FailAction,
-) -> Result<JobSettle> {
-    fenced_write(connection, claim, |job| {
-        rules::fail_job(job, error, action, now);
-    })
-    .map(settle)
-}
-
-pub(crate) fn defer(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &JobClaim,
-    missing: &BTreeSet<String>,
-) -> Result<JobSettle> {
-    fenced_write(connection, claim, |job| rules::defer_job(job, missing, now)).map(settle)
-}
-
-/// Requeues or dead-letters at most [`rules::MAX_REAP`] jobs whose lease
-/// ended beyond `grace`, oldest expiry first. The SQL bound is a superset of
-/// [`rules::reapable`], which has the last word on every decoded row.
-pub(crate) fn reap(connection: &Connection, now: Timestamp, grace: Duration) -> Result<ReapReport> {
-    let expired_before = to_micros(now).saturating_sub(micros(grace));
-    let mut expired = Vec::new();
-    {
-        let mut statement = connection
-            .prepare_cached(REAP_CANDIDATES)
-            .map_err(map_sqlite_error)?;
-        let mut rows = statement
-            .query([expired_before, records::latest_micros()])
-            .map_err(map_sqlite_error)?;
-        while expired.len() < rules::MAX_REAP {
-            let Some(row) = rows.next().map_err(map_sqlite_error)? else {
-                break;
-            };
-            match decode_job(row) {
-                Ok(job) if rules::reapable(&job, grace, now) => expired.push(job),
-                Ok(_) => {}
-                Err(undecodable) => warn_skipped("reap", &undecodable),
-            }
-        }
-    }
-    let mut report = ReapReport::default();
-    for mut job in expired {
-        let requeued = rules::reap_job(&mut job, now);
-        jobs::save_job(connection, &job)?;
-        if requeued {
-            report.requeued.push(job);
-        } else {
-            report.dead_lettered.push(job);
-        }
-    }
-    Ok(report)
-}
-
-pub(crate) fn take_back(
-    connection: &Connection,
-    now: Timestamp,
-    claim: &JobClaim,
-    ttl: Duration,
-) -> Result<TakeBack> {
-    let job = jobs::load_job(connection, &claim.id)?;
-    if let Err(refusal) = rules::judge_take_back(job.as_ref(), claim) {
-        return Ok(TakeBack::NotTaken(refusal));
-    }
-    let Some(mut job) = job else {
-        return Ok(TakeBack::NotTaken(
-            tenure_lease_core::queue::TakeBackRefusal::Missing,
-        ));
-    };
-    let fence = records::next_fence(connection)?;
-    let claim = rules::take_back_job(&mut job, ttl, fence, now);
-    jobs::save_job(connection, &job)?;
-    Ok(TakeBack::Taken(ClaimedJob { job, claim }))
-}
-
-/// Dead letters of `queue`, oldest update first. A damaged row makes the
-/// answer [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) rather than
+/// Dead letters of `queue`, oldest update first. A damaged row makes the answer
+/// [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) rather than
 /// silently incomplete, as the lease listings do.
 pub(crate) fn list_dead_letters(
     connection: &Connection,
@@ -277,22 +187,6 @@ fn select_all(
     Ok(jobs)
 }
 
-pub(crate) fn retry_dead_letter(
-    connection: &Connection,
-    now: Timestamp,
-    id: &str,
-) -> Result<OperatorRetry> {
-    let Some(mut job) = jobs::load_job(connection, id)? else {
-        return Ok(OperatorRetry::Missing);
-    };
-    if job.state != JobState::DeadLettered {
-        return Ok(OperatorRetry::NotDeadLettered(job.state));
-    }
-    rules::retry_dead_letter(&mut job, now);
-    jobs::save_job(connection, &job)?;
-    Ok(OperatorRetry::Requeued(job))
-}
-
 fn warn_skipped(operation: &str, undecodable: &Undecodable) {
     tracing::warn!(
         job.id = %undecodable.id,
@@ -301,7 +195,7 @@ fn warn_skipped(operation: &str, undecodable: &Undecodable) {
     );
 }
 
-/// Finished jobs (`rules::job_purgeable`) whose finish time, their last
+/// Finished jobs (`queue_rules::job_purgeable`) whose finish time, their last
 /// update, is at or before `?1`. A row whose `updated_at` is not an integer
 /// (edited by hand) compares greater than any integer and stays, for an
 /// operator to see. A job row is the only thing the file keeps for a job
@@ -309,8 +203,9 @@ fn warn_skipped(operation: &str, undecodable: &Undecodable) {
 const PURGE_FINISHED: &str = "DELETE FROM jobs INDEXED BY jobs_finished_by_update \
      WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1";
 
-/// Deletes the jobs [`rules::job_purgeable`] allows: finished with
-/// `updated_at + older_than <= now`; answers how many.
+/// Deletes the jobs
+/// [`queue_rules::job_purgeable`](tenure_lease_core::backend::queue_rules::job_purgeable)
+/// allows: finished with `updated_at + older_than <= now`; answers how many.
 pub(crate) fn purge_finished(
     connection: &Connection,
     now: Timestamp,

@@ -259,6 +259,23 @@ pub fn retry_dead_letter(job: &mut Job, now: Timestamp) {
     job.updated_at = now;
 }
 
+/// The first `limit` of `jobs` in [`claim_order`]: what a store that
+/// cannot walk its queued jobs in that order answers the queue engine's
+/// `claim_candidates` with.
+pub fn first_in_claim_order(mut jobs: Vec<Job>, limit: usize) -> Vec<Job> {
+    jobs.sort_by(|a, b| claim_order(a).cmp(&claim_order(b)));
+    jobs.truncate(limit);
+    jobs
+}
+
+/// The first `limit` of `jobs` in [`reap_order`], as
+/// [`first_in_claim_order`] for `reap_candidates`.
+pub fn first_in_reap_order(mut jobs: Vec<Job>, limit: usize) -> Vec<Job> {
+    jobs.sort_by(|a, b| reap_order(a).cmp(&reap_order(b)));
+    jobs.truncate(limit);
+    jobs
+}
+
 /// Sort key of `list_jobs`: oldest first, then id.
 pub fn job_listing_order(job: &Job) -> (Timestamp, &str) {
     (job.created_at, job.id.as_str())
