@@ -18,8 +18,14 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::certificates::TestCertificates;
-use crate::servers::{free_port, fresh_dir, READY_BOUND};
+use crate::servers::{free_port, fresh_dir};
 use crate::watchdog::Watched;
+
+/// How long members may take to report healthy: longer than a single
+/// server's start, since three members must also elect a leader and commit
+/// through it, on a machine that may be running every test binary's
+/// clusters and a whole kit at once.
+const HEALTHY_BOUND: Duration = Duration::from_secs(60);
 
 /// The `etcd` server program (Debian's `etcd-server`).
 const ETCD: &str = "/usr/bin/etcd";
@@ -243,7 +249,7 @@ impl PrivateEtcd {
     /// Waits (bounded) until every running member reports healthy: it can
     /// commit a proposal through the cluster.
     pub async fn wait_healthy(&self) -> io::Result<()> {
-        let give_up = tokio::time::Instant::now() + READY_BOUND;
+        let give_up = tokio::time::Instant::now() + HEALTHY_BOUND;
         loop {
             let status = self
                 .etcdctl()
@@ -259,7 +265,7 @@ impl PrivateEtcd {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "etcd members not healthy within {READY_BOUND:?} (logs in {})",
+                        "etcd members not healthy within {HEALTHY_BOUND:?} (logs in {})",
                         self.base.display()
                     ),
                 ));
