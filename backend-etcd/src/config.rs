@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::limits::MAX_NAME_BYTES;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
 
@@ -171,10 +171,10 @@ impl EtcdConfig {
             return Err(config_error("name at least one etcd member (host:port)"));
         }
         let prefix = &self.prefix;
-        if prefix.is_empty() || prefix.len() > validate::MAX_NAME_BYTES {
+        if prefix.is_empty() || prefix.len() > MAX_NAME_BYTES {
             return Err(config_error(format!(
                 "the key prefix must be 1 to {} bytes long, got {}",
-                validate::MAX_NAME_BYTES,
+                MAX_NAME_BYTES,
                 prefix.len()
             )));
         }

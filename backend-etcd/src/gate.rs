@@ -1,13 +1,14 @@
-//! [`FenceStore`] for [`EtcdStore`]: one key per gate, judged by the shared
+//! [`GateBackend`] for [`EtcdStore`]: one key per gate, judged by the shared
 //! [`gate_rules`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::operation as validate;
-use tenure_lease_core::{FenceCheck, FenceStore, Result, Timestamp};
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::{FenceCheck, Result, Timestamp};
 
 use crate::kv::{Reads, Tx};
 use crate::records::encode;
@@ -35,9 +36,13 @@ impl EtcdStore {
 }
 
 #[async_trait]
-impl FenceStore for EtcdStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+impl GateBackend for EtcdStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
         self.runner
             .run(Reads::keys([self.keys.gate(resource)]), |tx| {
                 let highest = self.load_gate(tx, resource)?.map(|gate| gate.fence);
@@ -54,8 +59,8 @@ impl FenceStore for EtcdStore {
             .await
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        validate::highest_fence(resource)?;
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get();
         self.runner
             .run(Reads::keys([self.keys.gate(resource)]), |tx| {
                 Ok(self.load_gate(tx, resource)?.map(|gate| gate.fence))
@@ -63,8 +68,8 @@ impl FenceStore for EtcdStore {
             .await
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        validate::purge_fences(unused_for)?;
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
         self.delete_in_parts(self.keys.gates(), |_, bytes, now| {
             serde_json::from_slice::<Gate>(bytes)
                 .is_ok_and(|gate| gate_rules::gate_purgeable(gate.checked_at, unused_for, now))

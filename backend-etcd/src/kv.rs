@@ -603,9 +603,7 @@ impl Runner {
             .ok_or_else(|| Error::unavailable("etcd answered a fence draw without its revision"))?;
         let base = revision
             .checked_mul(FENCES_PER_DRAW)
-            .filter(|base| {
-                base + FENCES_PER_DRAW <= tenure_lease_core::backend::validate::MAX_GATE_FENCE
-            })
+            .filter(|base| base + FENCES_PER_DRAW <= tenure_lease_core::limits::MAX_GATE_FENCE)
             .ok_or_else(|| {
                 Error::corrupt(format!(
                     "etcd's revision {revision} is past what fences can carry"

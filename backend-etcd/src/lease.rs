@@ -1,17 +1,18 @@
-//! [`LeaseStore`] for [`EtcdStore`]: the writes are the shared [`engine`]'s
+//! [`LeaseBackend`] for [`EtcdStore`]: the writes are the shared [`engine`]'s
 //! over one optimistic etcd transaction each; the scans read the records'
 //! prefix at one revision.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine;
 use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::backend::telemetry;
-use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
-    Result, SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
+    SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 use crate::keys::Keys;
@@ -80,9 +81,13 @@ impl EtcdStore {
 }
 
 #[async_trait]
-impl LeaseStore for EtcdStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?;
+impl LeaseBackend for EtcdStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get(), metadata.get());
         let keys = &self.keys;
         let reads = Reads::keys(
             lease_keys(keys, &request.id)
@@ -99,8 +104,8 @@ impl LeaseStore for EtcdStore {
         Ok(admission)
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let keys = &self.keys;
         self.runner
             .run(Reads::keys(lease_keys(keys, &claim.id)), |tx| {
@@ -110,8 +115,12 @@ impl LeaseStore for EtcdStore {
             .await
     }
 
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         // One transaction per part (a transaction holds at most
         // `max_txn_ops` compares and as many writes: two per claim, the
         // record and its liveness key), several in flight.
@@ -129,8 +138,12 @@ impl LeaseStore for EtcdStore {
         Ok(outcomes)
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let keys = &self.keys;
         self.runner
             .run(Reads::keys(lease_keys(keys, &claim.id)), |tx| {
@@ -140,8 +153,8 @@ impl LeaseStore for EtcdStore {
             .await
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get();
         let keys = &self.keys;
         let reads = Reads::keys(lease_keys(keys, &request.id));
         self.runner
@@ -152,8 +165,8 @@ impl LeaseStore for EtcdStore {
             .await
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get();
         let keys = &self.keys;
         let reads = Reads::default()
             .prefix(keys.records())
@@ -185,8 +198,8 @@ impl LeaseStore for EtcdStore {
             .await
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get();
         let keys = &self.keys;
         self.runner
             .run(Reads::keys([keys.record(id)]), |tx| {
@@ -198,8 +211,8 @@ impl LeaseStore for EtcdStore {
             .await
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get();
         let reads = Reads::default().prefix(self.keys.records());
         let mut records = self
             .runner
@@ -223,8 +236,8 @@ impl LeaseStore for EtcdStore {
         Ok(self.runner.clock.now())
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         let prefix = self.keys.records();
         self.delete_in_parts(prefix, |key, bytes, now| {
             decode::<LeaseRecord>(key, bytes)

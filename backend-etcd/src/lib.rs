@@ -146,6 +146,12 @@ pub struct EtcdStore {
     config: EtcdConfig,
 }
 
+impl tenure_lease_core::backend::stores::Backend for EtcdStore {
+    const NAME: &'static str = "etcd";
+}
+
+tenure_lease_core::serve_backend!(EtcdStore);
+
 impl fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdStore")

@@ -1,4 +1,4 @@
-//! The [`JobQueue`] side of [`EtcdStore`]: one key per job beside the
+//! The [`QueueBackend`] side of [`EtcdStore`]: one key per job beside the
 //! leases, fences from the same sequence, the writes the shared [queue
 //! engine](engine)'s over the jobs of one optimistic transaction.
 
@@ -6,12 +6,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -144,17 +145,17 @@ impl JobTransaction for Jobs<'_, '_> {
 }
 
 #[async_trait]
-impl JobQueue for EtcdStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::enqueue(job)?;
+impl QueueBackend for EtcdStore {
+    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
+        let job = job.get();
         self.with_jobs(Reads::keys([self.keys.job(&job.id)]), |jobs, now| {
             engine::enqueue(jobs, job, now)
         })
         .await
     }
 
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::enqueue_batch(jobs)?;
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get();
         let reads = Reads::keys(jobs.iter().map(|job| self.keys.job(&job.id)));
         self.with_jobs(reads, |stored, now| {
             engine::enqueue_batch(stored, jobs, now)
@@ -162,8 +163,8 @@ impl JobQueue for EtcdStore {
         .await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(request)?;
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get();
         let limit = self.jobs_per_transaction();
         let reads = Reads::default()
             .prefix(self.keys.jobs())
@@ -172,24 +173,28 @@ impl JobQueue for EtcdStore {
             .await
     }
 
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::renew_job(claim, ttl)?;
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
             engine::renew_job(jobs, claim, ttl, now)
         })
         .await
     }
 
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::complete(claim)?;
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get();
         self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
             engine::complete(jobs, claim, now)
         })
         .await
     }
 
-    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        validate::complete_many(claims)?;
+    async fn complete_many(&self, claims: Checked<&[JobClaim]>) -> Result<Vec<JobSettle>> {
+        let claims = claims.get();
         let mut settled = Vec::with_capacity(claims.len());
         // One transaction per part that fits in one; within a part, claims
         // are settled in order, each seeing the ones before it.
@@ -207,24 +212,33 @@ impl JobQueue for EtcdStore {
         Ok(settled)
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::fail(claim, error, action)?;
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
         self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
             engine::fail(jobs, claim, error, action, now)
         })
         .await
     }
 
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::defer(claim, missing)?;
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
         self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
             engine::defer(jobs, claim, missing, now)
         })
         .await
     }
 
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::reap(grace)?;
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
         let limit = self.jobs_per_transaction();
         let reads = Reads::default()
             .prefix(self.keys.jobs())
@@ -233,23 +247,31 @@ impl JobQueue for EtcdStore {
             .await
     }
 
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::take_back(claim, ttl)?;
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         self.with_jobs(Reads::keys(self.job_keys(&claim.id)), |jobs, now| {
             engine::take_back(jobs, claim, ttl, now)
         })
         .await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::get_job(id)?;
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get();
         self.runner
             .run(Reads::keys([self.keys.job(id)]), |tx| self.load_job(tx, id))
             .await
     }
 
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::list_dead_letters(queue, limit)?;
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
         self.runner
             .run(Reads::default().prefix(self.keys.jobs()), |tx| {
                 let mut dead: Vec<Job> = self
@@ -266,11 +288,11 @@ impl JobQueue for EtcdStore {
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        validate::list_jobs(queue, limit)?;
+        let (queue, limit) = (queue.get(), limit.get());
         self.runner
             .run(Reads::default().prefix(self.keys.jobs()), |tx| {
                 let mut listed: Vec<Job> = self
@@ -288,16 +310,16 @@ impl JobQueue for EtcdStore {
             .await
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::retry_dead_letter(id)?;
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get();
         self.with_jobs(Reads::keys([self.keys.job(id)]), |jobs, now| {
             engine::retry_dead_letter(jobs, id, now)
         })
         .await
     }
 
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::purge_jobs(finished_older_than)?;
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
         self.delete_in_parts(self.keys.jobs(), |key, bytes, now| {
             decode::<Job>(key, bytes)
                 .is_ok_and(|job| rules::job_purgeable(&job, finished_older_than, now))

@@ -1,13 +1,14 @@
-//! [`FenceStore`] for [`FileStore`]: the gates live in the document beside
+//! [`GateBackend`] for [`FileStore`]: the gates live in the document beside
 //! the records, judged by the shared [`gate_rules`]; a check and the raise
 //! it answers are one write of the file.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::operation as validate;
-use tenure_lease_core::{FenceCheck, FenceStore, Result};
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::{FenceCheck, Result};
 
 use crate::document::{self, Document, Gate};
 use crate::FileStore;
@@ -23,9 +24,13 @@ impl Document {
 }
 
 #[async_trait]
-impl FenceStore for FileStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+impl GateBackend for FileStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
         let resource = resource.to_owned();
         self.write(move |document, now| {
             let check = gate_rules::judge_fence(document.highest(&resource)?, fence);
@@ -41,15 +46,14 @@ impl FenceStore for FileStore {
         .await
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        validate::highest_fence(resource)?;
-        let resource = resource.to_owned();
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get().to_owned();
         self.read(move |document, _| document.highest(&resource))
             .await
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        validate::purge_fences(unused_for)?;
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
         self.write(move |document, now| {
             let before = document.gates.len();
             // What cannot be decoded cannot be judged: it stays.

@@ -1,4 +1,4 @@
-//! [`LeaseStore`] for [`FileStore`]: the writes are the shared [`engine`]'s,
+//! [`LeaseBackend`] for [`FileStore`]: the writes are the shared [`engine`]'s,
 //! with the document read under the lock as the transaction (an `Err`
 //! writes nothing back, which is the rollback); the scans judge each
 //! decoded record with the shared [`rules`].
@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
 use tenure_lease_core::backend::rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
-    Result, SkippedRecord, Status, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
+    SkippedRecord, Status, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 use crate::document::{self, Document};
@@ -87,45 +88,54 @@ fn may_be_active(value: &Value) -> bool {
 }
 
 #[async_trait]
-impl LeaseStore for FileStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?.clone();
-        let request = request.clone();
+impl LeaseBackend for FileStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get().clone(), metadata.get().clone());
         self.write(move |document, now| engine::admit(document, now, &request, metadata))
             .await
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.write(move |document, now| engine::renew(document, now, &claim, ttl))
             .await
     }
 
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let claims = claims.to_vec();
         self.write(move |document, now| engine::renew_many(document, now, &claims, ttl))
             .await
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let (claim, change) = (claim.clone(), change.clone());
         self.write(move |document, now| engine::transition(document, now, &claim, &change))
             .await
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
-        let request = request.clone();
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get().clone();
         self.write(move |document, now| engine::claim_for_takeover(document, now, &request))
             .await
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
-        let query = query.clone();
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get().clone();
         self.read(move |document, now| {
             let mut scan = ExpiredScan::default();
             for (id, value) in &document.records {
@@ -154,9 +164,8 @@ impl LeaseStore for FileStore {
         .await
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
-        let id = id.to_owned();
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get().to_owned();
         self.read(move |document, _| {
             document
                 .records
@@ -170,9 +179,8 @@ impl LeaseStore for FileStore {
         .await
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
-        let scope = scope.to_owned();
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get().to_owned();
         self.read(move |document, _| {
             let mut records = Vec::new();
             for (id, value) in &document.records {
@@ -223,8 +231,8 @@ impl LeaseStore for FileStore {
         Ok(FileStore::now(self))
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         self.write(move |document, now| {
             let before = document.records.len();
             // What cannot be decoded cannot be judged: it stays.

@@ -28,9 +28,9 @@
 //!   [`gate_rules`](tenure_lease_core::backend::gate_rules) and
 //!   [`queue_rules`](tenure_lease_core::backend::queue_rules).
 //!
-//! Every operation starts with its
-//! [`validate::operation`](tenure_lease_core::backend::validate::operation)
-//! check, so bad input is refused before the file is touched.
+//! Every operation is reached through the shared validating front
+//! ([`stores`](tenure_lease_core::backend::stores)), so bad input is
+//! refused before the file is touched.
 //!
 //! It suits a few processes on one host that want leases, fences and a
 //! queue that survive restarts without a server. Each operation reads and
@@ -113,6 +113,12 @@ pub struct FileStore {
     files: Arc<Files>,
     clock: Arc<dyn Clock>,
 }
+
+impl tenure_lease_core::backend::stores::Backend for FileStore {
+    const NAME: &'static str = "file";
+}
+
+tenure_lease_core::serve_backend!(FileStore);
 
 impl FileStore {
     /// Opens the store in the file at `path` on the host's clock, creating

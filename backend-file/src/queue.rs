@@ -1,4 +1,4 @@
-//! [`JobQueue`] for [`FileStore`]: jobs live in the document beside the
+//! [`QueueBackend`] for [`FileStore`]: jobs live in the document beside the
 //! leases and draw fences from the same sequence, so a job claim never
 //! shares a fence with a lease. The writes are the shared [queue
 //! engine](engine)'s, over the document as its [`JobTransaction`]; this
@@ -9,12 +9,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -116,37 +117,42 @@ impl JobTransaction for Document {
 }
 
 #[async_trait]
-impl JobQueue for FileStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::enqueue(job)?;
-        let job = job.clone();
+impl QueueBackend for FileStore {
+    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
+        let job = job.get().clone();
         self.write(move |document, now| engine::enqueue(document, &job, now))
             .await
     }
 
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::enqueue_batch(jobs)?;
-        let jobs = jobs.to_vec();
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get().to_vec();
         self.write(move |document, now| engine::enqueue_batch(document, &jobs, now))
             .await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(request)?;
-        let request = request.clone();
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get().clone();
         self.write(move |document, now| engine::claim(document, &request, request.limit, now))
             .await
     }
 
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::renew_job(claim, ttl)?;
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.write(move |document, now| engine::renew_job(document, &claim, ttl, now))
             .await
     }
 
-    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        validate::renew_jobs(claims, ttl)?;
+    async fn renew_jobs(
+        &self,
+        claims: Checked<&[JobClaim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<JobRenewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let claims = claims.to_vec();
         // One write of the document: a job that cannot be decoded fails the
         // call before the file is replaced, so nothing is renewed.
@@ -159,50 +165,65 @@ impl JobQueue for FileStore {
         .await
     }
 
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::complete(claim)?;
-        let claim = claim.clone();
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get().clone();
         self.write(move |document, now| engine::complete(document, &claim, now))
             .await
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::fail(claim, error, action)?;
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
         let claim = claim.clone();
         let error = error.to_owned();
         self.write(move |document, now| engine::fail(document, &claim, &error, action, now))
             .await
     }
 
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::defer(claim, missing)?;
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
         let claim = claim.clone();
         let missing = missing.clone();
         self.write(move |document, now| engine::defer(document, &claim, &missing, now))
             .await
     }
 
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::reap(grace)?;
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
         self.write(move |document, now| engine::reap(document, grace, rules::MAX_REAP, now))
             .await
     }
 
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::take_back(claim, ttl)?;
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.write(move |document, now| engine::take_back(document, &claim, ttl, now))
             .await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::get_job(id)?;
-        let id = id.to_owned();
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get().to_owned();
         self.read(move |document, _| document.load_job(&id)).await
     }
 
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::list_dead_letters(queue, limit)?;
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
         let queue = queue.to_owned();
         self.read(move |document, _| {
             let mut dead = document.decoded_jobs("list_dead_letters", Some(&queue), |job| {
@@ -217,11 +238,11 @@ impl JobQueue for FileStore {
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        validate::list_jobs(queue, limit)?;
+        let (queue, limit) = (queue.get(), limit.get());
         let queue = queue.to_owned();
         self.read(move |document, _| {
             let mut listed = document.decoded_jobs("list_jobs", Some(&queue), |job| {
@@ -234,15 +255,14 @@ impl JobQueue for FileStore {
         .await
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::retry_dead_letter(id)?;
-        let id = id.to_owned();
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get().to_owned();
         self.write(move |document, now| engine::retry_dead_letter(document, &id, now))
             .await
     }
 
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::purge_jobs(finished_older_than)?;
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
         self.write(move |document, now| {
             let before = document.jobs.len();
             // What cannot be decoded cannot be judged: it stays.

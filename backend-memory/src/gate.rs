@@ -1,12 +1,13 @@
-//! [`FenceStore`] for [`MemoryStore`]: the gates live in the locked state,
+//! [`GateBackend`] for [`MemoryStore`]: the gates live in the locked state,
 //! judged by the shared [`gate_rules`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::operation as validate;
-use tenure_lease_core::{FenceCheck, FenceStore, Result, Timestamp};
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::{FenceCheck, Result, Timestamp};
 
 use crate::MemoryStore;
 
@@ -22,9 +23,13 @@ pub(crate) struct Gate {
 pub(crate) type Gates = foldhash::HashMap<String, Gate>;
 
 #[async_trait]
-impl FenceStore for MemoryStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+impl GateBackend for MemoryStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
         let now = self.now();
         let mut state = self.lock();
         let highest = state.gates.get(resource).map(|gate| gate.fence);
@@ -39,13 +44,13 @@ impl FenceStore for MemoryStore {
         Ok(check)
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        validate::highest_fence(resource)?;
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get();
         Ok(self.lock().gates.get(resource).map(|gate| gate.fence))
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        validate::purge_fences(unused_for)?;
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
         let now = self.now();
         let mut state = self.lock();
         let before = state.gates.len();

@@ -1,16 +1,17 @@
-//! [`LeaseStore`] for [`MemoryStore`]: the writes are the shared
+//! [`LeaseBackend`] for [`MemoryStore`]: the writes are the shared
 //! [`engine`]'s, with the locked state as the transaction; the scans read
 //! the maps directly.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
 use tenure_lease_core::backend::rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
-    Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
+    StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 use crate::{MemoryStore, State};
@@ -67,39 +68,51 @@ impl RecordTransaction for State {
 }
 
 #[async_trait]
-impl LeaseStore for MemoryStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?.clone();
+impl LeaseBackend for MemoryStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get(), metadata.get().clone());
         let now = self.now();
         engine::admit(&mut *self.lock(), now, request, metadata)
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let now = self.now();
         engine::renew(&mut *self.lock(), now, claim, ttl)
     }
 
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let now = self.now();
         engine::renew_many(&mut *self.lock(), now, claims, ttl)
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let now = self.now();
         engine::transition(&mut *self.lock(), now, claim, change)
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get();
         let now = self.now();
         engine::claim_for_takeover(&mut *self.lock(), now, request)
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get();
         let now = self.now();
         let state = self.lock();
         let mut records: Vec<LeaseRecord> = state
@@ -116,13 +129,13 @@ impl LeaseStore for MemoryStore {
         })
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get();
         Ok(self.lock().records.get(id).cloned())
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get();
         let mut records: Vec<LeaseRecord> = self
             .lock()
             .records
@@ -150,8 +163,8 @@ impl LeaseStore for MemoryStore {
         Ok(MemoryStore::now(self))
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         let now = self.now();
         let mut state = self.lock();
         let before = state.records.len();

@@ -106,6 +106,12 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
 }
 
+impl tenure_lease_core::backend::stores::Backend for MemoryStore {
+    const NAME: &'static str = "memory";
+}
+
+tenure_lease_core::serve_backend!(MemoryStore);
+
 /// Every map hashes with foldhash: SipHash of the id was an eighth of a
 /// renewal's cost. foldhash is randomly seeded but only minimally
 /// resistant to keys chosen to collide; ids here come from the embedding

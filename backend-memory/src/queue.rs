@@ -1,4 +1,4 @@
-//! The [`JobQueue`] side of [`MemoryStore`].
+//! The [`QueueBackend`] side of [`MemoryStore`].
 //!
 //! Jobs live beside the leases in the same state, under the same mutex, and
 //! draw fences from the same counter, so a job claim and a lease admission
@@ -17,12 +17,13 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -168,33 +169,41 @@ impl JobTransaction for State {
 }
 
 #[async_trait]
-impl JobQueue for MemoryStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::enqueue(job)?;
+impl QueueBackend for MemoryStore {
+    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
+        let job = job.get();
         let now = self.now();
         engine::enqueue(&mut *self.lock(), job, now)
     }
 
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::enqueue_batch(jobs)?;
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get();
         let now = self.now();
         engine::enqueue_batch(&mut *self.lock(), jobs, now)
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(request)?;
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get();
         let now = self.now();
         engine::claim(&mut *self.lock(), request, request.limit, now)
     }
 
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::renew_job(claim, ttl)?;
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let now = self.now();
         engine::renew_job(&mut *self.lock(), claim, ttl, now)
     }
 
-    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        validate::renew_jobs(claims, ttl)?;
+    async fn renew_jobs(
+        &self,
+        claims: Checked<&[JobClaim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<JobRenewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let now = self.now();
         let mut state = self.lock();
         claims
@@ -203,14 +212,14 @@ impl JobQueue for MemoryStore {
             .collect()
     }
 
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::complete(claim)?;
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get();
         let now = self.now();
         engine::complete(&mut *self.lock(), claim, now)
     }
 
-    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        validate::complete_many(claims)?;
+    async fn complete_many(&self, claims: Checked<&[JobClaim]>) -> Result<Vec<JobSettle>> {
+        let claims = claims.get();
         let now = self.now();
         let mut state = self.lock();
         claims
@@ -219,37 +228,54 @@ impl JobQueue for MemoryStore {
             .collect()
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::fail(claim, error, action)?;
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
         let now = self.now();
         engine::fail(&mut *self.lock(), claim, error, action, now)
     }
 
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::defer(claim, missing)?;
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
         let now = self.now();
         engine::defer(&mut *self.lock(), claim, missing, now)
     }
 
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::reap(grace)?;
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
         let now = self.now();
         engine::reap(&mut *self.lock(), grace, rules::MAX_REAP, now)
     }
 
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::take_back(claim, ttl)?;
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let now = self.now();
         engine::take_back(&mut *self.lock(), claim, ttl, now)
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::get_job(id)?;
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get();
         Ok(self.lock().jobs.get(id).cloned())
     }
 
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::list_dead_letters(queue, limit)?;
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
         let state = self.lock();
         let mut dead: Vec<&Job> = state
             .jobs
@@ -262,11 +288,11 @@ impl JobQueue for MemoryStore {
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        validate::list_jobs(queue, limit)?;
+        let (queue, limit) = (queue.get(), limit.get());
         let jobs = self.lock();
         let mut listed: Vec<&Job> = jobs
             .jobs
@@ -277,14 +303,14 @@ impl JobQueue for MemoryStore {
         Ok(listed.into_iter().take(limit).cloned().collect())
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::retry_dead_letter(id)?;
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get();
         let now = self.now();
         engine::retry_dead_letter(&mut *self.lock(), id, now)
     }
 
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::purge_jobs(finished_older_than)?;
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
         let now = self.now();
         Ok(self
             .lock()

@@ -1,4 +1,4 @@
-//! Fence gates in the store's schema: [`FenceStore`] for [`PgStore`], and
+//! Fence gates in the store's schema: [`GateBackend`] for [`PgStore`], and
 //! [`PgStore::check_fence_in`], the same statement inside a transaction of
 //! the caller's.
 //!
@@ -15,9 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::Row;
+use tenure_lease_core::backend::checked::{fence_check, Checked};
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::operation as validate;
-use tenure_lease_core::{Error, FenceCheck, FenceStore, Result};
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::{Error, FenceCheck, Result};
 
 use crate::error::store_error;
 use crate::statement::PgQuery;
@@ -101,8 +102,8 @@ fn decode_fence(row: &PgRow, resource: &str) -> Result<u64> {
 }
 
 impl PgStore {
-    /// [`FenceStore::check_fence`] inside the caller's transaction on this
-    /// store's database: pass `&mut *transaction` of a
+    /// [`FenceStore::check_fence`](tenure_lease_core::FenceStore::check_fence)
+    /// inside the caller's transaction on this store's database: pass `&mut *transaction` of a
     /// `sqlx::Transaction<'_, Postgres>` (or any connection). The gate is
     /// raised only if that transaction commits, so a write made in it after
     /// an `Accepted` check and the gate commit or roll back together, and a
@@ -150,7 +151,8 @@ impl PgStore {
         resource: &str,
         fence: u64,
     ) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+        let (resource, fence) = fence_check(resource, fence)?;
+        let (resource, fence) = (resource.get(), fence.get());
         let row = check_query(self.gate_check(), resource, fence)
             .fetch_optional(connection)
             .await
@@ -160,35 +162,30 @@ impl PgStore {
 }
 
 #[async_trait]
-impl FenceStore for PgStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        self.bounded("check_fence", async move {
-            validate::check_fence(resource, fence)?;
-            let row = self
-                .fetch_optional(|| check_query(self.gate_check(), resource, fence))
-                .await?;
-            judged(row.as_ref(), resource, fence)
-        })
-        .await
+impl GateBackend for PgStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
+        let row = self
+            .fetch_optional(|| check_query(self.gate_check(), resource, fence))
+            .await?;
+        judged(row.as_ref(), resource, fence)
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        self.bounded("highest_fence", async move {
-            validate::highest_fence(resource)?;
-            self.fetch_optional(|| sqlx::query(&self.sql.gates.highest).bind(resource))
-                .await?
-                .map(|row| decode_fence(&row, resource))
-                .transpose()
-        })
-        .await
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get();
+        self.fetch_optional(|| sqlx::query(&self.sql.gates.highest).bind(resource))
+            .await?
+            .map(|row| decode_fence(&row, resource))
+            .transpose()
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        self.bounded("purge_fences", async move {
-            validate::purge_fences(unused_for)?;
-            self.purge_older_than(&self.sql.gates.purge, unused_for)
-                .await
-        })
-        .await
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
+        self.purge_older_than(&self.sql.gates.purge, unused_for)
+            .await
     }
 }

@@ -18,13 +18,14 @@ use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
 use sqlx::postgres::PgRow;
 use sqlx::Row;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::backend::telemetry;
-use tenure_lease_core::backend::validate::operation as validate;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
-    NotTakenReason, Renewal, Result, Status, StatusChange, Takeover, TakeoverAction,
-    TakeoverRequest, Timestamp, Transition, TransitionRejection,
+    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, NotTakenReason,
+    Renewal, Result, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
+    Transition, TransitionRejection,
 };
 
 use crate::decode::{self, Undecodable};
@@ -324,7 +325,7 @@ impl PgStore {
         let rows = self
             .fetch_all(|| sqlx::query(&self.sql.read_holders).bind(&scopes))
             .await?;
-        let now = LeaseStore::now(self).await?;
+        let now = LeaseBackend::now(self).await?;
         let holders = records(&rows)?;
         let first = match rules::plan_admission(request, &holders, now) {
             AdmissionPlan::Conflict {
@@ -415,295 +416,272 @@ impl PgStore {
 }
 
 #[async_trait]
-impl LeaseStore for PgStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        self.bounded("admit", async move {
-            let metadata = validate::admit(request)?;
-            let mut retries = 0;
-            let answer = self.admit_retrying(request, metadata, &mut retries).await;
-            telemetry::admit_retried("postgres", &request.id, retries);
-            answer
-        })
+impl LeaseBackend for PgStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get(), metadata.get());
+        let mut retries = 0;
+        let answer = self.admit_retrying(request, metadata, &mut retries).await;
+        telemetry::admit_retried("postgres", &request.id, retries);
+        answer
+    }
+
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
+        self.write_or_explain(
+            ("renewal", &claim.id),
+            || {
+                sqlx::query(&self.sql.renew)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+            },
+            |row| {
+                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                Ok(Renewal::Renewed { expires_at })
+            },
+            move || async move {
+                let record = self.read_record(&claim.id).await?;
+                Ok(rules::judge_renewal(record.as_ref(), claim)
+                    .err()
+                    .map(Renewal::Lost))
+            },
+        )
         .await
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        self.bounded("renew", async move {
-            validate::renew(claim, ttl)?;
-            self.write_or_explain(
-                ("renewal", &claim.id),
-                || {
-                    sqlx::query(&self.sql.renew)
-                        .bind(&claim.id)
-                        .bind(&claim.owner)
-                        .bind(fence_param(claim.fence))
-                        .bind(interval(ttl))
-                },
-                |row| {
-                    let expires_at =
-                        decode::instant(row, "lease_expires_at").map_err(store_error)?;
-                    Ok(Renewal::Renewed { expires_at })
-                },
-                move || async move {
-                    let record = self.read_record(&claim.id).await?;
-                    Ok(rules::judge_renewal(record.as_ref(), claim)
-                        .err()
-                        .map(Renewal::Lost))
-                },
-            )
-            .await
-        })
-        .await
-    }
-
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        self.bounded("renew_many", async move {
-            validate::renew_many(claims, ttl)?;
-            // One row per distinct claim: a repeated claim shares its outcome.
-            let mut distinct: Vec<&Claim> = Vec::new();
-            let mut position_of: HashMap<&Claim, usize> = HashMap::new();
-            let slots: Vec<usize> = claims
-                .iter()
-                .map(|claim| {
-                    *position_of.entry(claim).or_insert_with(|| {
-                        distinct.push(claim);
-                        distinct.len() - 1
-                    })
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        // One row per distinct claim: a repeated claim shares its outcome.
+        let mut distinct: Vec<Checked<&Claim>> = Vec::new();
+        let mut position_of: HashMap<&Claim, usize> = HashMap::new();
+        let slots: Vec<usize> = claims
+            .each()
+            .map(|claim| {
+                *position_of.entry(claim.get()).or_insert_with(|| {
+                    distinct.push(claim);
+                    distinct.len() - 1
                 })
-                .collect();
-            let ids: Vec<&str> = distinct.iter().map(|claim| claim.id.as_str()).collect();
-            let owners: Vec<&str> = distinct.iter().map(|claim| claim.owner.as_str()).collect();
-            let fences: Vec<i64> = distinct
-                .iter()
-                .map(|claim| fence_param(claim.fence))
-                .collect();
+            })
+            .collect();
+        let ids: Vec<&str> = distinct.iter().map(|claim| claim.id.as_str()).collect();
+        let owners: Vec<&str> = distinct.iter().map(|claim| claim.owner.as_str()).collect();
+        let fences: Vec<i64> = distinct
+            .iter()
+            .map(|claim| fence_param(claim.fence))
+            .collect();
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.renew_many)
+                    .bind(&ids)
+                    .bind(&owners)
+                    .bind(&fences)
+                    .bind(interval(ttl.get()))
+            })
+            .await?;
+        let mut renewed: Vec<Option<Timestamp>> = vec![None; distinct.len()];
+        for row in &rows {
+            let position: i64 = row.try_get("position").map_err(store_error)?;
+            let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+            let slot = position
+                .checked_sub(1)
+                .and_then(|slot| usize::try_from(slot).ok())
+                .filter(|slot| *slot < distinct.len())
+                .ok_or_else(|| {
+                    Error::corrupt(format!("renew_many answered unknown position {position}"))
+                })?;
+            renewed[slot] = Some(expires_at);
+        }
+        let refused: Vec<&str> = distinct
+            .iter()
+            .zip(&renewed)
+            .filter(|(_, renewed)| renewed.is_none())
+            .map(|(claim, _)| claim.id.as_str())
+            .collect();
+        let mut records: HashMap<String, LeaseRecord> = HashMap::new();
+        if !refused.is_empty() {
+            let rows = self
+                .fetch_all(|| sqlx::query(&self.sql.get_many).bind(&refused))
+                .await?;
+            for row in &rows {
+                let record = decode::trusted_record(row)?;
+                records.insert(record.id.clone(), record);
+            }
+        }
+        let mut outcomes = Vec::with_capacity(distinct.len());
+        for (claim, renewed) in distinct.iter().zip(renewed) {
+            if let Some(expires_at) = renewed {
+                outcomes.push(Renewal::Renewed { expires_at });
+                continue;
+            }
+            match rules::judge_renewal(records.get(&claim.id), claim.get()) {
+                Err(reason) => outcomes.push(Renewal::Lost(reason)),
+                // Refused by a write that waited for a concurrent change the
+                // statement's snapshot cannot show: ask again on its own.
+                Ok(()) => outcomes.push(self.renew(*claim, ttl).await?),
+            }
+        }
+        Ok(slots.into_iter().map(|slot| outcomes[slot]).collect())
+    }
+
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
+        let allowed_from: Vec<&str> = Status::ALL
+            .into_iter()
+            .filter(|from| from.can_become(change.status))
+            .map(Status::as_str)
+            .collect();
+        self.write_or_explain(
+            ("transition", &claim.id),
+            || {
+                sqlx::query(&self.sql.transition)
+                    .bind(&claim.id)
+                    .bind(&claim.owner)
+                    .bind(fence_param(claim.fence))
+                    .bind(change.status.as_str())
+                    .bind(change.error.as_deref())
+                    .bind(change.stop_reason.as_deref())
+                    .bind(&allowed_from)
+            },
+            |row| Ok(Transition::Applied(decode::trusted_record(row)?)),
+            move || async move {
+                let Some(record) = self.read_record(&claim.id).await? else {
+                    return Ok(Some(Transition::Rejected(TransitionRejection::Missing)));
+                };
+                Ok(rules::judge_transition(Some(&record), claim, change.status)
+                    .err()
+                    .map(Transition::Rejected))
+            },
+        )
+        .await
+    }
+
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get();
+        let (status, error, stop_reason, adopt_ttl) = match &request.action {
+            TakeoverAction::Fail { error, stop_reason } => (
+                Status::Failed,
+                Some(error.as_str()),
+                stop_reason.as_deref(),
+                None,
+            ),
+            TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
+        };
+        let adopt = status == Status::Running;
+        self.write_or_explain(
+            ("takeover", &request.id),
+            || {
+                sqlx::query(&self.sql.take_over)
+                    .bind(&request.id)
+                    .bind(&request.claimer)
+                    .bind(status.as_str())
+                    .bind(error)
+                    .bind(stop_reason)
+                    .bind(adopt)
+                    .bind(adopt_ttl.map(interval))
+                    .bind(interval_rounded_up(request.grace))
+            },
+            |row| Ok(Takeover::Taken(decode::trusted_record(row)?)),
+            move || async move {
+                let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
+                    return Ok(Some(Takeover::NotTaken(NotTakenReason::Missing)));
+                };
+                Ok(rules::judge_takeover(Some(&record), request.grace, now)
+                    .err()
+                    .map(Takeover::NotTaken))
+            },
+        )
+        .await
+    }
+
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get();
+        let mut scan = ExpiredScan::default();
+        if query.created_before.is_some_and(|instant| {
+            tenure_lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
+        }) {
+            // No record is older than PostgreSQL's calendar, which refuses
+            // the bound itself.
+            return Ok(scan);
+        }
+        let mut offset: i64 = 0;
+        // Undecodable rows take no place in the answer: page on until the
+        // limit is filled with good records or the matches run out.
+        while scan.records.len() < query.limit {
+            let wanted = query.limit - scan.records.len();
             let rows = self
                 .fetch_all(|| {
-                    sqlx::query(&self.sql.renew_many)
-                        .bind(&ids)
-                        .bind(&owners)
-                        .bind(&fences)
-                        .bind(interval(ttl))
+                    sqlx::query(&self.sql.list_expired)
+                        .bind(interval_rounded_up(query.grace))
+                        .bind(query.created_before)
+                        .bind(wanted as i64)
+                        .bind(offset)
                 })
                 .await?;
-            let mut renewed: Vec<Option<Timestamp>> = vec![None; distinct.len()];
+            offset += rows.len() as i64;
             for row in &rows {
-                let position: i64 = row.try_get("position").map_err(store_error)?;
-                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
-                let slot = position
-                    .checked_sub(1)
-                    .and_then(|slot| usize::try_from(slot).ok())
-                    .filter(|slot| *slot < distinct.len())
-                    .ok_or_else(|| {
-                        Error::corrupt(format!("renew_many answered unknown position {position}"))
-                    })?;
-                renewed[slot] = Some(expires_at);
-            }
-            let refused: Vec<&str> = distinct
-                .iter()
-                .zip(&renewed)
-                .filter(|(_, renewed)| renewed.is_none())
-                .map(|(claim, _)| claim.id.as_str())
-                .collect();
-            let mut records: HashMap<String, LeaseRecord> = HashMap::new();
-            if !refused.is_empty() {
-                let rows = self
-                    .fetch_all(|| sqlx::query(&self.sql.get_many).bind(&refused))
-                    .await?;
-                for row in &rows {
-                    let record = decode::trusted_record(row)?;
-                    records.insert(record.id.clone(), record);
-                }
-            }
-            let mut outcomes = Vec::with_capacity(distinct.len());
-            for (claim, renewed) in distinct.iter().zip(renewed) {
-                if let Some(expires_at) = renewed {
-                    outcomes.push(Renewal::Renewed { expires_at });
-                    continue;
-                }
-                match rules::judge_renewal(records.get(&claim.id), claim) {
-                    Err(reason) => outcomes.push(Renewal::Lost(reason)),
-                    // Refused by a write that waited for a concurrent change the
-                    // statement's snapshot cannot show: ask again on its own.
-                    Ok(()) => outcomes.push(self.renew(claim, ttl).await?),
-                }
-            }
-            Ok(slots.into_iter().map(|slot| outcomes[slot]).collect())
-        })
-        .await
-    }
-
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        self.bounded("transition", async move {
-            validate::transition(claim, change)?;
-            let allowed_from: Vec<&str> = Status::ALL
-                .into_iter()
-                .filter(|from| from.can_become(change.status))
-                .map(Status::as_str)
-                .collect();
-            self.write_or_explain(
-                ("transition", &claim.id),
-                || {
-                    sqlx::query(&self.sql.transition)
-                        .bind(&claim.id)
-                        .bind(&claim.owner)
-                        .bind(fence_param(claim.fence))
-                        .bind(change.status.as_str())
-                        .bind(change.error.as_deref())
-                        .bind(change.stop_reason.as_deref())
-                        .bind(&allowed_from)
-                },
-                |row| Ok(Transition::Applied(decode::trusted_record(row)?)),
-                move || async move {
-                    let Some(record) = self.read_record(&claim.id).await? else {
-                        return Ok(Some(Transition::Rejected(TransitionRejection::Missing)));
-                    };
-                    Ok(rules::judge_transition(Some(&record), claim, change.status)
-                        .err()
-                        .map(Transition::Rejected))
-                },
-            )
-            .await
-        })
-        .await
-    }
-
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        self.bounded("claim_for_takeover", async move {
-            validate::claim_for_takeover(request)?;
-            let (status, error, stop_reason, adopt_ttl) = match &request.action {
-                TakeoverAction::Fail { error, stop_reason } => (
-                    Status::Failed,
-                    Some(error.as_str()),
-                    stop_reason.as_deref(),
-                    None,
-                ),
-                TakeoverAction::Adopt { ttl } => (Status::Running, None, None, *ttl),
-            };
-            let adopt = status == Status::Running;
-            self.write_or_explain(
-                ("takeover", &request.id),
-                || {
-                    sqlx::query(&self.sql.take_over)
-                        .bind(&request.id)
-                        .bind(&request.claimer)
-                        .bind(status.as_str())
-                        .bind(error)
-                        .bind(stop_reason)
-                        .bind(adopt)
-                        .bind(adopt_ttl.map(interval))
-                        .bind(interval_rounded_up(request.grace))
-                },
-                |row| Ok(Takeover::Taken(decode::trusted_record(row)?)),
-                move || async move {
-                    let Some((now, record)) = self.read_record_at_now(&request.id).await? else {
-                        return Ok(Some(Takeover::NotTaken(NotTakenReason::Missing)));
-                    };
-                    Ok(rules::judge_takeover(Some(&record), request.grace, now)
-                        .err()
-                        .map(Takeover::NotTaken))
-                },
-            )
-            .await
-        })
-        .await
-    }
-
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        self.bounded("list_expired", async move {
-            validate::list_expired(query)?;
-            let mut scan = ExpiredScan::default();
-            if query.created_before.is_some_and(|instant| {
-                tenure_lease_core::clock::to_micros(instant) < EARLIEST_TIMESTAMP_MICROS
-            }) {
-                // No record is older than PostgreSQL's calendar, which refuses
-                // the bound itself.
-                return Ok(scan);
-            }
-            let mut offset: i64 = 0;
-            // Undecodable rows take no place in the answer: page on until the
-            // limit is filled with good records or the matches run out.
-            while scan.records.len() < query.limit {
-                let wanted = query.limit - scan.records.len();
-                let rows = self
-                    .fetch_all(|| {
-                        sqlx::query(&self.sql.list_expired)
-                            .bind(interval_rounded_up(query.grace))
-                            .bind(query.created_before)
-                            .bind(wanted as i64)
-                            .bind(offset)
-                    })
-                    .await?;
-                offset += rows.len() as i64;
-                for row in &rows {
-                    match decode::record(row) {
-                        Ok(record) => scan.records.push(record),
-                        Err(Undecodable { id, reason }) => {
-                            tracing::warn!(
-                                schema = self.schema(),
-                                id = %id,
-                                reason = %reason,
-                                "list_expired skipped an undecodable lease record"
-                            );
-                            scan.skipped.push(Undecodable { id, reason }.into_skipped());
-                        }
+                match decode::record(row) {
+                    Ok(record) => scan.records.push(record),
+                    Err(Undecodable { id, reason }) => {
+                        tracing::warn!(
+                            schema = self.schema(),
+                            id = %id,
+                            reason = %reason,
+                            "list_expired skipped an undecodable lease record"
+                        );
+                        scan.skipped.push(Undecodable { id, reason }.into_skipped());
                     }
                 }
-                if rows.len() < wanted {
-                    break;
-                }
             }
-            Ok(scan)
-        })
-        .await
+            if rows.len() < wanted {
+                break;
+            }
+        }
+        Ok(scan)
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        self.bounded("get", async move {
-            validate::get(id)?;
-            self.read_record(id).await
-        })
-        .await
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get();
+        self.read_record(id).await
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        self.bounded("list_by_scope", async move {
-            validate::list_by_scope(scope)?;
-            let rows = self
-                .fetch_all(|| sqlx::query(&self.sql.list_by_scope).bind(scope))
-                .await?;
-            records(&rows)
-        })
-        .await
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get();
+        let rows = self
+            .fetch_all(|| sqlx::query(&self.sql.list_by_scope).bind(scope))
+            .await?;
+        records(&rows)
     }
 
     async fn list_active(&self) -> Result<Vec<LeaseRecord>> {
-        self.bounded("list_active", async move {
-            let rows = self
-                .fetch_all(|| sqlx::query(&self.sql.list_active))
-                .await?;
-            records(&rows)
-        })
-        .await
+        let rows = self
+            .fetch_all(|| sqlx::query(&self.sql.list_active))
+            .await?;
+        records(&rows)
     }
 
     async fn now(&self) -> Result<Timestamp> {
-        self.bounded("now", async move {
-            let row = self
-                .fetch_optional(|| sqlx::query("SELECT now() AS store_now"))
-                .await?
-                .ok_or_else(|| Error::corrupt("SELECT now() answered no row"))?;
-            decode::instant(&row, "store_now").map_err(store_error)
-        })
-        .await
+        let row = self
+            .fetch_optional(|| sqlx::query("SELECT now() AS store_now"))
+            .await?
+            .ok_or_else(|| Error::corrupt("SELECT now() answered no row"))?;
+        decode::instant(&row, "store_now").map_err(store_error)
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        self.bounded("purge", async move {
-            validate::purge(terminal_older_than)?;
-            self.purge_older_than(&self.sql.purge, terminal_older_than)
-                .await
-        })
-        .await
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        self.purge_older_than(&self.sql.purge, terminal_older_than)
+            .await
     }
 }

@@ -341,7 +341,6 @@ mod sql;
 mod statement;
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -381,6 +380,16 @@ pub struct PgStore {
     /// See [`PgStore::refusing_fences_from_before_failover`].
     gates_refuse_earlier_timelines: bool,
 }
+
+impl tenure_lease_core::backend::stores::Backend for PgStore {
+    const NAME: &'static str = "PostgreSQL";
+
+    fn time_limit(&self) -> Option<Duration> {
+        Some(self.operation_timeout)
+    }
+}
+
+tenure_lease_core::serve_backend!(PgStore);
 
 impl fmt::Debug for PgStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -554,17 +563,6 @@ impl PgStore {
     pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
         self.operation_timeout = timeout;
         self
-    }
-
-    /// Runs one whole store operation, `operation` naming it, within the
-    /// operation timeout (see the crate docs on what a cut leaves behind).
-    pub(crate) async fn bounded<T>(
-        &self,
-        operation: &str,
-        work: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let what = format!("{operation} on PostgreSQL");
-        tenure_lease_core::layer::bounded(self.operation_timeout, &what, work).await
     }
 
     /// The pool the store runs on.

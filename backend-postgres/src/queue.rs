@@ -1,4 +1,4 @@
-//! The [`JobQueue`] operations.
+//! The [`QueueBackend`] operations.
 //!
 //! Every operation is one statement. `claim` and `reap` pick their jobs with
 //! `FOR UPDATE SKIP LOCKED`, so concurrent claimers (and reapers) each take
@@ -17,11 +17,12 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::Row;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
@@ -157,347 +158,327 @@ fn claimed(job: Job) -> Result<ClaimedJob> {
 }
 
 #[async_trait]
-impl JobQueue for PgStore {
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        self.bounded("enqueue_batch", async move {
-            validate::enqueue_batch(jobs)?;
-            let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
-            let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
-            let payloads: Vec<Json<&serde_json::Value>> =
-                jobs.iter().map(|job| Json(&job.payload)).collect();
-            let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
-            let run_ats: Vec<Option<Timestamp>> = jobs
-                .iter()
-                .map(|job| job.run_at.map(clock::truncate_to_micros))
-                .collect();
-            // Validated to at most `rules::MAX_ATTEMPTS`.
-            let max_attempts: Vec<i32> = jobs
-                .iter()
-                .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
-                .collect();
-            let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
-                .iter()
-                .map(|job| Json(&job.required_capabilities))
-                .collect();
-            let rows = self
-                .fetch_all_raw(|| {
-                    sqlx::query(&self.sql.jobs.enqueue)
-                        .bind(&ids)
-                        .bind(&queues)
-                        .bind(&payloads)
-                        .bind(&priorities)
-                        .bind(&run_ats)
-                        .bind(&max_attempts)
-                        .bind(&capabilities)
-                })
-                .await;
-            match rows {
-                Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
-                Err(error)
-                    if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
-                        && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
-                {
-                    Err(self.duplicate_job(&ids, error).await)
-                }
-                Err(error) => Err(store_error(error)),
+impl QueueBackend for PgStore {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get();
+        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+        let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
+        let payloads: Vec<Json<&serde_json::Value>> =
+            jobs.iter().map(|job| Json(&job.payload)).collect();
+        let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
+        let run_ats: Vec<Option<Timestamp>> = jobs
+            .iter()
+            .map(|job| job.run_at.map(clock::truncate_to_micros))
+            .collect();
+        // Validated to at most `rules::MAX_ATTEMPTS`.
+        let max_attempts: Vec<i32> = jobs
+            .iter()
+            .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
+            .collect();
+        let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
+            .iter()
+            .map(|job| Json(&job.required_capabilities))
+            .collect();
+        let rows = self
+            .fetch_all_raw(|| {
+                sqlx::query(&self.sql.jobs.enqueue)
+                    .bind(&ids)
+                    .bind(&queues)
+                    .bind(&payloads)
+                    .bind(&priorities)
+                    .bind(&run_ats)
+                    .bind(&max_attempts)
+                    .bind(&capabilities)
+            })
+            .await;
+        match rows {
+            Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
+            Err(error)
+                if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
+                    && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
+            {
+                Err(self.duplicate_job(&ids, error).await)
             }
-        })
-        .await
+            Err(error) => Err(store_error(error)),
+        }
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        self.bounded("claim", async move {
-            validate::claim(request)?;
-            let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get();
+        let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.claim)
+                    .bind(&request.queue)
+                    .bind(&capabilities)
+                    // Validated to at most `rules::MAX_CLAIM`.
+                    .bind(request.limit as i64)
+                    .bind(&request.worker)
+                    .bind(interval(request.ttl))
+            })
+            .await?;
+        self.jobs_skipping_undecodable("claim", &rows)
+            .into_iter()
+            .map(claimed)
+            .collect()
+    }
+
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
+        self.renew_one(claim, ttl).await
+    }
+
+    async fn renew_jobs(
+        &self,
+        claims: Checked<&[JobClaim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<JobRenewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, owners, fences) = claim_columns(claims);
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.renew_many)
+                    .bind(&ids)
+                    .bind(&owners)
+                    .bind(&fences)
+                    .bind(interval(ttl))
+            })
+            .await?;
+        let mut renewed = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let id: String = row.try_get("id").map_err(store_error)?;
+            let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+            renewed.insert(id, expires_at);
+        }
+        // The claims the statement did not renew are lost: one read of
+        // their jobs says why.
+        let missed: Vec<&str> = claims
+            .iter()
+            .map(|claim| claim.id.as_str())
+            .filter(|id| !renewed.contains_key(*id))
+            .collect();
+        let mut read = HashMap::with_capacity(missed.len());
+        if !missed.is_empty() {
             let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.claim)
-                        .bind(&request.queue)
-                        .bind(&capabilities)
-                        // Validated to at most `rules::MAX_CLAIM`.
-                        .bind(request.limit as i64)
-                        .bind(&request.worker)
-                        .bind(interval(request.ttl))
-                })
+                .fetch_all(|| sqlx::query(&self.sql.jobs.get_many).bind(&missed))
                 .await?;
-            self.jobs_skipping_undecodable("claim", &rows)
-                .into_iter()
-                .map(claimed)
-                .collect()
-        })
-        .await
-    }
-
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        self.bounded("renew_job", async move {
-            validate::renew_job(claim, ttl)?;
-            self.renew_one(claim, ttl).await
-        })
-        .await
-    }
-
-    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        self.bounded("renew_jobs", async move {
-            validate::renew_jobs(claims, ttl)?;
-            if claims.is_empty() {
-                return Ok(Vec::new());
-            }
-            let (ids, owners, fences) = claim_columns(claims);
-            let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.renew_many)
-                        .bind(&ids)
-                        .bind(&owners)
-                        .bind(&fences)
-                        .bind(interval(ttl))
-                })
-                .await?;
-            let mut renewed = HashMap::with_capacity(rows.len());
-            for row in &rows {
-                let id: String = row.try_get("id").map_err(store_error)?;
-                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
-                renewed.insert(id, expires_at);
-            }
-            // The claims the statement did not renew are lost: one read of
-            // their jobs says why.
-            let missed: Vec<&str> = claims
-                .iter()
-                .map(|claim| claim.id.as_str())
-                .filter(|id| !renewed.contains_key(*id))
-                .collect();
-            let mut read = HashMap::with_capacity(missed.len());
-            if !missed.is_empty() {
-                let rows = self
-                    .fetch_all(|| sqlx::query(&self.sql.jobs.get_many).bind(&missed))
-                    .await?;
-                for row in &rows {
-                    let job = decode::trusted_job(row)?;
-                    read.insert(job.id.clone(), job);
-                }
-            }
-            let mut answers = Vec::with_capacity(claims.len());
-            for claim in claims {
-                if let Some(expires_at) = renewed.remove(&claim.id) {
-                    answers.push(JobRenewal::Renewed { expires_at });
-                    continue;
-                }
-                answers.push(match rules::judge_job(read.get(&claim.id), claim) {
-                    Err(loss) => JobRenewal::Lost(loss),
-                    // It changed between the two statements: decide it alone.
-                    Ok(()) => self.renew_one(claim, ttl).await?,
-                });
-            }
-            Ok(answers)
-        })
-        .await
-    }
-
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        self.bounded("complete", async move {
-            validate::complete(claim)?;
-            self.complete_one(claim).await
-        })
-        .await
-    }
-
-    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        self.bounded("complete_many", async move {
-            validate::complete_many(claims)?;
-            if claims.is_empty() {
-                return Ok(Vec::new());
-            }
-            let (ids, owners, fences) = claim_columns(claims);
-            let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.complete_many)
-                        .bind(&ids)
-                        .bind(&owners)
-                        .bind(&fences)
-                })
-                .await?;
-            let mut completed = HashMap::with_capacity(rows.len());
             for row in &rows {
                 let job = decode::trusted_job(row)?;
-                completed.insert(job.id.clone(), job);
+                read.insert(job.id.clone(), job);
             }
-            // A claim the statement did not complete is refused: `complete`
-            // explains it (and settles the rare claim that changed under it).
-            let mut answers = Vec::with_capacity(claims.len());
-            for claim in claims {
-                answers.push(match completed.remove(&claim.id) {
-                    Some(job) => JobSettle::Settled(job),
-                    None => self.complete_one(claim).await?,
-                });
+        }
+        let mut answers = Vec::with_capacity(claims.len());
+        for claim in claims {
+            if let Some(expires_at) = renewed.remove(&claim.id) {
+                answers.push(JobRenewal::Renewed { expires_at });
+                continue;
             }
-            Ok(answers)
+            answers.push(match rules::judge_job(read.get(&claim.id), claim) {
+                Err(loss) => JobRenewal::Lost(loss),
+                // It changed between the two statements: decide it alone.
+                Ok(()) => self.renew_one(claim, ttl).await?,
+            });
+        }
+        Ok(answers)
+    }
+
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get();
+        self.complete_one(claim).await
+    }
+
+    async fn complete_many(&self, claims: Checked<&[JobClaim]>) -> Result<Vec<JobSettle>> {
+        let claims = claims.get();
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ids, owners, fences) = claim_columns(claims);
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.complete_many)
+                    .bind(&ids)
+                    .bind(&owners)
+                    .bind(&fences)
+            })
+            .await?;
+        let mut completed = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let job = decode::trusted_job(row)?;
+            completed.insert(job.id.clone(), job);
+        }
+        // A claim the statement did not complete is refused: `complete`
+        // explains it (and settles the rare claim that changed under it).
+        let mut answers = Vec::with_capacity(claims.len());
+        for claim in claims {
+            answers.push(match completed.remove(&claim.id) {
+                Some(job) => JobSettle::Settled(job),
+                None => self.complete_one(claim).await?,
+            });
+        }
+        Ok(answers)
+    }
+
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
+        let (retry, backoff) = match action {
+            FailAction::Retry { backoff } => (true, backoff),
+            FailAction::DeadLetter => (false, Duration::ZERO),
+        };
+        let fence = fence_param(claim.fence);
+        self.settle("fail", claim, || {
+            sqlx::query(&self.sql.jobs.fail)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+                .bind(error)
+                .bind(retry)
+                .bind(interval(backoff))
         })
         .await
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        self.bounded("fail", async move {
-            validate::fail(claim, error, action)?;
-            let (retry, backoff) = match action {
-                FailAction::Retry { backoff } => (true, backoff),
-                FailAction::DeadLetter => (false, Duration::ZERO),
-            };
-            let fence = fence_param(claim.fence);
-            self.settle("fail", claim, || {
-                sqlx::query(&self.sql.jobs.fail)
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
+        let fence = fence_param(claim.fence);
+        let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
+        self.settle("defer", claim, || {
+            sqlx::query(&self.sql.jobs.defer)
+                .bind(&claim.id)
+                .bind(&claim.owner)
+                .bind(fence)
+                .bind(&missing)
+        })
+        .await
+    }
+
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.reap)
+                    .bind(interval_rounded_up(grace))
+                    .bind(rules::MAX_REAP as i64)
+            })
+            .await?;
+        let (requeued, dead_lettered) = self
+            .jobs_skipping_undecodable("reap", &rows)
+            .into_iter()
+            .partition(|job| job.state == JobState::Queued);
+        Ok(ReapReport {
+            requeued,
+            dead_lettered,
+        })
+    }
+
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
+        self.write_or_explain(
+            ("take-back", &claim.id),
+            || {
+                sqlx::query(&self.sql.jobs.take_back)
                     .bind(&claim.id)
                     .bind(&claim.owner)
-                    .bind(fence)
-                    .bind(error)
-                    .bind(retry)
-                    .bind(interval(backoff))
+                    .bind(fence_param(claim.fence))
+                    .bind(interval(ttl))
+            },
+            |row| Ok(TakeBack::Taken(claimed(decode::trusted_job(row)?)?)),
+            move || async move {
+                let job = self.read_job(&claim.id).await?;
+                Ok(rules::judge_take_back(job.as_ref(), claim)
+                    .err()
+                    .map(TakeBack::NotTaken))
+            },
+        )
+        .await
+    }
+
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get();
+        self.read_job(id).await
+    }
+
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.list_dead_letters)
+                    .bind(queue)
+                    // Checked to at most `limits::MAX_LIST_LIMIT`.
+                    .bind(limit as i64)
             })
-            .await
-        })
-        .await
-    }
-
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        self.bounded("defer", async move {
-            validate::defer(claim, missing)?;
-            let fence = fence_param(claim.fence);
-            let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
-            self.settle("defer", claim, || {
-                sqlx::query(&self.sql.jobs.defer)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence)
-                    .bind(&missing)
-            })
-            .await
-        })
-        .await
-    }
-
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        self.bounded("reap", async move {
-            validate::reap(grace)?;
-            let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.reap)
-                        .bind(interval_rounded_up(grace))
-                        .bind(rules::MAX_REAP as i64)
-                })
-                .await?;
-            let (requeued, dead_lettered) = self
-                .jobs_skipping_undecodable("reap", &rows)
-                .into_iter()
-                .partition(|job| job.state == JobState::Queued);
-            Ok(ReapReport {
-                requeued,
-                dead_lettered,
-            })
-        })
-        .await
-    }
-
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        self.bounded("take_back", async move {
-            validate::take_back(claim, ttl)?;
-            self.write_or_explain(
-                ("take-back", &claim.id),
-                || {
-                    sqlx::query(&self.sql.jobs.take_back)
-                        .bind(&claim.id)
-                        .bind(&claim.owner)
-                        .bind(fence_param(claim.fence))
-                        .bind(interval(ttl))
-                },
-                |row| Ok(TakeBack::Taken(claimed(decode::trusted_job(row)?)?)),
-                move || async move {
-                    let job = self.read_job(&claim.id).await?;
-                    Ok(rules::judge_take_back(job.as_ref(), claim)
-                        .err()
-                        .map(TakeBack::NotTaken))
-                },
-            )
-            .await
-        })
-        .await
-    }
-
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        self.bounded("get_job", async move {
-            validate::get_job(id)?;
-            self.read_job(id).await
-        })
-        .await
-    }
-
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        self.bounded("list_dead_letters", async move {
-            validate::list_dead_letters(queue, limit)?;
-            let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.list_dead_letters)
-                        .bind(queue)
-                        // Validated to at most `validate::MAX_LIST_LIMIT`.
-                        .bind(limit as i64)
-                })
-                .await?;
-            Ok(self.jobs_skipping_undecodable("list_dead_letters", &rows))
-        })
-        .await
+            .await?;
+        Ok(self.jobs_skipping_undecodable("list_dead_letters", &rows))
     }
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        self.bounded("list_jobs", async move {
-            validate::list_jobs(queue, limit)?;
-            let rows = self
-                .fetch_all(|| {
-                    sqlx::query(&self.sql.jobs.list_jobs)
-                        .bind(queue)
-                        .bind(state.map(JobState::as_str))
-                        // Validated to at most `validate::MAX_LIST_LIMIT`.
-                        .bind(limit as i64)
-                })
-                .await?;
-            Ok(self.jobs_skipping_undecodable("list_jobs", &rows))
-        })
-        .await
+        let (queue, limit) = (queue.get(), limit.get());
+        let rows = self
+            .fetch_all(|| {
+                sqlx::query(&self.sql.jobs.list_jobs)
+                    .bind(queue)
+                    .bind(state.map(JobState::as_str))
+                    // Checked to at most `limits::MAX_LIST_LIMIT`.
+                    .bind(limit as i64)
+            })
+            .await?;
+        Ok(self.jobs_skipping_undecodable("list_jobs", &rows))
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        self.bounded("retry_dead_letter", async move {
-            validate::retry_dead_letter(id)?;
-            self.write_or_explain(
-                ("dead-letter retry", id),
-                || sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id),
-                |row| Ok(OperatorRetry::Requeued(decode::trusted_job(row)?)),
-                move || async move {
-                    Ok(match self.read_job(id).await? {
-                        None => Some(OperatorRetry::Missing),
-                        Some(job) if job.state != JobState::DeadLettered => {
-                            Some(OperatorRetry::NotDeadLettered(job.state))
-                        }
-                        Some(_) => None,
-                    })
-                },
-            )
-            .await
-        })
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get();
+        self.write_or_explain(
+            ("dead-letter retry", id),
+            || sqlx::query(&self.sql.jobs.retry_dead_letter).bind(id),
+            |row| Ok(OperatorRetry::Requeued(decode::trusted_job(row)?)),
+            move || async move {
+                Ok(match self.read_job(id).await? {
+                    None => Some(OperatorRetry::Missing),
+                    Some(job) if job.state != JobState::DeadLettered => {
+                        Some(OperatorRetry::NotDeadLettered(job.state))
+                    }
+                    Some(_) => None,
+                })
+            },
+        )
         .await
     }
 
     /// One `DELETE` on the finished-jobs index (migration 0004). A job
     /// retried or taken back while the statement waits for its row is
     /// re-checked on its new version and stays.
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        self.bounded("purge_jobs", async move {
-            validate::purge_jobs(finished_older_than)?;
-            self.purge_older_than(&self.sql.jobs.purge_finished, finished_older_than)
-                .await
-        })
-        .await
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
+        self.purge_older_than(&self.sql.jobs.purge_finished, finished_older_than)
+            .await
     }
 }
 

@@ -86,12 +86,13 @@ impl PgStore {
     ///
     /// The store's errors.
     pub async fn server_settings(&self) -> Result<ServerSettings> {
-        let row = self
-            .bounded("reading the server's settings", async {
-                self.fetch_optional(|| sqlx::query(SETTINGS)).await
-            })
-            .await?
-            .ok_or_else(|| Error::corrupt("the server's settings answered no row"))?;
+        let row = tenure_lease_core::layer::bounded(
+            self.operation_timeout,
+            "reading the server's settings on PostgreSQL",
+            self.fetch_optional(|| sqlx::query(SETTINGS)),
+        )
+        .await?
+        .ok_or_else(|| Error::corrupt("the server's settings answered no row"))?;
         let field = |name: &str| row.try_get(name).map_err(store_error);
         Ok(ServerSettings {
             fsync: field("fsync")?,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure_lease_core::backend::url::{refuse_unknown_parameters, take_parameter};
-use tenure_lease_core::backend::validate;
+use tenure_lease_core::limits::MAX_NAME_BYTES;
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Error, ErrorKind, Result};
@@ -335,10 +335,10 @@ impl RedisConfig {
 
     pub(crate) fn validate(&self) -> Result<()> {
         let namespace = &self.namespace;
-        if namespace.is_empty() || namespace.len() > validate::MAX_NAME_BYTES {
+        if namespace.is_empty() || namespace.len() > MAX_NAME_BYTES {
             return Err(config_error(format!(
                 "the namespace must be 1 to {} bytes long, got {}",
-                validate::MAX_NAME_BYTES,
+                MAX_NAME_BYTES,
                 namespace.len()
             )));
         }

@@ -1,4 +1,4 @@
-//! The [`FenceStore`] side of [`RedisStore`], and
+//! The [`GateBackend`] side of [`RedisStore`], and
 //! [`RedisStore::write_fenced`]: one Lua script per operation
 //! (`src/lua/`, with the gate prelude `gate_common.lua`), judging by
 //! [`tenure_lease_core::backend::gate_rules`] before it writes.
@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
-use tenure_lease_core::backend::validate::operation as validate;
-use tenure_lease_core::{clock, Error, FenceCheck, FenceStore, Result};
+use tenure_lease_core::backend::checked::{fence_check, Checked};
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::{clock, Error, FenceCheck, Result};
 
 use crate::scripts::SCRIPTS;
 use crate::{decode, RedisStore, PURGE_BATCH};
 
 impl RedisStore {
     /// Checks `fence` at `resource`'s gate, as
-    /// [`check_fence`](FenceStore::check_fence) does, and when it is
+    /// [`check_fence`](tenure_lease_core::FenceStore::check_fence) does, and when it is
     /// accepted sets `key` to `value` (`SET`, no expiry) in the same script:
     /// a stale owner's value is never written, and no newer owner's check
     /// can come between the check and the write.
@@ -55,7 +56,8 @@ impl RedisStore {
         key: &str,
         value: &[u8],
     ) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+        let (resource, fence) = fence_check(resource, fence)?;
+        let (resource, fence) = (resource.get(), fence.get());
         if key.is_empty() {
             return Err(Error::invalid_input("key", "must not be empty"));
         }
@@ -97,9 +99,13 @@ impl RedisStore {
 }
 
 #[async_trait]
-impl FenceStore for RedisStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+impl GateBackend for RedisStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
         let mut invocation = SCRIPTS.check_fence.prepare_invoke();
         invocation
             .key(self.keys.gate(resource))
@@ -111,15 +117,15 @@ impl FenceStore for RedisStore {
         decode::gates::fence_check(self.script(&invocation).await?, fence)
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        validate::highest_fence(resource)?;
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get();
         let mut invocation = SCRIPTS.highest_fence.prepare_invoke();
         invocation.key(self.keys.gate(resource));
         decode::gates::highest_fence(self.script(&invocation).await?)
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        validate::purge_fences(unused_for)?;
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
         let mut purged = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge_fences.prepare_invoke();

@@ -1,4 +1,4 @@
-//! The [`LeaseStore`] side of [`RedisStore`]: one Lua script per operation
+//! The [`LeaseBackend`] side of [`RedisStore`]: one Lua script per operation
 //! (`src/lua/`), each judging by the same rules as every other backend
 //! ([`tenure_lease_core::backend::rules`]) before it writes.
 
@@ -6,21 +6,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
-    LeaseRecord, LeaseStore, Renewal, Result, StatusChange, Takeover, TakeoverAction,
-    TakeoverRequest, Timestamp, Transition,
+    LeaseRecord, Renewal, Result, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
+    Timestamp, Transition,
 };
 
 use crate::scripts::SCRIPTS;
 use crate::{decode, micros, optional, RedisStore, PURGE_BATCH, RENEW_BATCH};
 
 #[async_trait]
-impl LeaseStore for RedisStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        validate::admit(request)?;
+impl LeaseBackend for RedisStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        _metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let request = request.get();
         let strategy = match request.strategy {
             AdmitStrategy::Reject => "reject",
             AdmitStrategy::Interrupt => "interrupt",
@@ -65,8 +70,8 @@ impl LeaseStore for RedisStore {
         decode::admission(self.script(&invocation).await?, request)
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let mut outcomes = self.renew_batch(std::slice::from_ref(claim), ttl).await?;
         outcomes
             .pop()
@@ -77,8 +82,12 @@ impl LeaseStore for RedisStore {
     /// several calls that fails part way answers `Err`, although earlier
     /// calls may have renewed their claims (the outcome is unknown, as every
     /// `Err` says).
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let mut outcomes = Vec::with_capacity(claims.len());
         for batch in claims.chunks(RENEW_BATCH) {
             outcomes.extend(self.renew_batch(batch, ttl).await?);
@@ -86,8 +95,12 @@ impl LeaseStore for RedisStore {
         Ok(outcomes)
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let (has_error, error) = optional(change.error.as_deref());
         let (has_stop, stop) = optional(change.stop_reason.as_deref());
         let mut invocation = SCRIPTS.transition.prepare_invoke();
@@ -108,8 +121,8 @@ impl LeaseStore for RedisStore {
         decode::transition(self.script(&invocation).await?)
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get();
         let (action, error, stop_reason, ttl) = match &request.action {
             TakeoverAction::Fail { error, stop_reason } => {
                 ("fail", error.as_str(), stop_reason.as_deref(), None)
@@ -136,8 +149,8 @@ impl LeaseStore for RedisStore {
         decode::takeover(self.script(&invocation).await?, request.grace)
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get();
         let mut invocation = SCRIPTS.list_expired.prepare_invoke();
         invocation
             .key(self.keys.expiry())
@@ -153,15 +166,15 @@ impl LeaseStore for RedisStore {
         decode::expired(self.script(&invocation).await?, query)
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get();
         let mut invocation = SCRIPTS.get.prepare_invoke();
         invocation.key(self.keys.record(id)).arg(id);
         Ok(decode::records(self.script(&invocation).await?)?.pop())
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get();
         let mut records = self.list_index(self.keys.scope(scope)).await?;
         records.sort_by_key(rules::newest_first);
         Ok(records)
@@ -184,8 +197,8 @@ impl LeaseStore for RedisStore {
     /// Only records interrupted by this version or later are in the index
     /// this walks: one interrupted under an older version stays until it is
     /// finalised as `Failed` or [`RedisStore::delete_namespace`] runs.
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         let mut purged = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge.prepare_invoke();

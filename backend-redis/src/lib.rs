@@ -282,6 +282,12 @@ pub struct RedisStore {
     functions: Arc<AtomicBool>,
 }
 
+impl tenure_lease_core::backend::stores::Backend for RedisStore {
+    const NAME: &'static str = "Redis";
+}
+
+tenure_lease_core::serve_backend!(RedisStore);
+
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")

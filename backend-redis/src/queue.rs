@@ -1,4 +1,4 @@
-//! The [`JobQueue`] side of [`RedisStore`]: one Lua script per operation,
+//! The [`QueueBackend`] side of [`RedisStore`]: one Lua script per operation,
 //! in the same namespace and hash slot as the leases, drawing fences from the
 //! same counter.
 //!
@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::checked::Checked;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, Error, Result};
 
@@ -103,17 +104,17 @@ impl RedisStore {
 }
 
 #[async_trait]
-impl JobQueue for RedisStore {
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::enqueue_batch(jobs)?;
+impl QueueBackend for RedisStore {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get();
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
         self.enqueue_valid(jobs).await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(request)?;
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get();
         let mut invocation = SCRIPTS.claim.prepare_invoke();
         invocation
             .key(self.keys.ready(&request.queue))
@@ -133,8 +134,12 @@ impl JobQueue for RedisStore {
         decode::claimed(self.script(&invocation).await?)
     }
 
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::renew_job(claim, ttl)?;
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let mut invocation = SCRIPTS.renew_job.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -146,8 +151,12 @@ impl JobQueue for RedisStore {
         decode::job_renewal(self.script(&invocation).await?)
     }
 
-    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        validate::renew_jobs(claims, ttl)?;
+    async fn renew_jobs(
+        &self,
+        claims: Checked<&[JobClaim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<JobRenewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -157,8 +166,8 @@ impl JobQueue for RedisStore {
         decode::job_renewals(self.script(&invocation).await?)
     }
 
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::complete(claim)?;
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get();
         let mut invocation = SCRIPTS.complete.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -170,8 +179,8 @@ impl JobQueue for RedisStore {
         self.settle(&invocation).await
     }
 
-    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        validate::complete_many(claims)?;
+    async fn complete_many(&self, claims: Checked<&[JobClaim]>) -> Result<Vec<JobSettle>> {
+        let claims = claims.get();
         if claims.is_empty() {
             return Ok(Vec::new());
         }
@@ -183,8 +192,13 @@ impl JobQueue for RedisStore {
         decode::settles(self.script(&invocation).await?)
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::fail(claim, error, action)?;
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
         let (action, backoff) = match action {
             FailAction::Retry { backoff } => ("retry", micros(backoff)),
             FailAction::DeadLetter => ("dead_letter", 0),
@@ -202,8 +216,12 @@ impl JobQueue for RedisStore {
         self.settle(&invocation).await
     }
 
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::defer(claim, missing)?;
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
         let mut invocation = SCRIPTS.defer.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -217,8 +235,8 @@ impl JobQueue for RedisStore {
         self.settle(&invocation).await
     }
 
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::reap(grace)?;
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
         let mut invocation = SCRIPTS.reap.prepare_invoke();
         invocation
             .key(self.keys.claimed_jobs())
@@ -228,8 +246,12 @@ impl JobQueue for RedisStore {
         decode::reaped(self.script(&invocation).await?)
     }
 
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::take_back(claim, ttl)?;
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let mut invocation = SCRIPTS.take_back.prepare_invoke();
         invocation
             .key(self.keys.job(&claim.id))
@@ -243,15 +265,19 @@ impl JobQueue for RedisStore {
         decode::take_back(self.script(&invocation).await?)
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::get_job(id)?;
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get();
         let mut invocation = SCRIPTS.get.prepare_invoke();
         invocation.key(self.keys.job(id)).arg(id);
         Ok(decode::jobs(self.script(&invocation).await?)?.pop())
     }
 
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::list_dead_letters(queue, limit)?;
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
         let mut invocation = SCRIPTS.list_dead_letters.prepare_invoke();
         invocation
             .key(self.keys.dead_letters(queue))
@@ -262,11 +288,11 @@ impl JobQueue for RedisStore {
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        validate::list_jobs(queue, limit)?;
+        let (queue, limit) = (queue.get(), limit.get());
         let mut invocation = SCRIPTS.list_jobs.prepare_invoke();
         invocation
             .key(self.keys.ready(queue))
@@ -281,8 +307,8 @@ impl JobQueue for RedisStore {
         decode::jobs(self.script(&invocation).await?)
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::retry_dead_letter(id)?;
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get();
         let mut invocation = SCRIPTS.retry_dead_letter.prepare_invoke();
         invocation
             .key(self.keys.job(id))
@@ -298,8 +324,8 @@ impl JobQueue for RedisStore {
     /// Only jobs finished by this version or later are in the finished
     /// index this walks: a job finished under an older version stays until
     /// an operator deletes it or [`RedisStore::delete_namespace`] runs.
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::purge_jobs(finished_older_than)?;
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
         let mut purged = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge_jobs.prepare_invoke();

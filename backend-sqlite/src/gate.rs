@@ -1,4 +1,4 @@
-//! Fence gates in the store's file: [`FenceStore`] for [`SqliteStore`], and
+//! Fence gates in the store's file: [`GateBackend`] for [`SqliteStore`], and
 //! [`FenceTable`], the same check inside a transaction of the caller's.
 //!
 //! Both run [`CHECK_FENCE`], one conditional upsert that raises the gate and
@@ -11,10 +11,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension};
+use tenure_lease_core::backend::checked::{fence_check, Checked};
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::GateBackend;
 use tenure_lease_core::clock::{micros_rounded_up, to_micros};
-use tenure_lease_core::{Clock, Error, FenceCheck, FenceStore, Result, Timestamp};
+use tenure_lease_core::{Clock, Error, FenceCheck, Result, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::SqliteStore;
@@ -76,9 +77,13 @@ fn decode_fence(value: ValueRef<'_>, resource: &str) -> Result<u64> {
 }
 
 #[async_trait]
-impl FenceStore for SqliteStore {
-    async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
+impl GateBackend for SqliteStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
         let resource = resource.to_owned();
         self.connection
             .run(move |session| {
@@ -87,9 +92,8 @@ impl FenceStore for SqliteStore {
             .await
     }
 
-    async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        validate::highest_fence(resource)?;
-        let resource = resource.to_owned();
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get().to_owned();
         self.connection
             .run(move |session| {
                 session.read(|connection, _| {
@@ -108,8 +112,8 @@ impl FenceStore for SqliteStore {
             .await
     }
 
-    async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        validate::purge_fences(unused_for)?;
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let unused_for = unused_for.get();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -185,8 +189,8 @@ impl FenceTable {
     /// checks.
     pub const TABLE: &'static str = "fence_gates";
 
-    /// [`FenceStore::check_fence`] on `connection`, in whatever transaction
-    /// it has open (a [`rusqlite::Transaction`] derefs to the
+    /// [`FenceStore::check_fence`](tenure_lease_core::FenceStore::check_fence)
+    /// on `connection`, in whatever transaction it has open (a [`rusqlite::Transaction`] derefs to the
     /// [`Connection`] this takes): the gate is raised only if that
     /// transaction commits. Stamped with the store's clock.
     ///
@@ -203,8 +207,8 @@ impl FenceTable {
     ///
     /// After an error, roll the transaction back.
     pub fn check(&self, connection: &Connection, resource: &str, fence: u64) -> Result<FenceCheck> {
-        validate::check_fence(resource, fence)?;
-        check(connection, self.clock.now(), resource, fence)
+        let (resource, fence) = fence_check(resource, fence)?;
+        check(connection, self.clock.now(), resource.get(), fence.get())
     }
 }
 

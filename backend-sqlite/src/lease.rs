@@ -1,26 +1,31 @@
-//! [`LeaseStore`] for [`SqliteStore`]: validation on the caller's task, then
-//! one transaction on the connection thread per operation. The writes are
+//! [`LeaseBackend`] for [`SqliteStore`]: input checked on the caller's
+//! task (by the shared front), then one transaction on the connection
+//! thread per operation. The writes are
 //! the shared [`engine`]'s over [`Records`]; the scans and retention are in
 //! [`lease_ops`](crate::lease_ops).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore, Renewal,
-    Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
+    StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 use crate::records::{self, Records};
 use crate::{lease_ops, SqliteStore};
 
 #[async_trait]
-impl LeaseStore for SqliteStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?.clone();
-        let request = request.clone();
+impl LeaseBackend for SqliteStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get().clone(), metadata.get().clone());
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -30,8 +35,8 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -42,8 +47,12 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let claims = claims.to_vec();
         self.connection
             .run(move |session| {
@@ -54,8 +63,12 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let claim = claim.clone();
         let change = change.clone();
         self.connection
@@ -67,9 +80,8 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
-        let request = request.clone();
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get().clone();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -79,9 +91,8 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
-        let query = query.clone();
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get().clone();
         self.connection
             .run(move |session| {
                 session.read(|connection, now| lease_ops::list_expired(connection, now, &query))
@@ -89,17 +100,15 @@ impl LeaseStore for SqliteStore {
             .await
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
-        let id = id.to_owned();
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get().to_owned();
         self.connection
             .run(move |session| session.read(|connection, _| records::load(connection, &id)))
             .await
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
-        let scope = scope.to_owned();
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get().to_owned();
         self.connection
             .run(move |session| {
                 session.read(|connection, _| lease_ops::list_by_scope(connection, &scope))
@@ -117,8 +126,8 @@ impl LeaseStore for SqliteStore {
         Ok(self.clock.now())
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {

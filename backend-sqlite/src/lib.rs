@@ -207,6 +207,12 @@ pub struct SqliteStore {
     path: Arc<Path>,
 }
 
+impl tenure_lease_core::backend::stores::Backend for SqliteStore {
+    const NAME: &'static str = "SQLite";
+}
+
+tenure_lease_core::serve_backend!(SqliteStore);
+
 impl SqliteStore {
     /// Opens the store in the file `config` names, creating or migrating its
     /// schema. `config` is a [`SqliteConfig`], or what converts into one: a

@@ -1,18 +1,19 @@
-//! [`JobQueue`] for [`SqliteStore`]: validation on the caller's task, then
-//! one transaction on the connection thread per operation, like the lease
-//! side. Jobs live in the same file and draw fences from the same counter
+//! [`QueueBackend`] for [`SqliteStore`]: input checked on the caller's
+//! task (by the shared front), then one transaction on the connection
+//! thread per operation, like the lease side. Jobs live in the same file and draw fences from the same counter
 //! as leases.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine as engine;
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::backend::validate::operation as validate;
+use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack,
 };
 use tenure_lease_core::Result;
 
@@ -20,10 +21,9 @@ use crate::records::Records;
 use crate::{jobs, queue_ops, SqliteStore};
 
 #[async_trait]
-impl JobQueue for SqliteStore {
-    async fn enqueue(&self, job: &NewJob) -> Result<Job> {
-        validate::enqueue(job)?;
-        let job = job.clone();
+impl QueueBackend for SqliteStore {
+    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
+        let job = job.get().clone();
         self.connection
             .run(move |session| {
                 session
@@ -32,9 +32,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
-        validate::enqueue_batch(jobs)?;
-        let jobs = jobs.to_vec();
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+        let jobs = jobs.get().to_vec();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -44,9 +43,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
-        validate::claim(request)?;
-        let request = request.clone();
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+        let request = request.get().clone();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -56,8 +54,12 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
-        validate::renew_job(claim, ttl)?;
+    async fn renew_job(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -68,8 +70,12 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        validate::renew_jobs(claims, ttl)?;
+    async fn renew_jobs(
+        &self,
+        claims: Checked<&[JobClaim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<JobRenewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let claims = claims.to_vec();
         self.connection
             .run(move |session| {
@@ -84,9 +90,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn complete(&self, claim: &JobClaim) -> Result<JobSettle> {
-        validate::complete(claim)?;
-        let claim = claim.clone();
+    async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
+        let claim = claim.get().clone();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -96,9 +101,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        validate::complete_many(claims)?;
-        let claims = claims.to_vec();
+    async fn complete_many(&self, claims: Checked<&[JobClaim]>) -> Result<Vec<JobSettle>> {
+        let claims = claims.get().to_vec();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -112,8 +116,13 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn fail(&self, claim: &JobClaim, error: &str, action: FailAction) -> Result<JobSettle> {
-        validate::fail(claim, error, action)?;
+    async fn fail(
+        &self,
+        claim: Checked<&JobClaim>,
+        error: Checked<&str>,
+        action: Checked<FailAction>,
+    ) -> Result<JobSettle> {
+        let (claim, error, action) = (claim.get(), error.get(), action.get());
         let claim = claim.clone();
         let error = error.to_owned();
         self.connection
@@ -125,8 +134,12 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn defer(&self, claim: &JobClaim, missing: &BTreeSet<String>) -> Result<JobSettle> {
-        validate::defer(claim, missing)?;
+    async fn defer(
+        &self,
+        claim: Checked<&JobClaim>,
+        missing: Checked<&BTreeSet<String>>,
+    ) -> Result<JobSettle> {
+        let (claim, missing) = (claim.get(), missing.get());
         let claim = claim.clone();
         let missing = missing.clone();
         self.connection
@@ -138,8 +151,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn reap(&self, grace: Duration) -> Result<ReapReport> {
-        validate::reap(grace)?;
+    async fn reap(&self, grace: Checked<Duration>) -> Result<ReapReport> {
+        let grace = grace.get();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -149,8 +162,12 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn take_back(&self, claim: &JobClaim, ttl: Duration) -> Result<TakeBack> {
-        validate::take_back(claim, ttl)?;
+    async fn take_back(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+    ) -> Result<TakeBack> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let claim = claim.clone();
         self.connection
             .run(move |session| {
@@ -161,16 +178,19 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn get_job(&self, id: &str) -> Result<Option<Job>> {
-        validate::get_job(id)?;
-        let id = id.to_owned();
+    async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
+        let id = id.get().to_owned();
         self.connection
             .run(move |session| session.read(|connection, _| jobs::load_job(connection, &id)))
             .await
     }
 
-    async fn list_dead_letters(&self, queue: &str, limit: usize) -> Result<Vec<Job>> {
-        validate::list_dead_letters(queue, limit)?;
+    async fn list_dead_letters(
+        &self,
+        queue: Checked<&str>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<Job>> {
+        let (queue, limit) = (queue.get(), limit.get());
         let queue = queue.to_owned();
         self.connection
             .run(move |session| {
@@ -182,11 +202,11 @@ impl JobQueue for SqliteStore {
 
     async fn list_jobs(
         &self,
-        queue: &str,
+        queue: Checked<&str>,
         state: Option<JobState>,
-        limit: usize,
+        limit: Checked<usize>,
     ) -> Result<Vec<Job>> {
-        validate::list_jobs(queue, limit)?;
+        let (queue, limit) = (queue.get(), limit.get());
         let queue = queue.to_owned();
         self.connection
             .run(move |session| {
@@ -195,9 +215,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
-        validate::retry_dead_letter(id)?;
-        let id = id.to_owned();
+    async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {
+        let id = id.get().to_owned();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {
@@ -207,8 +226,8 @@ impl JobQueue for SqliteStore {
             .await
     }
 
-    async fn purge_jobs(&self, finished_older_than: Duration) -> Result<u64> {
-        validate::purge_jobs(finished_older_than)?;
+    async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
+        let finished_older_than = finished_older_than.get();
         self.connection
             .run(move |session| {
                 session.write(|transaction, now| {

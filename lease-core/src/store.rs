@@ -16,7 +16,8 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 ///
 /// Every operation is atomic: one transaction, one script, one critical
 /// section, applied whole or not at all. Every operation validates its input
-/// first (through [`crate::backend::validate`], limits in contract §11) and answers
+/// first (limits in contract §11; a backend gets this from the validating
+/// [front](crate::backend::stores::front), once for every store) and answers
 /// [`ErrorKind::InvalidInput`] without changing anything when it is bad.
 /// `Ok` carries a typed outcome, contention included: a conflict, a lost
 /// lease or a refused write is never an error. `Err` means the store could

@@ -4,7 +4,7 @@
 
 use redis::Value;
 use tenure_lease_core::backend::gate_rules;
-use tenure_lease_core::backend::validate::MAX_GATE_FENCE;
+use tenure_lease_core::limits::MAX_GATE_FENCE;
 use tenure_lease_core::{FenceCheck, Result};
 
 use super::{array, malformed, text, unknown, Parts};

@@ -8,7 +8,7 @@
 --                            their last accepted check (purge_fences)
 --
 -- A gate's fence is an integer from 1 to 2^53 - 1
--- (validate::MAX_GATE_FENCE), the largest Lua's doubles hold exactly, so
+-- (limits::MAX_GATE_FENCE), the largest Lua's doubles hold exactly, so
 -- comparisons are exact.
 
 local GATE_FENCE_MAX = 9007199254740991

@@ -68,7 +68,7 @@ impl Broken {
 impl FenceStore for Broken {
     async fn check_fence(&self, resource: &str, fence: u64) -> Result<FenceCheck> {
         if self.bug != Bug::NoValidation {
-            tenure_lease_core::backend::validate::operation::check_fence(resource, fence)?;
+            tenure_lease_core::backend::checked::fence_check(resource, fence)?;
         }
         let highest = self.highest(resource);
         let refused = match highest {
@@ -98,12 +98,12 @@ impl FenceStore for Broken {
     }
 
     async fn highest_fence(&self, resource: &str) -> Result<Option<u64>> {
-        tenure_lease_core::backend::validate::operation::highest_fence(resource)?;
+        tenure_lease_core::backend::validate::resource(resource)?;
         Ok(self.highest(resource))
     }
 
     async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
-        tenure_lease_core::backend::validate::operation::purge_fences(unused_for)?;
+        tenure_lease_core::backend::validate::gate_retention(unused_for)?;
         let now = self.honest.now().await?;
         let mut gates = self.gates();
         let before = gates.len();

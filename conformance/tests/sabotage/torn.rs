@@ -9,12 +9,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
-use tenure_lease_core::backend::{rules, validate::operation as validate};
+use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::clock::Clock;
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LeaseStore,
-    ManualClock, Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
+    Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, ManualClock,
+    Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 /// Where the store lets other calls in.
@@ -306,40 +308,58 @@ impl Steps for Snapshot<'_> {
     }
 }
 
+impl Backend for TornStore {
+    const NAME: &'static str = "torn";
+}
+
+tenure_lease_core::serve_lease_store!(TornStore);
+
 #[async_trait]
-impl LeaseStore for TornStore {
-    async fn admit(&self, request: &AdmitRequest) -> Result<Admission> {
-        let metadata = validate::admit(request)?.clone();
+impl LeaseBackend for TornStore {
+    async fn admit(
+        &self,
+        request: Checked<&AdmitRequest>,
+        metadata: Checked<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Admission> {
+        let (request, metadata) = (request.get(), metadata.get().clone());
         let now = self.clock.now();
         self.run(|mut steps| engine::admit(&mut steps, now, request, metadata))
     }
 
-    async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
-        validate::renew(claim, ttl)?;
+    async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
+        let (claim, ttl) = (claim.get(), ttl.get());
         let now = self.clock.now();
         self.run(|mut steps| engine::renew(&mut steps, now, claim, ttl))
     }
 
-    async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
-        validate::renew_many(claims, ttl)?;
+    async fn renew_many(
+        &self,
+        claims: Checked<&[Claim]>,
+        ttl: Checked<Duration>,
+    ) -> Result<Vec<Renewal>> {
+        let (claims, ttl) = (claims.get(), ttl.get());
         let now = self.clock.now();
         self.run(|mut steps| engine::renew_many(&mut steps, now, claims, ttl))
     }
 
-    async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
-        validate::transition(claim, change)?;
+    async fn transition(
+        &self,
+        claim: Checked<&Claim>,
+        change: Checked<&StatusChange>,
+    ) -> Result<Transition> {
+        let (claim, change) = (claim.get(), change.get());
         let now = self.clock.now();
         self.run(|mut steps| engine::transition(&mut steps, now, claim, change))
     }
 
-    async fn claim_for_takeover(&self, request: &TakeoverRequest) -> Result<Takeover> {
-        validate::claim_for_takeover(request)?;
+    async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {
+        let request = request.get();
         let now = self.clock.now();
         self.run(|mut steps| engine::claim_for_takeover(&mut steps, now, request))
     }
 
-    async fn list_expired(&self, query: &ExpiredQuery) -> Result<ExpiredScan> {
-        validate::list_expired(query)?;
+    async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
+        let query = query.get();
         let now = self.clock.now();
         let mut records: Vec<LeaseRecord> = self
             .tables()
@@ -356,13 +376,13 @@ impl LeaseStore for TornStore {
         })
     }
 
-    async fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        validate::get(id)?;
+    async fn get(&self, id: Checked<&str>) -> Result<Option<LeaseRecord>> {
+        let id = id.get();
         Ok(self.tables().records.get(id).cloned())
     }
 
-    async fn list_by_scope(&self, scope: &str) -> Result<Vec<LeaseRecord>> {
-        validate::list_by_scope(scope)?;
+    async fn list_by_scope(&self, scope: Checked<&str>) -> Result<Vec<LeaseRecord>> {
+        let scope = scope.get();
         let mut records: Vec<LeaseRecord> = self
             .tables()
             .records
@@ -390,8 +410,8 @@ impl LeaseStore for TornStore {
         Ok(self.clock.now())
     }
 
-    async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
-        validate::purge(terminal_older_than)?;
+    async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
         let now = self.clock.now();
         let mut tables = self.tables();
         let before = tables.records.len();

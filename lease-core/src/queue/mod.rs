@@ -167,7 +167,8 @@ pub trait JobQueue: LeaseStore {
     /// some or all of the claims that held their jobs, never another, and
     /// retrying the same claims is safe.
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
-        crate::backend::validate::operation::renew_jobs(claims, ttl)?;
+        crate::backend::validate::job_claims(claims)?;
+        crate::backend::validate::ttl(ttl)?;
         let mut renewed = Vec::with_capacity(claims.len());
         for claim in claims {
             renewed.push(self.renew_job(claim, ttl).await?);
@@ -220,7 +221,7 @@ pub trait JobQueue: LeaseStore {
     /// As for `complete`, for each claim: retrying the same claims is safe,
     /// and those that landed answer `Rejected(Finished(Completed))`.
     async fn complete_many(&self, claims: &[JobClaim]) -> Result<Vec<JobSettle>> {
-        crate::backend::validate::operation::complete_many(claims)?;
+        crate::backend::validate::job_claims(claims)?;
         let mut settled = Vec::with_capacity(claims.len());
         for claim in claims {
             settled.push(self.complete(claim).await?);
