@@ -459,8 +459,6 @@ mod tests {
 
     use crate::{PgStore, PgStoreConfig};
 
-    const URL_VAR: &str = "TENURE_PG_URL";
-
     /// The plan of the store's claim of one job of `queue`, under
     /// `plan_cache_mode` (a custom plan for the bound values, or the
     /// generic plan a prepared statement settles on).
@@ -521,9 +519,9 @@ mod tests {
     #[tokio::test]
     async fn a_claim_walks_the_claim_index_once_the_table_has_statistics() {
         let test = "a_claim_walks_the_claim_index_once_the_table_has_statistics";
-        let Some(url) = tenure_conformance::service_url(URL_VAR) else {
-            tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
-            return;
+        let url = match tenure_test_support::shared::postgres_url() {
+            Ok(url) => url,
+            Err(why) => return tenure_conformance::skip_unless_required(test, &why),
         };
         let schema = format!(
             "tenure_test_{}",

@@ -24,6 +24,7 @@ pub mod postgres_pair;
 pub mod redis_cluster;
 pub mod sentinel;
 pub mod servers;
+pub mod shared;
 mod watchdog;
 
 use std::collections::HashMap;

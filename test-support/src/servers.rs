@@ -81,6 +81,11 @@ pub(crate) fn fresh_dir(prefix: &str) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// `path` as one `sh` word.
+fn shell_quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
 /// `output` as an error unless its program succeeded.
 fn succeeded(what: &str, output: Output) -> io::Result<()> {
     if output.status.success() {
@@ -325,6 +330,22 @@ impl PrivatePostgres {
 
     fn data_dir(&self) -> PathBuf {
         self.base.join("data")
+    }
+
+    /// A shell script stopping the server at once (as its destructor does)
+    /// and deleting its files, for a [`Lifeline`](crate::watchdog::Lifeline).
+    pub(crate) fn cleanup_script(&self) -> String {
+        let run_as = if self.as_postgres_account {
+            format!("runuser -u {POSTGRES_ACCOUNT} -- ")
+        } else {
+            String::new()
+        };
+        format!(
+            "{run_as}{} stop -m immediate -w -D {} >/dev/null 2>&1; rm -rf {}",
+            shell_quoted(&self.bin.join("pg_ctl")),
+            shell_quoted(&self.data_dir()),
+            shell_quoted(&self.base),
+        )
     }
 
     /// A command running `program` from the server's binaries, as the
@@ -593,6 +614,15 @@ impl PrivateRedis {
 impl RestartableServer for PrivateRedis {
     async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
         PrivateRedis::restart(self, down_for).await
+    }
+}
+
+impl PrivateRedis {
+    /// A shell script deleting the server's files, for a
+    /// [`Lifeline`](crate::watchdog::Lifeline) (its watchdog stops the
+    /// server itself when the test process exits).
+    pub(crate) fn cleanup_script(&self) -> String {
+        format!("rm -rf {}", shell_quoted(&self.dir))
     }
 }
 

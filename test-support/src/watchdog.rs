@@ -169,3 +169,57 @@ impl Drop for Watched {
         }
     }
 }
+
+/// A shell that runs a clean-up script once the test process exits, however
+/// it exits: the pipe from the test process closes, the shell's `read`
+/// returns, and the script runs. For a server kept in a `static` for a whole
+/// test binary, whose destructor never runs.
+#[derive(Debug)]
+pub(crate) struct Lifeline {
+    /// Kept so the shell is a child of the test process until it exits;
+    /// never waited for (it outlives the test process by design).
+    _shell: std::process::Child,
+    _pipe: std::process::ChildStdin,
+}
+
+impl Lifeline {
+    /// Starts the shell that will run `script` (`sh` syntax).
+    pub(crate) fn spawn(script: &str) -> io::Result<Self> {
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", &format!("read _ignored; {script}")])
+            .stdin(Stdio::piped())
+            // Nothing of the test's output: `cargo test` reads it until
+            // every holder has closed it.
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let pipe = shell
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("the clean-up shell's input is not piped"))?;
+        Ok(Lifeline {
+            _shell: shell,
+            _pipe: pipe,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lifeline;
+
+    #[test]
+    fn a_lifeline_runs_its_script_once_the_pipe_closes() {
+        let dir = crate::servers::fresh_dir("tenure-lifeline").expect("a fresh directory");
+        let script = format!("rm -rf '{}'", dir.display());
+        let Lifeline {
+            _shell: mut shell,
+            _pipe: pipe,
+        } = Lifeline::spawn(&script).expect("the shell starts");
+        assert!(dir.exists(), "the script ran before the pipe closed");
+        drop(pipe);
+        let status = shell.wait().expect("the shell is reaped");
+        assert!(status.success(), "{status}");
+        assert!(!dir.exists(), "the script did not run");
+    }
+}

@@ -124,23 +124,12 @@ async fn an_in_memory_sqlite_database_is_refused_with_the_alternatives() {
     assert!(error.message().contains("`memory:`"), "{error}");
 }
 
-/// The server URL in `variable`, or `None` (the test skipped, or failed
-/// under `TENURE_REQUIRE_SERVICES=1`).
-#[cfg(any(feature = "postgres", feature = "redis"))]
-fn server_url(variable: &str, name: &str) -> Option<String> {
-    let url = tenure_conformance::service_url(variable);
-    if url.is_none() {
-        tenure_conformance::skip_unless_required(name, &format!("{variable} is not set"));
-    }
-    url
-}
-
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
     use tenure::postgres::{PgStore, PgStoreConfig};
     use tenure::LeaseStore;
-    let Some(base) = server_url("TENURE_PG_URL", "postgres_by_url") else {
+    let Some(base) = tenure_test_support::shared::postgres_url_for("postgres_by_url") else {
         return;
     };
     let fresh = || format!("tenure_connect_{}", tenure::generate_id().replace('-', ""));
@@ -179,7 +168,7 @@ async fn postgres_by_url_with_the_schema_in_the_url_or_the_builder() {
 async fn redis_by_url_with_the_namespace_in_the_url_or_the_builder() {
     use tenure::redis::{RedisConfig, RedisStore};
     use tenure::LeaseStore;
-    let Some(base) = server_url("TENURE_REDIS_URL", "redis_by_url") else {
+    let Some(base) = tenure_test_support::shared::redis_url_for("redis_by_url") else {
         return;
     };
     let (in_url, in_builder) = (

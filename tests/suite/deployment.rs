@@ -26,8 +26,7 @@ async fn postgres_schema_changes_only_through_migrate() {
     use tenure::postgres::{PgStore, PgStoreConfig};
     use tenure::{Connect, ErrorKind, Verdict};
     let name = "postgres_schema_changes_only_through_migrate";
-    let Some(base) = tenure_conformance::service_url("TENURE_PG_URL") else {
-        tenure_conformance::skip_unless_required(name, "TENURE_PG_URL is not set");
+    let Some(base) = tenure_test_support::shared::postgres_url_for(name) else {
         return;
     };
     let schema = format!("tenure_deploy_{}", tenure::generate_id().replace('-', ""));

@@ -18,7 +18,7 @@ use tenure_lease_core::{
     StatusChange, TakeoverRequest, Transition,
 };
 
-use support::{fresh_schema, offset_schema_clock, on_offset_clock, with_store, POOL_SIZE, URL_VAR};
+use support::{fresh_schema, offset_schema_clock, on_offset_clock, with_store, POOL_SIZE};
 use tenure_conformance::offset_clock::ClockOffsetter;
 
 const LONG: Duration = Duration::from_secs(600);
@@ -64,13 +64,14 @@ fn admin_error(error: sqlx::Error) -> tenure_lease_core::Error {
 /// the documented grants, which then connects with
 /// `MigrationMode::VerifyOnly`; teardown drops both.
 struct RestrictedFactory {
-    url: Option<String>,
+    /// The server, or why there is none.
+    url: Result<String, String>,
 }
 
 impl RestrictedFactory {
     fn from_env() -> Self {
         RestrictedFactory {
-            url: tenure_conformance::service_url(URL_VAR),
+            url: tenure_test_support::shared::postgres_url(),
         }
     }
 
@@ -99,16 +100,14 @@ impl tenure_conformance::Factory for RestrictedFactory {
     type Store = PgStore;
 
     fn unavailable_reason(&self) -> Option<String> {
-        match self.url {
-            Some(_) => None,
-            None => Some(format!("{URL_VAR} is not set")),
-        }
+        self.url.as_ref().err().cloned()
     }
 
     async fn create(&self) -> tenure_lease_core::Result<tenure_conformance::Subject<PgStore>> {
-        let admin = self.url.as_deref().ok_or_else(|| {
-            tenure_lease_core::Error::new(ErrorKind::Config, format!("{URL_VAR} is not set"))
-        })?;
+        let admin = self
+            .url
+            .as_deref()
+            .map_err(|why| tenure_lease_core::Error::new(ErrorKind::Config, why.clone()))?;
         let schema = fresh_schema();
         let role = Self::role(&schema);
         let created = async {
@@ -167,8 +166,8 @@ impl tenure_conformance::Factory for RestrictedFactory {
     async fn teardown(&self, store: &PgStore) -> tenure_lease_core::Result<()> {
         store.close().await;
         match self.url.as_deref() {
-            Some(admin) => Self::remove(admin, store.schema()).await,
-            None => Ok(()),
+            Ok(admin) => Self::remove(admin, store.schema()).await,
+            Err(_) => Ok(()),
         }
     }
 }

@@ -169,11 +169,14 @@ mod cluster {
 
     #[tokio::test]
     async fn a_single_server_named_as_a_cluster_is_refused_with_the_fix() {
-        let Some(single) = tenure_conformance::service_url("TENURE_REDIS_URL") else {
-            return tenure_conformance::skip_unless_required(
-                "a_single_server_named_as_a_cluster_is_refused_with_the_fix",
-                "TENURE_REDIS_URL is not set",
-            );
+        let single = match tenure_test_support::shared::redis_url() {
+            Ok(url) => url,
+            Err(why) => {
+                return tenure_conformance::skip_unless_required(
+                    "a_single_server_named_as_a_cluster_is_refused_with_the_fix",
+                    &why,
+                )
+            }
         };
         let url = single.replacen("redis://", "redis+cluster://", 1);
         let config = RedisConfig::new(url, "not-a-cluster")

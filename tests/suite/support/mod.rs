@@ -190,7 +190,7 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
         #[cfg(feature = "postgres")]
         Backend::Postgres => {
             use tenure::postgres::{PgStore, PgStoreConfig};
-            let url = server_url("TENURE_PG_URL", name)?;
+            let url = tenure_test_support::shared::postgres_url_for(name)?;
             let schema = format!("tenure_test_{}", tenure::generate_id().replace('-', ""));
             let store = PgStore::connect(PgStoreConfig::new(url).schema(schema).max_connections(8))
                 .await
@@ -205,7 +205,7 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
         #[cfg(feature = "redis")]
         Backend::Redis => {
             use tenure::redis::{RedisConfig, RedisStore};
-            let url = server_url("TENURE_REDIS_URL", name)?;
+            let url = tenure_test_support::shared::redis_url_for(name)?;
             let namespace = format!("helpers:{}", tenure::generate_id());
             let store = RedisStore::connect(RedisConfig::new(url, namespace))
                 .await
@@ -223,15 +223,6 @@ async fn create(backend: Backend, name: &str) -> Option<Subject> {
             None
         }
     }
-}
-
-#[cfg(any(feature = "postgres", feature = "redis"))]
-fn server_url(variable: &str, name: &str) -> Option<String> {
-    let url = tenure_conformance::service_url(variable);
-    if url.is_none() {
-        tenure_conformance::skip_unless_required(name, &format!("{variable} is not set"));
-    }
-    url
 }
 
 async fn clean_up(subject: Arc<Subject>) {

@@ -114,20 +114,13 @@ fn damage_sql(target: &Target, damage: Damage) -> Option<String> {
     ))
 }
 
-/// The environment variable holding the test server's URL.
-pub const URL_VAR: &str = "TENURE_PG_URL";
-
 /// Connections per test store: the server is shared by concurrent test runs.
 pub const POOL_SIZE: u32 = 4;
 
 /// The server URL, or `None` after printing one skip line for `test` (past
 /// the harness's capture). Panics instead when services are required.
 pub fn server_url(test: &str) -> Option<String> {
-    if let Some(url) = tenure_conformance::service_url(URL_VAR) {
-        return Some(url);
-    }
-    tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
-    None
+    tenure_test_support::shared::postgres_url_for(test)
 }
 
 /// `url` with a startup option making `isolation` its sessions' default
@@ -247,20 +240,22 @@ where
 }
 
 /// The conformance kit's factory: a fresh schema per case on the server at
-/// `TENURE_PG_URL`, dropped at teardown. The server's clock cannot be moved:
+/// `TENURE_PG_URL` (else the binary's private server), dropped at teardown. The server's clock cannot be moved:
 /// cases wait on it.
 pub struct PgFactory {
-    url: Option<String>,
+    /// The server, or why there is none.
+    url: Result<String, String>,
     /// The failover topology's primary waits for its standby at every
     /// commit (`synchronous_standby_names`).
     synchronous_standby: bool,
 }
 
 impl PgFactory {
-    /// A factory for the server named by [`URL_VAR`], if any.
+    /// A factory for the server named by `TENURE_PG_URL`, else the binary's
+    /// private server.
     pub fn from_env() -> Self {
         PgFactory {
-            url: tenure_conformance::service_url(URL_VAR),
+            url: tenure_test_support::shared::postgres_url(),
             synchronous_standby: false,
         }
     }
@@ -274,12 +269,12 @@ impl PgFactory {
         }
     }
 
-    /// A factory for the server named by [`URL_VAR`], if any, whose
-    /// sessions default to `isolation` (a startup option in the URL, as a
-    /// deployment might set it).
+    /// [`from_env`](Self::from_env)'s server, whose sessions default to
+    /// `isolation` (a startup option in the URL, as a deployment might set
+    /// it).
     pub fn from_env_at_isolation(isolation: &str) -> Self {
         PgFactory {
-            url: tenure_conformance::service_url(URL_VAR)
+            url: tenure_test_support::shared::postgres_url()
                 .map(|url| with_isolation(&url, isolation)),
             synchronous_standby: false,
         }
@@ -291,10 +286,7 @@ impl Factory for PgFactory {
     type Store = PgStore;
 
     fn unavailable_reason(&self) -> Option<String> {
-        match self.url {
-            Some(_) => None,
-            None => Some(format!("{URL_VAR} is not set")),
-        }
+        self.url.as_ref().err().cloned()
     }
 
     async fn create(&self) -> tenure_lease_core::Result<Subject<PgStore>> {
@@ -440,7 +432,7 @@ impl PgFactory {
     fn url(&self) -> tenure_lease_core::Result<&str> {
         self.url
             .as_deref()
-            .ok_or_else(|| Error::new(ErrorKind::Config, format!("{URL_VAR} is not set")))
+            .map_err(|why| Error::new(ErrorKind::Config, why.clone()))
     }
 }
 

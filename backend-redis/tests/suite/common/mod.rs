@@ -39,8 +39,6 @@ static CLUSTER: PerBinary<PrivateRedisCluster> = PerBinary::new();
 /// it uses one.
 static SENTINELS: PerBinary<(PrivateSentinels, String)> = PerBinary::new();
 
-/// The environment variable naming the server the kit runs against.
-const URL_VAR: &str = "TENURE_REDIS_URL";
 /// Bound on one call of a store behind faults, reconnecting included.
 const PROXIED_OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bound on each call and on (re)connecting to the restart suite's private
@@ -89,12 +87,14 @@ enum Deployment {
 }
 
 impl RedisFactory {
-    /// The factory for the server the environment names, if any.
+    /// The factory for the server the environment names, else the
+    /// binary's private server.
     pub fn from_env() -> Self {
-        let url = tenure_conformance::service_url(URL_VAR);
+        let found = tenure_test_support::shared::redis_url();
+        let url = found.as_ref().ok().cloned();
         RedisFactory {
             servers: url.iter().cloned().collect(),
-            unavailable: url.is_none().then(|| format!("{URL_VAR} is not set")),
+            unavailable: found.err(),
             url,
             waits_for_replicas: false,
             topology: Deployment::Server,

@@ -11,9 +11,6 @@ use redis::AsyncCommands as _;
 use tenure_backend_redis::{RedisConfig, RedisStore};
 use tenure_lease_core::{Admission, AdmitRequest, LeaseRecord, LeaseStore};
 
-/// The environment variable naming the shared server.
-pub const URL_VAR: &str = "TENURE_REDIS_URL";
-
 /// A store in a fresh namespace of the shared server, and a plain connection
 /// to the same server for looking at (and tampering with) the raw keys.
 #[derive(Clone)]
@@ -40,13 +37,14 @@ pub async fn with_namespace<F, Fut>(
     F: FnOnce(Scratch) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Some(url) = tenure_conformance::service_url(URL_VAR) else {
-        return tenure_conformance::skip_unless_required(test, &format!("{URL_VAR} is not set"));
+    let url = match tenure_test_support::shared::redis_url() {
+        Ok(url) => url,
+        Err(why) => return tenure_conformance::skip_unless_required(test, &why),
     };
     let namespace = format!("test:{test}:{}", tenure_lease_core::generate_id());
     let store = RedisStore::connect(config(RedisConfig::new(url.clone(), namespace.clone())))
         .await
-        .expect("connect to TENURE_REDIS_URL");
+        .expect("connect to the test server");
     let raw = redis::Client::open(url)
         .expect("a valid URL")
         .get_multiplexed_async_connection()

@@ -3,13 +3,13 @@
 //! removed afterwards, even when the test panics.
 //!
 //! * SQLite: a file in a fresh temporary directory;
-//! * PostgreSQL: a fresh schema on the server `TENURE_PG_URL` names,
-//!   dropped afterwards;
-//! * Redis: a fresh key namespace on the server `TENURE_REDIS_URL` names,
-//!   deleted afterwards.
+//! * PostgreSQL: a fresh schema on the server `TENURE_PG_URL` names (else
+//!   the binary's private server), dropped afterwards;
+//! * Redis: a fresh key namespace on the server `TENURE_REDIS_URL` names
+//!   (else the binary's private server), deleted afterwards.
 //!
-//! Without the variable a server test reports itself skipped (`SKIPPED
-//! [postgres] name: TENURE_PG_URL not set`), and fails when
+//! With neither a variable nor the server programs, a server test reports
+//! itself skipped with what to install, and fails when
 //! `TENURE_REQUIRE_SERVICES=1`.
 
 use std::future::Future;
@@ -18,12 +18,6 @@ use std::sync::Arc;
 
 use assert_cmd::Command;
 use futures_util::FutureExt as _;
-use tenure::conformance::{service_url, skip_unless_required};
-
-/// The PostgreSQL server's URL variable.
-pub const PG_VAR: &str = "TENURE_PG_URL";
-/// The Redis server's URL variable.
-pub const REDIS_VAR: &str = "TENURE_REDIS_URL";
 
 /// The `tenure` binary with `--url url` and `args`, the environment's
 /// `TENURE_URL` removed.
@@ -92,21 +86,13 @@ where
 /// The base URL of the PostgreSQL server, or `None` after reporting the
 /// test skipped (failing it when services are required).
 pub fn pg_base(test: &str) -> Option<String> {
-    let url = service_url(PG_VAR);
-    if url.is_none() {
-        skip_unless_required(test, &format!("{PG_VAR} not set"));
-    }
-    url
+    tenure_test_support::shared::postgres_url_for(test)
 }
 
 /// The base URL of the Redis server, or `None` after reporting the test
 /// skipped (failing it when services are required).
 pub fn redis_base(test: &str) -> Option<String> {
-    let url = service_url(REDIS_VAR);
-    if url.is_none() {
-        skip_unless_required(test, &format!("{REDIS_VAR} not set"));
-    }
-    url
+    tenure_test_support::shared::redis_url_for(test)
 }
 
 /// `base` with the query parameter `name=value` added.
