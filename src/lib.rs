@@ -74,11 +74,21 @@ pub use tenure_keeper::{
 };
 pub use tenure_keeper::{Election, Leadership, Schedule, Term, TermEnd, Tick, TickOutcome, Ticker};
 
-// The README's Rust snippets (those not marked `ignore`), compiled and run
-// as doctests; they use every backend, so they build with `full`.
+// The Rust snippets of the README, of the guide it links to and of the
+// deployment notes (those not marked `ignore`), compiled and run as
+// doctests; they use every backend, so they build with `full`. (The backend
+// author's guide is `tenure-backend-file`'s docs, tested there.)
 #[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeSnippets;
+
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../GUIDE.md")]
+struct GuideSnippets;
+
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../DEPLOYING.md")]
+struct DeployingSnippets;
 
 /// The in-memory backend.
 #[cfg(feature = "memory")]

@@ -8,8 +8,10 @@
 //!
 //! ## Why it exists
 //!
-//! It is the worked example of the README's "Writing a backend": a real
-//! backend, held to the whole conformance kit in CI, written as a third
+//! It is the worked example of [Writing a backend](writing_a_backend), the
+//! guide for backend authors (`WRITING_A_BACKEND.md`, kept in this crate's
+//! docs so that its examples run as this crate's doctests): a real backend,
+//! held to the whole conformance kit in CI, written as a third
 //! party writes theirs. It depends on nothing but the published backend API
 //! of `tenure-lease-core` ([`tenure_lease_core::backend`]) and uses no
 //! private code of another backend, so every line here is one you could
@@ -96,6 +98,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tenure_lease_core::{Clock, Error, Result, SystemClock, Timestamp};
+
+// The backend author's guide, rendered here and compiled as doctests.
+#[doc = include_str!("../WRITING_A_BACKEND.md")]
+pub mod writing_a_backend {}
 
 mod document;
 mod file;

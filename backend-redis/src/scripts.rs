@@ -12,11 +12,13 @@
 //!   once per server, so an `FCALL` runs only the operation's own body,
 //!   where an `EVALSHA` of the prelude-prefixed script ran the whole
 //!   prelude first (about 7 µs of its 12 µs on a renewal, measured in
-//!   BENCHMARKS.md). The version is a hash of every source file, so two
-//!   versions of this crate on one server load two libraries side by side
-//!   and never replace each other's functions. Read-only operations carry
-//!   the `no-writes` flag and run with `FCALL_RO`, so they still answer on
-//!   a server out of memory, as their scripts did;
+//!   the benchmark log, benchmarks/archive/2026-11-29_to_2026-12-02.md,
+//!   "Redis: where the microseconds go"). The version is a hash of every
+//!   source file, so two versions of this crate on one server load two
+//!   libraries side by side and never replace each other's functions.
+//!   Read-only operations carry the `no-writes` flag and run with
+//!   `FCALL_RO`, so they still answer on a server out of memory, as their
+//!   scripts did;
 //! * **a script per operation** (every server, the fallback): the prelude
 //!   followed by the file, run by `EVALSHA` through [`redis::Script`], which
 //!   loads it on `NOSCRIPT`, so a flushed script cache or a restarted server

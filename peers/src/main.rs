@@ -4,7 +4,9 @@
 //! A user choosing a lease, lock or queue library wants two things: how
 //! fast each one is on the store they already run, and what each one
 //! promises when a holder stalls. This program measures the first; the
-//! "Peers" section of BENCHMARKS.md sets the figures beside the second.
+//! "Peers" section of the benchmark log
+//! (benchmarks/archive/2026-11-29_to_2026-12-02.md, linked from
+//! BENCHMARKS.md) sets the figures beside the second.
 //!
 //! * **queue**: tenure's `claim` + `complete_many` against `apalis` with
 //!   `apalis-postgres`, at 1, 10 and 100 jobs per claim;

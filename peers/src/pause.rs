@@ -5,7 +5,8 @@
 //! completes, and presents its token to a fence check where it has one.
 //!
 //! Nothing here is timed. The answers are printed as they came back, so
-//! the "Peers" section of BENCHMARKS.md can quote them.
+//! the "Peers" section of the benchmark log
+//! (benchmarks/archive/2026-11-29_to_2026-12-02.md) can quote them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

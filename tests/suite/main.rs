@@ -1,7 +1,7 @@
 //! Every test of the facade, in one binary: `tenure::connect` and its
 //! deployment checks, election and once-per-tick on every backend, the
-//! error story, and the examples the README quotes (those on SQLite with
-//! the `sqlite` feature).
+//! error story, and the examples the README and GUIDE.md quote (those on
+//! SQLite with the `sqlite` feature).
 
 mod connect;
 mod deployment;

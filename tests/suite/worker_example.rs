@@ -1,7 +1,9 @@
-//! `examples/worker.rs` is the README's worker: it must still be quoted
-//! there whole, and run twice on one store (each run a new id, so the
-//! second is not `AlreadyExists`). The README's count of the kit's cases
-//! must be the kit's.
+//! `examples/worker.rs` is the worker the README points to: the guide
+//! (GUIDE.md, whose keeper section the README links to) must still quote it
+//! whole, and it must run twice on one store (each run a new id, so the
+//! second is not `AlreadyExists`). The backend author's guide
+//! (backend-file/WRITING_A_BACKEND.md, linked from the README) must count
+//! the kit's cases as the kit does.
 
 // Its `main` reads the command line; the tests call `run`.
 #[allow(dead_code)]
@@ -9,18 +11,24 @@
 mod example;
 
 #[test]
-fn the_readme_quotes_the_worker_whole() {
-    let readme = include_str!("../../README.md");
+fn the_guide_quotes_the_worker_whole() {
+    let guide = include_str!("../../GUIDE.md");
     let worker = include_str!("../../examples/worker.rs");
     let quoted = format!("```rust,no_run\n{worker}```");
     assert!(
-        readme.contains(&quoted),
-        "README.md's keeper section no longer quotes examples/worker.rs: paste the file again"
+        guide.contains(&quoted),
+        "GUIDE.md's keeper section no longer quotes examples/worker.rs: paste the file again"
+    );
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains("(examples/worker.rs)")
+            && readme.contains("(GUIDE.md#the-keeper-heartbeats-that-fail-closed)"),
+        "README.md no longer points to examples/worker.rs and the guide's keeper section"
     );
 }
 
 #[test]
-fn the_readme_counts_the_kits_cases_as_the_kit_does() {
+fn the_backend_guide_counts_the_kits_cases_as_the_kit_does() {
     type Store = tenure::memory::MemoryStore;
     let counted = format!(
         "({} lease, {} gate and {} queue cases,",
@@ -28,10 +36,15 @@ fn the_readme_counts_the_kits_cases_as_the_kit_does() {
         tenure_conformance::gate_cases::<Store>().len(),
         tenure_conformance::queue_cases::<Store>().len(),
     );
-    let readme = include_str!("../../README.md").replace('\n', " ");
+    let guide = include_str!("../../backend-file/WRITING_A_BACKEND.md").replace('\n', " ");
     assert!(
-        readme.contains(&counted),
-        "README.md's \"Writing a backend\" no longer counts the kit's cases: write {counted}"
+        guide.contains(&counted),
+        "backend-file/WRITING_A_BACKEND.md no longer counts the kit's cases: write {counted}"
+    );
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains("(backend-file/WRITING_A_BACKEND.md)"),
+        "README.md no longer links to the backend author's guide"
     );
 }
 
