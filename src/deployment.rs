@@ -248,6 +248,51 @@ impl Connect {
         }
     }
 
+    /// Opens the store for reading only, despite a failed deployment check
+    /// that makes [`open`](Connect::open) refuse a server which can still
+    /// be read: the store, and each check it failed as a
+    /// [`Verdict::Fail`] finding (empty when none did). For a tool that
+    /// shows what a misconfigured deployment holds (the operator CLI's
+    /// `leases`, `show`, `jobs`); never write through a store whose
+    /// findings are not empty.
+    ///
+    /// Only a Redis server whose `maxmemory-policy` may evict tenure's keys
+    /// is opened this way (its reads are exact until it evicts; a write
+    /// there could be lost and break exclusion). Every other refusal
+    /// stands, as [`open`](Connect::open) answers it: a PostgreSQL schema
+    /// that lacks migrations, or a SQLite file of an unknown schema, has no
+    /// tables this version can read; a replica or refused credentials
+    /// cannot be read from either.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let (store, failed) = tenure::Connect::new("memory:").open_for_reading().await?;
+    /// assert!(failed.is_empty());
+    /// # let _ = store;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`open`](Connect::open), but for the eviction policy.
+    pub async fn open_for_reading(
+        self,
+    ) -> Result<(std::sync::Arc<dyn crate::Store>, Vec<Finding>)> {
+        match self.backend()?.0 {
+            #[cfg(feature = "redis")]
+            Backend::Redis => {
+                let (store, refusal) =
+                    crate::redis::RedisStore::connect_for_reading(self.redis_config()).await?;
+                let failed = refusal
+                    .map(|error| Finding::new("eviction policy", Verdict::Fail, error.message()))
+                    .into_iter()
+                    .collect();
+                Ok((std::sync::Arc::new(store), failed))
+            }
+            _ => Ok((self.open().await?, Vec::new())),
+        }
+    }
+
     /// Prepares the store's schema ahead of time, for deployments whose
     /// application role may not: PostgreSQL creates the schema if missing
     /// and applies the migrations it lacks

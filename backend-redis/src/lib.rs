@@ -205,7 +205,7 @@
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
 //! Redis 7. On Redis 7 and newer the operations run as functions, which
-//! saves each call the shared prelude's run (see BENCHMARKS.md, "Redis:
+//! saves each call the shared prelude's run (see benchmarks/archive/, "Redis:
 //! where the microseconds go"): the user needs `FUNCTION LOAD` (once per
 //! server and version of this crate; it leaves one library
 //! `tenure_<version>` behind, `FUNCTION DELETE` removes an old one),
@@ -316,9 +316,38 @@ impl RedisStore {
     ///   policy this version does not know; set `noeviction`), or neither
     ///   `CONFIG GET` nor `INFO` may be run to read it;
     /// * [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable): the server could not be reached within
-    ///   [`RedisConfig::connect_timeout`] (the message names the last cause).
+    ///   [`RedisConfig::connect_timeout`] (the message names the last cause),
+    ///   or every attempt for a second was refused (nothing listens at the
+    ///   address: a wrong port, or a server that is down, is not waited out).
     pub async fn connect(config: impl Into<RedisConfig>) -> Result<Self> {
-        let config = config.into();
+        Self::open_store(config.into(), true).await
+    }
+
+    /// Connects as [`connect`](Self::connect) does, but opens a server
+    /// whose `maxmemory-policy` may evict tenure's keys instead of refusing
+    /// it, and answers that refusal beside the store: for a tool that only
+    /// reads, such as the operator CLI's listings, to show what such a
+    /// server holds while the policy is being fixed.
+    ///
+    /// Never write through a store opened this way while the refusal
+    /// stands: an evicted record, scope holder or fence counter breaks
+    /// exclusion and fence order (contract §7). Every other refusal of
+    /// [`connect`](Self::connect) (a replica, unreadable settings, bad
+    /// credentials) still fails it.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect), but for the eviction policy.
+    pub async fn connect_for_reading(
+        config: impl Into<RedisConfig>,
+    ) -> Result<(Self, Option<tenure_lease_core::Error>)> {
+        let store = Self::open_store(config.into(), false).await?;
+        let refusal = server::check_eviction_policy(&store.durability.eviction_policy).err();
+        Ok((store, refusal))
+    }
+
+    /// [`connect`](Self::connect), refusing an evicting server or not.
+    async fn open_store(config: RedisConfig, refuse_evicting: bool) -> Result<Self> {
         config.validate()?;
         let deadline = deadline_after(config.connect_timeout);
         let keys = Keys::new(config.namespace());
@@ -327,7 +356,7 @@ impl RedisStore {
             address,
             sentinels,
             durability,
-        } = open(&config, &keys, deadline).await?;
+        } = open(&config, &keys, deadline, refuse_evicting).await?;
         if durability.keeps_nothing_on_disk() {
             tracing::warn!(
                 url = %config.redacted_url(),
@@ -683,7 +712,12 @@ struct Opened {
 /// Connects to what `config` names, tried until `deadline`: the server the
 /// URL names, the primary its Sentinels name, or, in a cluster, the
 /// primary serving the slot of `keys`; and reads the server's settings.
-async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant) -> Result<Opened> {
+async fn open(
+    config: &RedisConfig,
+    keys: &Keys,
+    deadline: tokio::time::Instant,
+    refuse_evicting: bool,
+) -> Result<Opened> {
     let (url, certificates) = config.client_url()?;
     if let Some(cluster) = ClusterUrl::parse(&url)? {
         let client = cluster.client(config, certificates.as_ref())?;
@@ -692,7 +726,7 @@ async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant)
         })
         .await?;
         let mut connection = Connection::into_cluster(connection, keys.prefix());
-        let durability = inspect_within(config, deadline, &mut connection).await?;
+        let durability = inspect_within(config, deadline, &mut connection, refuse_evicting).await?;
         return Ok(Opened {
             connection,
             address: redact_url(&url),
@@ -709,7 +743,7 @@ async fn open(config: &RedisConfig, keys: &Keys, deadline: tokio::time::Instant)
         client.get_multiplexed_async_connection_with_config(&connection_config)
     })
     .await?;
-    let durability = inspect_within(config, deadline, &mut first).await?;
+    let durability = inspect_within(config, deadline, &mut first, refuse_evicting).await?;
     refuse_cluster_node(config, &mut first).await?;
     drop(first);
     let manager = tokio::time::timeout_at(
@@ -756,8 +790,9 @@ async fn inspect_within(
     config: &RedisConfig,
     deadline: tokio::time::Instant,
     connection: &mut (impl ConnectionLike + Send),
+    refuse_evicting: bool,
 ) -> Result<Durability> {
-    tokio::time::timeout_at(deadline, server::inspect(connection))
+    tokio::time::timeout_at(deadline, server::inspect(connection, refuse_evicting))
         .await
         .map_err(|_| connect_timed_out(config, "reading its settings"))?
 }
@@ -859,10 +894,16 @@ fn deadline_after(timeout: Duration) -> tokio::time::Instant {
 /// Pause between two attempts at a first connection.
 const CONNECT_RETRY_DELAY: Duration = Duration::from_millis(100);
 
+/// How long a first connection keeps trying while every attempt is refused
+/// (nothing listens at the address): long enough for a server that is just
+/// starting, short enough that a wrong port answers at once.
+const REFUSED_FOR_AT_MOST: Duration = Duration::from_secs(1);
+
 /// A first connection, `attempt`ed until `deadline`, its failures
 /// classified by `classify`: refused credentials answer at once (retrying
-/// cannot fix them), a server that cannot be reached is tried again until
-/// then.
+/// cannot fix them), an address where nothing listens after
+/// [`REFUSED_FOR_AT_MOST`], a server that cannot be reached otherwise is
+/// tried again until the deadline.
 async fn until_connected<C, Attempt>(
     config: &RedisConfig,
     deadline: tokio::time::Instant,
@@ -872,15 +913,27 @@ async fn until_connected<C, Attempt>(
 where
     Attempt: Future<Output = RedisResult<C>>,
 {
+    let refused_until = tokio::time::Instant::now() + REFUSED_FOR_AT_MOST;
     let mut last_error = None;
     loop {
-        let error = match tokio::time::timeout_at(deadline, attempt()).await {
+        let (error, refused) = match tokio::time::timeout_at(deadline, attempt()).await {
             Ok(Ok(connection)) => return Ok(connection),
-            Ok(Err(error)) => classify(error),
+            Ok(Err(error)) => {
+                let refused = error.is_connection_refusal();
+                (classify(error), refused)
+            }
             Err(_) => break,
         };
         if !error.is_retryable() {
             return Err(error);
+        }
+        if refused && tokio::time::Instant::now() >= refused_until {
+            return Err(Error::unavailable(format!(
+                "nothing accepts connections at {} (refused for {REFUSED_FOR_AT_MOST:?}): check \
+                 the URL's host and port, and that the server is running",
+                config.redacted_url()
+            ))
+            .with_source(error));
         }
         last_error = Some(error);
         if tokio::time::Instant::now() + CONNECT_RETRY_DELAY >= deadline {

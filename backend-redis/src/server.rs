@@ -126,8 +126,12 @@ impl fmt::Display for Durability {
 const NOT_REPORTED: &str = "<not reported>";
 
 /// Reads the server's settings and refuses a server that may evict
-/// tenure's keys.
-pub(crate) async fn inspect(connection: &mut (impl ConnectionLike + Send)) -> Result<Durability> {
+/// tenure's keys, unless `refuse_evicting` is false (a store opened only
+/// to read, [`RedisStore::connect_for_reading`](crate::RedisStore::connect_for_reading)).
+pub(crate) async fn inspect(
+    connection: &mut (impl ConnectionLike + Send),
+    refuse_evicting: bool,
+) -> Result<Durability> {
     let durability = match from_config(connection).await {
         Ok(durability) => durability,
         Err(config_error) if may_fall_back(&config_error) => {
@@ -150,7 +154,9 @@ pub(crate) async fn inspect(connection: &mut (impl ConnectionLike + Send)) -> Re
         }
         Err(other) => return Err(error::from_redis(other)),
     };
-    check_eviction_policy(&durability.eviction_policy)?;
+    if refuse_evicting {
+        check_eviction_policy(&durability.eviction_policy)?;
+    }
     let replicas = match role(connection).await? {
         Some(Role::Primary { replicas }) => Some(replicas),
         Some(Role::Replica { primary }) => return Err(replica_refused(&primary)),
@@ -264,7 +270,7 @@ fn may_fall_back(error: &RedisError) -> bool {
 /// `allkeys-*` (and any policy this code does not know) may evict a record,
 /// a scope's holder or the fence counter: two owners on one scope, fences
 /// handed out again.
-fn check_eviction_policy(policy: &str) -> Result<()> {
+pub(crate) fn check_eviction_policy(policy: &str) -> Result<()> {
     let policy = policy.to_ascii_lowercase();
     if policy == "noeviction" || policy.starts_with("volatile-") {
         return Ok(());

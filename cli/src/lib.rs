@@ -9,7 +9,10 @@
 //! ```text
 //! tenure --url postgres://app@db/jobs?schema=tenure leases --expired
 //! TENURE_URL=redis://cache:6379 tenure take-over run-42 --fail "host lost"
-//! tenure --url sqlite:/var/lib/app/leases.db purge --older-than 7d --dry-run
+//! tenure --url sqlite:/var/lib/app/leases.db purge --older-than 7d --dry-run --queue emails
+//! tenure release run-42 --owner tenure-cli --fence 17   # give an adopted lease up
+//! tenure cancel run-43                                  # only once its owner's lease has ended
+//! tenure retry --all --queue emails                     # every dead letter of the queue
 //! ```
 //!
 //! The store's URL comes from `--url`, or from the environment variable
@@ -25,6 +28,11 @@
 //! calls recorded by the conformance kit ([`tenure::conformance::history`],
 //! one JSON entry a line; `-` reads standard input) against the contract's
 //! safety properties, and exits 1 when the history breaks one.
+//!
+//! The read-only commands (`leases`, `show`, `jobs`, `watch`) still read a
+//! store that fails a deployment check it can be read despite (a Redis
+//! server whose eviction policy may evict keys), with a warning on stderr
+//! naming the check; every command that writes refuses it.
 //!
 //! Exit codes: 0 done; 1 not found or refused (no such id, a takeover the
 //! store declined, a failed deployment check, a schema this version does
@@ -47,8 +55,9 @@ use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use tenure::conformance::history;
 use tenure::queue::{Job, JobState, NewJob, OperatorRetry};
 use tenure::{
-    Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Store, Takeover,
-    TakeoverRequest, Timestamp, Verdict,
+    Claim, Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Status, StatusChange,
+    Store, Takeover, TakeoverAction, TakeoverRequest, Timestamp, Transition, TransitionRejection,
+    Verdict,
 };
 
 mod table;
@@ -65,11 +74,18 @@ const EXIT_USAGE: u8 = 2;
 /// Exit code: the store is unavailable.
 const EXIT_UNAVAILABLE: u8 = 3;
 
+/// The stop reason `release` writes unless given one.
+const RELEASED_REASON: &str = "released by an operator (tenure release)";
+
 /// Inspect and repair the leases and jobs of a tenure store.
 #[derive(Debug, Parser)]
 #[command(name = "tenure", version, about, long_about = None)]
 #[command(
-    after_help = "Exit codes: 0 done, 1 not found or refused (or a history \
+    after_help = "The read-only commands (leases, show, jobs, watch) still read a store \
+                        that fails a deployment check it can be read despite (a Redis server \
+                        that may evict keys), with a warning on stderr naming the check; the \
+                        commands that write refuse it.\n\n\
+                        Exit codes: 0 done, 1 not found or refused (or a history \
                         that breaks a safety property), 2 usage, 3 store unavailable \
                         (retry when it is back)."
 )]
@@ -99,27 +115,56 @@ enum Command {
     /// failed, or adopt it under a new lease. Prints the new fence.
     #[command(name = "take-over")]
     TakeOver(TakeOverArgs),
+    /// Give up a lease at once, fenced: write it `interrupted` under its
+    /// claim (ID, --owner, --fence), freeing its scopes now instead of when
+    /// its lease ends.
+    ///
+    /// For a run adopted with `take-over --adopt` (which prints the fence
+    /// and owner to give here), or any lease whose claim you hold. It is
+    /// the store's fenced status write (`LeaseStore::transition`, contract
+    /// §5): `interrupted` is "given up", stopped by its owner, not
+    /// finished: it frees every scope at once, nobody owns it, it is never
+    /// renewed, adopted or taken over again, and `purge` removes it like a
+    /// finished record. A record still `pending` cannot be interrupted
+    /// (contract §5) and is written `failed` instead, with the same stop
+    /// reason.
+    ///
+    /// The write applies only while the claim still holds the record: a
+    /// stale fence or owner (someone took it over since), a record already
+    /// finished or interrupted, or no record answers exit 1, nothing
+    /// changed.
+    Release(ReleaseArgs),
+    /// Cancel a run whose owner's lease has ended: take it over and mark
+    /// it failed, stop reason `cancelled`. A live holder is refused.
+    ///
+    /// The stores have no safe way to stop a run whose owner still holds a
+    /// valid lease from outside that owner: a fenced write needs the
+    /// owner's claim, and overwriting it would leave two workers believing
+    /// they own the run. So `cancel` does what the keeper's
+    /// `Keeper::cancel_anywhere` does for a run held elsewhere: one atomic
+    /// `claim_for_takeover` that succeeds only when the owner's lease has
+    /// ended (plus --grace), failing the record under a new, greater fence,
+    /// so the old owner's writes are refused from then on. A live owner
+    /// answers exit 1 with how long its lease still runs (cancel it where
+    /// it runs, with `Keeper::cancel`, or use `release` with its claim);
+    /// a finished or interrupted record, or no record, answers exit 1.
+    /// Nothing changes on a refusal.
+    Cancel(CancelArgs),
     /// Delete finished lease records and jobs older than a retention.
-    Purge {
-        /// Delete what finished (or was interrupted) at least this long ago:
-        /// 30s, 5m, 2h, 7d.
-        #[arg(long, value_parser = parse_duration)]
-        older_than: Duration,
-        /// Say what would be deleted, deleting nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    ///
+    /// With --dry-run nothing is deleted: it checks the retention as purge
+    /// does (at most 100 years), names the cutoff by the store's clock, and
+    /// counts what would go where the stores can list it: the jobs of each
+    /// --queue, and the lease records naming each --scope. The stores have
+    /// no listing of every finished record or of every queue, so a count
+    /// of the whole store is not available without deleting.
+    Purge(PurgeArgs),
     /// List a queue's jobs, oldest first: all of them, one state, or its
     /// dead letters.
     Jobs(JobsArgs),
-    /// Send a dead-lettered job back to its queue, attempts reset.
-    Retry {
-        /// The job's id.
-        job: String,
-    },
+    /// Send a dead-lettered job back to its queue, attempts reset; or
+    /// every dead letter of a queue, with --all --queue Q.
+    Retry(RetryArgs),
     /// Add a job to a queue (for testing a worker). Prints its id.
     Enqueue {
         /// The queue.
@@ -224,6 +269,87 @@ struct TakeOverArgs {
     grace: Duration,
     /// Print the record as JSON.
     #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ReleaseArgs {
+    /// The lease's id.
+    id: String,
+    /// The claim's owner: the record's owner (`take-over --claimer`, by
+    /// default tenure-cli).
+    #[arg(long, default_value = "tenure-cli")]
+    owner: String,
+    /// The claim's fence, as `take-over` or `show` printed it.
+    #[arg(long)]
+    fence: u64,
+    /// The stop reason kept on the record.
+    #[arg(long, value_name = "REASON", default_value = RELEASED_REASON)]
+    reason: String,
+    /// Print the record as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct CancelArgs {
+    /// The run's id.
+    id: String,
+    /// Who cancels: the owner recorded on it.
+    #[arg(long, default_value = "tenure-cli")]
+    claimer: String,
+    /// The error text kept on the record (its stop reason is `cancelled`).
+    #[arg(long, value_name = "REASON", default_value = tenure::keeper::CANCELLED)]
+    reason: String,
+    /// How long past its end the owner's lease still counts as held.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    grace: Duration,
+    /// Print the record as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct PurgeArgs {
+    /// Delete what finished (or was interrupted) at least this long ago:
+    /// 30s, 5m, 2h, 7d (at most 100 years).
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Duration,
+    /// Say what would be deleted, and count it where the stores can list
+    /// it, deleting nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// With --dry-run: count the completed and dead-lettered jobs of this
+    /// queue that would go (repeatable).
+    #[arg(long, value_name = "Q", requires = "dry_run")]
+    queue: Vec<String>,
+    /// With --dry-run: count the lease records naming this scope that
+    /// would go (repeatable).
+    #[arg(long, value_name = "S", requires = "dry_run")]
+    scope: Vec<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+#[group(skip)]
+struct RetryArgs {
+    /// The job's id.
+    #[arg(required_unless_present = "all", conflicts_with_all = ["all", "queue", "json"])]
+    job: Option<String>,
+    /// Every dead letter of --queue, read a page at a time, each retried
+    /// once; prints how many were requeued.
+    #[arg(long, requires = "queue")]
+    all: bool,
+    /// With --all: the queue.
+    #[arg(long, value_name = "Q", requires = "all")]
+    queue: Option<String>,
+    /// Dead letters read per page with --all.
+    #[arg(long, default_value_t = 500, hide = true)]
+    page_size: usize,
+    /// With --all: print the counts as JSON.
+    #[arg(long, requires = "all")]
     json: bool,
 }
 
@@ -390,6 +516,29 @@ async fn open(url: &str) -> Result<Arc<dyn Store>, Failure> {
     Ok(Connect::new(url).migrate_schema(false).open().await?)
 }
 
+/// Opens the store for a command that only reads (`leases`, `show`, `jobs`,
+/// `watch`): despite a failed deployment check that leaves it readable (a
+/// Redis server that may evict keys, [`Connect::open_for_reading`]),
+/// warning on stderr with the check's name and detail. Commands that write
+/// go through [`open`], which keeps refusing it.
+async fn open_for_reading(url: &str) -> Result<Arc<dyn Store>, Failure> {
+    refuse_missing_sqlite_file(url)?;
+    let (store, failed) = Connect::new(url)
+        .migrate_schema(false)
+        .open_for_reading()
+        .await?;
+    for finding in &failed {
+        eprintln!(
+            "tenure: warning: the store at {} fails the deployment check `{}`: {}
+             tenure: showing what it holds anyway; commands that write refuse it until this              is fixed (`tenure check` lists every check)",
+            shown_url(url),
+            finding.check,
+            finding.detail
+        );
+    }
+    Ok(store)
+}
+
 /// A SQLite URL naming no file would create an empty store: refuse it.
 fn refuse_missing_sqlite_file(url: &str) -> Outcome {
     let Some(rest) = url
@@ -421,19 +570,31 @@ async fn run(url: &str, command: Command) -> Outcome {
     if let Command::Check { json } = command {
         return check(url, json).await;
     }
-    let store = open(url).await?;
+    let read_only = matches!(
+        command,
+        Command::Leases(_) | Command::Show { .. } | Command::Jobs(_) | Command::Watch(_)
+    );
+    let store = if read_only {
+        open_for_reading(url).await?
+    } else {
+        open(url).await?
+    };
     let store = &*store;
     match command {
         Command::Leases(args) => leases(store, args).await,
         Command::Show { id, json } => show(store, &id, json).await,
         Command::TakeOver(args) => take_over(store, args).await,
-        Command::Purge {
-            older_than,
-            dry_run,
-            json,
-        } => purge(store, older_than, dry_run, json).await,
+        Command::Release(args) => release(store, args).await,
+        Command::Cancel(args) => cancel(store, args).await,
+        Command::Purge(args) => purge(store, args).await,
         Command::Jobs(args) => jobs(store, args).await,
-        Command::Retry { job } => retry(store, &job).await,
+        Command::Retry(args) => match (args.job, args.queue) {
+            (Some(job), _) => retry(store, &job).await,
+            (None, Some(queue)) => retry_all(store, &queue, args.page_size, args.json).await,
+            (None, None) => Err(Failure::Usage(
+                "name the job, or --all --queue Q".to_owned(),
+            )),
+        },
         Command::Enqueue {
             queue,
             payload,
@@ -632,13 +793,19 @@ async fn take_over(store: &dyn Store, args: TakeOverArgs) -> Outcome {
             if args.json {
                 return print_json(&record);
             }
+            let owner = record.owner.as_deref().unwrap_or("-");
             println!(
-                "took over {:?}: {} by {}, fence {}",
+                "took over {:?}: {} by {owner}, fence {}",
                 record.id,
                 record.status.as_str(),
-                record.owner.as_deref().unwrap_or("-"),
                 record.fence
             );
+            if record.status.is_active() {
+                println!(
+                    "give it up at once with: tenure release {} --owner {owner} --fence {}",
+                    record.id, record.fence
+                );
+            }
             Ok(())
         }
         Takeover::NotTaken(reason) => Err(Failure::Refused(format!(
@@ -667,33 +834,217 @@ fn not_taken(reason: NotTakenReason) -> String {
     }
 }
 
-async fn purge(store: &dyn Store, older_than: Duration, dry_run: bool, json: bool) -> Outcome {
-    if dry_run {
-        let now = store.now().await?;
-        let cutoff = chrono::TimeDelta::from_std(older_than)
-            .ok()
-            .and_then(|age| now.checked_sub_signed(age))
-            .map_or_else(|| "the beginning of time".to_owned(), timestamp);
-        if json {
-            return print_json(&serde_json::json!({
-                "dry_run": true,
-                "finished_before": cutoff,
-            }));
-        }
-        println!(
-            "would delete the finished and interrupted lease records and the completed and \
-             dead-lettered jobs last updated at or before {cutoff} (the store's clock); active \
-             records and queued or claimed jobs stay. Nothing was deleted (the stores offer no \
-             count without deleting)."
-        );
-        return Ok(());
+/// `tenure release`: the fenced write that gives a lease up.
+async fn release(store: &dyn Store, args: ReleaseArgs) -> Outcome {
+    if args.fence == 0 {
+        return Err(Failure::Usage(
+            "--fence 0 is no claim's fence (fences start at 1); give the fence `take-over` \
+             or `show` printed"
+                .to_owned(),
+        ));
     }
-    let leases = store.purge(older_than).await?;
-    let jobs = store.purge_jobs(older_than).await?;
-    if json {
+    let claim = Claim::new(&args.id, &args.owner, args.fence);
+    let mut answer = store
+        .transition(&claim, &StatusChange::interrupted(&args.reason))
+        .await?;
+    // A pending record cannot be interrupted (contract §5): it is failed,
+    // as the keeper cancels a pending run. Still fenced by the same claim.
+    if let Transition::Rejected(TransitionRejection::NotAllowed {
+        from: Status::Pending,
+        ..
+    }) = answer
+    {
+        let change = StatusChange::failed(&args.reason).stop_reason(&args.reason);
+        answer = store.transition(&claim, &change).await?;
+    }
+    let refused = |why: String| {
+        Err(Failure::Refused(format!(
+            "{:?} was not released, nothing changed: {why}",
+            args.id
+        )))
+    };
+    match answer {
+        Transition::Applied(record) => {
+            if args.json {
+                return print_json(&record);
+            }
+            println!(
+                "released {:?}: {}, its scopes are free (owner {}, fence {})",
+                record.id,
+                record.status.as_str(),
+                record.owner.as_deref().unwrap_or("-"),
+                record.fence
+            );
+            Ok(())
+        }
+        Transition::Rejected(TransitionRejection::Missing) => {
+            refused("there is no lease record with that id".to_owned())
+        }
+        Transition::Rejected(TransitionRejection::Stale) => refused(format!(
+            "the claim (owner {:?}, fence {}) no longer holds it: it was taken over or the \
+             fence is wrong (`tenure show {}` prints the current owner and fence)",
+            args.owner, args.fence, args.id
+        )),
+        Transition::Rejected(TransitionRejection::Terminal(status)) => {
+            refused(format!("it already finished ({})", status.as_str()))
+        }
+        Transition::Rejected(TransitionRejection::NotAllowed { from, .. }) => refused(format!(
+            "it is {}: nobody holds it, its scopes are already free",
+            from.as_str()
+        )),
+        other => refused(format!(
+            "the store answered {other:?}, which this version of tenure-cli does not know"
+        )),
+    }
+}
+
+/// `tenure cancel`: a takeover that fails the run, only once its owner's
+/// lease has ended.
+async fn cancel(store: &dyn Store, args: CancelArgs) -> Outcome {
+    let request = TakeoverRequest {
+        id: args.id.clone(),
+        claimer: args.claimer.clone(),
+        grace: args.grace,
+        action: TakeoverAction::Fail {
+            error: args.reason.clone(),
+            stop_reason: Some(tenure::keeper::CANCELLED.to_owned()),
+        },
+    };
+    match store.claim_for_takeover(&request).await? {
+        Takeover::Taken(record) => {
+            if args.json {
+                return print_json(&record);
+            }
+            println!(
+                "cancelled {:?}: {} by {}, fence {}; the previous owner's writes are refused",
+                record.id,
+                record.status.as_str(),
+                record.owner.as_deref().unwrap_or("-"),
+                record.fence
+            );
+            Ok(())
+        }
+        Takeover::NotTaken(NotTakenReason::LeaseValid { retry_after }) => {
+            Err(Failure::Refused(format!(
+                "{:?} was not cancelled, nothing changed: its owner's lease is still valid for \
+                 {}; a live holder cannot be cancelled from outside its worker (stop it where \
+                 it runs, e.g. Keeper::cancel, or `tenure release` with its claim), or cancel \
+                 again once its lease has ended",
+                args.id,
+                humantime::format_duration(Duration::from_secs(retry_after.as_secs().max(1)))
+            )))
+        }
+        Takeover::NotTaken(reason) => Err(Failure::Refused(format!(
+            "{:?} was not cancelled, nothing changed: {}",
+            args.id,
+            not_taken(reason)
+        ))),
+        other => Err(Failure::Refused(format!(
+            "{:?}: the store answered {}, which this version of tenure-cli does not know",
+            args.id,
+            other.label()
+        ))),
+    }
+}
+
+async fn purge(store: &dyn Store, args: PurgeArgs) -> Outcome {
+    if args.dry_run {
+        return purge_dry_run(store, args).await;
+    }
+    let leases = store.purge(args.older_than).await?;
+    let jobs = store.purge_jobs(args.older_than).await?;
+    if args.json {
         return print_json(&serde_json::json!({ "leases": leases, "jobs": jobs }));
     }
     println!("deleted {leases} lease records and {jobs} jobs");
+    Ok(())
+}
+
+/// What `purge` would delete, counted where the stores can list it.
+async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
+    // The retentions the real purge refuses, by the stores' own checks.
+    tenure_lease_core::backend::validate::retention(args.older_than)?;
+    tenure_lease_core::backend::validate::job_retention(args.older_than)?;
+    let now = store.now().await?;
+    let cutoff = chrono::TimeDelta::from_std(args.older_than)
+        .ok()
+        .and_then(|age| now.checked_sub_signed(age));
+    // Finished (or interrupted) at or before the cutoff: the stores' rule.
+    let old_enough = |updated_at: Timestamp| cutoff.is_some_and(|cutoff| updated_at <= cutoff);
+
+    let mut leases = std::collections::BTreeSet::new();
+    for scope in &args.scope {
+        for record in store.list_by_scope(scope).await? {
+            if (record.status.is_terminal() || record.status == Status::Interrupted)
+                && old_enough(record.updated_at)
+            {
+                leases.insert(record.id);
+            }
+        }
+    }
+    let mut queues = Vec::new();
+    for queue in &args.queue {
+        let mut count = 0_usize;
+        let mut partial = false;
+        for state in [JobState::Completed, JobState::DeadLettered] {
+            let listed = store
+                .list_jobs(queue, Some(state), tenure::limits::MAX_LIST_LIMIT)
+                .await?;
+            partial |= listed.len() >= tenure::limits::MAX_LIST_LIMIT;
+            count += listed
+                .iter()
+                .filter(|job| old_enough(job.updated_at))
+                .count();
+        }
+        queues.push((queue.clone(), count, partial));
+    }
+
+    let cutoff_text = cutoff.map_or_else(|| "the beginning of time".to_owned(), timestamp);
+    if args.json {
+        let jobs: serde_json::Map<String, serde_json::Value> = queues
+            .iter()
+            .map(|(queue, count, partial)| {
+                (
+                    queue.clone(),
+                    serde_json::json!({ "count": count, "at_least": partial }),
+                )
+            })
+            .collect();
+        return print_json(&serde_json::json!({
+            "dry_run": true,
+            "finished_before": cutoff_text,
+            "leases": if args.scope.is_empty() {
+                serde_json::Value::Null
+            } else {
+                leases.len().into()
+            },
+            "lease_scopes": args.scope,
+            "jobs": jobs,
+        }));
+    }
+    println!(
+        "would delete the finished and interrupted lease records and the completed and \
+         dead-lettered jobs last updated at or before {cutoff_text} (the store's clock); active \
+         records and queued or claimed jobs stay."
+    );
+    if !args.scope.is_empty() {
+        println!(
+            "would delete {} lease records naming {}",
+            leases.len(),
+            args.scope.join(", ")
+        );
+    }
+    for (queue, count, partial) in &queues {
+        let at_least = if *partial { "at least " } else { "" };
+        println!("would delete {at_least}{count} jobs of queue {queue:?}");
+    }
+    if args.scope.is_empty() && args.queue.is_empty() {
+        println!(
+            "Not counted: the stores list neither every finished record nor every queue; \
+             count per scope with --scope S and per queue with --queue Q."
+        );
+    }
+    println!("Nothing was deleted.");
     Ok(())
 }
 
@@ -751,6 +1102,53 @@ async fn retry(store: &dyn Store, id: &str) -> Outcome {
              does not know"
         ))),
     }
+}
+
+/// `tenure retry --all --queue Q`: every dead letter of the queue, a page
+/// at a time, each retried at most once (one dead-lettered again meanwhile
+/// is left for the next run).
+async fn retry_all(store: &dyn Store, queue: &str, page_size: usize, json: bool) -> Outcome {
+    let mut seen = std::collections::HashSet::new();
+    let (mut requeued, mut skipped) = (0_u64, 0_u64);
+    loop {
+        let page = match store.list_dead_letters(queue, page_size).await {
+            Ok(page) => page,
+            Err(error) => return Err(partial_retry(requeued, error)),
+        };
+        let fresh: Vec<Job> = page
+            .into_iter()
+            .filter(|job| seen.insert(job.id.clone()))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for job in fresh {
+            match store.retry_dead_letter(&job.id).await {
+                Ok(OperatorRetry::Requeued(_)) => requeued += 1,
+                // Retried, purged or taken back by someone else meanwhile.
+                Ok(_) => skipped += 1,
+                Err(error) => return Err(partial_retry(requeued, error)),
+            }
+        }
+    }
+    if json {
+        return print_json(&serde_json::json!({
+            "queue": queue,
+            "requeued": requeued,
+            "skipped": skipped,
+        }));
+    }
+    println!("requeued {requeued} dead letters of queue {queue:?}, attempts reset");
+    if skipped > 0 {
+        println!("{skipped} were no longer dead-lettered when retried (left as they were)");
+    }
+    Ok(())
+}
+
+/// The store's error, after saying how many were requeued before it.
+fn partial_retry(requeued: u64, error: tenure::Error) -> Failure {
+    eprintln!("tenure: requeued {requeued} dead letters before the store failed");
+    Failure::Store(error)
 }
 
 async fn check(url: &str, json: bool) -> Outcome {

@@ -1027,3 +1027,21 @@ async fn writes_wait_for_their_replicas_when_asked() {
         .expect("flushed");
     admits(&store, "after-the-flush").await;
 }
+
+/// An address where nothing listens is refused soon, saying what to check,
+/// however long the connect timeout: a wrong port is not waited out.
+#[tokio::test]
+async fn an_address_where_nothing_listens_is_refused_before_the_connect_timeout() {
+    let port = tenure_test_support::servers::free_port().expect("a free port");
+    let config = RedisConfig::new(format!("redis://127.0.0.1:{port}"), "deployment")
+        .connect_timeout(Duration::from_secs(3600));
+    let error = RedisStore::connect(config)
+        .await
+        .expect_err("nobody listens there");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.message().contains("nothing accepts connections")
+            && error.message().contains(&port.to_string()),
+        "{error}"
+    );
+}

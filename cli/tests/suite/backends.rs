@@ -425,10 +425,61 @@ async fn redis_check_judges_the_servers_settings() {
                 .and(contains("allkeys-lru")),
         )
         .stderr(contains("1 deployment check(s) failed"));
-    tenure(&evicting.url(), &["leases"])
+    // The read-only commands show what it holds, warning; writes refuse.
+    let (seeded, refusal) = tenure::redis::RedisStore::connect_for_reading(evicting.url())
+        .await
+        .expect("opened for reading");
+    assert!(refusal.is_some_and(|error| error.message().contains("allkeys-lru")));
+    seeded
+        .admit(&AdmitRequest::new("run-kept", "worker-a").scope("account:1"))
+        .await
+        .expect("admitted");
+    seeded
+        .enqueue(&tenure::queue::NewJob::new("emails", serde_json::json!({})).id("job-kept"))
+        .await
+        .expect("enqueued");
+    let warning = || {
+        contains("warning: the store at")
+            .and(contains("fails the deployment check `eviction policy`"))
+            .and(contains("allkeys-lru"))
+            .and(contains("commands that write refuse it"))
+    };
+    for (command, shows) in [
+        (&["leases"][..], "run-kept"),
+        (&["show", "run-kept"], "account:1"),
+        (&["show", "job-kept"], "emails"),
+        (&["jobs", "--queue", "emails"], "job-kept"),
+        (&["watch", "--once"], "run-kept"),
+    ] {
+        tenure(&evicting.url(), command)
+            .assert()
+            .success()
+            .stdout(contains(shows))
+            .stderr(warning());
+    }
+    tenure(&evicting.url(), &["show", "no-such-id"])
         .assert()
         .code(1)
-        .stderr(contains("maxmemory-policy noeviction"));
+        .stderr(warning().and(contains("no lease record or job")));
+    let writes: [&[&str]; 6] = [
+        &["take-over", "run-kept", "--fail", "operator"],
+        &["release", "run-kept", "--owner", "worker-a", "--fence", "1"],
+        &["cancel", "run-kept"],
+        &["enqueue", "emails", "--payload", "{}"],
+        &["retry", "--all", "--queue", "emails"],
+        &["purge", "--older-than", "1d", "--dry-run"],
+    ];
+    for command in writes {
+        tenure(&evicting.url(), command)
+            .assert()
+            .code(1)
+            .stderr(contains("maxmemory-policy noeviction").and(contains("warning").not()));
+    }
+    assert_eq!(
+        seeded.get("run-kept").await.unwrap().map(|r| r.status),
+        Some(Status::Pending),
+        "the refused writes changed nothing"
+    );
     drop(evicting);
 
     let durable = PrivateRedis::start()

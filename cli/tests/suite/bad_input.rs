@@ -25,6 +25,8 @@ fn every_command_has_help() {
         "leases",
         "show",
         "take-over",
+        "release",
+        "cancel",
         "purge",
         "jobs",
         "retry",

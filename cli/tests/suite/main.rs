@@ -4,4 +4,5 @@
 mod backends;
 mod bad_input;
 mod check_history;
+mod operator;
 mod support;
