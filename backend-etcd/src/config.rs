@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_lease_core::backend::url::{refuse_unknown_parameters, take_parameter};
 use tenure_lease_core::limits::MAX_NAME_BYTES;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Clock, Error, ErrorKind, Result, SystemClock};
@@ -203,23 +204,16 @@ impl EtcdConfig {
             Ok(split) => split,
             Err(error) => return Self::broken(error.message()),
         };
-        let url = url.as_str();
-        let (url, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut max_txn_ops = Self::DEFAULT_MAX_TXN_OPS;
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            match pair.split_once('=') {
-                Some(("max_txn_ops", value)) => match value.parse() {
-                    Ok(ops) => max_txn_ops = ops,
-                    Err(_) => return Self::broken("max_txn_ops in the etcd URL must be a number"),
-                },
-                _ => {
-                    return Self::broken(
-                        "the etcd URL takes the query parameters max_txn_ops=N, tls_ca=, \
-                         tls_cert= and tls_key=",
-                    )
-                }
-            }
+        if let Err(unknown) = refuse_unknown_parameters(&url, "etcd", URL_PARAMETERS) {
+            return Self::broken(unknown.message());
         }
+        let (url, max_txn_ops) = take_parameter(&url, "max_txn_ops");
+        let max_txn_ops = match max_txn_ops.map(|value| value.parse()) {
+            None => Self::DEFAULT_MAX_TXN_OPS,
+            Some(Ok(ops)) => ops,
+            Some(Err(_)) => return Self::broken("max_txn_ops in the etcd URL must be a number"),
+        };
+        let url = url.split_once('?').map_or(url.as_str(), |(url, _)| url);
         let Some((rest, tls)) = strip_scheme(url) else {
             return Self::broken(
                 "an etcd URL starts with etcd:// or, for TLS, etcds:// \
@@ -260,11 +254,15 @@ impl EtcdConfig {
     }
 }
 
-/// The URL without its scheme, and whether it asks for TLS, when the
-/// scheme is `etcd` or `etcds` (any case).
 /// The URL schemes of an etcd cluster: plain and TLS.
 pub const URL_SCHEMES: &[&str] = &["etcd", "etcds"];
 
+/// The query parameters an etcd URL may carry; any other is refused
+/// (a typo would otherwise leave a setting at its default).
+pub const URL_PARAMETERS: &[&str] = &["max_txn_ops", "tls_ca", "tls_cert", "tls_key"];
+
+/// The URL without its scheme, and whether it asks for TLS, when the
+/// scheme is `etcd` or `etcds` (any case).
 fn strip_scheme(url: &str) -> Option<(&str, bool)> {
     let (scheme, rest) = url.split_once("://")?;
     if scheme.eq_ignore_ascii_case("etcd") {
@@ -377,5 +375,19 @@ mod tests {
             let error = EtcdConfig::from(url).validate().expect_err(url);
             assert_eq!(error.kind(), ErrorKind::Config, "{url}");
         }
+    }
+
+    #[test]
+    fn a_parameter_typo_is_refused_naming_the_known_one() {
+        let error = EtcdConfig::from("etcd://h:2379?max_txn_opz=8")
+            .validate()
+            .expect_err("a typo");
+        let message = error.message();
+        assert!(message.contains("did you mean `max_txn_ops`"), "{message}");
+        assert!(message.contains("`tls_ca`"), "{message}");
+        let config = EtcdConfig::from("etcd://h:2379/p?max_txn_ops=64");
+        assert!(config.validate().is_ok());
+        assert_eq!(config.max_txn_ops, 64);
+        assert_eq!(config.key_prefix(), "p");
     }
 }

@@ -129,11 +129,22 @@ impl Cluster {
                 last_error.unwrap_or_else(|| Error::unavailable("no etcd member to connect to"))
             );
         }
-        Ok(Cluster {
+        let cluster = Cluster {
             members: members.into(),
             next: Arc::new(AtomicUsize::new(0)),
             timeout: config.operation_timeout,
-        })
+        };
+        // The client connects lazily: ask once, so a URL naming no live
+        // member is refused here rather than at the first operation.
+        if let Err(error) = cluster.member_count().await {
+            let message = format!(
+                "no etcd member answered at {}: {}",
+                config.endpoints().join(", "),
+                error.message()
+            );
+            return Err(Error::new(error.kind(), message).with_source(error));
+        }
+        Ok(cluster)
     }
 
     /// How many members the cluster has, as one member reports it.

@@ -132,7 +132,7 @@ mod queue;
 mod records;
 mod timers;
 
-pub use config::{EtcdConfig, URL_SCHEMES};
+pub use config::{EtcdConfig, URL_PARAMETERS, URL_SCHEMES};
 
 use keys::Keys;
 use kv::{Cluster, Reads, Runner};
@@ -163,16 +163,18 @@ impl fmt::Debug for EtcdStore {
 impl EtcdStore {
     /// Connects to the cluster `config` names (a URL
     /// `etcd://host:port[,host:port...][/prefix]` or an [`EtcdConfig`]).
-    /// Without credentials nothing is sent until the first operation; with
-    /// them, each member is asked for a token, and a member that cannot be
-    /// reached is left out.
+    /// One member is asked for the member list before this answers, so a
+    /// URL naming no live member is refused here, not at the first
+    /// operation; with credentials, each member is asked for a token, and a
+    /// member that cannot be reached is left out.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config) for bad
-    /// settings or refused credentials;
+    /// settings (a query parameter not in [`URL_PARAMETERS`] among them) or
+    /// refused credentials;
     /// [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)
-    /// when no member can be reached.
+    /// when no member answers (the message names the members tried).
     pub async fn connect(config: impl Into<EtcdConfig>) -> Result<Self> {
         let config = config.into();
         config.validate()?;

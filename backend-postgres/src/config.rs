@@ -281,6 +281,15 @@ impl PgStoreConfig {
             ));
         }
         refuse_unknown_parameters(&self.url, "PostgreSQL", URL_PARAMETERS)?;
+        if !names_a_server(&self.url) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "the PostgreSQL URL names no server, and the driver's default (the local \
+                 socket, the operating system's user and database) is rarely the one meant: \
+                 write postgres://USER@HOST:PORT/DATABASE (for a Unix socket, \
+                 postgres:///DATABASE?host=/run/postgresql&user=USER)",
+            ));
+        }
         let (url, from_url) = TlsCertificates::split_from_url(&self.url)?;
         let mut options: PgConnectOptions = url.parse().map_err(store_error)?;
         if let Some(certificates) = self.tls.clone().or(from_url) {
@@ -397,9 +406,59 @@ impl SchemaName {
     }
 }
 
+/// Whether `url` names a server: a host in its authority, or a `host` or
+/// `hostaddr` parameter.
+fn names_a_server(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = host.rsplit_once(':').map_or(host, |(host, _)| host);
+    !host.is_empty()
+        || ["host", "hostaddr"].iter().any(|name| {
+            take_parameter(url, name)
+                .1
+                .is_some_and(|value| !value.is_empty())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_naming_no_server_is_refused() {
+        for url in [
+            "postgres://",
+            "postgresql://",
+            "postgres:///test",
+            "postgres://app@/jobs",
+            "postgres://app:secret@:5432/jobs",
+            "postgres:///test?host=",
+        ] {
+            let error = PgStoreConfig::new(url).connect_options().expect_err(url);
+            assert_eq!(error.kind(), ErrorKind::Config, "{url}");
+            assert!(
+                error.message().contains("names no server"),
+                "{url}: {error}"
+            );
+            assert!(!error.message().contains("secret"), "{url}: {error}");
+        }
+        for url in [
+            "postgres://db.internal/jobs",
+            "postgres://app@127.0.0.1:5432/jobs",
+            "postgres://app@[::1]:5432/jobs",
+            "postgres:///jobs?host=/run/postgresql&user=app",
+            "postgres:///jobs?hostaddr=127.0.0.1",
+        ] {
+            let answer = PgStoreConfig::new(url).connect_options();
+            assert!(answer.is_ok(), "{url}: {:?}", answer.err());
+        }
+    }
 
     #[test]
     fn debug_never_prints_the_password() {

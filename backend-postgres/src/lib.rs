@@ -413,7 +413,9 @@ impl PgStore {
     ///
     /// # Errors
     ///
-    /// A bad URL or schema name, an unknown database or role, a refused
+    /// A bad URL (one naming no server among them: `postgres://` alone
+    /// would reach whatever the local socket serves, as the operating
+    /// system's user) or schema name, an unknown database or role, a refused
     /// login or a missing privilege is [`ErrorKind::Config`]; an
     /// unreachable or silent server is [`ErrorKind::Unavailable`]
     /// (retryable); a schema that lacks migrations this version needs

@@ -26,7 +26,8 @@
 //!
 //! ## The file
 //!
-//! Opening creates the file and its schema, or migrates an older schema
+//! Opening creates the file (and the directories above it that are missing)
+//! and its schema, or migrates an older schema
 //! forward. The version is kept in `PRAGMA user_version`; a file written by a
 //! newer version of this crate is refused with
 //! [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible), never

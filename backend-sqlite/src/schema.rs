@@ -154,9 +154,10 @@ const SCHEMA_V5: &str = concat!(
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
     [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
-/// Opens (creating if needed) the file, applies the connection settings and
-/// brings the schema to [`SCHEMA_VERSION`].
+/// Opens (creating if needed) the file, and the directories above it, applies
+/// the connection settings and brings the schema to [`SCHEMA_VERSION`].
 pub(crate) fn open(config: &SqliteConfig) -> Result<Connection> {
+    create_directory(&config.path)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -192,6 +193,28 @@ pub(crate) fn open(config: &SqliteConfig) -> Result<Connection> {
     connection.set_prepared_statement_cache_capacity(32);
     migrate(&mut connection, config)?;
     Ok(connection)
+}
+
+/// Creates the directories above `path` that are missing.
+fn create_directory(path: &std::path::Path) -> Result<()> {
+    let Some(directory) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(directory).map_err(|error| {
+        Error::new(
+            ErrorKind::Config,
+            format!(
+                "cannot create the directory {} for SQLite file {}: {error}; \
+                 create it, or choose a path in a directory the process may write",
+                directory.display(),
+                path.display()
+            ),
+        )
+        .with_source(error)
+    })
 }
 
 fn migrate(connection: &mut Connection, config: &SqliteConfig) -> Result<()> {
@@ -416,5 +439,32 @@ mod tests {
                 .map(|job| job.fence),
             Some(8)
         );
+    }
+
+    #[tokio::test]
+    async fn opening_creates_the_missing_directories_or_says_which_it_cannot() {
+        let directory = tempfile::TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("var/lib/app/leases.db");
+        let store = SqliteStore::connect(SqliteConfig::new(&path))
+            .await
+            .expect("the directories are created");
+        store
+            .admit(&AdmitRequest::new("run", "worker").ttl(Duration::from_secs(30)))
+            .await
+            .expect("the new file takes writes");
+        assert!(path.is_file());
+
+        let blocker = directory.path().join("a-file");
+        std::fs::write(&blocker, b"not a directory").expect("write a plain file");
+        let beneath = blocker.join("leases.db");
+        let error = SqliteStore::connect(SqliteConfig::new(&beneath))
+            .await
+            .expect_err("a directory cannot be made under a file");
+        assert_eq!(error.kind(), tenure_lease_core::ErrorKind::Config);
+        assert!(
+            error.message().contains(&blocker.display().to_string()),
+            "{error}"
+        );
+        assert!(!beneath.exists());
     }
 }

@@ -64,7 +64,7 @@ pub(crate) const REAP_STEP: Duration = Duration::from_millis(5);
 
 /// A free TCP port on the loopback interface (free a moment ago: the server
 /// binds it right after).
-pub(crate) fn free_port() -> io::Result<u16> {
+pub fn free_port() -> io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

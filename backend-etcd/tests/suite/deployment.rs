@@ -93,3 +93,20 @@ async fn tls_with_client_certificates_connects_and_refuses_strangers() {
     .await
     .expect_err("no client certificate");
 }
+
+/// A URL naming no live member is refused at connect, as unavailable
+/// (retryable), rather than connecting lazily and failing at the first
+/// operation.
+#[tokio::test]
+async fn a_url_naming_no_live_member_is_refused_at_connect() {
+    let port = tenure_test_support::servers::free_port().expect("a free port");
+    let error = EtcdStore::connect(EtcdConfig::from(format!("etcd://127.0.0.1:{port}")))
+        .await
+        .expect_err("nobody listens there");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.message().contains("no etcd member answered")
+            && error.message().contains(&port.to_string()),
+        "{error}"
+    );
+}
