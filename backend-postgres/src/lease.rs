@@ -1,4 +1,4 @@
-//! The `LeaseStore` operations.
+//! The lease operations ([`LeaseBackend`]).
 //!
 //! Writes are single conditional statements where the contract allows
 //! (`renew`, `renew_many`, `transition`, `claim_for_takeover`): the winning

@@ -243,8 +243,9 @@
 //!
 //! ## Timeouts
 //!
-//! Every [`LeaseStore`](tenure_lease_core::LeaseStore) and
-//! [`JobQueue`](tenure_lease_core::JobQueue) call is bounded as a whole (waiting
+//! Every [`LeaseStore`](tenure_lease_core::LeaseStore),
+//! [`JobQueue`](tenure_lease_core::JobQueue) and
+//! [`FenceStore`](tenure_lease_core::FenceStore) call is bounded as a whole (waiting
 //! for a connection, each statement, any retries) by
 //! [`PgStoreConfig::operation_timeout`] (default
 //! [`DEFAULT_OPERATION_TIMEOUT`]); past it the call answers

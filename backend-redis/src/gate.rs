@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
-use tenure_lease_core::backend::checked::{fence_check, Checked};
+use tenure_lease_core::backend::checked::{self, Checked};
 use tenure_lease_core::backend::stores::GateBackend;
 use tenure_lease_core::{clock, Error, FenceCheck, Result};
 
@@ -56,7 +56,7 @@ impl RedisStore {
         key: &str,
         value: &[u8],
     ) -> Result<FenceCheck> {
-        let (resource, fence) = fence_check(resource, fence)?;
+        let (resource, fence) = checked::fence_check(resource, fence)?;
         let (resource, fence) = (resource.get(), fence.get());
         if key.is_empty() {
             return Err(Error::invalid_input("key", "must not be empty"));

@@ -320,7 +320,10 @@ impl RedisStore {
     ///   or every attempt for a second was refused (nothing listens at the
     ///   address: a wrong port, or a server that is down, is not waited out).
     pub async fn connect(config: impl Into<RedisConfig>) -> Result<Self> {
-        Self::open_store(config.into(), true).await
+        // Boxed: inline, the whole connect's future nests deep enough in a
+        // caller's own future (the benchmark's, an application's) to
+        // overflow the compiler's query depth there.
+        Box::pin(Self::open_store(config.into(), true)).await
     }
 
     /// Connects as [`connect`](Self::connect) does, but opens a server
@@ -341,7 +344,7 @@ impl RedisStore {
     pub async fn connect_for_reading(
         config: impl Into<RedisConfig>,
     ) -> Result<(Self, Option<tenure_lease_core::Error>)> {
-        let store = Self::open_store(config.into(), false).await?;
+        let store = Box::pin(Self::open_store(config.into(), false)).await?;
         let refusal = server::check_eviction_policy(&store.durability.eviction_policy).err();
         Ok((store, refusal))
     }

@@ -2,9 +2,19 @@
 //!
 //! A backend implements the [backend traits](super::stores), whose
 //! arguments are [`Checked`]. Only this crate builds a `Checked` value, and
-//! only after the operation's check (contract §11) passed, so a backend
-//! cannot be handed unchecked input and cannot forget a check: there is
-//! none left for it to make.
+//! only from input that passed a check of contract §11 (or, for an element
+//! of a checked batch, the batch's), so the user traits reach a backend's
+//! code only with checked input, and a backend has no check left to make
+//! or forget in its trait methods. Its own entry points outside the traits
+//! (a gate check inside the caller's transaction) check with
+//! [`fence_check`].
+//!
+//! The type records that a check passed, not which one: the checks of a
+//! resource, an id, a scope and a queue name are the same name check, and
+//! a `Checked<&str>` serves any of them. The backend traits are public, so
+//! code may also call a backend's method directly (with a value from
+//! [`fence_check`], or one of the methods that take no input); such a call
+//! skips the front, and with it the backend's time limit.
 
 use std::ops::Deref;
 
@@ -12,9 +22,10 @@ use crate::error::Result;
 
 use super::validate;
 
-/// A value that passed the input checks of the operation it was built for
-/// (contract §11). Built only by this crate: by the validating front of the
-/// [backend traits](super::stores) and by [`fence_check`].
+/// A value that passed an input check of contract §11. Built only by this
+/// crate: by the validating front of the [backend traits](super::stores),
+/// by [`fence_check`], and from a checked batch (its elements, or a batch
+/// of one checked value).
 ///
 /// It reads as the value it wraps (`claim.id`, `*ttl`); [`get`](Self::get)
 /// unwraps it.

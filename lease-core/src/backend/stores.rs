@@ -8,12 +8,14 @@
 //! calling the functions of this module, each of which runs the
 //! operation's input checks (contract §11) and then the backend's method
 //! within the backend's [time limit](Backend::time_limit). The checks and
-//! the time limit live here once; a backend's methods cannot be reached
-//! with input that skipped them, because only a check builds a
-//! [`Checked`] value.
+//! the time limit live here once; through the user traits a backend's
+//! methods are reached only with input that passed them, because only a
+//! check builds a [`Checked`] value (see [`checked`](super::checked) for
+//! what the type does not record).
 //!
 //! The user traits stay implementable by hand for wrappers (layers, test
-//! stores), which hand each call on to a store that checks it.
+//! stores): a wrapper hands each call on to a store that checks it, or
+//! checks it itself with [`super::validate`].
 
 use std::collections::BTreeSet;
 use std::future::Future;
