@@ -14,6 +14,7 @@ use plotters::prelude::*;
 use crate::report::Report;
 use crate::scenario::heartbeat::RenewMode;
 use crate::scenario::hot_key::{LockKind, RetryStrategy};
+use crate::stats::LatencySummary;
 use crate::BenchResult;
 
 /// Tableau's ten colours: distinct from one another on white.
@@ -132,6 +133,9 @@ enum Chart {
         groups: Vec<String>,
         /// One entry per bar of each group: its label and one value per group.
         bars: Vec<(String, Vec<f64>)>,
+        /// A value every bar is read against, drawn as a line across the
+        /// chart, with its label.
+        reference: Option<(String, f64)>,
     },
 }
 
@@ -151,7 +155,16 @@ impl Chart {
                 unit,
                 groups,
                 bars,
-            } => bar_chart(path, title, y_label, *unit, groups, bars),
+                reference,
+            } => bar_chart(
+                path,
+                title,
+                y_label,
+                *unit,
+                groups,
+                bars,
+                reference.as_ref(),
+            ),
         }
     }
 }
@@ -198,27 +211,28 @@ fn hot_key(report: &Report) -> Option<Chart> {
             continue;
         };
         let name = entry.backend.name();
-        let mut worker_counts: Vec<usize> = figures.cells.iter().map(|c| c.workers).collect();
-        worker_counts.sort_unstable();
-        worker_counts.dedup();
+        // The most racers only: one line per lock and strategy stays
+        // readable, and the contention the chart is about is at its worst
+        // there (every racer count is in the report's table).
+        let Some(racers) = figures.cells.iter().map(|c| c.workers).max() else {
+            continue;
+        };
         for lock in [LockKind::Tenure, LockKind::Peer] {
             for strategy in RetryStrategy::ALL {
-                for &racers in &worker_counts {
-                    let points: Vec<(f64, f64)> = figures
-                        .cells
-                        .iter()
-                        .filter(|c| c.lock == lock && c.strategy == strategy)
-                        .filter(|c| c.workers == racers)
-                        .map(|c| (c.scopes as f64, c.acquisitions_per_sec.max(1.0)))
-                        .collect();
-                    if !points.is_empty() {
-                        let lock = format!("{lock:?}").to_lowercase();
-                        series.push(Series {
-                            label: format!("{name} {lock} {} N={racers}", strategy.name()),
-                            points,
-                            reference: false,
-                        });
-                    }
+                let points: Vec<(f64, f64)> = figures
+                    .cells
+                    .iter()
+                    .filter(|c| c.lock == lock && c.strategy == strategy)
+                    .filter(|c| c.workers == racers)
+                    .map(|c| (c.scopes as f64, c.acquisitions_per_sec.max(1.0)))
+                    .collect();
+                if !points.is_empty() {
+                    let lock = format!("{lock:?}").to_lowercase();
+                    series.push(Series {
+                        label: format!("{name} {lock} {} N={racers}", strategy.name()),
+                        points,
+                        reference: false,
+                    });
                 }
             }
         }
@@ -241,7 +255,7 @@ fn hot_key(report: &Report) -> Option<Chart> {
         reference: true,
     });
     Some(Chart::Lines {
-        title: "hot-key: acquisitions/s by scopes raced for".to_owned(),
+        title: "hot-key: acquisitions/s by scopes raced for, at the most racers".to_owned(),
         x_label: "scopes (M)",
         y_label: "acquisitions/s (log)",
         unit: Unit::PerSec,
@@ -270,6 +284,7 @@ fn queue(report: &Report) -> Option<Chart> {
                 .map(|(_, q)| q.throughput_ratio.unwrap_or(0.0))
                 .collect(),
         )],
+        reference: Some(("as fast as the bare statements".to_owned(), 1.0)),
     })
 }
 
@@ -333,30 +348,27 @@ fn takeover(report: &Report) -> Option<Chart> {
         .filter_map(|entry| Some((entry.backend.name(), entry.takeover.as_ref()?)))
         .collect();
     runs.first()?;
+    // Every bar and the floor count from one instant, the owner's last
+    // renewal: from its death, the write could look sooner than the floor.
+    let floor = runs.first()?.1.floor_us;
+    let since_last_renewal = |pick: fn(&LatencySummary) -> u64| -> Vec<f64> {
+        runs.iter()
+            .map(|(_, t)| t.floor_us + pick(&t.beyond_floor) as f64)
+            .collect()
+    };
     Some(Chart::Bars {
-        title: "takeover: death → first fenced write vs floor (ttl + grace from the last renewal)"
-            .to_owned(),
+        title: "takeover: the owner's last renewal → the rival's first fenced write".to_owned(),
         y_label: "time",
         unit: Unit::Micros,
         groups: runs.iter().map(|(name, _)| (*name).to_owned()).collect(),
         bars: vec![
-            (
-                "floor (ttl + grace)".to_owned(),
-                runs.iter().map(|(_, t)| t.floor_us).collect(),
-            ),
-            (
-                "death → write p50".to_owned(),
-                runs.iter()
-                    .map(|(_, t)| t.death_to_first_write.p50_us as f64)
-                    .collect(),
-            ),
-            (
-                "death → write max".to_owned(),
-                runs.iter()
-                    .map(|(_, t)| t.death_to_first_write.max_us as f64)
-                    .collect(),
-            ),
+            ("p50".to_owned(), since_last_renewal(|l| l.p50_us)),
+            ("max".to_owned(), since_last_renewal(|l| l.max_us)),
         ],
+        reference: Some((
+            "floor: ttl + grace (nothing may come sooner)".to_owned(),
+            floor,
+        )),
     })
 }
 
@@ -482,10 +494,12 @@ fn bar_chart(
     unit: Unit,
     groups: &[String],
     bars: &[(String, Vec<f64>)],
+    reference: Option<&(String, f64)>,
 ) -> BenchResult<()> {
     let y_max = bars
         .iter()
         .flat_map(|(_, values)| values.iter().copied())
+        .chain(reference.map(|(_, value)| *value))
         .fold(1.0_f64, f64::max);
     let width = (bars.len() + 1) as f64;
     let root = SVGBackend::new(path, (1000, 560)).into_drawing_area();
@@ -535,6 +549,20 @@ fn bar_chart(
                 ("sans-serif", 13),
             )
         }))?;
+    }
+    if let Some((label, value)) = reference {
+        let value = *value;
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.0, value), (groups.len() as f64, value)],
+                8,
+                5,
+                BLACK.stroke_width(2),
+            ))?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], BLACK.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

@@ -145,6 +145,18 @@ async fn every_scenario_runs_sanely_on_memory() {
             "takeover.svg"
         ]
     );
+    let chart = |name: &str| std::fs::read_to_string(out.path().join(name)).expect("a chart");
+    let takeover = chart("takeover.svg");
+    assert!(
+        takeover.contains("last renewal") && takeover.contains("floor: ttl + grace"),
+        "the takeover chart counts bars and floor from one instant: {takeover}"
+    );
+    let hot_key = chart("hot-key.svg");
+    let lines = hot_key.matches(" N=").count();
+    assert!(
+        (1..=2 * RetryStrategy::ALL.len()).contains(&lines),
+        "{lines} hot-key series: one per lock and strategy, at the most racers"
+    );
     let text = tenure_benches::report::render(&report);
     assert!(text.contains("hot-key fairness"), "{text}");
     assert!(text.contains("== queue-batch"), "{text}");
