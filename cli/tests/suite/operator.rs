@@ -419,62 +419,34 @@ async fn purge_dry_run_story(subject: Subject) {
     assert_eq!(purged["jobs"], 2, "{purged}");
 }
 
-#[tokio::test]
-async fn sqlite_release() {
-    with_sqlite(release_story).await;
+/// One module per story, a test per backend: `story::sqlite`,
+/// `story::postgres` and `story::redis`.
+macro_rules! on_each_backend {
+    ($($story:ident),* $(,)?) => {$(
+        mod $story {
+            use super::*;
+
+            #[tokio::test]
+            async fn sqlite() {
+                with_sqlite(super::$story).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                with_postgres(concat!(stringify!($story), "::postgres"), super::$story).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                with_redis(concat!(stringify!($story), "::redis"), super::$story).await;
+            }
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn sqlite_cancel() {
-    with_sqlite(cancel_story).await;
-}
-
-#[tokio::test]
-async fn sqlite_retry_all() {
-    with_sqlite(retry_all_story).await;
-}
-
-#[tokio::test]
-async fn sqlite_purge_dry_run() {
-    with_sqlite(purge_dry_run_story).await;
-}
-
-#[tokio::test]
-async fn postgres_release() {
-    with_postgres("postgres_release", release_story).await;
-}
-
-#[tokio::test]
-async fn postgres_cancel() {
-    with_postgres("postgres_cancel", cancel_story).await;
-}
-
-#[tokio::test]
-async fn postgres_retry_all() {
-    with_postgres("postgres_retry_all", retry_all_story).await;
-}
-
-#[tokio::test]
-async fn postgres_purge_dry_run() {
-    with_postgres("postgres_purge_dry_run", purge_dry_run_story).await;
-}
-
-#[tokio::test]
-async fn redis_release() {
-    with_redis("redis_release", release_story).await;
-}
-
-#[tokio::test]
-async fn redis_cancel() {
-    with_redis("redis_cancel", cancel_story).await;
-}
-
-#[tokio::test]
-async fn redis_retry_all() {
-    with_redis("redis_retry_all", retry_all_story).await;
-}
-
-#[tokio::test]
-async fn redis_purge_dry_run() {
-    with_redis("redis_purge_dry_run", purge_dry_run_story).await;
-}
+on_each_backend!(
+    release_story,
+    cancel_story,
+    retry_all_story,
+    purge_dry_run_story
+);
