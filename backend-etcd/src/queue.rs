@@ -12,7 +12,7 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -306,6 +306,18 @@ impl QueueBackend for EtcdStore {
                     .sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
                 listed.truncate(limit);
                 Ok(listed)
+            })
+            .await
+    }
+
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        self.runner
+            .run(Reads::default().prefix(self.keys.jobs()), |tx| {
+                Ok(QueueCounts::tally(
+                    self.scan_jobs(tx)
+                        .into_iter()
+                        .map(|job| (job.queue, job.state, 1)),
+                ))
             })
             .await
     }

@@ -15,7 +15,7 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -251,6 +251,16 @@ impl QueueBackend for FileStore {
             listed.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
             listed.truncate(limit);
             Ok(listed)
+        })
+        .await
+    }
+
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        self.read(|document, _| {
+            let jobs = document.decoded_jobs("count_jobs", None, |_| true);
+            Ok(QueueCounts::tally(
+                jobs.into_iter().map(|job| (job.queue, job.state, 1)),
+            ))
         })
         .await
     }

@@ -23,7 +23,7 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -301,6 +301,15 @@ impl QueueBackend for MemoryStore {
             .collect();
         listed.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
         Ok(listed.into_iter().take(limit).cloned().collect())
+    }
+
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        let jobs = self.lock();
+        Ok(QueueCounts::tally(
+            jobs.jobs
+                .all()
+                .map(|job| (job.queue.as_str(), job.state, 1)),
+        ))
     }
 
     async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {

@@ -22,7 +22,7 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
@@ -451,6 +451,33 @@ impl QueueBackend for PgStore {
             })
             .await?;
         Ok(self.jobs_skipping_undecodable("list_jobs", &rows))
+    }
+
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        let rows = self
+            .fetch_all(|| sqlx::query(&self.sql.jobs.count_jobs))
+            .await?;
+        let groups = rows.iter().filter_map(|row| {
+            let group = (
+                row.try_get::<String, _>("queue"),
+                row.try_get::<String, _>("state"),
+                row.try_get::<i64, _>("jobs"),
+            );
+            match group {
+                (Ok(queue), Ok(state), Ok(jobs)) => {
+                    Some((queue, state, u64::try_from(jobs).unwrap_or(0)))
+                }
+                _ => {
+                    tracing::warn!(
+                        schema = self.schema(),
+                        "count_jobs left out a group of jobs it cannot decode; they need an \
+                         operator's attention"
+                    );
+                    None
+                }
+            }
+        });
+        Ok(rules::count_stored_states("postgres", groups))
     }
 
     async fn retry_dead_letter(&self, id: Checked<&str>) -> Result<OperatorRetry> {

@@ -197,6 +197,8 @@ pub(crate) struct JobStatements {
     pub(crate) list_dead_letters: String,
     /// `$1` queue, `$2` state or NULL for any, `$3` limit.
     pub(crate) list_jobs: String,
+    /// Every queue's jobs counted by state: `queue`, `state`, `jobs`.
+    pub(crate) count_jobs: String,
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
     /// `$1` retention → `purged`, the count of deleted finished jobs whose
@@ -319,6 +321,9 @@ impl JobStatements {
                 "SELECT {job} FROM {s}.jobs j WHERE j.queue = $1 \
                    AND ($2::text IS NULL OR j.state = $2::text) \
                  ORDER BY j.created_at, j.id LIMIT $3"
+            ),
+            count_jobs: format!(
+                "SELECT queue, state, count(*) AS jobs FROM {s}.jobs GROUP BY queue, state"
             ),
             retry_dead_letter: format!(
                 "UPDATE {s}.jobs j SET state = 'queued', dead_reason = NULL, attempt = 0, \

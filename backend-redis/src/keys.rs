@@ -108,13 +108,24 @@ impl Keys {
     /// A `SCAN MATCH` pattern for every key of the namespace, glob
     /// characters of the namespace escaped.
     pub(crate) fn pattern(&self) -> String {
-        let mut pattern = String::with_capacity(self.prefix.len() + 8);
+        self.pattern_of("")
+    }
+
+    /// A `SCAN MATCH` pattern for every job hash of the namespace.
+    pub(crate) fn jobs_pattern(&self) -> String {
+        self.pattern_of("job:")
+    }
+
+    /// The prefix, glob characters escaped, then `family`, then `*`.
+    fn pattern_of(&self, family: &str) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + family.len() + 8);
         for character in self.prefix.chars() {
             if matches!(character, '*' | '?' | '[' | ']' | '\\') {
                 pattern.push('\\');
             }
             pattern.push(character);
         }
+        pattern.push_str(family);
         pattern.push('*');
         pattern
     }
@@ -154,5 +165,6 @@ mod tests {
             Keys::new("a*b?[c]\\").pattern(),
             "tenure:{a\\*b\\?\\[c\\]\\\\}:*"
         );
+        assert_eq!(Keys::new("a*b").jobs_pattern(), "tenure:{a\\*b}:job:*");
     }
 }

@@ -261,8 +261,9 @@ pub const RENEW_BATCH: usize = 1000;
 /// (`purge_jobs`, `purge_fences`).
 const PURGE_BATCH: usize = 1000;
 
-/// Most keys asked for by one `SCAN` step of [`RedisStore::delete_namespace`].
-const SCAN_COUNT: usize = 1000;
+/// Most keys asked for by one `SCAN` step (of [`RedisStore::delete_namespace`]
+/// and of `count_jobs`).
+pub(crate) const SCAN_COUNT: usize = 1000;
 
 /// The Redis store. Cloning shares the connection.
 #[derive(Clone)]

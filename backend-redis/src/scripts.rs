@@ -188,6 +188,12 @@ const SOURCES: &[(&str, Family, Access, &str)] = &[
         include_str!("lua/list_jobs.lua"),
     ),
     (
+        "count_jobs",
+        Family::Queue,
+        Access::Read,
+        include_str!("lua/count_jobs.lua"),
+    ),
+    (
         "retry_dead_letter",
         Family::Queue,
         Access::Write,
@@ -334,6 +340,7 @@ pub(crate) struct Scripts {
     pub(crate) take_back: Op,
     pub(crate) list_dead_letters: Op,
     pub(crate) list_jobs: Op,
+    pub(crate) count_jobs: Op,
     pub(crate) retry_dead_letter: Op,
     pub(crate) purge_jobs: Op,
     pub(crate) check_fence: Op,
@@ -417,6 +424,7 @@ fn build() -> Scripts {
         take_back: op("take_back"),
         list_dead_letters: op("list_dead_letters"),
         list_jobs: op("list_jobs"),
+        count_jobs: op("count_jobs"),
         retry_dead_letter: op("retry_dead_letter"),
         purge_jobs: op("purge_jobs"),
         check_fence: op("check_fence"),

@@ -13,7 +13,7 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::Result;
 
@@ -212,6 +212,12 @@ impl QueueBackend for SqliteStore {
             .run(move |session| {
                 session.read(|connection, _| queue_ops::list_jobs(connection, &queue, state, limit))
             })
+            .await
+    }
+
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        self.connection
+            .run(|session| session.read(|connection, _| queue_ops::count_jobs(connection)))
             .await
     }
 

@@ -154,11 +154,18 @@ enum Command {
     ///
     /// With --dry-run nothing is deleted: it checks the retention as purge
     /// does (at most 100 years), names the cutoff by the store's clock, and
-    /// counts what would go where the stores can list it: the jobs of each
-    /// --queue, and the lease records naming each --scope. The stores have
-    /// no listing of every finished record or of every queue, so a count
-    /// of the whole store is not available without deleting.
+    /// counts the jobs that would go, of every queue or of each --queue,
+    /// and the lease records that would go naming each --scope (the stores
+    /// list finished lease records per scope only, so the lease records of
+    /// the whole store are not counted).
     Purge(PurgeArgs),
+    /// Every queue with a job, its jobs counted by state (queued, claimed,
+    /// completed, dead-lettered), in name order.
+    Queues {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// List a queue's jobs, oldest first: all of them, one state, or its
     /// dead letters.
     Jobs(JobsArgs),
@@ -320,7 +327,7 @@ struct PurgeArgs {
     #[arg(long)]
     dry_run: bool,
     /// With --dry-run: count the completed and dead-lettered jobs of this
-    /// queue that would go (repeatable).
+    /// queue that would go (repeatable; default: every queue).
     #[arg(long, value_name = "Q", requires = "dry_run")]
     queue: Vec<String>,
     /// With --dry-run: count the lease records naming this scope that
@@ -355,7 +362,7 @@ struct RetryArgs {
 
 #[derive(Debug, Args)]
 struct JobsArgs {
-    /// The queue (the stores list jobs per queue).
+    /// The queue (`tenure queues` lists them).
     #[arg(long, value_name = "Q")]
     queue: Option<String>,
     /// Dead-lettered jobs only, oldest update first.
@@ -572,7 +579,11 @@ async fn run(url: &str, command: Command) -> Outcome {
     }
     let read_only = matches!(
         command,
-        Command::Leases(_) | Command::Show { .. } | Command::Jobs(_) | Command::Watch(_)
+        Command::Leases(_)
+            | Command::Show { .. }
+            | Command::Queues { .. }
+            | Command::Jobs(_)
+            | Command::Watch(_)
     );
     let store = if read_only {
         open_for_reading(url).await?
@@ -587,6 +598,7 @@ async fn run(url: &str, command: Command) -> Outcome {
         Command::Release(args) => release(store, args).await,
         Command::Cancel(args) => cancel(store, args).await,
         Command::Purge(args) => purge(store, args).await,
+        Command::Queues { json } => queues(store, json).await,
         Command::Jobs(args) => jobs(store, args).await,
         Command::Retry(args) => match (args.job, args.queue) {
             (Some(job), _) => retry(store, &job).await,
@@ -982,8 +994,20 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
             }
         }
     }
+    // Every queue with a finished job, unless the operator named some.
+    let named = if args.queue.is_empty() {
+        store
+            .count_jobs()
+            .await?
+            .into_iter()
+            .filter(|counts| counts.completed + counts.dead_lettered > 0)
+            .map(|counts| counts.queue)
+            .collect()
+    } else {
+        args.queue.clone()
+    };
     let mut queues = Vec::new();
-    for queue in &args.queue {
+    for queue in &named {
         let mut count = 0_usize;
         let mut partial = false;
         for state in [JobState::Completed, JobState::DeadLettered] {
@@ -1038,20 +1062,43 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
         let at_least = if *partial { "at least " } else { "" };
         println!("would delete {at_least}{count} jobs of queue {queue:?}");
     }
-    if args.scope.is_empty() && args.queue.is_empty() {
+    if queues.is_empty() {
+        println!("would delete no job: no queue holds a finished job");
+    }
+    if args.scope.is_empty() {
         println!(
-            "Not counted: the stores list neither every finished record nor every queue; \
-             count per scope with --scope S and per queue with --queue Q."
+            "Lease records not counted: the stores list finished records per scope only; \
+             count them with --scope S."
         );
     }
     println!("Nothing was deleted.");
     Ok(())
 }
 
+async fn queues(store: &dyn Store, json: bool) -> Outcome {
+    let queues = store.count_jobs().await?;
+    if json {
+        return print_json(&queues);
+    }
+    let mut table = Table::new(["QUEUE", "QUEUED", "CLAIMED", "COMPLETED", "DEAD", "TOTAL"]);
+    for counts in &queues {
+        table.row([
+            counts.queue.clone(),
+            counts.queued.to_string(),
+            counts.claimed.to_string(),
+            counts.completed.to_string(),
+            counts.dead_lettered.to_string(),
+            counts.total().to_string(),
+        ]);
+    }
+    print!("{}", table.render_or("no queue holds a job\n"));
+    Ok(())
+}
+
 async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
     let Some(queue) = args.queue else {
         return Err(Failure::Usage(
-            "name the queue: tenure jobs --queue Q (the stores list jobs per queue)".to_owned(),
+            "name the queue: tenure jobs --queue Q (tenure queues lists every queue)".to_owned(),
         ));
     };
     let jobs = if args.dead {

@@ -397,6 +397,7 @@ define_cases! {$
         queue::reap::queue_reap_requeues_or_dead_letters_by_attempts_left,
         queue::reap::queue_dead_letters_listed_and_retried,
         queue::list_jobs::queue_list_jobs_by_state_oldest_first,
+        queue::list_jobs::queue_counts_name_every_queue_with_its_jobs_by_state,
         queue::list_jobs::queue_listings_filter_before_the_limit_and_break_ties_by_id,
         queue::list_jobs::queue_listings_match_the_reference_at_every_limit,
         queue::names::queue_tricky_names_never_collide,

@@ -60,7 +60,7 @@ use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -287,6 +287,8 @@ pub enum AnswerView<'a> {
     TakeBack(&'a TakeBack),
     /// Of [`JobQueue::retry_dead_letter`].
     OperatorRetry(&'a OperatorRetry),
+    /// Of [`JobQueue::count_jobs`].
+    QueueCounts(&'a [QueueCounts]),
     /// Of [`FenceStore::check_fence`].
     FenceCheck(&'a FenceCheck),
     /// Of [`FenceStore::highest_fence`].
@@ -871,6 +873,11 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
             .await
     }
 
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+        let operation = Operation::named("count_jobs", Input::Plain);
+        self.hook.call(operation, self.inner.count_jobs()).await
+    }
+
     async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
         let operation = Operation::on("retry_dead_letter", id, Input::Plain);
         self.hook
@@ -971,6 +978,7 @@ answer! {
     }, view AnswerView::Settles(std::slice::from_ref(answer));
     Vec<JobSettle> => |_answer| "answered", view AnswerView::Settles(_answer);
     ReapReport => |_answer| "reaped", view AnswerView::Reaped(_answer);
+    Vec<QueueCounts> => |_answer| "counted", view AnswerView::QueueCounts(_answer);
     TakeBack => |answer| match answer {
         TakeBack::Taken(_) => "taken",
         TakeBack::NotTaken(_) => "not_taken",

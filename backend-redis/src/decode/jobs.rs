@@ -14,7 +14,7 @@ use tenure_lease_core::queue::{
 };
 use tenure_lease_core::{Error, Result, Timestamp};
 
-use super::{array, malformed, micros, raw, script_skips, unknown, Parts, RawRecord};
+use super::{array, bytes, malformed, micros, raw, script_skips, text, unknown, Parts, RawRecord};
 
 impl Parts {
     fn job(&mut self) -> Result<Job> {
@@ -275,6 +275,32 @@ pub(crate) fn jobs(reply: Value) -> Result<Vec<Job>> {
         .collect()
 }
 
+/// A job hash's key, queue and state, as one page of `count_jobs.lua`
+/// answers it.
+pub(crate) type CountedJob = (Vec<u8>, String, String);
+
+/// The reply of `count_jobs.lua`: the next cursor, then a [`CountedJob`]
+/// for each job hash of the page, `queue` and `state` empty where the key
+/// does not hold them as UTF-8 strings.
+pub(crate) fn count_page(reply: Value) -> Result<(String, Vec<CountedJob>)> {
+    let mut parts = array(reply)?.into_iter();
+    let (Some(cursor), Some(found), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(malformed("count_jobs answers a cursor and a page"));
+    };
+    let mut found = array(found)?.into_iter();
+    let mut page = Vec::new();
+    while let Some(key) = found.next() {
+        let (Some(queue), Some(state)) = (found.next(), found.next()) else {
+            return Err(malformed(
+                "count_jobs answers key, queue and state together",
+            ));
+        };
+        let utf8 = |value| bytes(value).map(|raw| String::from_utf8(raw).unwrap_or_default());
+        page.push((bytes(key)?, utf8(queue)?, utf8(state)?));
+    }
+    Ok((text(cursor)?, page))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +365,35 @@ mod tests {
         let error = jobs(Value::Array(vec![stored(&fields)])).expect_err("bad state");
         assert_eq!(error.kind(), tenure_lease_core::ErrorKind::Corrupt);
         assert!(error.message().contains("bogus"), "{error}");
+    }
+
+    #[test]
+    fn a_count_page_keeps_unreadable_fields_empty_and_refuses_a_torn_reply() {
+        let page = Value::Array(vec![
+            bulk("17"),
+            Value::Array(vec![
+                bulk("k1"),
+                bulk("mail"),
+                bulk("queued"),
+                bulk("k2"),
+                Value::BulkString(vec![0xff]),
+                bulk(""),
+            ]),
+        ]);
+        let (cursor, found) = count_page(page).expect("a page");
+        assert_eq!(cursor, "17");
+        assert_eq!(
+            found,
+            [
+                (b"k1".to_vec(), "mail".to_owned(), "queued".to_owned()),
+                (b"k2".to_vec(), String::new(), String::new()),
+            ]
+        );
+        let torn = Value::Array(vec![
+            bulk("0"),
+            Value::Array(vec![bulk("k1"), bulk("mail")]),
+        ]);
+        let error = count_page(torn).expect_err("torn");
+        assert_eq!(error.kind(), tenure_lease_core::ErrorKind::Corrupt);
     }
 }

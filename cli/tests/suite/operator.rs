@@ -1,6 +1,7 @@
 //! The operator's repairs of issue 31 end to end, on every backend:
 //! `release` of a lease under its claim, `cancel` of a run whose owner is
-//! gone, `retry --all --queue Q`, and the counts of `purge --dry-run`.
+//! gone, `retry --all --queue Q`, the counts of `purge --dry-run`, and
+//! `queues`.
 //! Each checks what the binary printed, its exit code, and what the store
 //! holds afterwards.
 
@@ -399,10 +400,26 @@ async fn purge_dry_run_story(subject: Subject) {
     ));
     assert_eq!(young["leases"], 0, "{young}");
     assert_eq!(young["jobs"]["mail"]["count"], 0, "{young}");
+    // No --queue: every queue with a finished job.
+    let every = json(&mut tenure(
+        &url,
+        &["purge", "--older-than", "0s", "--dry-run", "--json"],
+    ));
+    assert_eq!(every["jobs"]["mail"]["count"], 2, "{every}");
+    assert_eq!(
+        every["jobs"].as_object().map(serde_json::Map::len),
+        Some(1),
+        "{every}"
+    );
+    assert_eq!(every["leases"], serde_json::Value::Null, "{every}");
     tenure(&url, &["purge", "--older-than", "0s", "--dry-run"])
         .assert()
         .success()
-        .stdout(contains("Not counted").and(contains("Nothing was deleted")));
+        .stdout(
+            contains("would delete 2 jobs of queue \"mail\"")
+                .and(contains("Lease records not counted"))
+                .and(contains("Nothing was deleted")),
+        );
     assert!(
         store.get("run-1").await.unwrap().is_some(),
         "a dry run deletes nothing"
@@ -417,6 +434,54 @@ async fn purge_dry_run_story(subject: Subject) {
     ));
     assert_eq!(purged["leases"], 3, "{purged}");
     assert_eq!(purged["jobs"], 2, "{purged}");
+}
+
+/// `queues`: every queue with a job, counted by state, in name order, as a
+/// table and as JSON; an empty store says so; read-only.
+async fn queues_story(subject: Subject) {
+    let url = subject.url.clone();
+    tenure(&url, &["queues"])
+        .assert()
+        .success()
+        .stdout(contains("no queue holds a job"));
+    dead_letters(&subject, "mail", 2).await;
+    let store = &subject.store;
+    for id in ["a-1", "a-2", "a-3"] {
+        store
+            .enqueue(&NewJob::new("archive", serde_json::json!({})).id(id))
+            .await
+            .expect("enqueued");
+    }
+    store
+        .claim(&ClaimRequest::new("archive", "worker-a", HOUR))
+        .await
+        .expect("claimed");
+
+    let table = stdout(&mut tenure(&url, &["queues"]));
+    let lines: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["QUEUE", "QUEUED", "CLAIMED", "COMPLETED", "DEAD", "TOTAL"],
+            vec!["archive", "2", "1", "0", "0", "3"],
+            vec!["mail", "0", "0", "0", "2", "2"],
+        ],
+        "{table}"
+    );
+    let counted = json(&mut tenure(&url, &["queues", "--json"]));
+    assert_eq!(counted[0]["queue"], "archive", "{counted}");
+    assert_eq!(counted[0]["queued"], 2, "{counted}");
+    assert_eq!(counted[0]["claimed"], 1, "{counted}");
+    assert_eq!(counted[1]["queue"], "mail", "{counted}");
+    assert_eq!(counted[1]["dead_lettered"], 2, "{counted}");
+    assert_eq!(counted.as_array().map(Vec::len), Some(2), "{counted}");
+    tenure(&url, &["jobs"])
+        .assert()
+        .code(2)
+        .stderr(contains("tenure queues lists every queue"));
 }
 
 /// One module per story, a test per backend: `story::sqlite`,
@@ -448,5 +513,6 @@ on_each_backend!(
     release_story,
     cancel_story,
     retry_all_story,
-    purge_dry_run_story
+    purge_dry_run_story,
+    queues_story
 );

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
 use crate::queue::{
-    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, TakeBackRefusal,
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, QueueCounts, TakeBackRefusal,
 };
 
 pub use crate::limits::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES, MAX_REAP};
@@ -30,6 +30,33 @@ pub fn stored_attempt_count(field: &str, count: u32) -> Result<u32, String> {
         ));
     }
     Ok(count)
+}
+
+/// [`count_jobs`](crate::JobQueue::count_jobs)'s answer from `(queue,
+/// state, count)` rows as a store keeps them, the state by its stored name
+/// ([`JobState::as_str`]), a queue's states possibly on several rows. A row
+/// whose state is no state's name is left out, with a warning naming
+/// `backend`: the contract never writes one, so it is damage.
+pub fn count_stored_states(
+    backend: &str,
+    rows: impl IntoIterator<Item = (String, String, u64)>,
+) -> Vec<QueueCounts> {
+    QueueCounts::tally(rows.into_iter().filter_map(|(queue, state, count)| {
+        match state.parse::<JobState>() {
+            Ok(state) => Some((queue, state, count)),
+            Err(_) => {
+                tracing::warn!(
+                    backend,
+                    queue = %queue,
+                    state = %state,
+                    jobs = count,
+                    "count_jobs left out jobs whose stored state is no state's name; they \
+                     need an operator's attention"
+                );
+                None
+            }
+        }
+    }))
 }
 
 /// The job `enqueue` stores.

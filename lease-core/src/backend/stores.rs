@@ -32,7 +32,7 @@ use crate::fence::FenceCheck;
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -317,6 +317,13 @@ pub trait QueueBackend: LeaseBackend {
         state: Option<JobState>,
         limit: Checked<usize>,
     ) -> Result<Vec<Job>>;
+
+    /// [`JobQueue::count_jobs`](crate::JobQueue::count_jobs).
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>>;
 
     /// [`JobQueue::retry_dead_letter`](crate::JobQueue::retry_dead_letter).
     ///
@@ -800,6 +807,15 @@ pub mod front {
         .await
     }
 
+    /// Runs [`QueueBackend::count_jobs`] (it takes no input to check).
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn count_jobs<B: QueueBackend>(backend: &B) -> Result<Vec<QueueCounts>> {
+        within(backend, "count_jobs", backend.count_jobs()).await
+    }
+
     /// Checks and runs [`QueueBackend::retry_dead_letter`].
     ///
     /// # Errors
@@ -1056,6 +1072,11 @@ macro_rules! serve_job_queue {
                 limit: usize,
             ) -> $crate::Result<::std::vec::Vec<$crate::queue::Job>> {
                 $crate::backend::stores::front::list_jobs(self, queue, state, limit).await
+            }
+            async fn count_jobs(
+                &self,
+            ) -> $crate::Result<::std::vec::Vec<$crate::queue::QueueCounts>> {
+                $crate::backend::stores::front::count_jobs(self).await
             }
             async fn retry_dead_letter(
                 &self,

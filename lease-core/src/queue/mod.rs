@@ -13,7 +13,7 @@ mod types;
 
 pub use types::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
-    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    JobSettle, JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, TakeBackRefusal,
     DEFAULT_MAX_ATTEMPTS,
 };
 
@@ -366,6 +366,29 @@ pub trait JobQueue: LeaseStore {
         limit: usize,
     ) -> Result<Vec<Job>>;
 
+    /// Every queue holding at least one job, with its jobs counted by
+    /// state, ordered by queue name (byte order); an empty store answers
+    /// an empty list ([contract §9](crate::contract)). The operator's
+    /// overview (`tenure queues`), not a worker's read: it reads every job
+    /// (or, on the SQL stores, every row of the jobs' index), so its cost
+    /// grows with the store's jobs.
+    ///
+    /// Memory, SQLite, the file store, etcd and PostgreSQL count in one
+    /// snapshot. Redis walks the namespace with `SCAN` a page at a time,
+    /// so a job that changes state during the walk is counted in its old
+    /// state or its new one, and one enqueued or purged meanwhile may or
+    /// may not be counted; a quiet queue is counted exactly. A job that
+    /// cannot be decoded is left out, with a warning in the log.
+    ///
+    /// # Errors
+    ///
+    /// The [store errors](LeaseStore#store-errors).
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
+    async fn count_jobs(&self) -> Result<Vec<QueueCounts>>;
+
     /// An operator's retry of a dead letter: back to the queue with its
     /// attempts reset, visible at once. A job that is not dead-lettered is
     /// answered [`OperatorRetry::NotDeadLettered`], nothing changed.
@@ -467,6 +490,9 @@ macro_rules! forward_job_queue {
             }
             async fn list_jobs(&self, queue: &str, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
                 (**self).list_jobs(queue, state, limit).await
+            }
+            async fn count_jobs(&self) -> Result<Vec<QueueCounts>> {
+                (**self).count_jobs().await
             }
             async fn retry_dead_letter(&self, id: &str) -> Result<OperatorRetry> {
                 (**self).retry_dead_letter(id).await

@@ -387,6 +387,98 @@ pub enum FailAction {
     DeadLetter,
 }
 
+/// How many jobs one queue holds in each state: a line of
+/// [`count_jobs`](super::JobQueue::count_jobs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// The queue.
+    pub queue: String,
+    /// Waiting in the queue, visible or not yet.
+    pub queued: u64,
+    /// Held by a worker.
+    pub claimed: u64,
+    /// Finished well (until purged).
+    pub completed: u64,
+    /// Given up on (until retried or purged).
+    pub dead_lettered: u64,
+}
+
+impl QueueCounts {
+    /// A queue with no job counted yet.
+    pub fn new(queue: impl Into<String>) -> Self {
+        QueueCounts {
+            queue: queue.into(),
+            queued: 0,
+            claimed: 0,
+            completed: 0,
+            dead_lettered: 0,
+        }
+    }
+
+    /// The count of `state`.
+    pub fn get(&self, state: JobState) -> u64 {
+        match state {
+            JobState::Queued => self.queued,
+            JobState::Claimed => self.claimed,
+            JobState::Completed => self.completed,
+            JobState::DeadLettered => self.dead_lettered,
+        }
+    }
+
+    /// Adds `count` jobs in `state`.
+    pub fn add(&mut self, state: JobState, count: u64) {
+        let slot = match state {
+            JobState::Queued => &mut self.queued,
+            JobState::Claimed => &mut self.claimed,
+            JobState::Completed => &mut self.completed,
+            JobState::DeadLettered => &mut self.dead_lettered,
+        };
+        *slot = slot.saturating_add(count);
+    }
+
+    /// Every job of the queue, whatever its state.
+    pub fn total(&self) -> u64 {
+        JobState::ALL
+            .iter()
+            .fold(0_u64, |total, state| total.saturating_add(self.get(*state)))
+    }
+
+    /// Gathers `(queue, state, count)` rows, a queue's states possibly on
+    /// several rows, into one line per queue with a job, ordered by queue
+    /// name (byte order): the answer of
+    /// [`count_jobs`](super::JobQueue::count_jobs).
+    ///
+    /// ```
+    /// use tenure_lease_core::queue::{JobState, QueueCounts};
+    ///
+    /// let counts = QueueCounts::tally([
+    ///     ("mail", JobState::Queued, 2),
+    ///     ("Mail", JobState::Claimed, 1),
+    ///     ("mail", JobState::DeadLettered, 1),
+    ///     ("empty", JobState::Completed, 0),
+    /// ]);
+    /// // Byte order: upper case first; no line for a queue without a job.
+    /// assert_eq!(counts.len(), 2);
+    /// assert_eq!((counts[0].queue.as_str(), counts[0].total()), ("Mail", 1));
+    /// assert_eq!((counts[1].queued, counts[1].dead_lettered), (2, 1));
+    /// ```
+    pub fn tally<Q: Into<String>>(rows: impl IntoIterator<Item = (Q, JobState, u64)>) -> Vec<Self> {
+        let mut queues = std::collections::BTreeMap::<String, QueueCounts>::new();
+        for (queue, state, count) in rows {
+            let queue = queue.into();
+            queues
+                .entry(queue.clone())
+                .or_insert_with(|| QueueCounts::new(queue))
+                .add(state, count);
+        }
+        queues
+            .into_values()
+            .filter(|counts| counts.total() > 0)
+            .collect()
+    }
+}
+
 /// What [`reap`](super::JobQueue::reap) did.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ReapReport {

@@ -1,7 +1,7 @@
 //! `list_jobs`: the operator's view of a queue, by state, oldest first.
 
 use serde_json::json;
-use tenure_lease_core::queue::{FailAction, Job, JobState, NewJob};
+use tenure_lease_core::queue::{FailAction, Job, JobState, NewJob, QueueCounts};
 use tenure_lease_core::JobQueue;
 
 use super::{enqueue, enqueue_and_claim, get_job, job, settled, QUEUE, TICK};
@@ -92,6 +92,62 @@ pub async fn queue_list_jobs_by_state_oldest_first<S: JobQueue + 'static>(
         "queue",
         "list_jobs: empty queue",
     )?;
+    Ok(())
+}
+
+/// `count_jobs` answers every queue with a job, its jobs counted by state
+/// (queued visible or not, claimed, completed, dead-lettered), in queue
+/// name order, and nothing for an empty store; a queue whose last job is
+/// purged is no longer answered.
+pub async fn queue_counts_name_every_queue_with_its_jobs_by_state<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    ensure_eq!(
+        ctx.store.count_jobs().await?,
+        Vec::<QueueCounts>::new(),
+        "an empty store counts no queue"
+    );
+    let done = enqueue_and_claim(&ctx, job("done"), "worker-a", LONG_TTL).await?;
+    settled(&ctx, ctx.store.complete(&done.claim).await?, "complete").await?;
+    let dead = enqueue_and_claim(&ctx, job("dead"), "worker-a", LONG_TTL).await?;
+    let failed = ctx
+        .store
+        .fail(&dead.claim, "broken", FailAction::DeadLetter)
+        .await?;
+    settled(&ctx, failed, "fail with dead-letter").await?;
+    enqueue_and_claim(&ctx, job("held"), "worker-a", LONG_TTL).await?;
+    enqueue(&ctx, job("ready")).await?;
+    let tomorrow = ctx.store.now().await? + chrono::TimeDelta::days(1);
+    enqueue(&ctx, job("later").run_at(tomorrow)).await?;
+    // Sorted before QUEUE ("jobs") by name, after it by creation.
+    enqueue(&ctx, NewJob::new("archive", json!(1)).id("elsewhere")).await?;
+    let gone = NewJob::new("z-drained", json!(1)).id("gone");
+    let gone = enqueue_and_claim(&ctx, gone, "worker-a", LONG_TTL).await?;
+    settled(&ctx, ctx.store.complete(&gone.claim).await?, "complete").await?;
+
+    let counts = |queue: &str, [queued, claimed, completed, dead_lettered]: [u64; 4]| {
+        let mut counts = QueueCounts::new(queue);
+        counts.add(JobState::Queued, queued);
+        counts.add(JobState::Claimed, claimed);
+        counts.add(JobState::Completed, completed);
+        counts.add(JobState::DeadLettered, dead_lettered);
+        counts
+    };
+    ensure_eq!(
+        ctx.store.count_jobs().await?,
+        [
+            counts("archive", [1, 0, 0, 0]),
+            counts(QUEUE, [2, 1, 1, 1]),
+            counts("z-drained", [0, 0, 1, 0]),
+        ],
+        "every queue counted by state, in name order"
+    );
+    ctx.store.purge_jobs(std::time::Duration::ZERO).await?;
+    ensure_eq!(
+        ctx.store.count_jobs().await?,
+        [counts("archive", [1, 0, 0, 0]), counts(QUEUE, [2, 1, 0, 0])],
+        "after a purge of every finished job: the drained queue is gone"
+    );
     Ok(())
 }
 

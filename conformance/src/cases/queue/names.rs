@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 use tenure_lease_core::backend::validate::MAX_NAME_BYTES;
-use tenure_lease_core::queue::{ClaimRequest, JobState, NewJob};
+use tenure_lease_core::queue::{ClaimRequest, JobState, NewJob, QueueCounts};
 use tenure_lease_core::JobQueue;
 
 use super::{get_job, ids, settled};
@@ -76,7 +76,8 @@ fn worker_for(name: &str) -> String {
 /// and only with exactly its capability (every other name, those differing
 /// only in case, in a trailing space or in normalisation among them, is not
 /// it); the claim's owner reads back verbatim; each queue lists its own job
-/// alone, before and after it completes.
+/// alone, before and after it completes, and is counted apart from every
+/// other.
 pub async fn queue_tricky_names_never_collide<S: JobQueue + 'static>(ctx: Ctx<S>) -> CaseResult {
     let names = names();
     for name in &names {
@@ -95,6 +96,23 @@ pub async fn queue_tricky_names_never_collide<S: JobQueue + 'static>(ctx: Ctx<S>
             "enqueue answers the requirement verbatim"
         );
     }
+    let each_once = |state: JobState| {
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted
+            .into_iter()
+            .map(|name| {
+                let mut counts = QueueCounts::new(name);
+                counts.add(state, 1);
+                counts
+            })
+            .collect::<Vec<_>>()
+    };
+    ensure_eq!(
+        ctx.store.count_jobs().await?,
+        each_once(JobState::Queued),
+        "count_jobs counts each queue's one queued job apart, in name order"
+    );
     for name in &names {
         let stored = get_job(&ctx, name).await?;
         ensure_eq!(
@@ -162,5 +180,10 @@ pub async fn queue_tricky_names_never_collide<S: JobQueue + 'static>(ctx: Ctx<S>
             "queue {name:?} lists its own completed job alone"
         );
     }
+    ensure_eq!(
+        ctx.store.count_jobs().await?,
+        each_once(JobState::Completed),
+        "count_jobs counts each queue's one completed job apart, in name order"
+    );
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tenure_lease_core::queue::{
-    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, TakeBackRefusal,
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, QueueCounts, TakeBackRefusal,
 };
 use tenure_lease_core::{clock, Timestamp};
 
@@ -300,6 +300,15 @@ impl Model {
         self.jobs
             .retain(|_, job| !matches!(job.state, JobState::Completed | JobState::DeadLettered));
         (before - self.jobs.len()) as u64
+    }
+
+    /// `count_jobs`: every queue with a job, its jobs counted by state.
+    pub(crate) fn count_jobs(&self) -> Vec<QueueCounts> {
+        QueueCounts::tally(
+            self.jobs
+                .values()
+                .map(|job| (job.queue.as_str(), job.state, 1)),
+        )
     }
 
     /// `list_jobs`: the jobs of `queue` (in `state`, if given), oldest

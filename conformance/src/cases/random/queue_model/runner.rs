@@ -761,11 +761,29 @@ impl<S: JobQueue> Run<'_, S> {
         }
     }
 
-    /// Reads every job of the run back and compares it whole, then every
-    /// listing of every queue: each state filter and none, each limit of
-    /// [`LISTING_LIMITS`], and the dead letters.
+    /// Reads every job of the run back and compares it whole, then the
+    /// counts of every queue, then every listing of every queue: each
+    /// state filter and none, each limit of [`LISTING_LIMITS`], and the
+    /// dead letters.
     async fn audit(&self, step: usize) -> Result<(), String> {
         self.audit_jobs(step).await?;
+        // The store holds the earlier runs' queues too.
+        let ours: Vec<String> = (0..QUEUES).map(|index| self.queue(index)).collect();
+        let mut counted = self
+            .ctx
+            .store
+            .count_jobs()
+            .await
+            .map_err(|error| store_error("count_jobs", &error))?;
+        counted.retain(|counts| ours.contains(&counts.queue));
+        let expected = self.model.count_jobs();
+        if counted != expected {
+            return Err(differs(
+                &format!("after step {step}, count_jobs()"),
+                &counted,
+                &expected,
+            ));
+        }
         for queue in (0..QUEUES).map(|index| self.queue(index)) {
             for &limit in &LISTING_LIMITS {
                 for state in std::iter::once(None).chain(JobState::ALL.into_iter().map(Some)) {
