@@ -93,7 +93,12 @@
 //! [`ErrorKind::Unavailable`] (retryable) naming the address, database and
 //! user (never the password) and the cause (`connection refused`, no
 //! answer in time); an unknown database or role, a refused login or a
-//! missing privilege is [`ErrorKind::Config`], not worth retrying.
+//! missing privilege is [`ErrorKind::Config`], not worth retrying. Before
+//! that connection a short probe sends PostgreSQL's opening request and
+//! reads its one-byte answer: a server at the port that speaks another
+//! protocol (Redis at 6379 stays silent) is refused within 2 s, or at
+//! once when it answers something no PostgreSQL server sends, instead of
+//! holding the connect for the whole acquire timeout.
 //!
 //! ## Migrations
 //!
@@ -668,6 +673,23 @@ async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgCo
         options.get_database().unwrap_or_default(),
         options.get_username()
     );
+    if !options.get_host().starts_with('/') {
+        speaks_postgres(
+            options.get_host(),
+            options.get_port(),
+            wait.min(FIRST_REPLY_WAIT),
+        )
+        .await
+        .map_err(|error| {
+            Error::new(
+                error.kind(),
+                format!(
+                    "could not connect to PostgreSQL at {address}: {}",
+                    error.message()
+                ),
+            )
+        })?;
+    }
     match tokio::time::timeout(wait, options.connect()).await {
         Ok(Ok(session)) => Ok(session),
         Ok(Err(error)) => {
@@ -686,6 +708,62 @@ async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgCo
         ))
         .with_source(elapsed)),
     }
+}
+
+/// How long a server that took the connection may stay silent after
+/// PostgreSQL's opening request before [`speaks_postgres`] gives up on it: a
+/// PostgreSQL server answers that request at once (it is the first thing it
+/// reads), while another protocol's server at the port (Redis, an HTTP
+/// server) waits for more and would hold the connect for its whole
+/// [`PgStoreConfig::acquire_timeout`].
+const FIRST_REPLY_WAIT: Duration = Duration::from_secs(2);
+
+/// Sends PostgreSQL's opening request (`SSLRequest`) to `host:port` and
+/// reads the one-byte answer every PostgreSQL server gives (`S` or `N`),
+/// so a URL naming another protocol's port fails fast and says so. A
+/// connection that cannot be made is left for the driver to report; the
+/// probe's connection is closed before the driver opens its own (the
+/// server logs nothing for a connection closed there).
+///
+/// # Errors
+///
+/// [`ErrorKind::Config`] for an answer no PostgreSQL server gives;
+/// [`ErrorKind::Unavailable`] for no answer within `wait`.
+async fn speaks_postgres(host: &str, port: u16, wait: Duration) -> Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    /// Length 8, then the `SSLRequest` code 80877103.
+    const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let probe = async {
+        let Ok(mut stream) = tokio::net::TcpStream::connect((host, port)).await else {
+            return Ok(());
+        };
+        let mut answer = [0_u8; 1];
+        if stream.write_all(&SSL_REQUEST).await.is_err()
+            || stream.read_exact(&mut answer).await.is_err()
+        {
+            // Closed or reset by the server: the driver reports it.
+            return Ok(());
+        }
+        match answer[0] {
+            b'S' | b'N' => Ok(()),
+            other => Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "the server at port {port} answered PostgreSQL's opening request with \
+                     {:?}, which no PostgreSQL server sends: check the URL's port",
+                    char::from(other)
+                ),
+            )),
+        }
+    };
+    tokio::time::timeout(wait, probe).await.unwrap_or_else(|_| {
+        Err(Error::unavailable(format!(
+            "the server at port {port} took the connection but gave no answer to PostgreSQL's \
+             opening request within {wait:?}: check that the URL's port is PostgreSQL's \
+             (another protocol's server, such as Redis at 6379, waits silently), or that \
+             the server is not overloaded"
+        )))
+    })
 }
 
 /// Checks, without changing anything, that `schema` carries exactly the

@@ -130,6 +130,54 @@ async fn silent_server_is_unavailable_after_the_acquire_timeout() {
     drop(listener);
 }
 
+/// Another protocol's server at the port, silent after PostgreSQL's
+/// opening request as Redis is: refused after the short first-reply wait,
+/// not the whole acquire timeout, with the message naming the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_other_protocol_is_refused_before_the_acquire_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let config = PgStoreConfig::new(format!("postgres://app@127.0.0.1:{port}/jobs"))
+        .acquire_timeout(Duration::from_secs(600));
+    let error = PgStore::connect(config).await.expect_err("silent");
+    let message = error.to_string();
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{message}");
+    assert!(
+        message.contains("opening request within 2s") && message.contains("port"),
+        "{message}"
+    );
+    drop(listener);
+}
+
+/// A server that answers PostgreSQL's opening request with what no
+/// PostgreSQL server sends (here an error line, as a text protocol would)
+/// is a configuration error naming the port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_answering_another_protocol_is_a_config_error() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let server = tokio::spawn(async move {
+        while let Ok((mut connection, _)) = listener.accept().await {
+            let mut request = [0_u8; 8];
+            let _ = connection.read_exact(&mut request).await;
+            let _ = connection.write_all(b"-ERR unknown command\r\n").await;
+        }
+    });
+    let config = PgStoreConfig::new(format!("postgres://app@127.0.0.1:{port}/jobs"));
+    let error = PgStore::connect(config).await.expect_err("not PostgreSQL");
+    let message = error.to_string();
+    assert_eq!(error.kind(), ErrorKind::Config, "{message}");
+    assert!(!error.is_retryable(), "{message}");
+    assert!(
+        message.contains(&format!("127.0.0.1:{port}")) && message.contains("check the URL's port"),
+        "{message}"
+    );
+    server.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_database_or_user_is_a_config_error() {
     let Some(url) = server_url("unknown_database_or_user_is_a_config_error") else {
