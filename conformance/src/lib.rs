@@ -158,6 +158,11 @@ macro_rules! define_cases {
         leases: [$($area:ident :: $module:ident :: $name:ident),* $(,)?]
         queues: [$($queue_area:ident :: $queue_module:ident :: $queue_name:ident),* $(,)?]
         gates: [$($gate_area:ident :: $gate_module:ident :: $gate_name:ident),* $(,)?]
+        variant: {
+            leases: [$($variant_name:ident),* $(,)?]
+            queues: [$($variant_queue_name:ident),* $(,)?]
+            gates: [$($variant_gate_name:ident),* $(,)?]
+        }
     ) => {
         /// Every lease case of the kit ([contract §3 to §8 and
         /// §13](tenure_lease_core::contract)), in order.
@@ -223,6 +228,60 @@ macro_rules! define_cases {
                             $d factory,
                             ::core::stringify!($queue_name),
                             $d crate::queue_cases,
+                        );
+                    }
+                )*
+            };
+        }
+
+        /// The cases a deployment variant of a backend already run whole
+        /// can change, one `#[test]` each, for the variant's factory
+        /// (another isolation level, a role with fewer privileges, another
+        /// topology): every race and concurrent-history case, the
+        /// model-based sequences (every operation, its answers checked
+        /// against the model), the hostile-input cases (every operation's
+        /// refusals), the tricky names (every key and row an identifier
+        /// makes), and the keeper's batch renewal. A variant changes how
+        /// statements run, not what the rules decide, so the cases that
+        /// check one rule in one sequence pass or fail with the backend's
+        /// main run. The store must be a `LeaseStore`, a `JobQueue` and a
+        /// `FenceStore`.
+        ///
+        /// ```ignore
+        /// mod serializable {
+        ///     tenure_conformance::tenure_variant_conformance!(MyFactory::serializable());
+        /// }
+        /// ```
+        #[macro_export]
+        macro_rules! tenure_variant_conformance {
+            ($d factory:expr $d(,)?) => {
+                $(
+                    #[test]
+                    fn $variant_name() {
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($variant_name),
+                            $d crate::cases,
+                        );
+                    }
+                )*
+                $(
+                    #[test]
+                    fn $variant_queue_name() {
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($variant_queue_name),
+                            $d crate::queue_cases,
+                        );
+                    }
+                )*
+                $(
+                    #[test]
+                    fn $variant_gate_name() {
+                        $d crate::run_named_case(
+                            $d factory,
+                            ::core::stringify!($variant_gate_name),
+                            $d crate::gate_cases,
                         );
                     }
                 )*
@@ -440,6 +499,42 @@ define_cases! {$
         gate::input::gate_invalid_input_is_rejected_and_changes_nothing,
         random::gate_model::gate_model_based_random_operations,
     ]
+    variant: {
+        leases: [
+            race_admissions_one_scope_exactly_one_admitted,
+            race_admissions_one_id_exactly_one_admitted,
+            race_admissions_opposite_scope_orders_never_deadlock,
+            race_interrupt_admissions_answer_admitted_or_conflict,
+            race_takeovers_exactly_one_taken,
+            race_renew_vs_takeover_exactly_one_wins,
+            race_terminal_write_vs_takeover_exactly_one_wins,
+            race_renew_vs_interrupt_admission_exactly_one_wins,
+            race_adopters_leave_the_greatest_fence_stored,
+            race_admissions_one_id_overlapping_scopes_answer_already_exists,
+            race_keeper_cancel_anywhere_vs_owner_renewal,
+            race_keeper_cancel_anywhere_vs_peers,
+            concurrent_history_keeps_invariants_and_fences_guard_a_resource,
+            model_based_random_operations,
+            hostile_input_is_rejected_or_answered_never_panics,
+            verbatim_ids_and_scopes_never_collide,
+            renew_many_answers_per_claim,
+            keeper_keeps_a_lease_alive_across_three_ttls,
+        ]
+        queues: [
+            race_queue_claimers_never_share_a_job,
+            race_complete_vs_reap_exactly_one_wins,
+            queue_concurrent_claims_keep_invariants_and_fences_guard_a_resource,
+            queue_model_based_random_operations,
+            queue_hostile_input_is_rejected_or_answered_never_panics,
+            queue_tricky_names_never_collide,
+        ]
+        gates: [
+            race_gate_checks_leave_the_highest_and_refusals_are_truthful,
+            race_gate_climbers_never_land_below_an_accepted_fence,
+            gate_resources_are_independent,
+            gate_model_based_random_operations,
+        ]
+    }
 }
 
 /// Expands to every area of the kit for one factory, each in its own

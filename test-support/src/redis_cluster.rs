@@ -259,9 +259,11 @@ impl PrivateRedisCluster {
         Ok(ready)
     }
 
-    /// Whether every node but the primaries is a replica in sync.
+    /// Whether every node but the primaries is a replica in sync, and the
+    /// primaries count each of them among their connected replicas (a
+    /// replica's link comes up a moment before its primary lists it).
     async fn replicas_in_sync(&self) -> io::Result<bool> {
-        let mut primaries = 0;
+        let (mut primaries, mut replicas, mut listed) = (0, 0_u64, 0_u64);
         for port in self.running_ports() {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
@@ -270,13 +272,20 @@ impl PrivateRedisCluster {
                 .map_err(io::Error::other)?;
             if info.contains("role:master") {
                 primaries += 1;
+                listed += info
+                    .lines()
+                    .find_map(|line| line.strip_prefix("connected_slaves:"))
+                    .and_then(|count| count.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
             } else if !info.contains("master_link_status:up")
                 || info.contains("master_sync_in_progress:1")
             {
                 return Ok(false);
+            } else {
+                replicas += 1;
             }
         }
-        Ok(primaries == self.primaries && self.all_know_each_other().await?)
+        Ok(primaries == self.primaries && listed == replicas && self.all_know_each_other().await?)
     }
 
     /// Kills the primary serving the slot of `key`, promotes its replica

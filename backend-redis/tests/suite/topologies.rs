@@ -1,33 +1,25 @@
-//! Production topologies, each on private servers the test binary starts: the
-//! whole kit (leases, the job queue, fence gates) behind Sentinel and on a
+//! Production topologies, each on private servers the test binary starts:
+//! the kit's cases a topology can change
+//! ([`tenure_variant_conformance!`](tenure_conformance::tenure_variant_conformance):
+//! races, concurrent histories, the model-based sequences of every
+//! operation, hostile input, tricky names) behind Sentinel and on a
 //! three-primary Redis Cluster, a fresh namespace per case (in the cluster
 //! the cases' namespaces spread over the three primaries); the failover
 //! nemesis on a cluster of its own with a replica per primary (Sentinel's
 //! runs in the kit's `nemesis` area); and what a user meets connecting to a
 //! cluster.
 
-/// The kit on the primary three Sentinels name.
+/// The kit's variant cases on the primary three Sentinels name.
 mod sentinel {
-    mod leases {
-        tenure_conformance::tenure_conformance!(
-            crate::common::RedisFactory::behind_private_sentinels()
-        );
-    }
-
-    mod queue {
-        tenure_conformance::tenure_queue_conformance!(
-            crate::common::RedisFactory::behind_private_sentinels()
-        );
-    }
-
-    mod gates {
-        tenure_conformance::tenure_gate_conformance!(
+    mod variant {
+        tenure_conformance::tenure_variant_conformance!(
             crate::common::RedisFactory::behind_private_sentinels()
         );
     }
 }
 
-/// The kit, the failover nemesis and connecting, on Redis Cluster.
+/// The kit's variant cases, the failover nemesis and connecting, on Redis
+/// Cluster.
 mod cluster {
     use tenure_backend_redis::{RedisConfig, RedisStore};
     use tenure_lease_core::tls::TlsCertificates;
@@ -38,18 +30,8 @@ mod cluster {
     use crate::common::RedisFactory;
     use crate::scratch::{admitted, key_prefix, raw_connection};
 
-    mod leases {
-        tenure_conformance::tenure_conformance!(crate::common::RedisFactory::on_private_cluster());
-    }
-
-    mod queue {
-        tenure_conformance::tenure_queue_conformance!(
-            crate::common::RedisFactory::on_private_cluster()
-        );
-    }
-
-    mod gates {
-        tenure_conformance::tenure_gate_conformance!(
+    mod variant {
+        tenure_conformance::tenure_variant_conformance!(
             crate::common::RedisFactory::on_private_cluster()
         );
     }

@@ -390,11 +390,17 @@ impl<S: LeaseStore> Ctx<S> {
         }
     }
 
-    /// Moves the store's clock by at least `by`.
+    /// Moves the store's clock by at least `by`: for ordering instants (a
+    /// later write gets a later stamp). It does not wait out a store's own
+    /// timers ([`ClockControl::Timers`]): a case that must see a lease's
+    /// deadline crossed moves past it with [`advance_past`](Self::advance_past).
     pub async fn advance(&self, by: Duration) -> Result<(), Failure> {
         let now = self.store.now().await?;
-        self.advance_past(tenure_lease_core::clock::add(now, by))
-            .await
+        let instant = tenure_lease_core::clock::add(now, by);
+        match &self.clock {
+            ClockControl::Timers { .. } => self.wait_past(instant).await,
+            _ => self.advance_past(instant).await,
+        }
     }
 }
 

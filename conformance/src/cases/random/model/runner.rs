@@ -255,8 +255,14 @@ impl<S: LeaseStore> Run<'_, S> {
             }
             Op::Jump => {
                 self.note("clock past every lease and grace".to_owned());
+                let now = self
+                    .ctx
+                    .store
+                    .now()
+                    .await
+                    .map_err(|error| error.to_string())?;
                 self.ctx
-                    .advance(LONG_TTL + LONG_GRACE)
+                    .advance_past(clock::add(now, LONG_TTL + LONG_GRACE))
                     .await
                     .map_err(|failure| failure.0)?;
                 self.model.outlive_every_lease();
