@@ -240,9 +240,30 @@ impl LeaseBackend for EtcdStore {
         let terminal_older_than = terminal_older_than.get();
         let prefix = self.keys.records();
         self.delete_in_parts(prefix, |key, bytes, now| {
-            decode::<LeaseRecord>(key, bytes)
-                .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
+            purgeable(key, bytes, terminal_older_than, now)
         })
         .await
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        let prefix = self.keys.records();
+        self.runner
+            .run(Reads::default().prefix(prefix), |tx| {
+                let now = tx.now();
+                Ok(tx
+                    .scan(prefix)
+                    .filter(|(key, bytes)| purgeable(key, bytes, terminal_older_than, now))
+                    .count() as u64)
+            })
+            .await
+    }
+}
+
+/// Whether the stored record at `key` is one `purge` deletes at `now`
+/// ([`rules::purgeable`]); what cannot be decoded cannot be judged, and
+/// stays.
+fn purgeable(key: &str, bytes: &[u8], terminal_older_than: Duration, now: Timestamp) -> bool {
+    decode::<LeaseRecord>(key, bytes)
+        .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
 }

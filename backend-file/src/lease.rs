@@ -244,4 +244,19 @@ impl LeaseBackend for FileStore {
         })
         .await
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        self.read(move |document, now| {
+            Ok(document
+                .records
+                .iter()
+                .filter(|(id, value)| {
+                    document::record(id, value)
+                        .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
+                })
+                .count() as u64)
+        })
+        .await
+    }
 }

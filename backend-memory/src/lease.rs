@@ -173,4 +173,15 @@ impl LeaseBackend for MemoryStore {
             .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
         Ok((before - state.records.len()) as u64)
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        let now = self.now();
+        let state = self.lock();
+        Ok(state
+            .records
+            .values()
+            .filter(|record| rules::purgeable(record, terminal_older_than, now))
+            .count() as u64)
+    }
 }

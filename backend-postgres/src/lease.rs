@@ -399,8 +399,8 @@ impl PgStore {
         Ok(Some((now, decode::trusted_record(&row)?)))
     }
 
-    /// Runs a counting purge `statement` (`$1` the retention, answering
-    /// `purged`) and answers the count.
+    /// Runs a counting purge `statement`, or its dry count (`$1` the
+    /// retention, answering `purged`), and answers the count.
     pub(crate) async fn purge_older_than(
         &self,
         statement: &str,
@@ -682,6 +682,11 @@ impl LeaseBackend for PgStore {
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
         let terminal_older_than = terminal_older_than.get();
         self.purge_older_than(&self.sql.purge, terminal_older_than)
+            .await
+    }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        self.purge_older_than(&self.sql.count_purgeable, terminal_older_than.get())
             .await
     }
 }

@@ -148,6 +148,9 @@ pub(crate) struct Statements {
     /// `$1` retention → `purged`, the count of deleted rows: interrupted
     /// and terminal records last updated at least the retention ago.
     pub(crate) purge: String,
+    /// `$1` retention → `purged`, the count of rows `purge` would delete
+    /// now, deleting nothing.
+    pub(crate) count_purgeable: String,
     /// The job queue's statements.
     pub(crate) jobs: JobStatements,
     /// The fence gates' statements.
@@ -442,6 +445,10 @@ impl Statements {
                 "WITH purged AS (DELETE FROM {s}.leases WHERE status IN {DECODABLE_INACTIVE} \
                    AND updated_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
+            ),
+            count_purgeable: format!(
+                "SELECT count(*) AS purged FROM {s}.leases WHERE status IN {DECODABLE_INACTIVE} \
+                   AND updated_at <= now() - $1::interval"
             ),
             jobs: JobStatements::new(&s, &next_fence),
             gates: GateStatements::new(&s),

@@ -215,4 +215,13 @@ impl LeaseBackend for RedisStore {
             }
         }
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let mut invocation = SCRIPTS.count_purgeable.prepare_invoke();
+        invocation
+            .key(self.keys.terminal())
+            .arg(clock::micros_rounded_up(terminal_older_than.get()));
+        u64::from_redis_value(self.script(&invocation).await?)
+            .map_err(|error| Error::corrupt(format!("count_purgeable.lua answered {error}")))
+    }
 }

@@ -116,6 +116,12 @@ const SOURCES: &[(&str, Family, Access, &str)] = &[
         include_str!("lua/purge.lua"),
     ),
     (
+        "count_purgeable",
+        Family::Lease,
+        Access::Read,
+        include_str!("lua/count_purgeable.lua"),
+    ),
+    (
         "enqueue",
         Family::Queue,
         Access::Write,
@@ -328,6 +334,7 @@ pub(crate) struct Scripts {
     pub(crate) get: Op,
     pub(crate) list_ids: Op,
     pub(crate) purge: Op,
+    pub(crate) count_purgeable: Op,
     pub(crate) enqueue: Op,
     pub(crate) claim: Op,
     pub(crate) renew_job: Op,
@@ -412,6 +419,7 @@ fn build() -> Scripts {
         get: op("get"),
         list_ids: op("list_ids"),
         purge: op("purge"),
+        count_purgeable: op("count_purgeable"),
         enqueue: op("enqueue"),
         claim: op("claim"),
         renew_job: op("renew_job"),

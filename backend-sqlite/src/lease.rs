@@ -136,4 +136,15 @@ impl LeaseBackend for SqliteStore {
             })
             .await
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        self.connection
+            .run(move |session| {
+                session.read(|connection, now| {
+                    lease_ops::count_purgeable(connection, now, terminal_older_than)
+                })
+            })
+            .await
+    }
 }

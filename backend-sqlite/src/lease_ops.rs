@@ -53,6 +53,13 @@ const PURGE: &str = concat!(
     " AND updated_at <= ?1"
 );
 
+/// How many records [`PURGE`] would delete with the same `?1`.
+const COUNT_PURGEABLE: &str = concat!(
+    "SELECT count(*) FROM leases WHERE status IN ",
+    finished_statuses!(),
+    " AND updated_at <= ?1"
+);
+
 /// Walks unfinished records (active, or with a status nobody knows) in
 /// [`rules::expired_order`], those whose expiry cannot be an integer too, so
 /// hand-edited rows are reported in `skipped` instead of silently missed.
@@ -140,6 +147,20 @@ pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duratio
     delete_finished_before(connection, PURGE, now, older_than)
 }
 
+/// How many records [`purge`] would delete at `now`.
+pub(crate) fn count_purgeable(
+    connection: &Connection,
+    now: Timestamp,
+    older_than: Duration,
+) -> Result<u64> {
+    let count: i64 = connection
+        .prepare_cached(COUNT_PURGEABLE)
+        .map_err(map_sqlite_error)?
+        .query_row([finished_cutoff(now, older_than)], |row| row.get(0))
+        .map_err(map_sqlite_error)?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
 /// Runs `delete` (a `DELETE` whose `?1` is the latest `updated_at` to go)
 /// with the cutoff `now - older_than`; answers how many rows went. Shared by
 /// lease and job retention.
@@ -149,15 +170,20 @@ pub(crate) fn delete_finished_before(
     now: Timestamp,
     older_than: Duration,
 ) -> Result<u64> {
-    // Rounded up, so a sub-microsecond retention never purges early.
-    let older_than = tenure_lease_core::clock::micros_rounded_up(older_than);
-    let updated_before = to_micros(now).saturating_sub(older_than);
     let deleted = connection
         .prepare_cached(delete)
         .map_err(map_sqlite_error)?
-        .execute([updated_before])
+        .execute([finished_cutoff(now, older_than)])
         .map_err(map_sqlite_error)?;
     Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
+}
+
+/// The latest `updated_at`, in microseconds, a row finished `older_than`
+/// before `now` may have: rounded up, so a sub-microsecond retention never
+/// purges early.
+fn finished_cutoff(now: Timestamp, older_than: Duration) -> i64 {
+    let older_than = tenure_lease_core::clock::micros_rounded_up(older_than);
+    to_micros(now).saturating_sub(older_than)
 }
 
 /// Whole microseconds, rounded down: bounds computed with it include every
@@ -222,6 +248,10 @@ pub(crate) mod tests {
             (
                 PURGE,
                 "USING INDEX leases_finished_by_update (updated_at<?)",
+            ),
+            (
+                COUNT_PURGEABLE,
+                "USING COVERING INDEX leases_finished_by_update (updated_at<?)",
             ),
         ];
         assert_plans(&expectations, &[LIST_EXPIRED]);

@@ -154,10 +154,8 @@ enum Command {
     ///
     /// With --dry-run nothing is deleted: it checks the retention as purge
     /// does (at most 100 years), names the cutoff by the store's clock, and
-    /// counts the jobs that would go, of every queue or of each --queue,
-    /// and the lease records that would go naming each --scope (the stores
-    /// list finished lease records per scope only, so the lease records of
-    /// the whole store are not counted).
+    /// counts what would go: the lease records (and of them, those naming
+    /// each --scope), and the jobs of every queue (or of each --queue).
     Purge(PurgeArgs),
     /// Every queue with a job, its jobs counted by state (queued, claimed,
     /// completed, dead-lettered), in name order.
@@ -330,7 +328,7 @@ struct PurgeArgs {
     /// queue that would go (repeatable; default: every queue).
     #[arg(long, value_name = "Q", requires = "dry_run")]
     queue: Vec<String>,
-    /// With --dry-run: count the lease records naming this scope that
+    /// With --dry-run: also count the lease records naming this scope that
     /// would go (repeatable).
     #[arg(long, value_name = "S", requires = "dry_run")]
     scope: Vec<String>,
@@ -984,6 +982,7 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
     // Finished (or interrupted) at or before the cutoff: the stores' rule.
     let old_enough = |updated_at: Timestamp| cutoff.is_some_and(|cutoff| updated_at <= cutoff);
 
+    let all_leases = store.count_purgeable(args.older_than).await?;
     let mut leases = std::collections::BTreeSet::new();
     for scope in &args.scope {
         for record in store.list_by_scope(scope).await? {
@@ -1037,7 +1036,8 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
         return print_json(&serde_json::json!({
             "dry_run": true,
             "finished_before": cutoff_text,
-            "leases": if args.scope.is_empty() {
+            "leases": all_leases,
+            "leases_naming_scopes": if args.scope.is_empty() {
                 serde_json::Value::Null
             } else {
                 leases.len().into()
@@ -1051,9 +1051,10 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
          dead-lettered jobs last updated at or before {cutoff_text} (the store's clock); active \
          records and queued or claimed jobs stay."
     );
+    println!("would delete {all_leases} lease records");
     if !args.scope.is_empty() {
         println!(
-            "would delete {} lease records naming {}",
+            "of them, {} lease records naming {}",
             leases.len(),
             args.scope.join(", ")
         );
@@ -1064,12 +1065,6 @@ async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
     }
     if queues.is_empty() {
         println!("would delete no job: no queue holds a finished job");
-    }
-    if args.scope.is_empty() {
-        println!(
-            "Lease records not counted: the stores list finished records per scope only; \
-             count them with --scope S."
-        );
     }
     println!("Nothing was deleted.");
     Ok(())

@@ -746,6 +746,13 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
             .call(operation, self.inner.purge(terminal_older_than))
             .await
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64> {
+        let operation = Operation::named("count_purgeable", Input::Sweep(terminal_older_than));
+        self.hook
+            .call(operation, self.inner.count_purgeable(terminal_older_than))
+            .await
+    }
 }
 
 #[async_trait]

@@ -291,6 +291,20 @@ pub trait LeaseStore: Send + Sync {
     /// what it would have, whole records only. Retrying is safe: it deletes
     /// what is left and counts only that.
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64>;
+
+    /// How many records [`purge`](LeaseStore::purge) with the same
+    /// retention would delete if it ran now, by the store's clock; deletes
+    /// nothing. For an operator's dry run (`tenure purge --dry-run`): the
+    /// records may finish, or be purged, before a real purge runs.
+    ///
+    /// # Errors
+    ///
+    /// As [`purge`](LeaseStore::purge) for its input and the store's.
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
+    async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64>;
 }
 
 macro_rules! forward_lease_store {
@@ -329,6 +343,9 @@ macro_rules! forward_lease_store {
             }
             async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
                 (**self).purge(terminal_older_than).await
+            }
+            async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64> {
+                (**self).count_purgeable(terminal_older_than).await
             }
         }
     };

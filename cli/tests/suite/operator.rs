@@ -361,6 +361,7 @@ async fn purge_dry_run_story(subject: Subject) {
     ));
     assert_eq!(counted["dry_run"], true, "{counted}");
     assert_eq!(counted["leases"], 3, "{counted}");
+    assert_eq!(counted["leases_naming_scopes"], 3, "{counted}");
     assert_eq!(counted["jobs"]["mail"]["count"], 2, "{counted}");
     assert_eq!(counted["jobs"]["mail"]["at_least"], false, "{counted}");
     assert_eq!(counted["jobs"]["empty"]["count"], 0, "{counted}");
@@ -380,7 +381,8 @@ async fn purge_dry_run_story(subject: Subject) {
     .assert()
     .success()
     .stdout(
-        contains("would delete 2 lease records naming scope-a")
+        contains("would delete 3 lease records")
+            .and(contains("of them, 2 lease records naming scope-a"))
             .and(contains("would delete 2 jobs of queue \"mail\""))
             .and(contains("Nothing was deleted")),
     );
@@ -411,13 +413,18 @@ async fn purge_dry_run_story(subject: Subject) {
         Some(1),
         "{every}"
     );
-    assert_eq!(every["leases"], serde_json::Value::Null, "{every}");
+    assert_eq!(every["leases"], 3, "{every}");
+    assert_eq!(
+        every["leases_naming_scopes"],
+        serde_json::Value::Null,
+        "{every}"
+    );
     tenure(&url, &["purge", "--older-than", "0s", "--dry-run"])
         .assert()
         .success()
         .stdout(
             contains("would delete 2 jobs of queue \"mail\"")
-                .and(contains("Lease records not counted"))
+                .and(contains("would delete 3 lease records"))
                 .and(contains("Nothing was deleted")),
         );
     assert!(

@@ -149,6 +149,9 @@ impl LeaseStore for Broken {
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         self.honest.purge(terminal_older_than).await
     }
+    async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64> {
+        self.honest.count_purgeable(terminal_older_than).await
+    }
 }
 
 struct BrokenFactory(Bug);

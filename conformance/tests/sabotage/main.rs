@@ -80,6 +80,14 @@ trait Bug: Default + Send + Sync + 'static {
         honest.purge(terminal_older_than).await
     }
 
+    async fn count_purgeable(
+        &self,
+        honest: &MemoryStore,
+        terminal_older_than: Duration,
+    ) -> Result<u64> {
+        honest.count_purgeable(terminal_older_than).await
+    }
+
     async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
         honest.complete(claim).await
     }
@@ -208,6 +216,12 @@ impl<B: Bug> LeaseStore for Broken<B> {
 
     async fn purge(&self, terminal_older_than: Duration) -> Result<u64> {
         self.bug.purge(&self.honest, terminal_older_than).await
+    }
+
+    async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64> {
+        self.bug
+            .count_purgeable(&self.honest, terminal_older_than)
+            .await
     }
 }
 
@@ -1058,6 +1072,24 @@ impl Bug for DeadLettersByCreation {
     }
 }
 
+/// A dry count of purgeable records that leaves out those exactly as old as
+/// the retention (a `<` where `purge` has `<=`).
+#[derive(Default)]
+struct CountPurgeableOneMicroShort;
+
+#[async_trait]
+impl Bug for CountPurgeableOneMicroShort {
+    async fn count_purgeable(
+        &self,
+        honest: &MemoryStore,
+        terminal_older_than: Duration,
+    ) -> Result<u64> {
+        honest
+            .count_purgeable(terminal_older_than + Duration::from_micros(1))
+            .await
+    }
+}
+
 /// Queued jobs counted only once visible, as a store counting its ready
 /// index alone would.
 #[derive(Default)]
@@ -1446,6 +1478,15 @@ async fn catches_a_batch_that_looks_for_repeats_side_by_side_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_capabilities_matched_ignoring_case() {
     assert_caught::<CapabilitiesMatchedIgnoringCase>(&["queue_tricky_names_never_collide"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_purge_count_that_misses_the_boundary() {
+    assert_caught::<CountPurgeableOneMicroShort>(&[
+        "purge_boundary_is_exact_to_the_microsecond",
+        "purge_interrupted_boundary_is_exact_to_the_microsecond",
+    ])
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -420,4 +420,15 @@ impl LeaseBackend for TornStore {
             .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
         Ok((before - tables.records.len()) as u64)
     }
+
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        let terminal_older_than = terminal_older_than.get();
+        let now = self.clock.now();
+        Ok(self
+            .tables()
+            .records
+            .values()
+            .filter(|record| rules::purgeable(record, terminal_older_than, now))
+            .count() as u64)
+    }
 }

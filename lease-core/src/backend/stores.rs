@@ -157,6 +157,13 @@ pub trait LeaseBackend: Backend {
     ///
     /// As the user trait's.
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64>;
+
+    /// [`LeaseStore::count_purgeable`](crate::LeaseStore::count_purgeable).
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64>;
 }
 
 /// The job operations of [`JobQueue`](crate::JobQueue) over checked input;
@@ -576,6 +583,24 @@ pub mod front {
         .await
     }
 
+    /// Checks and runs [`LeaseBackend::count_purgeable`].
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn count_purgeable<B: LeaseBackend>(
+        backend: &B,
+        terminal_older_than: Duration,
+    ) -> Result<u64> {
+        validate::retention(terminal_older_than)?;
+        within(
+            backend,
+            "count_purgeable",
+            backend.count_purgeable(Checked::new(terminal_older_than)),
+        )
+        .await
+    }
+
     /// Checks and runs [`QueueBackend::enqueue`].
     ///
     /// # Errors
@@ -968,6 +993,12 @@ macro_rules! serve_lease_store {
             ) -> $crate::Result<u64> {
                 $crate::backend::stores::front::purge(self, terminal_older_than).await
             }
+            async fn count_purgeable(
+                &self,
+                terminal_older_than: ::std::time::Duration,
+            ) -> $crate::Result<u64> {
+                $crate::backend::stores::front::count_purgeable(self, terminal_older_than).await
+            }
         }
     };
 }
@@ -1207,6 +1238,9 @@ mod tests {
             self.reached()
         }
         async fn purge(&self, _: Checked<Duration>) -> Result<u64> {
+            self.reached()
+        }
+        async fn count_purgeable(&self, _: Checked<Duration>) -> Result<u64> {
             self.reached()
         }
     }

@@ -23,11 +23,12 @@ use tenure_lease_core::{
 
 use crate::cases::util::{
     admit, apply_transition, claim_of, ensure_footprint_kept, ensure_scope_held_by,
-    ensure_scopes_free, expire, get, micro_before, snapshot, take_over, LONG_GRACE, LONG_TTL,
-    NEEDS_MANUAL_CLOCK, SHORT_TTL,
+    ensure_scopes_free, expect_invalid, expire, get, micro_before, snapshot, take_over, LONG_GRACE,
+    LONG_TTL, NEEDS_MANUAL_CLOCK, SHORT_TTL,
 };
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
+use tenure_lease_core::limits::MAX_RETENTION;
 
 mod expired;
 mod purge;

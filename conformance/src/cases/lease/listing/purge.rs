@@ -6,7 +6,8 @@ use super::*;
 
 /// `purge` deletes the terminal and interrupted records last updated at
 /// least the retention ago and counts them; younger ones and active records
-/// stay.
+/// stay. `count_purgeable` counts what `purge` is about to delete, deleting
+/// nothing, and refuses what `purge` refuses.
 pub async fn purge_removes_old_finished_only<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     const RETENTION: Duration = SLOW_MACHINE_MARGIN;
     let old_succeeded = admit(
@@ -52,6 +53,22 @@ pub async fn purge_removes_old_finished_only<S: LeaseStore + 'static>(ctx: Ctx<S
     let before = snapshot(&ctx, &kept).await?;
 
     ensure_eq!(
+        ctx.store.count_purgeable(RETENTION).await?,
+        3,
+        "count_purgeable counts the old terminal and interrupted records"
+    );
+    ensure!(
+        ctx.store.get("old-succeeded").await?.is_some(),
+        "count_purgeable deletes nothing"
+    );
+    expect_invalid(
+        ctx.store
+            .count_purgeable(MAX_RETENTION + Duration::from_secs(1))
+            .await,
+        "terminal_older_than",
+        "count_purgeable: a retention over the maximum",
+    )?;
+    ensure_eq!(
         ctx.store.purge(RETENTION).await?,
         3,
         "the old terminal and interrupted records are purged"
@@ -73,6 +90,11 @@ pub async fn purge_removes_old_finished_only<S: LeaseStore + 'static>(ctx: Ctx<S
         ctx.store.purge(RETENTION).await?,
         0,
         "a second purge finds nothing more"
+    );
+    ensure_eq!(
+        ctx.store.count_purgeable(Duration::ZERO).await?,
+        2,
+        "with no retention every terminal and interrupted record counts"
     );
     ensure_eq!(
         ctx.store.purge(Duration::ZERO).await?,
@@ -120,6 +142,13 @@ async fn purged_exactly_at_retention<S: LeaseStore>(
     let due = clock::add(record.updated_at, retention);
     manual.advance_to(micro_before(due));
     ensure_eq!(
+        ctx.store.count_purgeable(retention).await?,
+        0,
+        "1 µs before {:?} ({}) is as old as the retention, nothing counts",
+        record.id,
+        record.status.as_str()
+    );
+    ensure_eq!(
         ctx.store.purge(retention).await?,
         0,
         "1 µs before {:?} ({}) is as old as the retention, nothing is purged",
@@ -132,6 +161,13 @@ async fn purged_exactly_at_retention<S: LeaseStore>(
         "the record stays as it was"
     );
     manual.advance_to(due);
+    ensure_eq!(
+        ctx.store.count_purgeable(retention).await?,
+        1,
+        "at exactly the retention, {:?} ({}) counts",
+        record.id,
+        record.status.as_str()
+    );
     ensure_eq!(
         ctx.store.purge(retention).await?,
         1,
