@@ -16,7 +16,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-#[cfg(any(feature = "postgres", feature = "redis"))]
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::{Clock, Error, ErrorKind, FenceStore, JobQueue, LeaseStore, Result};
 

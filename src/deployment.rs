@@ -20,7 +20,8 @@ use tenure_lease_core::ErrorKind;
     feature = "memory",
     feature = "sqlite",
     feature = "postgres",
-    feature = "redis"
+    feature = "redis",
+    feature = "etcd"
 ))]
 use tenure_lease_core::LeaseStore;
 use tenure_lease_core::Result;
@@ -31,7 +32,8 @@ use tenure_lease_core::{Clock, SystemClock};
     feature = "memory",
     feature = "sqlite",
     feature = "postgres",
-    feature = "redis"
+    feature = "redis",
+    feature = "etcd"
 ))]
 use crate::connect::Backend;
 use crate::connect::{feature_disabled, Connect};
