@@ -673,22 +673,18 @@ async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgCo
         options.get_database().unwrap_or_default(),
         options.get_username()
     );
-    if !options.get_host().starts_with('/') {
-        speaks_postgres(
-            options.get_host(),
-            options.get_port(),
-            wait.min(FIRST_REPLY_WAIT),
-        )
-        .await
-        .map_err(|error| {
-            Error::new(
-                error.kind(),
-                format!(
-                    "could not connect to PostgreSQL at {address}: {}",
-                    error.message()
-                ),
-            )
-        })?;
+    if options.get_socket().is_none() && !options.get_host().starts_with('/') {
+        speaks_postgres(options.get_host(), options.get_port(), wait)
+            .await
+            .map_err(|error| {
+                Error::new(
+                    error.kind(),
+                    format!(
+                        "could not connect to PostgreSQL at {address}: {}",
+                        error.message()
+                    ),
+                )
+            })?;
     }
     match tokio::time::timeout(wait, options.connect()).await {
         Ok(Ok(session)) => Ok(session),
@@ -719,33 +715,45 @@ async fn open_session(options: &PgConnectOptions, wait: Duration) -> Result<PgCo
 const FIRST_REPLY_WAIT: Duration = Duration::from_secs(2);
 
 /// Sends PostgreSQL's opening request (`SSLRequest`) to `host:port` and
-/// reads the one-byte answer every PostgreSQL server gives (`S` or `N`),
-/// so a URL naming another protocol's port fails fast and says so. A
-/// connection that cannot be made is left for the driver to report; the
-/// probe's connection is closed before the driver opens its own (the
-/// server logs nothing for a connection closed there).
+/// reads the one-byte answer a PostgreSQL server gives (`S` or `N`, or `E`
+/// when it cannot take the connection), so a URL naming another protocol's
+/// port fails fast and says so. Connecting may take `connect_wait` (the
+/// acquire timeout); the answer is held to [`FIRST_REPLY_WAIT`] (or
+/// `connect_wait`, if shorter). A
+/// connection that cannot be made, or that the server closes, is left for
+/// the driver to report. The probe's connection is closed before the
+/// driver opens its own: a server answering `N` logs nothing for it, one
+/// offering TLS (`S`) may log an end of file before the TLS handshake.
 ///
 /// # Errors
 ///
 /// [`ErrorKind::Config`] for an answer no PostgreSQL server gives;
-/// [`ErrorKind::Unavailable`] for no answer within `wait`.
-async fn speaks_postgres(host: &str, port: u16, wait: Duration) -> Result<()> {
+/// [`ErrorKind::Unavailable`] for no answer in time.
+async fn speaks_postgres(host: &str, port: u16, connect_wait: Duration) -> Result<()> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     /// Length 8, then the `SSLRequest` code 80877103.
     const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
-    let probe = async {
-        let Ok(mut stream) = tokio::net::TcpStream::connect((host, port)).await else {
-            return Ok(());
-        };
-        let mut answer = [0_u8; 1];
-        if stream.write_all(&SSL_REQUEST).await.is_err()
-            || stream.read_exact(&mut answer).await.is_err()
-        {
-            // Closed or reset by the server: the driver reports it.
-            return Ok(());
-        }
-        match answer[0] {
-            b'S' | b'N' => Ok(()),
+    // The driver takes an IPv6 literal in brackets; the resolver does not.
+    let host = host
+        .strip_prefix('[')
+        .and_then(|bare| bare.strip_suffix(']'))
+        .unwrap_or(host);
+    let Ok(Ok(mut stream)) =
+        tokio::time::timeout(connect_wait, tokio::net::TcpStream::connect((host, port))).await
+    else {
+        return Ok(());
+    };
+    let mut answer = [0_u8; 1];
+    let answered = async {
+        stream.write_all(&SSL_REQUEST).await?;
+        stream.read_exact(&mut answer).await
+    };
+    let reply_wait = connect_wait.min(FIRST_REPLY_WAIT);
+    match tokio::time::timeout(reply_wait, answered).await {
+        // Closed or reset by the server: the driver reports it.
+        Ok(Err(_)) => Ok(()),
+        Ok(Ok(_)) => match answer[0] {
+            b'S' | b'N' | b'E' => Ok(()),
             other => Err(Error::new(
                 ErrorKind::Config,
                 format!(
@@ -754,16 +762,14 @@ async fn speaks_postgres(host: &str, port: u16, wait: Duration) -> Result<()> {
                     char::from(other)
                 ),
             )),
-        }
-    };
-    tokio::time::timeout(wait, probe).await.unwrap_or_else(|_| {
-        Err(Error::unavailable(format!(
+        },
+        Err(_) => Err(Error::unavailable(format!(
             "the server at port {port} took the connection but gave no answer to PostgreSQL's \
-             opening request within {wait:?}: check that the URL's port is PostgreSQL's \
-             (another protocol's server, such as Redis at 6379, waits silently), or that \
-             the server is not overloaded"
-        )))
-    })
+             opening request within {reply_wait:?}: check that the URL's port is \
+             PostgreSQL's (another protocol's server, such as Redis at 6379, waits \
+             silently), or that the server is not overloaded"
+        ))),
+    }
 }
 
 /// Checks, without changing anything, that `schema` carries exactly the

@@ -241,7 +241,8 @@ macro_rules! define_cases {
         /// model-based sequences (every operation, its answers checked
         /// against the model), the hostile-input cases (every operation's
         /// refusals), the tricky names (every key and row an identifier
-        /// makes), and the keeper's batch renewal. A variant changes how
+        /// makes), the batch renewal, and the purge and counting reads no
+        /// model runs (`count_purgeable`, `count_jobs`). A variant changes how
         /// statements run, not what the rules decide, so the cases that
         /// check one rule in one sequence pass or fail with the backend's
         /// main run. The store must be a `LeaseStore`, a `JobQueue` and a
@@ -517,6 +518,7 @@ define_cases! {$
             model_based_random_operations,
             hostile_input_is_rejected_or_answered_never_panics,
             verbatim_ids_and_scopes_never_collide,
+            purge_removes_old_finished_only,
             renew_many_answers_per_claim,
             keeper_keeps_a_lease_alive_across_three_ttls,
         ]
@@ -527,6 +529,7 @@ define_cases! {$
             queue_model_based_random_operations,
             queue_hostile_input_is_rejected_or_answered_never_panics,
             queue_tricky_names_never_collide,
+            queue_counts_name_every_queue_with_its_jobs_by_state,
         ]
         gates: [
             race_gate_checks_leave_the_highest_and_refusals_are_truthful,

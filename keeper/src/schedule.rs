@@ -18,7 +18,8 @@
 //! * **A missed tick leaves a hole.** A tick nobody fired has no record, so
 //!   the winner of a tick looks back for the holes before it (up to
 //!   [`Schedule::lookback`] ticks) and reports them ([`Missed`]). A winner
-//!   whose admission landed after its tick ended, or after the next tick was
+//!   whose admission was answered after its tick ended (by the store's
+//!   clock, read once the answer is in), or after the next tick was
 //!   already admitted, or that cannot read whether it did, does not deliver
 //!   (the run is completed `Failed`, [`LATE`]): the next tick's winner may
 //!   already have reported it missed, and a tick is never both reported
@@ -326,7 +327,7 @@ impl Schedule {
             Err(error) => return Err(error),
         };
         let reads = Reads(keeper);
-        if self.is_late(&reads, tick, &guard).await {
+        if self.is_late(&reads, tick).await {
             // A refused or unconfirmed write is logged by `release`; the
             // run is not delivered either way.
             let _ = release(&guard, StatusChange::failed(LATE)).await;
@@ -380,17 +381,26 @@ impl Schedule {
         })
     }
 
-    /// Whether the winner of `tick` must not deliver: its admission landed
-    /// after the tick ended, or the next tick's run already exists, or a
-    /// read that would tell failed (a tick is never both reported missed
-    /// and delivered, so not knowing counts as late; the run is left
-    /// `Failed`, visible, rather than delivered twice).
-    async fn is_late(&self, reads: &Reads<'_>, tick: Tick, guard: &RunGuard) -> bool {
-        match reads.get(guard.id()).await {
-            Ok(Some(record)) if record.created_at >= tick.end => return true,
+    /// Whether the winner of `tick` must not deliver: the tick had ended
+    /// by the store's clock once the admission was answered, or the next
+    /// tick's run already exists, or a read that would tell failed (a tick
+    /// is never both reported missed and delivered, so not knowing counts
+    /// as late; the run is left `Failed`, visible, rather than delivered
+    /// twice).
+    ///
+    /// The clock is read after the admission, not taken from the record's
+    /// `created_at`: a store may stamp a record when its transaction
+    /// starts (PostgreSQL's `now()`) and commit it much later, after a
+    /// later tick's winner looked back and found no run for this tick. A
+    /// clock read after the answer that is still inside the tick shows the
+    /// run was visible before the tick ended, so before any later tick's
+    /// winner (admitted after the tick, by the same clock) could look back.
+    async fn is_late(&self, reads: &Reads<'_>, tick: Tick) -> bool {
+        match store_now(reads.0).await {
+            Ok(now) if now >= tick.end => return true,
             Ok(_) => {}
             Err(error) => {
-                tracing::warn!(schedule = %self.name, %tick, %error, "could not read the tick's run back; not delivering");
+                tracing::warn!(schedule = %self.name, %tick, %error, "could not read the store's clock after the admission; not delivering");
                 return true;
             }
         }

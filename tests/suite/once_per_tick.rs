@@ -28,6 +28,7 @@ on_every_backend!(
     ticks_nobody_fired_are_reported_missed,
     a_failed_delivery_is_a_failed_run,
     a_tick_won_after_it_ended_is_not_delivered,
+    a_tick_answered_after_it_ended_is_not_delivered,
 );
 
 /// The ticks' length.
@@ -488,5 +489,64 @@ async fn a_tick_won_after_it_ended_is_not_delivered(subject: Arc<Subject>) {
         .expect("the late tick's run");
     assert_eq!(run.status, Status::Failed);
     assert_eq!(run.error.as_deref(), Some(LATE));
+    keeper.shutdown(Instant::now() + SIGNAL).await;
+}
+
+/// The admission lands inside the tick (the run's `created_at` is in it, as
+/// PostgreSQL stamps a row when its transaction starts) but is answered
+/// only after the tick ended, when a later tick's winner may already have
+/// looked back, found no run and reported it missed: the winner must not
+/// deliver.
+async fn a_tick_answered_after_it_ended_is_not_delivered(subject: Arc<Subject>) {
+    let schedule = schedule("answered-late");
+    let store = subject.faulty();
+    // A store timeout above the slow answer below (the support keeper's is
+    // its 3 s ttl).
+    let config = tenure::keeper::KeeperConfig::with_ttl(Duration::from_secs(10))
+        .auto_reconcile(false)
+        .worker_id("slow-host");
+    let keeper = Arc::new(
+        Keeper::builder(store.clone(), config)
+            .start()
+            .expect("the keeper starts"),
+    );
+    let deliveries = Deliveries::default();
+    let due = schedule.tick_at(subject.now().await);
+    subject.advance_past(due.end()).await;
+    let tick = schedule.tick_at(subject.now().await);
+
+    // Far longer than the two ticks the test waits out on a server's clock.
+    store.hook().inject(
+        "admit",
+        None,
+        tenure::layer::Fault::SlowAnswer(Duration::from_secs(5)),
+    );
+    let firing = {
+        let (keeper, schedule, deliver) = (keeper.clone(), schedule.clone(), deliveries.by("slow"));
+        tokio::spawn(async move { schedule.fire_due(&keeper, deliver).await })
+    };
+    let run_id = schedule.run_id(tick);
+    let landed = async {
+        loop {
+            if let Some(run) = subject.store.get(&run_id).await.unwrap() {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let run = tokio::time::timeout(SIGNAL, landed)
+        .await
+        .expect("the admission lands");
+    subject.advance_past(after(&schedule, tick, 1).end()).await;
+    let outcome = firing.await.expect("the firing task").unwrap();
+    assert!(
+        matches!(outcome, TickOutcome::Late { .. }),
+        "the tick's admission was answered after it ended (run created at {}): {outcome:?}",
+        run.created_at
+    );
+    assert!(
+        deliveries.of(tick).is_empty(),
+        "a late winner delivers nothing"
+    );
     keeper.shutdown(Instant::now() + SIGNAL).await;
 }

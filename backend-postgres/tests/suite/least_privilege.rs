@@ -1,7 +1,7 @@
 //! An application role with only the grants the crate docs list: it
 //! connects with `MigrationMode::VerifyOnly` and runs every operation (and
-//! the conformance kit's variant cases), while an admin role applies the migrations
-//! separately.
+//! the conformance kit's variant cases), while an admin role applies the
+//! migrations separately.
 
 use crate::support;
 
@@ -237,6 +237,13 @@ async fn run_every_operation(app: &PgStore) {
     app.get("op").await.expect("get");
     app.now().await.expect("now");
     assert_eq!(
+        app.count_purgeable(Duration::ZERO)
+            .await
+            .expect("count_purgeable"),
+        2,
+        "the interrupted record and the failed one"
+    );
+    assert_eq!(
         app.purge(Duration::ZERO).await.expect("purge"),
         2,
         "the interrupted record and the failed one"
@@ -279,6 +286,10 @@ async fn run_every_operation(app: &PgStore) {
         .await
         .expect("retry_dead_letter");
     app.get_job("job-1").await.expect("get_job");
+    app.list_jobs("work", None, 10).await.expect("list_jobs");
+    let counted = app.count_jobs().await.expect("count_jobs");
+    assert_eq!(counted.len(), 1, "{counted:?}");
+    assert_eq!(counted[0].total(), 4, "{counted:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

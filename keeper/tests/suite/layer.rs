@@ -129,6 +129,10 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
     store.now().await.unwrap();
     store.purge(Duration::from_secs(60)).await.unwrap();
     store
+        .count_purgeable(Duration::from_secs(60))
+        .await
+        .unwrap();
+    store
         .enqueue(&NewJob::new("q", serde_json::json!(1)).id("job-1"))
         .await
         .unwrap();
@@ -161,6 +165,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
     store.get_job("job-1").await.unwrap();
     store.list_dead_letters("q", 10).await.unwrap();
     store.list_jobs("q", None, 10).await.unwrap();
+    store.count_jobs().await.unwrap();
     store.retry_dead_letter("job-1").await.unwrap();
     store.purge_jobs(Duration::from_secs(60)).await.unwrap();
 
@@ -180,6 +185,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             "list_active",
             "now",
             "purge",
+            "count_purgeable",
             "enqueue",
             "enqueue_batch",
             "claim",
@@ -194,6 +200,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             "get_job",
             "list_dead_letters",
             "list_jobs",
+            "count_jobs",
             "retry_dead_letter",
             "purge_jobs",
         ],
@@ -209,7 +216,7 @@ async fn every_operation_of_both_traits_goes_through_the_hook() {
             Some(claim.fence)
         )
     );
-    assert_eq!(seen[14].3, Some(first.fence), "renew_job carries its fence");
+    assert_eq!(seen[15].3, Some(first.fence), "renew_job carries its fence");
 }
 
 #[tokio::test]

@@ -370,15 +370,20 @@ pub trait JobQueue: LeaseStore {
     /// state, ordered by queue name (byte order); an empty store answers
     /// an empty list ([contract §9](crate::contract)). The operator's
     /// overview (`tenure queues`), not a worker's read: it reads every job
-    /// (or, on the SQL stores, every row of the jobs' index), so its cost
-    /// grows with the store's jobs.
+    /// (a whole-table scan on the SQL stores), and on Redis `SCAN`s the
+    /// server's whole keyspace, a page of 1000 keys per script call, so
+    /// its cost grows with every key of the database, not only this
+    /// namespace's.
     ///
     /// Memory, SQLite, the file store, etcd and PostgreSQL count in one
-    /// snapshot. Redis walks the namespace with `SCAN` a page at a time,
-    /// so a job that changes state during the walk is counted in its old
-    /// state or its new one, and one enqueued or purged meanwhile may or
-    /// may not be counted; a quiet queue is counted exactly. A job that
-    /// cannot be decoded is left out, with a warning in the log.
+    /// snapshot. Redis walks page by page, so a job that changes state
+    /// during the walk is counted in its old state or its new one, one
+    /// enqueued or purged meanwhile may or may not be counted, and a
+    /// failover during the walk may leave keys out; a quiet queue is
+    /// counted exactly. A job is counted by its stored queue and state:
+    /// etcd and the file store leave out a job they cannot decode, the
+    /// others count it unless its state itself is no state's name (then it
+    /// is left out); whatever is left out is logged as a warning.
     ///
     /// # Errors
     ///
