@@ -68,10 +68,10 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 3600);
 
 /// The error written on a tick's run whose winner did not deliver because
-/// it was late: its admission landed after the tick ended, or after the
-/// next tick's run was admitted (whose winner may already have reported
-/// this tick missed; a tick is never both reported missed and delivered),
-/// or a read that would tell failed.
+/// it was late: its admission was answered after the tick ended (by the
+/// store's clock), or after the next tick's run was admitted (whose winner
+/// may already have reported this tick missed; a tick is never both
+/// reported missed and delivered), or a read that would tell failed.
 pub const LATE: &str = "late: admitted after its tick ended or after the next tick fired, or \
      unable to tell; not delivered";
 
