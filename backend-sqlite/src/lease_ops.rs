@@ -251,7 +251,7 @@ pub(crate) mod tests {
             ),
             (
                 COUNT_PURGEABLE,
-                "USING COVERING INDEX leases_finished_by_update (updated_at<?)",
+                "USING INDEX leases_finished_by_update (updated_at<?)",
             ),
         ];
         assert_plans(&expectations, &[LIST_EXPIRED]);
