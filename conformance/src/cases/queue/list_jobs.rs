@@ -15,22 +15,7 @@ use crate::harness::{CaseResult, Ctx, Failure};
 pub async fn queue_list_jobs_by_state_oldest_first<S: JobQueue + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
-    let done = enqueue_and_claim(&ctx, job("done"), "worker-a", LONG_TTL).await?;
-    settled(&ctx, ctx.store.complete(&done.claim).await?, "complete").await?;
-    ctx.advance(TICK).await?;
-    let dead = enqueue_and_claim(&ctx, job("dead"), "worker-a", LONG_TTL).await?;
-    let failed = ctx
-        .store
-        .fail(&dead.claim, "broken", FailAction::DeadLetter)
-        .await?;
-    settled(&ctx, failed, "fail with dead-letter").await?;
-    ctx.advance(TICK).await?;
-    enqueue_and_claim(&ctx, job("held"), "worker-a", LONG_TTL).await?;
-    ctx.advance(TICK).await?;
-    enqueue(&ctx, job("ready")).await?;
-    ctx.advance(TICK).await?;
-    let tomorrow = ctx.store.now().await? + chrono::TimeDelta::days(1);
-    enqueue(&ctx, job("later").run_at(tomorrow)).await?;
+    one_job_in_each_state(&ctx).await?;
     enqueue(&ctx, NewJob::new("other-queue", json!(1)).id("elsewhere")).await?;
 
     let ids = |state: Option<JobState>, limit: usize| {
@@ -107,18 +92,7 @@ pub async fn queue_counts_name_every_queue_with_its_jobs_by_state<S: JobQueue + 
         Vec::<QueueCounts>::new(),
         "an empty store counts no queue"
     );
-    let done = enqueue_and_claim(&ctx, job("done"), "worker-a", LONG_TTL).await?;
-    settled(&ctx, ctx.store.complete(&done.claim).await?, "complete").await?;
-    let dead = enqueue_and_claim(&ctx, job("dead"), "worker-a", LONG_TTL).await?;
-    let failed = ctx
-        .store
-        .fail(&dead.claim, "broken", FailAction::DeadLetter)
-        .await?;
-    settled(&ctx, failed, "fail with dead-letter").await?;
-    enqueue_and_claim(&ctx, job("held"), "worker-a", LONG_TTL).await?;
-    enqueue(&ctx, job("ready")).await?;
-    let tomorrow = ctx.store.now().await? + chrono::TimeDelta::days(1);
-    enqueue(&ctx, job("later").run_at(tomorrow)).await?;
+    one_job_in_each_state(&ctx).await?;
     // Sorted before QUEUE ("jobs") by name, after it by creation.
     enqueue(&ctx, NewJob::new("archive", json!(1)).id("elsewhere")).await?;
     let gone = NewJob::new("z-drained", json!(1)).id("gone");
@@ -148,6 +122,29 @@ pub async fn queue_counts_name_every_queue_with_its_jobs_by_state<S: JobQueue + 
         [counts("archive", [1, 0, 0, 0]), counts(QUEUE, [2, 1, 0, 0])],
         "after a purge of every finished job: the drained queue is gone"
     );
+    Ok(())
+}
+
+/// Jobs `done` (completed), `dead` (dead-lettered), `held` (claimed),
+/// `ready` (queued, visible) and `later` (queued, due tomorrow) in
+/// [`QUEUE`], created in that order a tick apart.
+async fn one_job_in_each_state<S: JobQueue + 'static>(ctx: &Ctx<S>) -> CaseResult {
+    let done = enqueue_and_claim(ctx, job("done"), "worker-a", LONG_TTL).await?;
+    settled(ctx, ctx.store.complete(&done.claim).await?, "complete").await?;
+    ctx.advance(TICK).await?;
+    let dead = enqueue_and_claim(ctx, job("dead"), "worker-a", LONG_TTL).await?;
+    let failed = ctx
+        .store
+        .fail(&dead.claim, "broken", FailAction::DeadLetter)
+        .await?;
+    settled(ctx, failed, "fail with dead-letter").await?;
+    ctx.advance(TICK).await?;
+    enqueue_and_claim(ctx, job("held"), "worker-a", LONG_TTL).await?;
+    ctx.advance(TICK).await?;
+    enqueue(ctx, job("ready")).await?;
+    ctx.advance(TICK).await?;
+    let tomorrow = ctx.store.now().await? + chrono::TimeDelta::days(1);
+    enqueue(ctx, job("later").run_at(tomorrow)).await?;
     Ok(())
 }
 
