@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tenure_lease_core::backend::{gate_rules, queue_rules};
+use tenure_lease_core::backend::{gate_rules, stored};
 use tenure_lease_core::queue::Job;
 use tenure_lease_core::{Error, ErrorKind, LeaseRecord, Result, Status, Timestamp};
 
@@ -22,7 +22,7 @@ pub(crate) const FORMAT: u64 = 1;
 
 /// The largest fence the sequence hands out: fences fit a signed 64-bit
 /// integer, as in every other backend, so a larger stored fence is damage.
-pub(crate) const LAST_FENCE: u64 = i64::MAX as u64;
+pub(crate) const LAST_FENCE: u64 = stored::LAST_STORED_FENCE;
 
 /// The whole store, as the file holds it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -152,23 +152,14 @@ pub(crate) fn undecodable(what: &str, id: &str, why: &str) -> Error {
 /// The lease record stored under `id`, or why it cannot be read.
 pub(crate) fn record(id: &str, value: &Value) -> std::result::Result<LeaseRecord, String> {
     let record = LeaseRecord::deserialize(value).map_err(|error| error.to_string())?;
-    if record.id != id {
-        return Err(format!("it is stored under another id, {:?}", record.id));
-    }
-    stored_fence(record.fence)?;
+    stored::check_record(id, &record)?;
     Ok(record)
 }
 
 /// The job stored under `id`, or why it cannot be read.
 pub(crate) fn job(id: &str, value: &Value) -> std::result::Result<Job, String> {
     let job = Job::deserialize(value).map_err(|error| error.to_string())?;
-    if job.id != id {
-        return Err(format!("it is stored under another id, {:?}", job.id));
-    }
-    stored_fence(job.fence)?;
-    queue_rules::stored_attempt_count("attempt", job.attempt)?;
-    queue_rules::stored_attempt_count("max_attempts", job.max_attempts)?;
-    queue_rules::stored_take_back_trace(job.taken_back, job.taken_back_at)?;
+    stored::check_job(id, &job)?;
     Ok(job)
 }
 
@@ -185,15 +176,6 @@ pub(crate) fn gate(resource: &str, value: &Value) -> Result<Gate> {
         fence: gate_rules::stored_gate_fence(resource, stored.fence)?,
         checked_at: stored.checked_at,
     })
-}
-
-fn stored_fence(fence: u64) -> std::result::Result<(), String> {
-    if fence > LAST_FENCE {
-        return Err(format!(
-            "fence {fence} is beyond the last fence ({LAST_FENCE})"
-        ));
-    }
-    Ok(())
 }
 
 /// The status of a stored record, as far as it can be read: what a scan

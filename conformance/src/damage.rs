@@ -149,6 +149,48 @@ impl Damage {
     }
 }
 
+impl Damage {
+    /// For a store that keeps records and jobs whole as JSON documents
+    /// (their serde form: the file store, MySQL's row bodies): the field
+    /// this damage changes in a record's or (`job`) a job's document, and
+    /// the value it writes there; `None` when a JSON document cannot hold
+    /// the damage (an infinite time, a malformed payload: any JSON value
+    /// is a payload).
+    pub fn in_json_document(self, job: bool) -> Option<(&'static str, serde_json::Value)> {
+        use serde_json::json;
+        let state = if job { "state" } else { "status" };
+        Some(match self {
+            Damage::Timestamp(field, bad) => {
+                let field = match field {
+                    TimeField::CreatedAt => "created_at",
+                    TimeField::UpdatedAt => "updated_at",
+                    TimeField::LeaseExpiresAt => "lease_expires_at",
+                    TimeField::RunAt if job => "run_at",
+                    TimeField::TakenBackAt if job => "taken_back_at",
+                    _ => return None,
+                };
+                let bad = match bad {
+                    BadTime::OutOfRange => json!("+270000-01-01T00:00:00Z"),
+                    BadTime::Unparseable => json!("not a time"),
+                    // JSON has no infinite number.
+                    BadTime::NotFinite => return None,
+                };
+                (field, bad)
+            }
+            Damage::UnknownStatus => (state, json!("Vanished")),
+            Damage::NegativeFence => ("fence", json!(-1)),
+            Damage::HugeFence => ("fence", json!(1_u64 << 63)),
+            Damage::NegativeAttempt if job => ("attempt", json!(-1)),
+            Damage::HugeAttempt if job => ("attempt", json!(1001)),
+            Damage::MalformedScopes if !job => ("scopes", json!("not a list")),
+            Damage::MalformedMetadata if !job => ("metadata", json!([1, 2])),
+            Damage::MalformedCapabilities if job => ("required_capabilities", json!(42)),
+            Damage::NegativeTakeBacks if job => ("taken_back", json!(-1)),
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Damage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -179,6 +179,7 @@ impl FaultProxy {
         let default_port = match scheme {
             "postgres" | "postgresql" => 5432,
             "redis" => 6379,
+            "mysql" | "mariadb" => 3306,
             _ => return Err(invalid("unknown scheme")),
         };
         let (host, port) = match host_port.rsplit_once(':') {

@@ -668,3 +668,150 @@ pub(crate) async fn launch_redis(
     )
     .await
 }
+
+/// The MariaDB (or MySQL) server program.
+pub(crate) const MARIADBD: &str = "/usr/sbin/mariadbd";
+/// The program that creates a MariaDB data directory.
+const MARIADB_INSTALL_DB: &str = "/usr/bin/mariadb-install-db";
+
+/// A MariaDB server of its own: a fresh data directory in a temporary
+/// directory, account `root` with no password, database `test`, listening
+/// on `127.0.0.1` only (its socket in the same directory), every commit
+/// flushed (`innodb_flush_log_at_trx_commit = 1`, the default).
+#[derive(Debug)]
+pub struct PrivateMariadb {
+    dir: PathBuf,
+    port: u16,
+    /// `None` while killed.
+    server: Option<Watched>,
+    /// Options given after the defaults (`--name=value`), kept for
+    /// restarts.
+    extra_args: Vec<String>,
+}
+
+impl PrivateMariadb {
+    /// Why a private server cannot be started here, if it cannot.
+    pub fn unavailable_reason() -> Option<String> {
+        [MARIADBD, MARIADB_INSTALL_DB]
+            .into_iter()
+            .find(|program| !Path::new(program).exists())
+            .map(|program| format!("{program} is not installed"))
+    }
+
+    /// Creates a data directory and starts a server on it; answers once it
+    /// accepts connections.
+    pub async fn start() -> io::Result<Self> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`start`](Self::start) with `extra_args` (`--name=value` server
+    /// options) after the defaults, which they override, on every restart
+    /// too.
+    pub async fn start_with(extra_args: &[&str]) -> io::Result<Self> {
+        let dir = fresh_dir("tenure-mariadb")?;
+        let mut server = PrivateMariadb {
+            dir,
+            port: free_port()?,
+            server: None,
+            extra_args: extra_args.iter().map(|&arg| arg.to_owned()).collect(),
+        };
+        // Temporary files in the server's own directory: installs running
+        // at once in the shared one remove each other's.
+        let installed = Command::new(MARIADB_INSTALL_DB)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", server.dir.join("data").display()))
+            .arg(format!("--tmpdir={}", server.dir.display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        succeeded("mariadb-install-db", installed)?;
+        std::fs::write(
+            server.dir.join("init.sql"),
+            "CREATE DATABASE IF NOT EXISTS test;\n",
+        )?;
+        server.launch().await?;
+        Ok(server)
+    }
+
+    async fn launch(&mut self) -> io::Result<()> {
+        let dir = &self.dir;
+        let mut args = vec![
+            "--no-defaults".to_owned(),
+            format!("--datadir={}", dir.join("data").display()),
+            format!("--port={}", self.port),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--socket={}", dir.join("mariadbd.sock").display()),
+            format!("--pid-file={}", dir.join("mariadbd.pid").display()),
+            format!("--init-file={}", dir.join("init.sql").display()),
+            format!("--tmpdir={}", dir.display()),
+            "--user=root".to_owned(),
+            "--innodb-buffer-pool-size=32M".to_owned(),
+        ];
+        args.extend(self.extra_args.iter().cloned());
+        self.server = Some(
+            Watched::launch_until_logged(
+                MARIADBD,
+                args,
+                &Environment::new(),
+                &dir.join("mariadbd.log"),
+                "ready for connections",
+            )
+            .await?,
+        );
+        Ok(())
+    }
+
+    /// The URL of its database `test`, as `root`.
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/test", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server (SIGKILL: only what InnoDB's log holds survives),
+    /// keeps it down for `down_for`, and starts it again on the same
+    /// directory and port; answers once it accepts connections again.
+    pub async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
+        self.kill().await?;
+        tokio::time::sleep(down_for).await;
+        self.launch().await
+    }
+
+    /// Kills the server (SIGKILL) and waits until it has exited.
+    pub async fn kill(&mut self) -> io::Result<()> {
+        match self.server.take() {
+            Some(server) => server.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// A shell script deleting the server's files, for a
+    /// [`Lifeline`](crate::watchdog::Lifeline) (its watchdog stops the
+    /// server itself when the test process exits).
+    pub(crate) fn cleanup_script(&self) -> String {
+        format!("rm -rf {}", shell_quoted(&self.dir))
+    }
+}
+
+#[async_trait]
+impl RestartableServer for PrivateMariadb {
+    async fn restart(&mut self, down_for: Duration) -> io::Result<()> {
+        PrivateMariadb::restart(self, down_for).await
+    }
+}
+
+impl Drop for PrivateMariadb {
+    fn drop(&mut self) {
+        // The watchdog kills the server and is reaped as it is dropped.
+        drop(self.server.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,7 +1,9 @@
-//! The PostgreSQL and Redis servers the tests run on, found with no set-up.
+//! The PostgreSQL, Redis and MariaDB servers the tests run on, found with
+//! no set-up.
 //!
 //! A test binary uses the server an environment variable names
-//! ([`PG_URL_VAR`], [`REDIS_URL_VAR`]; `.ci/run` sets both, to the shared
+//! ([`PG_URL_VAR`], [`REDIS_URL_VAR`], [`MYSQL_URL_VAR`]; `.ci/run` sets
+//! them, to the shared
 //! servers it starts). Without one, it starts a private server of its own,
 //! once, on a free loopback port (as the etcd tests always do), when the
 //! server programs are installed; the server stops and its files are
@@ -17,7 +19,7 @@ use std::io;
 use tenure_conformance::service_url;
 
 use crate::per_binary::PerBinary;
-use crate::servers::{PrivatePostgres, PrivateRedis};
+use crate::servers::{PrivateMariadb, PrivatePostgres, PrivateRedis};
 use crate::watchdog::Lifeline;
 
 /// The variable naming the PostgreSQL server to run on.
@@ -25,6 +27,10 @@ pub const PG_URL_VAR: &str = "TENURE_PG_URL";
 
 /// The variable naming the Redis server to run on.
 pub const REDIS_URL_VAR: &str = "TENURE_REDIS_URL";
+
+/// The variable naming the MySQL or MariaDB server (and database) to run
+/// on.
+pub const MYSQL_URL_VAR: &str = "TENURE_MYSQL_URL";
 
 /// A private server kept for the whole binary, with the shell that cleans
 /// up after it.
@@ -35,6 +41,7 @@ struct Kept<T> {
 
 static POSTGRES: PerBinary<Kept<PrivatePostgres>> = PerBinary::new();
 static REDIS: PerBinary<Kept<PrivateRedis>> = PerBinary::new();
+static MARIADB: PerBinary<Kept<PrivateMariadb>> = PerBinary::new();
 
 /// The PostgreSQL server to run on: [`PG_URL_VAR`]'s, else this binary's
 /// private server (started on first use).
@@ -84,6 +91,29 @@ pub fn redis_url() -> Result<String, String> {
         .map(|kept| kept.server.url())
 }
 
+/// The MySQL server to run on: [`MYSQL_URL_VAR`]'s, else this binary's
+/// private MariaDB server (started on first use).
+///
+/// # Errors
+///
+/// As [`postgres_url`].
+pub fn mysql_url() -> Result<String, String> {
+    if let Some(url) = service_url(MYSQL_URL_VAR) {
+        return Ok(url);
+    }
+    if let Some(why) = PrivateMariadb::unavailable_reason() {
+        return Err(format!(
+            "{MYSQL_URL_VAR} is not set and {why}: install MariaDB's server \
+             (Debian: apt-get install mariadb-server) or set {MYSQL_URL_VAR}"
+        ));
+    }
+    MARIADB
+        .get_or_start("a private MariaDB server", || {
+            kept(PrivateMariadb::start(), PrivateMariadb::cleanup_script)
+        })
+        .map(|kept| kept.server.url())
+}
+
 /// [`postgres_url`] for `test`, or `None` after reporting it skipped
 /// (failed, under `TENURE_REQUIRE_SERVICES=1`) with the reason.
 pub fn postgres_url_for(test: &str) -> Option<String> {
@@ -94,6 +124,12 @@ pub fn postgres_url_for(test: &str) -> Option<String> {
 /// under `TENURE_REQUIRE_SERVICES=1`) with the reason.
 pub fn redis_url_for(test: &str) -> Option<String> {
     found_for(test, redis_url())
+}
+
+/// [`mysql_url`] for `test`, or `None` after reporting it skipped (failed,
+/// under `TENURE_REQUIRE_SERVICES=1`) with the reason.
+pub fn mysql_url_for(test: &str) -> Option<String> {
+    found_for(test, mysql_url())
 }
 
 fn found_for(test: &str, found: Result<String, String>) -> Option<String> {

@@ -52,9 +52,15 @@ pub enum CutAfter {
 impl CutAfter {
     /// The bytes that mark the request, for an admission of `request`.
     pub fn marker(self, request: &AdmitRequest) -> Vec<u8> {
+        self.marker_for(&request.id, &request.owner)
+    }
+
+    /// The bytes that mark the request, for a write of the record `id`
+    /// owned by `owner`.
+    pub fn marker_for(self, id: &str, owner: &str) -> Vec<u8> {
         match self {
-            CutAfter::NewId => request.id.clone().into_bytes(),
-            CutAfter::NewOwner => request.owner.clone().into_bytes(),
+            CutAfter::NewId => id.as_bytes().to_vec(),
+            CutAfter::NewOwner => owner.as_bytes().to_vec(),
             CutAfter::Bytes(bytes) => bytes.to_vec(),
         }
     }
@@ -78,8 +84,10 @@ pub struct NetworkProfile {
     /// that admits in one request has one cut, landing whole; one that
     /// reads, then writes in a transaction has a cut per step).
     pub admission_cuts: Vec<(CutAfter, ScopeAfterCut)>,
-    /// For an admission into a free scope: the request after whose commit
-    /// the reply is lost.
+    /// For a write of one record (an admission into a free scope, a
+    /// terminal transition): the request after whose commit the reply is
+    /// lost (the one carrying the record's id, for a backend that writes it
+    /// in one request; its `COMMIT`, for one that writes in a transaction).
     pub commit: CutAfter,
 }
 

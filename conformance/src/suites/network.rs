@@ -453,7 +453,8 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Netwo
     let commit = rig.profile.commit;
     let (claim, _) = running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
-    rig.faults.drop_reply_after(claim.id.as_bytes());
+    rig.faults
+        .drop_reply_after(&commit.marker_for(&claim.id, &claim.owner));
     let proxied = Arc::clone(&rig.proxied);
     let finishing = claim.clone();
     let transition = tokio::spawn(async move {

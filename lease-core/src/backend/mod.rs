@@ -23,6 +23,7 @@ pub mod gate_rules;
 pub mod queue_engine;
 pub mod queue_rules;
 pub mod rules;
+pub mod stored;
 pub mod stores;
 pub mod telemetry;
 pub mod url;

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tempfile::TempDir;
 use tenure_backend_file::FileStore;
-use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target, TimeField};
+use tenure_conformance::damage::{Damage, DamageOutcome, Damager, Target};
 use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
@@ -209,35 +209,8 @@ fn apply_damage(
             "no {map} entry {id:?} to damage"
         )));
     };
-    let (field, bad) = match damage {
-        Damage::Timestamp(field, bad) => {
-            let field = match field {
-                TimeField::CreatedAt => "created_at",
-                TimeField::UpdatedAt => "updated_at",
-                TimeField::LeaseExpiresAt => "lease_expires_at",
-                TimeField::RunAt => "run_at",
-                TimeField::TakenBackAt => "taken_back_at",
-                _ => return Ok(DamageOutcome::CannotHold),
-            };
-            let bad = match bad {
-                BadTime::OutOfRange => json!("+270000-01-01T00:00:00Z"),
-                BadTime::Unparseable => json!("not a time"),
-                // JSON has no infinite number.
-                _ => return Ok(DamageOutcome::CannotHold),
-            };
-            (field, bad)
-        }
-        Damage::UnknownStatus => (state, json!("Vanished")),
-        Damage::NegativeFence => ("fence", json!(-1)),
-        Damage::HugeFence => ("fence", json!(1_u64 << 63)),
-        Damage::NegativeAttempt => ("attempt", json!(-1)),
-        Damage::HugeAttempt => ("attempt", json!(1001)),
-        Damage::MalformedScopes => ("scopes", json!("not a list")),
-        Damage::MalformedMetadata => ("metadata", json!([1, 2])),
-        Damage::MalformedCapabilities => ("required_capabilities", json!(42)),
-        Damage::NegativeTakeBacks => ("taken_back", json!(-1)),
-        // Any JSON value is JSON: a payload cannot be malformed here.
-        _ => return Ok(DamageOutcome::CannotHold),
+    let Some((field, bad)) = damage.in_json_document(state == "state") else {
+        return Ok(DamageOutcome::CannotHold);
     };
     entry[field] = bad;
     let bytes = serde_json::to_vec_pretty(&document)

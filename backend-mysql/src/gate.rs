@@ -1,0 +1,84 @@
+//! Fence gates: [`GateBackend`] for [`MySqlStore`].
+//!
+//! A check is one conditional upsert that raises the gate (a damaged gate,
+//! holding no positive fence, is left as it is) and a read of the gate in
+//! the same transaction: the upsert's row lock holds until the commit, so
+//! the fence read is the one the check left, never a later check's.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_lease_core::backend::checked::Checked;
+use tenure_lease_core::backend::gate_rules;
+use tenure_lease_core::backend::stores::GateBackend;
+use tenure_lease_core::clock::micros_rounded_up;
+use tenure_lease_core::{Error, FenceCheck, Result};
+
+use crate::error::store_error;
+use crate::runner::NOW_MICROS;
+use crate::MySqlStore;
+
+/// Raises the gate of `?` to the fence `?`, stamped with the server's
+/// clock. MySQL applies the assignments in order, so `checked_at` is judged
+/// against the fence as it was.
+fn check_fence_sql() -> String {
+    format!(
+        "INSERT INTO tenure_fence_gates (resource, fence, checked_at) VALUES (?, ?, {NOW_MICROS}) \
+         ON DUPLICATE KEY UPDATE \
+         checked_at = IF(fence > 0 AND fence <= VALUES(fence), VALUES(checked_at), checked_at), \
+         fence = IF(fence > 0, GREATEST(fence, VALUES(fence)), fence)"
+    )
+}
+
+const HIGHEST_FENCE: &str = "SELECT fence FROM tenure_fence_gates WHERE resource = ?";
+
+#[async_trait]
+impl GateBackend for MySqlStore {
+    async fn check_fence(
+        &self,
+        resource: Checked<&str>,
+        fence: Checked<u64>,
+    ) -> Result<FenceCheck> {
+        let (resource, fence) = (resource.get(), fence.get());
+        let presented = i64::try_from(fence)
+            .map_err(|_| Error::invalid_input("fence", "beyond MySQL's BIGINT"))?;
+        let mut tx = self.runner.pool.begin().await.map_err(store_error)?;
+        sqlx::query(&check_fence_sql())
+            .bind(resource.as_bytes())
+            .bind(presented)
+            .execute(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        let stored: i64 = sqlx::query_scalar(HIGHEST_FENCE)
+            .bind(resource.as_bytes())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(store_error)?;
+        tx.commit().await.map_err(store_error)?;
+        let stored = gate_rules::stored_gate_fence(resource, stored)?;
+        gate_rules::judge_stored(resource, stored, fence)
+    }
+
+    async fn highest_fence(&self, resource: Checked<&str>) -> Result<Option<u64>> {
+        let resource = resource.get();
+        let stored: Option<i64> = sqlx::query_scalar(HIGHEST_FENCE)
+            .bind(resource.as_bytes())
+            .fetch_optional(&self.runner.pool)
+            .await
+            .map_err(store_error)?;
+        stored
+            .map(|stored| gate_rules::stored_gate_fence(resource, stored))
+            .transpose()
+    }
+
+    async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64> {
+        let purged = sqlx::query(&format!(
+            "DELETE FROM tenure_fence_gates WHERE checked_at <= {NOW_MICROS} - ?"
+        ))
+        .bind(micros_rounded_up(unused_for.get()))
+        .execute(&self.runner.pool)
+        .await
+        .map_err(store_error)?;
+        Ok(purged.rows_affected())
+    }
+}

@@ -1,0 +1,254 @@
+//! # backend-mysql
+//!
+//! A [`LeaseStore`](tenure_lease_core::LeaseStore),
+//! [`JobQueue`](tenure_lease_core::JobQueue) and
+//! [`FenceStore`](tenure_lease_core::FenceStore) on MySQL 8 or MariaDB
+//! 10.6 and later (InnoDB), through sqlx. Through the facade it is
+//! `tenure::mysql::MySqlStore` (feature `mysql`), also opened by
+//! `tenure::connect("mysql://user:password@host:3306/database")` (or
+//! `mariadb://…`).
+//!
+//! ## How an operation runs
+//!
+//! Every write is **one transaction**: the store locks the rows it decides
+//! on with `SELECT … FOR UPDATE` (the record, the scopes' holders with
+//! their records, the jobs; a claim's best queued jobs and a reap's oldest
+//! expired claims with `FOR UPDATE SKIP LOCKED`, so claimers take different
+//! jobs), reads the server's clock, decides in Rust with the rules every
+//! backend shares ([`tenure_lease_core::backend`]), writes the decision
+//! back and commits. Nothing is decided by `UPDATE … RETURNING` (MySQL has
+//! none): the decision already knows every row it writes, because it made
+//! them from rows it holds locked. Locking reads see the newest committed
+//! rows at every isolation level, so the store is correct at each; it
+//! sets READ COMMITTED for its sessions unless told otherwise
+//! ([`MySqlConfig::isolation`]), the level with the fewest locks. A lost
+//! race the server settles (a deadlock, or a key another writer inserted
+//! first) rolls the transaction back, and the operation decides again.
+//!
+//! Records and jobs are kept whole as JSON in a `body` column, beside the
+//! columns the indexes read; timestamps are microseconds of the server's
+//! `UTC_TIMESTAMP(6)`, whatever the session's time zone. Ids, scopes,
+//! queues and resources are `VARBINARY`, compared byte for byte.
+//!
+//! ## Fences
+//!
+//! One counter row hands out every fence, leases' and jobs' alike: an
+//! operation that hands some out draws them last, with one `UPDATE`
+//! (`LAST_INSERT_ID(last_fence + n)` answers the new value in the reply),
+//! and holds the row until it commits. So a fence is greater than any
+//! stored in what the operation read, and a crash never hands it out again
+//! once the commit was acknowledged (with `innodb_flush_log_at_trx_commit =
+//! 1`, which [`MySqlStore::connect`] checks).
+//!
+//! ## Deployment
+//!
+//! * InnoDB, with `innodb_flush_log_at_trx_commit = 1` (and
+//!   `sync_binlog = 1` when the binary log is on): otherwise a crash may
+//!   lose acknowledged commits, fences among them.
+//! * A writable primary: a read-only server (a replica) is refused at
+//!   connect. Replication is asynchronous unless semi-synchronous
+//!   replication is set up; a failover to a replica that lacks the last
+//!   commits can hand a fence out again (see DEPLOYING.md).
+//! * TLS and credentials come from the URL
+//!   (`mysql://user:password@host/db?ssl-mode=verify_identity&ssl-ca=ca.pem`,
+//!   or the `tls_ca=` parameter every backend takes).
+//!
+//! ## Least privilege
+//!
+//! The application account needs `SELECT, INSERT, UPDATE, DELETE` on the
+//! `tenure_*` tables of its database, nothing more, when it connects with
+//! [`MigrationMode::VerifyOnly`]; an account with `CREATE, ALTER, INDEX`
+//! applies the migrations beforehand ([`MySqlStore::apply_migrations`]).
+//!
+//! ```no_run
+//! # async fn example() -> tenure_lease_core::Result<()> {
+//! use tenure_backend_mysql::{MigrationMode, MySqlConfig, MySqlStore};
+//!
+//! let url = "mysql://deployer:secret@db.internal:3306/jobs";
+//! MySqlStore::apply_migrations(&MySqlConfig::new(url)).await?;
+//! let store = MySqlStore::connect(
+//!     MySqlConfig::new("mysql://app:secret@db.internal:3306/jobs")
+//!         .migrations(MigrationMode::VerifyOnly),
+//! )
+//! .await?;
+//! # drop(store);
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod error;
+mod gate;
+mod lease;
+mod queue;
+mod rows;
+mod runner;
+mod schema;
+mod server;
+
+use std::fmt;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::{ConnectOptions as _, Connection as _, MySql, MySqlConnection};
+use tenure_lease_core::{Error, Result};
+
+pub use config::{
+    Isolation, MigrationMode, MySqlConfig, DEFAULT_OPERATION_TIMEOUT, URL_PARAMETERS, URL_SCHEMES,
+};
+use error::store_error;
+use runner::Runner;
+pub use server::ServerSettings;
+
+/// The MySQL and MariaDB store. Cloning shares the pool.
+#[derive(Clone)]
+pub struct MySqlStore {
+    runner: Runner,
+    config: MySqlConfig,
+}
+
+impl tenure_lease_core::backend::stores::Backend for MySqlStore {
+    const NAME: &'static str = "MySQL";
+
+    fn time_limit(&self) -> Option<Duration> {
+        Some(self.config.operation_limit())
+    }
+}
+
+tenure_lease_core::serve_backend!(MySqlStore);
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("config", &self.config)
+            .field("pool_size", &self.runner.pool.size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MySqlStore {
+    /// Connects a pool as `config` says (a [`MySqlConfig`], or a URL with
+    /// the defaults), refuses a server that cannot keep the contract
+    /// (read-only, or losing acknowledged commits on a crash), prepares
+    /// the tables as its [`MigrationMode`] says (by default: creates and
+    /// migrates them), and answers the store.
+    ///
+    /// One connection is opened at once, within
+    /// [`MySqlConfig::acquire_timeout`], so a server that cannot be reached
+    /// answers at once, with its address and the cause.
+    ///
+    /// # Errors
+    ///
+    /// A bad URL (one naming no database among them), an unknown database
+    /// or account, a refused login or a missing privilege is
+    /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config), as is
+    /// a read-only server or one whose settings lose acknowledged commits;
+    /// an unreachable or silent server is
+    /// [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)
+    /// (retryable); tables that lack migrations this version needs (under
+    /// [`MigrationMode::VerifyOnly`]), carry migrations it does not know or
+    /// are not InnoDB are
+    /// [`ErrorKind::Incompatible`](tenure_lease_core::ErrorKind::Incompatible).
+    pub async fn connect(config: impl Into<MySqlConfig>) -> Result<Self> {
+        let config = config.into();
+        let options = config.connect_options()?;
+        let mut first = open_session(&options, &config).await?;
+        server::refuse_unsafe_server(&mut first).await?;
+        match config.migration_mode() {
+            MigrationMode::Apply => schema::apply(&mut first).await?,
+            MigrationMode::VerifyOnly => schema::verify(&mut first).await?,
+        }
+        server::refuse_other_engines(&mut first).await?;
+        drop(first.close().await);
+        let isolation = config.isolation_level().session_statement();
+        let mut pool = MySqlPoolOptions::new()
+            .max_connections(config.connection_limit())
+            .acquire_timeout(config.connection_wait());
+        if let Some(statement) = isolation {
+            pool = pool.after_connect(move |session, _| {
+                Box::pin(async move { sqlx::query(statement).execute(session).await.map(drop) })
+            });
+        }
+        let pool = pool.connect_lazy_with(options);
+        Ok(MySqlStore {
+            runner: Runner { pool },
+            config,
+        })
+    }
+
+    /// Creates the tables in the database `config`'s URL names and applies
+    /// the migrations they lack, then closes the connection: for a
+    /// deployment step run as an account that may create tables, before
+    /// the application connects with [`MigrationMode::VerifyOnly`].
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    pub async fn apply_migrations(config: &MySqlConfig) -> Result<()> {
+        let options = config.connect_options()?;
+        let mut session = open_session(&options, config).await?;
+        let applied = schema::apply(&mut session).await;
+        drop(session.close().await);
+        applied
+    }
+
+    /// The config the store was opened with.
+    pub fn config(&self) -> &MySqlConfig {
+        &self.config
+    }
+
+    /// The store's connection pool (for the caller's own statements).
+    pub fn pool(&self) -> &sqlx::MySqlPool {
+        &self.runner.pool
+    }
+
+    /// Closes the pool: operations after it answer `Unavailable`.
+    pub async fn close(&self) {
+        self.runner.pool.close().await;
+    }
+
+    /// Drops every table of the store, with every record, job, gate and the
+    /// fence counter: for tests and for tearing a deployment down. A store
+    /// connected afterwards starts from fence 1 again.
+    ///
+    /// # Errors
+    ///
+    /// The server's errors.
+    pub async fn drop_tables(&self) -> Result<()> {
+        let mut session = self.session().await?;
+        schema::drop_tables(&mut session).await
+    }
+
+    /// A connection of the pool.
+    async fn session(&self) -> Result<PoolConnection<MySql>> {
+        self.runner.pool.acquire().await.map_err(store_error)
+    }
+}
+
+/// Opens one session as `config` says, within its acquire timeout, with
+/// the address in the error.
+async fn open_session(
+    options: &MySqlConnectOptions,
+    config: &MySqlConfig,
+) -> Result<MySqlConnection> {
+    let wait = config.connection_wait();
+    let where_to = format!("{}:{}", options.get_host(), options.get_port());
+    let session = match tokio::time::timeout(wait, options.connect()).await {
+        Err(_) => {
+            return Err(Error::new(
+                tenure_lease_core::ErrorKind::Timeout,
+                format!("MySQL at {where_to} did not answer within {wait:?}"),
+            ))
+        }
+        Ok(session) => session.map_err(|error| {
+            let error = store_error(error);
+            Error::new(
+                error.kind(),
+                format!("cannot connect to MySQL at {where_to}: {}", error.message()),
+            )
+            .with_source(error)
+        })?,
+    };
+    Ok(session)
+}

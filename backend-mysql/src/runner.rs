@@ -1,0 +1,733 @@
+//! The one way this store writes: a transaction that locks what it reads,
+//! decides in Rust, and writes the decision back.
+//!
+//! An operation names the rows it starts from ([`Reads`]: records, held
+//! scopes with their holders, jobs, the best claimable or reapable jobs).
+//! The [`Runner`] opens a transaction, reads them with locking reads
+//! (`SELECT … FOR UPDATE`, `SKIP LOCKED` for the job candidates), reads the
+//! server's clock, and lets the operation decide over a [`View`] of them:
+//! the same rules every backend shares
+//! ([`engine`](tenure_lease_core::backend::engine),
+//! [`queue_engine`](tenure_lease_core::backend::queue_engine)). A decision
+//! that needs a row it was not given asks for it ([`View`] notes it as
+//! missing); the runner reads it, locked, and decides again. What the
+//! decision writes becomes `INSERT`s, `UPDATE`s and `DELETE`s in the same
+//! transaction, then `COMMIT`.
+//!
+//! Locking reads see the newest committed row at every isolation level,
+//! and the locks hold until the commit, so nothing a decision read can
+//! change before its writes land. A row that is absent locks nothing (at
+//! READ COMMITTED), so the scopes an admission reads are first upserted
+//! (a free scope as a row with an empty holder, which the rollback of a
+//! refused admission removes): another admission cannot take and release
+//! a scope between this one's read and its write, which would leave this
+//! one's timestamps before that other's. A record or job id read absent
+//! may still be inserted first by another writer: the duplicate key, like
+//! a deadlock, rolls the transaction back, and the operation decides again
+//! from scratch, at most 100 times in a row, with a random pause between
+//! attempts (below 1 ms, doubling per lost race, at most 64 ms).
+
+//! ## Fences
+//!
+//! The store-wide fence sequence is one row, `tenure_fences`. A decision
+//! that hands out fences is decided once to count them; the runner then
+//! draws them with one `UPDATE … SET last_fence =
+//! LAST_INSERT_ID(last_fence + n)` (the server answers the new value in
+//! the same reply: no `RETURNING` needed) and decides again with them. The row stays locked
+//! until the commit, so every fence stored in what the decision read was
+//! drawn before these, and every fence drawn after the commit is greater.
+//! Drawing last keeps the counter locked only for the writes and the
+//! commit.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlArguments, MySqlRow};
+use sqlx::{Arguments, MySql, MySqlPool, Row, Transaction};
+use tenure_lease_core::limits::MAX_GATE_FENCE;
+use tenure_lease_core::queue::Job;
+use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
+
+use crate::error::{store_error, Conflict};
+use crate::rows;
+
+/// How often an operation decides again after losing a race before it
+/// answers a retryable `Unavailable`.
+const MAX_ATTEMPTS: u32 = 100;
+/// The longest pause before deciding again after a lost race.
+const BACKOFF_CAP: Duration = Duration::from_millis(64);
+/// At most this many ids in one `IN (…)` list (a statement takes at most
+/// 65,535 parameters).
+pub(crate) const IDS_PER_READ: usize = 1000;
+
+/// The server's clock in microseconds since the Unix epoch, whatever the
+/// session's time zone.
+pub(crate) const NOW_MICROS: &str =
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// The best queued jobs of a queue a worker can run, to read locked.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimQuery {
+    pub(crate) queue: String,
+    /// The worker's capabilities, as a JSON array.
+    pub(crate) capabilities: String,
+    pub(crate) limit: usize,
+}
+
+/// The claimed jobs whose lease ended at least `grace` ago, to read locked.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReapQuery {
+    pub(crate) grace: Duration,
+    pub(crate) limit: usize,
+}
+
+/// What an operation starts by reading, locked.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Reads {
+    leases: BTreeSet<String>,
+    scopes: BTreeSet<String>,
+    jobs: BTreeSet<String>,
+    claimable: Option<ClaimQuery>,
+    reapable: Option<ReapQuery>,
+}
+
+impl Reads {
+    /// The records with these ids.
+    pub(crate) fn leases<K: Into<String>>(mut self, ids: impl IntoIterator<Item = K>) -> Self {
+        self.leases.extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// The holders of these scopes, with their records.
+    pub(crate) fn scopes<K: Into<String>>(mut self, scopes: impl IntoIterator<Item = K>) -> Self {
+        self.scopes.extend(scopes.into_iter().map(Into::into));
+        self
+    }
+
+    /// The jobs with these ids.
+    pub(crate) fn jobs<K: Into<String>>(mut self, ids: impl IntoIterator<Item = K>) -> Self {
+        self.jobs.extend(ids.into_iter().map(Into::into));
+        self
+    }
+
+    /// The best jobs `query` names that no other transaction holds.
+    pub(crate) fn claimable(mut self, query: ClaimQuery) -> Self {
+        self.claimable = Some(query);
+        self
+    }
+
+    /// The oldest expired claims `query` names that no other transaction
+    /// holds.
+    pub(crate) fn reapable(mut self, query: ReapQuery) -> Self {
+        self.reapable = Some(query);
+        self
+    }
+
+    fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+            && self.scopes.is_empty()
+            && self.jobs.is_empty()
+            && self.claimable.is_none()
+            && self.reapable.is_none()
+    }
+}
+
+/// What a transaction has read, locked: every row asked for, present or
+/// absent (`None`), as stored.
+#[derive(Debug, Default)]
+struct Snapshot {
+    leases: HashMap<String, Option<Vec<u8>>>,
+    holders: HashMap<String, Option<String>>,
+    jobs: HashMap<String, Option<Vec<u8>>>,
+    /// The ids of the claim or reap candidates, in the order read.
+    candidates: Vec<String>,
+}
+
+/// A write a decision makes, applied in order at commit.
+#[derive(Debug, Clone)]
+pub(crate) enum Write {
+    /// A new record, holding its scopes.
+    InsertLease(LeaseRecord),
+    /// A record written back; one no longer active releases its scopes.
+    UpdateLease(LeaseRecord),
+    /// A new job.
+    InsertJob(Job),
+    /// A job written back.
+    UpdateJob(Job),
+}
+
+/// One decision over what the transaction read: reads answer from it (and
+/// from the decision's own writes), writes are collected, and rows it
+/// needed and did not have are noted.
+pub(crate) struct View<'s> {
+    snapshot: &'s Snapshot,
+    now: Timestamp,
+    fences: &'s [u64],
+    fences_used: usize,
+    missing: Reads,
+    writes: Vec<Write>,
+}
+
+/// The error a read of a row not read yet answers: the decision is then
+/// made again with it read, and this error never leaves the runner.
+fn read_next(what: &str) -> Error {
+    Error::unavailable(format!("{what} is read next"))
+}
+
+impl View<'_> {
+    /// The instant this decision is made at: the server's clock, read after
+    /// every row the decision rests on was locked.
+    pub(crate) fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// The next fence for this decision. When the runner has not drawn
+    /// enough yet, answers a stand-in (0) and notes the shortfall: the
+    /// decision is then made again, with enough fences, and the stand-in
+    /// never leaves it.
+    pub(crate) fn next_fence(&mut self) -> u64 {
+        let fence = self.fences.get(self.fences_used).copied().unwrap_or(0);
+        self.fences_used += 1;
+        fence
+    }
+
+    /// Notes `write`, applied in order at commit.
+    pub(crate) fn write(&mut self, write: Write) {
+        self.writes.push(write);
+    }
+
+    /// The record `id`, as this decision last wrote it or as read.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` when it cannot be decoded; when it was not read yet.
+    pub(crate) fn lease(&mut self, id: &str) -> Result<Option<LeaseRecord>> {
+        let written = self.writes.iter().rev().find_map(|write| match write {
+            Write::InsertLease(record) | Write::UpdateLease(record) if record.id == id => {
+                Some(record)
+            }
+            _ => None,
+        });
+        if let Some(record) = written {
+            return Ok(Some(record.clone()));
+        }
+        match self.snapshot.leases.get(id) {
+            Some(stored) => stored
+                .as_deref()
+                .map(|body| rows::decode_lease(id, body))
+                .transpose(),
+            None => {
+                self.missing.leases.insert(id.to_owned());
+                Err(read_next("a lease record"))
+            }
+        }
+    }
+
+    /// Whether a record `id` exists, decodable or not.
+    ///
+    /// # Errors
+    ///
+    /// When it was not read yet.
+    pub(crate) fn lease_exists(&mut self, id: &str) -> Result<bool> {
+        if self.writes.iter().any(
+            |write| matches!(write, Write::InsertLease(record) | Write::UpdateLease(record) if record.id == id),
+        ) {
+            return Ok(true);
+        }
+        match self.snapshot.leases.get(id) {
+            Some(stored) => Ok(stored.is_some()),
+            None => {
+                self.missing.leases.insert(id.to_owned());
+                Err(read_next("a lease record"))
+            }
+        }
+    }
+
+    /// The id of the active record holding `scope`, after this decision's
+    /// writes.
+    ///
+    /// # Errors
+    ///
+    /// When it was not read yet.
+    pub(crate) fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
+        let mut holder = match self.snapshot.holders.get(scope) {
+            Some(holder) => holder.clone(),
+            None => {
+                self.missing.scopes.insert(scope.to_owned());
+                return Err(read_next("a scope's holder"));
+            }
+        };
+        for write in &self.writes {
+            match write {
+                Write::InsertLease(record) if record.scopes.contains(scope) => {
+                    holder = Some(record.id.clone());
+                }
+                Write::UpdateLease(record)
+                    if !record.is_active() && holder.as_deref() == Some(record.id.as_str()) =>
+                {
+                    holder = None;
+                }
+                _ => {}
+            }
+        }
+        Ok(holder)
+    }
+
+    /// The job `id`, as this decision last wrote it or as read.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` when it cannot be decoded; when it was not read yet.
+    pub(crate) fn job(&mut self, id: &str) -> Result<Option<Job>> {
+        let written = self.writes.iter().rev().find_map(|write| match write {
+            Write::InsertJob(job) | Write::UpdateJob(job) if job.id == id => Some(job),
+            _ => None,
+        });
+        if let Some(job) = written {
+            return Ok(Some(job.clone()));
+        }
+        match self.snapshot.jobs.get(id) {
+            Some(stored) => stored
+                .as_deref()
+                .map(|body| rows::decode_job(id, body))
+                .transpose(),
+            None => {
+                self.missing.jobs.insert(id.to_owned());
+                Err(read_next("a job"))
+            }
+        }
+    }
+
+    /// Whether a job `id` exists, decodable or not.
+    ///
+    /// # Errors
+    ///
+    /// When it was not read yet.
+    pub(crate) fn job_exists(&mut self, id: &str) -> Result<bool> {
+        if self.writes.iter().any(
+            |write| matches!(write, Write::InsertJob(job) | Write::UpdateJob(job) if job.id == id),
+        ) {
+            return Ok(true);
+        }
+        match self.snapshot.jobs.get(id) {
+            Some(stored) => Ok(stored.is_some()),
+            None => {
+                self.missing.jobs.insert(id.to_owned());
+                Err(read_next("a job"))
+            }
+        }
+    }
+
+    /// The claim or reap candidates read (locked), decoded, in the order
+    /// read; those that cannot be decoded are logged and passed over.
+    pub(crate) fn candidates(&self) -> Vec<Job> {
+        self.snapshot
+            .candidates
+            .iter()
+            .filter_map(|id| {
+                let body = self.snapshot.jobs.get(id)?.as_deref()?;
+                match rows::decode_job(id, body) {
+                    Ok(job) => Some(job),
+                    Err(error) => {
+                        tracing::warn!(job.id = %id, %error, "passing over an undecodable job");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// The store's pool: runs operations.
+#[derive(Clone, Debug)]
+pub(crate) struct Runner {
+    pub(crate) pool: MySqlPool,
+}
+
+impl Runner {
+    /// Runs one operation: reads `reads` locked, lets `decide` decide over
+    /// them (again with more rows or fences as it asks) and commits its
+    /// writes; decides again from scratch after a lost race.
+    ///
+    /// `decide` may run many times and must change nothing outside the
+    /// [`View`] it is given.
+    pub(crate) async fn run<T: Send>(
+        &self,
+        reads: Reads,
+        mut decide: impl FnMut(&mut View<'_>) -> Result<T> + Send,
+    ) -> Result<T> {
+        let mut attempts = 0;
+        loop {
+            match self.attempt(&reads, &mut decide).await {
+                Ok(answer) => return answer,
+                Err(Conflict::Failed(error)) => return Err(error),
+                Err(Conflict::Lost(error)) => {
+                    attempts += 1;
+                    if attempts >= MAX_ATTEMPTS {
+                        return Err(Error::unavailable(format!(
+                            "a MySQL operation lost {MAX_ATTEMPTS} races in a row to other \
+                             writers and changed nothing; retry"
+                        ))
+                        .with_source(error));
+                    }
+                    tracing::debug!(attempts, %error, "MySQL transaction lost a race, deciding again");
+                    let ceiling = BACKOFF_CAP.min(Duration::from_millis(1 << attempts.min(6)));
+                    tokio::time::sleep(ceiling.mul_f64(fastrand::f64())).await;
+                }
+            }
+        }
+    }
+
+    async fn attempt<T>(
+        &self,
+        reads: &Reads,
+        decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
+    ) -> std::result::Result<Result<T>, Conflict> {
+        let mut tx = self.pool.begin().await.map_err(Conflict::from)?;
+        let mut snapshot = Snapshot::default();
+        let mut wanted = reads.clone();
+        let mut fences: Vec<u64> = Vec::new();
+        let mut now = None;
+        loop {
+            if !wanted.is_empty() || now.is_none() {
+                fetch(&mut tx, &mut snapshot, std::mem::take(&mut wanted)).await?;
+                now = Some(read_now(&mut *tx).await?);
+            }
+            let mut view = View {
+                snapshot: &snapshot,
+                now: now.unwrap_or_default(),
+                fences: &fences,
+                fences_used: 0,
+                missing: Reads::default(),
+                writes: Vec::new(),
+            };
+            let answer = decide(&mut view);
+            if !view.missing.is_empty() {
+                wanted = std::mem::take(&mut view.missing);
+                continue;
+            }
+            if view.fences_used > fences.len() {
+                let more = view.fences_used - fences.len();
+                fences.extend(draw_fences(&mut tx, more).await?);
+                continue;
+            }
+            if answer.is_ok() && !view.writes.is_empty() {
+                for write in std::mem::take(&mut view.writes) {
+                    apply(&mut tx, write).await?;
+                }
+                tx.commit().await.map_err(Conflict::from)?;
+            } else {
+                tx.rollback().await.map_err(Conflict::from)?;
+            }
+            return Ok(answer);
+        }
+    }
+}
+
+/// The server's clock, now.
+pub(crate) async fn read_now(
+    connection: impl sqlx::Executor<'_, Database = MySql>,
+) -> Result<Timestamp> {
+    let micros: i64 = sqlx::query_scalar(&format!("SELECT {NOW_MICROS}"))
+        .fetch_one(connection)
+        .await
+        .map_err(store_error)?;
+    clock::from_micros(micros).ok_or_else(|| {
+        Error::corrupt(format!(
+            "the MySQL server's clock reads {micros} µs since 1970, which is no instant"
+        ))
+    })
+}
+
+/// `count` fresh fences, in increasing order, from one update of the
+/// counter row.
+async fn draw_fences(
+    tx: &mut Transaction<'static, MySql>,
+    count: usize,
+) -> std::result::Result<Vec<u64>, Conflict> {
+    let count = u64::try_from(count).unwrap_or(u64::MAX);
+    let drawn = sqlx::query(
+        "UPDATE tenure_fences SET last_fence = LAST_INSERT_ID(last_fence + ?) WHERE singleton = 1",
+    )
+    .bind(count)
+    .execute(&mut **tx)
+    .await?;
+    if drawn.rows_affected() != 1 {
+        return Err(Error::corrupt(
+            "the fence counter (the one row of tenure_fences) is missing; restore it with a \
+             value above every fence handed out before, or no fence can be drawn",
+        )
+        .into());
+    }
+    let last = drawn.last_insert_id();
+    if last > MAX_GATE_FENCE {
+        return Err(Error::corrupt(format!(
+            "the fence counter reached {last}, past what fences can carry ({MAX_GATE_FENCE})"
+        ))
+        .into());
+    }
+    Ok((last + 1 - count..=last).collect())
+}
+
+/// `IN (?, ?, …)` for `count` values.
+pub(crate) fn placeholders(count: usize) -> String {
+    let mut list = String::with_capacity(count * 3 + 2);
+    list.push('(');
+    for index in 0..count {
+        if index > 0 {
+            list.push(',');
+        }
+        list.push('?');
+    }
+    list.push(')');
+    list
+}
+
+/// Arguments binding `values`, in order.
+pub(crate) fn bound<'a>(values: impl IntoIterator<Item = &'a String>) -> Result<MySqlArguments> {
+    let mut arguments = MySqlArguments::default();
+    for value in values {
+        arguments
+            .add(value.as_bytes())
+            .map_err(|error| Error::unavailable(format!("cannot bind an id: {error}")))?;
+    }
+    Ok(arguments)
+}
+
+/// Reads `reads` into `snapshot`, locked.
+async fn fetch(
+    tx: &mut Transaction<'static, MySql>,
+    snapshot: &mut Snapshot,
+    reads: Reads,
+) -> std::result::Result<(), Conflict> {
+    let ids: Vec<String> = reads.leases.into_iter().collect();
+    for part in ids.chunks(IDS_PER_READ) {
+        let sql = format!(
+            "SELECT id, body FROM tenure_leases WHERE id IN {} FOR UPDATE",
+            placeholders(part.len())
+        );
+        for id in part {
+            snapshot.leases.insert(id.clone(), None);
+        }
+        for row in sqlx::query_with(&sql, bound(part)?)
+            .fetch_all(&mut **tx)
+            .await?
+        {
+            let (id, body) = id_and_body(&row)?;
+            snapshot.leases.insert(id, Some(body));
+        }
+    }
+    let scopes: Vec<String> = reads.scopes.into_iter().collect();
+    for part in scopes.chunks(IDS_PER_READ) {
+        // A row for every scope, free ones included (an empty holder,
+        // rolled back unless the decision holds the scope): an absent row
+        // locks nothing, and another writer could take and release the
+        // scope after this read and before this transaction's own insert.
+        sqlx::query_with(
+            &format!(
+                "INSERT INTO tenure_held_scopes (scope, lease_id) VALUES {} \
+                 ON DUPLICATE KEY UPDATE scope = scope",
+                vec!["(?, '')"; part.len()].join(", ")
+            ),
+            bound(part)?,
+        )
+        .execute(&mut **tx)
+        .await?;
+        let sql = format!(
+            "SELECT h.scope, h.lease_id, l.body FROM tenure_held_scopes h \
+             LEFT JOIN tenure_leases l ON l.id = h.lease_id \
+             WHERE h.scope IN {} FOR UPDATE",
+            placeholders(part.len())
+        );
+        for scope in part {
+            snapshot.holders.insert(scope.clone(), None);
+        }
+        for row in sqlx::query_with(&sql, bound(part)?)
+            .fetch_all(&mut **tx)
+            .await?
+        {
+            let scope = rows::text(&row, 0)?;
+            let holder = rows::text(&row, 1)?;
+            if holder.is_empty() {
+                continue;
+            }
+            let body: Option<Vec<u8>> = row.try_get(2).map_err(store_error)?;
+            snapshot.leases.insert(holder.clone(), body);
+            snapshot.holders.insert(scope, Some(holder));
+        }
+    }
+    let ids: Vec<String> = reads.jobs.into_iter().collect();
+    for part in ids.chunks(IDS_PER_READ) {
+        let sql = format!(
+            "SELECT id, body FROM tenure_jobs WHERE id IN {} FOR UPDATE",
+            placeholders(part.len())
+        );
+        for id in part {
+            snapshot.jobs.insert(id.clone(), None);
+        }
+        for row in sqlx::query_with(&sql, bound(part)?)
+            .fetch_all(&mut **tx)
+            .await?
+        {
+            let (id, body) = id_and_body(&row)?;
+            snapshot.jobs.insert(id, Some(body));
+        }
+    }
+    let candidates = if let Some(query) = reads.claimable {
+        sqlx::query(&format!(
+            "SELECT id, body FROM tenure_jobs \
+             WHERE queue = ? AND state = 'queued' AND run_at <= {NOW_MICROS} \
+             AND JSON_CONTAINS(?, capabilities) \
+             ORDER BY priority_rank, run_at, created_at, id LIMIT ? \
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(query.queue.as_bytes())
+        .bind(query.capabilities)
+        .bind(u64::try_from(query.limit).unwrap_or(u64::MAX))
+        .fetch_all(&mut **tx)
+        .await?
+    } else if let Some(query) = reads.reapable {
+        sqlx::query(&format!(
+            "SELECT id, body FROM tenure_jobs \
+             WHERE state = 'claimed' AND expires_at <= {NOW_MICROS} - ? \
+             ORDER BY expires_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(clock::micros_rounded_up(query.grace))
+        .bind(u64::try_from(query.limit).unwrap_or(u64::MAX))
+        .fetch_all(&mut **tx)
+        .await?
+    } else {
+        Vec::new()
+    };
+    for row in candidates {
+        let (id, body) = id_and_body(&row)?;
+        snapshot.candidates.push(id.clone());
+        snapshot.jobs.insert(id, Some(body));
+    }
+    Ok(())
+}
+
+/// The `id` and `body` columns of `row`.
+fn id_and_body(row: &MySqlRow) -> Result<(String, Vec<u8>)> {
+    Ok((rows::text(row, 0)?, row.try_get(1).map_err(store_error)?))
+}
+
+/// Applies one write of a decision.
+async fn apply(
+    tx: &mut Transaction<'static, MySql>,
+    write: Write,
+) -> std::result::Result<(), Conflict> {
+    match write {
+        Write::InsertLease(record) => {
+            let columns = rows::LeaseColumns::of(&record);
+            sqlx::query(
+                "INSERT INTO tenure_leases (id, active, expires_at, created_at, updated_at, body) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(record.id.as_bytes())
+            .bind(columns.active)
+            .bind(columns.expires_at)
+            .bind(columns.created_at)
+            .bind(columns.updated_at)
+            .bind(columns.body)
+            .execute(&mut **tx)
+            .await?;
+            insert_scopes(tx, "tenure_lease_scopes", &record, "").await?;
+            if record.is_active() {
+                // Over the rows the admission locked when it read them.
+                insert_scopes(
+                    tx,
+                    "tenure_held_scopes",
+                    &record,
+                    " ON DUPLICATE KEY UPDATE lease_id = VALUES(lease_id)",
+                )
+                .await?;
+            }
+        }
+        Write::UpdateLease(record) => {
+            let columns = rows::LeaseColumns::of(&record);
+            sqlx::query(
+                "UPDATE tenure_leases SET active = ?, expires_at = ?, updated_at = ?, body = ? \
+                 WHERE id = ?",
+            )
+            .bind(columns.active)
+            .bind(columns.expires_at)
+            .bind(columns.updated_at)
+            .bind(columns.body)
+            .bind(record.id.as_bytes())
+            .execute(&mut **tx)
+            .await?;
+            if !record.is_active() {
+                sqlx::query("DELETE FROM tenure_held_scopes WHERE lease_id = ?")
+                    .bind(record.id.as_bytes())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        Write::InsertJob(job) => {
+            let columns = rows::JobColumns::of(&job);
+            sqlx::query(
+                "INSERT INTO tenure_jobs (id, queue, state, priority_rank, run_at, created_at, \
+                 updated_at, expires_at, capabilities, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(job.id.as_bytes())
+            .bind(job.queue.as_bytes())
+            .bind(columns.state)
+            .bind(columns.priority_rank)
+            .bind(columns.run_at)
+            .bind(columns.created_at)
+            .bind(columns.updated_at)
+            .bind(columns.expires_at)
+            .bind(columns.capabilities)
+            .bind(columns.body)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Write::UpdateJob(job) => {
+            let columns = rows::JobColumns::of(&job);
+            sqlx::query(
+                "UPDATE tenure_jobs SET state = ?, priority_rank = ?, run_at = ?, \
+                 updated_at = ?, expires_at = ?, capabilities = ?, body = ? WHERE id = ?",
+            )
+            .bind(columns.state)
+            .bind(columns.priority_rank)
+            .bind(columns.run_at)
+            .bind(columns.updated_at)
+            .bind(columns.expires_at)
+            .bind(columns.capabilities)
+            .bind(columns.body)
+            .bind(job.id.as_bytes())
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// One `(lease_id, scope)` row in `table` per scope of `record`, with
+/// `on_duplicate` after the values.
+async fn insert_scopes(
+    tx: &mut Transaction<'static, MySql>,
+    table: &str,
+    record: &LeaseRecord,
+    on_duplicate: &str,
+) -> std::result::Result<(), Conflict> {
+    if record.scopes.is_empty() {
+        return Ok(());
+    }
+    let mut arguments = MySqlArguments::default();
+    for scope in &record.scopes {
+        arguments
+            .add(record.id.as_bytes())
+            .and_then(|()| arguments.add(scope.as_bytes()))
+            .map_err(|error| Error::unavailable(format!("cannot bind a scope: {error}")))?;
+    }
+    let values = vec!["(?, ?)"; record.scopes.len()].join(", ");
+    sqlx::query_with(
+        &format!("INSERT INTO {table} (lease_id, scope) VALUES {values}{on_duplicate}"),
+        arguments,
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! The tables, and their versions.
+//!
+//! Every table lives in the database the URL names, prefixed `tenure_`.
+//! `tenure_migrations` lists the migrations applied, one row each.
+//! Applying takes the server's named lock `tenure_migrate:<database>`, so
+//! workers starting at once apply each migration once; MySQL commits each
+//! `CREATE` on its own, so every statement is written to be run again
+//! (`IF NOT EXISTS`, `INSERT IGNORE`) should an earlier apply have stopped
+//! half way.
+//!
+//! Ids, scopes, queues and resources are `VARBINARY`: compared byte for
+//! byte, as the contract compares them (a text collation would make `a`,
+//! `A` and `a ` one name). Timestamps are `BIGINT` microseconds since the
+//! Unix epoch, as the server's `UTC_TIMESTAMP(6)` reads them, whatever the
+//! session's time zone.
+
+use sqlx::{MySql, MySqlConnection, Row};
+use tenure_lease_core::{Error, ErrorKind, Result};
+
+use crate::error::store_error;
+
+/// One migration: its version, what it does, its statements.
+struct Migration {
+    version: i64,
+    description: &'static str,
+    statements: &'static [&'static str],
+}
+
+/// Every migration of this version, in order.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "leases, scopes, the fence counter, jobs and fence gates",
+    statements: &[
+        // One row per record; `body` is the record as JSON, the other
+        // columns are derived from it for the indexes.
+        "CREATE TABLE IF NOT EXISTS tenure_leases (
+            id VARBINARY(256) NOT NULL PRIMARY KEY,
+            active BOOLEAN NOT NULL,
+            expires_at BIGINT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            body MEDIUMBLOB NOT NULL,
+            KEY tenure_leases_active_by_expiry (active, expires_at, id),
+            KEY tenure_leases_by_update (active, updated_at)
+        ) ENGINE = InnoDB",
+        // Every (record, scope) pair, kept until the record is purged.
+        "CREATE TABLE IF NOT EXISTS tenure_lease_scopes (
+            scope VARBINARY(256) NOT NULL,
+            lease_id VARBINARY(256) NOT NULL,
+            PRIMARY KEY (scope, lease_id),
+            KEY tenure_lease_scopes_by_lease (lease_id)
+        ) ENGINE = InnoDB",
+        // One row per scope an active record holds: its primary key is
+        // "one active record per scope".
+        "CREATE TABLE IF NOT EXISTS tenure_held_scopes (
+            scope VARBINARY(256) NOT NULL PRIMARY KEY,
+            lease_id VARBINARY(256) NOT NULL,
+            KEY tenure_held_scopes_by_lease (lease_id)
+        ) ENGINE = InnoDB",
+        // The store-wide fence sequence, never reset by purge.
+        "CREATE TABLE IF NOT EXISTS tenure_fences (
+            singleton TINYINT NOT NULL PRIMARY KEY,
+            last_fence BIGINT UNSIGNED NOT NULL
+        ) ENGINE = InnoDB",
+        "INSERT IGNORE INTO tenure_fences (singleton, last_fence) VALUES (1, 0)",
+        // One row per job; `body` is the job as JSON. `priority_rank` is
+        // the priority negated, so `tenure_jobs_claim_order` walks the
+        // queued jobs of a queue best first on any server version.
+        "CREATE TABLE IF NOT EXISTS tenure_jobs (
+            id VARBINARY(256) NOT NULL PRIMARY KEY,
+            queue VARBINARY(256) NOT NULL,
+            state VARCHAR(16) CHARACTER SET ascii NOT NULL,
+            priority_rank BIGINT NOT NULL,
+            run_at BIGINT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            expires_at BIGINT NULL,
+            capabilities JSON NOT NULL,
+            body MEDIUMBLOB NOT NULL,
+            KEY tenure_jobs_claim_order (queue, state, priority_rank, run_at, created_at, id),
+            KEY tenure_jobs_by_expiry (state, expires_at, id),
+            KEY tenure_jobs_by_update (queue, state, updated_at, id),
+            KEY tenure_jobs_by_creation (queue, created_at, id),
+            KEY tenure_jobs_finished (state, updated_at)
+        ) ENGINE = InnoDB",
+        // One row per resource: the highest fence accepted, and when.
+        "CREATE TABLE IF NOT EXISTS tenure_fence_gates (
+            resource VARBINARY(256) NOT NULL PRIMARY KEY,
+            fence BIGINT NOT NULL,
+            checked_at BIGINT NOT NULL,
+            KEY tenure_fence_gates_by_check (checked_at)
+        ) ENGINE = InnoDB",
+    ],
+}];
+
+/// Every table this version keeps, for [`drop_tables`] and the deployment
+/// checks.
+pub(crate) const TABLES: &[&str] = &[
+    "tenure_leases",
+    "tenure_lease_scopes",
+    "tenure_held_scopes",
+    "tenure_fences",
+    "tenure_jobs",
+    "tenure_fence_gates",
+    "tenure_migrations",
+];
+
+const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS tenure_migrations (
+    version BIGINT NOT NULL PRIMARY KEY,
+    description VARCHAR(200) NOT NULL,
+    applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE = InnoDB";
+
+/// How long a worker waits for another one's migration to finish.
+const MIGRATION_LOCK_SECONDS: i64 = 60;
+
+/// Creates the tables if missing and applies the migrations they lack.
+///
+/// # Errors
+///
+/// `Incompatible` when the tables carry a migration this version does not
+/// know (a newer version wrote them); `Timeout` when another worker's
+/// migration holds the lock for a minute; the server's errors.
+pub(crate) async fn apply(connection: &mut MySqlConnection) -> Result<()> {
+    let lock = "CONCAT('tenure_migrate:', DATABASE())";
+    let locked: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({lock}, ?)"))
+        .bind(MIGRATION_LOCK_SECONDS)
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(store_error)?;
+    if locked != Some(1) {
+        return Err(Error::new(
+            ErrorKind::Timeout,
+            "another worker held the MySQL migration lock for a minute; retry once it is done",
+        ));
+    }
+    let applied = apply_locked(connection).await;
+    let released = sqlx::query(&format!("DO RELEASE_LOCK({lock})"))
+        .execute(&mut *connection)
+        .await
+        .map_err(store_error);
+    applied.and(released.map(drop))
+}
+
+async fn apply_locked(connection: &mut MySqlConnection) -> Result<()> {
+    sqlx::query(MIGRATIONS_TABLE)
+        .execute(&mut *connection)
+        .await
+        .map_err(store_error)?;
+    let applied = applied_versions(connection).await?;
+    refuse_unknown(&applied)?;
+    for migration in MIGRATIONS {
+        if applied.contains(&migration.version) {
+            continue;
+        }
+        for statement in migration.statements {
+            sqlx::query(statement)
+                .execute(&mut *connection)
+                .await
+                .map_err(store_error)?;
+        }
+        sqlx::query("INSERT INTO tenure_migrations (version, description) VALUES (?, ?)")
+            .bind(migration.version)
+            .bind(migration.description)
+            .execute(&mut *connection)
+            .await
+            .map_err(store_error)?;
+    }
+    Ok(())
+}
+
+/// Checks, changing nothing, that the tables carry every migration of this
+/// version and none it does not know.
+///
+/// # Errors
+///
+/// `Incompatible` naming the first migration missing or unknown; the
+/// server's errors (a missing `tenure_migrations` table is `Incompatible`
+/// too).
+pub(crate) async fn verify(connection: &mut MySqlConnection) -> Result<()> {
+    let applied = applied_versions(connection).await.map_err(|error| {
+        if error.kind() == ErrorKind::Incompatible {
+            Error::new(
+                ErrorKind::Incompatible,
+                "the database has no tenure tables: apply the migrations first \
+                 (MySqlStore::apply_migrations, as an account that may create tables)",
+            )
+            .with_source(error)
+        } else {
+            error
+        }
+    })?;
+    refuse_unknown(&applied)?;
+    if let Some(missing) = MIGRATIONS
+        .iter()
+        .find(|migration| !applied.contains(&migration.version))
+    {
+        return Err(Error::new(
+            ErrorKind::Incompatible,
+            format!(
+                "the tenure tables lack migration {} ({}): apply the migrations first \
+                 (MySqlStore::apply_migrations, as an account that may alter tables)",
+                missing.version, missing.description
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn applied_versions(connection: &mut MySqlConnection) -> Result<Vec<i64>> {
+    sqlx::query::<MySql>("SELECT version FROM tenure_migrations ORDER BY version")
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(store_error)?
+        .iter()
+        .map(|row| row.try_get::<i64, _>(0).map_err(store_error))
+        .collect()
+}
+
+fn refuse_unknown(applied: &[i64]) -> Result<()> {
+    let newest = MIGRATIONS.last().map_or(0, |migration| migration.version);
+    match applied.iter().find(|version| **version > newest) {
+        Some(unknown) => Err(Error::new(
+            ErrorKind::Incompatible,
+            format!(
+                "the tenure tables carry migration {unknown}, which this version (up to \
+                 {newest}) does not know: a newer version of tenure wrote them; upgrade \
+                 this one"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Drops every table of the store, and what they keep.
+///
+/// # Errors
+///
+/// The server's errors.
+pub(crate) async fn drop_tables(connection: &mut MySqlConnection) -> Result<()> {
+    sqlx::query(&format!("DROP TABLE IF EXISTS {}", TABLES.join(", ")))
+        .execute(&mut *connection)
+        .await
+        .map_err(store_error)
+        .map(drop)
+}
