@@ -38,6 +38,7 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// | `postgres://...`, `postgresql://...` (`?schema=NAME`, `?require_synchronous_standby=true`) | `PgStore` | `postgres` |
 /// | `redis://...`, `rediss://...`, `redis+unix://...`, `redis+sentinel://HOST:PORT,.../SERVICE`, `rediss+sentinel://...`, `redis+cluster://HOST:PORT,...`, `rediss+cluster://...` (`?namespace=NAME`) | `RedisStore` | `redis` |
 /// | `etcd://[user:password@]host:port[,host:port...][/prefix]` (`?max_txn_ops=N`) | `EtcdStore` | `etcd` |
+/// | `mysql://user:password@host:port/database`, `mariadb://...` (`?isolation=LEVEL`) | `MySqlStore` | `mysql` |
 ///
 /// The `schema` (PostgreSQL) and `namespace` (Redis) query parameters are
 /// taken out of the URL before it reaches the driver; the builder's
@@ -46,7 +47,8 @@ impl<S: LeaseStore + JobQueue + FenceStore + fmt::Debug + ?Sized> Store for S {}
 /// the namespace `tenure`. A parameter no backend reads (a typo such as
 /// `?schmea=`) is refused as [`ErrorKind::Config`], naming the closest known
 /// one and the list (`tenure_backend_postgres::URL_PARAMETERS`,
-/// `tenure_backend_redis::URL_PARAMETERS`; SQLite, etcd and memory refuse
+/// `tenure_backend_redis::URL_PARAMETERS`,
+/// `tenure_backend_mysql::URL_PARAMETERS`; SQLite, etcd and memory refuse
 /// theirs too). Every other setting is the backend's default; a
 /// store that needs more (pool bounds, timeouts, durability) is built with
 /// its backend's config and `connect`.
@@ -135,10 +137,11 @@ impl Connect {
         self
     }
 
-    /// Whether opening a PostgreSQL store may create its schema and apply
-    /// the migrations it lacks (the default, `true`). With `false` it
-    /// changes nothing and answers [`ErrorKind::Incompatible`] for a schema
-    /// that lacks any (the backend's `MigrationMode::VerifyOnly`), for a
+    /// Whether opening a PostgreSQL or MySQL store may create its schema
+    /// (tables) and apply the migrations it lacks (the default, `true`).
+    /// With `false` it changes nothing and answers
+    /// [`ErrorKind::Incompatible`] for a schema that lacks any (the
+    /// backend's `MigrationMode::VerifyOnly`), for a
     /// role that may not create tables and for tools that must not change
     /// what they inspect; [`Connect::migrate`] applies them. The other
     /// backends have no migrations to hold back: SQLite creates or upgrades
@@ -195,6 +198,10 @@ impl Connect {
             #[cfg(feature = "etcd")]
             Backend::Etcd => Ok(Arc::new(
                 crate::etcd::EtcdStore::connect(self.etcd_config()).await?,
+            )),
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => Ok(Arc::new(
+                crate::mysql::MySqlStore::connect(self.mysql_config()).await?,
             )),
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
@@ -258,6 +265,19 @@ impl Connect {
         }
     }
 
+    /// The MySQL config of the URL; without migrating, it only verifies
+    /// the tables.
+    #[cfg(feature = "mysql")]
+    pub(crate) fn mysql_config(&self) -> crate::mysql::MySqlConfig {
+        use crate::mysql::{MigrationMode, MySqlConfig};
+        let config = MySqlConfig::new(self.url.clone());
+        if self.migrate_schema {
+            config
+        } else {
+            config.migrations(MigrationMode::VerifyOnly)
+        }
+    }
+
     /// Refuses the options `backend` does not take, naming the one that does.
     fn check_options(&self, backend: Backend) -> Result<()> {
         let refuse = |option: &str, takes: &str| {
@@ -272,7 +292,9 @@ impl Connect {
         if self.namespace.is_some() && backend != Backend::Redis {
             return refuse("namespace", "only Redis does");
         }
-        if self.clock.is_some() && matches!(backend, Backend::Postgres | Backend::Redis) {
+        if self.clock.is_some()
+            && matches!(backend, Backend::Postgres | Backend::Redis | Backend::Mysql)
+        {
             return refuse("clock", "it reads the server's clock");
         }
         Ok(())
@@ -299,13 +321,14 @@ pub(crate) enum Backend {
     Postgres,
     Redis,
     Etcd,
+    Mysql,
 }
 
 /// Every scheme and its backend. Each backend crate declares its own
 /// (`URL_SCHEMES`); they are repeated here so that a scheme whose backend's
 /// feature is off can name the feature, and a unit test keeps the two
 /// equal.
-const SCHEMES: [(&str, Backend); 13] = [
+const SCHEMES: [(&str, Backend); 15] = [
     ("memory", Backend::Memory),
     ("sqlite", Backend::Sqlite),
     ("postgres", Backend::Postgres),
@@ -319,13 +342,15 @@ const SCHEMES: [(&str, Backend); 13] = [
     ("rediss+cluster", Backend::Redis),
     ("etcd", Backend::Etcd),
     ("etcds", Backend::Etcd),
+    ("mysql", Backend::Mysql),
+    ("mariadb", Backend::Mysql),
 ];
 
 /// What the errors list as accepted.
 const ACCEPTED: &str = "`memory:`, `sqlite:PATH` (or `sqlite:///ABSOLUTE/PATH`), \
                         `postgres://` / `postgresql://`, `redis://` / `rediss://` / `redis+unix://` / \
                         `redis+sentinel://` / `rediss+sentinel://` / `redis+cluster://` / \
-                        `rediss+cluster://` and `etcd://` / `etcds://`";
+                        `rediss+cluster://`, `etcd://` / `etcds://` and `mysql://` / `mariadb://`";
 
 impl Backend {
     /// The backend of `scheme` (lower case); an unknown one is
@@ -350,6 +375,7 @@ impl Backend {
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
             Backend::Etcd => "etcd",
+            Backend::Mysql => "mysql",
         }
     }
 
@@ -361,6 +387,7 @@ impl Backend {
             Backend::Postgres => "PostgreSQL",
             Backend::Redis => "Redis",
             Backend::Etcd => "etcd",
+            Backend::Mysql => "MySQL",
         }
     }
 }
@@ -419,16 +446,18 @@ mod tests {
         feature = "sqlite",
         feature = "postgres",
         feature = "redis",
-        feature = "etcd"
+        feature = "etcd",
+        feature = "mysql"
     ))]
     #[test]
     fn every_backend_declares_the_schemes_the_facade_dispatches() {
-        let declared: [(Backend, &[&str]); 5] = [
+        let declared: [(Backend, &[&str]); 6] = [
             (Backend::Memory, &["memory"]),
             (Backend::Sqlite, tenure_backend_sqlite::URL_SCHEMES),
             (Backend::Postgres, tenure_backend_postgres::URL_SCHEMES),
             (Backend::Redis, tenure_backend_redis::URL_SCHEMES),
             (Backend::Etcd, tenure_backend_etcd::URL_SCHEMES),
+            (Backend::Mysql, tenure_backend_mysql::URL_SCHEMES),
         ];
         for (backend, schemes) in declared {
             let dispatched: Vec<&str> = SCHEMES

@@ -8,24 +8,32 @@
 //! and replication settings (`PgStore::server_settings`), SQLite's schema
 //! version, Redis's eviction-policy refusal, its persistence settings and
 //! replicas (`RedisStore::durability`), etcd's member count
-//! (`EtcdStore::member_count`), and every store's clock
+//! (`EtcdStore::member_count`), MySQL's table verification and its
+//! durability and binary-log settings (`MySqlStore::server_settings`), and
+//! every store's clock
 //! ([`LeaseStore::now`]). A replica or standby is refused at connect, with
 //! the fix, before any check runs.
 
 use std::fmt;
 
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+#[cfg(any(
+    feature = "sqlite",
+    feature = "postgres",
+    feature = "redis",
+    feature = "mysql"
+))]
 use tenure_lease_core::ErrorKind;
 #[cfg(any(
     feature = "memory",
     feature = "sqlite",
     feature = "postgres",
     feature = "redis",
-    feature = "etcd"
+    feature = "etcd",
+    feature = "mysql"
 ))]
 use tenure_lease_core::LeaseStore;
 use tenure_lease_core::Result;
-#[cfg(any(feature = "postgres", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "redis", feature = "mysql"))]
 use tenure_lease_core::{Clock, SystemClock};
 
 #[cfg(any(
@@ -33,7 +41,8 @@ use tenure_lease_core::{Clock, SystemClock};
     feature = "sqlite",
     feature = "postgres",
     feature = "redis",
-    feature = "etcd"
+    feature = "etcd",
+    feature = "mysql"
 ))]
 use crate::connect::Backend;
 use crate::connect::{feature_disabled, Connect};
@@ -90,7 +99,8 @@ impl Finding {
             feature = "memory",
             feature = "sqlite",
             feature = "postgres",
-            feature = "redis"
+            feature = "redis",
+            feature = "mysql"
         )),
         allow(dead_code)
     )]
@@ -245,6 +255,36 @@ impl Connect {
                     ),
                 ])
             }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => {
+                let config = self.migrate_schema(false).mysql_config();
+                match crate::mysql::MySqlStore::connect(config).await {
+                    Ok(store) => {
+                        let clock = server_clock(&store, "MySQL").await;
+                        let settings = store.server_settings().await;
+                        store.close().await;
+                        let mut findings = vec![Finding::new(
+                            "schema",
+                            Verdict::Pass,
+                            "the tables are InnoDB and carry every migration of this version",
+                        )];
+                        findings.extend(mysql_settings(&settings?));
+                        findings.push(clock?);
+                        Ok(findings)
+                    }
+                    Err(error) if error.kind() == ErrorKind::Incompatible => {
+                        Ok(vec![Finding::new(
+                            "schema",
+                            Verdict::Fail,
+                            format!(
+                                "{}; the operator CLI applies them with `tenure migrate`",
+                                error.message()
+                            ),
+                        )])
+                    }
+                    Err(error) => Err(error),
+                }
+            }
             #[allow(unreachable_patterns)] // with every backend's feature on
             disabled => Err(feature_disabled(disabled)),
         }
@@ -299,7 +339,8 @@ impl Connect {
     /// application role may not: PostgreSQL creates the schema if missing
     /// and applies the migrations it lacks
     /// (`PgStore::apply_migrations`), idempotent and safe to run from
-    /// several processes; SQLite creates or upgrades the file's tables, as
+    /// several processes, and MySQL creates its tables likewise
+    /// (`MySqlStore::apply_migrations`); SQLite creates or upgrades the file's tables, as
     /// any connect does. Memory, Redis and etcd keep no schema: their
     /// `migrate` only checks that the store opens.
     ///
@@ -316,6 +357,10 @@ impl Connect {
             #[cfg(feature = "postgres")]
             Backend::Postgres => {
                 crate::postgres::PgStore::apply_migrations(&self.postgres_config()?).await
+            }
+            #[cfg(feature = "mysql")]
+            Backend::Mysql => {
+                crate::mysql::MySqlStore::apply_migrations(&self.mysql_config()).await
             }
             _ => self.open().await.map(drop),
         }
@@ -340,7 +385,7 @@ async fn local_clock(store: &dyn LeaseStore) -> Result<Finding> {
 /// The server's clock against this host's: expiry is judged by the server's
 /// alone, so a skew only misleads people comparing timestamps with local
 /// logs, but a large one often means an unsynchronised server.
-#[cfg(any(feature = "postgres", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "redis", feature = "mysql"))]
 async fn server_clock(store: &dyn LeaseStore, server: &str) -> Result<Finding> {
     let before = SystemClock.now();
     let now = store.now().await?;
@@ -398,6 +443,68 @@ fn redis_persistence(durability: &crate::redis::Durability) -> Finding {
              that survive a crash"
         ),
     )
+}
+
+/// What a MySQL server's settings lose in a crash and in a failover.
+#[cfg(feature = "mysql")]
+fn mysql_settings(settings: &crate::mysql::ServerSettings) -> Vec<Finding> {
+    let durability = if settings.flush_log_at_commit != 1 {
+        Finding::new(
+            "durability",
+            Verdict::Fail,
+            format!(
+                "innodb_flush_log_at_trx_commit is {}: a crash loses the last acknowledged \
+                 commits, fences among them, which are then handed out again; set \
+                 innodb_flush_log_at_trx_commit = 1",
+                settings.flush_log_at_commit
+            ),
+        )
+    } else if !settings.durable() {
+        Finding::new(
+            "durability",
+            Verdict::Fail,
+            format!(
+                "sync_binlog is {} with the binary log on: a crash can lose commits from the \
+                 log replicas read, and a replica promoted afterwards lacks them; set \
+                 sync_binlog = 1",
+                settings.sync_binlog
+            ),
+        )
+    } else {
+        Finding::new(
+            "durability",
+            Verdict::Pass,
+            "innodb_flush_log_at_trx_commit = 1 (and sync_binlog = 1 where the binary log is \
+             on): a crash loses no acknowledged commit",
+        )
+    };
+    let replication = if !settings.binary_log {
+        Finding::new(
+            "replication",
+            Verdict::Warn,
+            "the binary log is off: no replica can follow this server, and losing it loses \
+             the store; replicate it (semi-synchronously) for failover",
+        )
+    } else if settings.binlog_format.eq_ignore_ascii_case("STATEMENT") {
+        Finding::new(
+            "replication",
+            Verdict::Fail,
+            "binlog_format is STATEMENT, which cannot log READ COMMITTED transactions (the \
+             store's writes fail); set binlog_format = ROW",
+        )
+    } else {
+        Finding::new(
+            "replication",
+            Verdict::Warn,
+            format!(
+                "binary log on ({}): replicas follow asynchronously unless semi-synchronous \
+                 replication is set up, and a failover to one that lacks the last commits can \
+                 hand their fences out again (see DEPLOYING.md)",
+                settings.binlog_format
+            ),
+        )
+    };
+    vec![durability, replication]
 }
 
 /// What a PostgreSQL server's settings lose in a crash, in a failover, and

@@ -18,11 +18,13 @@
 //! | `postgres` | `postgres`   | PostgreSQL via sqlx |
 //! | `redis`    | `redis`      | Redis via Lua scripts |
 //! | `etcd`     | `etcd`       | an etcd cluster: leases that survive the loss of a member |
+//! | `mysql`    | `mysql`      | MySQL 8 or MariaDB 10.6+ via sqlx |
 //! | `full`     | all of them  | |
 //! | `conformance` | `conformance` | the conformance kit, to test a backend of your own |
 //!
 //! [`connect`] opens whichever backend a URL names (`memory:`,
-//! `sqlite:PATH`, `postgres://...`, `redis://...`, `etcd://...`) as one
+//! `sqlite:PATH`, `postgres://...`, `redis://...`, `etcd://...`,
+//! `mysql://...`) as one
 //! [`Arc<dyn Store>`](Store); each backend's own `connect` takes its config,
 //! or a URL.
 //!
@@ -98,6 +100,8 @@ pub use tenure_backend_memory as memory;
 #[cfg(feature = "sqlite")]
 pub use tenure_backend_sqlite as sqlite;
 
+#[cfg(feature = "mysql")]
+pub use tenure_backend_mysql as mysql;
 /// The PostgreSQL backend.
 #[cfg(feature = "postgres")]
 pub use tenure_backend_postgres as postgres;

@@ -34,11 +34,15 @@
 //!
 //! One counter row hands out every fence, leases' and jobs' alike: an
 //! operation that hands some out draws them last, with one `UPDATE`
-//! (`LAST_INSERT_ID(last_fence + n)` answers the new value in the reply),
-//! and holds the row until it commits. So a fence is greater than any
-//! stored in what the operation read, and a crash never hands it out again
-//! once the commit was acknowledged (with `innodb_flush_log_at_trx_commit =
-//! 1`, which [`MySqlStore::connect`] checks).
+//! (`LAST_INSERT_ID(…)` answers the new value in the reply), and holds the
+//! row until it commits. So a fence is greater than any stored in what the
+//! operation read, and a crash never hands it out again once the commit
+//! was acknowledged (with `innodb_flush_log_at_trx_commit = 1`, which
+//! `tenure check` checks). The counter never falls behind the server's
+//! clock in microseconds (a hybrid logical clock), so a replica promoted
+//! without the old primary's last draws still draws above them, as long as
+//! the servers' clocks agree to within the failover's duration: fences are
+//! large numbers, with gaps.
 //!
 //! ## Deployment
 //!
@@ -100,6 +104,9 @@ pub use config::{
 use error::store_error;
 use runner::Runner;
 pub use server::ServerSettings;
+/// The sqlx this store runs on, for the caller's own statements on
+/// [`MySqlStore::pool`].
+pub use sqlx;
 
 /// The MySQL and MariaDB store. Cloning shares the pool.
 #[derive(Clone)]

@@ -32,12 +32,20 @@
 //! The store-wide fence sequence is one row, `tenure_fences`. A decision
 //! that hands out fences is decided once to count them; the runner then
 //! draws them with one `UPDATE … SET last_fence =
-//! LAST_INSERT_ID(last_fence + n)` (the server answers the new value in
-//! the same reply: no `RETURNING` needed) and decides again with them. The row stays locked
-//! until the commit, so every fence stored in what the decision read was
-//! drawn before these, and every fence drawn after the commit is greater.
-//! Drawing last keeps the counter locked only for the writes and the
-//! commit.
+//! LAST_INSERT_ID(GREATEST(last_fence + n, now_µs + n − 1))` (the server
+//! answers the new value in the same reply: no `RETURNING` needed) and
+//! decides again with them. The row stays locked until the commit, so
+//! every fence stored in what the decision read was drawn before these,
+//! and every fence drawn after the commit is greater. Drawing last keeps
+//! the counter locked only for the writes and the commit.
+//!
+//! The sequence is a hybrid logical clock: never below the server's clock
+//! in microseconds. So a replica promoted after a failover, whose counter
+//! row lacks the old primary's last draws, still draws above them (they
+//! were drawn at the old primary's clock, which had not reached the new
+//! primary's by the time a failover is over), as long as the servers'
+//! clocks agree to within the failover's duration. Fences are therefore
+//! large numbers (about 1.8 × 10^15 in 2027), with gaps.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -446,10 +454,12 @@ async fn draw_fences(
     count: usize,
 ) -> std::result::Result<Vec<u64>, Conflict> {
     let count = u64::try_from(count).unwrap_or(u64::MAX);
-    let drawn = sqlx::query(
-        "UPDATE tenure_fences SET last_fence = LAST_INSERT_ID(last_fence + ?) WHERE singleton = 1",
-    )
+    let drawn = sqlx::query(&format!(
+        "UPDATE tenure_fences SET last_fence = \
+         LAST_INSERT_ID(GREATEST(last_fence + ?, {NOW_MICROS} + ?)) WHERE singleton = 1"
+    ))
     .bind(count)
+    .bind(count - 1)
     .execute(&mut **tx)
     .await?;
     if drawn.rows_affected() != 1 {

@@ -14,6 +14,10 @@ pub const PG_URL_VAR: &str = "TENURE_PG_URL";
 pub const REDIS_URL_VAR: &str = "TENURE_REDIS_URL";
 /// The environment variable naming the etcd cluster (`etcd://host:port,...`).
 pub const ETCD_URL_VAR: &str = "TENURE_ETCD_URL";
+/// The environment variable naming the MySQL server
+/// (`mysql://user@host:port/database`; the runs create databases of their
+/// own beside it).
+pub const MYSQL_URL_VAR: &str = "TENURE_MYSQL_URL";
 
 /// The usage text `--help` prints.
 pub const USAGE: &str = "\
@@ -23,11 +27,12 @@ With no options: every scenario on the embedded default (SQLite in a temp
 file) and on memory, about a minute, figures as ratios to a raw baseline
 measured in the same run.
 
-  --backend B     memory | sqlite | postgres | redis | etcd | all (repeatable,
-                  or a comma list); default memory,sqlite. postgres, redis and
-                  etcd read TENURE_PG_URL / TENURE_REDIS_URL / TENURE_ETCD_URL
-                  (or --pg-url / --redis-url / --etcd-url); `all` skips a
-                  server whose URL is not set
+  --backend B     memory | sqlite | postgres | redis | etcd | mysql | all
+                  (repeatable, or a comma list); default memory,sqlite.
+                  postgres, redis, etcd and mysql read TENURE_PG_URL /
+                  TENURE_REDIS_URL / TENURE_ETCD_URL / TENURE_MYSQL_URL (or
+                  --pg-url / --redis-url / --etcd-url / --mysql-url); `all`
+                  skips a server whose URL is not set
   --scenario S    single-op | scaling | hot-key | queue | heartbeat-scale |
                   takeover | queue-batch | long-run (repeatable, or a comma
                   list); default the first six, and queue-batch with --full.
@@ -47,6 +52,8 @@ measured in the same run.
   --redis-url URL Redis server (overrides TENURE_REDIS_URL)
   --etcd-url URL  etcd cluster, etcd://host:port,host:port,... (overrides
                   TENURE_ETCD_URL)
+  --mysql-url URL MySQL or MariaDB server, mysql://user@host:port/database
+                  (overrides TENURE_MYSQL_URL)
   --no-progress   never show the progress bar
   -h, --help      this text
 ";
@@ -65,16 +72,19 @@ pub enum BackendKind {
     Redis,
     /// `backend-etcd`, under a fresh key prefix.
     Etcd,
+    /// `backend-mysql`, in a fresh database.
+    Mysql,
 }
 
 impl BackendKind {
     /// Every backend, embedded first.
-    pub const ALL: [BackendKind; 5] = [
+    pub const ALL: [BackendKind; 6] = [
         BackendKind::Memory,
         BackendKind::Sqlite,
         BackendKind::Postgres,
         BackendKind::Redis,
         BackendKind::Etcd,
+        BackendKind::Mysql,
     ];
 
     /// The name used on the command line and in reports.
@@ -85,6 +95,7 @@ impl BackendKind {
             BackendKind::Postgres => "postgres",
             BackendKind::Redis => "redis",
             BackendKind::Etcd => "etcd",
+            BackendKind::Mysql => "mysql",
         }
     }
 }
@@ -403,6 +414,8 @@ pub struct Options {
     pub redis_url: Option<String>,
     /// etcd cluster URL.
     pub etcd_url: Option<String>,
+    /// MySQL server URL.
+    pub mysql_url: Option<String>,
     /// Whether a progress bar may be shown (it is hidden anyway when stdout
     /// is not a terminal).
     pub progress: bool,
@@ -421,6 +434,7 @@ impl fmt::Debug for Options {
             .field("pg_url", &redacted(&self.pg_url))
             .field("redis_url", &redacted(&self.redis_url))
             .field("etcd_url", &redacted(&self.etcd_url))
+            .field("mysql_url", &redacted(&self.mysql_url))
             .field("progress", &self.progress)
             .finish()
     }
@@ -439,6 +453,7 @@ impl Options {
             pg_url: non_empty_var(PG_URL_VAR),
             redis_url: non_empty_var(REDIS_URL_VAR),
             etcd_url: non_empty_var(ETCD_URL_VAR),
+            mysql_url: non_empty_var(MYSQL_URL_VAR),
             progress: true,
         }
     }
@@ -503,6 +518,7 @@ where
             "--pg-url" => options.pg_url = Some(value("--pg-url")?),
             "--redis-url" => options.redis_url = Some(value("--redis-url")?),
             "--etcd-url" => options.etcd_url = Some(value("--etcd-url")?),
+            "--mysql-url" => options.mysql_url = Some(value("--mysql-url")?),
             "--backend" => {
                 for name in value("--backend")?.split(',') {
                     if name == "all" {

@@ -2,9 +2,9 @@
 //! that admits, enqueues and claims; bad URLs and options answer typed
 //! errors that say what is accepted and never show a password.
 //!
-//! PostgreSQL and Redis run on the servers `TENURE_PG_URL` and
-//! `TENURE_REDIS_URL` name, each test in a fresh schema or namespace that
-//! it removes afterwards.
+//! PostgreSQL, Redis and MySQL run on the servers `TENURE_PG_URL`,
+//! `TENURE_REDIS_URL` and `TENURE_MYSQL_URL` name, each test in a fresh
+//! schema, namespace or database that it removes afterwards.
 
 use std::sync::Arc;
 
@@ -15,7 +15,8 @@ use tenure::{ErrorKind, ManualClock};
     feature = "sqlite",
     feature = "postgres",
     feature = "redis",
-    feature = "etcd"
+    feature = "etcd",
+    feature = "mysql"
 ))]
 /// Admits a lease and enqueues and claims a job through `store`; a
 /// description of the first thing that went wrong otherwise, so the caller
@@ -122,6 +123,53 @@ async fn an_in_memory_sqlite_database_is_refused_with_the_alternatives() {
         .expect_err("refused");
     assert_eq!(error.kind(), ErrorKind::Config, "{error}");
     assert!(error.message().contains("`memory:`"), "{error}");
+}
+
+/// Runs `sql` on the MySQL server at `url` (on a pool of one, whose future
+/// is `Send`).
+#[cfg(feature = "mysql")]
+pub(crate) async fn mysql_execute(url: &str, sql: &str) {
+    use tenure::mysql::sqlx;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("connects to the MySQL server");
+    sqlx::raw_sql(sql)
+        .execute(&pool)
+        .await
+        .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    pool.close().await;
+}
+
+/// `url` (`mysql://…/database`) on the database `database`.
+#[cfg(feature = "mysql")]
+pub(crate) fn mysql_on(url: &str, database: &str) -> String {
+    let base = url.split('?').next().unwrap_or(url);
+    let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+    format!("{server}/{database}")
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_and_mariadb_by_url() {
+    let Some(base) = tenure_test_support::shared::mysql_url_for("mysql_and_mariadb_by_url") else {
+        return;
+    };
+    let mut outcomes = Vec::new();
+    for scheme in ["mysql://", "mariadb://"] {
+        let database = format!("tenure_connect_{}", tenure::generate_id().replace('-', ""));
+        mysql_execute(&base, &format!("CREATE DATABASE `{database}`")).await;
+        let url = mysql_on(&base, &database).replacen("mysql://", scheme, 1);
+        outcomes.push(match tenure::connect(&url).await {
+            Ok(store) => admit_enqueue_claim(&*store).await,
+            Err(error) => Err(format!("{scheme}: {error}")),
+        });
+        mysql_execute(&base, &format!("DROP DATABASE `{database}`")).await;
+    }
+    for outcome in outcomes {
+        outcome.expect("connects, admits, enqueues and claims");
+    }
 }
 
 #[cfg(feature = "postgres")]

@@ -1,8 +1,10 @@
 //! `Connect::check` and `Connect::migrate`: the deployment checks reported
-//! one by one, and a PostgreSQL schema that only `migrate` changes.
+//! one by one, and a PostgreSQL schema and MySQL tables that only
+//! `migrate` changes.
 //!
 //! PostgreSQL runs on the server `TENURE_PG_URL` names, in a fresh schema
-//! the test drops afterwards.
+//! the test drops afterwards; MySQL on `TENURE_MYSQL_URL`'s, in a fresh
+//! database.
 
 #[cfg(feature = "memory")]
 #[tokio::test(flavor = "current_thread")]
@@ -69,7 +71,12 @@ async fn postgres_schema_changes_only_through_migrate() {
 }
 
 /// The findings of `check` on `url`, by name.
-#[cfg(any(feature = "postgres", feature = "redis", feature = "etcd"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "redis",
+    feature = "etcd",
+    feature = "mysql"
+))]
 async fn findings_of(url: &str) -> std::collections::HashMap<&'static str, tenure::Finding> {
     tenure::Connect::new(url)
         .check()
@@ -404,6 +411,95 @@ async fn a_single_etcd_member_is_warned_about() {
     assert_eq!(findings["members"].verdict, Verdict::Warn, "{findings:?}");
     assert!(
         findings["members"].detail.contains("three or five"),
+        "{findings:?}"
+    );
+}
+
+/// MySQL's tables change only through `migrate`, and `check` reports the
+/// settings that lose acknowledged commits: a server flushing its log once
+/// a second, with a statement-based binary log, fails both.
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_tables_change_only_through_migrate_and_careless_settings_fail() {
+    use tenure::{Connect, ErrorKind, Verdict};
+    use tenure_test_support::servers::PrivateMariadb;
+
+    use crate::connect::{mysql_execute, mysql_on};
+    const TEST: &str = "mysql_tables_change_only_through_migrate_and_careless_settings_fail";
+    let Some(base) = tenure_test_support::shared::mysql_url_for(TEST) else {
+        return;
+    };
+    let database = format!("tenure_deploy_{}", tenure::generate_id().replace('-', ""));
+    mysql_execute(&base, &format!("CREATE DATABASE `{database}`")).await;
+    let url = mysql_on(&base, &database);
+    let refused = Connect::new(&url).migrate_schema(false).open().await;
+    let before = Connect::new(&url).check().await;
+    let migrated = Connect::new(&url).migrate().await;
+    let again = Connect::new(&url).migrate().await;
+    let opened = Connect::new(&url)
+        .migrate_schema(false)
+        .open()
+        .await
+        .map(drop);
+    let after = findings_of(&url).await;
+    mysql_execute(&base, &format!("DROP DATABASE `{database}`")).await;
+
+    let error = refused.expect_err("tables without migrations are refused");
+    assert_eq!(error.kind(), ErrorKind::Incompatible, "{error}");
+    let before = before.expect("checks");
+    assert_eq!(
+        before
+            .iter()
+            .map(|f| (f.check, f.verdict))
+            .collect::<Vec<_>>(),
+        [("schema", Verdict::Fail)],
+        "{before:?}"
+    );
+    assert!(before[0].detail.contains("tenure migrate"), "{before:?}");
+    migrated.expect("migrates");
+    again.expect("migrating twice is harmless");
+    opened.expect("opens the migrated tables without changing them");
+    for check in ["schema", "durability", "clock"] {
+        assert_eq!(after[check].verdict, Verdict::Pass, "{after:?}");
+    }
+
+    if let Some(reason) = PrivateMariadb::unavailable_reason() {
+        tenure_conformance::skip_unless_required(TEST, &reason);
+        return;
+    }
+    let careless = PrivateMariadb::start_with(&[
+        "--innodb-flush-log-at-trx-commit=2",
+        "--log-bin=binlog",
+        "--binlog-format=STATEMENT",
+        "--server-id=1",
+    ])
+    .await
+    .expect("a private MariaDB");
+    Connect::new(careless.url())
+        .migrate()
+        .await
+        .expect("migrates on a careless server too");
+    let findings = findings_of(&careless.url()).await;
+    assert_eq!(
+        findings["durability"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["durability"]
+            .detail
+            .contains("innodb_flush_log_at_trx_commit = 1"),
+        "{findings:?}"
+    );
+    assert_eq!(
+        findings["replication"].verdict,
+        Verdict::Fail,
+        "{findings:?}"
+    );
+    assert!(
+        findings["replication"]
+            .detail
+            .contains("binlog_format = ROW"),
         "{findings:?}"
     );
 }

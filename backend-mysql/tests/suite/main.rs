@@ -5,7 +5,9 @@
 //! (else start a private MariaDB server), each in a fresh database dropped
 //! afterwards.
 
+mod fences;
 mod isolation;
+mod least_privilege;
 mod support;
 
 /// The conformance kit, every area, in a fresh database per test.

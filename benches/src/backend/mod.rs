@@ -11,6 +11,7 @@
 
 mod etcd;
 mod memory;
+mod mysql;
 mod postgres;
 mod redis;
 mod sqlite;
@@ -287,6 +288,14 @@ pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Backend> 
                 .ok_or_else(|| missing_url(crate::options::ETCD_URL_VAR))?;
             etcd::open(url).await
         }
+        BackendKind::Mysql => {
+            let url = options
+                .mysql_url
+                .as_deref()
+                .ok_or_else(|| missing_url(crate::options::MYSQL_URL_VAR))?;
+            let hot_racers = options.sizes.hot_workers.iter().copied().max().unwrap_or(0);
+            mysql::open(url, hot_racers).await
+        }
     }
 }
 
@@ -301,6 +310,9 @@ pub fn unavailable_reason(kind: BackendKind, options: &Options) -> Option<String
         }
         BackendKind::Etcd if options.etcd_url.is_none() => {
             Some(format!("{} is not set", crate::options::ETCD_URL_VAR))
+        }
+        BackendKind::Mysql if options.mysql_url.is_none() => {
+            Some(format!("{} is not set", crate::options::MYSQL_URL_VAR))
         }
         _ => None,
     }

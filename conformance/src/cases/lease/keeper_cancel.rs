@@ -321,9 +321,15 @@ pub async fn keeper_cancel_anywhere_answers_local_terminal_interrupted_and_missi
 
 /// Starts a keeper over the faulty store, with a short store timeout.
 fn start_faulty<S: LeaseStore + 'static>(store: &Faulty<S>) -> Result<Keeper, Failure> {
-    let config = config()
-        .grace(GRACE)
-        .store_timeout(Duration::from_millis(300));
+    start_faulty_within(store, Duration::from_millis(300))
+}
+
+/// [`start_faulty`] whose store calls may take `store_timeout`.
+fn start_faulty_within<S: LeaseStore + 'static>(
+    store: &Faulty<S>,
+    store_timeout: Duration,
+) -> Result<Keeper, Failure> {
+    let config = config().grace(GRACE).store_timeout(store_timeout);
     Keeper::builder(store.clone(), config)
         .start()
         .map_err(|error| Failure(format!("the keeper did not start: {error}")))
@@ -369,13 +375,17 @@ pub async fn keeper_cancel_anywhere_answers_unknown_when_the_store_cannot_say<
         );
     }
 
+    // From here on the calls really run: a keeper that waits for them as
+    // long as a loaded server may take, so only the injected faults make
+    // an outcome unknown.
+    let patient = start_faulty_within(&store, Duration::from_secs(10))?;
     store
         .hook()
         .inject("claim_for_takeover", Some(id), Fault::ReplyLost);
-    let outcome = keeper.cancel_anywhere(id).await;
+    let outcome = patient.cancel_anywhere(id).await;
     store.hook().clear();
     ensure_unknown(&outcome, ErrorKind::Unavailable, "a lost reply")?;
-    let again = keeper.cancel_anywhere(id).await;
+    let again = patient.cancel_anywhere(id).await;
     ensure!(
         matches!(
             again,
@@ -388,17 +398,17 @@ pub async fn keeper_cancel_anywhere_answers_unknown_when_the_store_cannot_say<
     let applied = get(&ctx, id).await?;
     ensure_eq!(
         (applied.owner.as_deref(), applied.stop_reason.as_deref()),
-        (Some(keeper.worker_id()), Some(CANCELLED)),
+        (Some(patient.worker_id()), Some(CANCELLED)),
         "the lost takeover was the keeper's cancellation"
     );
     ensure!(applied.fence > orphan.fence, "under a greater fence");
 
-    let local = admit_held(&keeper, "cancel-unknown-local").await?;
+    let local = admit_held(&patient, "cancel-unknown-local").await?;
     let held = get(&ctx, local.id()).await?;
     store
         .hook()
         .inject("transition", Some(local.id()), Fault::Unavailable);
-    let outcome = keeper.cancel_anywhere(local.id()).await;
+    let outcome = patient.cancel_anywhere(local.id()).await;
     store.hook().clear();
     ensure_unknown(
         &outcome,
@@ -409,14 +419,15 @@ pub async fn keeper_cancel_anywhere_answers_unknown_when_the_store_cannot_say<
         local.token().is_cancelled(),
         "the local run is stopped anyway"
     );
-    ensure!(!keeper.holds(local.id()), "and no longer held");
+    ensure!(!patient.holds(local.id()), "and no longer held");
     let after = get(&ctx, local.id()).await?;
     ensure_eq!(
         (after.status, after.owner, after.fence),
         (held.status, held.owner, held.fence),
         "the failed write changed nothing"
     );
-    shutdown_drained(keeper).await
+    shutdown_drained(keeper).await?;
+    shutdown_drained(patient).await
 }
 
 /// Admits one [`GHOST`] run per round named `{prefix}-{round}`, all with a

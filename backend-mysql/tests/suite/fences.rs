@@ -1,0 +1,53 @@
+//! The fence counter: above the server's clock in microseconds, and
+//! above every fence handed out even when the counter row itself falls
+//! behind (as on a replica promoted without the old primary's last draws).
+
+use std::time::Duration;
+
+use tenure_lease_core::clock::to_micros;
+use tenure_lease_core::{AdmitRequest, LeaseStore};
+
+use crate::support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_stay_above_the_clock_when_the_counter_falls_behind() {
+    let Some(url) = tenure_test_support::shared::mysql_url_for(
+        "fences_stay_above_the_clock_when_the_counter_falls_behind",
+    ) else {
+        return;
+    };
+    let database = support::fresh_database();
+    support::create_database(&url, &database)
+        .await
+        .expect("create");
+    let store = support::connect(&url, &database).await.expect("connect");
+    let admit = |id: &str| {
+        let request = AdmitRequest::new(id, "worker").ttl(Duration::from_secs(30));
+        let store = &store;
+        async move {
+            let before = store.now().await.expect("now");
+            let admission = store.admit(&request).await.expect("admit");
+            let fence = admission.admitted().expect("admitted").fence;
+            (to_micros(before), fence)
+        }
+    };
+    let (clock, first) = admit("first").await;
+    // The counter row loses every draw, as a replica's that lagged.
+    support::execute(
+        &support::on_database(&url, &database),
+        "UPDATE tenure_fences SET last_fence = 1",
+    )
+    .await
+    .expect("set the counter back");
+    let (_, second) = admit("second").await;
+    store.close().await;
+    support::drop_database(&url, &database).await.expect("drop");
+    assert!(
+        first >= u64::try_from(clock).expect("after 1970"),
+        "fence {first} is below the server's clock ({clock} µs) when it was drawn"
+    );
+    assert!(
+        second > first,
+        "fence {second} after the counter fell behind is not above {first}"
+    );
+}
