@@ -16,6 +16,12 @@ use tenure_lease_core::{Error, ErrorKind};
 const DUPLICATE_KEY: u16 = 1062;
 /// `ER_LOCK_DEADLOCK`: the server rolled the transaction back.
 const DEADLOCK: u16 = 1213;
+/// `ER_CHECKREAD`: MariaDB's `innodb_snapshot_isolation` found a row
+/// changed since the transaction's snapshot; the transaction was rolled back.
+const SNAPSHOT_CONFLICT: u16 = 1020;
+/// `ER_BINLOG_STMT_MODE_AND_ROW_ENGINE` and its kin: a statement-based binary
+/// log cannot log a READ COMMITTED transaction.
+const STATEMENT_BINLOG: u16 = 1665;
 /// `ER_LOCK_WAIT_TIMEOUT`: a row stayed locked past `innodb_lock_wait_timeout`.
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// `ER_OPTION_PREVENTS_STATEMENT` (`--read-only`) and
@@ -41,7 +47,9 @@ impl From<Error> for Conflict {
 impl From<sqlx::Error> for Conflict {
     fn from(error: sqlx::Error) -> Self {
         match server_number(&error) {
-            Some(DUPLICATE_KEY | DEADLOCK) => Conflict::Lost(store_error(error)),
+            Some(DUPLICATE_KEY | DEADLOCK | SNAPSHOT_CONFLICT) => {
+                Conflict::Lost(store_error(error))
+            }
             _ => Conflict::Failed(store_error(error)),
         }
     }
@@ -65,11 +73,15 @@ fn number_kind(number: u16) -> ErrorKind {
         // No such table or column: the tables are missing or older than
         // this code.
         1146 | 1054 => ErrorKind::Incompatible,
-        // Access denied, unknown database, missing privileges.
-        1044 | 1045 | 1049 | 1142 | 1143 | 1227 | 1370 => ErrorKind::Config,
-        // Data too long, out of range, wrong value, a failed check: what
-        // the store read or wrote is not what it should be.
-        1264 | 1265 | 1292 | 1366 | 1406 | 3819 | 4025 => ErrorKind::Corrupt,
+        // Access denied, unknown database, missing privileges, a lock name
+        // too long, a binary log that cannot log the store's transactions.
+        1044 | 1045 | 1049 | 1142 | 1143 | 1227 | 1370 | 3057 | STATEMENT_BINLOG => {
+            ErrorKind::Config
+        }
+        // Data too long, out of range (the fence counter's among them),
+        // wrong value, invalid JSON, a failed check: what the store read or
+        // wrote is not what it should be.
+        1264 | 1265 | 1292 | 1366 | 1406 | 1690 | 3140 | 3144 | 3819 | 4025 => ErrorKind::Corrupt,
         // Deadlocks, read-only servers, shutdowns, connections killed, and
         // anything else the server reports mid-operation.
         _ => ErrorKind::Unavailable,

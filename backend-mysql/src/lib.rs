@@ -136,8 +136,9 @@ impl fmt::Debug for MySqlStore {
 
 impl MySqlStore {
     /// Connects a pool as `config` says (a [`MySqlConfig`], or a URL with
-    /// the defaults), refuses a server that cannot keep the contract
-    /// (read-only, or losing acknowledged commits on a crash), prepares
+    /// the defaults), refuses a server every write would fail on
+    /// (read-only, or a statement-based binary log under READ COMMITTED
+    /// sessions), prepares
     /// the tables as its [`MigrationMode`] says (by default: creates and
     /// migrates them), and answers the store.
     ///
@@ -150,7 +151,9 @@ impl MySqlStore {
     /// A bad URL (one naming no database among them), an unknown database
     /// or account, a refused login or a missing privilege is
     /// [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config), as is
-    /// a read-only server or one whose settings lose acknowledged commits;
+    /// a server refused (settings that lose acknowledged commits are not
+    /// refused: [`server_settings`](Self::server_settings) and `tenure
+    /// check` report them);
     /// an unreachable or silent server is
     /// [`ErrorKind::Unavailable`](tenure_lease_core::ErrorKind::Unavailable)
     /// (retryable); tables that lack migrations this version needs (under
@@ -161,7 +164,7 @@ impl MySqlStore {
         let config = config.into();
         let options = config.connect_options()?;
         let mut first = open_session(&options, &config).await?;
-        server::refuse_unsafe_server(&mut first).await?;
+        server::refuse_unsafe_server(&mut first, config.isolation_level()).await?;
         match config.migration_mode() {
             MigrationMode::Apply => schema::apply(&mut first).await?,
             MigrationMode::VerifyOnly => schema::verify(&mut first).await?,

@@ -392,43 +392,71 @@ impl Runner {
         decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
     ) -> std::result::Result<Result<T>, Conflict> {
         let mut tx = self.pool.begin().await.map_err(Conflict::from)?;
-        let mut snapshot = Snapshot::default();
-        let mut wanted = reads.clone();
-        let mut fences: Vec<u64> = Vec::new();
-        let mut now = None;
-        loop {
-            if !wanted.is_empty() || now.is_none() {
-                fetch(&mut tx, &mut snapshot, std::mem::take(&mut wanted)).await?;
-                now = Some(read_now(&mut *tx).await?);
-            }
-            let mut view = View {
-                snapshot: &snapshot,
-                now: now.unwrap_or_default(),
-                fences: &fences,
-                fences_used: 0,
-                missing: Reads::default(),
-                writes: Vec::new(),
-            };
-            let answer = decide(&mut view);
-            if !view.missing.is_empty() {
-                wanted = std::mem::take(&mut view.missing);
-                continue;
-            }
-            if view.fences_used > fences.len() {
-                let more = view.fences_used - fences.len();
-                fences.extend(draw_fences(&mut tx, more).await?);
-                continue;
-            }
-            if answer.is_ok() && !view.writes.is_empty() {
-                for write in std::mem::take(&mut view.writes) {
-                    apply(&mut tx, write).await?;
-                }
+        match decide_and_write(&mut tx, reads, decide).await {
+            Ok((answer, Wrote::Yes)) => {
                 tx.commit().await.map_err(Conflict::from)?;
-            } else {
-                tx.rollback().await.map_err(Conflict::from)?;
+                Ok(answer)
             }
-            return Ok(answer);
+            Ok((answer, Wrote::No)) => {
+                tx.rollback().await.map_err(Conflict::from)?;
+                Ok(answer)
+            }
+            Err(conflict) => {
+                // At once, not when the connection goes back to the pool:
+                // the locks it holds (the fence counter's among them) would
+                // hold up the next attempt.
+                drop(tx.rollback().await);
+                Err(conflict)
+            }
         }
+    }
+}
+
+/// Whether an attempt wrote what it decided (then it commits) or nothing.
+enum Wrote {
+    Yes,
+    No,
+}
+
+/// Reads, decides and writes one attempt of an operation inside `tx`: its
+/// answer, and whether it wrote (only an answer that is no error writes).
+async fn decide_and_write<T>(
+    tx: &mut Transaction<'static, MySql>,
+    reads: &Reads,
+    decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
+) -> std::result::Result<(Result<T>, Wrote), Conflict> {
+    let mut snapshot = Snapshot::default();
+    let mut wanted = reads.clone();
+    let mut fences: Vec<u64> = Vec::new();
+    let mut now = None;
+    loop {
+        if !wanted.is_empty() || now.is_none() {
+            fetch(tx, &mut snapshot, std::mem::take(&mut wanted)).await?;
+            now = Some(read_now(&mut **tx).await?);
+        }
+        let mut view = View {
+            snapshot: &snapshot,
+            now: now.unwrap_or_default(),
+            fences: &fences,
+            fences_used: 0,
+            missing: Reads::default(),
+            writes: Vec::new(),
+        };
+        let answer = decide(&mut view);
+        if !view.missing.is_empty() {
+            wanted = std::mem::take(&mut view.missing);
+            continue;
+        }
+        if view.fences_used > fences.len() {
+            let more = view.fences_used - fences.len();
+            fences.extend(draw_fences(tx, more).await?);
+            continue;
+        }
+        if answer.is_err() || view.writes.is_empty() {
+            return Ok((answer, Wrote::No));
+        }
+        apply(tx, std::mem::take(&mut view.writes)).await?;
+        return Ok((answer, Wrote::Yes));
     }
 }
 
@@ -476,7 +504,16 @@ async fn draw_fences(
         ))
         .into());
     }
-    Ok((last + 1 - count..=last).collect())
+    let first = last
+        .checked_sub(count - 1)
+        .filter(|first| *first >= 1)
+        .ok_or_else(|| {
+            Error::corrupt(format!(
+                "the server answered a fence draw of {count} with {last}, which leaves no room \
+                 for them"
+            ))
+        })?;
+    Ok((first..=last).collect())
 }
 
 /// `IN (?, ?, …)` for `count` values.
@@ -622,96 +659,251 @@ fn id_and_body(row: &MySqlRow) -> Result<(String, Vec<u8>)> {
     Ok((rows::text(row, 0)?, row.try_get(1).map_err(store_error)?))
 }
 
-/// Applies one write of a decision.
+/// At most this many rows in one multi-row statement.
+const ROWS_PER_STATEMENT: usize = 200;
+/// At most about this many bytes of bodies in one multi-row statement,
+/// well below the servers' default `max_allowed_packet` (16 MiB on
+/// MariaDB, 64 MiB on MySQL 8).
+const BYTES_PER_STATEMENT: usize = 4 << 20;
+
+/// The writes of one decision, one final write per row, in the order the
+/// statements apply them.
+#[derive(Default)]
+struct Batches {
+    updated_leases: Vec<LeaseRecord>,
+    inserted_leases: Vec<LeaseRecord>,
+    updated_jobs: Vec<Job>,
+    inserted_jobs: Vec<Job>,
+}
+
+impl Batches {
+    /// `writes` with only the last state of each row kept; a row inserted
+    /// and then written again is inserted in its last state.
+    fn of(writes: Vec<Write>) -> Self {
+        let mut leases: Vec<(bool, LeaseRecord)> = Vec::new();
+        let mut jobs: Vec<(bool, Job)> = Vec::new();
+        let mut lease_at: HashMap<String, usize> = HashMap::new();
+        let mut job_at: HashMap<String, usize> = HashMap::new();
+        for write in writes {
+            match write {
+                Write::InsertLease(record) | Write::UpdateLease(record)
+                    if lease_at.contains_key(&record.id) =>
+                {
+                    let at = lease_at[&record.id];
+                    leases[at].1 = record;
+                }
+                Write::InsertLease(record) => {
+                    lease_at.insert(record.id.clone(), leases.len());
+                    leases.push((true, record));
+                }
+                Write::UpdateLease(record) => {
+                    lease_at.insert(record.id.clone(), leases.len());
+                    leases.push((false, record));
+                }
+                Write::InsertJob(job) | Write::UpdateJob(job) if job_at.contains_key(&job.id) => {
+                    let at = job_at[&job.id];
+                    jobs[at].1 = job;
+                }
+                Write::InsertJob(job) => {
+                    job_at.insert(job.id.clone(), jobs.len());
+                    jobs.push((true, job));
+                }
+                Write::UpdateJob(job) => {
+                    job_at.insert(job.id.clone(), jobs.len());
+                    jobs.push((false, job));
+                }
+            }
+        }
+        let mut batches = Batches::default();
+        for (inserted, record) in leases {
+            if inserted {
+                batches.inserted_leases.push(record);
+            } else {
+                batches.updated_leases.push(record);
+            }
+        }
+        for (inserted, job) in jobs {
+            if inserted {
+                batches.inserted_jobs.push(job);
+            } else {
+                batches.updated_jobs.push(job);
+            }
+        }
+        batches
+    }
+}
+
+/// The columns of a record's row, in [`LEASE_ROW`]'s order.
+const LEASE_ROW: &str = "(?, ?, ?, ?, ?, ?)";
+const LEASE_COLUMNS: &str =
+    "INSERT INTO tenure_leases (id, active, expires_at, created_at, updated_at, body) VALUES ";
+/// The columns of a job's row, in [`JOB_ROW`]'s order.
+const JOB_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const JOB_COLUMNS: &str = "INSERT INTO tenure_jobs (id, queue, state, priority_rank, run_at, \
+     created_at, updated_at, expires_at, capabilities, body) VALUES ";
+
+fn bind_lease(arguments: &mut MySqlArguments, record: &LeaseRecord) -> BindResult {
+    let columns = rows::LeaseColumns::of(record);
+    arguments.add(record.id.as_bytes())?;
+    arguments.add(columns.active)?;
+    arguments.add(columns.expires_at)?;
+    arguments.add(columns.created_at)?;
+    arguments.add(columns.updated_at)?;
+    arguments.add(columns.body)
+}
+
+fn bind_job(arguments: &mut MySqlArguments, job: &Job) -> BindResult {
+    let columns = rows::JobColumns::of(job);
+    arguments.add(job.id.as_bytes())?;
+    arguments.add(job.queue.as_bytes())?;
+    arguments.add(columns.state)?;
+    arguments.add(columns.priority_rank)?;
+    arguments.add(columns.run_at)?;
+    arguments.add(columns.created_at)?;
+    arguments.add(columns.updated_at)?;
+    arguments.add(columns.expires_at)?;
+    arguments.add(columns.capabilities)?;
+    arguments.add(columns.body)
+}
+
+type BindResult = std::result::Result<(), sqlx::error::BoxDynError>;
+
+/// Sends `head`, then one `row` of values per item (bound by `bind`), then
+/// `tail`, in statements of at most [`ROWS_PER_STATEMENT`] rows and about
+/// [`BYTES_PER_STATEMENT`] bytes (`size` estimates an item's).
+async fn in_parts<T>(
+    tx: &mut Transaction<'static, MySql>,
+    (head, row, tail): (&str, &str, &str),
+    items: &[T],
+    size: impl Fn(&T) -> usize,
+    bind: impl Fn(&mut MySqlArguments, &T) -> BindResult,
+) -> std::result::Result<(), Conflict> {
+    let mut start = 0;
+    while start < items.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < items.len() && end - start < ROWS_PER_STATEMENT && bytes < BYTES_PER_STATEMENT {
+            bytes += size(&items[end]);
+            end += 1;
+        }
+        let mut arguments = MySqlArguments::default();
+        for item in &items[start..end] {
+            bind(&mut arguments, item)
+                .map_err(|error| Error::unavailable(format!("cannot bind a row: {error}")))?;
+        }
+        let values = vec![row; end - start].join(", ");
+        sqlx::query_with(&format!("{head}{values}{tail}"), arguments)
+            .execute(&mut **tx)
+            .await?;
+        start = end;
+    }
+    Ok(())
+}
+
+/// The size of a record's or job's body, the bulk of its row.
+fn lease_size(record: &LeaseRecord) -> usize {
+    serde_json::to_vec(record).map_or(0, |body| body.len())
+}
+
+fn job_size(job: &Job) -> usize {
+    serde_json::to_vec(job).map_or(0, |body| body.len())
+}
+
+/// Applies the writes of a decision: every row in its last state, a few
+/// multi-row statements per kind of write (updates as upserts of rows the
+/// transaction holds locked).
 async fn apply(
     tx: &mut Transaction<'static, MySql>,
-    write: Write,
+    writes: Vec<Write>,
 ) -> std::result::Result<(), Conflict> {
-    match write {
-        Write::InsertLease(record) => {
-            let columns = rows::LeaseColumns::of(&record);
-            sqlx::query(
-                "INSERT INTO tenure_leases (id, active, expires_at, created_at, updated_at, body) \
-                 VALUES (?, ?, ?, ?, ?, ?)",
+    let batches = Batches::of(writes);
+    in_parts(
+        tx,
+        (
+            LEASE_COLUMNS,
+            LEASE_ROW,
+            " ON DUPLICATE KEY UPDATE active = VALUES(active), \
+             expires_at = VALUES(expires_at), updated_at = VALUES(updated_at), \
+             body = VALUES(body)",
+        ),
+        &batches.updated_leases,
+        lease_size,
+        bind_lease,
+    )
+    .await?;
+    let released: Vec<String> = batches
+        .updated_leases
+        .iter()
+        .filter(|record| !record.is_active())
+        .map(|record| record.id.clone())
+        .collect();
+    for part in released.chunks(IDS_PER_READ) {
+        sqlx::query_with(
+            &format!(
+                "DELETE FROM tenure_held_scopes WHERE lease_id IN {}",
+                placeholders(part.len())
+            ),
+            bound(part)?,
+        )
+        .execute(&mut **tx)
+        .await?;
+    }
+    in_parts(
+        tx,
+        (LEASE_COLUMNS, LEASE_ROW, ""),
+        &batches.inserted_leases,
+        lease_size,
+        bind_lease,
+    )
+    .await?;
+    for record in &batches.inserted_leases {
+        // A new id has no scope rows: one there is left over from a
+        // record deleted by hand, not a race to decide again.
+        insert_scopes(tx, "tenure_lease_scopes", record, "")
+            .await
+            .map_err(|conflict| match conflict {
+                Conflict::Lost(error) => Conflict::Failed(Error::corrupt(format!(
+                    "tenure_lease_scopes already holds rows for the new record {:?}, left \
+                     over from a record deleted by hand: delete them ({})",
+                    record.id,
+                    error.message()
+                ))),
+                failed => failed,
+            })?;
+        if record.is_active() {
+            // Over the rows the admission locked when it read them.
+            insert_scopes(
+                tx,
+                "tenure_held_scopes",
+                record,
+                " ON DUPLICATE KEY UPDATE lease_id = VALUES(lease_id)",
             )
-            .bind(record.id.as_bytes())
-            .bind(columns.active)
-            .bind(columns.expires_at)
-            .bind(columns.created_at)
-            .bind(columns.updated_at)
-            .bind(columns.body)
-            .execute(&mut **tx)
-            .await?;
-            insert_scopes(tx, "tenure_lease_scopes", &record, "").await?;
-            if record.is_active() {
-                // Over the rows the admission locked when it read them.
-                insert_scopes(
-                    tx,
-                    "tenure_held_scopes",
-                    &record,
-                    " ON DUPLICATE KEY UPDATE lease_id = VALUES(lease_id)",
-                )
-                .await?;
-            }
-        }
-        Write::UpdateLease(record) => {
-            let columns = rows::LeaseColumns::of(&record);
-            sqlx::query(
-                "UPDATE tenure_leases SET active = ?, expires_at = ?, updated_at = ?, body = ? \
-                 WHERE id = ?",
-            )
-            .bind(columns.active)
-            .bind(columns.expires_at)
-            .bind(columns.updated_at)
-            .bind(columns.body)
-            .bind(record.id.as_bytes())
-            .execute(&mut **tx)
-            .await?;
-            if !record.is_active() {
-                sqlx::query("DELETE FROM tenure_held_scopes WHERE lease_id = ?")
-                    .bind(record.id.as_bytes())
-                    .execute(&mut **tx)
-                    .await?;
-            }
-        }
-        Write::InsertJob(job) => {
-            let columns = rows::JobColumns::of(&job);
-            sqlx::query(
-                "INSERT INTO tenure_jobs (id, queue, state, priority_rank, run_at, created_at, \
-                 updated_at, expires_at, capabilities, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(job.id.as_bytes())
-            .bind(job.queue.as_bytes())
-            .bind(columns.state)
-            .bind(columns.priority_rank)
-            .bind(columns.run_at)
-            .bind(columns.created_at)
-            .bind(columns.updated_at)
-            .bind(columns.expires_at)
-            .bind(columns.capabilities)
-            .bind(columns.body)
-            .execute(&mut **tx)
-            .await?;
-        }
-        Write::UpdateJob(job) => {
-            let columns = rows::JobColumns::of(&job);
-            sqlx::query(
-                "UPDATE tenure_jobs SET state = ?, priority_rank = ?, run_at = ?, \
-                 updated_at = ?, expires_at = ?, capabilities = ?, body = ? WHERE id = ?",
-            )
-            .bind(columns.state)
-            .bind(columns.priority_rank)
-            .bind(columns.run_at)
-            .bind(columns.updated_at)
-            .bind(columns.expires_at)
-            .bind(columns.capabilities)
-            .bind(columns.body)
-            .bind(job.id.as_bytes())
-            .execute(&mut **tx)
             .await?;
         }
     }
-    Ok(())
+    in_parts(
+        tx,
+        (JOB_COLUMNS, JOB_ROW, ""),
+        &batches.inserted_jobs,
+        job_size,
+        bind_job,
+    )
+    .await?;
+    in_parts(
+        tx,
+        (
+            JOB_COLUMNS,
+            JOB_ROW,
+            " ON DUPLICATE KEY UPDATE state = VALUES(state), \
+             priority_rank = VALUES(priority_rank), run_at = VALUES(run_at), \
+             updated_at = VALUES(updated_at), expires_at = VALUES(expires_at), \
+             capabilities = VALUES(capabilities), body = VALUES(body)",
+        ),
+        &batches.updated_jobs,
+        job_size,
+        bind_job,
+    )
+    .await
 }
 
 /// One `(lease_id, scope)` row in `table` per scope of `record`, with

@@ -2,7 +2,8 @@
 //!
 //! Every table lives in the database the URL names, prefixed `tenure_`.
 //! `tenure_migrations` lists the migrations applied, one row each.
-//! Applying takes the server's named lock `tenure_migrate:<database>`, so
+//! Applying takes the server's named lock `tenure_migrate:<SHA-1 of the
+//! database name>`, so
 //! workers starting at once apply each migration once; MySQL commits each
 //! `CREATE` on its own, so every statement is written to be run again
 //! (`IF NOT EXISTS`, `INSERT IGNORE`) should an earlier apply have stopped
@@ -122,7 +123,8 @@ const MIGRATION_LOCK_SECONDS: i64 = 60;
 /// know (a newer version wrote them); `Timeout` when another worker's
 /// migration holds the lock for a minute; the server's errors.
 pub(crate) async fn apply(connection: &mut MySqlConnection) -> Result<()> {
-    let lock = "CONCAT('tenure_migrate:', DATABASE())";
+    // MySQL takes lock names of at most 64 characters.
+    let lock = "CONCAT('tenure_migrate:', SHA1(DATABASE()))";
     let locked: Option<i64> = sqlx::query_scalar(&format!("SELECT GET_LOCK({lock}, ?)"))
         .bind(MIGRATION_LOCK_SECONDS)
         .fetch_one(&mut *connection)

@@ -6,6 +6,7 @@
 use sqlx::{MySqlConnection, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
+use crate::config::Isolation;
 use crate::error::store_error;
 use crate::schema::TABLES;
 use crate::MySqlStore;
@@ -67,10 +68,28 @@ async fn read_settings(connection: &mut MySqlConnection) -> Result<ServerSetting
     })
 }
 
-/// Refuses a read-only server: every operation would fail on its first
-/// write.
-pub(crate) async fn refuse_unsafe_server(connection: &mut MySqlConnection) -> Result<()> {
+/// Refuses a server every write would fail on: a read-only one, and one
+/// whose statement-based binary log cannot log the READ COMMITTED
+/// transactions of sessions at `isolation`.
+pub(crate) async fn refuse_unsafe_server(
+    connection: &mut MySqlConnection,
+    isolation: Isolation,
+) -> Result<()> {
     let settings = read_settings(connection).await?;
+    if isolation == Isolation::ReadCommitted
+        && settings.binary_log
+        && settings.binlog_format.eq_ignore_ascii_case("STATEMENT")
+    {
+        return Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "the MySQL server ({}) logs statements (binlog_format = STATEMENT), which \
+                 cannot log the store's READ COMMITTED transactions: set binlog_format = ROW, \
+                 or run the store's sessions at another isolation level (?isolation=)",
+                settings.version
+            ),
+        ));
+    }
     if settings.read_only {
         return Err(Error::new(
             ErrorKind::Config,

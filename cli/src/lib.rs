@@ -3,8 +3,8 @@
 //! `tenure`, the operator command line for [`tenure`] stores: for the
 //! person on call, to see who holds what, repair what a crashed worker left
 //! behind, and check a deployment, on any backend a URL names (`memory:`,
-//! `sqlite:PATH`, `postgres://...`, `redis://...`, as [`tenure::connect`]
-//! reads them).
+//! `sqlite:PATH`, `postgres://...`, `redis://...`, `etcd://...`,
+//! `mysql://...`, as [`tenure::connect`] reads them).
 //!
 //! ```text
 //! tenure --url postgres://app@db/jobs?schema=tenure leases --expired
@@ -90,8 +90,9 @@ const RELEASED_REASON: &str = "released by an operator (tenure release)";
                         (retry when it is back)."
 )]
 struct Cli {
-    /// The store: memory:, sqlite:PATH, postgres://..., redis://... (?schema= for
-    /// PostgreSQL, ?namespace= for Redis). Wins over TENURE_URL.
+    /// The store: memory:, sqlite:PATH, postgres://..., redis://..., etcd://...,
+    /// mysql://... (?schema= for PostgreSQL, ?namespace= for Redis). Wins over
+    /// TENURE_URL.
     #[arg(long, env = URL_VAR, global = true, hide_env_values = true)]
     url: Option<String>,
 

@@ -367,7 +367,7 @@ impl RestartSupport<MySqlStore> for MySqlFactory {
 
 /// Tables written by a newer version of tenure, and tables on an engine
 /// without transactions, in fresh databases on the shared server, dropped
-/// afterwards; a read-only private server.
+/// afterwards; a read-only private server, and one logging statements.
 #[async_trait]
 impl DeploymentSupport for MySqlFactory {
     fn unavailable_reason(&self) -> Option<String> {
@@ -393,17 +393,31 @@ impl DeploymentSupport for MySqlFactory {
                 ErrorKind::Config,
                 ["read-only", "primary"],
             ));
+            staged.push(Misdeployment::new(
+                "a statement-based binary log",
+                ErrorKind::Config,
+                ["binlog_format = ROW"],
+            ));
         }
         staged
     }
 
     async fn connect_misdeployed(&self, which: &Misdeployment) -> tenure_lease_core::Result<()> {
-        if which.name.starts_with("a read-only server") {
-            let server = PrivateMariadb::start_with(&["--read-only"])
-                .await
-                .map_err(|error| {
-                    Error::unavailable("cannot start a private MariaDB").with_source(error)
-                })?;
+        let private = match which.name.as_str() {
+            "a read-only server (a replica)" => Some(&["--read-only"][..]),
+            "a statement-based binary log" => Some(
+                &[
+                    "--log-bin=binlog",
+                    "--binlog-format=STATEMENT",
+                    "--server-id=1",
+                ][..],
+            ),
+            _ => None,
+        };
+        if let Some(options) = private {
+            let server = PrivateMariadb::start_with(options).await.map_err(|error| {
+                Error::unavailable("cannot start a private MariaDB").with_source(error)
+            })?;
             return MySqlStore::connect(server.url()).await.map(drop);
         }
         let url = self.url()?;
