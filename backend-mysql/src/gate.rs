@@ -1,9 +1,11 @@
 //! Fence gates: [`GateBackend`] for [`MySqlStore`].
 //!
-//! A check is one conditional upsert that raises the gate (a damaged gate,
-//! holding no positive fence, is left as it is) and a read of the gate in
-//! the same transaction: the upsert's row lock holds until the commit, so
-//! the fence read is the one the check left, never a later check's.
+//! A check is one statement, outside any transaction: a conditional upsert
+//! that raises the gate (a damaged gate, holding no positive fence, is left
+//! as it is) and hands the fence it leaves back in the reply, through
+//! `LAST_INSERT_ID(expr)` (set by the inserted row's value, then by the
+//! update's when the gate exists). No lock outlives the statement, so a
+//! client paused mid-check holds up no other check of the gate.
 
 use std::time::Duration;
 
@@ -19,14 +21,16 @@ use crate::runner::NOW_MICROS;
 use crate::MySqlStore;
 
 /// Raises the gate of `?` to the fence `?`, stamped with the server's
-/// clock. MySQL applies the assignments in order, so `checked_at` is judged
+/// clock, and answers the fence it leaves as the reply's last insert id.
+/// MySQL applies the assignments in order, so `checked_at` is judged
 /// against the fence as it was.
 fn check_fence_sql() -> String {
     format!(
-        "INSERT INTO tenure_fence_gates (resource, fence, checked_at) VALUES (?, ?, {NOW_MICROS}) \
+        "INSERT INTO tenure_fence_gates (resource, fence, checked_at) \
+         VALUES (?, LAST_INSERT_ID(?), {NOW_MICROS}) \
          ON DUPLICATE KEY UPDATE \
          checked_at = IF(fence > 0 AND fence <= VALUES(fence), VALUES(checked_at), checked_at), \
-         fence = IF(fence > 0, GREATEST(fence, VALUES(fence)), fence)"
+         fence = LAST_INSERT_ID(IF(fence > 0, GREATEST(fence, VALUES(fence)), fence))"
     )
 }
 
@@ -42,19 +46,15 @@ impl GateBackend for MySqlStore {
         let (resource, fence) = (resource.get(), fence.get());
         let presented = i64::try_from(fence)
             .map_err(|_| Error::invalid_input("fence", "beyond MySQL's BIGINT"))?;
-        let mut tx = self.runner.pool.begin().await.map_err(store_error)?;
-        sqlx::query(&check_fence_sql())
+        let checked = sqlx::query(&check_fence_sql())
             .bind(resource.as_bytes())
             .bind(presented)
-            .execute(&mut *tx)
+            .execute(&self.runner.pool)
             .await
             .map_err(store_error)?;
-        let stored: i64 = sqlx::query_scalar(HIGHEST_FENCE)
-            .bind(resource.as_bytes())
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(store_error)?;
-        tx.commit().await.map_err(store_error)?;
+        // A damaged gate's negative fence comes back as a huge unsigned
+        // one: out of range either way.
+        let stored = i64::try_from(checked.last_insert_id()).unwrap_or(-1);
         let stored = gate_rules::stored_gate_fence(resource, stored)?;
         gate_rules::judge_stored(resource, stored, fence)
     }

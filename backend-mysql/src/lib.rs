@@ -91,6 +91,7 @@ mod schema;
 mod server;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -164,23 +165,27 @@ impl MySqlStore {
         let config = config.into();
         let options = config.connect_options()?;
         let mut first = open_session(&options, &config).await?;
-        server::refuse_unsafe_server(&mut first, config.isolation_level()).await?;
+        let settings = server::refuse_unsafe_server(&mut first, config.isolation_level()).await?;
         match config.migration_mode() {
             MigrationMode::Apply => schema::apply(&mut first).await?,
             MigrationMode::VerifyOnly => schema::verify(&mut first).await?,
         }
         server::refuse_other_engines(&mut first).await?;
         drop(first.close().await);
-        let isolation = config.isolation_level().session_statement();
-        let mut pool = MySqlPoolOptions::new()
+        let statements = session_statements(&config, settings.is_mariadb());
+        let pool = MySqlPoolOptions::new()
             .max_connections(config.connection_limit())
-            .acquire_timeout(config.connection_wait());
-        if let Some(statement) = isolation {
-            pool = pool.after_connect(move |session, _| {
-                Box::pin(async move { sqlx::query(statement).execute(session).await.map(drop) })
-            });
-        }
-        let pool = pool.connect_lazy_with(options);
+            .acquire_timeout(config.connection_wait())
+            .after_connect(move |session, _| {
+                let statements = statements.clone();
+                Box::pin(async move {
+                    for statement in statements.iter() {
+                        sqlx::query(statement).execute(&mut *session).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options);
         Ok(MySqlStore {
             runner: Runner { pool },
             config,
@@ -234,6 +239,28 @@ impl MySqlStore {
     async fn session(&self) -> Result<PoolConnection<MySql>> {
         self.runner.pool.acquire().await.map_err(store_error)
     }
+}
+
+/// What each session of the store runs first: its isolation level, and
+/// bounds on how long a lock can hold anyone up. A call waits for a row
+/// lock no longer than the operation may take (InnoDB's default is 50 s),
+/// so a client paused mid-transaction (a stop, a long GC pause) holding a
+/// row others need makes them answer a retryable `Timeout`, not hang; on
+/// MariaDB the server also ends a transaction left idle that long
+/// (`idle_transaction_timeout`), releasing its locks.
+fn session_statements(config: &MySqlConfig, mariadb: bool) -> Arc<[String]> {
+    let seconds = config.operation_limit().as_secs_f64().ceil().max(1.0);
+    let mut statements: Vec<String> = config
+        .isolation_level()
+        .session_statement()
+        .map(str::to_owned)
+        .into_iter()
+        .collect();
+    statements.push(format!("SET SESSION innodb_lock_wait_timeout = {seconds}"));
+    if mariadb {
+        statements.push(format!("SET SESSION idle_transaction_timeout = {seconds}"));
+    }
+    statements.into()
 }
 
 /// Opens one session as `config` says, within its acquire timeout, with

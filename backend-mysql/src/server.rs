@@ -39,6 +39,11 @@ pub struct ServerSettings {
 }
 
 impl ServerSettings {
+    /// Whether the server is MariaDB (its version says so).
+    pub fn is_mariadb(&self) -> bool {
+        self.version.contains("MariaDB")
+    }
+
     /// Whether an acknowledged commit survives a crash of the server: the
     /// redo log flushed at each commit, and the binary log too when there
     /// is one.
@@ -74,7 +79,7 @@ async fn read_settings(connection: &mut MySqlConnection) -> Result<ServerSetting
 pub(crate) async fn refuse_unsafe_server(
     connection: &mut MySqlConnection,
     isolation: Isolation,
-) -> Result<()> {
+) -> Result<ServerSettings> {
     let settings = read_settings(connection).await?;
     if isolation == Isolation::ReadCommitted
         && settings.binary_log
@@ -100,7 +105,7 @@ pub(crate) async fn refuse_unsafe_server(
             ),
         ));
     }
-    Ok(())
+    Ok(settings)
 }
 
 /// Refuses tables that are not InnoDB (a server without InnoDB, or with

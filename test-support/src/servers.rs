@@ -687,6 +687,8 @@ pub struct PrivateMariadb {
     /// Options given after the defaults (`--name=value`), kept for
     /// restarts.
     extra_args: Vec<String>,
+    /// Variables it is started with (a moved clock), kept for restarts.
+    environment: Environment,
 }
 
 impl PrivateMariadb {
@@ -708,12 +710,29 @@ impl PrivateMariadb {
     /// options) after the defaults, which they override, on every restart
     /// too.
     pub async fn start_with(extra_args: &[&str]) -> io::Result<Self> {
+        Self::start_on(extra_args, None).await
+    }
+
+    /// [`start`](Self::start) with the server's wall clock (the one
+    /// `UTC_TIMESTAMP()` reads) `offset_micros` from the host's (ahead when
+    /// positive), on every restart too. Needs the C compiler `cc`, which
+    /// builds the library that moves the clock.
+    pub async fn start_with_clock_offset(offset_micros: i64) -> io::Result<Self> {
+        Self::start_on(&[], Some(offset_micros)).await
+    }
+
+    async fn start_on(extra_args: &[&str], clock_offset_micros: Option<i64>) -> io::Result<Self> {
         let dir = fresh_dir("tenure-mariadb")?;
+        let environment = match clock_offset_micros {
+            Some(offset) => offset_clock::environment(&dir, offset).await?,
+            None => Environment::new(),
+        };
         let mut server = PrivateMariadb {
             dir,
             port: free_port()?,
             server: None,
             extra_args: extra_args.iter().map(|&arg| arg.to_owned()).collect(),
+            environment,
         };
         // Temporary files in the server's own directory: installs running
         // at once in the shared one remove each other's.
@@ -757,7 +776,7 @@ impl PrivateMariadb {
             Watched::launch_until_logged(
                 MARIADBD,
                 args,
-                &Environment::new(),
+                &self.environment,
                 &dir.join("mariadbd.log"),
                 "ready for connections",
             )

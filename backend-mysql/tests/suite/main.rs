@@ -8,6 +8,7 @@
 mod fences;
 mod isolation;
 mod least_privilege;
+mod sql_modes;
 mod support;
 
 /// The conformance kit, every area, in a fresh database per test.

@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_backend_mysql::{MySqlConfig, MySqlStore};
 use tenure_conformance::damage::{Damage, DamageOutcome, Damager, Target};
+use tenure_conformance::offset_clock::{ClockOffsetter, OffsetStore};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::NemesisSupport;
@@ -108,6 +109,17 @@ impl MySqlFactory {
         }
     }
 
+    /// A factory for the server at `url`, or one whose cases skip (fail,
+    /// under `TENURE_REQUIRE_SERVICES=1`) for the reason given.
+    pub fn on_url(url: Result<String, String>) -> Self {
+        MySqlFactory { url }
+    }
+
+    /// A factory whose cases skip for `why`.
+    pub fn unavailable(why: String) -> Self {
+        MySqlFactory { url: Err(why) }
+    }
+
     /// [`from_env`](Self::from_env)'s server, the store's sessions at
     /// `isolation` (`isolation=` in the URL).
     pub fn from_env_at_isolation(isolation: &str) -> Self {
@@ -173,6 +185,37 @@ impl Factory for MySqlFactory {
 
     fn deployment(&self) -> Option<&dyn DeploymentSupport> {
         Some(self)
+    }
+
+    /// A private MariaDB whose clock runs `offset` from the host's, the
+    /// store on a database of the same name there, kept running as long as
+    /// the store.
+    fn clock_offset(&self) -> Option<ClockOffsetter<MySqlStore>> {
+        if PrivateMariadb::unavailable_reason().is_some() {
+            return None;
+        }
+        Some(Arc::new(
+            |store: Arc<MySqlStore>, offset: chrono::TimeDelta| {
+                Box::pin(async move {
+                    let micros = offset.num_microseconds().ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Config,
+                            format!("a clock offset of {offset} is too large"),
+                        )
+                    })?;
+                    let server = PrivateMariadb::start_with_clock_offset(micros)
+                        .await
+                        .map_err(|error| {
+                            Error::unavailable("cannot start a private MariaDB on an offset clock")
+                                .with_source(error)
+                        })?;
+                    let database = database_of(&store);
+                    create_database(&server.url(), &database).await?;
+                    let offset_store = connect(&server.url(), &database).await?;
+                    Ok(OffsetStore::keeping(offset_store, server))
+                })
+            },
+        ))
     }
 
     /// Damage to a record's or job's JSON body, on a connection of its own.
