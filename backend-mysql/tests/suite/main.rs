@@ -5,6 +5,7 @@
 //! (else start a private MariaDB server), each in a fresh database dropped
 //! afterwards.
 
+mod deployment;
 mod fences;
 mod isolation;
 mod least_privilege;
