@@ -260,7 +260,7 @@ async fn malformed_urls_and_unknown_schemes_list_what_is_accepted_without_the_pa
         "",
         "postgres//app:hunter2@db/jobs",
         "//app:hunter2@db",
-        "mysql://app:hunter2@db/jobs",
+        "mongodb://app:hunter2@db/jobs",
         "http://app:hunter2@db",
     ] {
         let error = tenure::connect(url).await.expect_err(url);
@@ -268,10 +268,11 @@ async fn malformed_urls_and_unknown_schemes_list_what_is_accepted_without_the_pa
         let message = error.to_string();
         assert!(message.contains("postgres://"), "{url}: {message}");
         assert!(message.contains("memory:"), "{url}: {message}");
+        assert!(message.contains("mysql://"), "{url}: {message}");
         assert!(!message.contains("hunter2"), "{url}: {message}");
     }
-    let unknown = tenure::connect("mysql://db").await.expect_err("unknown");
-    assert!(unknown.message().contains("`mysql:`"), "{unknown}");
+    let unknown = tenure::connect("mongodb://db").await.expect_err("unknown");
+    assert!(unknown.message().contains("`mongodb:`"), "{unknown}");
 }
 
 #[tokio::test]

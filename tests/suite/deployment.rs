@@ -479,7 +479,19 @@ async fn mysql_tables_change_only_through_migrate_and_careless_settings_fail() {
         .migrate()
         .await
         .expect("migrates on a careless server too");
-    let findings = findings_of(&careless.url()).await;
+    // Its statement log cannot take READ COMMITTED transactions, the
+    // store's default: refused at connect, so the check cannot run...
+    let refused = Connect::new(careless.url())
+        .check()
+        .await
+        .expect_err("a statement binlog under READ COMMITTED");
+    assert_eq!(refused.kind(), ErrorKind::Config, "{refused}");
+    assert!(
+        refused.message().contains("binlog_format = ROW"),
+        "{refused}"
+    );
+    // ...but at REPEATABLE READ it runs, and fails both settings.
+    let findings = findings_of(&format!("{}?isolation=repeatable_read", careless.url())).await;
     assert_eq!(
         findings["durability"].verdict,
         Verdict::Fail,

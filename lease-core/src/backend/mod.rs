@@ -7,8 +7,8 @@
 //! these rules. A backend implements the [`stores`] traits, whose arguments
 //! are [`Checked`](checked::Checked) (input only the validating front can
 //! build), and writes [`serve_backend!`](crate::serve_backend) to get the
-//! user traits. A backend that decides in Rust (memory, SQLite, file, etcd)
-//! runs the lease operations through the [`engine`] over its own
+//! user traits. A backend that decides in Rust (memory, SQLite, file, etcd,
+//! MySQL) runs the lease operations through the [`engine`] over its own
 //! [`RecordTransaction`](engine::RecordTransaction), the queue's writes
 //! through the [`queue_engine`] over its own
 //! [`JobTransaction`](queue_engine::JobTransaction), and gates with

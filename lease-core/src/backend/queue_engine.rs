@@ -3,8 +3,9 @@
 //! As the lease [engine](super::engine) does for leases: a store that holds
 //! a transaction open while Rust code runs (memory's mutex, SQLite's
 //! `BEGIN IMMEDIATE`, the file's lock, an etcd transaction retried until
-//! its reads still hold) implements [`JobTransaction`], a few synchronous
-//! steps over its storage, and calls these functions inside it. Each loads
+//! its reads still hold, a MySQL transaction holding its rows locked)
+//! implements [`JobTransaction`], a few synchronous steps over its storage,
+//! and calls these functions inside it. Each loads
 //! what it needs, judges it with [`queue_rules`](super::queue_rules) and
 //! writes the result back, so every such store claims, settles, reaps and
 //! takes back exactly as the contract's rules say.
