@@ -31,9 +31,13 @@ const READ_ONLY: [u16; 2] = [1290, 1792];
 /// Why one attempt at a transaction failed.
 #[derive(Debug)]
 pub(crate) enum Conflict {
-    /// Lost a race the server settled (a deadlock, a duplicate key): nothing
-    /// was written, and deciding again on fresh reads may succeed.
+    /// Lost a race the server settled (a deadlock, a snapshot conflict):
+    /// nothing was written, and deciding again on fresh reads may succeed.
     Lost(Error),
+    /// A key another writer inserted first, a race lost as
+    /// [`Lost`](Self::Lost) is, unless the statement wrote only keys no
+    /// other writer can (then it is damage).
+    Duplicate(Error),
     /// The operation's answer: the store could not say.
     Failed(Error),
 }
@@ -47,9 +51,8 @@ impl From<Error> for Conflict {
 impl From<sqlx::Error> for Conflict {
     fn from(error: sqlx::Error) -> Self {
         match server_number(&error) {
-            Some(DUPLICATE_KEY | DEADLOCK | SNAPSHOT_CONFLICT) => {
-                Conflict::Lost(store_error(error))
-            }
+            Some(DUPLICATE_KEY) => Conflict::Duplicate(store_error(error)),
+            Some(DEADLOCK | SNAPSHOT_CONFLICT) => Conflict::Lost(store_error(error)),
             _ => Conflict::Failed(store_error(error)),
         }
     }
@@ -74,10 +77,10 @@ fn number_kind(number: u16) -> ErrorKind {
         // this code.
         1146 | 1054 => ErrorKind::Incompatible,
         // Access denied, unknown database, missing privileges, a lock name
-        // too long, a binary log that cannot log the store's transactions.
-        1044 | 1045 | 1049 | 1142 | 1143 | 1227 | 1370 | 3057 | STATEMENT_BINLOG => {
-            ErrorKind::Config
-        }
+        // too long, a binary log that cannot log the store's transactions,
+        // A session variable unknown or out of range.
+        1044 | 1045 | 1049 | 1142 | 1143 | 1193 | 1227 | 1231 | 1232 | 1370 | 3057
+        | STATEMENT_BINLOG => ErrorKind::Config,
         // Data too long, out of range (the fence counter's among them),
         // wrong value, invalid JSON, a failed check: what the store read or
         // wrote is not what it should be.

@@ -1,10 +1,11 @@
 //! Fence gates: [`GateBackend`] for [`MySqlStore`].
 //!
 //! A check is one statement, outside any transaction: a conditional upsert
-//! that raises the gate (a damaged gate, holding no positive fence, is left
-//! as it is) and hands the fence it leaves back in the reply, through
-//! `LAST_INSERT_ID(expr)` (set by the inserted row's value, then by the
-//! update's when the gate exists). No lock outlives the statement, so a
+//! that raises the gate and hands the fence it leaves back in the reply,
+//! through `LAST_INSERT_ID(expr)` (set by the inserted row's value, then by
+//! the update's when the gate exists). A damaged gate, holding no positive
+//! fence, is left as it is and answers 0 there; it is then read for the
+//! error. No lock outlives the statement, so a
 //! client paused mid-check holds up no other check of the gate.
 
 use std::time::Duration;
@@ -30,7 +31,8 @@ fn check_fence_sql() -> String {
          VALUES (?, LAST_INSERT_ID(?), {NOW_MICROS}) \
          ON DUPLICATE KEY UPDATE \
          checked_at = IF(fence > 0 AND fence <= VALUES(fence), VALUES(checked_at), checked_at), \
-         fence = LAST_INSERT_ID(IF(fence > 0, GREATEST(fence, VALUES(fence)), fence))"
+         fence = IF(fence > 0, LAST_INSERT_ID(GREATEST(fence, VALUES(fence))), \
+                    fence + CAST(LAST_INSERT_ID(0) AS SIGNED))"
     )
 }
 
@@ -52,9 +54,17 @@ impl GateBackend for MySqlStore {
             .execute(&self.runner.pool)
             .await
             .map_err(store_error)?;
-        // A damaged gate's negative fence comes back as a huge unsigned
-        // one: out of range either way.
-        let stored = i64::try_from(checked.last_insert_id()).unwrap_or(-1);
+        // 0 when the gate is damaged (left as it was): read what it holds
+        // for the error.
+        let stored = match i64::try_from(checked.last_insert_id()) {
+            Ok(0) | Err(_) => sqlx::query_scalar(HIGHEST_FENCE)
+                .bind(resource.as_bytes())
+                .fetch_optional(&self.runner.pool)
+                .await
+                .map_err(store_error)?
+                .unwrap_or(0),
+            Ok(fence) => fence,
+        };
         let stored = gate_rules::stored_gate_fence(resource, stored)?;
         gate_rules::judge_stored(resource, stored, fence)
     }

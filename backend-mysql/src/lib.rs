@@ -166,13 +166,21 @@ impl MySqlStore {
         let options = config.connect_options()?;
         let mut first = open_session(&options, &config).await?;
         let settings = server::refuse_unsafe_server(&mut first, config.isolation_level()).await?;
+        let statements = session_statements(&config, settings.is_mariadb());
+        // On the first session too: a server that refuses them is refused
+        // here, not at every operation.
+        for statement in statements.iter() {
+            sqlx::query(statement)
+                .execute(&mut first)
+                .await
+                .map_err(store_error)?;
+        }
         match config.migration_mode() {
             MigrationMode::Apply => schema::apply(&mut first).await?,
             MigrationMode::VerifyOnly => schema::verify(&mut first).await?,
         }
         server::refuse_other_engines(&mut first).await?;
         drop(first.close().await);
-        let statements = session_statements(&config, settings.is_mariadb());
         let pool = MySqlPoolOptions::new()
             .max_connections(config.connection_limit())
             .acquire_timeout(config.connection_wait())
@@ -213,7 +221,10 @@ impl MySqlStore {
         &self.config
     }
 
-    /// The store's connection pool (for the caller's own statements).
+    /// The store's connection pool (for the caller's own statements). Its
+    /// sessions wait for a row lock at most half the operation timeout,
+    /// and on MariaDB a transaction left idle longer than the operation
+    /// timeout is ended by the server.
     pub fn pool(&self) -> &sqlx::MySqlPool {
         &self.runner.pool
     }
@@ -243,22 +254,36 @@ impl MySqlStore {
 
 /// What each session of the store runs first: its isolation level, and
 /// bounds on how long a lock can hold anyone up. A call waits for a row
-/// lock no longer than the operation may take (InnoDB's default is 50 s),
-/// so a client paused mid-transaction (a stop, a long GC pause) holding a
-/// row others need makes them answer a retryable `Timeout`, not hang; on
-/// MariaDB the server also ends a transaction left idle that long
-/// (`idle_transaction_timeout`), releasing its locks.
+/// lock at most half of what the operation may take (InnoDB's default is
+/// 50 s), so a client paused mid-transaction (a stop, a long GC pause)
+/// holding a row others need makes them answer a retryable `Timeout`
+/// saying nothing was written, not hang; on MariaDB the server also ends a
+/// transaction left idle as long as an operation may take
+/// (`idle_transaction_timeout`), releasing its locks. Each within its
+/// variable's range, in whole seconds.
 fn session_statements(config: &MySqlConfig, mariadb: bool) -> Arc<[String]> {
-    let seconds = config.operation_limit().as_secs_f64().ceil().max(1.0);
+    let whole_seconds = |duration: Duration, most: u64| {
+        let seconds = duration
+            .as_secs()
+            .saturating_add(u64::from(duration.subsec_nanos() > 0));
+        seconds.clamp(1, most)
+    };
+    let limit = config.operation_limit();
     let mut statements: Vec<String> = config
         .isolation_level()
         .session_statement()
         .map(str::to_owned)
         .into_iter()
         .collect();
-    statements.push(format!("SET SESSION innodb_lock_wait_timeout = {seconds}"));
+    statements.push(format!(
+        "SET SESSION innodb_lock_wait_timeout = {}",
+        whole_seconds(limit / 2, 1_073_741_824)
+    ));
     if mariadb {
-        statements.push(format!("SET SESSION idle_transaction_timeout = {seconds}"));
+        statements.push(format!(
+            "SET SESSION idle_transaction_timeout = {}",
+            whole_seconds(limit, 31_536_000)
+        ));
     }
     statements.into()
 }
@@ -288,4 +313,42 @@ async fn open_session(
         })?,
     };
     Ok(session)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_bounds_are_whole_seconds_within_each_variables_range() {
+        let statements = |timeout: Duration, mariadb: bool| {
+            session_statements(
+                &MySqlConfig::new("mysql://h/db").operation_timeout(timeout),
+                mariadb,
+            )
+            .to_vec()
+        };
+        assert_eq!(
+            statements(Duration::from_millis(2500), true),
+            [
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                "SET SESSION innodb_lock_wait_timeout = 2",
+                "SET SESSION idle_transaction_timeout = 3",
+            ]
+        );
+        assert_eq!(
+            statements(Duration::from_millis(1), false),
+            [
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                "SET SESSION innodb_lock_wait_timeout = 1",
+            ]
+        );
+        assert_eq!(
+            statements(Duration::MAX, true)[1..],
+            [
+                "SET SESSION innodb_lock_wait_timeout = 1073741824",
+                "SET SESSION idle_transaction_timeout = 31536000",
+            ]
+        );
+    }
 }

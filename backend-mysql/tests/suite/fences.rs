@@ -51,3 +51,52 @@ async fn fences_stay_above_the_clock_when_the_counter_falls_behind() {
         "fence {second} after the counter fell behind is not above {first}"
     );
 }
+
+/// A gate holding no positive fence (damaged by hand) answers `Corrupt`
+/// naming what it holds, and a check leaves it as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_gate_is_corrupt_and_left_as_it_was() {
+    use tenure_lease_core::{ErrorKind, FenceStore};
+    let Some(url) =
+        tenure_test_support::shared::mysql_url_for("a_damaged_gate_is_corrupt_and_left_as_it_was")
+    else {
+        return;
+    };
+    let database = support::fresh_database();
+    support::create_database(&url, &database)
+        .await
+        .expect("create");
+    let store = support::connect(&url, &database).await.expect("connect");
+    let first = store
+        .check_fence("printer", 7)
+        .await
+        .expect("a first check");
+    assert_eq!(first, tenure_lease_core::FenceCheck::Accepted);
+    let on_database = support::on_database(&url, &database);
+    let mut answers = Vec::new();
+    for damaged in [-5, 0] {
+        support::execute(
+            &on_database,
+            &format!("UPDATE tenure_fence_gates SET fence = {damaged} WHERE resource = 'printer'"),
+        )
+        .await
+        .expect("damage the gate");
+        let checked = store.check_fence("printer", 9).await;
+        let stored: i64 = sqlx::query_scalar("SELECT fence FROM tenure_fence_gates")
+            .fetch_one(store.pool())
+            .await
+            .expect("read the gate");
+        answers.push((damaged, checked, stored));
+    }
+    store.close().await;
+    support::drop_database(&url, &database).await.expect("drop");
+    for (damaged, checked, stored) in answers {
+        let error = checked.expect_err("a damaged gate");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{damaged}: {error}");
+        assert!(
+            error.message().contains(&format!("fence {damaged} ")),
+            "{damaged}: {error}"
+        );
+        assert_eq!(stored, damaged, "the check wrote over the damaged gate");
+    }
+}
