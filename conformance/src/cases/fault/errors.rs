@@ -51,10 +51,15 @@ const POLL: Duration = Duration::from_millis(10);
 /// The operations a keeper's heartbeat renews with.
 const RENEWALS: [&str; 2] = ["renew", "renew_many"];
 
-/// Starts a keeper with `ttl` over `store`, its reconciler off.
+/// Starts a keeper with `ttl` over `store`, its reconciler off. Its store
+/// calls may take as long as a loaded server needs (a renewal is bounded
+/// by the lease's confirmed deadline all the same): only the injected
+/// faults fail them, never the machine's load (the default bound is the
+/// ttl, one second here, which an admission on a busy server can exceed).
 fn start<S: LeaseStore + 'static>(store: &Faulty<S>, ttl: Duration) -> Result<Keeper, Failure> {
     let config = KeeperConfig::with_ttl(ttl)
         .renew_interval(BEAT)
+        .store_timeout(SIGNAL_TIMEOUT)
         .auto_reconcile(false);
     Keeper::builder(store.clone(), config)
         .start()
