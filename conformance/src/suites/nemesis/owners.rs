@@ -472,8 +472,13 @@ where
     });
     println!("{MARK}ready");
     runtime.block_on(async move {
+        // Store calls may take what a loaded server needs (renewals stay
+        // bounded by the confirmed deadline): an admission timed out at
+        // the default bound (the 200 ms ttl) would be retried into its own
+        // record (seen in CI on PostgreSQL).
         let config = KeeperConfig::with_ttl(TTL)
             .grace(GRACE)
+            .store_timeout(STEP_BOUND)
             .auto_reconcile(false)
             .worker_id(name);
         let keeper = Keeper::builder(Arc::clone(&store) as Arc<dyn LeaseStore>, config)
