@@ -487,7 +487,9 @@ impl Campaign {
             // Never cut short by the stop: an admission dropped mid-flight
             // could leave a term nobody renews blocking the scope.
             let wait = match self.keeper.admit(request).await {
-                Ok(AdmitOutcome::Admitted { guard, interrupted }) => {
+                Ok(AdmitOutcome::Admitted {
+                    guard, interrupted, ..
+                }) => {
                     let ended = self.lead(guard, interrupted).await;
                     self.set(Leadership::Campaigning);
                     self.report(&ended);

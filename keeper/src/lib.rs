@@ -229,6 +229,8 @@ pub enum AdmitOutcome {
         guard: RunGuard,
         /// Records interrupted to make room, as they now are.
         interrupted: Vec<LeaseRecord>,
+        /// The record as admitted (its status, fence and expiry then).
+        record: LeaseRecord,
     },
     /// A scope is held by another active record; nothing changed.
     Conflict {
@@ -466,7 +468,11 @@ impl Keeper {
                     }
                 }
                 let guard = self.shared.hold(&record, sent)?;
-                Ok(AdmitOutcome::Admitted { guard, interrupted })
+                Ok(AdmitOutcome::Admitted {
+                    guard,
+                    interrupted,
+                    record,
+                })
             }
             Admission::Conflict {
                 holder,

@@ -1,0 +1,90 @@
+"""``tenure.Keeper``: the native keeper plus what belongs to the event loop
+it serves (the loop's pulse, ``async with``, the two forms of ``admit``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Generator, Optional
+
+from . import _tenure
+from ._errors import NotAdmitted
+from ._types import Admitted
+
+__all__ = ["Keeper", "Admission"]
+
+
+class Admission:
+    """What ``keeper.admit(...)`` answers: await it for the outcome
+    (``Admitted`` / ``Conflict`` / ``AlreadyExists``), or use it with
+    ``async with`` to run the body under the admitted run's lease (raising
+    :class:`tenure.NotAdmitted` when it was not admitted)."""
+
+    def __init__(self, pending: Any) -> None:
+        self._pending = pending
+        self._run: Any = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._pending.__await__()
+
+    async def __aenter__(self) -> Any:
+        outcome = await self._pending
+        if not isinstance(outcome, Admitted):
+            raise NotAdmitted(outcome)
+        self._run = outcome.run
+        return await self._run.__aenter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
+        return bool(await self._run.__aexit__(exc_type, exc, traceback))
+
+
+class Keeper(_tenure.Keeper):
+    """Holds a worker's leases and keeps them alive (contract §12).
+
+    Create it inside the event loop it serves::
+
+        async with tenure.Keeper(store, ttl=30, grace=2) as keeper:
+            async with keeper.admit("report-2026-12-06", scopes=["cron:report"]) as run:
+                ...  # cancelled at once if the lease is lost
+
+    Renewals run on Rust threads, beside the loop. The loop pulses the
+    keeper; when it has not for ``loop_stall_limit`` seconds (default: the
+    ttl), every lease held from it is given up, so a stuck body cannot keep
+    a lease alive. Leaving ``async with`` shuts the keeper down."""
+
+    def __init__(self, store: Any, **_options: Any) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._pulse_handle: Optional[asyncio.TimerHandle] = None
+        if self._pulse_period is not None:
+            self._beat()
+
+    def _beat(self) -> None:
+        self._pulse()
+        self._pulse_handle = self._loop.call_later(self._pulse_period, self._beat)
+
+    def admit(  # type: ignore[override]
+        self,
+        id: str,  # noqa: A002 (the record's own field name)
+        *,
+        scopes: Any = None,
+        kind: Optional[str] = None,
+        strategy: str = "reject",
+        metadata: Any = None,
+    ) -> Admission:
+        """Admits run ``id`` under this keeper's worker id, ttl and grace."""
+        return Admission(
+            self._admit(id, scopes=scopes, kind=kind, strategy=strategy, metadata=metadata)
+        )
+
+    async def shutdown(self, grace: Any = None) -> Any:  # type: ignore[override]
+        """Stops the keeper (see ``ShutdownReport``)."""
+        if self._pulse_handle is not None:
+            self._pulse_handle.cancel()
+            self._pulse_handle = None
+        return await super().shutdown(grace)
+
+    async def __aenter__(self) -> "Keeper":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
+        await self.shutdown()
+        return False
