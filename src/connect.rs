@@ -213,6 +213,13 @@ impl Connect {
     pub(crate) fn backend(&self) -> Result<(Backend, &str)> {
         let (scheme, rest) = split_scheme(&self.url)?;
         let backend = Backend::of(&scheme)?;
+        let server = !matches!(backend, Backend::Memory | Backend::Sqlite);
+        if server && !rest.starts_with("//") {
+            // What follows may be a password: the message does not show it.
+            return Err(config_error(format!(
+                "a `{scheme}:` URL names a server: write `{scheme}://[user[:password]@]host[:port]...`"
+            )));
+        }
         self.check_options(backend)?;
         Ok((backend, rest))
     }

@@ -276,6 +276,25 @@ async fn malformed_urls_and_unknown_schemes_list_what_is_accepted_without_the_pa
 }
 
 #[tokio::test]
+async fn a_server_url_without_slashes_is_refused_without_what_follows_the_scheme() {
+    for url in [
+        "postgres:app:hunter2@127.0.0.1/jobs",
+        "redis:app:hunter2@127.0.0.1",
+        "mysql:app:hunter2@127.0.0.1/jobs",
+        "etcd:app:hunter2@127.0.0.1:2379",
+    ] {
+        let error = tenure::connect(url).await.expect_err(url);
+        assert_eq!(error.kind(), ErrorKind::Config, "{url}: {error}");
+        let message = error.to_string();
+        assert!(
+            message.contains("://[user[:password]@]host"),
+            "{url}: {message}"
+        );
+        assert!(!message.contains("hunter2"), "{url}: {message}");
+    }
+}
+
+#[tokio::test]
 async fn options_a_backend_does_not_take_are_refused_naming_who_takes_them() {
     let cases = [
         (tenure::Connect::new("memory:").schema("s"), "PostgreSQL"),
