@@ -104,8 +104,7 @@ async def fire_all(nodes, schedule, log, delays=None) -> None:
 
 async def main(url: str) -> int:
     tag = uuid.uuid4().hex[:6]
-    # lookback is given: tenure.Schedule(name, every=...) alone is refused
-    # ("invalid `lookback`: 0 is outside 1..=10000"), its default being 0.
+    # How many earlier ticks each firing checks for missed ones.
     schedule = tenure.Schedule(f"digest-{tag}", every=EVERY, lookback=5)
     observer = await tenure.connect(url)
     print(f"store {observer.url}, schedule {schedule.name} every {EVERY} s")

@@ -134,7 +134,9 @@ impl PyInbox {
                 .unwrap_or_else(PoisonError::into_inner),
         );
         for job in jobs {
-            job(py);
+            // A job that panics (a bug) must not take the others' answers
+            // with it; the panic is reported by the hook as it happens.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(py)));
         }
     }
 }
@@ -194,8 +196,6 @@ pub(crate) enum Failure {
     Store(tenure::Error, Option<Arc<str>>),
     /// Held work `id` lost its lease for `cause`.
     Lost(String, &'static str),
-    /// An exception already made.
-    Python(PyErr),
 }
 
 impl Failure {
@@ -207,14 +207,7 @@ impl Failure {
         match self {
             Failure::Store(error, url) => errors::to_py(&error, url.as_deref()),
             Failure::Lost(id, cause) => errors::ownership_lost(&id, cause),
-            Failure::Python(error) => error,
         }
-    }
-}
-
-impl From<PyErr> for Failure {
-    fn from(error: PyErr) -> Self {
-        Failure::Python(error)
     }
 }
 
@@ -297,11 +290,9 @@ enum Watch {
     Fired,
     /// The loss cancelled the task.
     Delivered,
-    /// The guarded block ended before any loss.
+    /// The guarded block ended first (before the loss, or before its cancel
+    /// reached the task): no cancel is delivered from now on.
     Ended,
-    /// The guarded block ended after the loss fired but before its cancel
-    /// reached the task: the cancel is dropped.
-    Suppressed,
 }
 
 /// What [`TaskWatch::end`] found.
@@ -362,18 +353,14 @@ impl TaskWatch {
     /// Ends the watch (call it from the loop's thread); says whether the
     /// work lost its lease while watched and whether its task was
     /// cancelled for it.
-    pub(crate) fn end(&self) -> WatchEnd {
+    pub(crate) fn end(self) -> WatchEnd {
         self.stop.cancel();
         let mut watch = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match *watch {
-            Watch::Watching | Watch::Ended => {
-                *watch = Watch::Ended;
-                WatchEnd::Held
-            }
-            Watch::Fired | Watch::Suppressed => {
-                *watch = Watch::Suppressed;
-                WatchEnd::LostUncancelled
-            }
+        let found = *watch;
+        *watch = Watch::Ended;
+        match found {
+            Watch::Watching | Watch::Ended => WatchEnd::Held,
+            Watch::Fired => WatchEnd::LostUncancelled,
             Watch::Delivered => WatchEnd::LostCancelled,
         }
     }
@@ -406,10 +393,12 @@ impl Drop for CancelOnDrop {
 
 /// Runs `callback(argument(py))` (an `async def`) as a task on the loop of
 /// `inbox` and answers how it ended (what it raised, as text). Dropping the
-/// returned future cancels the task.
+/// returned future cancels the task; so does `given_up` (the loop stalled
+/// or closed: nothing would run the callback, or tell it to stop).
 pub(crate) async fn call_on_loop<A>(
     inbox: &Arc<Inbox>,
     callback: &Arc<Py<PyAny>>,
+    given_up: CancellationToken,
     argument: A,
 ) -> Result<(), String>
 where
@@ -451,7 +440,11 @@ where
             send(Err(error.to_string()));
         }
     });
-    answered
-        .await
-        .unwrap_or_else(|_| Err("the event loop closed before the callback finished".to_owned()))
+    tokio::select! {
+        answer = answered => answer
+            .unwrap_or_else(|_| Err("the event loop closed before the callback finished".to_owned())),
+        () = given_up.cancelled() => Err(
+            "the event loop stalled past loop_stall_limit: the callback's lease is given up".to_owned(),
+        ),
+    }
 }

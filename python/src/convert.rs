@@ -130,32 +130,41 @@ fn skipped<'py>(py: Python<'py>, skipped: &[SkippedRecord]) -> PyResult<Bound<'p
     Ok(PyList::new(py, items)?.into_any())
 }
 
-/// `Admitted` (with `run` when a keeper holds it), `Conflict`.
+/// `Admitted` (from the store) or `Conflict`.
 pub(crate) fn admission<'py>(
     py: Python<'py>,
     admission: &Admission,
-    run: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     match admission {
         Admission::Admitted {
-            record: admitted,
+            record,
             interrupted,
-        } => make(
-            py,
-            "Admitted",
-            args![
-                py,
-                record(py, admitted)?,
-                records(py, interrupted)?,
-                run.unwrap_or_else(|| none(py))
-            ],
-        ),
+        } => admitted(py, record, interrupted, None),
         Admission::Conflict {
             holder,
             retry_after,
         } => conflict(py, holder, *retry_after),
         other => Err(unknown_answer("admit", other.label())),
     }
+}
+
+/// `Admitted`, with the `run` a keeper holds it by.
+pub(crate) fn admitted<'py>(
+    py: Python<'py>,
+    admitted: &LeaseRecord,
+    interrupted: &[LeaseRecord],
+    run: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    make(
+        py,
+        "Admitted",
+        args![
+            py,
+            record(py, admitted)?,
+            records(py, interrupted)?,
+            run.unwrap_or_else(|| none(py))
+        ],
+    )
 }
 
 pub(crate) fn conflict<'py>(
@@ -519,7 +528,7 @@ pub(crate) fn reconcile_report<'py>(
     )
 }
 
-fn unknown_answer(operation: &str, label: &str) -> PyErr {
+pub(crate) fn unknown_answer(operation: &str, label: &str) -> PyErr {
     errors::new(
         ErrorKind::Incompatible,
         format!("{operation} answered {label}, which this version of the Python package does not know: upgrade it"),
@@ -594,12 +603,18 @@ pub(crate) fn job_claim_arg(value: &Bound<'_, PyAny>) -> PyResult<JobClaim> {
     })
 }
 
+/// The name an enum argument gives: a `tenure.Status` / `tenure.JobState`
+/// member's value, or the name itself.
+pub(crate) fn enum_name(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    match value.getattr("value") {
+        Ok(inner) => inner.extract(),
+        Err(_) => value.extract(),
+    }
+}
+
 /// A status argument: a `tenure.Status` or its name.
 pub(crate) fn status_arg(value: &Bound<'_, PyAny>) -> PyResult<Status> {
-    let name = match value.getattr("value") {
-        Ok(inner) => inner.extract::<String>()?,
-        Err(_) => value.extract::<String>()?,
-    };
+    let name = enum_name(value)?;
     [
         Status::Pending,
         Status::Running,

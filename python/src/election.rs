@@ -24,7 +24,12 @@ fn term_end<'py>(py: Python<'py>, end: &TermEnd) -> PyResult<Bound<'py, PyAny>> 
         TermEnd::WorkFailed(error) => ("work_failed", Some(error.clone())),
         TermEnd::SteppedDown => ("stepped_down", None),
         TermEnd::StoppedAtDeadline => ("stopped_at_deadline", None),
-        _ => ("unknown", None),
+        other => {
+            return Err(convert::unknown_answer(
+                "the election",
+                &format!("{other:?}"),
+            ))
+        }
     };
     make(py, "TermEnd", args![py, reason, detail])
 }
@@ -36,7 +41,13 @@ fn leadership<'py>(py: Python<'py>, leadership: &Leadership) -> PyResult<Bound<'
             ("following", Some(leader.clone()), Some(*fence))
         }
         Leadership::Leading { claim } => ("leading", Some(claim.owner.clone()), Some(claim.fence)),
-        _ => ("stopped", None, None),
+        Leadership::Stopped => ("stopped", None, None),
+        other => {
+            return Err(convert::unknown_answer(
+                "the election",
+                &format!("{other:?}"),
+            ))
+        }
     };
     make(py, "Leadership", args![py, state, leader, fence])
 }
@@ -145,21 +156,22 @@ impl PyElection {
                 });
             });
         }
-        let inbox = Arc::clone(&keeper.inbox);
+        let (inbox, watch) = (Arc::clone(&keeper.inbox), Arc::clone(&keeper.watch));
         let on_elected = Arc::new(on_elected);
         let election = {
             let _runtime = bridge::runtime().enter();
             builder
                 .start(move |term: Term| {
                     let (inbox, on_elected) = (Arc::clone(&inbox), Arc::clone(&on_elected));
+                    let given_up = watch.given_up();
                     async move {
-                        call_on_loop(&inbox, &on_elected, move |py| {
+                        call_on_loop(&inbox, &on_elected, given_up, move |py| {
                             Ok(Bound::new(py, PyTerm { term })?.into_any())
                         })
                         .await
                     }
                 })
-                .or_raise("")?
+                .or_raise(&keeper.url)?
         };
         Ok(PyElection {
             election: Arc::new(election),
@@ -184,7 +196,15 @@ impl PyElection {
         bridge::spawn(
             py,
             async move {
-                let _ = watch.changed().await;
+                watch.changed().await.map_err(|_| {
+                    Failure::Store(
+                        tenure::Error::new(
+                            tenure::ErrorKind::Stopped,
+                            "the election has stopped: its leadership no longer changes",
+                        ),
+                        None,
+                    )
+                })?;
                 let now = watch.borrow_and_update().clone();
                 Ok(now)
             },
@@ -383,6 +403,8 @@ impl PySchedule {
         let keeper = keeper.get();
         let inner = Arc::clone(&keeper.keeper);
         let inbox = Arc::clone(&keeper.inbox);
+        let given_up = keeper.watch.given_up();
+        let url = Arc::clone(&keeper.url);
         let schedule = Arc::clone(&self.schedule);
         let deliver = Arc::new(deliver);
         bridge::spawn(
@@ -390,13 +412,13 @@ impl PySchedule {
             async move {
                 schedule
                     .fire_due(&inner, move |firing: Firing| async move {
-                        call_on_loop(&inbox, &deliver, move |py| {
+                        call_on_loop(&inbox, &deliver, given_up, move |py| {
                             Ok(Bound::new(py, PyFiring { firing })?.into_any())
                         })
                         .await
                     })
                     .await
-                    .map_err(|error| Failure::Store(error.into(), None))
+                    .map_err(|error| Failure::store(error.into(), &url))
             },
             |py, outcome| tick_outcome(py, &outcome),
         )

@@ -43,6 +43,8 @@ pub(crate) fn to_py(error: &Error, url: Option<&str>) -> PyErr {
         build(py, class, &error.to_string(), |kwargs| {
             kwargs.set_item("field", error.field())?;
             kwargs.set_item("url", url)?;
+            kwargs.set_item("retryable", error.is_retryable())?;
+            kwargs.set_item("outcome_unknown", error.is_outcome_unknown())?;
             if let Some(lost) = error.downcast_source::<OwnershipLost>() {
                 if error.kind() == ErrorKind::OwnershipLost {
                     kwargs.set_item("id", &lost.id)?;

@@ -64,6 +64,8 @@ pub(crate) struct Slot {
     /// Cancelled when the work loses its lease, however.
     token: CancellationToken,
     stalled: AtomicBool,
+    /// A terminal write (complete, fail) wrote: nothing left to give up.
+    settled: AtomicBool,
 }
 
 impl Slot {
@@ -74,6 +76,7 @@ impl Slot {
             guard: Mutex::new(Some(Arc::new(guard))),
             token,
             stalled: AtomicBool::new(false),
+            settled: AtomicBool::new(false),
         })
     }
 
@@ -88,6 +91,9 @@ impl Slot {
     /// Gives the lease up: the keeper stops renewing it once no guard is
     /// left, and the work's task is cancelled.
     pub(crate) fn give_up_for_stall(&self) {
+        if self.settled.load(Ordering::SeqCst) {
+            return;
+        }
         let guard = self
             .guard
             .lock()
@@ -120,7 +126,6 @@ pub(crate) struct PyHeld {
     fence: u64,
     url: Arc<str>,
     watch: Mutex<Option<TaskWatch>>,
-    settled: AtomicBool,
 }
 
 impl PyHeld {
@@ -132,7 +137,6 @@ impl PyHeld {
             fence,
             url: Arc::clone(url),
             watch: Mutex::new(None),
-            settled: AtomicBool::new(false),
         }
     }
 
@@ -158,7 +162,7 @@ impl PyHeld {
             async move {
                 let (answer, settles) = write(guard, id, url).await?;
                 if settles {
-                    owner.get().settled.store(true, Ordering::SeqCst);
+                    owner.get().slot.settled.store(true, Ordering::SeqCst);
                 }
                 Ok(answer)
             },
@@ -261,7 +265,7 @@ impl PyHeld {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        match watch.map(|watch| watch.end()) {
+        match watch.map(TaskWatch::end) {
             Some(WatchEnd::LostCancelled) => "lost_cancelled",
             Some(WatchEnd::LostUncancelled) => "lost",
             Some(WatchEnd::Held) | None if self.slot.loss().is_some() && !self._settled() => "lost",
@@ -272,7 +276,7 @@ impl PyHeld {
     /// Whether a terminal write (complete, fail) wrote.
     #[getter]
     fn _settled(&self) -> bool {
-        self.settled.load(Ordering::SeqCst)
+        self.slot.settled.load(Ordering::SeqCst)
     }
 
     /// The `OwnershipLostError` for this work's loss.

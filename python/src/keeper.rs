@@ -5,9 +5,11 @@
 //! its renewals: a stuck run would keep its lease for ever. The keeper
 //! therefore watches its loop: the Python side pulses at a fraction of the
 //! limit, and when no pulse came for `loop_stall_limit` every lease held
-//! from that loop is given up (its guard dropped, so the keeper stops
-//! renewing it and it expires). When the loop runs again the work finds
-//! itself lost: its task is cancelled and its fenced writes are refused.
+//! from that loop and not yet settled is given up (its guard dropped, so
+//! the keeper stops renewing it and it expires), and callbacks awaited from
+//! Rust (a term, a delivery, a recovery) stop being waited for. When the
+//! loop runs again the work finds itself lost: its task is cancelled and
+//! its fenced writes are refused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -31,8 +33,14 @@ use crate::store::{self, PyStore};
 /// A keeper's ttl when none is given.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// The shortest stall limit: a loop is not expected to answer faster.
+const MIN_STALL_LIMIT: Duration = Duration::from_millis(20);
+
 /// How long `shutdown` lets work finish when no grace is given.
 pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the loop pulses, and the watchdog looks, per stall limit.
+const CHECKS_PER_LIMIT: u32 = 4;
 
 /// The event loop's pulse and the work held from it.
 pub(crate) struct LoopWatch {
@@ -40,12 +48,28 @@ pub(crate) struct LoopWatch {
     /// Milliseconds after `started` of the last pulse.
     last_pulse: AtomicU64,
     held: Mutex<Vec<Weak<Slot>>>,
+    /// Cancelled when the loop is found stalled (callbacks waited on from
+    /// Rust stop waiting); replaced by a fresh one when it pulses again.
+    given_up: Mutex<CancellationToken>,
 }
 
 impl LoopWatch {
+    fn new() -> Self {
+        LoopWatch {
+            started: Instant::now(),
+            last_pulse: AtomicU64::new(0),
+            held: Mutex::new(Vec::new()),
+            given_up: Mutex::new(CancellationToken::new()),
+        }
+    }
+
     fn pulse(&self) {
         let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_pulse.store(now, Ordering::SeqCst);
+        let mut given_up = self.given_up.lock().unwrap_or_else(PoisonError::into_inner);
+        if given_up.is_cancelled() {
+            *given_up = CancellationToken::new();
+        }
     }
 
     fn silent_for(&self) -> Duration {
@@ -59,6 +83,16 @@ impl LoopWatch {
         held.push(Arc::downgrade(slot));
     }
 
+    /// A token cancelled when the loop is found stalled from now on: a
+    /// callback awaited from Rust (a term, a delivery, a recovery) stops
+    /// being waited for, so its lease is given up too.
+    pub(crate) fn given_up(&self) -> CancellationToken {
+        self.given_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn give_up_everything(&self) {
         let held = self
             .held
@@ -68,11 +102,15 @@ impl LoopWatch {
         for slot in held.iter().filter_map(Weak::upgrade) {
             slot.give_up_for_stall();
         }
+        self.given_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .cancel();
     }
 
     /// Gives up every held lease whenever the loop is silent past `limit`.
     async fn watch(self: Arc<Self>, limit: Duration, stop: CancellationToken) {
-        let period = (limit / 4).max(Duration::from_millis(10));
+        let period = limit / CHECKS_PER_LIMIT;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -90,9 +128,9 @@ impl LoopWatch {
 pub(crate) struct PyKeeper {
     pub(crate) keeper: Arc<Keeper>,
     store: Arc<dyn Store>,
-    url: Arc<str>,
+    pub(crate) url: Arc<str>,
     pub(crate) inbox: Arc<Inbox>,
-    watch: Arc<LoopWatch>,
+    pub(crate) watch: Arc<LoopWatch>,
     stall_limit: Option<Duration>,
     stop_watch: CancellationToken,
 }
@@ -183,11 +221,15 @@ impl PyKeeper {
             Some(value) => Some(convert::duration(value, "loop_stall_limit")?),
             None => ttl,
         };
-        let watch = Arc::new(LoopWatch {
-            started: Instant::now(),
-            last_pulse: 0.into(),
-            held: Mutex::new(Vec::new()),
-        });
+        if stall_limit.is_some_and(|limit| limit < MIN_STALL_LIMIT) {
+            return Err(convert::invalid(
+                "loop_stall_limit",
+                format_args!(
+                    "must be at least {MIN_STALL_LIMIT:?} (None turns stall detection off)"
+                ),
+            ));
+        }
+        let watch = Arc::new(LoopWatch::new());
         let store_ref = store.get();
         let mut builder = Keeper::builder(Arc::clone(&store_ref.store) as _, config);
         if let Some(callback) = on_recovered {
@@ -198,8 +240,9 @@ impl PyKeeper {
             builder = builder.on_recovered(move |recovered: Recovered| {
                 let (inbox, callback) = (Arc::clone(&inbox), Arc::clone(&callback));
                 let (watch, url) = (Arc::clone(&watch), Arc::clone(&url));
+                let given_up = watch.given_up();
                 async move {
-                    call_on_loop(&inbox, &callback, move |py| {
+                    call_on_loop(&inbox, &callback, given_up, move |py| {
                         let run = match recovered.guard {
                             Some(guard) => Some(PyRun::hold(py, guard, &watch, &url)?.into_any()),
                             None => None,
@@ -260,7 +303,7 @@ impl PyKeeper {
     #[getter]
     fn _pulse_period(&self) -> Option<f64> {
         self.stall_limit
-            .map(|limit| (limit / 4).max(Duration::from_millis(5)).as_secs_f64())
+            .map(|limit| (limit / CHECKS_PER_LIMIT).as_secs_f64())
     }
 
     /// The event loop is alive.
@@ -315,17 +358,8 @@ impl PyKeeper {
                     record,
                     ..
                 }) => {
-                    let run = PyRun::hold(py, guard, &watch, &url)?;
-                    make(
-                        py,
-                        "Admitted",
-                        args![
-                            py,
-                            convert::record(py, &record)?,
-                            convert::records(py, &interrupted)?,
-                            run
-                        ],
-                    )
+                    let run = PyRun::hold(py, guard, &watch, &url)?.into_any();
+                    convert::admitted(py, &record, &interrupted, Some(run))
                 }
                 Some(AdmitOutcome::Conflict {
                     holder,

@@ -43,12 +43,16 @@ impl PyStore {
 }
 
 /// The URL as errors and `repr` show it: without its password. `memory:`
-/// and `sqlite:PATH` carry none and are shown as given.
+/// and `sqlite:PATH` carry none and are shown as given; anything else that
+/// is not a URL (a typo, a libpq string) may, and is not shown.
 pub(crate) fn shown_url(url: &str) -> String {
-    if url.contains("://") {
-        tenure::redact_url(url)
-    } else {
+    let embedded = ["memory:", "sqlite:"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme));
+    if embedded {
         url.to_owned()
+    } else {
+        tenure::redact_url(url)
     }
 }
 
@@ -85,7 +89,6 @@ fn strategy(name: &str) -> PyResult<AdmitStrategy> {
 
 /// An admission request from the keyword arguments `admit` shares with
 /// `Keeper.admit`.
-#[allow(clippy::too_many_arguments)] // the keyword arguments of `admit`
 pub(crate) fn admit_request(
     request: AdmitRequest,
     scopes: Option<&Bound<'_, PyAny>>,
@@ -117,13 +120,6 @@ fn job_state(name: &str) -> PyResult<JobState> {
                 ),
             )
         })
-}
-
-fn enum_name(value: &Bound<'_, PyAny>) -> PyResult<String> {
-    match value.getattr("value") {
-        Ok(inner) => inner.extract(),
-        Err(_) => value.extract(),
-    }
 }
 
 #[pymethods]
@@ -179,7 +175,7 @@ impl PyStore {
                 }
             },
             move |py, admission| match admission {
-                Some(admission) => convert::admission(py, &admission, None),
+                Some(admission) => convert::admission(py, &admission),
                 None => convert::already_exists(py, &id),
             },
         )
@@ -265,9 +261,15 @@ impl PyStore {
         grace: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let ttl = convert::optional_duration(ttl, "ttl")?;
-        let mut request = match fail {
-            Some(error) => TakeoverRequest::fail(id, claimer, error),
-            None => TakeoverRequest::adopt(id, claimer, ttl),
+        let mut request = match (fail, ttl) {
+            (Some(_), Some(_)) => {
+                return Err(convert::invalid(
+                    "ttl",
+                    "a takeover that fails the run holds no lease: give ttl or fail, not both",
+                ))
+            }
+            (Some(error), None) => TakeoverRequest::fail(id, claimer, error),
+            (None, ttl) => TakeoverRequest::adopt(id, claimer, ttl),
         };
         if let Some(grace) = convert::optional_duration(grace, "grace")? {
             request = request.grace(grace);
@@ -617,7 +619,7 @@ impl PyStore {
         limit: usize,
     ) -> PyResult<Bound<'py, PyAny>> {
         let state = match state.filter(|value| !value.is_none()) {
-            Some(state) => Some(job_state(&enum_name(state)?)?),
+            Some(state) => Some(job_state(&convert::enum_name(state)?)?),
             None => None,
         };
         let store = Arc::clone(&self.store);

@@ -113,8 +113,9 @@ async def test_already_exists_on_enqueue(store):
         "memory:?foo=1",
         "postgres://user:{secret}@127.0.0.1:1/x?schmea=x",
         "redis://:{secret}@127.0.0.1:1?namespce=x",
+        "postgres:user:{secret}@127.0.0.1/x",
     ],
-    ids=["unknown-scheme", "memory-parameter", "pg-typo", "redis-typo"],
+    ids=["unknown-scheme", "memory-parameter", "pg-typo", "redis-typo", "not-a-url"],
 )
 async def test_config_error(url):
     """An unknown scheme or URL parameter is a ConfigError, with the URL
@@ -253,7 +254,7 @@ async def test_incompatible_sqlite_schema(tmp_path):
     with pytest.raises(IncompatibleError) as caught:
         await tenure.connect(f"sqlite://{path}")
     assert_error(
-        caught.value, IncompatibleError, "incompatible", retryable=False, outcome_unknown=False
+        caught.value, IncompatibleError, "incompatible", retryable=False, outcome_unknown=True
     )
     assert caught.value.url == f"sqlite://{path}"
 

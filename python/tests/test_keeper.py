@@ -197,6 +197,61 @@ async def test_stalled_event_loop_gives_the_lease_up(store):
     assert (await store.get(id)).owner == "rival"
 
 
+async def test_completed_work_is_not_given_up_for_a_stall(store):
+    """A run completed inside its block, whose body then blocks the loop
+    past the stall limit, stays completed: nothing is left to give up."""
+    id = new_id("run")
+    async with keeper(store, ttl=1) as k:
+        async with k.admit(id) as run:
+            await run.complete()
+            time.sleep(2.5)  # the stimulus: the loop blocked past the limit
+        assert run.loss is None
+    assert (await store.get(id)).status is Status.SUCCEEDED
+
+
+async def test_shutdown_drains_past_the_stall_limit(store):
+    """Shutting down lets running work finish (grace 5 s) for longer than
+    loop_stall_limit (= ttl, 1 s): the loop goes on pulsing, so draining is
+    not taken for a stall and the run completes."""
+    id = new_id("run")
+    inside = asyncio.Event()
+
+    async def body(k):
+        async with k.admit(id):
+            inside.set()
+            await asyncio.sleep(2.5)
+
+    async with keeper(store, ttl=1) as k:
+        task = asyncio.create_task(body(k))
+        await inside.wait()
+        report = await k.shutdown(5)
+        await task
+    assert report.drained
+    assert (await store.get(id)).status is Status.SUCCEEDED
+
+
+async def test_the_callers_own_cancellation_goes_on(store):
+    """A body cancelled by its caller (not by a loss) ends in CancelledError,
+    and the run is written failed, stop reason "cancelled"."""
+    id = new_id("run")
+    inside = asyncio.Event()
+
+    async def body(k):
+        async with k.admit(id):
+            inside.set()
+            await asyncio.sleep(30)
+
+    async with keeper(store) as k:
+        task = asyncio.create_task(body(k))
+        await inside.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    record = await store.get(id)
+    assert record.status is Status.FAILED
+    assert record.stop_reason == "cancelled"
+
+
 # --- cancel, reconcile, shutdown, job runs ---------------------------------
 
 

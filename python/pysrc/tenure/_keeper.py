@@ -4,13 +4,16 @@ it serves (the loop's pulse, ``async with``, the two forms of ``admit``)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Generator, Optional
+from datetime import timedelta
+from typing import Any, Awaitable, Callable, Generator, Iterable, Optional, Union
 
 from . import _tenure
 from ._errors import NotAdmitted
 from ._types import Admitted
 
 __all__ = ["Keeper", "Admission"]
+
+Seconds = Union[float, int, timedelta]
 
 
 class Admission:
@@ -48,10 +51,30 @@ class Keeper(_tenure.Keeper):
 
     Renewals run on Rust threads, beside the loop. The loop pulses the
     keeper; when it has not for ``loop_stall_limit`` seconds (default: the
-    ttl), every lease held from it is given up, so a stuck body cannot keep
-    a lease alive. Leaving ``async with`` shuts the keeper down."""
+    ttl; ``None``: never), every lease held from it and not yet settled is
+    given up, so a stuck body cannot keep a lease alive. Leaving
+    ``async with`` shuts the keeper down."""
 
-    def __init__(self, store: Any, **_options: Any) -> None:
+    def __init__(  # the native __new__ reads the options; this mirrors them for type checkers
+        self,
+        store: Any,
+        *,
+        ttl: Optional[Seconds] = None,
+        single_worker: bool = False,
+        grace: Optional[Seconds] = None,
+        renew_interval: Optional[Seconds] = None,
+        store_timeout: Optional[Seconds] = None,
+        worker_id: Optional[str] = None,
+        reconcile: str = "fail",
+        orphan_error: Optional[str] = None,
+        recover_kinds: Optional[Iterable[str]] = None,
+        release_kinds: Optional[Iterable[str]] = None,
+        release_unlisted: bool = False,
+        reconcile_interval: Optional[Seconds] = None,
+        auto_reconcile: bool = True,
+        on_recovered: Optional[Callable[[Any], Awaitable[None]]] = None,
+        loop_stall_limit: Optional[Seconds] = ...,  # type: ignore[assignment]
+    ) -> None:
         self._loop = asyncio.get_running_loop()
         self._pulse_handle: Optional[asyncio.TimerHandle] = None
         if self._pulse_period is not None:
@@ -76,11 +99,14 @@ class Keeper(_tenure.Keeper):
         )
 
     async def shutdown(self, grace: Any = None) -> Any:  # type: ignore[override]
-        """Stops the keeper (see ``ShutdownReport``)."""
-        if self._pulse_handle is not None:
-            self._pulse_handle.cancel()
-            self._pulse_handle = None
-        return await super().shutdown(grace)
+        """Stops the keeper (see ``ShutdownReport``). The loop keeps pulsing
+        while running work drains, so draining is not taken for a stall."""
+        try:
+            return await super().shutdown(grace)
+        finally:
+            if self._pulse_handle is not None:
+                self._pulse_handle.cancel()
+                self._pulse_handle = None
 
     async def __aenter__(self) -> "Keeper":
         return self

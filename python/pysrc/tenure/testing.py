@@ -5,7 +5,7 @@ The layer is the Rust ``tenure::layer::Faults``: faults are injected between
 your calls and the store, never into the store itself::
 
     faulty = tenure.testing.with_faults(store)
-    keeper = tenure.Keeper(faulty, ttl=2)
+    keeper = tenure.Keeper(faulty.store, ttl=2)
     ...
     faulty.inject("renew_many", "hang")   # renewals stop answering
     faulty.heal()

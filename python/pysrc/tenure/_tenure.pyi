@@ -377,9 +377,15 @@ class Firing:
 class Schedule:
     """Ticks of ``every`` seconds, each fired by exactly one worker."""
 
-    def __init__(self, name: str, every: Seconds, *, lookback: int = 0) -> None: ...
+    def __init__(
+        self, name: str, every: Seconds, *, lookback: Optional[int] = None
+    ) -> None:
+        """``lookback``: how many earlier ticks a firing checks for missed
+        ones (1 to 10000; default the Rust default)."""
     @property
     def name(self) -> str: ...
+    @property
+    def lookback(self) -> int: ...
     def tick_at(self, instant: datetime) -> Tick: ...
     def run_id(self, tick: Tick) -> str: ...
     def fire_due(

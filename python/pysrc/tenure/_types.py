@@ -262,7 +262,7 @@ class Job:
 
     id: str
     queue: str
-    payload: Any
+    payload: Any = field(hash=False, compare=True)
     priority: int
     run_at: datetime
     attempt: int

@@ -10,7 +10,7 @@ store's URL with its password replaced by ``***``.
 from __future__ import annotations
 
 import builtins
-from typing import Optional
+from typing import Any, Optional
 
 __all__ = [
     "TenureError",
@@ -46,11 +46,18 @@ class TenureError(Exception):
         *,
         field: Optional[str] = None,
         url: Optional[str] = None,
+        retryable: Optional[bool] = None,
+        outcome_unknown: Optional[bool] = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
         self.url = url
+        # The Rust error says; the class's defaults are for errors made here.
+        if retryable is not None:
+            self.retryable = retryable
+        if outcome_unknown is not None:
+            self.outcome_unknown = outcome_unknown
 
     def __str__(self) -> str:
         if self.url:
@@ -102,6 +109,7 @@ class IncompatibleError(TenureError):
     incompatible: upgrade, or point it elsewhere."""
 
     kind = "incompatible"
+    outcome_unknown = True
 
 
 class ConfigError(TenureError):
@@ -125,10 +133,9 @@ class OwnershipLostError(TenureError):
         *,
         id: Optional[str] = None,  # noqa: A002 (the record's own field name)
         cause: Optional[str] = None,
-        field: Optional[str] = None,
-        url: Optional[str] = None,
+        **details: Any,
     ) -> None:
-        super().__init__(message, field=field, url=url)
+        super().__init__(message, **details)
         self.id = id
         self.cause = cause
 

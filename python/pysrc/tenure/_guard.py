@@ -3,9 +3,10 @@ moment it does not.
 
 Entering binds the lease to the task running the body: when the lease is
 lost (a peer took it over, the store could not confirm it before its
-deadline, the event loop stalled past ``loop_stall_limit``), that task is
-cancelled at once, in its own event loop, before any rival could be let in
-by the store. Leaving turns that cancellation into
+deadline: then before any rival could be let in by the store), that task
+is cancelled at once, in its own event loop. A lease given up because the
+loop stalled past ``loop_stall_limit`` is cancelled when the loop runs
+again. Leaving turns that cancellation into
 :class:`tenure.OwnershipLostError` (as ``asyncio.timeout`` turns its own
 into ``TimeoutError``), and settles the work: a body that returns completes
 it (``succeeded``), a body that raises fails it, with fenced writes.
@@ -45,6 +46,11 @@ async def exit(  # noqa: A001 (the protocol's own name)
     """Ends the guard: raises ``OwnershipLostError`` if the lease was lost,
     else settles the work by how the body ended."""
     watch = held._unwatch()
+    cancelled = exc_type is not None and issubclass(exc_type, asyncio.CancelledError)
+    if watch == "lost" and cancelled:
+        # The loss's cancel never reached the task: this cancellation is the
+        # caller's own, and it goes on.
+        return False
     if watch != "held":
         lost = held._lost_error()
         if watch == "lost_cancelled":
@@ -59,7 +65,6 @@ async def exit(  # noqa: A001 (the protocol's own name)
     if exc_type is None:
         await held.complete()
         return False
-    cancelled = issubclass(exc_type, asyncio.CancelledError)
     try:
         if hasattr(held, "mark_running"):
             if cancelled:

@@ -31,7 +31,18 @@ from ._errors import (
     UnavailableError,
 )
 from ._keeper import Admission, Keeper
-from ._tenure import Election, Held, JobRun, Run, Schedule, Store, __version__, connect
+from ._tenure import (
+    Election,
+    Firing,
+    Held,
+    JobRun,
+    Run,
+    Schedule,
+    Store,
+    Term,
+    __version__,
+    connect,
+)
 from ._types import (
     Admitted,
     Accepted,
@@ -79,7 +90,9 @@ __all__ = [
     "Run",
     "JobRun",
     "Election",
+    "Term",
     "Schedule",
+    "Firing",
     "testing",
     "__version__",
     # answers
