@@ -174,10 +174,12 @@ impl PgStore {
         metadata: &serde_json::Map<String, serde_json::Value>,
         retries: &mut u32,
     ) -> std::result::Result<Admission, AdmitFailure> {
-        match self
-            .admit_if_free(&self.pool, request, metadata, Holders::Read)
-            .await?
-        {
+        let mut session = self.sessions.take().await?;
+        let answer = self
+            .call_admit_if_free(&mut *session, request, metadata, Holders::Read)
+            .await;
+        session.keep_after(&answer);
+        match Self::admit_if_free_answer(answer?)? {
             AdmitIfFree::Admitted(record) => {
                 return Ok(Admission::Admitted {
                     record,
@@ -214,13 +216,13 @@ impl PgStore {
         // The scope locks only help if every statement after them sees what
         // the previous holder committed: a fresh snapshot per statement,
         // whatever the session's default isolation.
-        let mut tx = self.pool.begin_with(BEGIN_READ_COMMITTED).await?;
+        let mut tx = self.pool().begin_with(BEGIN_READ_COMMITTED).await?;
         let mut interrupted = Vec::new();
         loop {
-            let (holders, now) = match self
-                .admit_if_free(&mut *tx, request, metadata, Holders::Lock)
-                .await?
-            {
+            let answer = self
+                .call_admit_if_free(&mut *tx, request, metadata, Holders::Lock)
+                .await?;
+            let (holders, now) = match Self::admit_if_free_answer(answer)? {
                 AdmitIfFree::Admitted(record) => {
                     tx.commit().await?;
                     return Ok(Admission::Admitted {
@@ -283,16 +285,17 @@ impl PgStore {
 
     /// Calls the schema's `admit_if_free` function (see migration 0003):
     /// takes the scope locks, then admits if nothing holds the scopes, or
-    /// answers the holders.
-    async fn admit_if_free<'c>(
+    /// answers the holders ([`admit_if_free_answer`](Self::admit_if_free_answer)
+    /// reads which).
+    async fn call_admit_if_free<'c>(
         &self,
         executor: impl sqlx::PgExecutor<'c>,
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
         holders: Holders,
-    ) -> std::result::Result<AdmitIfFree, AdmitFailure> {
+    ) -> sqlx::Result<Vec<PgRow>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
-        let rows = sqlx::query(&self.sql.admit_if_free)
+        sqlx::query(&self.sql.admit_if_free)
             .bind(self.scope_locks.keys(scopes.iter().copied()))
             .bind(&request.id)
             .bind(&scopes)
@@ -302,7 +305,12 @@ impl PgStore {
             .bind(sqlx::types::Json(metadata))
             .bind(matches!(holders, Holders::Lock))
             .fetch_all(executor)
-            .await?;
+            .await
+    }
+
+    /// What the rows of [`call_admit_if_free`](Self::call_admit_if_free)
+    /// answer.
+    fn admit_if_free_answer(rows: Vec<PgRow>) -> std::result::Result<AdmitIfFree, AdmitFailure> {
         let Some(first) = rows.first() else {
             return Ok(AdmitIfFree::Undecided);
         };

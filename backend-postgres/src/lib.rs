@@ -272,6 +272,24 @@
 //!   `idle_in_transaction_session_timeout` and TCP keepalives on the
 //!   server bound that.
 //!
+//! ## Round trips
+//!
+//! An operation that is one statement costs one network round trip:
+//! admitting into free scopes, renewing, a transition, a takeover, a read,
+//! a claim, a settlement, a gate check. sqlx's pool would add two: a ping
+//! when a connection is taken (`test_before_acquire`) and another when it
+//! comes back, to flush what a cancelled statement may have left. So the
+//! store keeps the connections its statements finished with in good order
+//! and sends its next statement on one of them, unchecked; a connection
+//! cut mid-statement goes back to the pool and through its check as
+//! before. A kept connection unused for a quarter of a second goes back to
+//! the pool, and the pools [`PgStore::connect`] opens ping only a
+//! connection that sat idle for a second or more. On a server that fell
+//! silent, the first call on a kept connection therefore answers
+//! [`ErrorKind::Timeout`] after the operation timeout (rather than after
+//! the connection wait, as a failed ping would). An admission that
+//! interrupts holders is a transaction: a round trip per statement.
+//!
 //! ## Admissions: one at a time per scope
 //!
 //! `admit` looks before it writes, so two overlapping admissions deciding
@@ -343,6 +361,7 @@ mod lease;
 mod queue;
 mod scope_locks;
 mod server;
+mod sessions;
 mod sql;
 mod statement;
 
@@ -367,6 +386,7 @@ pub use sqlx;
 use config::SchemaName;
 use error::{migrate_error, store_error};
 use scope_locks::ScopeLocks;
+use sessions::Sessions;
 use sql::Statements;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -378,7 +398,7 @@ const SCHEMA_CREATION_LOCK: i64 = 0x7465_6e75_7265_0001;
 /// The PostgreSQL lease store. Cloning shares the pool.
 #[derive(Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    sessions: Sessions,
     schema: SchemaName,
     sql: Arc<Statements>,
     scope_locks: ScopeLocks,
@@ -401,7 +421,7 @@ impl fmt::Debug for PgStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgStore")
             .field("schema", &self.schema.as_str())
-            .field("pool_size", &self.pool.size())
+            .field("pool_size", &self.pool().size())
             .field("operation_timeout", &self.operation_timeout)
             .finish_non_exhaustive()
     }
@@ -434,7 +454,9 @@ impl PgStore {
         let first = open_session(&options, config.connection_wait()).await?;
         let mut pool = PgPoolOptions::new()
             .max_connections(config.connection_limit())
-            .acquire_timeout(config.connection_wait());
+            .acquire_timeout(config.connection_wait())
+            .test_before_acquire(false)
+            .before_acquire(sessions::ping_if_idle);
         if config.requires_synchronous_standby() {
             pool = pool.after_connect(|session, _| {
                 Box::pin(async move {
@@ -516,7 +538,7 @@ impl PgStore {
         PgStore {
             sql: Arc::new(Statements::new(&schema)),
             scope_locks: ScopeLocks::for_schema(schema.as_str()),
-            pool,
+            sessions: Sessions::new(pool),
             schema,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             gates_refuse_earlier_timelines: false,
@@ -527,8 +549,12 @@ impl PgStore {
     /// migrator sets its `search_path`, and the session (with any advisory
     /// lock a failed run left) ends with it.
     async fn dedicated_session(&self) -> Result<PgConnection> {
-        let wait = self.pool.options().get_acquire_timeout();
-        open_session(&self.pool.connect_options(), wait).await
+        let pool = self.pool();
+        open_session(
+            &pool.connect_options(),
+            pool.options().get_acquire_timeout(),
+        )
+        .await
     }
 
     /// Migrates or verifies the schema on `session` as `mode` says, then
@@ -573,9 +599,12 @@ impl PgStore {
         self
     }
 
-    /// The pool the store runs on.
+    /// The pool the store runs on. The store keeps the connections its
+    /// statements used for its next ones, out of the pool, while it is busy;
+    /// each goes back to the pool within a quarter of a second of not being
+    /// needed (see the crate docs).
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.sessions.pool()
     }
 
     /// The schema holding the records.
@@ -587,7 +616,8 @@ impl PgStore {
     /// closes them all. Later operations answer
     /// [`ErrorKind::Unavailable`].
     pub async fn close(&self) {
-        self.pool.close().await;
+        self.sessions.return_all();
+        self.pool().close().await;
     }
 
     /// Drops the store's schema with everything in it (records, jobs, the
@@ -604,9 +634,9 @@ impl PgStore {
             "DROP SCHEMA IF EXISTS {} CASCADE",
             self.schema.quoted()
         ))
-        .execute(&self.pool)
+        .execute(self.pool())
         .await;
-        self.pool.close().await;
+        self.close().await;
         dropped.map(drop).map_err(store_error)
     }
 }

@@ -475,7 +475,7 @@ mod tests {
     /// `plan_cache_mode` (a custom plan for the bound values, or the
     /// generic plan a prepared statement settles on).
     async fn claim_plan(store: &PgStore, plan_cache_mode: &str) -> sqlx::Result<String> {
-        let mut connection = store.pool.acquire().await?;
+        let mut connection = store.pool().acquire().await?;
         sqlx::raw_sql(&format!(
             "SET plan_cache_mode = {plan_cache_mode}; \
              PREPARE tenure_claim(text, text[], bigint, text, interval) AS {}",
@@ -513,7 +513,7 @@ mod tests {
              ANALYZE {s}.jobs",
             s = store.schema.quoted()
         ))
-        .execute(&store.pool)
+        .execute(store.pool())
         .await
         .expect("finished jobs and statistics");
         let mut plans = Vec::new();

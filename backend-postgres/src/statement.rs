@@ -50,7 +50,10 @@ impl PgStore {
         &self,
         statement: impl Fn() -> PgQuery<'q>,
     ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
-        match statement().fetch_all(&self.pool).await {
+        let mut session = self.sessions.take().await?;
+        let answer = statement().fetch_all(&mut *session).await;
+        session.keep_after(&answer);
+        match answer {
             Err(error) if sqlstate(&error).as_deref() == Some(SERIALIZATION_FAILURE) => {
                 tracing::debug!(
                     schema = self.schema(),
@@ -58,7 +61,7 @@ impl PgStore {
                     "statement hit a serialization failure above READ COMMITTED; \
                      running it again at READ COMMITTED"
                 );
-                let mut transaction = self.pool.begin_with(BEGIN_READ_COMMITTED).await?;
+                let mut transaction = self.pool().begin_with(BEGIN_READ_COMMITTED).await?;
                 let rows = statement().fetch_all(&mut *transaction).await?;
                 transaction.commit().await?;
                 Ok(rows)

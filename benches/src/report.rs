@@ -165,11 +165,13 @@ impl Report {
             let name = entry.backend;
             if let Some(heartbeat) = &entry.heartbeat {
                 for point in heartbeat.points.iter().filter(|point| {
-                    point.mode == RenewMode::RenewMany && point.missed_deadlines > 0
+                    point.mode == RenewMode::RenewMany
+                        && point.missed_while_admitting + point.missed_steady_state > 0
                 }) {
                     found.push(format!(
-                        "{name} heartbeat-scale L={}: {} missed deadlines with renew_many",
-                        point.leases, point.missed_deadlines
+                        "{name} heartbeat-scale L={}: {} missed deadlines with renew_many \
+                         while admitting, {} once every lease was held",
+                        point.leases, point.missed_while_admitting, point.missed_steady_state
                     ));
                 }
             }
@@ -474,7 +476,8 @@ pub fn render(report: &Report) -> String {
     );
     let mut heartbeat = Table::new(
         "heartbeat-scale (one keeper; round = first renewal sent → last answered; \
-         calls and renewed are per round)",
+         calls and renewed are per round; missed admitting = leases lost by the time the \
+         last admission was answered, missed held = lost after that, while only renewing)",
         vec![
             "backend",
             "leases",
@@ -487,7 +490,8 @@ pub fn render(report: &Report) -> String {
             "max/beat",
             "calls",
             "renewed",
-            "missed",
+            "missed admitting",
+            "missed held",
             "B/lease",
         ],
     );
@@ -510,7 +514,7 @@ pub fn render(report: &Report) -> String {
     let mut batch = Table::new(
         "queue-batch (claim of `limit` jobs + complete_many until empty; ratio = tenure jobs/s ÷ raw \
          jobs/s at the same limit; × lim 1 = jobs/s ÷ the same side's at limit 1; srv µs/job = the server's \
-         own time in commands per job, tenure's and raw's, where it counts it)",
+         CPU time per job (Redis: main thread, INFO cpu; every client's), tenure's and raw's, where it says it)",
         vec![
             "backend",
             "limit",
@@ -783,7 +787,8 @@ pub fn render(report: &Report) -> String {
                     format!("{:.2}", point.round_to_beat),
                     format!("{:.0}", point.calls_per_round),
                     format!("{:.0}", point.renewals_per_round),
-                    point.missed_deadlines.to_string(),
+                    point.missed_while_admitting.to_string(),
+                    point.missed_steady_state.to_string(),
                     point
                         .bytes_per_lease
                         .map_or_else(|| "-".to_owned(), |bytes| format!("{bytes:.0}")),

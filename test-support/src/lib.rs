@@ -68,6 +68,8 @@ struct Link {
     dropping_replies: AtomicBool,
     /// Bytes were discarded: the stream has a gap and cannot carry on.
     lost_bytes: AtomicBool,
+    /// The client sent something the server has not answered yet.
+    awaiting_reply: AtomicBool,
 }
 
 /// The controls shared by the proxy handle and its tasks.
@@ -83,6 +85,8 @@ struct Controls {
     marker_delivered: watch::Sender<bool>,
     links: Mutex<HashMap<u64, Arc<Link>>>,
     next_link: AtomicU64,
+    /// Request/reply exchanges forwarded, over every connection.
+    round_trips: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -151,6 +155,7 @@ impl FaultProxy {
             marker_delivered: watch::Sender::new(false),
             links: Mutex::new(HashMap::new()),
             next_link: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let acceptor = tokio::spawn(accept(listener, Arc::clone(&controls), stop.clone()));
@@ -237,6 +242,16 @@ impl FaultProxy {
         matches!(reached, Ok(Ok(_)))
     }
 
+    /// The request/reply exchanges forwarded so far, over every connection:
+    /// bytes from the client followed by bytes from the server on the same
+    /// connection count once, however many reads either took, so a batch of
+    /// pipelined requests with its replies is one. Bytes the server sends
+    /// unasked (a notice, a keepalive) count for nothing. What a test reads
+    /// to know how many network round trips an operation costs.
+    pub fn round_trips(&self) -> u64 {
+        self.controls.round_trips.load(Ordering::SeqCst)
+    }
+
     /// Ends the blackhole and any reply drop, and drops every connection
     /// that lost bytes meanwhile: a stream with a gap cannot carry on (TCP
     /// would never deliver one), so its client must reconnect.
@@ -309,6 +324,10 @@ impl NetworkFaults for FaultProxy {
         FaultProxy::request_reached_server(self, within).await
     }
 
+    fn round_trips(&self) -> u64 {
+        FaultProxy::round_trips(self)
+    }
+
     async fn stop(&self) {
         FaultProxy::stop(self).await;
     }
@@ -336,6 +355,7 @@ async fn accept(listener: TcpListener, controls: Arc<Controls>, stop: Cancellati
             cut: stop.child_token(),
             dropping_replies: AtomicBool::new(false),
             lost_bytes: AtomicBool::new(false),
+            awaiting_reply: AtomicBool::new(false),
         });
         lock(&controls.links).insert(id, Arc::clone(&link));
         let controls = Arc::clone(&controls);
@@ -424,6 +444,11 @@ async fn pump(
                     if link.dropping_replies.load(Ordering::SeqCst) {
                         continue;
                     }
+                    // Counted before the client can read it, so a caller
+                    // that has its answer sees the count include it.
+                    if link.awaiting_reply.swap(false, Ordering::SeqCst) {
+                        controls.round_trips.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
                 Direction::ClientToServer => {
                     let mut armed = lock(&controls.armed_marker);
@@ -440,6 +465,7 @@ async fn pump(
                         link.dropping_replies.store(true, Ordering::SeqCst);
                         *armed = None;
                     }
+                    link.awaiting_reply.store(true, Ordering::SeqCst);
                 }
             }
             if to.write_all(&chunk.bytes).await.is_err() {
@@ -522,6 +548,37 @@ mod tests {
         assert_eq!(round_trip(&mut client, b"hello").await.unwrap(), b"hello");
         proxy.stop().await;
         assert!(closed(&mut client).await, "stop drops connections");
+        server_stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn counts_each_request_answered_once() {
+        let (server, server_stop) = echo_server().await;
+        let proxy = FaultProxy::start(server).await.unwrap();
+        let mut client = TcpStream::connect(proxy.address()).await.unwrap();
+        assert_eq!(proxy.round_trips(), 0);
+        round_trip(&mut client, b"one").await.unwrap();
+        assert_eq!(
+            proxy.round_trips(),
+            1,
+            "counted by the time the answer is read"
+        );
+        // Two requests written before either answer is read: the echo may
+        // come back in one read or two, an exchange or two; never more.
+        client.write_all(b"two").await.unwrap();
+        round_trip(&mut client, b"three").await.unwrap();
+        let mut rest = [0; 3];
+        client.read_exact(&mut rest).await.unwrap();
+        assert!(
+            (2..=3).contains(&proxy.round_trips()),
+            "{}",
+            proxy.round_trips()
+        );
+        let mut second = TcpStream::connect(proxy.address()).await.unwrap();
+        let before = proxy.round_trips();
+        round_trip(&mut second, b"four").await.unwrap();
+        assert_eq!(proxy.round_trips(), before + 1, "every connection counts");
+        proxy.stop().await;
         server_stop.cancel();
     }
 

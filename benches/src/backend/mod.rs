@@ -128,9 +128,10 @@ pub trait RawBaseline: Send + Sync {
 /// do.
 #[async_trait]
 pub trait ServerTime: Send + Sync {
-    /// Microseconds spent in commands since the server's statistics were
-    /// last reset (every client's, so a figure of an otherwise idle server).
-    async fn command_usec(&self) -> BenchResult<u64>;
+    /// Microseconds of CPU time the server has spent serving clients since
+    /// it started: every client's, so the difference over a run is the
+    /// run's own only on a server nothing else uses.
+    async fn busy_usec(&self) -> BenchResult<u64>;
 }
 
 /// What `long-run` reads and sets on a store whose tables a server keeps

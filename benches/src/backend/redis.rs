@@ -204,20 +204,23 @@ impl RawBaseline for RawRedis {
 
 #[async_trait]
 impl ServerTime for RawRedis {
-    async fn command_usec(&self) -> BenchResult<u64> {
+    /// The main thread's CPU time (`INFO cpu`), which serves every command
+    /// and does the network I/O. `INFO commandstats` would count a script's
+    /// inner commands twice (in the script's time and in their own) and
+    /// leave out reading and answering requests.
+    async fn busy_usec(&self) -> BenchResult<u64> {
         let info: String = redis::cmd("INFO")
-            .arg("commandstats")
+            .arg("cpu")
             .query_async(&mut self.connection.clone())
             .await?;
-        Ok(info
-            .lines()
-            .filter(|line| line.starts_with("cmdstat_"))
-            .filter_map(|line| {
-                line.split(&[':', ','][..])
-                    .find_map(|field| field.strip_prefix("usec="))
-                    .and_then(|usec| usec.parse::<u64>().ok())
-            })
-            .sum())
+        let seconds = |field: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+                .and_then(|value| value.trim().parse::<f64>().ok())
+                .ok_or_else(|| format!("INFO cpu has no {field}"))
+        };
+        let busy = seconds("used_cpu_user_main_thread")? + seconds("used_cpu_sys_main_thread")?;
+        Ok((busy * 1e6).round() as u64)
     }
 }
 

@@ -65,8 +65,14 @@ pub struct HeartbeatPoint {
     pub calls_per_round: f64,
     /// Leases renewed per round (should be L).
     pub renewals_per_round: f64,
-    /// Leases lost by the keeper, deadline passed or otherwise (must be 0).
-    pub missed_deadlines: u64,
+    /// Leases the keeper had lost by the time the last admission was
+    /// answered: renewals starved by the admissions queued beside them
+    /// (deadline passed or otherwise).
+    pub missed_while_admitting: u64,
+    /// Leases lost after every lease was held, while the keeper only renews:
+    /// whether it can hold L, as against whether it can admit while holding
+    /// (must be 0).
+    pub missed_steady_state: u64,
     /// The process's resident memory grown while admitting, per lease held
     /// (the keeper's state and the caller's guard): `None` where the
     /// platform does not say.
@@ -163,13 +169,15 @@ async fn hold_and_measure(
         guards.push(answer??);
     }
     let admit_us = micros(admitting.elapsed());
+    let lost = |guards: &[RunGuard]| guards.iter().filter(|guard| guard.loss().is_some()).count();
+    let missed_while_admitting = lost(&guards);
     let bytes_per_lease = resident_before
         .zip(resident_bytes())
         .map(|(before, after)| after.saturating_sub(before) as f64 / leases.max(1) as f64);
 
     let measuring = Instant::now();
     tokio::time::sleep(beat * beats + beat / 2).await;
-    let missed = guards.iter().filter(|guard| guard.loss().is_some()).count() as u64;
+    let missed_steady_state = lost(&guards) - missed_while_admitting;
     keeper.shutdown(Instant::now()).await;
     drop(guards);
 
@@ -199,7 +207,8 @@ async fn hold_and_measure(
         round_to_beat: round_max_us / micros(beat),
         calls_per_round: rounds.iter().map(|round| round.calls).sum::<usize>() as f64 / count,
         renewals_per_round: rounds.iter().map(|round| round.renewals).sum::<usize>() as f64 / count,
-        missed_deadlines: missed,
+        missed_while_admitting: missed_while_admitting as u64,
+        missed_steady_state: missed_steady_state as u64,
         bytes_per_lease,
     })
 }

@@ -49,8 +49,9 @@ pub struct QueueRun {
     pub duplicates: u64,
     /// Completions refused (must be 0: nothing else touches the jobs).
     pub refused_completions: u64,
-    /// Server time spent in commands per job completed, in µs, where the
-    /// server counts it (Redis `INFO commandstats`, every client's).
+    /// The server's CPU time per job completed, in µs, where the server
+    /// says it (Redis: its main thread, `INFO cpu`; every client's, so run
+    /// on a server of its own).
     pub server_us_per_job: Option<f64>,
 }
 
@@ -245,12 +246,12 @@ pub(crate) async fn drain_rounds(
         }
         for (drainer, tally) in sides {
             let before = match &backend.server_time {
-                Some(server) => Some(server.command_usec().await?),
+                Some(server) => Some(server.busy_usec().await?),
                 None => None,
             };
             drain(drainer, &queue_name, workers, mode, tally).await?;
             if let (Some(server), Some(before)) = (&backend.server_time, before) {
-                let spent = server.command_usec().await?.saturating_sub(before);
+                let spent = server.busy_usec().await?.saturating_sub(before);
                 tally.server_us = Some(tally.server_us.unwrap_or(0) + spent);
             }
         }

@@ -32,6 +32,11 @@ pub trait NetworkFaults: Send + Sync {
     /// reached the server; false if it did not in time.
     async fn request_reached_server(&self, within: Duration) -> bool;
 
+    /// How many request/reply exchanges have crossed so far, over every
+    /// connection: the network round trips the store behind these faults
+    /// has paid. A batch of pipelined requests with its replies counts once.
+    fn round_trips(&self) -> u64;
+
     /// Ends the faults for good: drops every connection and stops whatever
     /// runs them. The kit calls it once the scenario is over.
     async fn stop(&self);
@@ -89,6 +94,45 @@ pub struct NetworkProfile {
     /// lost (the one carrying the record's id, for a backend that writes it
     /// in one request; its `COMMIT`, for one that writes in a transaction).
     pub commit: CutAfter,
+    /// What each operation of a lease's life costs in network round trips,
+    /// or `None` for a backend whose count is not exact from one call to the
+    /// next (a pool that pings returned connections in the background): the
+    /// round-trip scenario then runs the operations without counting.
+    pub round_trips: Option<RoundTrips>,
+}
+
+/// The network round trips each operation of a lease's life costs a store
+/// on a warm connection, uncontended: what the network suite's
+/// `each_operation_costs_the_round_trips_its_backend_declares` holds the
+/// backend to, exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundTrips {
+    /// An admission into a free scope.
+    pub admit: u64,
+    /// A renewal by the holder.
+    pub renew: u64,
+    /// A transition to `Running`.
+    pub mark_running: u64,
+    /// A read of one record.
+    pub get: u64,
+    /// A terminal transition.
+    pub finish: u64,
+    /// A takeover of an expired record.
+    pub takeover: u64,
+}
+
+impl RoundTrips {
+    /// One each: every operation is one statement, one script or one
+    /// request, and nothing else crosses (no pool ping, no read before a
+    /// write).
+    pub const ONE_EACH: RoundTrips = RoundTrips {
+        admit: 1,
+        renew: 1,
+        mark_running: 1,
+        get: 1,
+        finish: 1,
+        takeover: 1,
+    };
 }
 
 /// A store behind [`NetworkFaults`]: what [`NetworkSupport`] hands out.

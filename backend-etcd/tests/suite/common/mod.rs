@@ -12,10 +12,14 @@ use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
+use tenure_conformance::suites::network::{
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+};
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error};
 use tenure_test_support::etcd::{PrivateEtcd, MAX_TXN_OPS};
 use tenure_test_support::per_binary::PerBinary;
+use tenure_test_support::FaultProxy;
 
 /// The cluster of this test binary.
 static CLUSTER: PerBinary<PrivateEtcd> = PerBinary::new();
@@ -61,6 +65,10 @@ impl Factory for EtcdFactory {
         Some(self)
     }
 
+    fn network(&self) -> Option<&dyn NetworkSupport<EtcdStore>> {
+        Some(self)
+    }
+
     /// A second store, with connections of its own, on the case's prefix.
     fn reopen(&self) -> Option<Reopener<EtcdStore>> {
         Some(Arc::new(|store: Arc<EtcdStore>| {
@@ -88,6 +96,57 @@ impl Factory for EtcdFactory {
                     .map(|counts| counts.into_iter().collect::<Footprint>())
             })
         }))
+    }
+}
+
+/// Bound on one call, and on connecting, of a store behind faults.
+const PROXIED_OPERATION_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The case's prefix through a [`FaultProxy`] in front of the member.
+#[async_trait]
+impl NetworkSupport<EtcdStore> for EtcdFactory {
+    fn profile(&self) -> NetworkProfile {
+        // Each write reads its keys first (a range request carrying the id),
+        // then commits in one transaction, the first request that carries
+        // the record's owner. A connection reset right after that
+        // transaction was written may still lose it unread (HTTP/2 frames
+        // the server had not taken in), so the admission's one cut is the
+        // read, which leaves the scope as it was.
+        NetworkProfile {
+            admission_cuts: vec![(CutAfter::NewId, ScopeAfterCut::AsBefore)],
+            commit: CutAfter::NewOwner,
+            // Not exact: HTTP/2's own frames (window updates, pings)
+            // cross beside the requests now and then. Each write is a read
+            // and a transaction comparing what it read; an admission and a
+            // takeover grant an etcd lease first, a terminal write revokes
+            // it after (3, 2, 2, 1, 3, 3 round trips in the case's order).
+            round_trips: None,
+        }
+    }
+
+    async fn connect_behind_faults(
+        &self,
+        direct: &EtcdStore,
+    ) -> tenure_lease_core::Result<BehindFaults<EtcdStore>> {
+        let member = cluster()?
+            .endpoints()
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::unavailable("the private etcd cluster has no member"))?;
+        let address = member
+            .parse()
+            .map_err(|error| Error::unavailable(format!("member {member:?}")).with_source(error))?;
+        let proxy = FaultProxy::start(address)
+            .await
+            .map_err(|error| Error::unavailable("cannot start the proxy").with_source(error))?;
+        let config = EtcdConfig::new([proxy.address().to_string()], direct.config().key_prefix())
+            .max_txn_ops(MAX_TXN_OPS)
+            .operation_timeout(PROXIED_OPERATION_TIMEOUT)
+            .connect_timeout(PROXIED_OPERATION_TIMEOUT);
+        Ok(BehindFaults {
+            store: EtcdStore::connect(config).await?,
+            faults: Arc::new(proxy),
+        })
     }
 }
 

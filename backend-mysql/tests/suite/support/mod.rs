@@ -339,6 +339,9 @@ impl NetworkSupport<MySqlStore> for MySqlFactory {
                 (CutAfter::Bytes(COMMIT), ScopeAfterCut::FullyAdmitted),
             ],
             commit: CutAfter::Bytes(COMMIT),
+            // sqlx's pool pings each connection returned to it, in the
+            // background: the count of the next call includes it or not.
+            round_trips: None,
         }
     }
 

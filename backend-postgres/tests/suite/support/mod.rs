@@ -19,7 +19,7 @@ use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
 use tenure_conformance::suites::network::{
-    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, RoundTrips, ScopeAfterCut,
 };
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
@@ -383,9 +383,9 @@ impl Factory for PgFactory {
     }
 }
 
-/// How long a store behind faults waits for a connection (checked or new):
-/// the pool checks an idle connection before handing it out, so a silent
-/// server answers `Timeout` within this bound.
+/// How long a store behind faults waits for a connection, and for a whole
+/// operation: a silent server answers `Timeout` within this bound (the store
+/// sends its statement on a connection it kept without checking it first).
 pub const CONNECTION_WAIT: Duration = Duration::from_millis(500);
 /// Tries at connecting a store behind faults.
 const CONNECT_ATTEMPTS: u32 = 10;
@@ -453,6 +453,7 @@ impl NetworkSupport<PgStore> for PgFactory {
                 (CutAfter::Bytes(COMMIT), ScopeAfterCut::FullyAdmitted),
             ],
             commit: CutAfter::NewId,
+            round_trips: Some(RoundTrips::ONE_EACH),
         }
     }
 
@@ -466,7 +467,8 @@ impl NetworkSupport<PgStore> for PgFactory {
         let config = PgStoreConfig::new(plaintext(&proxied_url))
             .schema(direct.schema())
             .max_connections(PROXIED_POOL_SIZE)
-            .acquire_timeout(CONNECTION_WAIT);
+            .acquire_timeout(CONNECTION_WAIT)
+            .operation_timeout(CONNECTION_WAIT);
         Ok(BehindFaults {
             store: connect_patiently(&config).await?,
             faults: Arc::new(proxy),

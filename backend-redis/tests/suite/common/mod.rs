@@ -19,7 +19,7 @@ use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
 use tenure_conformance::suites::network::{
-    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, RoundTrips, ScopeAfterCut,
 };
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
@@ -303,6 +303,7 @@ impl NetworkSupport<RedisStore> for RedisFactory {
         NetworkProfile {
             admission_cuts: vec![(CutAfter::NewId, ScopeAfterCut::FullyAdmitted)],
             commit: CutAfter::NewId,
+            round_trips: Some(RoundTrips::ONE_EACH),
         }
     }
 
