@@ -44,44 +44,43 @@ end
 
 -- Judges the job a ready entry names: 'pick' (with the job), 'skip' (not
 -- claimable now), 'stale' (the entry names no queued job of this queue) or
--- 'corrupt' (with the reason).
+-- 'corrupt' (with the reason). One HGETALL reads the job: what decides
+-- first, then the whole job for the one picked.
 local function judge(rank)
   local id = string.sub(rank, RANK_ID_START)
   if id == '' then
     return 'stale'
   end
   local key = prefix .. 'job:' .. id
-  local light = redis.pcall('HMGET', key, 'state', 'queue', 'run_at', 'caps')
-  if light.err then
-    return 'corrupt', id, light.err
+  local read, fields, flat = pcall(hash_fields, key)
+  if not read then
+    return 'corrupt', id, failure_reason(fields)
   end
-  local state, job_queue, run_at = light[1], light[2], light[3]
-  if not state then
-    if redis.call('EXISTS', key) == 0 then
-      return 'stale'
-    end
-    return 'corrupt', id, 'unknown job state nil'
-  end
-  if not JOB_STATES[state] then
-    return 'corrupt', id, 'unknown job state ' .. state
-  end
-  if state ~= 'queued' or job_queue ~= queue then
+  if not fields then
     return 'stale'
   end
+  local state = fields.state
+  if not JOB_STATES[state] then
+    return 'corrupt', id, 'unknown job state ' .. tostring(state)
+  end
+  if state ~= 'queued' or fields.queue ~= queue then
+    return 'stale'
+  end
+  local run_at = fields.run_at
   if not run_at or not string.match(run_at, '^%-?%d+$') then
     return 'corrupt', id, 'run_at is not an integer'
   end
   if tonumber(run_at) > now then
     return 'skip'
   end
-  local ok, caps = pcall(string_array, key, 'caps', light[4])
+  local ok, caps = pcall(string_array, key, 'caps', fields.caps)
   if not ok then
     return 'corrupt', id, failure_reason(caps)
   end
   if not fits(caps) then
     return 'skip'
   end
-  local loaded, job = pcall(load_job, key, id)
+  local loaded, job = pcall(job_of, key, id, fields, flat)
   if not loaded then
     return 'corrupt', id, failure_reason(job)
   end
@@ -93,10 +92,13 @@ local function judge(rank)
   return 'pick', job
 end
 
+-- Ranks are read `limit` at a time at first (most ready jobs are
+-- claimable), twice as many each time after, at most 256.
 local picked, stale, skipped, seen = {}, {}, {}, {}
-local offset = 0
+local offset, chunk = 0, math.min(limit, 256)
 while #picked < limit and offset < scan_bound do
-  local ranks = redis.call('ZRANGE', KEYS[1], offset, math.min(offset + 255, scan_bound - 1))
+  local ranks = redis.call('ZRANGE', KEYS[1], offset, math.min(offset + chunk, scan_bound) - 1)
+  chunk = math.min(chunk * 2, 256)
   if #ranks == 0 then
     break
   end

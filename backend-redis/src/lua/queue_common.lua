@@ -83,15 +83,11 @@ local function encode_set(set)
   return cjson.encode(items)
 end
 
--- The job stored at `key` as a table (nil when there is none); raises
--- TENURE_CORRUPT when any field the Rust side decodes cannot be read (but
--- the UTF-8 of texts), so a job a script writes is one the caller can
--- decode, and WRONGTYPE when the key is not a hash.
-local function load_job(key, id)
-  local fields, flat = hash_fields(key)
-  if fields == nil then
-    return nil
-  end
+-- The job whose hash at `key` holds `fields` (by name; `flat`, as HGETALL
+-- answered them) as a table; raises TENURE_CORRUPT when any field the Rust
+-- side decodes cannot be read (but the UTF-8 of texts), so a job a script
+-- writes is one the caller can decode.
+local function job_of(key, id, fields, flat)
   if not JOB_STATES[fields.state] then
     corrupt(key, 'unknown job state ' .. tostring(fields.state))
   end
@@ -138,6 +134,17 @@ local function load_job(key, id)
     corrupt(key, 'taken_back and taken_back_at disagree')
   end
   return job
+end
+
+-- The job stored at `key` as a table (nil when there is none), as job_of
+-- reads it: raises TENURE_CORRUPT when a field cannot be read and
+-- WRONGTYPE when the key is not a hash.
+local function load_job(key, id)
+  local fields, flat = hash_fields(key)
+  if fields == nil then
+    return nil
+  end
+  return job_of(key, id, fields, flat)
 end
 
 -- rules::judge_job: nil when the claim (owner, fence as decimal text) still
