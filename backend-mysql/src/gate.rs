@@ -16,6 +16,7 @@ use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
 use tenure_lease_core::clock::micros_rounded_up;
 use tenure_lease_core::{Error, FenceCheck, Result};
+use tenure_sql_sessions::server_answered;
 
 use crate::error::store_error;
 use crate::runner::NOW_MICROS;
@@ -48,22 +49,34 @@ impl GateBackend for MySqlStore {
         let (resource, fence) = (resource.get(), fence.get());
         let presented = i64::try_from(fence)
             .map_err(|_| Error::invalid_input("fence", "beyond MySQL's BIGINT"))?;
-        let checked = sqlx::query(&check_fence_sql())
+        let mut session = self.runner.session().await.map_err(store_error)?;
+        let checked = match sqlx::query(&check_fence_sql())
             .bind(resource.as_bytes())
             .bind(presented)
-            .execute(&self.runner.pool)
+            .execute(&mut *session)
             .await
-            .map_err(store_error)?;
+        {
+            Ok(checked) => checked,
+            Err(error) => {
+                session.keep_if(server_answered(&error));
+                return Err(store_error(error));
+            }
+        };
         // 0 when the gate is damaged (left as it was): read what it holds
         // for the error.
         let stored = match i64::try_from(checked.last_insert_id()) {
-            Ok(0) | Err(_) => sqlx::query_scalar(HIGHEST_FENCE)
-                .bind(resource.as_bytes())
-                .fetch_optional(&self.runner.pool)
-                .await
-                .map_err(store_error)?
-                .unwrap_or(0),
-            Ok(fence) => fence,
+            Ok(0) | Err(_) => {
+                let stored = sqlx::query_scalar(HIGHEST_FENCE)
+                    .bind(resource.as_bytes())
+                    .fetch_optional(&mut *session)
+                    .await;
+                session.keep_after(&stored);
+                stored.map_err(store_error)?.unwrap_or(0)
+            }
+            Ok(fence) => {
+                session.keep_if(true);
+                fence
+            }
         };
         let stored = gate_rules::stored_gate_fence(resource, stored)?;
         gate_rules::judge_stored(resource, stored, fence)
@@ -73,7 +86,7 @@ impl GateBackend for MySqlStore {
         let resource = resource.get();
         let stored: Option<i64> = sqlx::query_scalar(HIGHEST_FENCE)
             .bind(resource.as_bytes())
-            .fetch_optional(&self.runner.pool)
+            .fetch_optional(self.runner.pool())
             .await
             .map_err(store_error)?;
         stored
@@ -86,7 +99,7 @@ impl GateBackend for MySqlStore {
             "DELETE FROM tenure_fence_gates WHERE checked_at <= {NOW_MICROS} - ?"
         ))
         .bind(micros_rounded_up(unused_for.get()))
-        .execute(&self.runner.pool)
+        .execute(self.runner.pool())
         .await
         .map_err(store_error)?;
         Ok(purged.rows_affected())

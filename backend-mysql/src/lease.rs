@@ -71,10 +71,10 @@ impl MySqlStore {
         if let Some(value) = bind {
             query = query.bind(value.as_bytes());
         }
-        query
-            .fetch_all(&self.runner.pool)
-            .await
-            .map_err(store_error)?
+        let mut session = self.runner.session().await.map_err(store_error)?;
+        let rows = query.fetch_all(&mut *session).await;
+        session.keep_after(&rows);
+        rows.map_err(store_error)?
             .iter()
             .map(|row| {
                 let id = rows::text(row, 0)?;
@@ -158,7 +158,7 @@ impl LeaseBackend for MySqlStore {
 
     async fn list_expired(&self, query: Checked<&ExpiredQuery>) -> Result<ExpiredScan> {
         let query = query.get();
-        let mut connection = self.runner.pool.acquire().await.map_err(store_error)?;
+        let mut connection = self.runner.pool().acquire().await.map_err(store_error)?;
         let now = read_now(&mut *connection).await?;
         let expired_before = to_micros(now).saturating_sub(micros_rounded_up(query.grace));
         let mut rows = sqlx::query(
@@ -224,11 +224,14 @@ impl LeaseBackend for MySqlStore {
     }
 
     async fn now(&self) -> Result<Timestamp> {
-        read_now(&self.runner.pool).await
+        let mut session = self.runner.session().await.map_err(store_error)?;
+        let now = read_now(&mut *session).await;
+        session.keep_if(now.is_ok());
+        now
     }
 
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
-        let mut tx = self.runner.pool.begin().await.map_err(store_error)?;
+        let mut tx = self.runner.pool().begin().await.map_err(store_error)?;
         let ids = purgeable(&mut tx, terminal_older_than.get(), " FOR UPDATE").await?;
         for part in ids.chunks(IDS_PER_READ) {
             for table in [
@@ -249,7 +252,7 @@ impl LeaseBackend for MySqlStore {
     }
 
     async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
-        let mut connection = self.runner.pool.acquire().await.map_err(store_error)?;
+        let mut connection = self.runner.pool().acquire().await.map_err(store_error)?;
         Ok(purgeable(&mut connection, terminal_older_than.get(), "")
             .await?
             .len() as u64)

@@ -118,7 +118,7 @@ impl MySqlStore {
         for value in binds {
             query = query.bind(value.as_bytes());
         }
-        let mut rows = query.fetch(&self.runner.pool);
+        let mut rows = query.fetch(self.runner.pool());
         let mut listed = Vec::new();
         while listed.len() < limit {
             let Some(row) = rows.try_next().await.map_err(store_error)? else {
@@ -254,11 +254,13 @@ impl QueueBackend for MySqlStore {
 
     async fn get_job(&self, id: Checked<&str>) -> Result<Option<Job>> {
         let id = id.get();
+        let mut session = self.runner.session().await.map_err(store_error)?;
         let row = sqlx::query("SELECT body FROM tenure_jobs WHERE id = ?")
             .bind(id.as_bytes())
-            .fetch_optional(&self.runner.pool)
-            .await
-            .map_err(store_error)?;
+            .fetch_optional(&mut *session)
+            .await;
+        session.keep_after(&row);
+        let row = row.map_err(store_error)?;
         row.map(|row| {
             let body: Vec<u8> = row.try_get(0).map_err(store_error)?;
             decode_job(id, &body)
@@ -318,7 +320,7 @@ impl QueueBackend for MySqlStore {
             "SELECT queue, state, COUNT(*) FROM tenure_jobs GROUP BY queue, state \
              ORDER BY queue, state",
         )
-        .fetch_all(&self.runner.pool)
+        .fetch_all(self.runner.pool())
         .await
         .map_err(store_error)?
         .iter()
@@ -344,7 +346,7 @@ impl QueueBackend for MySqlStore {
 
     async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
         let older_than = finished_older_than.get();
-        let mut tx = self.runner.pool.begin().await.map_err(store_error)?;
+        let mut tx = self.runner.pool().begin().await.map_err(store_error)?;
         let ids = purgeable_jobs(&mut tx, older_than).await?;
         for part in ids.chunks(IDS_PER_READ) {
             sqlx::query_with(

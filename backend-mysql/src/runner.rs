@@ -51,10 +51,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlArguments, MySqlRow};
-use sqlx::{Arguments, MySql, MySqlPool, Row, Transaction};
+use sqlx::{Arguments, Connection as _, MySql, Row, Transaction};
 use tenure_lease_core::limits::MAX_GATE_FENCE;
 use tenure_lease_core::queue::Job;
 use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
+use tenure_sql_sessions::{Session, Sessions};
 
 use crate::error::{store_error, Conflict};
 use crate::rows;
@@ -346,10 +347,11 @@ impl View<'_> {
     }
 }
 
-/// The store's pool: runs operations.
+/// The store's pool, and the connections kept from it between statements
+/// (see `tenure_sql_sessions`): runs operations.
 #[derive(Clone, Debug)]
 pub(crate) struct Runner {
-    pub(crate) pool: MySqlPool,
+    pub(crate) sessions: Sessions<MySql>,
 }
 
 impl Runner {
@@ -391,23 +393,53 @@ impl Runner {
         reads: &Reads,
         decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
     ) -> std::result::Result<Result<T>, Conflict> {
-        let mut tx = self.pool.begin().await.map_err(Conflict::from)?;
-        match decide_and_write(&mut tx, reads, decide).await {
-            Ok((answer, Wrote::Yes)) => {
-                tx.commit().await.map_err(Conflict::from)?;
-                Ok(answer)
+        let mut session = self.session().await.map_err(Conflict::from)?;
+        let (answer, in_good_order) = attempt_on(&mut session, reads, decide).await;
+        session.keep_if(in_good_order);
+        answer
+    }
+
+    /// A connection: one kept from the store's last statement, or the pool's.
+    pub(crate) async fn session(&self) -> sqlx::Result<Session<MySql>> {
+        self.sessions.take().await
+    }
+
+    /// The store's pool.
+    pub(crate) fn pool(&self) -> &sqlx::MySqlPool {
+        self.sessions.pool()
+    }
+}
+
+/// One attempt of [`Runner::run`] in a transaction on `session`, and
+/// whether the session is in good order after it: every statement answered
+/// by the server (rows, or a race it settled), the transaction ended.
+async fn attempt_on<T>(
+    session: &mut Session<MySql>,
+    reads: &Reads,
+    decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
+) -> (std::result::Result<Result<T>, Conflict>, bool) {
+    let mut tx = match session.begin().await {
+        Ok(tx) => tx,
+        Err(error) => return (Err(Conflict::from(error)), false),
+    };
+    match decide_and_write(&mut tx, reads, decide).await {
+        Ok((answer, wrote)) => {
+            let ended = match wrote {
+                Wrote::Yes => tx.commit().await,
+                Wrote::No => tx.rollback().await,
+            };
+            match ended {
+                Ok(()) => (Ok(answer), true),
+                Err(error) => (Err(Conflict::from(error)), false),
             }
-            Ok((answer, Wrote::No)) => {
-                tx.rollback().await.map_err(Conflict::from)?;
-                Ok(answer)
-            }
-            Err(conflict) => {
-                // At once, not when the connection goes back to the pool:
-                // the locks it holds (the fence counter's among them) would
-                // hold up the next attempt.
-                drop(tx.rollback().await);
-                Err(conflict)
-            }
+        }
+        Err(conflict) => {
+            // At once, not when the connection goes back to the pool: the
+            // locks it holds (the fence counter's among them) would hold up
+            // the next attempt.
+            let rolled_back = tx.rollback().await.is_ok();
+            let answered = !matches!(conflict, Conflict::Failed(_));
+            (Err(conflict), rolled_back && answered)
         }
     }
 }
@@ -421,7 +453,7 @@ enum Wrote {
 /// Reads, decides and writes one attempt of an operation inside `tx`: its
 /// answer, and whether it wrote (only an answer that is no error writes).
 async fn decide_and_write<T>(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     reads: &Reads,
     decide: &mut (impl FnMut(&mut View<'_>) -> Result<T> + Send),
 ) -> std::result::Result<(Result<T>, Wrote), Conflict> {
@@ -478,7 +510,7 @@ pub(crate) async fn read_now(
 /// `count` fresh fences, in increasing order, from one update of the
 /// counter row.
 async fn draw_fences(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     count: usize,
 ) -> std::result::Result<Vec<u64>, Conflict> {
     let count = u64::try_from(count).unwrap_or(u64::MAX);
@@ -543,7 +575,7 @@ pub(crate) fn bound<'a>(values: impl IntoIterator<Item = &'a String>) -> Result<
 
 /// Reads `reads` into `snapshot`, locked.
 async fn fetch(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     snapshot: &mut Snapshot,
     reads: Reads,
 ) -> std::result::Result<(), Conflict> {
@@ -773,7 +805,7 @@ type BindResult = std::result::Result<(), sqlx::error::BoxDynError>;
 /// `tail`, in statements of at most [`ROWS_PER_STATEMENT`] rows and
 /// [`BYTES_PER_STATEMENT`] bytes (`size` estimates an item's).
 async fn in_parts<T>(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     (head, row, tail): (&str, &str, &str),
     items: &[T],
     size: impl Fn(&T) -> usize,
@@ -818,7 +850,7 @@ fn job_size(job: &Job) -> usize {
 /// multi-row statements per kind of write (updates as upserts of rows the
 /// transaction holds locked).
 async fn apply(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     writes: Vec<Write>,
 ) -> std::result::Result<(), Conflict> {
     let batches = Batches::of(writes);
@@ -914,7 +946,7 @@ async fn apply(
 /// One `(lease_id, scope)` row in `table` per scope of `record`, with
 /// `on_duplicate` after the values.
 async fn insert_scopes(
-    tx: &mut Transaction<'static, MySql>,
+    tx: &mut Transaction<'_, MySql>,
     table: &str,
     record: &LeaseRecord,
     on_duplicate: &str,

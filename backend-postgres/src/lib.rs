@@ -361,7 +361,6 @@ mod lease;
 mod queue;
 mod scope_locks;
 mod server;
-mod sessions;
 mod sql;
 mod statement;
 
@@ -371,8 +370,9 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::{ConnectOptions, Connection, Postgres, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
+use tenure_sql_sessions::Sessions;
 
 pub use config::{
     MigrationMode, PgStoreConfig, DEFAULT_OPERATION_TIMEOUT, DEFAULT_SCHEMA, URL_PARAMETERS,
@@ -386,7 +386,6 @@ pub use sqlx;
 use config::SchemaName;
 use error::{migrate_error, store_error};
 use scope_locks::ScopeLocks;
-use sessions::Sessions;
 use sql::Statements;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
@@ -398,7 +397,7 @@ const SCHEMA_CREATION_LOCK: i64 = 0x7465_6e75_7265_0001;
 /// The PostgreSQL lease store. Cloning shares the pool.
 #[derive(Clone)]
 pub struct PgStore {
-    sessions: Sessions,
+    sessions: Sessions<Postgres>,
     schema: SchemaName,
     sql: Arc<Statements>,
     scope_locks: ScopeLocks,
@@ -456,7 +455,7 @@ impl PgStore {
             .max_connections(config.connection_limit())
             .acquire_timeout(config.connection_wait())
             .test_before_acquire(false)
-            .before_acquire(sessions::ping_if_idle);
+            .before_acquire(tenure_sql_sessions::ping_if_idle::<Postgres>);
         if config.requires_synchronous_standby() {
             pool = pool.after_connect(|session, _| {
                 Box::pin(async move {

@@ -1036,3 +1036,47 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
     )
     .await;
 }
+
+/// The store keeps the connection its statements used, out of the pool,
+/// for its next statement; it gives it back once unused for a moment. On a
+/// pool of one, the caller's own transaction on [`PgStore::pool`] therefore
+/// gets the connection soon after the store's last call (it would wait out
+/// its acquire timeout and fail if the store kept it), and the store works
+/// again once the caller is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_gives_a_pool_of_one_back_to_the_callers_transaction() {
+    const TEST: &str = "a_store_gives_a_pool_of_one_back_to_the_callers_transaction";
+    /// Far beyond the quarter of a second a connection is kept unused.
+    const ACQUIRE: Duration = Duration::from_secs(20);
+    let Some(url) = server_url(TEST) else { return };
+    let config = PgStoreConfig::new(url.as_str())
+        .schema(fresh_schema())
+        .max_connections(1)
+        .acquire_timeout(ACQUIRE);
+    let store = PgStore::connect(config).await.expect("connect");
+    let record = admitted(
+        store
+            .admit(&AdmitRequest::new("kept", "worker").scope("kept").ttl(LONG))
+            .await
+            .expect("admit"),
+    );
+    let mut transaction = store
+        .pool()
+        .begin()
+        .await
+        .expect("the caller's transaction gets the pool's one connection back");
+    let (seen,): (i64,) = sqlx::query_as(&format!(
+        "SELECT count(*) FROM \"{}\".leases WHERE id = $1",
+        store.schema()
+    ))
+    .bind(&record.id)
+    .fetch_one(&mut *transaction)
+    .await
+    .expect("read in the caller's transaction");
+    assert_eq!(seen, 1);
+    transaction.commit().await.expect("commit");
+    let claim = record.claim().expect("claim");
+    let renewal = store.renew(&claim, LONG).await.expect("renew");
+    assert!(matches!(renewal, Renewal::Renewed { .. }), "{renewal:?}");
+    store.drop_schema().await.expect("drop the schema");
+}

@@ -13,7 +13,7 @@ use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
 use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::network::{
-    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, RoundTrips, ScopeAfterCut,
 };
 use tenure_conformance::suites::process::{ProcessSupport, SharedStore};
 use tenure_conformance::suites::restart::{PrivateServer, RestartSupport};
@@ -339,9 +339,16 @@ impl NetworkSupport<MySqlStore> for MySqlFactory {
                 (CutAfter::Bytes(COMMIT), ScopeAfterCut::FullyAdmitted),
             ],
             commit: CutAfter::Bytes(COMMIT),
-            // sqlx's pool pings each connection returned to it, in the
-            // background: the count of the next call includes it or not.
-            round_trips: None,
+            // A statement per round trip inside each write's transaction:
+            // BEGIN, the locking reads, the clock, the writes, COMMIT.
+            round_trips: Some(RoundTrips {
+                admit: 10,
+                renew: 5,
+                mark_running: 5,
+                get: 1,
+                finish: 6,
+                takeover: 6,
+            }),
         }
     }
 
