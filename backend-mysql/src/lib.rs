@@ -25,13 +25,16 @@
 //! race the server settles (a deadlock, or a key another writer inserted
 //! first) rolls the transaction back, and the operation decides again.
 //!
-//! An operation's statements go one round trip each, with nothing beside
-//! them: the store keeps the connection its last operation finished with in
-//! good order and sends the next one on it, rather than handing it back to
+//! The statements of a write, of a read of one record or job, of `now` and
+//! of a gate check go one round trip each, with nothing beside them: the
+//! store keeps the connection its last operation finished with in good
+//! order and sends the next one on it, rather than handing it back to
 //! sqlx's pool, which pings a connection on its return (and, in the pools
 //! [`MySqlStore::connect`] opens, only after a second idle on its way out).
-//! A connection unused for a quarter of a second goes back to the pool; one
-//! cut mid-statement goes back at once, through the pool's check.
+//! A kept connection goes back to the pool once unused for a quarter of a
+//! second, or after a second out of it however busy the store; one cut
+//! mid-statement, or whose session the server ended, at once, through the
+//! pool's check. Listings, counts and purges use the pool as it is.
 //!
 //! Records and jobs are kept whole as JSON in a `body` column, beside the
 //! columns the indexes read; timestamps are microseconds of the server's
@@ -241,8 +244,8 @@ impl MySqlStore {
     ///
     /// The store keeps the connections its statements used for its next
     /// ones, out of the pool, while it is busy; each goes back to the pool
-    /// within a quarter of a second of not being needed (see the crate
-    /// docs).
+    /// within half a second of not being needed, and after a second out of
+    /// it however busy the store (see the crate docs).
     pub fn pool(&self) -> &sqlx::MySqlPool {
         self.runner.pool()
     }
@@ -261,6 +264,7 @@ impl MySqlStore {
     ///
     /// The server's errors.
     pub async fn drop_tables(&self) -> Result<()> {
+        self.runner.sessions.return_all();
         let mut session = self.session().await?;
         schema::drop_tables(&mut session).await
     }

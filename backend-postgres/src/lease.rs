@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::types::PgInterval;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::Connection as _;
 use sqlx::Row;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
@@ -213,10 +214,30 @@ impl PgStore {
         metadata: &serde_json::Map<String, serde_json::Value>,
         retries: &mut u32,
     ) -> std::result::Result<Admission, AdmitFailure> {
+        let mut session = self.sessions.take().await?;
+        let answer = self
+            .admit_interrupting_on(&mut session, request, metadata, retries)
+            .await;
+        // Every answer commits or rolls back; a failure may leave the
+        // transaction open (its ROLLBACK only queued), holding the scope
+        // locks: the pool's check sends it at once.
+        session.keep_if(answer.is_ok());
+        answer
+    }
+
+    /// [`admit_interrupting`](Self::admit_interrupting) in a transaction on
+    /// `session`.
+    async fn admit_interrupting_on(
+        &self,
+        session: &mut PgConnection,
+        request: &AdmitRequest,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        retries: &mut u32,
+    ) -> std::result::Result<Admission, AdmitFailure> {
         // The scope locks only help if every statement after them sees what
         // the previous holder committed: a fresh snapshot per statement,
         // whatever the session's default isolation.
-        let mut tx = self.pool().begin_with(BEGIN_READ_COMMITTED).await?;
+        let mut tx = session.begin_with(BEGIN_READ_COMMITTED).await?;
         let mut interrupted = Vec::new();
         loop {
             let answer = self

@@ -281,14 +281,25 @@
 //! comes back, to flush what a cancelled statement may have left. So the
 //! store keeps the connections its statements finished with in good order
 //! and sends its next statement on one of them, unchecked; a connection
-//! cut mid-statement goes back to the pool and through its check as
-//! before. A kept connection unused for a quarter of a second goes back to
-//! the pool, and the pools [`PgStore::connect`] opens ping only a
-//! connection that sat idle for a second or more. On a server that fell
-//! silent, the first call on a kept connection therefore answers
-//! [`ErrorKind::Timeout`] after the operation timeout (rather than after
-//! the connection wait, as a failed ping would). An admission that
-//! interrupts holders is a transaction: a round trip per statement.
+//! cut mid-statement, or whose session the server ended, goes back to the
+//! pool and through its check as before. The store's statements wait for
+//! a connection in a queue of their own (as many at once as the pool's
+//! bound), where a kept connection reaches the next in line.
+//!
+//! A kept connection goes back to the pool once unused for a quarter of a
+//! second (so within half a second), and after a second out of it however
+//! busy the store: the application's own statements on
+//! [`PgStore::pool`] wait at most about that long for one the store holds.
+//! The pools [`PgStore::connect`] opens ping a connection only when it sat
+//! idle in them for a second or more (a pool given to
+//! [`PgStore::from_pool`] keeps its own settings). So after a server
+//! restart or a failover, a call on a kept or recently used connection
+//! answers [`ErrorKind::Unavailable`] (retryable) once, where the ping
+//! would have replaced the connection unseen; on a server that fell silent
+//! it answers [`ErrorKind::Timeout`] after the operation timeout (rather
+//! than after the connection wait, as a failed ping would). An admission
+//! that interrupts holders, and a statement run again at `READ COMMITTED`,
+//! is a transaction on the same connection: a round trip per statement.
 //!
 //! ## Admissions: one at a time per scope
 //!
@@ -600,8 +611,9 @@ impl PgStore {
 
     /// The pool the store runs on. The store keeps the connections its
     /// statements used for its next ones, out of the pool, while it is busy;
-    /// each goes back to the pool within a quarter of a second of not being
-    /// needed (see the crate docs).
+    /// each goes back to the pool within half a second of not being needed,
+    /// and after a second out of it however busy the store (see the crate
+    /// docs).
     pub fn pool(&self) -> &PgPool {
         self.sessions.pool()
     }
@@ -629,6 +641,7 @@ impl PgStore {
     ///
     /// The store's errors; the pool is closed either way.
     pub async fn drop_schema(&self) -> Result<()> {
+        self.sessions.return_all();
         let dropped = sqlx::query(&format!(
             "DROP SCHEMA IF EXISTS {} CASCADE",
             self.schema.quoted()

@@ -19,7 +19,7 @@ use std::future::Future;
 
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
-use sqlx::Postgres;
+use sqlx::{Connection as _, Postgres};
 use tenure_lease_core::Result;
 
 use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
@@ -51,9 +51,7 @@ impl PgStore {
         statement: impl Fn() -> PgQuery<'q>,
     ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
         let mut session = self.sessions.take().await?;
-        let answer = statement().fetch_all(&mut *session).await;
-        session.keep_after(&answer);
-        match answer {
+        match statement().fetch_all(&mut *session).await {
             Err(error) if sqlstate(&error).as_deref() == Some(SERIALIZATION_FAILURE) => {
                 tracing::debug!(
                     schema = self.schema(),
@@ -61,12 +59,22 @@ impl PgStore {
                     "statement hit a serialization failure above READ COMMITTED; \
                      running it again at READ COMMITTED"
                 );
-                let mut transaction = self.pool().begin_with(BEGIN_READ_COMMITTED).await?;
-                let rows = statement().fetch_all(&mut *transaction).await?;
-                transaction.commit().await?;
-                Ok(rows)
+                let rows = async {
+                    let mut transaction = session.begin_with(BEGIN_READ_COMMITTED).await?;
+                    let rows = statement().fetch_all(&mut *transaction).await?;
+                    transaction.commit().await?;
+                    Ok(rows)
+                }
+                .await;
+                // A transaction that failed is left open until its queued
+                // ROLLBACK goes out: the pool's check sends it at once.
+                session.keep_if(rows.is_ok());
+                rows
             }
-            answer => answer,
+            answer => {
+                session.keep_after(&answer);
+                answer
+            }
         }
     }
 

@@ -1080,3 +1080,32 @@ async fn a_store_gives_a_pool_of_one_back_to_the_callers_transaction() {
     assert!(matches!(renewal, Renewal::Renewed { .. }), "{renewal:?}");
     store.drop_schema().await.expect("drop the schema");
 }
+
+/// A store whose connections are kept between statements can be dropped
+/// where no tokio runtime is current (a Python object freed on the event
+/// loop's thread, a store dropped after `block_on`): its connections go
+/// back through the runtime it was made in, without a panic.
+#[test]
+fn a_store_with_kept_connections_drops_outside_the_runtime() {
+    const TEST: &str = "a_store_with_kept_connections_drops_outside_the_runtime";
+    let Some(url) = server_url(TEST) else { return };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let config = PgStoreConfig::new(url.as_str()).schema(fresh_schema());
+    let store = runtime.block_on(async {
+        let store = PgStore::connect(config.clone()).await.expect("connect");
+        // Two connections at once, both kept afterwards.
+        let (first, second) = tokio::join!(store.now(), store.now());
+        first.expect("now");
+        second.expect("now");
+        store
+    });
+    drop(store);
+    runtime.block_on(async {
+        let cleanup = PgStore::connect(config).await.expect("connect again");
+        cleanup.drop_schema().await.expect("drop the schema");
+    });
+}

@@ -95,16 +95,17 @@ pub struct NetworkProfile {
     /// in one request; its `COMMIT`, for one that writes in a transaction).
     pub commit: CutAfter,
     /// What each operation of a lease's life costs in network round trips,
-    /// or `None` for a backend whose count is not exact from one call to the
-    /// next (a pool that pings returned connections in the background): the
-    /// round-trip scenario then runs the operations without counting.
+    /// or `None` for a backend whose least count is not steady from one run
+    /// to the next (a protocol with exchanges of its own beside the
+    /// requests): the round-trip scenario then runs the operations without
+    /// holding them to a count.
     pub round_trips: Option<RoundTrips>,
 }
 
 /// The network round trips each operation of a lease's life costs a store
 /// on a warm connection, uncontended: what the network suite's
 /// `each_operation_costs_the_round_trips_its_backend_declares` holds the
-/// backend to, exactly.
+/// backend to (the least count over several calls of each, exactly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoundTrips {
     /// An admission into a free scope.

@@ -651,7 +651,13 @@ async fn wait_out_valid_lease(reason: tenure_lease_core::NotTakenReason) {
 }
 
 /// Times each operation is measured; the count must be the same every time.
-const MEASURED_CALLS: usize = 3;
+/// Rounds measured after the first (which warms up); the least count of
+/// each operation over them must be its declared count.
+const MEASURED_ROUNDS: usize = 3;
+/// Rounds begun in all before the case gives up, counting the ones a
+/// retryable error (a slow commit past the proxied store's short operation
+/// timeout on a loaded machine) cut short.
+const MOST_ROUNDS: usize = 12;
 /// The longest a lapsed lease may still be held by a server's own timers.
 const TIMER_OVERRUN_BOUND: Duration = Duration::from_secs(10);
 /// The lease of the records taken over in
@@ -659,110 +665,135 @@ const TIMER_OVERRUN_BOUND: Duration = Duration::from_secs(10);
 /// soon after admission.
 const SHORT_TTL: Duration = Duration::from_millis(50);
 
-/// Awaits `call` on `store` and answers the round trips `faults` saw while
-/// it ran, with its answer.
-async fn round_trips_of<T: Debug>(
+/// Awaits `call` and answers the round trips `faults` saw while it ran,
+/// with its answer.
+async fn round_trips_of<T>(
     faults: &dyn NetworkFaults,
     what: &str,
     call: impl Future<Output = tenure_lease_core::Result<T>>,
-) -> (u64, T) {
+) -> tenure_lease_core::Result<(u64, T)> {
     let before = faults.round_trips();
-    let answer = match bounded(what, call).await {
-        Ok(answer) => answer,
-        Err(error) => panic!("{what}: {error}"),
-    };
-    (faults.round_trips() - before, answer)
+    let answer = bounded(what, call).await?;
+    Ok((faults.round_trips() - before, answer))
 }
 
 /// Each operation of a lease's life (admit into a free scope, renew, mark
-/// running, get, finish, take over), on a warm connection, costs exactly
-/// the round trips its backend declares ([`NetworkProfile::round_trips`]):
-/// one, for a backend that does each in one statement, script or request.
-/// An exchange more (a pool's ping before or after the statement, a read
-/// before a write) fails the case on every run, however fast the loopback.
+/// running, get, finish, take over), on a warm connection, costs the round
+/// trips its backend declares ([`NetworkProfile::round_trips`]): one, for a
+/// backend that does each in one statement, script or request. Each
+/// operation is measured in several rounds: none may cost fewer, and the
+/// least each costs must be the declared count, so an exchange more on
+/// every call (a pool's ping before or after the statement, a read before
+/// a write) fails the case on every run, while a stray exchange beside one
+/// call (a connection opened again after a pause) does not.
 pub async fn each_operation_costs_the_round_trips_its_backend_declares(rig: NetworkRig) {
-    let store = rig.proxied.as_ref();
-    let faults = rig.faults.as_ref();
-    let declared = rig.profile.round_trips;
-    let owner = unique("owner");
+    let mut rounds: Vec<RoundTrips> = Vec::new();
+    let mut begun = 0;
     // Round 0 warms up: the first call of each kind may open a connection,
     // prepare a statement or load a script.
-    for round in 0..=MEASURED_CALLS {
-        let request = AdmitRequest::new(unique("rec"), &owner)
-            .scope(unique("scope"))
-            .ttl(RECORD_TTL);
-        let (admit, admission) = round_trips_of(faults, "admit", store.admit(&request)).await;
-        let Admission::Admitted { record, .. } = admission else {
-            panic!("admit into a free scope: {admission:?}");
-        };
-        let claim = record.claim().expect("an admitted record has an owner");
-        let (renew, renewal) =
-            round_trips_of(faults, "renew", store.renew(&claim, RECORD_TTL)).await;
+    while rounds.len() <= MEASURED_ROUNDS {
+        begun += 1;
         assert!(
-            matches!(renewal, Renewal::Renewed { .. }),
-            "renew: {renewal:?}"
+            begun <= MOST_ROUNDS,
+            "only {} of {MOST_ROUNDS} rounds of operations answered without an error",
+            rounds.len()
         );
-        let running = StatusChange::running();
-        let (mark_running, marked) =
-            round_trips_of(faults, "mark running", store.transition(&claim, &running)).await;
-        assert!(
-            matches!(marked, Transition::Applied(_)),
-            "mark running: {marked:?}"
-        );
-        let (get, read) = round_trips_of(faults, "get", store.get(&claim.id)).await;
-        assert!(read.is_some(), "get {}: nothing", claim.id);
-        let succeeded = StatusChange::succeeded();
-        let (finish, finished) =
-            round_trips_of(faults, "finish", store.transition(&claim, &succeeded)).await;
-        assert!(
-            matches!(finished, Transition::Applied(_)),
-            "finish: {finished:?}"
-        );
-
-        let lapsing = AdmitRequest::new(unique("rec"), &owner)
-            .scope(unique("scope"))
-            .ttl(SHORT_TTL);
-        let lapsed = match answered("admit to lapse", || rig.direct.admit(&lapsing)).await {
-            Admission::Admitted { record, .. } => record,
-            other => panic!("admit to lapse: {other:?}"),
-        };
-        let expires_at = lapsed.lease_expires_at.expect("an admitted record expires");
-        eventually("the short lease to lapse", || async {
-            matches!(rig.direct.now().await, Ok(now) if now > expires_at)
-        })
-        .await;
-        let adopt = TakeoverRequest::adopt(&lapsed.id, unique("claimer"), Some(RECORD_TTL));
-        // A store whose leases end on the server's own timers (etcd) may
-        // still hold the lease a little longer: the attempt that takes it
-        // is the one counted.
-        let give_up = Instant::now() + TIMER_OVERRUN_BOUND;
-        let takeover = loop {
-            let (takeover, taken) =
-                round_trips_of(faults, "take over", store.claim_for_takeover(&adopt)).await;
-            match taken {
-                Takeover::Taken(_) => break takeover,
-                Takeover::NotTaken(NotTakenReason::LeaseValid { .. })
-                    if Instant::now() < give_up =>
-                {
-                    tokio::time::sleep(POLL_STEP).await;
-                }
-                other => panic!("take over a lapsed lease: {other:?}"),
-            }
-        };
-
-        let measured = RoundTrips {
-            admit,
-            renew,
-            mark_running,
-            get,
-            finish,
-            takeover,
-        };
-        if let Some(declared) = declared.filter(|_| round > 0) {
-            assert_eq!(
-                measured, declared,
-                "round trips per operation, call {round} of each (left: measured)"
-            );
+        match round_of_lease_operations(&rig).await {
+            Ok(round) => rounds.push(round),
+            Err(error) if error.is_retryable() => {}
+            Err(error) => panic!("a round of lease operations: {error}"),
         }
     }
+    let Some(declared) = rig.profile.round_trips else {
+        return;
+    };
+    let measured = &rounds[1..];
+    let least = |field: fn(&RoundTrips) -> u64| measured.iter().map(field).min().unwrap_or(0);
+    let fewest = RoundTrips {
+        admit: least(|round| round.admit),
+        renew: least(|round| round.renew),
+        mark_running: least(|round| round.mark_running),
+        get: least(|round| round.get),
+        finish: least(|round| round.finish),
+        takeover: least(|round| round.takeover),
+    };
+    assert_eq!(
+        fewest, declared,
+        "the fewest round trips of each operation over {MEASURED_ROUNDS} rounds \
+         (left: measured; every round: {measured:?})"
+    );
+}
+
+/// One round of [`each_operation_costs_the_round_trips_its_backend_declares`]:
+/// the round trips of each operation through the proxied store.
+async fn round_of_lease_operations(rig: &NetworkRig) -> tenure_lease_core::Result<RoundTrips> {
+    let store = rig.proxied.as_ref();
+    let faults = rig.faults.as_ref();
+    let owner = unique("owner");
+    let request = AdmitRequest::new(unique("rec"), &owner)
+        .scope(unique("scope"))
+        .ttl(RECORD_TTL);
+    let (admit, admission) = round_trips_of(faults, "admit", store.admit(&request)).await?;
+    let Admission::Admitted { record, .. } = admission else {
+        panic!("admit into a free scope: {admission:?}");
+    };
+    let claim = record.claim().expect("an admitted record has an owner");
+    let (renew, renewal) = round_trips_of(faults, "renew", store.renew(&claim, RECORD_TTL)).await?;
+    assert!(
+        matches!(renewal, Renewal::Renewed { .. }),
+        "renew: {renewal:?}"
+    );
+    let running = StatusChange::running();
+    let (mark_running, marked) =
+        round_trips_of(faults, "mark running", store.transition(&claim, &running)).await?;
+    assert!(
+        matches!(marked, Transition::Applied(_)),
+        "mark running: {marked:?}"
+    );
+    let (get, read) = round_trips_of(faults, "get", store.get(&claim.id)).await?;
+    assert!(read.is_some(), "get {}: nothing", claim.id);
+    let succeeded = StatusChange::succeeded();
+    let (finish, finished) =
+        round_trips_of(faults, "finish", store.transition(&claim, &succeeded)).await?;
+    assert!(
+        matches!(finished, Transition::Applied(_)),
+        "finish: {finished:?}"
+    );
+
+    let lapsing = AdmitRequest::new(unique("rec"), &owner)
+        .scope(unique("scope"))
+        .ttl(SHORT_TTL);
+    let lapsed = match answered("admit to lapse", || rig.direct.admit(&lapsing)).await {
+        Admission::Admitted { record, .. } => record,
+        other => panic!("admit to lapse: {other:?}"),
+    };
+    let expires_at = lapsed.lease_expires_at.expect("an admitted record expires");
+    eventually("the short lease to lapse", || async {
+        matches!(rig.direct.now().await, Ok(now) if now > expires_at)
+    })
+    .await;
+    let adopt = TakeoverRequest::adopt(&lapsed.id, unique("claimer"), Some(RECORD_TTL));
+    // A store whose leases end on the server's own timers (etcd) may still
+    // hold the lease a little longer: the attempt that takes it is the one
+    // counted.
+    let give_up = Instant::now() + TIMER_OVERRUN_BOUND;
+    let takeover = loop {
+        let (takeover, taken) =
+            round_trips_of(faults, "take over", store.claim_for_takeover(&adopt)).await?;
+        match taken {
+            Takeover::Taken(_) => break takeover,
+            Takeover::NotTaken(NotTakenReason::LeaseValid { .. }) if Instant::now() < give_up => {
+                tokio::time::sleep(POLL_STEP).await;
+            }
+            other => panic!("take over a lapsed lease: {other:?}"),
+        }
+    };
+    Ok(RoundTrips {
+        admit,
+        renew,
+        mark_running,
+        get,
+        finish,
+        takeover,
+    })
 }
