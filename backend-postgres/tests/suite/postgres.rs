@@ -1109,3 +1109,39 @@ fn a_store_with_kept_connections_drops_outside_the_runtime() {
         cleanup.drop_schema().await.expect("drop the schema");
     });
 }
+
+/// Far more operations at once than the pool has connections all get one:
+/// a connection the store keeps after a statement reaches the next
+/// operation waiting, which waits in the store's own queue (the pool's
+/// would never hear of a kept connection and time out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_operations_share_a_pool_of_two() {
+    const TEST: &str = "many_operations_share_a_pool_of_two";
+    const OPERATIONS: usize = 64;
+    /// Generous for a loaded machine, far below what the operations would
+    /// wait without their turn.
+    const ACQUIRE: Duration = Duration::from_secs(20);
+    let Some(url) = server_url(TEST) else { return };
+    let config = PgStoreConfig::new(url.as_str())
+        .schema(fresh_schema())
+        .max_connections(2)
+        .acquire_timeout(ACQUIRE);
+    let store = PgStore::connect(config).await.expect("connect");
+    let mut admissions = tokio::task::JoinSet::new();
+    for n in 0..OPERATIONS {
+        let store = store.clone();
+        admissions.spawn(async move {
+            let request = AdmitRequest::new(format!("shared-{n}"), "worker")
+                .scope(format!("shared-{n}"))
+                .ttl(LONG);
+            store.admit(&request).await
+        });
+    }
+    while let Some(answer) = admissions.join_next().await {
+        let admission = answer
+            .expect("task")
+            .expect("every admission gets a connection");
+        admitted(admission);
+    }
+    store.drop_schema().await.expect("drop the schema");
+}
