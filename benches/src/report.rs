@@ -475,23 +475,23 @@ pub fn render(report: &Report) -> String {
         ],
     );
     let mut heartbeat = Table::new(
-        "heartbeat-scale (one keeper; round = first renewal sent → last answered; \
-         calls and renewed are per round; missed admitting = leases lost by the time the \
-         last admission was answered, missed held = lost after that, while only renewing)",
+        "heartbeat-scale (one keeper; round = first renewal sent → last answered; n rounds, \
+         p50 and max of them; calls and renewed are per round; lost adm = leases lost by the time the \
+         last admission was answered, lost held = lost after that, while only renewing)",
         vec![
             "backend",
             "leases",
             "ttl",
             "mode",
             "admit",
-            "rounds",
-            "round p50",
-            "round max",
+            "n",
+            "p50",
+            "max",
             "max/beat",
             "calls",
             "renewed",
-            "missed admitting",
-            "missed held",
+            "lost adm",
+            "lost held",
             "B/lease",
         ],
     );

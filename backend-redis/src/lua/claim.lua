@@ -80,7 +80,7 @@ local function judge(rank)
   if not fits(caps) then
     return 'skip'
   end
-  local loaded, job = pcall(job_of, key, id, fields, flat)
+  local loaded, job = pcall(job_of, key, id, fields, flat, caps)
   if not loaded then
     return 'corrupt', id, failure_reason(job)
   end

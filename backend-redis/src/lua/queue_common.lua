@@ -86,8 +86,9 @@ end
 -- The job whose hash at `key` holds `fields` (by name; `flat`, as HGETALL
 -- answered them) as a table; raises TENURE_CORRUPT when any field the Rust
 -- side decodes cannot be read (but the UTF-8 of texts), so a job a script
--- writes is one the caller can decode.
-local function job_of(key, id, fields, flat)
+-- writes is one the caller can decode. `caps`, when given, are the
+-- capabilities already decoded from fields.caps.
+local function job_of(key, id, fields, flat, caps)
   if not JOB_STATES[fields.state] then
     corrupt(key, 'unknown job state ' .. tostring(fields.state))
   end
@@ -117,7 +118,7 @@ local function job_of(key, id, fields, flat)
     max_attempts = bounded(key, fields, 'max_attempts', 0, 1000),
     created = timestamp(key, fields, 'created'),
     updated = timestamp(key, fields, 'updated'),
-    caps = string_array(key, 'caps', fields.caps),
+    caps = caps or string_array(key, 'caps', fields.caps),
   }
   if fields.expires ~= nil then
     job.expires = timestamp(key, fields, 'expires')
