@@ -13,7 +13,7 @@ use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::nemesis::NemesisSupport;
 use tenure_conformance::suites::network::{
-    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, RoundTrips, ScopeAfterCut,
+    BehindFaults, CutAfter, NetworkProfile, NetworkSupport, ScopeAfterCut,
 };
 use tenure_conformance::{ClockControl, Factory, Footprint, FootprintProbe, Subject};
 use tenure_lease_core::{Clock, Error};
@@ -115,19 +115,14 @@ impl NetworkSupport<EtcdStore> for EtcdFactory {
         NetworkProfile {
             admission_cuts: vec![(CutAfter::NewId, ScopeAfterCut::AsBefore)],
             commit: CutAfter::NewOwner,
-            // Each write reads first, then commits in a transaction
-            // comparing what it read; an admission and a takeover grant an
-            // etcd lease before, a terminal write revokes it after. (HTTP/2
-            // frames of its own cross now and then beside a call: the kit
-            // holds the least count.)
-            round_trips: Some(RoundTrips {
-                admit: 3,
-                renew: 2,
-                mark_running: 2,
-                get: 1,
-                finish: 3,
-                takeover: 3,
-            }),
+            // Not held to a count: each write reads first, then commits in
+            // a transaction comparing what it read; an admission and a
+            // takeover grant an etcd lease before, a terminal write revokes
+            // it after (3, 2, 2, 1, 3, 3 in the case's order), but a
+            // takeover also revokes the lapsed holder's etcd lease when
+            // etcd's timer has not ended it yet (4), and HTTP/2 frames of
+            // its own cross now and then beside a call.
+            round_trips: None,
         }
     }
 
