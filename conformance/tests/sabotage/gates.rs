@@ -18,7 +18,10 @@ use tenure_lease_core::{
 /// A gate bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bug {
-    /// Reads the highest, yields, then writes: racing checks interleave.
+    /// Reads the highest, then writes in a second step. A check of an odd
+    /// fence holds between the two until another check lands (at most
+    /// [`TORN_HOLD`]), so the race cases meet the interleaving however the
+    /// machine schedules them.
     TornCheck,
     /// Refuses an equal fence.
     EqualRefused,
@@ -33,12 +36,19 @@ enum Bug {
     RaisedKeepsItsStamp,
 }
 
+/// The longest a [`Bug::TornCheck`] check of an odd fence waits, between
+/// its read and its write, for another check to land.
+const TORN_HOLD: Duration = Duration::from_millis(5);
+
 /// The honest memory store, with a gate of its own carrying `bug`: per
 /// resource the highest fence accepted and when it last accepted one.
 struct Broken {
     honest: MemoryStore,
     bug: Bug,
     gates: Mutex<HashMap<String, (u64, Timestamp)>>,
+    /// How many checks have written the gate: a torn check waits for it to
+    /// move.
+    landed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Broken {
@@ -70,6 +80,7 @@ impl FenceStore for Broken {
         if self.bug != Bug::NoValidation {
             tenure_lease_core::backend::checked::fence_check(resource, fence)?;
         }
+        let mut landed = self.landed.subscribe();
         let highest = self.highest(resource);
         let refused = match highest {
             Some(seen) if self.bug == Bug::EqualRefused => seen >= fence,
@@ -82,8 +93,9 @@ impl FenceStore for Broken {
                 highest_seen: highest.unwrap_or_default(),
             }));
         }
-        if self.bug == Bug::TornCheck {
-            tokio::task::yield_now().await;
+        if self.bug == Bug::TornCheck && fence % 2 == 1 {
+            // Timing out is the point: the write happens either way.
+            let _ = tokio::time::timeout(TORN_HOLD, landed.changed()).await;
         }
         let mut now = self.honest.now().await?;
         let key = self.key(resource);
@@ -94,6 +106,8 @@ impl FenceStore for Broken {
             }
         }
         gates.insert(key, (fence, now));
+        drop(gates);
+        self.landed.send_modify(|count| *count += 1);
         Ok(FenceCheck::Accepted)
     }
 
@@ -167,6 +181,7 @@ impl Factory for BrokenFactory {
                 honest: MemoryStore::with_clock(clock.clone()),
                 bug: self.0,
                 gates: Mutex::default(),
+                landed: tokio::sync::watch::Sender::new(0),
             },
             clock: ClockControl::Manual(clock),
         })
