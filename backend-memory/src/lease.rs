@@ -9,6 +9,7 @@ use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::LeaseBackend;
+use tenure_lease_core::release::Releases;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
     StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
@@ -103,6 +104,10 @@ impl LeaseBackend for MemoryStore {
         let (claim, change) = (claim.get(), change.get());
         let now = self.now();
         engine::transition(&mut *self.lock(), now, claim, change)
+    }
+
+    async fn releases(&self) -> Result<Option<Releases>> {
+        Ok(Some(self.lock().releases.subscribe()))
     }
 
     async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {

@@ -93,6 +93,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Clock, LeaseRecord, SystemClock, Timestamp};
 
 mod gate;
@@ -127,6 +128,8 @@ struct State {
     last_fence: u64,
     /// Fence gates by resource: the highest fence accepted and when.
     gates: gate::Gates,
+    /// Where freed scopes are announced to waiters.
+    releases: ReleaseBoard,
 }
 
 impl State {
@@ -145,6 +148,7 @@ impl State {
         for scope in &record.scopes {
             if self.holders.get(scope) == Some(&record.id) {
                 self.holders.remove(scope);
+                self.releases.freed(scope);
             }
         }
     }

@@ -23,6 +23,7 @@ use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
 use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::backend::telemetry;
+use tenure_lease_core::release::Releases;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, NotTakenReason,
     Renewal, Result, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
@@ -594,6 +595,14 @@ impl LeaseBackend for PgStore {
             },
         )
         .await
+    }
+
+    async fn releases(&self) -> Result<Option<Releases>> {
+        let releases = self
+            .releases
+            .subscribe(|board| crate::releases::listen(self.pool(), self.schema.as_str(), board))
+            .await?;
+        Ok(Some(releases))
     }
 
     async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {

@@ -56,7 +56,8 @@
 //!   statement that deactivates it. Its primary key is the "one active record
 //!   per scope" rule, enforced by the server itself; a foreign key on the
 //!   record's activity refuses any write that would leave a finished record
-//!   holding a scope;
+//!   holding a scope; each deletion notifies the scope's release
+//!   (migration 0009, [Release notices](#release-notices));
 //! * `jobs`: one row per job (`jsonb` payload, `text[]` required
 //!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
 //!   partial indexes for claiming (a queue's queued jobs, best first),
@@ -301,6 +302,19 @@
 //! that interrupts holders, and a statement run again at `READ COMMITTED`,
 //! is a transaction on the same connection: a round trip per statement.
 //!
+//! ## Release notices
+//!
+//! Migration 0009 puts a trigger on `held_scopes`: every deleted row (a
+//! scope freed) notifies channel `tenure_released` with the JSON array
+//! `[schema, scope]`, delivered at commit.
+//! [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases), which
+//! a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through, opens
+//! one connection per store outside its pool at its first call, `LISTEN`s
+//! there and hands on the notices of the store's schema; a lost connection
+//! is reopened and announced as missed notices. The notification costs a
+//! release one more step at commit, where PostgreSQL takes turns between
+//! notifying transactions of the database.
+//!
 //! ## Admissions: one at a time per scope
 //!
 //! `admit` looks before it writes, so two overlapping admissions deciding
@@ -370,6 +384,7 @@ mod error;
 mod gate;
 mod lease;
 mod queue;
+mod releases;
 mod scope_locks;
 mod server;
 mod sql;
@@ -398,6 +413,7 @@ use config::SchemaName;
 use error::{migrate_error, store_error};
 use scope_locks::ScopeLocks;
 use sql::Statements;
+use tenure_lease_core::release::ReleaseListener;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
@@ -415,6 +431,7 @@ pub struct PgStore {
     operation_timeout: Duration,
     /// See [`PgStore::refusing_fences_from_before_failover`].
     gates_refuse_earlier_timelines: bool,
+    releases: ReleaseListener,
 }
 
 impl tenure_lease_core::backend::stores::Backend for PgStore {
@@ -552,6 +569,7 @@ impl PgStore {
             schema,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             gates_refuse_earlier_timelines: false,
+            releases: ReleaseListener::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! (`src/lua/`), each judging by the same rules as every other backend
 //! ([`tenure_lease_core::backend::rules`]) before it writes.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,6 +10,7 @@ use redis::FromRedisValue;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::LeaseBackend;
+use tenure_lease_core::release::Releases;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
     LeaseRecord, Renewal, Result, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
@@ -119,6 +121,25 @@ impl LeaseBackend for RedisStore {
             .arg(has_stop)
             .arg(stop);
         decode::transition(self.script(&invocation).await?)
+    }
+
+    async fn releases(&self) -> Result<Option<Releases>> {
+        if self.primary.client().is_none() {
+            return Ok(None);
+        }
+        let channel = format!("{}released", self.keys.prefix());
+        let releases = self
+            .releases
+            .subscribe(|board| {
+                crate::releases::listen(
+                    Arc::clone(&self.primary),
+                    channel,
+                    self.config.connect_timeout,
+                    board,
+                )
+            })
+            .await?;
+        Ok(Some(releases))
     }
 
     async fn claim_for_takeover(&self, request: Checked<&TakeoverRequest>) -> Result<Takeover> {

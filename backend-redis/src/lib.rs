@@ -183,6 +183,17 @@
 //! `tls_key=` for a client certificate). A refused handshake is
 //! [`ErrorKind::Config`](tenure_lease_core::ErrorKind::Config).
 //!
+//! ## Release notices
+//!
+//! Every script that frees a scope (a transition or takeover to an
+//! inactive status, an interrupting admission) publishes it on channel
+//! `<prefix>released`. [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases),
+//! which a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through,
+//! opens one subscription per store (to the primary; after a Sentinel
+//! failover, to the new one) at its first call; a lost subscription is
+//! reopened and announced as missed notices. A cluster store answers
+//! `None`: its waiters poll.
+//!
 //! ## Errors
 //!
 //! A dropped connection or a server that is loading, read-only or out of
@@ -224,6 +235,7 @@ mod keys;
 mod lease;
 mod primary;
 mod queue;
+mod releases;
 mod scripts;
 mod sentinel;
 mod server;
@@ -281,6 +293,7 @@ pub struct RedisStore {
     /// scripts (`EVALSHA`): set at connect when the server took the
     /// library, cleared for good when it later refuses functions.
     functions: Arc<AtomicBool>,
+    releases: tenure_lease_core::release::ReleaseListener,
 }
 
 impl tenure_lease_core::backend::stores::Backend for RedisStore {
@@ -358,6 +371,7 @@ impl RedisStore {
         let Opened {
             connection,
             address,
+            client,
             sentinels,
             durability,
         } = open(&config, &keys, deadline, refuse_evicting).await?;
@@ -389,13 +403,14 @@ impl RedisStore {
             }
         }
         let store = RedisStore {
-            primary: Arc::new(Primary::new(connection, address, sentinels)),
+            primary: Arc::new(Primary::new(connection, address, client, sentinels)),
             keys,
             wait_for_replicas,
             config: Arc::new(config),
             durability: Arc::new(durability),
             needs_name: Arc::new(AtomicBool::new(false)),
             functions: Arc::new(AtomicBool::new(false)),
+            releases: tenure_lease_core::release::ReleaseListener::new(),
         };
         store
             .name_connection(&mut store.primary.connection())
@@ -709,6 +724,8 @@ fn is_unknown_command(error: &RedisError) -> bool {
 struct Opened {
     connection: Connection,
     address: String,
+    /// The server's client; none in a cluster.
+    client: Option<redis::Client>,
     sentinels: Option<SentinelClient>,
     durability: Durability,
 }
@@ -734,6 +751,7 @@ async fn open(
         return Ok(Opened {
             connection,
             address: redact_url(&url),
+            client: None,
             sentinels: None,
             durability,
         });
@@ -752,7 +770,7 @@ async fn open(
     drop(first);
     let manager = tokio::time::timeout_at(
         deadline,
-        ConnectionManager::new_with_config(client, manager_config(config)),
+        ConnectionManager::new_with_config(client.clone(), manager_config(config)),
     )
     .await
     .map_err(|_| connect_timed_out(config, "connecting"))?
@@ -760,6 +778,7 @@ async fn open(
     Ok(Opened {
         connection: Connection::Server(manager),
         address,
+        client: Some(client),
         sentinels,
         durability,
     })

@@ -25,6 +25,9 @@ struct Current {
     connection: Connection,
     /// `host:port` of the server it connects to.
     address: String,
+    /// The client of that server, for connections of other kinds (the
+    /// release notices' subscription); none in a cluster.
+    client: Option<redis::Client>,
 }
 
 struct Asking {
@@ -38,12 +41,14 @@ impl Primary {
     pub(crate) fn new(
         connection: Connection,
         address: String,
+        client: Option<redis::Client>,
         sentinels: Option<SentinelClient>,
     ) -> Self {
         Primary {
             current: RwLock::new(Current {
                 connection,
                 address,
+                client,
             }),
             sentinels: sentinels.map(|client| {
                 Mutex::new(Asking {
@@ -124,7 +129,7 @@ impl Primary {
         }
         let connected = tokio::time::timeout(
             config.connect_timeout,
-            ConnectionManager::new_with_config(client, manager_config(config)),
+            ConnectionManager::new_with_config(client.clone(), manager_config(config)),
         )
         .await;
         let connection = match connected {
@@ -140,6 +145,7 @@ impl Primary {
             Current {
                 connection: Connection::Server(connection),
                 address: address.clone(),
+                client: Some(client),
             },
         );
         tracing::warn!(
@@ -149,6 +155,15 @@ impl Primary {
             "the Sentinels name a new primary; following it"
         );
         true
+    }
+
+    /// The client of the primary as last known; none in a cluster.
+    pub(crate) fn client(&self) -> Option<redis::Client> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .client
+            .clone()
     }
 
     /// `host:port` of the primary as last known.

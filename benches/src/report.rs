@@ -609,9 +609,9 @@ pub fn render(report: &Report) -> String {
                     RetryStrategy::WakeOnRelease => {
                         (cell.wake_ups.to_string(), cell.wake_timeouts.to_string())
                     }
-                    RetryStrategy::FixedPoll | RetryStrategy::JitteredBackoff => {
-                        ("-".to_owned(), "-".to_owned())
-                    }
+                    RetryStrategy::FixedPoll
+                    | RetryStrategy::JitteredBackoff
+                    | RetryStrategy::TenureWaiter => ("-".to_owned(), "-".to_owned()),
                 };
                 let key = vec![
                     name.clone(),

@@ -753,6 +753,12 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
             .call(operation, self.inner.count_purgeable(terminal_older_than))
             .await
     }
+
+    /// Handed on to the wrapped store as it is: a subscription, not an
+    /// operation the hook should time, fault or count.
+    async fn releases(&self) -> Result<Option<crate::release::Releases>> {
+        self.inner.releases().await
+    }
 }
 
 #[async_trait]

@@ -37,9 +37,11 @@ mod outcome;
 pub mod queue;
 mod record;
 pub mod redact;
+pub mod release;
 mod request;
 mod store;
 pub mod tls;
+pub mod wait;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};

@@ -9,6 +9,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::record::{Claim, LeaseRecord};
+use crate::release::Releases;
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 
 /// A store of lease records: the operations of
@@ -305,6 +306,25 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// A read: dropping it changes nothing.
     async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64>;
+
+    /// A receiver of the store's release notices from now on, or `None`
+    /// when the store announces none (then a [`Waiter`](crate::wait::Waiter)
+    /// polls). A notice names a scope a release freed; notices are hints
+    /// that may be lost, never proof (see [`crate::release`]). The default
+    /// answers `None`; wrappers hand the call on.
+    ///
+    /// # Errors
+    ///
+    /// The [store errors](LeaseStore#store-errors) of a store that must
+    /// start listening first (PostgreSQL opens a connection for `LISTEN`,
+    /// Redis one for `SUBSCRIBE`).
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping it changes nothing in the store.
+    async fn releases(&self) -> Result<Option<Releases>> {
+        Ok(None)
+    }
 }
 
 macro_rules! forward_lease_store {
@@ -346,6 +366,9 @@ macro_rules! forward_lease_store {
             }
             async fn count_purgeable(&self, terminal_older_than: Duration) -> Result<u64> {
                 (**self).count_purgeable(terminal_older_than).await
+            }
+            async fn releases(&self) -> Result<Option<Releases>> {
+                (**self).releases().await
             }
         }
     };

@@ -7,7 +7,9 @@
 //! round trips and not retry policies: try once, and on a conflict sleep
 //! 1 ms and try again (the benches' `fixed-poll`). `PgAdvisoryLock` is also
 //! run with its blocking `acquire` (the server queues the waiters), the
-//! way most users call it.
+//! way most users call it, and tenure beside it with its own waiting
+//! admission (`tenure::wait::Waiter`, one shared by the workers: a FIFO
+//! line woken by the store's release notices).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockGuard, PgConnection};
 use sqlx::{Connection, Either};
+use tenure::wait::Waiter;
 use tenure::{Admission, AdmitRequest, Claim, StatusChange, Store, Transition};
 
 use crate::stats::{jain, Latencies};
@@ -33,6 +36,8 @@ const RETRY: Duration = Duration::from_millis(1);
 pub enum Kind {
     /// A tenure store (PostgreSQL or Redis).
     Tenure(Arc<dyn Store>),
+    /// A tenure store through one waiter shared by every worker.
+    TenureWaiting(Arc<Waiter<Arc<dyn Store>>>),
     /// `PgAdvisoryLock::try_acquire`, one connection per worker.
     Advisory(String),
     /// `PgAdvisoryLock::acquire` (blocks until granted), one connection per worker.
@@ -45,6 +50,7 @@ pub enum Kind {
 enum Locker {
     Tenure {
         store: Arc<dyn Store>,
+        waiter: Option<Arc<Waiter<Arc<dyn Store>>>>,
         owner: String,
         scope: String,
         held: Option<Claim>,
@@ -67,6 +73,14 @@ impl Locker {
         Ok(match kind {
             Kind::Tenure(store) => Locker::Tenure {
                 store: Arc::clone(store),
+                waiter: None,
+                owner,
+                scope: key.to_owned(),
+                held: None,
+            },
+            Kind::TenureWaiting(waiter) => Locker::Tenure {
+                store: Arc::clone(waiter.store()),
+                waiter: Some(Arc::clone(waiter)),
                 owner,
                 scope: key.to_owned(),
                 held: None,
@@ -90,12 +104,14 @@ impl Locker {
         })
     }
 
-    /// Tries once (or, for the blocking advisory lock, waits); answers
-    /// whether the lock is now held.
-    async fn try_acquire(&mut self) -> Result<bool> {
+    /// Tries once (or, for the blocking advisory lock and tenure's waiter,
+    /// waits, the waiter until `deadline`); answers whether the lock is now
+    /// held.
+    async fn try_acquire(&mut self, deadline: Instant) -> Result<bool> {
         match self {
             Locker::Tenure {
                 store,
+                waiter,
                 owner,
                 scope,
                 held,
@@ -103,7 +119,14 @@ impl Locker {
                 let request = AdmitRequest::new(tenure::generate_id(), owner.as_str())
                     .scope(scope.as_str())
                     .ttl(TTL);
-                match store.admit(&request).await? {
+                let answer = match waiter {
+                    Some(waiter) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        waiter.admit(&request, left).await?
+                    }
+                    None => store.admit(&request).await?,
+                };
+                match answer {
                     Admission::Admitted { record, .. } => {
                         *held = Some(record.claim().ok_or("admitted record has no owner")?);
                         Ok(true)
@@ -199,7 +222,7 @@ pub async fn race(kind: &Kind, key: &str, workers: usize, cell: Duration) -> Res
             tokio::spawn(async move {
                 let mut wins = 0u64;
                 while Instant::now() < deadline {
-                    if !locker.try_acquire().await? {
+                    if !locker.try_acquire(deadline).await? {
                         tokio::time::sleep(RETRY).await;
                         continue;
                     }
@@ -240,7 +263,7 @@ pub async fn latency(kind: &Kind, key: &str, times: usize) -> Result<Latency> {
     let mut figures = Latency::default();
     for _ in 0..times {
         let sent = Instant::now();
-        if !locker.try_acquire().await? {
+        if !locker.try_acquire(sent).await? {
             return Err(format!("an uncontended lock on {key:?} was refused").into());
         }
         figures.acquire.record(sent.elapsed());
@@ -258,14 +281,17 @@ pub async fn latency(kind: &Kind, key: &str, times: usize) -> Result<Latency> {
 pub async fn check(kind: &Kind, key: &str) -> Result<()> {
     let mut first = Locker::open(kind, "check-first".to_owned(), key).await?;
     let mut second = Locker::open(kind, "check-second".to_owned(), key).await?;
-    if !first.try_acquire().await? {
+    // A waiter asks once and answers at once.
+    let now = Instant::now();
+    if !first.try_acquire(now).await? {
         return Err(format!("{key}: the first try on a free lock was refused").into());
     }
     // The blocking advisory lock would wait here: its exclusion is that of
     // the same advisory lock, checked with `try_acquire`.
-    let excluded = matches!(kind, Kind::AdvisoryBlocking(_)) || !second.try_acquire().await?;
+    let excluded = matches!(kind, Kind::AdvisoryBlocking(_)) || !second.try_acquire(now).await?;
     let visible = match kind {
         Kind::Tenure(store) => !store.list_by_scope(key).await?.is_empty(),
+        Kind::TenureWaiting(waiter) => !waiter.store().list_by_scope(key).await?.is_empty(),
         Kind::Advisory(url) | Kind::AdvisoryBlocking(url) => {
             let mut conn = PgConnection::connect(url).await?;
             let held: i64 = sqlx::query_scalar(
@@ -284,7 +310,7 @@ pub async fn check(kind: &Kind, key: &str) -> Result<()> {
     if !excluded || !visible {
         return Err(format!("{key}: excluded {excluded}, visible on the server {visible}").into());
     }
-    if !second.try_acquire().await? {
+    if !second.try_acquire(Instant::now()).await? {
         return Err(format!("{key}: refused after the holder released").into());
     }
     second.release().await

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use sqlx::{AssertSqlSafe, Connection};
+use tenure::wait::Waiter;
 
 use crate::locks::Kind;
 use crate::stats::{Latencies, Slices};
@@ -180,8 +181,20 @@ async fn bench(options: &Options, db_url: &str, run: &str) -> Result<()> {
             Kind::AdvisoryBlocking(db_url.to_owned()),
         ),
         (
+            "PostgreSQL, tenure waiter",
+            Kind::TenureWaiting(Arc::new(Waiter::new(Arc::clone(&tenure_pg)))),
+            "PgAdvisoryLock (blocking acquire)",
+            Kind::AdvisoryBlocking(db_url.to_owned()),
+        ),
+        (
             "Redis",
             Kind::Tenure(Arc::clone(&tenure_redis)),
+            "rslock (one try, poll 1 ms)",
+            Kind::Redlock(redlock.clone()),
+        ),
+        (
+            "Redis, tenure waiter",
+            Kind::TenureWaiting(Arc::new(Waiter::new(Arc::clone(&tenure_redis)))),
             "rslock (one try, poll 1 ms)",
             Kind::Redlock(redlock.clone()),
         ),

@@ -16,6 +16,7 @@ use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
 use tenure_lease_core::backend::telemetry::ADMIT_RETRIES_TOTAL;
 use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
+use tenure_lease_core::release::ReleaseNotice;
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
@@ -76,7 +77,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 8);
+    assert_eq!(applied, 9);
     assert_eq!(seen, Some(record));
 }
 
@@ -827,10 +828,10 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migrations 0006 and 0008 undo, to stand a fresh schema back at
-/// version 5: the schema a store of the previous version created (0007
-/// only replaces a function, so forgetting it is enough; 0008 replaces it
-/// again and adds the two functions dropped here).
+/// What migrations 0006, 0008 and 0009 undo, to stand a fresh schema back
+/// at version 5 (0007 only replaces a function, so forgetting it is
+/// enough; 0008 replaces it again and adds the three functions dropped
+/// here; 0009 adds the release trigger).
 const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
      DROP COLUMN taken_back_at; \
      DROP INDEX $schema.leases_finished_age; \
@@ -839,6 +840,8 @@ const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back
      DROP FUNCTION $schema.next_fence(); \
      DROP FUNCTION $schema.timeline_floor(); \
      DROP FUNCTION $schema.wal_timeline(); \
+     DROP TRIGGER held_scope_released ON $schema.held_scopes; \
+     DROP FUNCTION $schema.announce_release(); \
      DELETE FROM $schema._sqlx_migrations WHERE version >= 6;";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1144,4 +1147,132 @@ async fn many_operations_share_a_pool_of_two() {
         admitted(admission);
     }
     store.drop_schema().await.expect("drop the schema");
+}
+
+/// Release notices cross processes and stay within their schema: a second
+/// store on the schema (another process, as far as the server knows) hears
+/// the first one's release; a store on another schema hears only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_notices_reach_every_store_of_the_schema_and_no_other() {
+    with_store(
+        "release_notices_reach_every_store_of_the_schema_and_no_other",
+        |store, url| async move {
+            let same = support::connect(&url, store.schema())
+                .await
+                .expect("a second store on the schema");
+            let other = support::connect(&url, &fresh_schema())
+                .await
+                .expect("a store on another schema");
+            let mut same_hears = same.releases().await.expect("subscribe").expect("notices");
+            let mut other_hears = other.releases().await.expect("subscribe").expect("notices");
+            for (store, id) in [(&store, "in-schema"), (&other, "elsewhere")] {
+                let admitted = store
+                    .admit(&AdmitRequest::new(id, "worker-a").scope(id))
+                    .await
+                    .expect("admit");
+                let claim = admitted
+                    .admitted()
+                    .and_then(LeaseRecord::claim)
+                    .expect("admitted");
+                store
+                    .transition(&claim, &StatusChange::succeeded())
+                    .await
+                    .expect("release");
+            }
+            let wait = Duration::from_secs(20);
+            let heard = |notice: ReleaseNotice| match notice {
+                ReleaseNotice::Freed(scope) => scope.to_string(),
+                other => panic!("unexpected notice {other:?}"),
+            };
+            let same_heard = tokio::time::timeout(wait, same_hears.next()).await;
+            assert_eq!(same_heard.map(heard).ok().as_deref(), Some("in-schema"));
+            // Released after "in-schema": had the other schema's notice
+            // reached it, it would come first.
+            let other_heard = tokio::time::timeout(wait, other_hears.next()).await;
+            assert_eq!(other_heard.map(heard).ok().as_deref(), Some("elsewhere"));
+            other.drop_schema().await.expect("drop the other schema");
+            same.close().await;
+        },
+    )
+    .await;
+}
+
+/// The listening session ends (a server restart, an idle-session killer,
+/// an operator): receivers are told notices were missed, the store listens
+/// again on a new session, and a release after that is heard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listening_session_is_announced_and_listening_resumes() {
+    with_store(
+        "a_lost_listening_session_is_announced_and_listening_resumes",
+        |store, url| async move {
+            let application = format!("listener-{}", store.schema());
+            let separator = if url.contains('?') { '&' } else { '?' };
+            let listening = support::connect(
+                &format!("{url}{separator}application_name={application}"),
+                store.schema(),
+            )
+            .await
+            .expect("a store naming its sessions");
+            let mut releases = listening
+                .releases()
+                .await
+                .expect("subscribe")
+                .expect("notices");
+            let mut admin = PgConnection::connect(&url).await.expect("an admin session");
+            let listeners = "SELECT pid FROM pg_stat_activity \
+                WHERE application_name = $1 AND query ILIKE 'LISTEN%'";
+            let first: Vec<i32> = sqlx::query_scalar(listeners)
+                .bind(&application)
+                .fetch_all(&mut admin)
+                .await
+                .expect("the listening session");
+            assert_eq!(first.len(), 1, "one listening session: {first:?}");
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(first[0])
+                .execute(&mut admin)
+                .await
+                .expect("end the listening session");
+            let wait = Duration::from_secs(20);
+            assert_eq!(
+                tokio::time::timeout(wait, releases.next()).await,
+                Ok(ReleaseNotice::Missed)
+            );
+            let again = tokio::time::timeout(wait, async {
+                loop {
+                    let sessions: Vec<i32> = sqlx::query_scalar(listeners)
+                        .bind(&application)
+                        .fetch_all(&mut admin)
+                        .await
+                        .expect("the listening sessions");
+                    if sessions.iter().any(|&pid| pid != first[0]) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+            .await;
+            assert!(
+                again.is_ok(),
+                "the store did not listen again within {wait:?}"
+            );
+            let admitted = store
+                .admit(&AdmitRequest::new("after", "worker-a").scope("heard again"))
+                .await
+                .expect("admit");
+            let claim = admitted
+                .admitted()
+                .and_then(LeaseRecord::claim)
+                .expect("admitted");
+            store
+                .transition(&claim, &StatusChange::succeeded())
+                .await
+                .expect("release");
+            assert_eq!(
+                tokio::time::timeout(wait, releases.next()).await,
+                Ok(ReleaseNotice::Freed("heard again".into()))
+            );
+            listening.close().await;
+        },
+    )
+    .await;
 }

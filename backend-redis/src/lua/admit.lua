@@ -9,6 +9,7 @@
 -- ARGV[6] 'reject' | 'interrupt', ARGV[7] grace in us (rounded up),
 -- ARGV[8] metadata JSON object, ARGV[9] scopes JSON array,
 -- ARGV[10] stop reason given to interrupted holders.
+-- Publishes each scope it frees on `<prefix>released` (common.lua release).
 -- Reply: { 'exists' }
 --      | { 'conflict', now, holder }
 --      | { 'admitted', record, { interrupted holder, ... } }

@@ -7,6 +7,7 @@
 -- ARGV[5] 'fail' | 'adopt', ARGV[6] error (fail),
 -- ARGV[7] '1' when a stop reason is given, ARGV[8] stop reason (fail),
 -- ARGV[9] ttl in us ('' = no lease) (adopt).
+-- Publishes each scope it frees on `<prefix>released` (common.lua release).
 -- Reply: { 'taken', record } | { 'missing' } | { 'terminal', status }
 --      | { 'interrupted' } | { 'lease_valid', now, record }
 -- where a record is { id, field pairs } and now is store time in us.

@@ -5,6 +5,7 @@
 -- ARGV[2] id, ARGV[3] owner, ARGV[4] fence, ARGV[5] target status,
 -- ARGV[6] '1' when an error is given, ARGV[7] error,
 -- ARGV[8] '1' when a stop reason is given, ARGV[9] stop reason.
+-- Publishes each scope it frees on `<prefix>released` (common.lua release).
 -- Reply: { 'applied', record } | { 'rejected', 'missing' }
 --      | { 'rejected', 'terminal', status } | { 'rejected', 'stale' }
 --      | { 'rejected', 'not_allowed', from, to }

@@ -4,8 +4,10 @@
 //! What falls short of it is the hand-off: the release's round trip, the
 //! losers' retry delay, and the winner's acquire. Three retry strategies are
 //! compared (a fixed short poll, a jittered exponential backoff, and a FIFO
-//! wake-up on release), and tenure's admission is compared with the lock
-//! people use instead on the same store (advisory locks, `SET NX PX`, …).
+//! wake-up on release built here), and tenure's admission is compared with
+//! the lock people use instead on the same store (advisory locks, `SET NX
+//! PX`, …). A fourth, for tenure's lock only, is the library's own waiting
+//! admission ([`Waiter`]), one shared by the cell's workers.
 //!
 //! The pollers leave a single hot scope to whoever releases it: that worker
 //! asks again at once while the others sleep. Waking on release takes turns
@@ -28,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::Serialize;
+use tenure_lease_core::wait::Waiter;
 use tenure_lease_core::{Admission, AdmitRequest, Claim, LeaseStore, StatusChange, Transition};
 
 use crate::backend::{Backend, PeerSession, WakeSession};
@@ -68,14 +71,19 @@ pub enum RetryStrategy {
     /// Queue on the scope (FIFO) and sleep until a release wakes the head;
     /// a releaser that woke a waiter lets it have the scope.
     WakeOnRelease,
+    /// tenure's own waiting admission (`tenure::wait::Waiter`, one shared by
+    /// the cell's workers): its FIFO line, woken by the store's release
+    /// notices, polling where the store has none. tenure's lock only.
+    TenureWaiter,
 }
 
 impl RetryStrategy {
     /// Every strategy, in report order.
-    pub const ALL: [RetryStrategy; 3] = [
+    pub const ALL: [RetryStrategy; 4] = [
         RetryStrategy::FixedPoll,
         RetryStrategy::JitteredBackoff,
         RetryStrategy::WakeOnRelease,
+        RetryStrategy::TenureWaiter,
     ];
 
     /// The name in reports.
@@ -84,6 +92,7 @@ impl RetryStrategy {
             RetryStrategy::FixedPoll => "fixed-poll",
             RetryStrategy::JitteredBackoff => "jittered-backoff",
             RetryStrategy::WakeOnRelease => "wake-on-release",
+            RetryStrategy::TenureWaiter => "tenure-waiter",
         }
     }
 }
@@ -154,12 +163,17 @@ pub struct HotKeyReport {
 /// One worker's way to take and give back a scope.
 #[async_trait]
 trait Contender: Send {
-    async fn try_acquire(&mut self, scope: &str) -> BenchResult<bool>;
+    /// Takes `scope` if it is free, or (a tenure waiter) once it comes
+    /// free before `deadline`. True when taken.
+    async fn try_acquire(&mut self, scope: &str, deadline: Instant) -> BenchResult<bool>;
     async fn release(&mut self, scope: &str) -> BenchResult<()>;
 }
 
 struct TenureContender {
     store: Arc<dyn LeaseStore>,
+    /// The cell's shared waiter, when the strategy is
+    /// [`RetryStrategy::TenureWaiter`].
+    waiter: Option<Arc<Waiter<Arc<dyn LeaseStore>>>>,
     worker: String,
     attempts: u64,
     held: Option<Claim>,
@@ -167,12 +181,19 @@ struct TenureContender {
 
 #[async_trait]
 impl Contender for TenureContender {
-    async fn try_acquire(&mut self, scope: &str) -> BenchResult<bool> {
+    async fn try_acquire(&mut self, scope: &str, deadline: Instant) -> BenchResult<bool> {
         self.attempts += 1;
         let request = AdmitRequest::new(format!("{}-{}", self.worker, self.attempts), &self.worker)
             .scope(scope)
             .ttl(LEASE_TTL);
-        match self.store.admit(&request).await? {
+        let answer = match &self.waiter {
+            Some(waiter) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                waiter.admit(&request, left).await?
+            }
+            None => self.store.admit(&request).await?,
+        };
+        match answer {
             Admission::Admitted { record, .. } => {
                 self.held = Some(record.claim().ok_or("admitted record has no owner")?);
                 Ok(true)
@@ -200,7 +221,7 @@ struct PeerContender {
 
 #[async_trait]
 impl Contender for PeerContender {
-    async fn try_acquire(&mut self, scope: &str) -> BenchResult<bool> {
+    async fn try_acquire(&mut self, scope: &str, _: Instant) -> BenchResult<bool> {
         self.session.try_acquire(scope, LEASE_TTL).await
     }
 
@@ -235,6 +256,8 @@ enum Next {
 
 /// How one worker waits: after a lost attempt, and after a release.
 enum Waiting {
+    /// The contender waited already (tenure's waiter).
+    InAcquire,
     FixedPoll,
     JitteredBackoff {
         /// Upper bound of the next random delay.
@@ -258,6 +281,7 @@ impl Waiting {
         workers: usize,
     ) -> BenchResult<Self> {
         Ok(match strategy {
+            RetryStrategy::TenureWaiter => Waiting::InAcquire,
             RetryStrategy::FixedPoll => Waiting::FixedPoll,
             RetryStrategy::JitteredBackoff => Waiting::JitteredBackoff {
                 delay: BACKOFF_BASE,
@@ -282,6 +306,8 @@ impl Waiting {
         tally: &mut WorkerTally,
     ) -> BenchResult<Next> {
         match self {
+            // Refused only at the end of the cell.
+            Waiting::InAcquire => return Ok(Next::Same),
             Waiting::FixedPoll => tokio::time::sleep(POLL).await,
             Waiting::JitteredBackoff { delay, cap } => {
                 let jitter = fastrand::u64(..=delay.as_micros() as u64);
@@ -306,7 +332,8 @@ impl Waiting {
         tally: &mut WorkerTally,
     ) -> BenchResult<Next> {
         match self {
-            Waiting::FixedPoll => Ok(Next::Any),
+            // Asking again joins the back of the waiter's line.
+            Waiting::InAcquire | Waiting::FixedPoll => Ok(Next::Any),
             Waiting::JitteredBackoff { delay, .. } => {
                 *delay = BACKOFF_BASE;
                 Ok(Next::Any)
@@ -373,6 +400,9 @@ pub async fn run(
     let mut round = 0_usize;
     for lock in [LockKind::Tenure, LockKind::Peer] {
         for strategy in RetryStrategy::ALL {
+            if lock == LockKind::Peer && strategy == RetryStrategy::TenureWaiter {
+                continue;
+            }
             for &scopes in &sizes.hot_scopes {
                 for &racers in &sizes.hot_workers {
                     round += 1;
@@ -381,10 +411,13 @@ pub async fn run(
                         strategy.name()
                     ));
                     let mut workers = Vec::with_capacity(racers);
+                    let waiter = (strategy == RetryStrategy::TenureWaiter)
+                        .then(|| Arc::new(Waiter::new(backend.store.clone())));
                     for worker in 0..racers {
                         let contender: Box<dyn Contender> = match lock {
                             LockKind::Tenure => Box::new(TenureContender {
                                 store: backend.store.clone(),
+                                waiter: waiter.clone(),
                                 worker: format!("hot-{round}-w{worker}"),
                                 attempts: 0,
                                 held: None,
@@ -504,10 +537,13 @@ async fn contend(
             Next::Other => (index + 1 + fastrand::usize(..count - 1)) % count,
         };
         let scope = &arena.scopes[index];
-        let acquired = contender.try_acquire(scope).await.unwrap_or_else(|_| {
-            tally.errors += 1;
-            false
-        });
+        let acquired = contender
+            .try_acquire(scope, deadline)
+            .await
+            .unwrap_or_else(|_| {
+                tally.errors += 1;
+                false
+            });
         next = if acquired {
             let won = Instant::now();
             if arena.holders[index].fetch_add(1, Ordering::SeqCst) != 0 {

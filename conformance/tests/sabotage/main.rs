@@ -31,6 +31,7 @@ use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
     JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
+use tenure_lease_core::release::{ReleaseBoard, ReleaseNotice, Releases};
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, ExpiredQuery, ExpiredScan,
     LeaseRecord, LeaseStore, ManualClock, Renewal, Result, StatusChange, SystemClock, Takeover,
@@ -86,6 +87,10 @@ trait Bug: Default + Send + Sync + 'static {
         terminal_older_than: Duration,
     ) -> Result<u64> {
         honest.count_purgeable(terminal_older_than).await
+    }
+
+    async fn releases(&self, honest: &MemoryStore) -> Result<Option<Releases>> {
+        honest.releases().await
     }
 
     async fn complete(&self, honest: &MemoryStore, claim: &JobClaim) -> Result<JobSettle> {
@@ -222,6 +227,10 @@ impl<B: Bug> LeaseStore for Broken<B> {
         self.bug
             .count_purgeable(&self.honest, terminal_older_than)
             .await
+    }
+
+    async fn releases(&self) -> Result<Option<Releases>> {
+        self.bug.releases(&self.honest).await
     }
 }
 
@@ -477,6 +486,46 @@ impl Bug for TakeoverKeepsFence {
             }
             other => Ok(other),
         }
+    }
+}
+
+/// Release notices promised but never sent: a receiver that never hears
+/// anything, as a store whose scripts forget to publish would hand out.
+#[derive(Default)]
+struct ReleasesNeverAnnounced;
+
+#[async_trait]
+impl Bug for ReleasesNeverAnnounced {
+    async fn releases(&self, _: &MemoryStore) -> Result<Option<Releases>> {
+        Ok(Some(ReleaseBoard::new().subscribe()))
+    }
+}
+
+/// Release notices that lose what an ASCII-only or length-limited channel
+/// would: names with non-ASCII characters or over 64 bytes never arrive.
+#[derive(Default)]
+struct ReleaseNamesMangled;
+
+#[async_trait]
+impl Bug for ReleaseNamesMangled {
+    async fn releases(&self, honest: &MemoryStore) -> Result<Option<Releases>> {
+        let Some(mut honest) = honest.releases().await? else {
+            return Ok(None);
+        };
+        let mangled = ReleaseBoard::new();
+        let releases = mangled.subscribe();
+        tokio::spawn(async move {
+            loop {
+                match honest.next().await {
+                    ReleaseNotice::Freed(scope) if scope.is_ascii() && scope.len() <= 64 => {
+                        mangled.freed(&scope);
+                    }
+                    ReleaseNotice::Freed(_) => {}
+                    _ => mangled.missed(),
+                }
+            }
+        });
+        Ok(Some(releases))
     }
 }
 
@@ -1264,6 +1313,21 @@ async fn catches_takeover_without_fence_bump() {
         "race_takeovers_exactly_one_taken",
     ])
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_release_notices_never_sent() {
+    assert_caught::<ReleasesNeverAnnounced>(&[
+        "releases_name_the_scopes_a_failing_takeover_frees",
+        "a_waiter_is_admitted_when_the_holder_finishes",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_release_notices_that_lose_names() {
+    assert_caught::<ReleaseNamesMangled>(&["releases_name_every_scope_a_finished_lease_frees"])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -164,6 +164,16 @@ pub trait LeaseBackend: Backend {
     ///
     /// As the user trait's.
     async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64>;
+
+    /// [`LeaseStore::releases`](crate::LeaseStore::releases); `None` by
+    /// default.
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn releases(&self) -> Result<Option<crate::release::Releases>> {
+        Ok(None)
+    }
 }
 
 /// The job operations of [`JobQueue`](crate::JobQueue) over checked input;
@@ -998,6 +1008,11 @@ macro_rules! serve_lease_store {
                 terminal_older_than: ::std::time::Duration,
             ) -> $crate::Result<u64> {
                 $crate::backend::stores::front::count_purgeable(self, terminal_older_than).await
+            }
+            async fn releases(
+                &self,
+            ) -> $crate::Result<::std::option::Option<$crate::release::Releases>> {
+                $crate::backend::stores::LeaseBackend::releases(self).await
             }
         }
     };

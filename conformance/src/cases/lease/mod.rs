@@ -9,6 +9,7 @@ pub mod keeper_cancel;
 pub mod keeper_kinds;
 pub mod listing;
 pub mod race;
+pub mod releases;
 pub mod renew;
 pub mod takeover;
 pub mod transition;
