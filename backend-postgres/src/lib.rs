@@ -305,15 +305,23 @@
 //! ## Release notices
 //!
 //! Migration 0009 puts a trigger on `held_scopes`: every deleted row (a
-//! scope freed) notifies channel `tenure_released` with the JSON array
-//! `[schema, scope]`, delivered at commit.
+//! scope freed) notifies the schema's channel (`tenure_released_` and the
+//! md5 of the schema's name) with the scope, delivered at commit.
 //! [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases), which
 //! a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through, opens
-//! one connection per store outside its pool at its first call, `LISTEN`s
-//! there and hands on the notices of the store's schema; a lost connection
-//! is reopened and announced as missed notices. The notification costs a
-//! release one more step at commit, where PostgreSQL takes turns between
-//! notifying transactions of the database.
+//! one connection per store outside its pool at its first call and
+//! `LISTEN`s there; a connection lost, or silent for ten seconds and then
+//! deaf to a `SELECT 1`, is replaced and announced as missed notices;
+//! [`PgStore::close`] stops it. The notification costs a release one more
+//! step at commit, where PostgreSQL takes turns between notifying
+//! transactions of the database. Notices wait in the server's queue (8 GB)
+//! until every listener of the database has read them: a listening session
+//! that stops reading (a process frozen with its connection open) lets it
+//! fill, and at full a release fails; `pg_notification_queue_usage()`
+//! shows how full it is. `LISTEN` needs no privilege: any role that can
+//! connect can hear the scope names. Behind a pooler in transaction mode
+//! (PgBouncer) notices are never delivered: waiters then poll once a
+//! second.
 //!
 //! ## Admissions: one at a time per scope
 //!
@@ -645,6 +653,7 @@ impl PgStore {
     /// closes them all. Later operations answer
     /// [`ErrorKind::Unavailable`].
     pub async fn close(&self) {
+        self.releases.stop();
         self.sessions.return_all();
         self.pool().close().await;
     }

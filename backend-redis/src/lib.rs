@@ -189,10 +189,15 @@
 //! inactive status, an interrupting admission) publishes it on channel
 //! `<prefix>released`. [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases),
 //! which a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through,
-//! opens one subscription per store (to the primary; after a Sentinel
-//! failover, to the new one) at its first call; a lost subscription is
-//! reopened and announced as missed notices. A cluster store answers
-//! `None`: its waiters poll.
+//! opens one subscription per store to the primary at its first call; a
+//! subscription lost, or silent for ten seconds and then deaf to a `PING`,
+//! is opened again (to the primary as last known: the store learns of a
+//! Sentinel failover from its own calls) and announced as missed notices.
+//! An ACL user needs the channel's permission (`&<prefix>released`; Redis
+//! 7 gives new users none) to send and hear notices: without it releases
+//! still apply, unannounced, and waiters poll. A cluster store answers
+//! `None` (its waiters poll), though its scripts still publish, and a
+//! message published in a cluster reaches every node.
 //!
 //! ## Errors
 //!

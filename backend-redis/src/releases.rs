@@ -6,9 +6,10 @@
 //! the primary (not the shared multiplexed connection, which a
 //! subscription would take over), and forwards what it hears to a
 //! [`ReleaseBoard`] every later call subscribes to. When the subscription
-//! is lost it subscribes again, to the primary as last known (after a
-//! Sentinel failover, the new one); what was published meanwhile is lost,
-//! so the board announces
+//! is lost, or stays silent for [`LISTEN_CHECK`] and then fails a `PING`,
+//! it subscribes again, to the primary as last known (the store learns of
+//! a Sentinel failover from its own calls); what was published meanwhile
+//! is lost, so the board announces
 //! [`Missed`](tenure_lease_core::release::ReleaseNotice::Missed) and
 //! waiters ask the store again. A cluster store announces nothing (its
 //! waiters poll).
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::PubSub;
-use tenure_lease_core::release::{ListenBackoff, ReleaseBoard};
+use tenure_lease_core::release::{ListenBackoff, ReleaseBoard, LISTEN_CHECK};
 use tenure_lease_core::{Error, Result};
 use tokio::task::AbortHandle;
 
@@ -38,19 +39,16 @@ pub(crate) async fn listen(
         let mut backoff = ListenBackoff::new();
         loop {
             if let Some(subscription) = subscription.take() {
-                let mut messages = subscription.into_on_message();
-                while let Some(message) = messages.next().await {
-                    backoff.heard();
-                    match message.get_payload::<String>() {
-                        Ok(scope) => board.freed(&scope),
-                        Err(_) => board.missed(),
-                    }
-                }
+                hear(subscription, &board, &mut backoff).await;
+                board.missed();
             }
-            board.missed();
             backoff.pause().await;
             match subscribe(&primary, &channel, connect_timeout).await {
-                Ok(again) => subscription = Some(again),
+                Ok(again) => {
+                    subscription = Some(again);
+                    // What was published while it was away is lost.
+                    board.missed();
+                }
                 Err(error) => tracing::warn!(
                     %error,
                     "subscribing to release notices failed; trying again in {:?}",
@@ -60,6 +58,31 @@ pub(crate) async fn listen(
         }
     };
     Ok(tokio::spawn(forwarding).abort_handle())
+}
+
+/// Forwards what `subscription` hears to `board` until it is lost or, after
+/// [`LISTEN_CHECK`] of silence, fails to answer a `PING`.
+async fn hear(subscription: PubSub, board: &ReleaseBoard, backoff: &mut ListenBackoff) {
+    let (mut sink, mut messages) = subscription.split();
+    loop {
+        match tokio::time::timeout(LISTEN_CHECK, messages.next()).await {
+            Ok(Some(message)) => {
+                backoff.heard();
+                match message.get_payload::<String>() {
+                    Ok(scope) => board.freed(&scope),
+                    Err(_) => board.missed(),
+                }
+            }
+            Ok(None) => return,
+            Err(_) => {
+                let ping = sink.ping::<redis::Value>();
+                if !matches!(tokio::time::timeout(LISTEN_CHECK, ping).await, Ok(Ok(_))) {
+                    tracing::warn!("the release subscription stopped answering; subscribing again");
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A subscription to `channel` on the primary as last known.

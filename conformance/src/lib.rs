@@ -371,6 +371,7 @@ define_cases! {$
         lease::takeover::race_takeovers_exactly_one_taken,
         lease::releases::releases_name_every_scope_a_finished_lease_frees,
         lease::releases::releases_name_the_scopes_a_failing_takeover_frees,
+        lease::releases::releases_name_the_scopes_an_interrupting_admission_frees,
         lease::releases::a_waiter_is_admitted_when_the_holder_finishes,
         lease::fence::fence_increases_across_takeover_chain,
         lease::fence::fence_increases_across_readmissions_and_purge,

@@ -110,6 +110,11 @@ impl ReleaseBoard {
     }
 }
 
+/// How long a listener hears nothing before it checks that its connection
+/// still answers: an idle connection a firewall or a failover dropped
+/// without a word would otherwise leave waiters polling unseen.
+pub const LISTEN_CHECK: Duration = Duration::from_secs(10);
+
 /// A listener's pause before listening again after a failure: 100 ms at
 /// first, doubling to 5 s, and 100 ms again once it hears something.
 #[derive(Debug)]
@@ -199,6 +204,14 @@ impl ReleaseListener {
             })
             .await?;
         Ok(listening.board.subscribe())
+    }
+
+    /// Stops the listener, if started: receivers hear nothing more (a
+    /// closed store's). Later subscriptions receive nothing either.
+    pub fn stop(&self) {
+        if let Some(listening) = self.listening.get() {
+            listening.task.abort();
+        }
     }
 }
 

@@ -72,6 +72,9 @@ pub const POLL_WITHOUT_NOTICES: Duration = Duration::from_millis(50);
 /// spin.
 const LEAST_PAUSE: Duration = Duration::from_millis(1);
 
+/// How long a wait of more than an instant can hold lasts: a century.
+const FOR_EVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Admissions that wait their turn for held scopes (see the
 /// [module docs](self)). Share one `Waiter` (in an `Arc`) between the
 /// callers that should take turns.
@@ -109,8 +112,8 @@ impl<S: LeaseStore> Waiter<S> {
         }
     }
 
-    /// Asks again at least every `interval` while first in line, whether
-    /// the store announces releases or not.
+    /// Asks again at least every `interval` (1 ms at least) while first in
+    /// line, whether the store announces releases or not.
     #[must_use]
     pub fn poll(mut self, interval: Duration) -> Self {
         self.poll = Some(interval.max(LEAST_PAUSE));
@@ -129,12 +132,16 @@ impl<S: LeaseStore> Waiter<S> {
     /// store's last [`Admission::Conflict`] once `wait_for` has passed (a
     /// caller still in line then asks once, to name the holder).
     ///
+    /// A request without scopes is admitted at once, outside any line.
+    /// When the store cannot start listening for releases before the
+    /// deadline, the waiter polls at [`POLL_WITHOUT_NOTICES`] (unless
+    /// [`poll`](Self::poll) set another interval) and logs why.
+    ///
     /// # Errors
     ///
-    /// What [`LeaseStore::admit`] or [`LeaseStore::releases`] answers, at
-    /// once: the wait ends and the caller leaves the line. An admission
-    /// whose outcome is unknown (a timeout) may have been applied, as with a
-    /// plain admission.
+    /// What [`LeaseStore::admit`] answers, at once: the wait ends and the
+    /// caller leaves the line. An admission whose outcome is unknown (a
+    /// timeout) may have been applied, as with a plain admission.
     ///
     /// # Cancellation
     ///
@@ -142,12 +149,18 @@ impl<S: LeaseStore> Waiter<S> {
     /// an admission in flight at that moment may have been applied, as with
     /// [`LeaseStore::admit`].
     pub async fn admit(&self, request: &AdmitRequest, wait_for: Duration) -> Result<Admission> {
-        let deadline = Instant::now() + wait_for;
+        let now = Instant::now();
+        // A wait too long for an instant is as good as for ever.
+        let deadline = now.checked_add(wait_for).unwrap_or_else(|| now + FOR_EVER);
+        if request.scopes.is_empty() {
+            // Nothing to wait for, nor to take turns on.
+            return self.store.admit(request).await;
+        }
         let place = self.join(&request.scopes);
         if !place.wait_for_turn(deadline).await {
             return self.store.admit(request).await;
         }
-        let mut releases = self.store.releases().await?;
+        let mut releases = self.subscribe(deadline).await;
         let poll = self.poll.unwrap_or(if releases.is_some() {
             POLL_WITH_NOTICES
         } else {
@@ -163,11 +176,27 @@ impl<S: LeaseStore> Waiter<S> {
                 return Ok(answer);
             }
             let pause = retry_after.map_or(poll, |ends| ends.min(poll));
-            let until = (now + pause.max(LEAST_PAUSE)).min(deadline);
+            let until = now
+                .checked_add(pause.max(LEAST_PAUSE))
+                .map_or(deadline, |until| until.min(deadline));
             match releases.as_mut() {
                 Some(releases) => freed_or_until(releases, &request.scopes, until).await,
                 None => tokio::time::sleep_until(until).await,
             }
+        }
+    }
+
+    /// The store's release notices, or `None` to poll: when it announces
+    /// none, or cannot start listening before `deadline` (notices only
+    /// save time, so a waiter never fails for want of them).
+    async fn subscribe(&self, deadline: Instant) -> Option<Releases> {
+        match tokio::time::timeout_at(deadline, self.store.releases()).await {
+            Ok(Ok(releases)) => releases,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "no release notices; the waiter polls");
+                None
+            }
+            Err(_) => None,
         }
     }
 

@@ -150,3 +150,18 @@ async fn a_request_without_scopes_is_admitted_at_once() {
     let answer = waiter.admit(&request, Duration::ZERO).await.unwrap();
     assert!(answer.admitted().is_some(), "{answer:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_longer_than_an_instant_holds_is_a_wait_for_ever() {
+    let store = MemoryStore::new();
+    let holder = hold(&store, "holder", LONG).await;
+    let waiter = Arc::new(Waiter::new(store.clone()));
+    let waiting = tokio::spawn({
+        let waiter = Arc::clone(&waiter);
+        async move { waiter.admit(&request("next", LONG), Duration::MAX).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    release(&store, &holder).await;
+    let answer = waiting.await.unwrap().unwrap();
+    assert!(answer.admitted().is_some(), "{answer:?}");
+}

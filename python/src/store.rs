@@ -13,6 +13,7 @@ use pyo3::prelude::*;
 
 use tenure::layer::{Fault, Faults, LayerExt, Layered};
 use tenure::queue::{ClaimRequest, FailAction, JobState, NewJob};
+use tenure::wait::Waiter;
 use tenure::{
     AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, FenceStore, JobQueue, LeaseStore,
     StatusChange, Store, TakeoverRequest,
@@ -30,11 +31,15 @@ pub(crate) struct PyStore {
     pub(crate) url: Arc<str>,
     /// Set on a store from `tenure.testing.with_faults`.
     faults: Option<Arc<Layered<Arc<dyn Store>, Faults>>>,
+    /// Where `admit(..., wait_for=...)` waits: one line per set of scopes
+    /// for every task of the process using this store.
+    waiter: Arc<Waiter<Arc<dyn Store>>>,
 }
 
 impl PyStore {
     pub(crate) fn new(store: Arc<dyn Store>, url: &str) -> Self {
         PyStore {
+            waiter: Arc::new(Waiter::new(Arc::clone(&store))),
             store,
             url: Arc::from(shown_url(url)),
             faults: None,
@@ -135,8 +140,10 @@ impl PyStore {
     }
 
     /// Admits run `id` for `owner`: `Admitted`, `Conflict` or
-    /// `AlreadyExists`.
-    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None))]
+    /// `AlreadyExists`. With `wait_for` (seconds), a held scope is waited
+    /// for, in turn with the process's other waiters of this store, up to
+    /// that long (`tenure::wait::Waiter`).
+    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None, wait_for=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn admit<'py>(
         &self,
@@ -149,6 +156,7 @@ impl PyStore {
         strategy: &str,
         metadata: Option<&Bound<'py, PyAny>>,
         grace: Option<&Bound<'py, PyAny>>,
+        wait_for: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut request = admit_request(
             AdmitRequest::new(id.clone(), owner),
@@ -163,12 +171,18 @@ impl PyStore {
         if let Some(grace) = convert::optional_duration(grace, "grace")? {
             request = request.grace(grace);
         }
+        let wait_for = convert::optional_duration(wait_for, "wait_for")?;
         let store = Arc::clone(&self.store);
+        let waiter = Arc::clone(&self.waiter);
         let url = Arc::clone(&self.url);
         bridge::spawn(
             py,
             async move {
-                match store.admit(&request).await {
+                let admitted = match wait_for {
+                    Some(wait_for) => waiter.admit(&request, wait_for).await,
+                    None => store.admit(&request).await,
+                };
+                match admitted {
                     Ok(admission) => Ok(Some(admission)),
                     Err(error) if error.kind() == ErrorKind::AlreadyExists => Ok(None),
                     Err(error) => Err(Failure::store(error, &url)),
@@ -716,8 +730,10 @@ impl PyStore {
     /// For `tenure.testing`: this store behind a fault-injecting layer.
     fn _with_faults(&self) -> PyStore {
         let layered = Arc::new(Arc::clone(&self.store).layer(Faults::new()));
+        let store = Arc::clone(&layered) as Arc<dyn Store>;
         PyStore {
-            store: Arc::clone(&layered) as Arc<dyn Store>,
+            waiter: Arc::new(Waiter::new(Arc::clone(&store))),
+            store,
             url: Arc::clone(&self.url),
             faults: Some(layered),
         }

@@ -72,6 +72,26 @@ async def test_admitted_fields(store):
     assert await store.get(id) == record
 
 
+async def test_admit_with_wait_for_waits_for_the_holder(store):
+    """``wait_for`` answers the holder's Conflict once it has passed, and
+    admits a waiter as soon as the holder finishes (woken by the release
+    notice, or by polling where the store announces none)."""
+    scope = new_id("scope")
+    holder = await admit(store, scopes=[scope])
+    short = await store.admit(new_id("run"), "worker-b", scopes=[scope], ttl=30, wait_for=0.05)
+    assert isinstance(short, Conflict), short
+    assert short.holder.id == holder.record.id
+    waiting = asyncio.ensure_future(
+        store.admit(new_id("run"), "worker-b", scopes=[scope], ttl=30, wait_for=60)
+    )
+    assert isinstance(await store.transition(holder.record.claim(), "succeeded"), Applied)
+    admitted = await waiting
+    assert isinstance(admitted, Admitted), admitted
+    assert admitted.record.owner == "worker-b"
+    with pytest.raises(tenure.InvalidInputError):
+        await store.admit(new_id("run"), "worker-b", scopes=[scope], wait_for=-1)
+
+
 async def test_conflict_and_already_exists(store):
     """A held scope answers Conflict (holder, retry_after seconds); a taken
     id answers AlreadyExists; neither changes anything."""

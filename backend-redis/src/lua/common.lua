@@ -270,14 +270,16 @@ end
 
 -- Drops `record` from every index of active records: the scopes it holds,
 -- the expiry index and the active set. Each scope freed is published on
--- channel `<prefix>released` (the store's release notices; a subscriber
--- hears it once the script has run whole).
+-- channel `<prefix>released` (the store's release notices), which
+-- subscribers hear once the script has run whole. With pcall: a user
+-- without the channel's permission (Redis 7 ACL users get none by default)
+-- loses the notices, never a release half written.
 local function release(prefix, record, expiry_key, active_key)
   for _, scope in ipairs(record.scopes) do
     local holder_key = prefix .. 'holder:' .. scope
     if redis.call('GET', holder_key) == record.id then
       redis.call('DEL', holder_key)
-      redis.call('PUBLISH', prefix .. 'released', scope)
+      redis.pcall('PUBLISH', prefix .. 'released', scope)
     end
   end
   redis.call('ZREM', expiry_key, record.id)

@@ -1045,3 +1045,45 @@ async fn an_address_where_nothing_listens_is_refused_before_the_connect_timeout(
         "{error}"
     );
 }
+
+/// A user without the release channel's permission (Redis 7 gives new ACL
+/// users none): the scripts' `PUBLISH` is refused, yet every release is
+/// written whole (the scope is free, the record finished) and no call
+/// fails; only the notices are missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_channel_permission_releases_whole_without_notices() {
+    const TEST: &str = "a_user_without_channel_permission_releases_whole_without_notices";
+    let acl = ["--user", "app", "on", ">pw", "~*", "resetchannels", "+@all"];
+    let Some(server) = private_server(TEST, &acl).await else {
+        return;
+    };
+    let url = server.url().replacen("redis://", "redis://app:pw@", 1);
+    let store = connect(url).await.expect("the ACL user connects");
+    let request = AdmitRequest::new("held", "worker-a").scope("shared");
+    let Admission::Admitted { record, .. } = store.admit(&request).await.expect("admit") else {
+        panic!("a free scope was refused");
+    };
+    let claim = record.claim().expect("an owner");
+    let finished = store
+        .transition(&claim, &tenure_lease_core::StatusChange::succeeded())
+        .await
+        .expect("the release applies though its notice is refused");
+    assert!(
+        matches!(finished, tenure_lease_core::Transition::Applied(_)),
+        "{finished:?}"
+    );
+    let next = store
+        .admit(&AdmitRequest::new("next", "worker-b").scope("shared"))
+        .await
+        .expect("admit after the release");
+    assert!(next.admitted().is_some(), "the scope stayed held: {next:?}");
+    assert!(
+        store
+            .list_active()
+            .await
+            .expect("list")
+            .iter()
+            .all(|r| r.id != "held"),
+        "the finished record is still indexed as active"
+    );
+}

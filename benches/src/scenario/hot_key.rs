@@ -306,8 +306,12 @@ impl Waiting {
         tally: &mut WorkerTally,
     ) -> BenchResult<Next> {
         match self {
-            // Refused only at the end of the cell.
-            Waiting::InAcquire => return Ok(Next::Same),
+            // Refused at the end of the cell, or answered an error: a
+            // pause, so errors never spin.
+            Waiting::InAcquire => {
+                tokio::time::sleep(POLL).await;
+                return Ok(Next::Same);
+            }
             Waiting::FixedPoll => tokio::time::sleep(POLL).await,
             Waiting::JitteredBackoff { delay, cap } => {
                 let jitter = fastrand::u64(..=delay.as_micros() as u64);

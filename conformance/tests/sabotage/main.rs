@@ -1318,7 +1318,7 @@ async fn catches_takeover_without_fence_bump() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catches_release_notices_never_sent() {
     assert_caught::<ReleasesNeverAnnounced>(&[
-        "releases_name_the_scopes_a_failing_takeover_frees",
+        "releases_name_the_scopes_an_interrupting_admission_frees",
         "a_waiter_is_admitted_when_the_holder_finishes",
     ])
     .await;

@@ -87,10 +87,15 @@ class Store:
         strategy: str = "reject",
         metadata: Optional[Json] = None,
         grace: Optional[Seconds] = None,
+        wait_for: Optional[Seconds] = None,
     ) -> Awaitable[Union[Admitted, Conflict, AlreadyExists]]:
         """Admits run ``id`` for ``owner`` holding ``scopes``; ``strategy``
         ``"interrupt"`` interrupts the holders of the scopes instead of
-        answering ``Conflict``. Without ``ttl`` the record has no lease."""
+        answering ``Conflict``. Without ``ttl`` the record has no lease.
+        With ``wait_for`` (seconds) a held scope is waited for, in turn
+        with this process's other waiters on this store, woken by the
+        store's release notices (PostgreSQL, Redis, memory) or by polling;
+        after ``wait_for`` the last ``Conflict`` is answered."""
     def renew(self, claim: Claim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends ``claim``'s lease to ``ttl`` from the store's now."""
     def renew_many(
