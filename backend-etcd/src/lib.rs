@@ -120,6 +120,7 @@
 
 use std::fmt;
 
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Result, Timestamp};
 
 mod config;
@@ -144,10 +145,15 @@ pub struct EtcdStore {
     runner: Runner,
     keys: Keys,
     config: EtcdConfig,
+    releases: ReleaseBoard,
 }
 
 impl tenure_lease_core::backend::stores::Backend for EtcdStore {
     const NAME: &'static str = "etcd";
+
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
+        Some(&self.releases)
+    }
 }
 
 tenure_lease_core::serve_backend!(EtcdStore);
@@ -180,6 +186,7 @@ impl EtcdStore {
         config.validate()?;
         let cluster = Cluster::connect(&config).await?;
         Ok(EtcdStore {
+            releases: ReleaseBoard::in_process(),
             runner: Runner {
                 cluster,
                 clock: config.clock.clone(),

@@ -97,6 +97,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Clock, Error, Result, SystemClock, Timestamp};
 
 // The backend author's guide, rendered here and compiled as doctests.
@@ -118,10 +119,15 @@ use file::Files;
 pub struct FileStore {
     files: Arc<Files>,
     clock: Arc<dyn Clock>,
+    releases: ReleaseBoard,
 }
 
 impl tenure_lease_core::backend::stores::Backend for FileStore {
     const NAME: &'static str = "file";
+
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
+        Some(&self.releases)
+    }
 }
 
 tenure_lease_core::serve_backend!(FileStore);
@@ -156,6 +162,7 @@ impl FileStore {
         let store = FileStore {
             files: Arc::new(Files::new(path.as_ref().to_owned())?),
             clock,
+            releases: ReleaseBoard::in_process(),
         };
         // Creates the file when missing, and checks an existing one.
         store.write(|_, _| Ok(())).await?;

@@ -108,6 +108,7 @@ use std::time::Duration;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions as _, Connection as _, MySql, MySqlConnection};
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Error, Result};
 
 pub use config::{
@@ -126,6 +127,7 @@ use tenure_sql_sessions::Sessions;
 pub struct MySqlStore {
     runner: Runner,
     config: MySqlConfig,
+    releases: ReleaseBoard,
 }
 
 impl tenure_lease_core::backend::stores::Backend for MySqlStore {
@@ -133,6 +135,10 @@ impl tenure_lease_core::backend::stores::Backend for MySqlStore {
 
     fn time_limit(&self) -> Option<Duration> {
         Some(self.config.operation_limit())
+    }
+
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
+        Some(&self.releases)
     }
 }
 
@@ -212,6 +218,7 @@ impl MySqlStore {
             runner: Runner {
                 sessions: Sessions::new(pool),
             },
+            releases: ReleaseBoard::in_process(),
             config,
         })
     }

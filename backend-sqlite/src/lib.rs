@@ -186,6 +186,7 @@ mod schema;
 use std::path::Path;
 use std::sync::Arc;
 
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Clock, Result};
 
 pub use config::{Durability, SqliteConfig, DEFAULT_BUSY_TIMEOUT, URL_SCHEMES};
@@ -206,10 +207,15 @@ pub struct SqliteStore {
     connection: ConnectionThread,
     clock: Arc<dyn Clock>,
     path: Arc<Path>,
+    releases: ReleaseBoard,
 }
 
 impl tenure_lease_core::backend::stores::Backend for SqliteStore {
     const NAME: &'static str = "SQLite";
+
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
+        Some(&self.releases)
+    }
 }
 
 tenure_lease_core::serve_backend!(SqliteStore);
@@ -237,6 +243,7 @@ impl SqliteStore {
             connection,
             clock,
             path,
+            releases: ReleaseBoard::in_process(),
         })
     }
 

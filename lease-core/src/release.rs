@@ -22,6 +22,8 @@ use tokio::sync::{broadcast, OnceCell};
 use tokio::task::AbortHandle;
 
 use crate::error::Result;
+use crate::outcome::{Admission, Takeover, Transition};
+use crate::record::LeaseRecord;
 
 /// How many notices a receiver may fall behind before it is told
 /// [`ReleaseNotice::Missed`] instead.
@@ -55,9 +57,18 @@ impl ReleaseNotice {
 #[derive(Debug)]
 pub struct Releases {
     receiver: broadcast::Receiver<ReleaseNotice>,
+    of_every_process: bool,
 }
 
 impl Releases {
+    /// True when notices name releases made by every client of the store;
+    /// false when they name only those made through this store in this
+    /// process (SQLite, MySQL, etcd and the file store announce no other),
+    /// so a waiter polls as often as without notices for the rest.
+    pub fn of_every_process(&self) -> bool {
+        self.of_every_process
+    }
+
     /// The next notice. Waits until there is one; a receiver whose store
     /// stopped announcing (dropped, or its listener ended) waits forever, so
     /// callers race it against a timer.
@@ -75,26 +86,58 @@ impl Releases {
 #[derive(Debug, Clone)]
 pub struct ReleaseBoard {
     sender: broadcast::Sender<ReleaseNotice>,
+    of_every_process: bool,
 }
 
 impl Default for ReleaseBoard {
     fn default() -> Self {
         ReleaseBoard {
             sender: broadcast::Sender::new(BACKLOG),
+            of_every_process: true,
         }
     }
 }
 
 impl ReleaseBoard {
-    /// A board no one listens to yet.
+    /// A board no one listens to yet, for the releases of every client of
+    /// the store (a server's notices, or a store only one process reaches).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A board for the releases made through one store in this process
+    /// only (see [`Backend::releases_in_process`](crate::backend::stores::Backend::releases_in_process)).
+    pub fn in_process() -> Self {
+        ReleaseBoard {
+            of_every_process: false,
+            ..Self::default()
+        }
     }
 
     /// A receiver of every notice announced from now on.
     pub fn subscribe(&self) -> Releases {
         Releases {
             receiver: self.sender.subscribe(),
+            of_every_process: self.of_every_process,
+        }
+    }
+
+    /// Announces the scopes a write's answer freed: a transition or takeover
+    /// to an inactive status frees the record's scopes, an admission those
+    /// of the holders it interrupted.
+    pub fn announce(&self, freed: Freed<'_>) {
+        let records: &[LeaseRecord] = match freed {
+            Freed::Transition(Transition::Applied(record))
+            | Freed::Takeover(Takeover::Taken(record))
+                if !record.is_active() =>
+            {
+                std::slice::from_ref(record)
+            }
+            Freed::Admission(Admission::Admitted { interrupted, .. }) => interrupted,
+            _ => &[],
+        };
+        for scope in records.iter().flat_map(|record| &record.scopes) {
+            self.freed(scope);
         }
     }
 
@@ -114,6 +157,19 @@ impl ReleaseBoard {
 /// still answers: an idle connection a firewall or a failover dropped
 /// without a word would otherwise leave waiters polling unseen.
 pub const LISTEN_CHECK: Duration = Duration::from_secs(10);
+
+/// A write's answer that may have freed scopes, for
+/// [`ReleaseBoard::announce`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Freed<'a> {
+    /// An admission's: the holders it interrupted.
+    Admission(&'a Admission),
+    /// A transition's.
+    Transition(&'a Transition),
+    /// A takeover's.
+    Takeover(&'a Takeover),
+}
 
 /// A listener's pause before listening again after a failure: 100 ms at
 /// first, doubling to 5 s, and 100 ms again once it hears something.

@@ -12,7 +12,9 @@
 //!   admitted, releases and asks again joins the back of the line;
 //! * **woken by releases**: the first of a line listens to the store's
 //!   [release notices](crate::release) and asks again as soon as one names
-//!   a scope it waits for (PostgreSQL, Redis and memory announce releases);
+//!   a scope it waits for (PostgreSQL, Redis and memory announce every
+//!   release; SQLite, MySQL, etcd and the file store those made through
+//!   the same store in this process);
 //! * **never stuck on a lost notice**: it also asks again when the holder's
 //!   lease ends (`retry_after`) and at least every
 //!   [`poll`](Waiter::poll) interval. Whether a holder whose lease ended
@@ -60,11 +62,13 @@ use crate::request::AdmitRequest;
 use crate::store::LeaseStore;
 
 /// How often the first of a line asks again, at most, when its store
-/// announces releases: only a lost notice waits this long.
+/// announces the releases of every process: only a lost notice waits this
+/// long.
 pub const POLL_WITH_NOTICES: Duration = Duration::from_secs(1);
 
 /// How often the first of a line asks again, at most, when its store
-/// announces no releases: the longest a freed scope stays unclaimed.
+/// announces no releases, or only those made in this process: the longest
+/// a scope another process freed stays unclaimed.
 pub const POLL_WITHOUT_NOTICES: Duration = Duration::from_millis(50);
 
 /// The least time between two asks, so a holder whose lease the store
@@ -161,11 +165,13 @@ impl<S: LeaseStore> Waiter<S> {
             return self.store.admit(request).await;
         }
         let mut releases = self.subscribe(deadline).await;
-        let poll = self.poll.unwrap_or(if releases.is_some() {
-            POLL_WITH_NOTICES
-        } else {
-            POLL_WITHOUT_NOTICES
-        });
+        let poll = self.poll.unwrap_or(
+            if releases.as_ref().is_some_and(Releases::of_every_process) {
+                POLL_WITH_NOTICES
+            } else {
+                POLL_WITHOUT_NOTICES
+            },
+        );
         loop {
             let answer = self.store.admit(request).await?;
             let Admission::Conflict { retry_after, .. } = &answer else {

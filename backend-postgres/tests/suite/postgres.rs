@@ -1166,18 +1166,7 @@ async fn release_notices_reach_every_store_of_the_schema_and_no_other() {
             let mut same_hears = same.releases().await.expect("subscribe").expect("notices");
             let mut other_hears = other.releases().await.expect("subscribe").expect("notices");
             for (store, id) in [(&store, "in-schema"), (&other, "elsewhere")] {
-                let admitted = store
-                    .admit(&AdmitRequest::new(id, "worker-a").scope(id))
-                    .await
-                    .expect("admit");
-                let claim = admitted
-                    .admitted()
-                    .and_then(LeaseRecord::claim)
-                    .expect("admitted");
-                store
-                    .transition(&claim, &StatusChange::succeeded())
-                    .await
-                    .expect("release");
+                hold_and_release(store, id, id).await;
             }
             let wait = Duration::from_secs(20);
             let heard = |notice: ReleaseNotice| match notice {
@@ -1255,18 +1244,7 @@ async fn a_lost_listening_session_is_announced_and_listening_resumes() {
                 again.is_ok(),
                 "the store did not listen again within {wait:?}"
             );
-            let admitted = store
-                .admit(&AdmitRequest::new("after", "worker-a").scope("heard again"))
-                .await
-                .expect("admit");
-            let claim = admitted
-                .admitted()
-                .and_then(LeaseRecord::claim)
-                .expect("admitted");
-            store
-                .transition(&claim, &StatusChange::succeeded())
-                .await
-                .expect("release");
+            hold_and_release(&store, "after", "heard again").await;
             assert_eq!(
                 tokio::time::timeout(wait, releases.next()).await,
                 Ok(ReleaseNotice::Freed("heard again".into()))
@@ -1275,4 +1253,21 @@ async fn a_lost_listening_session_is_announced_and_listening_resumes() {
         },
     )
     .await;
+}
+
+/// Admits `id` on `scope` and finishes it, freeing the scope.
+async fn hold_and_release(store: &PgStore, id: &str, scope: &str) {
+    let admitted = store
+        .admit(&AdmitRequest::new(id, "worker-a").scope(scope))
+        .await
+        .expect("admit");
+    let claim = admitted
+        .admitted()
+        .and_then(LeaseRecord::claim)
+        .expect("admitted");
+    let released = store
+        .transition(&claim, &StatusChange::succeeded())
+        .await
+        .expect("release");
+    assert!(matches!(released, Transition::Applied(_)), "{released:?}");
 }

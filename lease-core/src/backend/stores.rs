@@ -35,6 +35,7 @@ use crate::queue::{
     OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
+use crate::release::{Freed, ReleaseBoard};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 
 /// What every backend says about itself to the validating front.
@@ -47,6 +48,15 @@ pub trait Backend: Send + Sync {
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) (outcome unknown).
     /// None by default.
     fn time_limit(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Where the front announces the releases made through this store (and
+    /// its clones), when the store has no notices of its own that reach
+    /// every process: the front reads what each admission, transition and
+    /// takeover answered, and [`LeaseBackend::releases`] subscribes here by
+    /// default. `None` by default: no notices.
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         None
     }
 }
@@ -165,14 +175,14 @@ pub trait LeaseBackend: Backend {
     /// As the user trait's.
     async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64>;
 
-    /// [`LeaseStore::releases`](crate::LeaseStore::releases); `None` by
-    /// default.
+    /// [`LeaseStore::releases`](crate::LeaseStore::releases); by default
+    /// a receiver of [`Backend::releases_in_process`], if any.
     ///
     /// # Errors
     ///
     /// As the user trait's.
     async fn releases(&self) -> Result<Option<crate::release::Releases>> {
-        Ok(None)
+        Ok(self.releases_in_process().map(ReleaseBoard::subscribe))
     }
 }
 
@@ -428,12 +438,14 @@ pub mod front {
     /// As the [module](self) says.
     pub async fn admit<B: LeaseBackend>(backend: &B, request: &AdmitRequest) -> Result<Admission> {
         let metadata = validate::admit(request)?;
-        within(
+        let answer = within(
             backend,
             "admit",
             backend.admit(Checked::new(request), Checked::new(metadata)),
         )
-        .await
+        .await?;
+        announce(backend, Freed::Admission(&answer));
+        Ok(answer)
     }
 
     /// Checks and runs [`LeaseBackend::renew`].
@@ -488,12 +500,14 @@ pub mod front {
     ) -> Result<Transition> {
         validate::claim(claim)?;
         validate::status_change(change)?;
-        within(
+        let answer = within(
             backend,
             "transition",
             backend.transition(Checked::new(claim), Checked::new(change)),
         )
-        .await
+        .await?;
+        announce(backend, Freed::Transition(&answer));
+        Ok(answer)
     }
 
     /// Checks and runs [`LeaseBackend::claim_for_takeover`].
@@ -506,12 +520,21 @@ pub mod front {
         request: &TakeoverRequest,
     ) -> Result<Takeover> {
         validate::takeover(request)?;
-        within(
+        let answer = within(
             backend,
             "claim_for_takeover",
             backend.claim_for_takeover(Checked::new(request)),
         )
-        .await
+        .await?;
+        announce(backend, Freed::Takeover(&answer));
+        Ok(answer)
+    }
+
+    /// Announces what `freed` freed on the backend's in-process board.
+    fn announce<B: Backend>(backend: &B, freed: Freed<'_>) {
+        if let Some(board) = backend.releases_in_process() {
+            board.announce(freed);
+        }
     }
 
     /// Checks and runs [`LeaseBackend::list_expired`].

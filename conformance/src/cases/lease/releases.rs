@@ -69,6 +69,18 @@ async fn expect_freed(
     }
 }
 
+/// Admits `"lapses"` on `scopes` with a short lease and lets it expire.
+async fn lapsed_holder<S: LeaseStore>(ctx: &Ctx<S>, scopes: &[String]) -> Result<(), Failure> {
+    let record = admit(
+        ctx,
+        AdmitRequest::new("lapses", "worker-a")
+            .scopes(scopes.iter().cloned())
+            .ttl(SHORT_TTL),
+    )
+    .await?;
+    expire(ctx, &record, Duration::ZERO).await
+}
+
 /// A lease on tricky scopes finishes: a receiver subscribed before hears
 /// every scope freed.
 pub async fn releases_name_every_scope_a_finished_lease_frees<S: LeaseStore + 'static>(
@@ -98,14 +110,7 @@ pub async fn releases_name_the_scopes_a_failing_takeover_frees<S: LeaseStore + '
         return ctx.skip(NO_NOTICES);
     };
     let scopes = vec!["taken \"over\"".to_owned(), "other".to_owned()];
-    let record = admit(
-        &ctx,
-        AdmitRequest::new("lapses", "worker-a")
-            .scopes(scopes.iter().cloned())
-            .ttl(SHORT_TTL),
-    )
-    .await?;
-    expire(&ctx, &record, Duration::ZERO).await?;
+    lapsed_holder(&ctx, &scopes).await?;
     take_over(&ctx, &TakeoverRequest::fail("lapses", "reaper", "lapsed")).await?;
     expect_freed(&mut releases, &scopes, "a failing takeover").await
 }
@@ -120,14 +125,7 @@ pub async fn releases_name_the_scopes_an_interrupting_admission_frees<S: LeaseSt
         return ctx.skip(NO_NOTICES);
     };
     let scopes = vec!["interrupted 'here'".to_owned()];
-    let record = admit(
-        &ctx,
-        AdmitRequest::new("lapses", "worker-a")
-            .scopes(scopes.iter().cloned())
-            .ttl(SHORT_TTL),
-    )
-    .await?;
-    expire(&ctx, &record, Duration::ZERO).await?;
+    lapsed_holder(&ctx, &scopes).await?;
     admit(
         &ctx,
         AdmitRequest::new("takes", "worker-b")
