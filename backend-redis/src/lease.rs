@@ -10,7 +10,7 @@ use redis::FromRedisValue;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::LeaseBackend;
-use tenure_lease_core::release::Releases;
+use tenure_lease_core::release::{ReleaseBoard, Releases};
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Error, ExpiredQuery, ExpiredScan,
     LeaseRecord, Renewal, Result, StatusChange, Takeover, TakeoverAction, TakeoverRequest,
@@ -125,7 +125,7 @@ impl LeaseBackend for RedisStore {
 
     async fn releases(&self) -> Result<Option<Releases>> {
         if self.primary.client().is_none() {
-            return Ok(None);
+            return Ok(self.in_process.as_ref().map(ReleaseBoard::subscribe));
         }
         let channel = format!("{}released", self.keys.prefix());
         let releases = self

@@ -195,9 +195,10 @@
 //! Sentinel failover from its own calls) and announced as missed notices.
 //! An ACL user needs the channel's permission (`&<prefix>released`; Redis
 //! 7 gives new users none) to send and hear notices: without it releases
-//! still apply, unannounced, and waiters poll. A cluster store answers
-//! `None` (its waiters poll), though its scripts still publish, and a
-//! message published in a cluster reaches every node.
+//! still apply, unannounced, and waiters poll. A cluster store subscribes
+//! to nothing: it announces the releases made through it in this process
+//! (other processes' are polled every 50 ms), though its scripts still
+//! publish, and a message published in a cluster reaches every node.
 //!
 //! ## Errors
 //!
@@ -254,6 +255,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult, Value};
 use tenure_lease_core::redact::redact_url;
+use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::tls::TlsCertificates;
 use tenure_lease_core::{Claim, Error, LeaseRecord, Renewal, Result};
 
@@ -299,10 +301,18 @@ pub struct RedisStore {
     /// library, cleared for good when it later refuses functions.
     functions: Arc<AtomicBool>,
     releases: tenure_lease_core::release::ReleaseListener,
+    /// A cluster store's notices, of the releases made through it in this
+    /// process (it subscribes to none); `None` on one server, which
+    /// announces every client's.
+    in_process: Option<ReleaseBoard>,
 }
 
 impl tenure_lease_core::backend::stores::Backend for RedisStore {
     const NAME: &'static str = "Redis";
+
+    fn releases_in_process(&self) -> Option<&ReleaseBoard> {
+        self.in_process.as_ref()
+    }
 }
 
 tenure_lease_core::serve_backend!(RedisStore);
@@ -408,6 +418,7 @@ impl RedisStore {
             }
         }
         let store = RedisStore {
+            in_process: client.is_none().then(ReleaseBoard::in_process),
             primary: Arc::new(Primary::new(connection, address, client, sentinels)),
             keys,
             wait_for_replicas,

@@ -11,8 +11,8 @@
 //! a Sentinel failover from its own calls); what was published meanwhile
 //! is lost, so the board announces
 //! [`Missed`](tenure_lease_core::release::ReleaseNotice::Missed) and
-//! waiters ask the store again. A cluster store announces nothing (its
-//! waiters poll).
+//! waiters ask the store again. A cluster store subscribes to nothing (it
+//! announces the releases made through it, as SQLite does).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +87,8 @@ async fn hear(subscription: PubSub, board: &ReleaseBoard, backoff: &mut ListenBa
 
 /// A subscription to `channel` on the primary as last known.
 async fn subscribe(primary: &Primary, channel: &str, connect_timeout: Duration) -> Result<PubSub> {
-    // A cluster store never listens (`releases` answers None there).
+    // A cluster store never subscribes (`releases` answers its in-process
+    // board).
     let Some(client) = primary.client() else {
         return Err(Error::unavailable(
             "a cluster store has no single server to subscribe to release notices on",

@@ -2,11 +2,15 @@
 //!
 //! A caller refused by a holder can poll until the holder's lease ends
 //! (`retry_after`), but a holder that finishes early frees its scopes long
-//! before that. A store that can tell its clients about releases (PostgreSQL
-//! `LISTEN`/`NOTIFY`, Redis pub/sub, the memory store in process) answers
+//! before that. A store that can tell its clients about releases answers
 //! [`LeaseStore::releases`](crate::LeaseStore::releases) with a
 //! [`Releases`] receiver, and [`Waiter`](crate::wait::Waiter) tries again as
-//! soon as a notice names a scope it waits for.
+//! soon as a notice names a scope it waits for: PostgreSQL
+//! (`LISTEN`/`NOTIFY`), Redis (pub/sub) and memory announce the releases of
+//! every client; SQLite, MySQL, etcd, the file store and a Redis Cluster
+//! store those made through the same store value or its clones (a store
+//! opened again is another store), which the validating front announces
+//! from the writes' answers.
 //!
 //! Notices are hints, never proof: one may be lost (a connection cut, a slow
 //! receiver), and one may name a scope that another caller took again at
@@ -124,8 +128,13 @@ impl ReleaseBoard {
 
     /// Announces the scopes a write's answer freed: a transition or takeover
     /// to an inactive status frees the record's scopes, an admission those
-    /// of the holders it interrupted.
+    /// of the holders it interrupted. From the answer alone a `Failed`
+    /// written over an `Interrupted` record looks alike, so its scopes
+    /// (released at the interruption) are named again: a hint like any.
     pub fn announce(&self, freed: Freed<'_>) {
+        if self.sender.receiver_count() == 0 {
+            return;
+        }
         let records: &[LeaseRecord] = match freed {
             Freed::Transition(Transition::Applied(record))
             | Freed::Takeover(Takeover::Taken(record))
@@ -158,7 +167,8 @@ impl ReleaseBoard {
 /// without a word would otherwise leave waiters polling unseen.
 pub const LISTEN_CHECK: Duration = Duration::from_secs(10);
 
-/// A write's answer that may have freed scopes, for
+/// A write's answer that may have freed scopes (a transition's or a
+/// takeover's to an inactive status, an interrupting admission's), for
 /// [`ReleaseBoard::announce`].
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -274,6 +284,77 @@ impl ReleaseListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::Timestamp;
+    use crate::record::Status;
+    use crate::TransitionRejection;
+
+    fn record(status: Status, scopes: &[&str]) -> LeaseRecord {
+        let now = Timestamp::from_timestamp_micros(1_700_000_000_000_000).unwrap_or_default();
+        LeaseRecord {
+            id: "r".into(),
+            scopes: scopes.iter().map(|scope| (*scope).to_owned()).collect(),
+            kind: crate::DEFAULT_KIND.into(),
+            status,
+            owner: Some("w".into()),
+            fence: 1,
+            lease_expires_at: None,
+            created_at: now,
+            updated_at: now,
+            error: None,
+            stop_reason: None,
+            metadata: serde_json::Map::new(),
+        }
+    }
+
+    /// Every notice waiting in `releases`, in order.
+    fn drain(releases: &mut Releases) -> Vec<String> {
+        let mut heard = Vec::new();
+        while let Ok(ReleaseNotice::Freed(scope)) = releases.receiver.try_recv() {
+            heard.push(scope.to_string());
+        }
+        heard
+    }
+
+    #[test]
+    fn a_board_names_what_finishing_writes_and_interrupting_admissions_freed() {
+        let board = ReleaseBoard::in_process();
+        let mut releases = board.subscribe();
+        assert!(!releases.of_every_process());
+        let finished = record(Status::Succeeded, &["a", "b"]);
+        board.announce(Freed::Transition(&Transition::Applied(finished.clone())));
+        board.announce(Freed::Takeover(&Takeover::Taken(record(
+            Status::Failed,
+            &["c"],
+        ))));
+        board.announce(Freed::Admission(&Admission::Admitted {
+            record: record(Status::Pending, &["d"]),
+            interrupted: vec![record(Status::Interrupted, &["d"])],
+        }));
+        assert_eq!(drain(&mut releases), ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_board_is_silent_on_writes_that_free_nothing() {
+        let board = ReleaseBoard::new();
+        let mut releases = board.subscribe();
+        assert!(releases.of_every_process());
+        board.announce(Freed::Transition(&Transition::Applied(record(
+            Status::Running,
+            &["a"],
+        ))));
+        board.announce(Freed::Transition(&Transition::Rejected(
+            TransitionRejection::Missing,
+        )));
+        board.announce(Freed::Takeover(&Takeover::Taken(record(
+            Status::Running,
+            &["b"],
+        ))));
+        board.announce(Freed::Admission(&Admission::Admitted {
+            record: record(Status::Pending, &["c"]),
+            interrupted: Vec::new(),
+        }));
+        assert_eq!(drain(&mut releases), Vec::<String>::new());
+    }
 
     #[tokio::test]
     async fn a_receiver_hears_what_is_announced_after_it_subscribed() {

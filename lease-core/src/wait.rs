@@ -12,9 +12,10 @@
 //!   admitted, releases and asks again joins the back of the line;
 //! * **woken by releases**: the first of a line listens to the store's
 //!   [release notices](crate::release) and asks again as soon as one names
-//!   a scope it waits for (PostgreSQL, Redis and memory announce every
-//!   release; SQLite, MySQL, etcd and the file store those made through
-//!   the same store in this process);
+//!   a scope it waits for (PostgreSQL, Redis on one server and memory
+//!   announce every release; SQLite, MySQL, etcd, the file store and a
+//!   Redis Cluster store those made through the same store value or its
+//!   clones);
 //! * **never stuck on a lost notice**: it also asks again when the holder's
 //!   lease ends (`retry_after`) and at least every
 //!   [`poll`](Waiter::poll) interval. Whether a holder whose lease ended
@@ -106,8 +107,9 @@ struct Line {
 }
 
 impl<S: LeaseStore> Waiter<S> {
-    /// Waits for scopes of `store`, polling at [`POLL_WITH_NOTICES`] or
-    /// [`POLL_WITHOUT_NOTICES`] as the store announces releases or not.
+    /// Waits for scopes of `store`, polling at [`POLL_WITH_NOTICES`] when
+    /// the store announces the releases of every process, at
+    /// [`POLL_WITHOUT_NOTICES`] otherwise.
     pub fn new(store: S) -> Self {
         Waiter {
             store,

@@ -443,9 +443,9 @@ pub mod front {
             "admit",
             backend.admit(Checked::new(request), Checked::new(metadata)),
         )
-        .await?;
-        announce(backend, Freed::Admission(&answer));
-        Ok(answer)
+        .await;
+        announce(backend, answer.as_ref().map(Freed::Admission));
+        answer
     }
 
     /// Checks and runs [`LeaseBackend::renew`].
@@ -505,9 +505,9 @@ pub mod front {
             "transition",
             backend.transition(Checked::new(claim), Checked::new(change)),
         )
-        .await?;
-        announce(backend, Freed::Transition(&answer));
-        Ok(answer)
+        .await;
+        announce(backend, answer.as_ref().map(Freed::Transition));
+        answer
     }
 
     /// Checks and runs [`LeaseBackend::claim_for_takeover`].
@@ -525,15 +525,22 @@ pub mod front {
             "claim_for_takeover",
             backend.claim_for_takeover(Checked::new(request)),
         )
-        .await?;
-        announce(backend, Freed::Takeover(&answer));
-        Ok(answer)
+        .await;
+        announce(backend, answer.as_ref().map(Freed::Takeover));
+        answer
     }
 
-    /// Announces what `freed` freed on the backend's in-process board.
-    fn announce<B: Backend>(backend: &B, freed: Freed<'_>) {
-        if let Some(board) = backend.releases_in_process() {
-            board.announce(freed);
+    /// Announces on the backend's in-process board what a write's answer
+    /// freed, or, when its outcome is unknown (it may have freed scopes),
+    /// that notices may have been missed.
+    fn announce<B: Backend>(backend: &B, answer: std::result::Result<Freed<'_>, &Error>) {
+        let Some(board) = backend.releases_in_process() else {
+            return;
+        };
+        match answer {
+            Ok(freed) => board.announce(freed),
+            Err(error) if error.is_outcome_unknown() => board.missed(),
+            Err(_) => {}
         }
     }
 

@@ -94,8 +94,9 @@ class Store:
         answering ``Conflict``. Without ``ttl`` the record has no lease.
         With ``wait_for`` (seconds) a held scope is waited for, in turn
         with this process's other waiters on this store, woken by the
-        store's release notices (every client's on PostgreSQL and Redis,
-        this process's elsewhere) or by polling every 50 ms;
+        store's release notices (every client's on PostgreSQL, Redis and
+        memory; those made through this ``Store`` elsewhere) or by polling
+        (50 ms, or 1 s where every client's releases are announced);
         after ``wait_for`` the last ``Conflict`` is answered."""
     def renew(self, claim: Claim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends ``claim``'s lease to ``ttl`` from the store's now."""
