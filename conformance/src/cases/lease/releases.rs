@@ -33,15 +33,20 @@ const NOTICE_WAIT: Duration = Duration::from_secs(5);
 /// Why a case is skipped on a store that announces no releases.
 const NO_NOTICES: &str = "the store announces no releases (`releases` answers None); waiters poll";
 
-/// Scopes whose names a notice must carry intact: quotes and backslashes
-/// (JSON and Lua strings), a separator, non-ASCII, the longest name.
+/// Scopes whose names a notice must carry intact: two differing only in
+/// case, quotes and backslashes (JSON and Lua strings), a separator,
+/// non-ASCII, and two of the longest length sharing all but their last
+/// byte.
 fn tricky_scopes() -> Vec<String> {
+    let longest = "s".repeat(MAX_NAME_BYTES - 1);
     vec![
         "plain".to_owned(),
+        "PLAIN".to_owned(),
         "quote\"back\\slash".to_owned(),
         "a:b/c {d} %".to_owned(),
         "ünïcödé ☃".to_owned(),
-        "s".repeat(MAX_NAME_BYTES),
+        format!("{longest}s"),
+        format!("{longest}t"),
     ]
 }
 
