@@ -145,7 +145,9 @@ impl<S: LeaseStore> Waiter<S> {
     ///
     /// # Errors
     ///
-    /// What [`LeaseStore::admit`] answers, at once: the wait ends and the
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// request [`LeaseStore::admit`] would refuse, before it waits in line;
+    /// what [`LeaseStore::admit`] answers, at once: the wait ends and the
     /// caller leaves the line. An admission whose outcome is unknown (a
     /// timeout) may have been applied, as with a plain admission.
     ///
@@ -155,6 +157,8 @@ impl<S: LeaseStore> Waiter<S> {
     /// an admission in flight at that moment may have been applied, as with
     /// [`LeaseStore::admit`].
     pub async fn admit(&self, request: &AdmitRequest, wait_for: Duration) -> Result<Admission> {
+        // Refused before it waits in line, not when its turn comes.
+        crate::backend::validate::admit(request)?;
         let now = Instant::now();
         // A wait too long for an instant is as good as for ever.
         let deadline = now.checked_add(wait_for).unwrap_or_else(|| now + FOR_EVER);

@@ -165,3 +165,34 @@ async fn a_wait_longer_than_an_instant_holds_is_a_wait_for_ever() {
     let answer = waiting.await.unwrap().unwrap();
     assert!(answer.admitted().is_some(), "{answer:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bad_request_is_refused_at_once_not_when_its_turn_comes() {
+    let store = MemoryStore::new();
+    hold(&store, "holder", LONG).await;
+    let waiter = Arc::new(Waiter::new(store.clone()));
+    let first = tokio::spawn({
+        let waiter = Arc::clone(&waiter);
+        async move { waiter.admit(&request("first", LONG), LONG).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let started = Instant::now();
+    let error = waiter
+        .admit(&request("", LONG), LONG)
+        .await
+        .expect_err("an empty id");
+    assert_eq!(error.kind(), tenure_lease_core::ErrorKind::InvalidInput);
+    assert!(
+        started.elapsed() < Duration::from_millis(1),
+        "it waited in line"
+    );
+    let active: Vec<String> = store
+        .list_active()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    assert_eq!(active, ["holder"], "the refused request changed nothing");
+    first.abort();
+}
