@@ -304,6 +304,10 @@ pub async fn reset_connection_is_retryable_unknown(rig: NetworkRig) {
         "renew cut by a reset",
         bounded("renew cut", renewal).await.expect("renew task"),
     );
+    // The admission must leave on a live connection: a client still
+    // reconnecting after the first reset (etcd's channel) fails it before
+    // it is sent.
+    warm_up(&rig).await;
 
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
         .scope(unique("scope"))
