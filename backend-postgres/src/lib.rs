@@ -54,10 +54,11 @@
 //! * `held_scopes(scope PRIMARY KEY, lease_id)`: one row per scope held by an
 //!   active record, created with the record and deleted in the same
 //!   statement that deactivates it. Its primary key is the "one active record
-//!   per scope" rule, enforced by the server itself; a foreign key on the
-//!   record's activity refuses any write that would leave a finished record
-//!   holding a scope; each deletion notifies the scope's release
-//!   (migration 0009, [Release notices](#release-notices));
+//!   per scope" rule, enforced by the server itself; each deletion notifies
+//!   the scope's release (migration 0009, [Release notices](#release-notices)).
+//!   Until migration 0010 foreign keys tied both side tables to `leases`;
+//!   they guarded rules every statement keeps by construction (and the kit
+//!   checks on every run) at a quarter of an admission's cost, and are gone;
 //! * `jobs`: one row per job (`jsonb` payload, `text[]` required
 //!   capabilities, `state` and `dead_reason` text with `CHECK`s), with
 //!   partial indexes for claiming (a queue's queued jobs, best first),
@@ -66,15 +67,16 @@
 //!   migration 0006 adds the take-back trace (`taken_back`,
 //!   `taken_back_at`) and indexes interrupted records for `purge` with the
 //!   terminal ones.
-//!   Purging a lease deletes its `lease_scopes` rows with it (foreign-key
-//!   cascade); scope locks are transaction-scoped advisory locks, so no
+//!   Purging a lease deletes its `lease_scopes` rows in the same
+//!   statement; scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
-//!   takeovers, job claims and take-backs alike, through `next_fence()`
-//!   (migration 0008): every fence is above the floor of the server's WAL
-//!   timeline (the timeline times 2^40; the first draw on a new timeline
-//!   moves the sequence past it), so a standby promoted while it lagged (a
-//!   new timeline) still hands out fences above every fence of the old
+//!   takeovers, job claims and take-backs alike, through `draw_fence()`
+//!   (migrations 0008 and 0010): every fence is above the floor of the
+//!   server's WAL timeline (the timeline times 2^40; the first draw on a
+//!   new timeline moves the sequence past it, through the schema owner's
+//!   `next_fence()`), so a standby promoted while it lagged (a new
+//!   timeline) still hands out fences above every fence of the old
 //!   primary, and a fence never repeats;
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
 //!   [Admissions](#admissions-one-at-a-time-per-scope)); migration 0007
@@ -154,8 +156,8 @@
 //! GRANT SELECT ON tenure._sqlx_migrations TO app;
 //! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
 //! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
-//!     interval, jsonb, boolean), tenure.next_fence(), tenure.timeline_floor(),
-//!     tenure.wal_timeline() TO app;
+//!     interval, jsonb, boolean), tenure.draw_fence(), tenure.next_fence(),
+//!     tenure.timeline_floor(), tenure.wal_timeline() TO app;
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant

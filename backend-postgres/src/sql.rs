@@ -345,9 +345,9 @@ impl JobStatements {
 impl Statements {
     pub(crate) fn new(schema: &SchemaName) -> Self {
         let s = schema.quoted();
-        // The next fence, at or above the server's WAL timeline's floor
-        // (migration 0008).
-        let next_fence = format!("{s}.next_fence()");
+        // The next fence, above the server's WAL timeline's floor
+        // (migrations 0008 and 0010).
+        let next_fence = format!("{s}.draw_fence()");
         let record = columns("l");
         let admitted_or_holder = columns("(a.lease)");
         let held_release = format!(
@@ -436,14 +436,18 @@ impl Statements {
             get: format!("SELECT {record} FROM {s}.leases l WHERE l.id = $1"),
             list_by_scope: format!(
                 "SELECT {record} FROM {s}.lease_scopes ls JOIN {s}.leases l ON l.id = ls.lease_id \
-                 WHERE ls.scope = $1 ORDER BY l.created_at DESC, l.fence DESC"
+                 WHERE ls.scope = $1 AND ls.scope = ANY(l.scopes) \
+                 ORDER BY l.created_at DESC, l.fence DESC"
             ),
             list_active: format!(
                 "SELECT {record} FROM {s}.leases l WHERE l.status IN {ACTIVE} ORDER BY l.id"
             ),
             purge: format!(
                 "WITH purged AS (DELETE FROM {s}.leases WHERE status IN {DECODABLE_INACTIVE} \
-                   AND updated_at <= now() - $1::interval RETURNING 1) \
+                   AND updated_at <= now() - $1::interval RETURNING id, scopes), \
+                 unnamed AS (DELETE FROM {s}.lease_scopes ls \
+                   USING (SELECT p.id, unnest(p.scopes) AS scope FROM purged p) named \
+                   WHERE ls.scope = named.scope AND ls.lease_id = named.id) \
                  SELECT count(*) AS purged FROM purged"
             ),
             count_purgeable: format!(

@@ -77,7 +77,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 9);
+    assert_eq!(applied, 10);
     assert_eq!(seen, Some(record));
 }
 
@@ -828,12 +828,24 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migrations 0006, 0008 and 0009 undo, to stand a fresh schema back
-/// at version 5 (0007 only replaces a function, so forgetting it is
+/// What migrations 0006, 0008, 0009 and 0010 undo, to stand a fresh schema
+/// back at version 5 (0007 only replaces a function, so forgetting it is
 /// enough; 0008 replaces it again and adds the three functions dropped
-/// here; 0009 adds the release trigger).
+/// here; 0009 adds the release trigger; 0010 drops the side tables' foreign
+/// keys, their target and an index, and adds `draw_fence`).
 const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
      DROP COLUMN taken_back_at; \
+     ALTER TABLE $schema.leases ADD CONSTRAINT leases_id_activity UNIQUE (id, is_active); \
+     ALTER TABLE $schema.lease_scopes ADD FOREIGN KEY (lease_id) \
+       REFERENCES $schema.leases (id) ON DELETE CASCADE; \
+     CREATE INDEX lease_scopes_by_lease ON $schema.lease_scopes (lease_id); \
+     ALTER TABLE $schema.held_scopes ADD COLUMN lease_active boolean NOT NULL DEFAULT true \
+         CONSTRAINT held_scopes_only_active CHECK (lease_active), \
+       ADD CONSTRAINT held_scopes_named_by_lease FOREIGN KEY (scope, lease_id) \
+         REFERENCES $schema.lease_scopes (scope, lease_id) ON DELETE CASCADE, \
+       ADD CONSTRAINT held_scopes_lease_is_active FOREIGN KEY (lease_id, lease_active) \
+         REFERENCES $schema.leases (id, is_active); \
+     DROP FUNCTION $schema.draw_fence(); \
      DROP INDEX $schema.leases_finished_age; \
      CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
        WHERE status IN ('succeeded', 'failed'); \
@@ -898,6 +910,86 @@ async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
             );
             assert_eq!(upgraded.get("stopped").await.expect("get"), None);
             upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// The count of `lease_scopes` pairs naming `id`.
+async fn scope_pairs(store: &PgStore, id: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM \"{}\".lease_scopes WHERE lease_id = $1",
+        store.schema()
+    ))
+    .bind(id)
+    .fetch_one(store.pool())
+    .await
+    .expect("count the pairs")
+}
+
+/// Since migration 0010 no foreign key cascades a purge to `lease_scopes`:
+/// the purge deletes the pairs itself. A purge by code of version 9 (a
+/// bare delete of the record) leaves its pairs behind; a listing does not
+/// answer them, and admitting the id again, on other scopes, is not
+/// refused by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purges_delete_scope_pairs_and_pairs_left_behind_are_ignored() {
+    with_store(
+        "purges_delete_scope_pairs_and_pairs_left_behind_are_ignored",
+        |store, url| async move {
+            hold_and_release(&store, "purged", "s").await;
+            assert_eq!(scope_pairs(&store, "purged").await, 1);
+            assert_eq!(store.purge(Duration::ZERO).await.expect("purge"), 1);
+            assert_eq!(
+                scope_pairs(&store, "purged").await,
+                0,
+                "the purge left pairs"
+            );
+
+            hold_and_release(&store, "again", "s").await;
+            execute(
+                &url,
+                &store,
+                "DELETE FROM $schema.leases WHERE id = 'again'",
+            )
+            .await;
+            assert_eq!(scope_pairs(&store, "again").await, 1, "a version 9 purge");
+            let readmitted = store
+                .admit(&AdmitRequest::new("again", "worker-b").scope("t").scope("s"))
+                .await
+                .expect("admit the purged id again");
+            assert!(readmitted.admitted().is_some(), "{readmitted:?}");
+            hold_and_release(&store, "other", "u").await;
+            execute(
+                &url,
+                &store,
+                "DELETE FROM $schema.leases WHERE id = 'other'",
+            )
+            .await;
+            let readmitted = store
+                .admit(&AdmitRequest::new("other", "worker-b").scope("v"))
+                .await
+                .expect("admit another purged id again");
+            assert!(readmitted.admitted().is_some(), "{readmitted:?}");
+            let listed = |scope: &'static str| {
+                let store = store.clone();
+                async move {
+                    store
+                        .list_by_scope(scope)
+                        .await
+                        .expect("list")
+                        .into_iter()
+                        .map(|record| record.id)
+                        .collect::<Vec<_>>()
+                }
+            };
+            assert_eq!(listed("s").await, ["again"]);
+            assert_eq!(listed("t").await, ["again"]);
+            assert!(
+                listed("u").await.is_empty(),
+                "a pair left behind was listed"
+            );
+            assert_eq!(listed("v").await, ["other"]);
         },
     )
     .await;
