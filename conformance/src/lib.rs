@@ -370,6 +370,7 @@ define_cases! {$
         lease::takeover::takeover_fail_releases_scopes,
         lease::takeover::race_takeovers_exactly_one_taken,
         lease::releases::releases_name_every_scope_a_finished_lease_frees,
+        lease::releases::releases_name_every_scope_of_a_lease_with_the_most_scopes,
         lease::releases::releases_name_the_scopes_a_failing_takeover_frees,
         lease::releases::releases_name_the_scopes_an_interrupting_admission_frees,
         lease::releases::a_waiter_is_admitted_when_the_holder_finishes,

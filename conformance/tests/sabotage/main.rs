@@ -529,6 +529,41 @@ impl Bug for ReleaseNamesMangled {
     }
 }
 
+/// Release notices that fit one release in one message of at most 8000
+/// bytes (PostgreSQL's `NOTIFY` payload limit), dropping the scopes past
+/// it: a store that joined a release's scopes into one payload.
+#[derive(Default)]
+struct ReleasePayloadCut;
+
+/// The bytes of scope names one release of [`ReleasePayloadCut`] carries.
+const CUT_PAYLOAD_BYTES: usize = 8000;
+
+#[async_trait]
+impl Bug for ReleasePayloadCut {
+    async fn releases(&self, honest: &MemoryStore) -> Result<Option<Releases>> {
+        let Some(mut honest) = honest.releases().await? else {
+            return Ok(None);
+        };
+        let cut = ReleaseBoard::new();
+        let releases = cut.subscribe();
+        tokio::spawn(async move {
+            let mut carried = 0;
+            loop {
+                match honest.next().await {
+                    ReleaseNotice::Freed(scope) => {
+                        carried += scope.len();
+                        if carried <= CUT_PAYLOAD_BYTES {
+                            cut.freed(&scope);
+                        }
+                    }
+                    _ => cut.missed(),
+                }
+            }
+        });
+        Ok(Some(releases))
+    }
+}
+
 /// Admission without scope exclusion: admits with the scopes stripped and
 /// answers as if they were held.
 #[derive(Default)]
@@ -1320,6 +1355,14 @@ async fn catches_release_notices_never_sent() {
     assert_caught::<ReleasesNeverAnnounced>(&[
         "releases_name_the_scopes_an_interrupting_admission_frees",
         "a_waiter_is_admitted_when_the_holder_finishes",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_release_notices_cut_to_one_payload() {
+    assert_caught::<ReleasePayloadCut>(&[
+        "releases_name_every_scope_of_a_lease_with_the_most_scopes",
     ])
     .await;
 }

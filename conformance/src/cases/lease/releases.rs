@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_lease_core::layer::{Answer, Hook, Operation, Pending};
-use tenure_lease_core::limits::MAX_NAME_BYTES;
+use tenure_lease_core::limits::{MAX_NAME_BYTES, MAX_SCOPES};
 use tenure_lease_core::release::{ReleaseNotice, Releases};
 use tenure_lease_core::wait::Waiter;
 use tenure_lease_core::{
@@ -104,6 +104,34 @@ pub async fn releases_name_every_scope_a_finished_lease_frees<S: LeaseStore + 's
     .await?;
     apply_transition(&ctx, &claim_of(&record)?, &StatusChange::succeeded()).await?;
     expect_freed(&mut releases, &scopes, "a transition to succeeded").await
+}
+
+/// A lease holding the most scopes a request may name finishes: every
+/// one of them is announced, none dropped or cut short by the size of one
+/// release.
+pub async fn releases_name_every_scope_of_a_lease_with_the_most_scopes<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(mut releases) = ctx.store.releases().await? else {
+        return ctx.skip(NO_NOTICES);
+    };
+    let scopes: Vec<String> = (0..MAX_SCOPES)
+        .map(|n| format!("{n:0>width$}", width = MAX_NAME_BYTES))
+        .collect();
+    let record = admit(
+        &ctx,
+        AdmitRequest::new("holds-most", "worker-a")
+            .scopes(scopes.iter().cloned())
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    apply_transition(&ctx, &claim_of(&record)?, &StatusChange::failed("done")).await?;
+    expect_freed(
+        &mut releases,
+        &scopes,
+        "a transition of a lease with the most scopes",
+    )
+    .await
 }
 
 /// A lapsed lease is taken over and failed: its scopes are freed, and
