@@ -59,8 +59,9 @@ $migration$;
 
 -- Version 8's admission (migration 0003 says what it answers) with the
 -- leaner write: the fence from draw_fence(), the pairs in lease_scopes
--- written over any a purge of version 9 left behind, and the id's
--- existence judged by the insert itself when nothing holds the scopes.
+-- written over any a purge of version 9 left behind, the id's existence
+-- judged by the insert itself when nothing holds the scopes, and
+-- held_scopes rows of records gone or finished dropped.
 CREATE OR REPLACE FUNCTION admit_if_free(
     scope_keys bigint[],
     requested_id text,
@@ -78,6 +79,7 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     scope_key bigint;
+    held_by text[];
     holders leases[];
     admission_now timestamptz;
     admitted leases;
@@ -94,17 +96,13 @@ BEGIN
     -- records are locked: every statement that deletes a held_scopes row
     -- updates (so locks) its record first, and only admissions, which hold
     -- the scope locks, insert them.
+    held_by := ARRAY(SELECT h.lease_id FROM held_scopes h WHERE h.scope = ANY (requested_scopes));
     IF lock_holders THEN
         holders := ARRAY(
-            SELECT l FROM leases l
-            WHERE l.is_active AND l.id = ANY (ARRAY(
-                SELECT h.lease_id FROM held_scopes h WHERE h.scope = ANY (requested_scopes)))
+            SELECT l FROM leases l WHERE l.is_active AND l.id = ANY (held_by)
             ORDER BY l.id FOR UPDATE OF l);
     ELSE
-        holders := ARRAY(
-            SELECT l FROM leases l
-            WHERE l.is_active AND l.id = ANY (ARRAY(
-                SELECT h.lease_id FROM held_scopes h WHERE h.scope = ANY (requested_scopes))));
+        holders := ARRAY(SELECT l FROM leases l WHERE l.is_active AND l.id = ANY (held_by));
     END IF;
     -- After the holder read: every release it saw committed before this
     -- instant, so the new record is never stamped earlier than a release.
@@ -116,6 +114,15 @@ BEGIN
             RETURN QUERY SELECT admission_now, 'held', holder FROM unnest(holders) AS holder;
         END IF;
         RETURN;
+    END IF;
+    -- A held_scopes row whose record is gone or finished holds nothing.
+    -- Nothing this crate runs leaves one (the foreign keys refused it until
+    -- this version), but a record deleted by hand does, and its row would
+    -- refuse every admission of its scopes: it is dropped here, under the
+    -- scopes' locks, so the scope is free as the holder read found it.
+    IF cardinality(held_by) > 0 THEN
+        DELETE FROM held_scopes h WHERE h.scope = ANY (requested_scopes)
+            AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.id = h.lease_id AND l.is_active);
     END IF;
     INSERT INTO leases AS l (id, scopes, kind, status, owner, fence, lease_expires_at,
                              created_at, updated_at, metadata)

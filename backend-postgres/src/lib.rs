@@ -343,8 +343,10 @@
 //!    (`clock_timestamp()`, after every wait, so never earlier than a
 //!    scope's previous holder was released);
 //! 3. if the id is free and nothing holds the scopes, inserts the record
-//!    and its `held_scopes` rows; otherwise answers the holders (or that the
-//!    id is taken) and writes nothing.
+//!    and its `held_scopes` rows (first dropping any row of the scopes
+//!    whose record is gone or finished: one left by a record deleted or
+//!    finished by hand holds nothing); otherwise answers the holders (or
+//!    that the id is taken) and writes nothing.
 //!
 //! Most admissions are that one call, in a transaction of its own: one
 //! round trip admits, and one answers a conflict, judged by

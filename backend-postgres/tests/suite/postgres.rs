@@ -995,6 +995,56 @@ async fn purges_delete_scope_pairs_and_pairs_left_behind_are_ignored() {
     .await;
 }
 
+/// Since migration 0010 no foreign key stops a holder's record from being
+/// deleted, or finished, by hand while its `held_scopes` rows stay: the
+/// next admission of those scopes drops the rows (nothing holds the
+/// scopes) instead of failing on them for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing() {
+    with_store(
+        "held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing",
+        |store, url| async move {
+            for (holder, by_hand) in [
+                ("deleted", "DELETE FROM $schema.leases WHERE id = 'deleted'"),
+                (
+                    "finished",
+                    "UPDATE $schema.leases SET status = 'failed' WHERE id = 'finished'",
+                ),
+            ] {
+                let admitted = store
+                    .admit(
+                        &AdmitRequest::new(holder, "worker-a")
+                            .scope(holder)
+                            .scope("both"),
+                    )
+                    .await
+                    .expect("admit the holder");
+                assert!(admitted.admitted().is_some(), "{admitted:?}");
+                execute(&url, &store, by_hand).await;
+                let next = format!("after-{holder}");
+                let admitted = store
+                    .admit(
+                        &AdmitRequest::new(&next, "worker-b")
+                            .scope(holder)
+                            .scope("both"),
+                    )
+                    .await
+                    .unwrap_or_else(|error| panic!("{holder}: {error}"));
+                assert!(admitted.admitted().is_some(), "{holder}: {admitted:?}");
+                let claim = admitted
+                    .admitted()
+                    .and_then(LeaseRecord::claim)
+                    .expect("admitted");
+                store
+                    .transition(&claim, &StatusChange::succeeded())
+                    .await
+                    .expect("release");
+            }
+        },
+    )
+    .await;
+}
+
 /// Counts `tenure_admit_retries_total` per `backend` label.
 #[derive(Default)]
 struct AdmitRetries(Mutex<HashMap<String, Arc<AtomicU64>>>);
