@@ -21,10 +21,18 @@
 --   key's target, and lease_scopes_by_lease only to make the cascade
 --   cheap.
 --
--- Code of version 9 keeps working on this schema: its statements name no
--- dropped object, and a purge it runs leaves the purged records' pairs in
--- lease_scopes behind, which nothing answers (listings join the record and
--- check its scopes) and an admission of the same id again passes over.
+-- Processes of version 9 already connected keep working on this schema
+-- (one connecting anew refuses it as newer than it knows: upgrade the
+-- library): their statements name no dropped object, and a purge they run
+-- leaves the purged records' pairs in lease_scopes behind, which nothing
+-- answers (listings join the record and check its scopes) and an
+-- admission of the same id again passes over.
+--
+-- Roles that call the functions: draw_fence() is new, called by every
+-- fenced write as the caller (not as the schema's owner, as next_fence()
+-- is), so where EXECUTE was revoked from PUBLIC, grant it, and keep
+-- pg_current_wal_lsn() and pg_walfile_name() executable as they are by
+-- default.
 
 ALTER TABLE held_scopes
     DROP CONSTRAINT held_scopes_named_by_lease,
@@ -60,8 +68,9 @@ $migration$;
 -- Version 8's admission (migration 0003 says what it answers) with the
 -- leaner write: the fence from draw_fence(), the pairs in lease_scopes
 -- written over any a purge of version 9 left behind, the id's existence
--- judged by the insert itself when nothing holds the scopes, and
--- held_scopes rows of records gone or finished dropped.
+-- judged by the insert itself when nothing holds the scopes (so a 'taken'
+-- answer may have used up a value of the fence sequence, and writes no
+-- row), and held_scopes rows that hold nothing dropped.
 CREATE OR REPLACE FUNCTION admit_if_free(
     scope_keys bigint[],
     requested_id text,
@@ -94,15 +103,21 @@ BEGIN
     -- deadlock; one released while this waited for its row lock is
     -- re-checked on its new version and dropped by is_active. Only the
     -- records are locked: every statement that deletes a held_scopes row
-    -- updates (so locks) its record first, and only admissions, which hold
-    -- the scope locks, insert them.
+    -- updates (so locks) its record first, but for the drop of rows that
+    -- hold nothing below, and only admissions, which hold the scope locks,
+    -- insert them. A holder is an active record naming a requested scope:
+    -- a row of an id admitted again on other scopes after its record was
+    -- deleted by hand holds nothing.
     held_by := ARRAY(SELECT h.lease_id FROM held_scopes h WHERE h.scope = ANY (requested_scopes));
     IF lock_holders THEN
         holders := ARRAY(
-            SELECT l FROM leases l WHERE l.is_active AND l.id = ANY (held_by)
+            SELECT l FROM leases l
+            WHERE l.is_active AND l.id = ANY (held_by) AND l.scopes && requested_scopes
             ORDER BY l.id FOR UPDATE OF l);
     ELSE
-        holders := ARRAY(SELECT l FROM leases l WHERE l.is_active AND l.id = ANY (held_by));
+        holders := ARRAY(
+            SELECT l FROM leases l
+            WHERE l.is_active AND l.id = ANY (held_by) AND l.scopes && requested_scopes);
     END IF;
     -- After the holder read: every release it saw committed before this
     -- instant, so the new record is never stamped earlier than a release.
@@ -115,15 +130,6 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    -- A held_scopes row whose record is gone or finished holds nothing.
-    -- Nothing this crate runs leaves one (the foreign keys refused it until
-    -- this version), but a record deleted by hand does, and its row would
-    -- refuse every admission of its scopes: it is dropped here, under the
-    -- scopes' locks, so the scope is free as the holder read found it.
-    IF cardinality(held_by) > 0 THEN
-        DELETE FROM held_scopes h WHERE h.scope = ANY (requested_scopes)
-            AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.id = h.lease_id AND l.is_active);
-    END IF;
     INSERT INTO leases AS l (id, scopes, kind, status, owner, fence, lease_expires_at,
                              created_at, updated_at, metadata)
     VALUES (requested_id, requested_scopes, requested_kind, 'pending', requested_owner,
@@ -134,6 +140,19 @@ BEGIN
     IF NOT FOUND THEN
         RETURN QUERY SELECT admission_now, 'taken', NULL::leases;
         RETURN;
+    END IF;
+    -- A held_scopes row whose record is gone, finished, or no longer names
+    -- the scope holds nothing. Nothing this crate runs leaves one (foreign
+    -- keys refused it until this version), but a record deleted or
+    -- finished by hand does, and its row would refuse every admission of
+    -- its scopes: it is dropped here, under the scopes' locks. A row of a
+    -- record whose status is none of the five is kept: that record is
+    -- reported as undecodable, never silently released.
+    IF cardinality(held_by) > 0 THEN
+        DELETE FROM held_scopes h WHERE h.scope = ANY (requested_scopes)
+            AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.id = h.lease_id
+                AND h.scope = ANY (l.scopes)
+                AND l.status NOT IN ('interrupted', 'succeeded', 'failed'));
     END IF;
     INSERT INTO lease_scopes (scope, lease_id)
     SELECT scope, requested_id FROM unnest(requested_scopes) AS scope

@@ -146,7 +146,9 @@
 //!
 //! ([`PgStore::from_pool_with_migrations`] does the same on a pool.) The
 //! application role needs exactly these grants, given by the schema's
-//! owner after the migrations ran (again after an upgrade adds tables):
+//! owner after the migrations ran (again after an upgrade adds tables or
+//! functions: migration 0010 adds `draw_fence()`, which every fenced write
+//! calls):
 //!
 //! ```sql
 //! GRANT USAGE ON SCHEMA tenure TO app;
@@ -161,8 +163,9 @@
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
-//! matters where that default was revoked. `pg_advisory_xact_lock` must
-//! stay executable, as it is by default.)
+//! matters where that default was revoked. `pg_advisory_xact_lock`,
+//! `pg_current_wal_lsn` and `pg_walfile_name` must stay executable, as they
+//! are by default.)
 //!
 //! ## Isolation levels
 //!
@@ -307,7 +310,8 @@
 //! ## Release notices
 //!
 //! Migration 0009 puts a trigger on `held_scopes`: every deleted row (a
-//! scope freed) notifies the schema's channel (`tenure_released_` and the
+//! scope freed, or a row that held nothing dropped by an admission)
+//! notifies the schema's channel (`tenure_released_` and the
 //! md5 of the schema's name) with the scope, delivered at commit.
 //! [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases), which
 //! a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through, opens
@@ -344,9 +348,10 @@
 //!    scope's previous holder was released);
 //! 3. if the id is free and nothing holds the scopes, inserts the record
 //!    and its `held_scopes` rows (first dropping any row of the scopes
-//!    whose record is gone or finished: one left by a record deleted or
-//!    finished by hand holds nothing); otherwise answers the holders (or
-//!    that the id is taken) and writes nothing.
+//!    whose record is gone, finished or no longer names the scope: one
+//!    left by a record deleted or finished by hand holds nothing);
+//!    otherwise answers the holders (or that the id is taken) and writes
+//!    no row (a `taken` answer may have used up a fence value).
 //!
 //! Most admissions are that one call, in a transaction of its own: one
 //! round trip admits, and one answers a conflict, judged by
@@ -370,7 +375,8 @@
 //! `renew`, `transition` and `claim_for_takeover` take no scope lock, and
 //! need none: each is one statement that locks one record and updates it
 //! before deleting that record's `held_scopes` rows, which nothing else
-//! locks. Once it holds that record it waits for nothing, so it cannot close
+//! locks (an admission drops rows that hold nothing, of records gone or
+//! finished, under its scope locks). Once it holds that record it waits for nothing, so it cannot close
 //! a cycle with an admission; an admission waiting for the record re-reads
 //! it when the statement commits, and drops it if it was released.
 //!

@@ -363,7 +363,8 @@ impl Statements {
             read_holders: format!(
                 "SELECT h.scope, {record} FROM {s}.held_scopes h \
                  JOIN {s}.leases l ON l.id = h.lease_id \
-                 WHERE h.scope = ANY($1::text[]) ORDER BY h.scope"
+                 WHERE h.scope = ANY($1::text[]) AND l.is_active AND h.scope = ANY(l.scopes) \
+                 ORDER BY h.scope"
             ),
             // Fences are drawn apart from the update, then paired with the
             // holders in the plan's order (values of one sequence, sorted

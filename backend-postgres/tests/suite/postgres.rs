@@ -996,9 +996,10 @@ async fn purges_delete_scope_pairs_and_pairs_left_behind_are_ignored() {
 }
 
 /// Since migration 0010 no foreign key stops a holder's record from being
-/// deleted, or finished, by hand while its `held_scopes` rows stay: the
-/// next admission of those scopes drops the rows (nothing holds the
-/// scopes) instead of failing on them for ever.
+/// deleted, or finished, by hand while its `held_scopes` rows stay (nor
+/// its id from being admitted again on other scopes): the next admission
+/// of those scopes drops the rows (nothing holds the scopes) instead of
+/// failing on them for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing() {
     with_store(
@@ -1010,6 +1011,9 @@ async fn held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing() {
                     "finished",
                     "UPDATE $schema.leases SET status = 'failed' WHERE id = 'finished'",
                 ),
+                // The id admitted again, on another scope, once its record
+                // was deleted: its rows of the first scopes hold nothing.
+                ("reused", "DELETE FROM $schema.leases WHERE id = 'reused'"),
             ] {
                 let admitted = store
                     .admit(
@@ -1021,6 +1025,13 @@ async fn held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing() {
                     .expect("admit the holder");
                 assert!(admitted.admitted().is_some(), "{admitted:?}");
                 execute(&url, &store, by_hand).await;
+                if holder == "reused" {
+                    let again = store
+                        .admit(&AdmitRequest::new(holder, "worker-a").scope("elsewhere"))
+                        .await
+                        .expect("admit the id again");
+                    assert!(again.admitted().is_some(), "{again:?}");
+                }
                 let next = format!("after-{holder}");
                 let admitted = store
                     .admit(

@@ -529,9 +529,11 @@ impl Bug for ReleaseNamesMangled {
     }
 }
 
-/// Release notices that fit one release in one message of at most 8000
-/// bytes (PostgreSQL's `NOTIFY` payload limit), dropping the scopes past
-/// it: a store that joined a release's scopes into one payload.
+/// Release notices cut to one message of at most 8000 bytes of scope names
+/// (PostgreSQL's `NOTIFY` payload limit), dropping the scopes past it: a
+/// store that joined a release's scopes into one payload. (The bytes are
+/// counted over the subscription, which in the case that catches it hears
+/// one release.)
 #[derive(Default)]
 struct ReleasePayloadCut;
 
