@@ -116,7 +116,7 @@ pub async fn releases_name_every_scope_of_a_lease_with_the_most_scopes<S: LeaseS
         return ctx.skip(NO_NOTICES);
     };
     let scopes: Vec<String> = (0..MAX_SCOPES)
-        .map(|n| format!("{n:0>width$}", width = MAX_NAME_BYTES))
+        .map(|n| format!("{n:0>MAX_NAME_BYTES$}"))
         .collect();
     let record = admit(
         &ctx,
