@@ -28,8 +28,8 @@
 -- answers (listings join the record and check its scopes) and an
 -- admission of the same id again passes over.
 --
--- Roles that call the functions: draw_fence() is new, called by every
--- fenced write as the caller (not as the schema's owner, as next_fence()
+-- Roles that call the functions: draw_fence() and draw_fences() are new,
+-- called by fenced writes as the caller (not as the schema's owner, as next_fence()
 -- is), so where EXECUTE was revoked from PUBLIC, grant it, and keep
 -- pg_current_wal_lsn() and pg_walfile_name() executable as they are by
 -- default.
@@ -60,6 +60,31 @@ BEGIN
                 RETURN drawn;
             END IF;
             RETURN %1$s.next_fence();
+        END
+        $body$ $function$, quote_ident(current_schema()));
+END
+$migration$;
+
+-- The next `wanted` fences, ascending, each as draw_fence() draws it, in
+-- one call: a claim of many jobs draws one per job, and a function call
+-- per job cost more than the draw.
+DO $migration$
+BEGIN
+    EXECUTE format($function$
+        CREATE FUNCTION draw_fences(wanted bigint) RETURNS SETOF bigint
+        LANGUAGE plpgsql VOLATILE
+        AS $body$
+        DECLARE
+            floor bigint := %1$s.wal_timeline() * 1099511627776;
+            drawn bigint;
+        BEGIN
+            FOR i IN 1 .. wanted LOOP
+                drawn := nextval('%1$s.fence_seq');
+                IF drawn <= floor THEN
+                    drawn := %1$s.next_fence();
+                END IF;
+                RETURN NEXT drawn;
+            END LOOP;
         END
         $body$ $function$, quote_ident(current_schema()));
 END

@@ -71,8 +71,9 @@
 //!   statement; scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
-//!   takeovers, job claims and take-backs alike, through `draw_fence()`
-//!   (migrations 0008 and 0010): every fence is above the floor of the
+//!   takeovers, job claims and take-backs alike, through `draw_fence()`,
+//!   or `draw_fences(n)` for a claim of many jobs (migrations 0008 and
+//!   0010): every fence is above the floor of the
 //!   server's WAL timeline (the timeline times 2^40; the first draw on a
 //!   new timeline moves the sequence past it, through the schema owner's
 //!   `next_fence()`), so a standby promoted while it lagged (a new
@@ -147,8 +148,8 @@
 //! ([`PgStore::from_pool_with_migrations`] does the same on a pool.) The
 //! application role needs exactly these grants, given by the schema's
 //! owner after the migrations ran (again after an upgrade adds tables or
-//! functions: migration 0010 adds `draw_fence()`, which every fenced write
-//! calls):
+//! functions: migration 0010 adds `draw_fence()` and `draw_fences(bigint)`,
+//! which fenced writes call):
 //!
 //! ```sql
 //! GRANT USAGE ON SCHEMA tenure TO app;
@@ -158,8 +159,8 @@
 //! GRANT SELECT ON tenure._sqlx_migrations TO app;
 //! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
 //! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
-//!     interval, jsonb, boolean), tenure.draw_fence(), tenure.next_fence(),
-//!     tenure.timeline_floor(), tenure.wal_timeline() TO app;
+//!     interval, jsonb, boolean), tenure.draw_fence(), tenure.draw_fences(bigint),
+//!     tenure.next_fence(), tenure.timeline_floor(), tenure.wal_timeline() TO app;
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant

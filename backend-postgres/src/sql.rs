@@ -248,7 +248,7 @@ impl JobStatements {
                  ranked AS (SELECT id, row_number() OVER \
                    (ORDER BY priority DESC, run_at, created_at, id) AS claim_order FROM picked), \
                  fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
-                   FROM (SELECT {next_fence} AS fence FROM picked) drawn), \
+                   FROM {s}.draw_fences((SELECT count(*) FROM picked)) AS fence), \
                  claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
                    attempt = j.attempt + 1, fence = f.fence, \
                    lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \

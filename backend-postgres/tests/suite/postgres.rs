@@ -832,7 +832,7 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
 /// back at version 5 (0007 only replaces a function, so forgetting it is
 /// enough; 0008 replaces it again and adds the three functions dropped
 /// here; 0009 adds the release trigger; 0010 drops the side tables' foreign
-/// keys, their target and an index, and adds `draw_fence`).
+/// keys, their target and an index, and adds `draw_fence` and `draw_fences`).
 const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
      DROP COLUMN taken_back_at; \
      ALTER TABLE $schema.leases ADD CONSTRAINT leases_id_activity UNIQUE (id, is_active); \
@@ -846,6 +846,7 @@ const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back
        ADD CONSTRAINT held_scopes_lease_is_active FOREIGN KEY (lease_id, lease_active) \
          REFERENCES $schema.leases (id, is_active); \
      DROP FUNCTION $schema.draw_fence(); \
+     DROP FUNCTION $schema.draw_fences(bigint); \
      DROP INDEX $schema.leases_finished_age; \
      CREATE INDEX leases_terminal_age ON $schema.leases (updated_at) \
        WHERE status IN ('succeeded', 'failed'); \

@@ -118,6 +118,36 @@ async fn one_claim_hands_out_fences_in_claim_order() {
     .await;
 }
 
+/// A claim drawing its fences when the sequence is below the WAL
+/// timeline's floor (the first draw after a promotion, set up here by
+/// moving the sequence back) draws every one above the floor, still one
+/// per job, ascending in claim order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_below_the_timeline_floor_draws_every_fence_above_it() {
+    with_store(
+        "a_claim_below_the_timeline_floor_draws_every_fence_above_it",
+        |store, url| async move {
+            let jobs: Vec<NewJob> = (0..5)
+                .map(|n| NewJob::new("work", serde_json::json!(n)).id(format!("job-{n}")))
+                .collect();
+            store.enqueue_batch(&jobs).await.expect("enqueue");
+            execute(&url, &store, "SELECT setval('$schema.fence_seq', 5)").await;
+            let claimed = store
+                .claim(&ClaimRequest::new("work", "worker-a", LONG).limit(5))
+                .await
+                .expect("claim");
+            let fences: Vec<u64> = claimed.iter().map(|each| each.claim.fence).collect();
+            let first = fences[0];
+            assert!(
+                first > 1 << 40,
+                "a fence below the first timeline's floor: {fences:?}"
+            );
+            assert_eq!(fences, (first..first + 5).collect::<Vec<_>>());
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_jobs_are_skipped_by_claim_and_reap_and_corrupt_on_get() {
     with_store(
