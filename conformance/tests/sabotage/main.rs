@@ -509,23 +509,7 @@ struct ReleaseNamesMangled;
 #[async_trait]
 impl Bug for ReleaseNamesMangled {
     async fn releases(&self, honest: &MemoryStore) -> Result<Option<Releases>> {
-        let Some(mut honest) = honest.releases().await? else {
-            return Ok(None);
-        };
-        let mangled = ReleaseBoard::new();
-        let releases = mangled.subscribe();
-        tokio::spawn(async move {
-            loop {
-                match honest.next().await {
-                    ReleaseNotice::Freed(scope) if scope.is_ascii() && scope.len() <= 64 => {
-                        mangled.freed(&scope);
-                    }
-                    ReleaseNotice::Freed(_) => {}
-                    _ => mangled.missed(),
-                }
-            }
-        });
-        Ok(Some(releases))
+        forward_freed(honest, |scope| scope.is_ascii() && scope.len() <= 64).await
     }
 }
 
@@ -543,27 +527,39 @@ const CUT_PAYLOAD_BYTES: usize = 8000;
 #[async_trait]
 impl Bug for ReleasePayloadCut {
     async fn releases(&self, honest: &MemoryStore) -> Result<Option<Releases>> {
-        let Some(mut honest) = honest.releases().await? else {
-            return Ok(None);
-        };
-        let cut = ReleaseBoard::new();
-        let releases = cut.subscribe();
-        tokio::spawn(async move {
-            let mut carried = 0;
-            loop {
-                match honest.next().await {
-                    ReleaseNotice::Freed(scope) => {
-                        carried += scope.len();
-                        if carried <= CUT_PAYLOAD_BYTES {
-                            cut.freed(&scope);
-                        }
-                    }
-                    _ => cut.missed(),
-                }
-            }
-        });
-        Ok(Some(releases))
+        let mut carried = 0;
+        forward_freed(honest, move |scope| {
+            carried += scope.len();
+            carried <= CUT_PAYLOAD_BYTES
+        })
+        .await
     }
+}
+
+/// The honest store's release notices, forwarding only the freed scopes
+/// `keep` accepts (missed notices all pass).
+async fn forward_freed(
+    honest: &MemoryStore,
+    mut keep: impl FnMut(&str) -> bool + Send + 'static,
+) -> Result<Option<Releases>> {
+    let Some(mut honest) = honest.releases().await? else {
+        return Ok(None);
+    };
+    let forwarded = ReleaseBoard::new();
+    let releases = forwarded.subscribe();
+    tokio::spawn(async move {
+        loop {
+            match honest.next().await {
+                ReleaseNotice::Freed(scope) => {
+                    if keep(&scope) {
+                        forwarded.freed(&scope);
+                    }
+                }
+                _ => forwarded.missed(),
+            }
+        }
+    });
+    Ok(Some(releases))
 }
 
 /// Admission without scope exclusion: admits with the scopes stripped and
