@@ -98,11 +98,18 @@ struct Lines {
     next_ticket: u64,
 }
 
-/// One line: tickets in arrival order, and the signal that its first
-/// ticket changed.
+/// One line: tickets in arrival order.
 #[derive(Debug, Default)]
 struct Line {
-    tickets: VecDeque<u64>,
+    tickets: VecDeque<Ticket>,
+}
+
+/// A caller's number in a line, and the signal that its turn began: each
+/// has its own, so a turn that begins wakes the one caller it is for, not
+/// the whole line.
+#[derive(Debug)]
+struct Ticket {
+    number: u64,
     turn: Arc<Notify>,
 }
 
@@ -217,13 +224,21 @@ impl<S: LeaseStore> Waiter<S> {
         let mut lines = self.lines();
         let ticket = lines.next_ticket;
         lines.next_ticket += 1;
-        let line = lines.by_scopes.entry(scopes.clone()).or_default();
-        line.tickets.push_back(ticket);
+        let turn = Arc::new(Notify::new());
+        lines
+            .by_scopes
+            .entry(scopes.clone())
+            .or_default()
+            .tickets
+            .push_back(Ticket {
+                number: ticket,
+                turn: Arc::clone(&turn),
+            });
         Place {
             lines: &self.lines,
             scopes,
             ticket,
-            turn: Arc::clone(&line.turn),
+            turn,
         }
     }
 
@@ -260,7 +275,7 @@ impl Place<'_> {
             .by_scopes
             .get(self.scopes)
             .and_then(|line| line.tickets.front())
-            == Some(&self.ticket)
+            .is_some_and(|first| first.number == self.ticket)
     }
 
     /// Waits until this ticket is first in its line: true, or false when
@@ -288,12 +303,22 @@ impl Drop for Place<'_> {
         let Some(line) = lines.by_scopes.get_mut(self.scopes) else {
             return;
         };
-        let was_first = line.tickets.front() == Some(&self.ticket);
-        line.tickets.retain(|&ticket| ticket != self.ticket);
+        if line
+            .tickets
+            .front()
+            .is_some_and(|first| first.number == self.ticket)
+        {
+            line.tickets.pop_front();
+            if let Some(next) = line.tickets.front() {
+                // Stored if the next caller is between looking and
+                // waiting, so its turn is never missed.
+                next.turn.notify_one();
+            }
+        } else {
+            line.tickets.retain(|ticket| ticket.number != self.ticket);
+        }
         if line.tickets.is_empty() {
             lines.by_scopes.remove(self.scopes);
-        } else if was_first {
-            line.turn.notify_waiters();
         }
     }
 }
