@@ -335,11 +335,17 @@ pub async fn reset_connection_is_retryable_unknown(rig: NetworkRig) {
         matches!(renewal, Renewal::Renewed { .. }),
         "renew after the reset: {renewal:?}"
     );
+    // The cut admission's outcome is unknown: the server may still commit
+    // it while these reads run (PostgreSQL finishes a statement whose
+    // client is gone). A proxied read bracketed by two direct ones must
+    // see what one of them saw.
+    let direct_before = answered("read directly", || rig.direct.get(&request.id)).await;
     let seen_proxied = answered("read behind the faults", || rig.proxied.get(&request.id)).await;
-    let seen_direct = answered("read directly", || rig.direct.get(&request.id)).await;
-    assert_eq!(
-        seen_proxied, seen_direct,
-        "the proxied store reads stale data"
+    let direct_after = answered("read directly again", || rig.direct.get(&request.id)).await;
+    assert!(
+        seen_proxied == direct_before || seen_proxied == direct_after,
+        "the proxied store reads stale data: {seen_proxied:?}, directly before {direct_before:?} \
+         and after {direct_after:?}"
     );
 }
 
