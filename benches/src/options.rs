@@ -54,6 +54,11 @@ measured in the same run.
                   TENURE_ETCD_URL)
   --mysql-url URL MySQL or MariaDB server, mysql://user@host:port/database
                   (overrides TENURE_MYSQL_URL)
+  --redis-floor   Redis's baselines become the script floors instead of the
+                  bare commands: an admission, a fenced renewal, a claim and
+                  a completion doing the least tenure's must on its own
+                  layout (a fence with its failover check, the indexes its
+                  reads need), to tell the layout's cost from the scripts'
   --no-progress   never show the progress bar
   -h, --help      this text
 ";
@@ -416,6 +421,9 @@ pub struct Options {
     pub etcd_url: Option<String>,
     /// MySQL server URL.
     pub mysql_url: Option<String>,
+    /// Whether Redis's baselines are the script floors (`--redis-floor`)
+    /// rather than the bare commands.
+    pub redis_floor: bool,
     /// Whether a progress bar may be shown (it is hidden anyway when stdout
     /// is not a terminal).
     pub progress: bool,
@@ -435,6 +443,7 @@ impl fmt::Debug for Options {
             .field("redis_url", &redacted(&self.redis_url))
             .field("etcd_url", &redacted(&self.etcd_url))
             .field("mysql_url", &redacted(&self.mysql_url))
+            .field("redis_floor", &self.redis_floor)
             .field("progress", &self.progress)
             .finish()
     }
@@ -454,6 +463,7 @@ impl Options {
             redis_url: non_empty_var(REDIS_URL_VAR),
             etcd_url: non_empty_var(ETCD_URL_VAR),
             mysql_url: non_empty_var(MYSQL_URL_VAR),
+            redis_floor: false,
             progress: true,
         }
     }
@@ -514,6 +524,7 @@ where
                 );
             }
             "--no-progress" => options.progress = false,
+            "--redis-floor" => options.redis_floor = true,
             "--out" => options.out_dir = PathBuf::from(value("--out")?),
             "--pg-url" => options.pg_url = Some(value("--pg-url")?),
             "--redis-url" => options.redis_url = Some(value("--redis-url")?),
@@ -650,6 +661,8 @@ mod tests {
         assert_eq!(options.backends, [BackendKind::Redis, BackendKind::Sqlite]);
         assert_eq!(options.scenarios, [ScenarioKind::Queue]);
         assert_eq!(options.preset, "quick");
+        assert!(!options.redis_floor);
+        assert!(run(&["--redis-floor"]).redis_floor);
         assert!(parse(["--backend".to_owned(), "oracle".to_owned()]).is_err());
         assert!(parse(["--out".to_owned()]).is_err());
     }

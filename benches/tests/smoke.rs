@@ -1,7 +1,8 @@
 //! Every scenario on memory and SQLite at tiny sizes: no timing is asserted,
 //! only that the runs are sane (no duplicate job, no stale write, no overlap,
 //! no early takeover, counts that add up) and that every figure lands in the
-//! report.
+//! report. Redis's script floors (`--redis-floor`) likewise, on the shared
+//! server or a private one.
 //!
 //! The tiny sizes' leases are short (a 60 ms takeover ttl, 600 ms heartbeat
 //! leases), so on a loaded machine deadlines are missed while every safety
@@ -175,4 +176,61 @@ async fn every_scenario_runs_sanely_on_memory() {
 async fn every_scenario_runs_sanely_on_sqlite() {
     let out = tempfile::tempdir().expect("temp dir");
     check(&tiny_run(BackendKind::Sqlite, out.path()).await);
+}
+
+/// The script floors stand in for Redis's baselines and keep the books the
+/// bare ones keep: every admission renewed by its own fence, every job
+/// claimed once and completed by the fence it was handed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_script_floors_run_sanely() {
+    let Some(url) = tenure_test_support::shared::redis_url_for("redis_script_floors_run_sanely")
+    else {
+        return;
+    };
+    let out = tempfile::tempdir().expect("temp dir");
+    let options = Options {
+        backends: vec![BackendKind::Redis],
+        scenarios: vec![
+            ScenarioKind::SingleOp,
+            ScenarioKind::Queue,
+            ScenarioKind::QueueBatch,
+        ],
+        sizes: Sizes::tiny(),
+        preset: "tiny",
+        out_dir: out.path().to_path_buf(),
+        redis_url: Some(url),
+        redis_floor: true,
+        progress: false,
+        ..Options::standard()
+    };
+    let report = tenure_benches::run(&options, &Progress::hidden())
+        .await
+        .expect("the floors run");
+    assert_eq!(report.safety_violations(), Vec::<String>::new());
+    let entry = &report.backends[0];
+    let single = entry.single_op.as_ref().expect("single-op ran");
+    assert!(
+        single.raw_baseline.contains("script floors"),
+        "{}",
+        single.raw_baseline
+    );
+    assert!(
+        single.ops.iter().all(|op| op.raw.ops > 0),
+        "{:?}",
+        single.ops
+    );
+    let queue = entry.queue.as_ref().expect("queue ran");
+    assert_eq!(queue.raw.completed, Sizes::tiny().queue_jobs as u64);
+    assert_eq!(
+        (queue.raw.duplicates, queue.raw.refused_completions),
+        (0, 0)
+    );
+    let batch = entry.queue_batch.as_ref().expect("queue-batch ran");
+    for point in &batch.points {
+        assert_eq!(point.raw.completed, point.jobs as u64, "{point:?}");
+        assert_eq!(
+            (point.raw.duplicates, point.raw.refused_completions),
+            (0, 0)
+        );
+    }
 }

@@ -280,7 +280,7 @@ pub async fn open(kind: BackendKind, options: &Options) -> BenchResult<Backend> 
                 .redis_url
                 .as_deref()
                 .ok_or_else(|| missing_url(crate::options::REDIS_URL_VAR))?;
-            redis::open(url).await
+            redis::open(url, options.redis_floor).await
         }
         BackendKind::Etcd => {
             let url = options

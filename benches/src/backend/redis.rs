@@ -4,7 +4,8 @@
 //! minimal compare-and-set script for the fenced writes, `LMOVE` for the
 //! bare claim. The peer lock is `SET NX PX` with a compare-and-delete.
 //! Waiters queue in a list per scope, each as the key of its own wake-up
-//! list, which it `BLPOP`s on a connection of its own.
+//! list, which it `BLPOP`s on a connection of its own. With `--redis-floor`
+//! the baselines are the script floors instead ([`floor`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,8 @@ use super::{
 use crate::options::BackendKind;
 use crate::BenchResult;
 
+mod floor;
+
 /// Extends the key's expiry when its value is the expected `owner:fence`.
 const CAS_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
@@ -34,8 +37,9 @@ const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 const WAKE_NEXT_SCRIPT: &str = "local waiter = redis.call('LPOP', KEYS[1]) \
      if waiter then redis.call('RPUSH', waiter, 1) return 1 end return 0";
 
-/// A store in a fresh namespace and a bare connection beside it.
-pub(super) async fn open(url: &str) -> BenchResult<Backend> {
+/// A store in a fresh namespace and a bare connection beside it; the
+/// baselines are the script floors when `floor` is set.
+pub(super) async fn open(url: &str, floor: bool) -> BenchResult<Backend> {
     let namespace = super::unique_name("bench");
     let store = Arc::new(RedisStore::connect(RedisConfig::new(url, namespace.as_str())).await?);
     let client = redis::Client::open(url)?;
@@ -48,11 +52,16 @@ pub(super) async fn open(url: &str) -> BenchResult<Backend> {
         release: Script::new(RELEASE_SCRIPT),
         wake_next: Script::new(WAKE_NEXT_SCRIPT),
     });
+    let baseline: Arc<dyn RawBaseline> = if floor {
+        floor::ScriptFloor::new(RawRedis::clone(&raw))
+    } else {
+        raw.clone()
+    };
     Ok(Backend {
         kind: BackendKind::Redis,
         store: store.clone(),
         queue: store.clone(),
-        raw: raw.clone(),
+        raw: baseline,
         peer: raw.clone(),
         wake_ups: raw.clone(),
         tables: None,
