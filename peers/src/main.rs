@@ -111,6 +111,12 @@ async fn main() -> Result<()> {
     outcome
 }
 
+/// `url` with `pair` added to its query (the URL's own options kept).
+fn with_query(url: &str, pair: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{pair}")
+}
+
 /// `url` with its database (the last path segment) replaced by `database`.
 fn database_url(url: &str, database: &str) -> Result<String> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -162,8 +168,9 @@ async fn delete_keys(redis_url: &str, run: &str) -> Result<usize> {
 }
 
 async fn bench(options: &Options, db_url: &str, run: &str) -> Result<()> {
-    let tenure_pg = tenure::connect(&format!("{db_url}?schema=tenure")).await?;
-    let tenure_redis = tenure::connect(&format!("{}?namespace={run}", options.redis_url)).await?;
+    let tenure_pg = tenure::connect(&with_query(db_url, "schema=tenure")).await?;
+    let tenure_redis =
+        tenure::connect(&with_query(&options.redis_url, &format!("namespace={run}"))).await?;
     let pool = apalis_postgres::PgPool::connect(db_url).await?;
     apalis_postgres::PostgresStorage::setup(&pool).await?;
     let redlock = rslock::LockManager::new(vec![options.redis_url.as_str()]);
