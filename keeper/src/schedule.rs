@@ -4,8 +4,9 @@
 //!
 //! Why it is shaped this way:
 //! * **The tick is the id.** Ticks are a fixed interval aligned to the Unix
-//!   epoch, and a tick's run id is derived from the schedule's name and the
-//!   tick's start ([`Schedule::run_id`]). Every host admits that id
+//!   epoch ([`Schedule::every`]) or the occurrences of a cron expression in
+//!   a time zone ([`Schedule::cron`]), and a tick's run id is derived from
+//!   the schedule's name and the tick's start ([`Schedule::run_id`]). Every host admits that id
 //!   ([`AdmitStrategy::Reject`](tenure_lease_core::AdmitStrategy::Reject), the
 //!   default): the store creates it once, and every other host is answered
 //!   `AlreadyExists`, so the tick has one winner however many hosts race.
@@ -24,6 +25,10 @@
 //!   (the run is completed `Failed`, [`LATE`]): the next tick's winner may
 //!   already have reported it missed, and a tick is never both reported
 //!   missed and delivered.
+//! * **Wall clocks are mapped to instants once, the same way on every
+//!   host.** A cron time the clocks skip (a daylight-saving gap) ticks at
+//!   the gap's end; one they repeat ticks once, at its first occurrence; a
+//!   cron time that lands on the same instant as another is one tick.
 //! * **A purged tick can fire again.** Only a tick's run record stops a
 //!   second delivery: keep finished runs (`purge` retention) for longer
 //!   than the interval (and than the look-back horizon, or purged ticks
@@ -38,7 +43,10 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use chrono::SecondsFormat;
+use chrono::{LocalResult, NaiveDateTime, Offset, SecondsFormat, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds, Year};
+use croner::Cron;
 use futures_util::future::BoxFuture;
 use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -78,10 +86,17 @@ pub const LATE: &str = "late: admitted after its tick ended or after the next ti
 /// The longest tick start as a run id renders it, to check name lengths.
 const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 
-/// A named schedule of ticks every `interval`, aligned to the Unix epoch
-/// (tick `n` starts at `n × interval` after 1970-01-01T00:00:00Z), each
-/// delivered once among every host that fires it
-/// ([contract §14](tenure_lease_core::contract)).
+/// The longest run of wall-clock time a zone has ever skipped (Samoa
+/// skipped 30 December 2011), in minutes: how far past a skipped cron time
+/// its tick is looked for.
+const LONGEST_GAP_MINUTES: i64 = 24 * 60;
+
+/// A named schedule of ticks, each delivered once among every host that
+/// fires it ([contract §14](tenure_lease_core::contract)): every `interval`,
+/// aligned to the Unix epoch (tick `n` starts at `n × interval` after
+/// 1970-01-01T00:00:00Z; [`every`](Schedule::every)), or at the
+/// occurrences of a cron expression in a time zone
+/// ([`cron`](Schedule::cron)).
 ///
 /// The store's clock says which tick is due, so hosts whose clocks disagree
 /// still agree on it. A tick's run id is derived from the name and the
@@ -127,8 +142,18 @@ const WIDEST_TICK: &str = "0000-01-01T00:00:00.000000Z";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     name: String,
-    interval: Duration,
+    cadence: Cadence,
     lookback: u32,
+}
+
+/// Where a schedule's ticks start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cadence {
+    /// Every interval, aligned to the Unix epoch.
+    Every(Duration),
+    /// At the occurrences of a cron expression in a time zone (boxed: a
+    /// parsed expression is large beside an interval).
+    Cron(Box<CronTimes>),
 }
 
 /// One tick of a [`Schedule`]: `[start, end)` in store time.
@@ -172,18 +197,7 @@ impl Schedule {
     /// interval is outside [`MIN_INTERVAL`] to [`MAX_INTERVAL`] or not a
     /// whole number of microseconds.
     pub fn every(name: impl Into<String>, interval: Duration) -> Result<Self, Error> {
-        let name = name.into();
-        let names_runs = validate::lease_id(&name)
-            .and_then(|()| validate::lease_id(&format!("{name}@{WIDEST_TICK}")));
-        if names_runs.is_err() {
-            return Err(Error::invalid_input(
-                "name",
-                format_args!(
-                    "{name:?} cannot name runs: it must be 1 to {} bytes without control characters",
-                    validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1
-                ),
-            ));
-        }
+        let name = run_name(name.into())?;
         if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval)
             || interval.subsec_nanos() % 1_000 != 0
         {
@@ -196,7 +210,80 @@ impl Schedule {
         }
         Ok(Schedule {
             name,
-            interval,
+            cadence: Cadence::Every(interval),
+            lookback: DEFAULT_LOOKBACK,
+        })
+    }
+
+    /// A schedule named `name` ticking at the times a five-field cron
+    /// `expression` (minute, hour, day of month, month, day of week; `*`,
+    /// lists, ranges, steps, names such as `MON` and `JAN`, and `@daily`
+    /// and the other nicknames) names on the wall clocks of `time_zone`
+    /// (an IANA name such as `Europe/Berlin`, or `UTC`), looking back
+    /// [`DEFAULT_LOOKBACK`] ticks for missed ones. Each tick lasts until
+    /// the next one starts.
+    ///
+    /// Daylight-saving changes: a time the clocks skip ticks at the end of
+    /// the gap (`30 2 * * *` in `America/New_York` ticks at 03:00 on the
+    /// day clocks go from 02:00 to 03:00); a time they repeat ticks once,
+    /// at its first occurrence (`30 1 * * *` on the day 01:00–02:00 happens
+    /// twice); two times landing on one instant are one tick.
+    ///
+    /// ```
+    /// use tenure_keeper::Schedule;
+    ///
+    /// let weekdays = Schedule::cron("digest", "0 9 * * MON-FRI", "Europe/Berlin")?;
+    /// let tick = weekdays.tick_at("2026-12-07T10:00:00Z".parse()?);
+    /// // 09:00 in Berlin, an hour ahead of UTC in December.
+    /// assert_eq!(weekdays.run_id(tick), "digest@2026-12-07T08:00:00Z");
+    /// assert_eq!(tick.end(), "2026-12-08T08:00:00Z".parse::<chrono::DateTime<chrono::Utc>>()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] when `name` cannot name runs (as for
+    /// [`every`](Schedule::every)), when `expression` is not a five-field
+    /// cron expression or names no time that exists (`0 0 30 2 *`), or when
+    /// `time_zone` is not a time zone of the IANA database.
+    pub fn cron(name: impl Into<String>, expression: &str, time_zone: &str) -> Result<Self, Error> {
+        let name = run_name(name.into())?;
+        let zone: Tz = time_zone.parse().map_err(|_| {
+            Error::invalid_input(
+                "time_zone",
+                format_args!(
+                    "{time_zone:?} is not a time zone of the IANA database (e.g. \"Europe/Berlin\", \"UTC\")"
+                ),
+            )
+        })?;
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build()
+            .parse(expression)
+            .map_err(|error| {
+                Error::invalid_input(
+                    "cron",
+                    format_args!(
+                        "{expression:?} is not a five-field cron expression (minute hour day-of-month month day-of-week): {error}"
+                    ),
+                )
+            })?;
+        let times = CronTimes {
+            expression: expression.to_owned(),
+            cron,
+            zone,
+        };
+        let reference = Utc.with_ymd_and_hms(2000, 1, 1, 0, 0, 0).single();
+        if reference.and_then(|at| times.start_after(at)).is_none() {
+            return Err(Error::invalid_input(
+                "cron",
+                format_args!("{expression:?} names no time that exists"),
+            ));
+        }
+        Ok(Schedule {
+            name,
+            cadence: Cadence::Cron(Box::new(times)),
             lookback: DEFAULT_LOOKBACK,
         })
     }
@@ -222,9 +309,21 @@ impl Schedule {
         &self.name
     }
 
-    /// The time between ticks.
-    pub fn interval(&self) -> Duration {
-        self.interval
+    /// The time between ticks of a fixed-interval schedule; `None` for a
+    /// cron schedule, whose ticks are as far apart as its expression says.
+    pub fn interval(&self) -> Option<Duration> {
+        match &self.cadence {
+            Cadence::Every(interval) => Some(*interval),
+            Cadence::Cron(_) => None,
+        }
+    }
+
+    /// A cron schedule's expression and time zone (its IANA name).
+    pub fn cron_expression(&self) -> Option<(&str, &str)> {
+        match &self.cadence {
+            Cadence::Every(_) => None,
+            Cadence::Cron(times) => Some((&times.expression, times.zone.name())),
+        }
     }
 
     /// How many ticks back a winner looks for missed ones.
@@ -234,13 +333,44 @@ impl Schedule {
 
     /// The tick `instant` (store time) falls in.
     pub fn tick_at(&self, instant: Timestamp) -> Tick {
-        let step = self.step();
-        let micros = clock::to_micros(instant);
-        self.tick_starting(micros - micros.rem_euclid(step))
-            .unwrap_or(Tick {
-                start: instant,
-                end: clock::add(instant, self.interval),
-            })
+        let tick = match &self.cadence {
+            Cadence::Every(interval) => {
+                let step = clock::micros_rounded_up(*interval);
+                let micros = clock::to_micros(instant);
+                tick_of(*interval, micros - micros.rem_euclid(step))
+            }
+            Cadence::Cron(times) => times
+                .start_at_or_before(instant)
+                .and_then(|start| times.tick_starting(start)),
+        };
+        // Only at the ends of the representable range.
+        tick.unwrap_or(Tick {
+            start: instant,
+            end: clock::add(instant, self.interval().unwrap_or(MIN_INTERVAL)),
+        })
+    }
+
+    /// The tick after `tick`; `None` past the representable range.
+    pub fn tick_after(&self, tick: Tick) -> Option<Tick> {
+        match &self.cadence {
+            Cadence::Every(interval) => tick_of(*interval, clock::to_micros(tick.end)),
+            Cadence::Cron(times) => times.tick_starting(tick.end),
+        }
+    }
+
+    /// The tick before `tick`; `None` before the representable range (or
+    /// before a cron expression's first time).
+    pub fn tick_before(&self, tick: Tick) -> Option<Tick> {
+        match &self.cadence {
+            Cadence::Every(interval) => tick_of(
+                *interval,
+                clock::to_micros(tick.start).checked_sub(clock::micros_rounded_up(*interval))?,
+            ),
+            Cadence::Cron(times) => {
+                let start = times.start_at_or_before(tick.start - TimeDelta::microseconds(1))?;
+                times.tick_starting(start)
+            }
+        }
     }
 
     /// The run id of `tick`: `"{name}@{start}"`, the start in RFC 3339 UTC
@@ -283,25 +413,6 @@ impl Schedule {
             async move { delivery.await.map_err(|error| error.to_string()) }
         })
         .await
-    }
-
-    /// The tick's length in microseconds (whole, at least 1000).
-    fn step(&self) -> i64 {
-        clock::micros_rounded_up(self.interval)
-    }
-
-    fn tick_starting(&self, start: i64) -> Option<Tick> {
-        let end = start.checked_add(self.step())?;
-        Some(Tick {
-            start: clock::from_micros(start)?,
-            end: clock::from_micros(end)?,
-        })
-    }
-
-    /// The tick `offset` ticks after `tick` (before it when negative).
-    fn shifted(&self, tick: Tick, offset: i64) -> Option<Tick> {
-        let start = clock::to_micros(tick.start).checked_add(offset.checked_mul(self.step())?)?;
-        self.tick_starting(start)
     }
 
     async fn fire<F, Fut>(
@@ -404,7 +515,7 @@ impl Schedule {
                 return true;
             }
         }
-        let Some(next) = self.shifted(tick, 1) else {
+        let Some(next) = self.tick_after(tick) else {
             return false;
         };
         match reads.get(&self.run_id(next)).await {
@@ -420,10 +531,12 @@ impl Schedule {
     /// did.
     async fn look_back(&self, reads: &Reads<'_>, tick: Tick) -> Missed {
         let mut missed = Vec::new();
-        for back in 1..=i64::from(self.lookback) {
-            let Some(earlier) = self.shifted(tick, -back) else {
+        let mut earlier = tick;
+        for _ in 0..self.lookback {
+            let Some(before) = self.tick_before(earlier) else {
                 break;
             };
+            earlier = before;
             match reads.get(&self.run_id(earlier)).await {
                 Ok(Some(_)) => {
                     missed.reverse();
@@ -440,6 +553,157 @@ impl Schedule {
             }
         }
         Missed::BeyondHorizon
+    }
+}
+
+/// `name`, when runs can be named after it and any tick.
+fn run_name(name: String) -> Result<String, Error> {
+    let names_runs = validate::lease_id(&name)
+        .and_then(|()| validate::lease_id(&format!("{name}@{WIDEST_TICK}")));
+    if names_runs.is_err() {
+        return Err(Error::invalid_input(
+            "name",
+            format_args!(
+                "{name:?} cannot name runs: it must be 1 to {} bytes without control characters",
+                validate::MAX_NAME_BYTES - WIDEST_TICK.len() - 1
+            ),
+        ));
+    }
+    Ok(name)
+}
+
+/// The fixed-interval tick starting `start` microseconds after the epoch.
+fn tick_of(interval: Duration, start: i64) -> Option<Tick> {
+    let end = start.checked_add(clock::micros_rounded_up(interval))?;
+    Some(Tick {
+        start: clock::from_micros(start)?,
+        end: clock::from_micros(end)?,
+    })
+}
+
+/// A cron expression's times on a time zone's wall clocks, as instants.
+///
+/// Croner finds the wall-clock times (it is asked in UTC, where no clock
+/// jumps); [`instant_of`](CronTimes::instant_of) maps each to its instant,
+/// never decreasing as wall-clock time increases, so the ticks are the
+/// distinct instants in order.
+#[derive(Debug, Clone)]
+struct CronTimes {
+    expression: String,
+    cron: Cron,
+    zone: Tz,
+}
+
+impl PartialEq for CronTimes {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.expression, self.zone) == (&other.expression, other.zone)
+    }
+}
+
+impl Eq for CronTimes {}
+
+impl CronTimes {
+    /// The tick starting at `start`, a time of the expression.
+    fn tick_starting(&self, start: Timestamp) -> Option<Tick> {
+        Some(Tick {
+            start,
+            end: self.start_after(start)?,
+        })
+    }
+
+    /// The instant wall-clock time `local` names: the earlier of two in a
+    /// repeated hour, the end of the gap for a time the clocks skip.
+    fn instant_of(&self, local: NaiveDateTime) -> Option<Timestamp> {
+        let found = match self.zone.from_local_datetime(&local) {
+            LocalResult::Single(at) => Some(at),
+            LocalResult::Ambiguous(earlier, later) => Some(earlier.min(later)),
+            LocalResult::None => (1..=LONGEST_GAP_MINUTES).find_map(|minutes| {
+                let after = local.checked_add_signed(TimeDelta::minutes(minutes))?;
+                self.zone.from_local_datetime(&after).earliest()
+            }),
+        };
+        found.map(|at| at.with_timezone(&Utc))
+    }
+
+    /// The zone's offset from UTC at `instant`, in seconds.
+    fn offset_at(&self, instant: Timestamp) -> i64 {
+        i64::from(
+            self.zone
+                .offset_from_utc_datetime(&instant.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        )
+    }
+
+    /// The expression's next wall-clock time after (or from, `inclusive`)
+    /// `local`, or its previous one before (or at) it.
+    fn wall_time(
+        &self,
+        local: NaiveDateTime,
+        forward: bool,
+        inclusive: bool,
+    ) -> Option<NaiveDateTime> {
+        // Croner keeps a start's fraction of a second in what it finds; the
+        // expression's times are whole minutes, so a start between seconds
+        // is moved to the whole second on the side searched.
+        let (mut local, mut inclusive) = (local, inclusive);
+        let fraction = local.and_utc().timestamp_subsec_nanos();
+        if fraction != 0 {
+            let whole = local.checked_sub_signed(TimeDelta::nanoseconds(i64::from(fraction)))?;
+            local = if forward {
+                whole.checked_add_signed(TimeDelta::seconds(1))?
+            } else {
+                whole
+            };
+            inclusive = true;
+        }
+        let from = Utc.from_utc_datetime(&local);
+        let found = if forward {
+            self.cron.find_next_occurrence(&from, inclusive)
+        } else {
+            self.cron.find_previous_occurrence(&from, inclusive)
+        };
+        found.ok().map(|at| at.naive_utc())
+    }
+
+    /// The latest instant of the expression at or before `instant`.
+    fn start_at_or_before(&self, instant: Timestamp) -> Option<Timestamp> {
+        // No wall-clock time later than `instant` read at the larger of the
+        // offsets of the day before it names an instant at or before it.
+        let offset = self
+            .offset_at(instant)
+            .max(self.offset_at(instant - TimeDelta::days(1)));
+        let latest = instant
+            .naive_utc()
+            .checked_add_signed(TimeDelta::seconds(offset))?;
+        let mut local = self.wall_time(latest, false, true)?;
+        loop {
+            let at = self.instant_of(local)?;
+            if at <= instant {
+                return Some(at);
+            }
+            local = self.wall_time(local, false, false)?;
+        }
+    }
+
+    /// The earliest instant of the expression after `instant`.
+    fn start_after(&self, instant: Timestamp) -> Option<Timestamp> {
+        // No wall-clock time earlier than `instant` read at the smaller of
+        // the offsets of the day after it names an instant after it.
+        let offset = self
+            .offset_at(instant)
+            .min(self.offset_at(instant + TimeDelta::days(1)));
+        let earliest = instant
+            .naive_utc()
+            .checked_add_signed(TimeDelta::seconds(offset))?;
+        let mut local = self.wall_time(earliest, true, true)?;
+        loop {
+            let at = self.instant_of(local)?;
+            if at > instant {
+                return Some(at);
+            }
+            local = self.wall_time(local, true, false)?;
+        }
     }
 }
 
@@ -990,12 +1254,136 @@ mod tests {
     fn neighbouring_ticks_are_one_interval_apart() {
         let schedule = Schedule::every("s", Duration::from_secs(90)).unwrap();
         let tick = schedule.tick_at(at("2026-11-29T10:00:00Z"));
-        let next = schedule.shifted(tick, 1).unwrap();
+        let next = schedule.tick_after(tick).unwrap();
         assert_eq!(next.start(), tick.end());
-        assert_eq!(schedule.shifted(next, -1), Some(tick));
+        assert_eq!(schedule.tick_before(next), Some(tick));
+        let before = schedule.tick_before(tick).unwrap();
+        assert_eq!(before.end(), tick.start());
         assert_eq!(
-            schedule.shifted(tick, -3).unwrap().end(),
-            schedule.shifted(tick, -2).unwrap().start()
+            schedule.tick_at(before.end() - TimeDelta::microseconds(1)),
+            before
+        );
+    }
+
+    /// The ticks of `schedule` from the one at `from` on, as run ids.
+    fn run_ids(schedule: &Schedule, from: &str, count: usize) -> Vec<String> {
+        std::iter::successors(Some(schedule.tick_at(at(from))), |tick| {
+            schedule.tick_after(*tick)
+        })
+        .take(count)
+        .map(|tick| schedule.run_id(tick))
+        .collect()
+    }
+
+    #[test]
+    fn cron_ticks_follow_the_zones_wall_clocks() {
+        let weekdays = Schedule::cron("d", "0 9 * * MON-FRI", "Europe/Berlin").unwrap();
+        // Friday 4 December 2026, 09:00 in Berlin (UTC+1), then Monday.
+        assert_eq!(
+            run_ids(&weekdays, "2026-12-04T12:00:00Z", 2),
+            ["d@2026-12-04T08:00:00Z", "d@2026-12-07T08:00:00Z"]
+        );
+        let tick = weekdays.tick_at(at("2026-12-05T23:59:59Z"));
+        assert_eq!(
+            tick.start(),
+            at("2026-12-04T08:00:00Z"),
+            "the weekend is inside Friday's tick"
+        );
+        assert_eq!(
+            weekdays.tick_at(tick.start()),
+            tick,
+            "a tick starts where its time is"
+        );
+        assert_eq!(
+            weekdays
+                .tick_at(tick.start() - TimeDelta::microseconds(1))
+                .end(),
+            tick.start()
+        );
+        assert_eq!(
+            weekdays.tick_before(tick).unwrap().start(),
+            at("2026-12-03T08:00:00Z")
+        );
+        assert_eq!(weekdays.interval(), None);
+        assert_eq!(
+            weekdays.cron_expression(),
+            Some(("0 9 * * MON-FRI", "Europe/Berlin"))
+        );
+
+        let nickname = Schedule::cron("n", "@daily", "UTC").unwrap();
+        assert_eq!(
+            run_ids(&nickname, "2026-12-04T12:00:00Z", 1),
+            ["n@2026-12-04T00:00:00Z"]
+        );
+        // 29 February: four years apart.
+        let leap = Schedule::cron("l", "0 0 29 2 *", "UTC").unwrap();
+        assert_eq!(
+            run_ids(&leap, "2026-12-04T00:00:00Z", 2),
+            ["l@2024-02-29T00:00:00Z", "l@2028-02-29T00:00:00Z"]
+        );
+    }
+
+    #[test]
+    fn a_skipped_cron_time_ticks_at_the_end_of_the_gap() {
+        // New York, 14 March 2027: clocks go from 02:00 EST to 03:00 EDT.
+        let nightly = Schedule::cron("n", "30 2 * * *", "America/New_York").unwrap();
+        assert_eq!(
+            run_ids(&nightly, "2027-03-13T12:00:00Z", 3),
+            [
+                "n@2027-03-13T07:30:00Z", // 02:30 EST
+                "n@2027-03-14T07:00:00Z", // 03:00 EDT, the gap's end
+                "n@2027-03-15T06:30:00Z", // 02:30 EDT
+            ]
+        );
+        // 02:00, 02:30 and 03:00 land on one instant: one tick.
+        let both = Schedule::cron("b", "0,30 2,3 * * *", "America/New_York").unwrap();
+        assert_eq!(
+            run_ids(&both, "2027-03-14T06:59:00Z", 4),
+            [
+                "b@2027-03-13T08:30:00Z", // 03:30 EST on the 13th
+                "b@2027-03-14T07:00:00Z", // 02:00, 02:30 and 03:00 EDT
+                "b@2027-03-14T07:30:00Z", // 03:30 EDT
+                "b@2027-03-15T06:00:00Z", // 02:00 EDT on the 15th
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_cron_time_ticks_once_at_its_first_occurrence() {
+        // New York, 7 November 2027: clocks go from 02:00 EDT back to 01:00 EST.
+        let nightly = Schedule::cron("n", "30 1 * * *", "America/New_York").unwrap();
+        assert_eq!(
+            run_ids(&nightly, "2027-11-06T12:00:00Z", 3),
+            [
+                "n@2027-11-06T05:30:00Z", // 01:30 EDT
+                "n@2027-11-07T05:30:00Z", // 01:30 EDT, not again at 01:30 EST
+                "n@2027-11-08T06:30:00Z", // 01:30 EST
+            ]
+        );
+        let second_pass = at("2027-11-07T06:45:00Z"); // 01:45 EST
+        assert_eq!(
+            nightly.tick_at(second_pass).start(),
+            at("2027-11-07T05:30:00Z")
+        );
+
+        let half_hourly = Schedule::cron("h", "*/30 * * * *", "America/New_York").unwrap();
+        assert_eq!(
+            run_ids(&half_hourly, "2027-11-07T05:00:00Z", 4),
+            [
+                "h@2027-11-07T05:00:00Z", // 01:00 EDT
+                "h@2027-11-07T05:30:00Z", // 01:30 EDT, until 02:00 EST
+                "h@2027-11-07T07:00:00Z", // 02:00 EST
+                "h@2027-11-07T07:30:00Z",
+            ]
+        );
+        let tick = half_hourly.tick_at(at("2027-11-07T06:15:00Z")); // 01:15 EST
+        assert_eq!(
+            (tick.start(), tick.end()),
+            (at("2027-11-07T05:30:00Z"), at("2027-11-07T07:00:00Z"))
+        );
+        assert_eq!(
+            half_hourly.tick_before(half_hourly.tick_after(tick).unwrap()),
+            Some(tick)
         );
     }
 
@@ -1019,6 +1407,22 @@ mod tests {
             "interval",
         );
         refused(Schedule::every("s", MAX_INTERVAL + second), "interval");
+        refused(Schedule::cron("", "* * * * *", "UTC"), "name");
+        for bad in [
+            "",
+            "* * * *",
+            "0 * * * * *",
+            "61 * * * *",
+            "every day",
+            "0 0 30 2 *",
+        ] {
+            refused(Schedule::cron("s", bad, "UTC"), "cron");
+        }
+        refused(
+            Schedule::cron("s", "* * * * *", "Mars/Olympus"),
+            "time_zone",
+        );
+        refused(Schedule::cron("s", "* * * * *", ""), "time_zone");
         refused(
             Schedule::every("s", second).unwrap().lookback(0),
             "lookback",

@@ -337,7 +337,8 @@ impl PyFiring {
     }
 }
 
-/// Fixed-interval ticks claimed once each; see `tenure.Schedule`.
+/// Ticks claimed once each, every interval or at a cron expression's
+/// times; see `tenure.Schedule`.
 #[pyclass(module = "tenure._tenure", name = "Schedule", frozen)]
 pub(crate) struct PySchedule {
     schedule: Arc<Schedule>,
@@ -350,6 +351,27 @@ impl PySchedule {
     fn new(name: String, every: &Bound<'_, PyAny>, lookback: Option<u32>) -> PyResult<Self> {
         let every: Duration = convert::duration(every, "every")?;
         let schedule = Schedule::every(name, every)
+            .and_then(|schedule| match lookback {
+                Some(ticks) => schedule.lookback(ticks),
+                None => Ok(schedule),
+            })
+            .map_err(|error| errors::to_py(&error, None))?;
+        Ok(PySchedule {
+            schedule: Arc::new(schedule),
+        })
+    }
+
+    /// A schedule ticking at the times a five-field cron `expression` names
+    /// on the wall clocks of `time_zone` (an IANA name, or "UTC").
+    #[staticmethod]
+    #[pyo3(signature = (name, expression, time_zone, *, lookback=None))]
+    fn cron(
+        name: String,
+        expression: &str,
+        time_zone: &str,
+        lookback: Option<u32>,
+    ) -> PyResult<Self> {
+        let schedule = Schedule::cron(name, expression, time_zone)
             .and_then(|schedule| match lookback {
                 Some(ticks) => schedule.lookback(ticks),
                 None => Ok(schedule),

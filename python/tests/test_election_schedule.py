@@ -4,6 +4,7 @@ fired once), with two keepers (two workers) on one store."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 
 import pytest
 
@@ -155,3 +156,28 @@ def test_schedule_defaults():
     with pytest.raises(tenure.InvalidInputError) as caught:
         tenure.Schedule(new_id("schedule"), every=0.5, lookback=0)
     assert caught.value.field == "lookback"
+
+
+def test_schedule_cron_ticks_on_a_time_zones_wall_clocks():
+    """tenure.Schedule.cron ticks at a cron expression's times in a time
+    zone: 09:00 in Berlin is 08:00 UTC in December; 02:30 on the day New
+    York skips 02:00-03:00 ticks at 03:00 EDT; bad input is refused."""
+    digest = tenure.Schedule.cron(new_id("digest"), "0 9 * * MON-FRI", "Europe/Berlin")
+    tick = digest.tick_at(datetime(2026, 12, 7, 10, 0, tzinfo=timezone.utc))
+    assert tick.start == datetime(2026, 12, 7, 8, 0, tzinfo=timezone.utc)
+    assert tick.end == datetime(2026, 12, 8, 8, 0, tzinfo=timezone.utc)
+    assert digest.run_id(tick).endswith("@2026-12-07T08:00:00Z")
+
+    nightly = tenure.Schedule.cron(new_id("nightly"), "30 2 * * *", "America/New_York", lookback=3)
+    assert nightly.lookback == 3
+    skipped = nightly.tick_at(datetime(2027, 3, 14, 12, 0, tzinfo=timezone.utc))
+    assert skipped.start == datetime(2027, 3, 14, 7, 0, tzinfo=timezone.utc)
+
+    for expression, zone, field in [
+        ("every day", "UTC", "cron"),
+        ("0 0 30 2 *", "UTC", "cron"),
+        ("* * * * *", "Mars/Olympus", "time_zone"),
+    ]:
+        with pytest.raises(tenure.InvalidInputError) as caught:
+            tenure.Schedule.cron(new_id("bad"), expression, zone)
+        assert caught.value.field == field

@@ -1,5 +1,7 @@
 //! Once per tick ([`Schedule`], [`Ticker`], contract §14) on every backend:
-//! memory, SQLite, PostgreSQL and Redis (see `support`).
+//! memory, SQLite, PostgreSQL and Redis (see `support`); cron schedules
+//! across daylight-saving changes where a test sets the store's clock
+//! (memory and SQLite: the months between changes cannot be waited for).
 //!
 //! Several hosts (each its own keeper and worker id) fire the same
 //! schedule; deliveries are counted per tick. On memory and SQLite store
@@ -18,7 +20,7 @@ use support::{on_every_backend, Subject, SIGNAL};
 use tenure::keeper::{
     Firing, Keeper, Missed, Schedule, Tick, TickOutcome, Ticker, LATE, SCHEDULE_KIND,
 };
-use tenure::{clock, LeaseStore, Status};
+use tenure::{LeaseStore, Status};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -94,8 +96,10 @@ async fn shut_down(hosts: &[(String, Arc<Keeper>)]) {
 }
 
 /// The tick `offset` ticks after `tick`.
-fn after(schedule: &Schedule, tick: Tick, offset: u32) -> Tick {
-    schedule.tick_at(clock::add(tick.start(), schedule.interval() * offset))
+fn after(schedule: &Schedule, tick: Tick, offset: usize) -> Tick {
+    std::iter::successors(Some(tick), |tick| schedule.tick_after(*tick))
+        .nth(offset)
+        .expect("ticks go on")
 }
 
 /// Whether this host won the tick (delivered it or not).
@@ -156,6 +160,122 @@ where
         late = true;
     }
     panic!("late for ten ticks in a row");
+}
+
+/// Every host fires `schedule` once store time is just past `instant`:
+/// one delivers the tick holding it, the others find it fired elsewhere.
+async fn all_fire_past(
+    subject: &Subject,
+    schedule: &Schedule,
+    hosts: &[(String, Arc<Keeper>)],
+    deliveries: &Deliveries,
+    instant: &str,
+) -> TickOutcome {
+    subject
+        .advance_past(instant.parse().expect("an RFC 3339 instant"))
+        .await;
+    let mut outcomes = Vec::new();
+    for (host, keeper) in hosts {
+        outcomes.push(
+            schedule
+                .fire_due(keeper, deliveries.by(host))
+                .await
+                .expect("the store answered"),
+        );
+    }
+    let tick = outcomes[0].tick();
+    let of_tick: Vec<&TickOutcome> = outcomes.iter().collect();
+    one_winner(subject, tick, &of_tick, deliveries);
+    outcomes
+        .into_iter()
+        .find(won)
+        .expect("one host won the tick")
+}
+
+#[cfg(feature = "memory")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_cron_ticks_across_daylight_saving_changes_are_delivered_once() {
+    support::run(
+        support::Backend::Memory,
+        "memory::cron_ticks_across_daylight_saving_changes_are_delivered_once",
+        |subject| Box::pin(cron_ticks_across_daylight_saving_changes_are_delivered_once(subject)),
+    )
+    .await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cron_ticks_across_daylight_saving_changes_are_delivered_once() {
+    support::run(
+        support::Backend::Sqlite,
+        "sqlite::cron_ticks_across_daylight_saving_changes_are_delivered_once",
+        |subject| Box::pin(cron_ticks_across_daylight_saving_changes_are_delivered_once(subject)),
+    )
+    .await;
+}
+
+/// New York's changes of 2027: 02:30 is skipped on 14 March (its tick is
+/// the gap's end, 03:00 EDT), 01:30 happens twice on 7 November (one tick,
+/// at the first).
+async fn cron_ticks_across_daylight_saving_changes_are_delivered_once(subject: Arc<Subject>) {
+    assert!(subject.manual_clock(), "store time is set by the test");
+    let nightly = Schedule::cron("nightly", "30 2 * * *", "America/New_York").expect("valid");
+    let hosts = hosts(&subject);
+    let deliveries = Deliveries::default();
+    let fire = |instant| all_fire_past(&subject, &nightly, &hosts, &deliveries, instant);
+
+    let before = fire("2027-03-13T07:30:00Z").await; // 02:30 EST
+    assert_eq!(
+        nightly.run_id(before.tick()),
+        "nightly@2027-03-13T07:30:00Z"
+    );
+    assert_eq!(before.missed(), Some(&Missed::BeyondHorizon));
+    let skipped = fire("2027-03-14T07:00:00Z").await; // 03:00 EDT
+    assert!(
+        matches!(skipped, TickOutcome::Delivered { .. }),
+        "{skipped:?}"
+    );
+    assert_eq!(
+        nightly.run_id(skipped.tick()),
+        "nightly@2027-03-14T07:00:00Z"
+    );
+    assert_eq!(skipped.missed(), Some(&Missed::Ticks(Vec::new())));
+    // Nobody fires on the 15th; the 16th's winner reports it.
+    let after_hole = fire("2027-03-16T06:30:00Z").await; // 02:30 EDT
+    let hole = nightly.tick_after(skipped.tick()).expect("the 15th");
+    assert_eq!(nightly.run_id(hole), "nightly@2027-03-15T06:30:00Z");
+    assert_eq!(after_hole.missed(), Some(&Missed::Ticks(vec![hole])));
+    assert_eq!(status_of(&subject, &nightly, hole).await, None);
+
+    let early = Schedule::cron("early", "30 1 * * *", "America/New_York").expect("valid");
+    let fire = |instant| all_fire_past(&subject, &early, &hosts, &deliveries, instant);
+    let first = fire("2027-11-07T05:30:00Z").await; // 01:30 EDT
+    assert!(matches!(first, TickOutcome::Delivered { .. }), "{first:?}");
+    assert_eq!(early.run_id(first.tick()), "early@2027-11-07T05:30:00Z");
+    // 01:30 EST, the same wall-clock time an hour later: the same tick.
+    subject
+        .advance_past("2027-11-07T06:30:00Z".parse().expect("an instant"))
+        .await;
+    for (host, keeper) in &hosts {
+        let again = early
+            .fire_due(keeper, deliveries.by(host))
+            .await
+            .expect("answered");
+        assert_eq!(again, TickOutcome::Elsewhere { tick: first.tick() });
+    }
+    let next = fire("2027-11-08T06:30:00Z").await; // 01:30 EST
+    assert_eq!(next.missed(), Some(&Missed::Ticks(Vec::new())));
+
+    for tick in [
+        before.tick(),
+        skipped.tick(),
+        after_hole.tick(),
+        first.tick(),
+        next.tick(),
+    ] {
+        assert_eq!(deliveries.of(tick).len(), 1, "{tick} delivered once");
+    }
+    shut_down(&hosts).await;
 }
 
 // ----------------------------------------------------------------------------

@@ -382,13 +382,23 @@ class Firing:
     def check(self) -> Awaitable[None]: ...
 
 class Schedule:
-    """Ticks of ``every`` seconds, each fired by exactly one worker."""
+    """Ticks of ``every`` seconds (or at a cron expression's times, see
+    ``Schedule.cron``), each fired by exactly one worker."""
 
     def __init__(
         self, name: str, every: Seconds, *, lookback: Optional[int] = None
     ) -> None:
         """``lookback``: how many earlier ticks a firing checks for missed
         ones (1 to 10000; default the Rust default)."""
+    @staticmethod
+    def cron(
+        name: str, expression: str, time_zone: str, *, lookback: Optional[int] = None
+    ) -> Schedule:
+        """Ticks at the times a five-field cron ``expression`` names on the
+        wall clocks of ``time_zone`` (an IANA name such as
+        ``"Europe/Berlin"``, or ``"UTC"``): a time skipped by a
+        daylight-saving change ticks when the gap ends, a repeated one once,
+        at its first occurrence."""
     @property
     def name(self) -> str: ...
     @property
