@@ -344,13 +344,10 @@ pub(crate) struct PySchedule {
     schedule: Arc<Schedule>,
 }
 
-#[pymethods]
 impl PySchedule {
-    #[new]
-    #[pyo3(signature = (name, every, *, lookback=None))]
-    fn new(name: String, every: &Bound<'_, PyAny>, lookback: Option<u32>) -> PyResult<Self> {
-        let every: Duration = convert::duration(every, "every")?;
-        let schedule = Schedule::every(name, every)
+    /// `made`, looking back `lookback` ticks when given.
+    fn with_lookback(made: tenure::Result<Schedule>, lookback: Option<u32>) -> PyResult<Self> {
+        let schedule = made
             .and_then(|schedule| match lookback {
                 Some(ticks) => schedule.lookback(ticks),
                 None => Ok(schedule),
@@ -359,6 +356,16 @@ impl PySchedule {
         Ok(PySchedule {
             schedule: Arc::new(schedule),
         })
+    }
+}
+
+#[pymethods]
+impl PySchedule {
+    #[new]
+    #[pyo3(signature = (name, every, *, lookback=None))]
+    fn new(name: String, every: &Bound<'_, PyAny>, lookback: Option<u32>) -> PyResult<Self> {
+        let every: Duration = convert::duration(every, "every")?;
+        Self::with_lookback(Schedule::every(name, every), lookback)
     }
 
     /// A schedule ticking at the times a five-field cron `expression` names
@@ -371,15 +378,7 @@ impl PySchedule {
         time_zone: &str,
         lookback: Option<u32>,
     ) -> PyResult<Self> {
-        let schedule = Schedule::cron(name, expression, time_zone)
-            .and_then(|schedule| match lookback {
-                Some(ticks) => schedule.lookback(ticks),
-                None => Ok(schedule),
-            })
-            .map_err(|error| errors::to_py(&error, None))?;
-        Ok(PySchedule {
-            schedule: Arc::new(schedule),
-        })
+        Self::with_lookback(Schedule::cron(name, expression, time_zone), lookback)
     }
 
     /// How many earlier ticks a firing looks back at for missed ones.

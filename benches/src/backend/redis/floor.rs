@@ -21,6 +21,10 @@ use super::RawRedis;
 use crate::backend::RawBaseline;
 use crate::BenchResult;
 
+/// The fence draw the admission and the claim share (see the file's
+/// header).
+const PRELUDE: &str = include_str!("floor_prelude.lua");
+
 /// Admits a record on one free scope (see the file's header).
 const ADMIT: &str = include_str!("floor_admit.lua");
 
@@ -52,9 +56,9 @@ impl ScriptFloor {
     pub(super) fn new(raw: RawRedis) -> Arc<Self> {
         Arc::new(ScriptFloor {
             raw,
-            admit: Script::new(ADMIT),
+            admit: Script::new(&format!("{PRELUDE}{ADMIT}")),
             renew: Script::new(RENEW),
-            claim: Script::new(CLAIM),
+            claim: Script::new(&format!("{PRELUDE}{CLAIM}")),
             complete: Script::new(COMPLETE),
             fences: Mutex::new(HashMap::new()),
         })

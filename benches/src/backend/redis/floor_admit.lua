@@ -5,6 +5,7 @@
 -- holder key and the three indexes tenure's reads need. Left out, against
 -- tenure's admit: loading and judging holders, several scopes, the record
 -- answered whole (the caller knows all of it but the fence and the time).
+-- Written against floor_prelude.lua (now_us, draw_fence).
 -- KEYS[1] record hash, KEYS[2] the scope's holder key, KEYS[3] the scope's
 -- history zset, KEYS[4] active zset, KEYS[5] expiry zset, KEYS[6] fence
 -- counter, KEYS[7] failover epoch hash.
@@ -16,17 +17,8 @@
 if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
-
-local last = tonumber(redis.call('GET', KEYS[6]) or '0')
-local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)') or ''
-local epoch = redis.call('HMGET', KEYS[7], 'replid', 'floor')
-local fence = string.format('%d', math.max(last + 1, now))
-redis.call('SET', KEYS[6], fence)
-if epoch[1] ~= replid then
-  redis.call('HSET', KEYS[7], 'replid', replid, 'floor', fence)
-end
+local now = now_us()
+local fence = draw_fence(KEYS[6], KEYS[7], now)
 
 local now_text = string.format('%d', now)
 local expires = string.format('%d', now + tonumber(ARGV[3]))
