@@ -367,7 +367,9 @@ impl Schedule {
                 clock::to_micros(tick.start).checked_sub(clock::micros_rounded_up(*interval))?,
             ),
             Cadence::Cron(times) => {
-                let start = times.start_at_or_before(tick.start - TimeDelta::microseconds(1))?;
+                let start = times.start_at_or_before(
+                    tick.start.checked_sub_signed(TimeDelta::microseconds(1))?,
+                )?;
                 times.tick_starting(start)
             }
         }
@@ -670,9 +672,8 @@ impl CronTimes {
     fn start_at_or_before(&self, instant: Timestamp) -> Option<Timestamp> {
         // No wall-clock time later than `instant` read at the larger of the
         // offsets of the day before it names an instant at or before it.
-        let offset = self
-            .offset_at(instant)
-            .max(self.offset_at(instant - TimeDelta::days(1)));
+        let day_before = instant.checked_sub_signed(TimeDelta::days(1))?;
+        let offset = self.offset_at(instant).max(self.offset_at(day_before));
         let latest = instant
             .naive_utc()
             .checked_add_signed(TimeDelta::seconds(offset))?;
@@ -690,9 +691,8 @@ impl CronTimes {
     fn start_after(&self, instant: Timestamp) -> Option<Timestamp> {
         // No wall-clock time earlier than `instant` read at the smaller of
         // the offsets of the day after it names an instant after it.
-        let offset = self
-            .offset_at(instant)
-            .min(self.offset_at(instant + TimeDelta::days(1)));
+        let day_after = instant.checked_add_signed(TimeDelta::days(1))?;
+        let offset = self.offset_at(instant).min(self.offset_at(day_after));
         let earliest = instant
             .naive_utc()
             .checked_add_signed(TimeDelta::seconds(offset))?;
@@ -1309,6 +1309,12 @@ mod tests {
             weekdays.cron_expression(),
             Some(("0 9 * * MON-FRI", "Europe/Berlin"))
         );
+
+        // The ends of the representable range answer a tick, never a panic.
+        for edge in [Timestamp::MIN_UTC, Timestamp::MAX_UTC] {
+            let tick = weekdays.tick_at(edge);
+            let _ = (weekdays.tick_after(tick), weekdays.tick_before(tick));
+        }
 
         let nickname = Schedule::cron("n", "@daily", "UTC").unwrap();
         assert_eq!(
