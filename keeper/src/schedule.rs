@@ -670,39 +670,40 @@ impl CronTimes {
 
     /// The latest instant of the expression at or before `instant`.
     fn start_at_or_before(&self, instant: Timestamp) -> Option<Timestamp> {
-        // No wall-clock time later than `instant` read at the larger of the
-        // offsets of the day before it names an instant at or before it.
-        let day_before = instant.checked_sub_signed(TimeDelta::days(1))?;
-        let offset = self.offset_at(instant).max(self.offset_at(day_before));
-        let latest = instant
-            .naive_utc()
-            .checked_add_signed(TimeDelta::seconds(offset))?;
-        let mut local = self.wall_time(latest, false, true)?;
-        loop {
-            let at = self.instant_of(local)?;
-            if at <= instant {
-                return Some(at);
-            }
-            local = self.wall_time(local, false, false)?;
-        }
+        self.nearest_start(instant, false)
     }
 
     /// The earliest instant of the expression after `instant`.
     fn start_after(&self, instant: Timestamp) -> Option<Timestamp> {
-        // No wall-clock time earlier than `instant` read at the smaller of
-        // the offsets of the day after it names an instant after it.
-        let day_after = instant.checked_add_signed(TimeDelta::days(1))?;
-        let offset = self.offset_at(instant).min(self.offset_at(day_after));
-        let earliest = instant
+        self.nearest_start(instant, true)
+    }
+
+    /// The earliest instant of the expression after `instant` (`forward`)
+    /// or the latest at or before it. The search starts from `instant` read
+    /// at the smaller offset of it and the day after (forward), or the
+    /// larger of it and the day before: no wall-clock time beyond that start
+    /// names an instant on the side sought (offsets change at most once a
+    /// day), and the mapping keeps order, so the first time found that
+    /// lands on that side is the answer.
+    fn nearest_start(&self, instant: Timestamp, forward: bool) -> Option<Timestamp> {
+        let day = TimeDelta::days(1);
+        let offset = if forward {
+            let day_after = instant.checked_add_signed(day)?;
+            self.offset_at(instant).min(self.offset_at(day_after))
+        } else {
+            let day_before = instant.checked_sub_signed(day)?;
+            self.offset_at(instant).max(self.offset_at(day_before))
+        };
+        let start = instant
             .naive_utc()
             .checked_add_signed(TimeDelta::seconds(offset))?;
-        let mut local = self.wall_time(earliest, true, true)?;
+        let mut local = self.wall_time(start, forward, true)?;
         loop {
             let at = self.instant_of(local)?;
-            if at > instant {
+            if (at > instant) == forward {
                 return Some(at);
             }
-            local = self.wall_time(local, true, false)?;
+            local = self.wall_time(local, forward, false)?;
         }
     }
 }
