@@ -27,12 +27,14 @@
 //!   missed and delivered.
 //! * **Wall clocks are mapped to instants once, the same way on every
 //!   host.** A cron time the clocks skip (a daylight-saving gap) ticks at
-//!   the gap's end; one they repeat ticks once, at its first occurrence; a
-//!   cron time that lands on the same instant as another is one tick.
+//!   the gap's end (the first whole minute that exists again); one they
+//!   repeat ticks once, at its first occurrence; a cron time that lands on
+//!   the same instant as another is one tick.
 //! * **A purged tick can fire again.** Only a tick's run record stops a
 //!   second delivery: keep finished runs (`purge` retention) for longer
-//!   than the interval (and than the look-back horizon, or purged ticks
-//!   are reported missed).
+//!   than the longest tick (a cron schedule's longest gap between two
+//!   times: 72 hours for `0 9 * * MON-FRI`) and than the look-back
+//!   horizon, or purged ticks are reported missed.
 //!
 //! [`LeaseStore::now`]: tenure_lease_core::LeaseStore::now
 
@@ -108,9 +110,11 @@ const LONGEST_GAP_MINUTES: i64 = 24 * 60;
 /// nobody fired has no record, so each winner looks back for such holes
 /// (up to [`lookback`](Schedule::lookback) ticks) and reports them
 /// ([`Missed`]). Keep finished runs (`purge` retention) for longer than
-/// the interval, since a purged tick's run no longer stops a second
-/// delivery of it, and longer than the horizon, or purged ticks are
-/// reported missed.
+/// the longest tick (the interval, or a cron schedule's longest gap
+/// between two times: 72 hours for `0 9 * * MON-FRI`), since a purged
+/// tick's run no longer stops a second delivery of it while the tick is
+/// in progress, and longer than the horizon, or purged ticks are reported
+/// missed.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -227,7 +231,14 @@ impl Schedule {
     /// the gap (`30 2 * * *` in `America/New_York` ticks at 03:00 on the
     /// day clocks go from 02:00 to 03:00); a time they repeat ticks once,
     /// at its first occurrence (`30 1 * * *` on the day 01:00–02:00 happens
-    /// twice); two times landing on one instant are one tick.
+    /// twice); two times landing on one instant are one tick. When both day
+    /// fields are restricted, a day matching either is a day of the
+    /// schedule, as in Vixie cron.
+    ///
+    /// A tick lasts until the next time, so keep finished runs for longer
+    /// than the longest gap between two times (72 hours for weekdays), or a
+    /// host started during a long tick may deliver it again after its run
+    /// was purged.
     ///
     /// ```
     /// use tenure_keeper::Schedule;
@@ -343,7 +354,8 @@ impl Schedule {
                 .start_at_or_before(instant)
                 .and_then(|start| times.tick_starting(start)),
         };
-        // Only at the ends of the representable range.
+        // Only far from any store time: at the ends of chrono's range, or
+        // for a cron schedule outside the years 1 to 5000 croner searches.
         tick.unwrap_or(Tick {
             start: instant,
             end: clock::add(instant, self.interval().unwrap_or(MIN_INTERVAL)),
@@ -682,9 +694,10 @@ impl CronTimes {
     /// or the latest at or before it. The search starts from `instant` read
     /// at the smaller offset of it and the day after (forward), or the
     /// larger of it and the day before: no wall-clock time beyond that start
-    /// names an instant on the side sought (offsets change at most once a
-    /// day), and the mapping keeps order, so the first time found that
-    /// lands on that side is the answer.
+    /// names an instant on the side sought (in the tz database offsets
+    /// change days apart, never by more than 24 hours), and the mapping
+    /// keeps order, so the first time found that lands on that side is the
+    /// answer.
     fn nearest_start(&self, instant: Timestamp, forward: bool) -> Option<Timestamp> {
         let day = TimeDelta::days(1);
         let offset = if forward {
@@ -1351,6 +1364,50 @@ mod tests {
                 "b@2027-03-14T07:00:00Z", // 02:00, 02:30 and 03:00 EDT
                 "b@2027-03-14T07:30:00Z", // 03:30 EDT
                 "b@2027-03-15T06:00:00Z", // 02:00 EDT on the 15th
+            ]
+        );
+    }
+
+    #[test]
+    fn zones_east_of_utc_half_hour_changes_and_skipped_days() {
+        // Berlin, 28 March 2027: 02:00 CET → 03:00 CEST; 31 October 2027:
+        // 03:00 CEST → 02:00 CET.
+        let berlin = Schedule::cron("b", "30 2 * * *", "Europe/Berlin").unwrap();
+        assert_eq!(
+            run_ids(&berlin, "2027-03-27T12:00:00Z", 3),
+            [
+                "b@2027-03-27T01:30:00Z", // 02:30 CET
+                "b@2027-03-28T01:00:00Z", // 03:00 CEST, the gap's end
+                "b@2027-03-29T00:30:00Z", // 02:30 CEST
+            ]
+        );
+        assert_eq!(
+            run_ids(&berlin, "2027-10-31T00:30:00Z", 2),
+            [
+                "b@2027-10-31T00:30:00Z", // 02:30 CEST, not again at 02:30 CET
+                "b@2027-11-01T01:30:00Z", // 02:30 CET
+            ]
+        );
+        // Lord Howe moves its clocks by half an hour: 02:00 → 02:30 on 3
+        // October 2027 (UTC+10:30 → +11), 02:00 → 01:30 on 4 April 2027.
+        let howe = Schedule::cron("h", "15 2 * * *", "Australia/Lord_Howe").unwrap();
+        assert_eq!(
+            run_ids(&howe, "2027-10-02T15:30:00Z", 2),
+            ["h@2027-10-02T15:30:00Z", "h@2027-10-03T15:15:00Z"] // 02:30 (+11), 02:15 (+11)
+        );
+        let early = Schedule::cron("e", "45 1 * * *", "Australia/Lord_Howe").unwrap();
+        assert_eq!(
+            run_ids(&early, "2027-04-03T14:45:00Z", 2),
+            ["e@2027-04-03T14:45:00Z", "e@2027-04-04T15:15:00Z"] // 01:45 (+11) once, 01:45 (+10:30)
+        );
+        // Apia skipped 30 December 2011 (UTC-10 → UTC+14 at midnight).
+        let apia = Schedule::cron("a", "0 12 * * *", "Pacific/Apia").unwrap();
+        assert_eq!(
+            run_ids(&apia, "2011-12-29T23:00:00Z", 3),
+            [
+                "a@2011-12-29T22:00:00Z", // 12:00 on the 29th (-10)
+                "a@2011-12-30T10:00:00Z", // the 30th's noon: the gap's end, 00:00 on the 31st
+                "a@2011-12-30T22:00:00Z", // 12:00 on the 31st (+14)
             ]
         );
     }
