@@ -27,6 +27,7 @@ use tenure_lease_core::{
     NotTakenReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest, Transition,
     TransitionRejection,
 };
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{define_suite, factory_unavailable, unsupported};
@@ -251,6 +252,52 @@ async fn warm_up(rig: &NetworkRig) {
     answered("warm up the proxied store", || rig.proxied.now()).await;
 }
 
+/// Arms a reply drop on `marker`, spawns `call` and waits until its request
+/// reached the server; answers the call still waiting for its reply. A call
+/// that answers before its request left (a client still reconnecting after
+/// an earlier reset may fail fast, as etcd's channel does) must answer a
+/// retryable error, and is sent again, a bounded number of times.
+async fn sent_with_reply_dropped<T, F, Fut>(
+    rig: &NetworkRig,
+    what: &str,
+    marker: &[u8],
+    call: F,
+) -> JoinHandle<tenure_lease_core::Result<T>>
+where
+    T: Debug + Send + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = tenure_lease_core::Result<T>> + Send + 'static,
+{
+    const ATTEMPTS: usize = 5;
+    for _ in 0..ATTEMPTS {
+        rig.faults.drop_reply_after(marker);
+        let mut task = tokio::spawn(call());
+        tokio::select! {
+            biased;
+            reached = rig.faults.request_reached_server(CALL_BOUND) => {
+                assert!(reached, "{what}: the marked request never reached the server");
+                return task;
+            }
+            early = &mut task => match early.expect("the call's task") {
+                Err(error) if error.is_retryable() => warm_up(rig).await,
+                answer => panic!("{what}: answered {answer:?} before its request reached the server"),
+            },
+        }
+    }
+    panic!("{what}: failed {ATTEMPTS} times before its request reached the server");
+}
+
+/// `request` admitted through the store behind the faults, as a future that
+/// owns what it needs.
+fn admit_behind_faults(
+    rig: &NetworkRig,
+    request: &AdmitRequest,
+) -> impl Future<Output = tenure_lease_core::Result<Admission>> + Send + 'static {
+    let proxied = Arc::clone(&rig.proxied);
+    let request = request.clone();
+    async move { proxied.admit(&request).await }
+}
+
 /// Blackholed `renew` and `admit` answer retryable errors, never an outcome;
 /// nothing reaches the server; once healed the store works again.
 pub async fn unanswered_call_is_retryable_unknown(rig: NetworkRig) {
@@ -291,14 +338,12 @@ pub async fn reset_connection_is_retryable_unknown(rig: NetworkRig) {
     let (claim, _) = running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
 
-    rig.faults.drop_reply_after(claim.id.as_bytes());
-    let proxied = Arc::clone(&rig.proxied);
-    let renewing = claim.clone();
-    let renewal = tokio::spawn(async move { proxied.renew(&renewing, RECORD_TTL).await });
-    assert!(
-        rig.faults.request_reached_server(CALL_BOUND).await,
-        "the renewal never reached the server"
-    );
+    let renewal = sent_with_reply_dropped(&rig, "renewal", claim.id.as_bytes(), || {
+        let proxied = Arc::clone(&rig.proxied);
+        let renewing = claim.clone();
+        async move { proxied.renew(&renewing, RECORD_TTL).await }
+    })
+    .await;
     rig.faults.reset();
     assert_unknown(
         "renew cut by a reset",
@@ -312,14 +357,10 @@ pub async fn reset_connection_is_retryable_unknown(rig: NetworkRig) {
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
         .scope(unique("scope"))
         .ttl(RECORD_TTL);
-    rig.faults.drop_reply_after(request.id.as_bytes());
-    let proxied = Arc::clone(&rig.proxied);
-    let admitting = request.clone();
-    let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
-    assert!(
-        rig.faults.request_reached_server(CALL_BOUND).await,
-        "the admission never reached the server"
-    );
+    let admission = sent_with_reply_dropped(&rig, "admission", request.id.as_bytes(), || {
+        admit_behind_faults(&rig, &request)
+    })
+    .await;
     rig.faults.reset();
     assert_unknown(
         "admit cut by a reset",
@@ -374,14 +415,13 @@ async fn admission_cut_mid_flight(rig: &NetworkRig, cut: CutAfter, expected: Sco
         .scope(&scope)
         .ttl(RECORD_TTL)
         .strategy(AdmitStrategy::Interrupt);
-    rig.faults.drop_reply_after(&cut.marker(&request));
-    let proxied = Arc::clone(&rig.proxied);
-    let admitting = request.clone();
-    let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
-    assert!(
-        rig.faults.request_reached_server(CALL_BOUND).await,
-        "{cut:?}: the marked request never reached the server"
-    );
+    let admission = sent_with_reply_dropped(
+        rig,
+        &format!("admission cut after {cut:?}"),
+        &cut.marker(&request),
+        || admit_behind_faults(rig, &request),
+    )
+    .await;
     rig.faults.reset();
     let answer = bounded("cut admission", admission)
         .await
@@ -466,19 +506,21 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Netwo
     let commit = rig.profile.commit;
     let (claim, _) = running_record(rig.direct.as_ref(), &unique("scope"), &unique("holder")).await;
     warm_up(&rig).await;
-    rig.faults
-        .drop_reply_after(&commit.marker_for(&claim.id, &claim.owner));
-    let proxied = Arc::clone(&rig.proxied);
-    let finishing = claim.clone();
-    let transition = tokio::spawn(async move {
-        proxied
-            .transition(&finishing, &StatusChange::succeeded())
-            .await
-    });
-    assert!(
-        rig.faults.request_reached_server(CALL_BOUND).await,
-        "the terminal write never reached the server"
-    );
+    let transition = sent_with_reply_dropped(
+        &rig,
+        "terminal write",
+        &commit.marker_for(&claim.id, &claim.owner),
+        || {
+            let proxied = Arc::clone(&rig.proxied);
+            let finishing = claim.clone();
+            async move {
+                proxied
+                    .transition(&finishing, &StatusChange::succeeded())
+                    .await
+            }
+        },
+    )
+    .await;
     eventually("the terminal write commits", || async {
         matches!(
             rig.direct.get(&claim.id).await,
@@ -527,14 +569,10 @@ pub async fn reply_dropped_after_commit_is_resolved_by_next_operation(rig: Netwo
     let request = AdmitRequest::new(unique("rec"), unique("owner"))
         .scope(&scope)
         .ttl(RECORD_TTL);
-    rig.faults.drop_reply_after(&commit.marker(&request));
-    let proxied = Arc::clone(&rig.proxied);
-    let admitting = request.clone();
-    let admission = tokio::spawn(async move { proxied.admit(&admitting).await });
-    assert!(
-        rig.faults.request_reached_server(CALL_BOUND).await,
-        "the admission never reached the server"
-    );
+    let admission = sent_with_reply_dropped(&rig, "admission", &commit.marker(&request), || {
+        admit_behind_faults(&rig, &request)
+    })
+    .await;
     eventually("the admission commits", || async {
         matches!(rig.direct.get(&request.id).await, Ok(Some(_)))
     })
