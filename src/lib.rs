@@ -50,6 +50,7 @@
 
 mod connect;
 mod deployment;
+pub mod telemetry;
 pub use connect::{connect, Connect, Store};
 pub use deployment::{Finding, Verdict, CLOCK_SKEW_WARNING};
 /// URLs without their passwords, for messages and logs (what every

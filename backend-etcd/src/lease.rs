@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine;
 use tenure_lease_core::backend::rules;
-use tenure_lease_core::backend::stores::LeaseBackend;
+use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::backend::telemetry;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
@@ -100,7 +100,7 @@ impl LeaseBackend for EtcdStore {
                 engine::admit(&mut Records { tx, keys }, now, request, metadata.clone())
             })
             .await?;
-        telemetry::admit_retried("etcd", &request.id, retries);
+        telemetry::admit_retried(Self::SYSTEM, &request.id, retries);
         Ok(admission)
     }
 

@@ -150,6 +150,7 @@ pub struct EtcdStore {
 
 impl tenure_lease_core::backend::stores::Backend for EtcdStore {
     const NAME: &'static str = "etcd";
+    const SYSTEM: &'static str = "etcd";
 
     fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         Some(&self.releases)

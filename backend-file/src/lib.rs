@@ -124,6 +124,7 @@ pub struct FileStore {
 
 impl tenure_lease_core::backend::stores::Backend for FileStore {
     const NAME: &'static str = "file";
+    const SYSTEM: &'static str = "file";
 
     fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         Some(&self.releases)

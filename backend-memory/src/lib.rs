@@ -109,6 +109,7 @@ pub struct MemoryStore {
 
 impl tenure_lease_core::backend::stores::Backend for MemoryStore {
     const NAME: &'static str = "memory";
+    const SYSTEM: &'static str = "memory";
 }
 
 tenure_lease_core::serve_backend!(MemoryStore);

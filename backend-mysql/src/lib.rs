@@ -132,6 +132,7 @@ pub struct MySqlStore {
 
 impl tenure_lease_core::backend::stores::Backend for MySqlStore {
     const NAME: &'static str = "MySQL";
+    const SYSTEM: &'static str = "mysql";
 
     fn time_limit(&self) -> Option<Duration> {
         Some(self.config.operation_limit())

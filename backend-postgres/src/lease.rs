@@ -21,7 +21,7 @@ use sqlx::Connection as _;
 use sqlx::Row;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
-use tenure_lease_core::backend::stores::LeaseBackend;
+use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::backend::telemetry;
 use tenure_lease_core::release::Releases;
 use tenure_lease_core::{
@@ -455,7 +455,7 @@ impl LeaseBackend for PgStore {
         let (request, metadata) = (request.get(), metadata.get());
         let mut retries = 0;
         let answer = self.admit_retrying(request, metadata, &mut retries).await;
-        telemetry::admit_retried("postgres", &request.id, retries);
+        telemetry::admit_retried(Self::SYSTEM, &request.id, retries);
         answer
     }
 

@@ -455,6 +455,7 @@ pub struct PgStore {
 
 impl tenure_lease_core::backend::stores::Backend for PgStore {
     const NAME: &'static str = "PostgreSQL";
+    const SYSTEM: &'static str = "postgresql";
 
     fn time_limit(&self) -> Option<Duration> {
         Some(self.operation_timeout)

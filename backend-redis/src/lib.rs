@@ -309,6 +309,7 @@ pub struct RedisStore {
 
 impl tenure_lease_core::backend::stores::Backend for RedisStore {
     const NAME: &'static str = "Redis";
+    const SYSTEM: &'static str = "redis";
 
     fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         self.in_process.as_ref()

@@ -212,6 +212,7 @@ pub struct SqliteStore {
 
 impl tenure_lease_core::backend::stores::Backend for SqliteStore {
     const NAME: &'static str = "SQLite";
+    const SYSTEM: &'static str = "sqlite";
 
     fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         Some(&self.releases)

@@ -6,7 +6,7 @@
 //! `JoinHandle` nobody reads, leaving the keeper half-alive (a reconciler
 //! whose single-flight flag is never released, leases whose renewal flag
 //! stays set). Instead every such panic is caught where it happens, logged
-//! with `tracing::error!`, counted (`tenure_keeper_task_panics_total`) and
+//! with `tracing::error!`, counted (`tenure.keeper.task_panics`) and
 //! remembered for [`Keeper::health`](super::Keeper::health), and the work
 //! goes on:
 //!
@@ -187,7 +187,7 @@ pub enum KeeperState {
 /// A caught panic does not make the keeper unhealthy by itself (the work
 /// that panicked was failed closed and the task went on), but a growing
 /// count is a bug to chase: the same numbers are exported as
-/// `tenure_keeper_task_panics_total{task}`.
+/// `tenure.keeper.task_panics{tenure.task}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeeperHealth {

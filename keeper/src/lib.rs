@@ -82,20 +82,12 @@
 //!
 //! # Metrics
 //!
-//! Recorded through the [`metrics`] facade (install any exporter):
-//!
-//! | name | type | labels |
-//! | --- | --- | --- |
-//! | `tenure_keeper_renewals_total` | counter | `outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |
-//! | `tenure_keeper_renew_calls_total` | counter | `call`: `renew`, `renew_many`, `renew_job`, `renew_jobs` |
-//! | `tenure_keeper_losses_total` | counter | `reason`: a [`LossCause::label`] |
-//! | `tenure_keeper_fail_stops_total` | counter | (losses by `deadline_passed`) |
-//! | `tenure_keeper_takeovers_total` | counter | `action`: `fail`, `adopt` (reconciler recoveries), `release` (silent releases, [`OrphanHandling::ReleaseSilently`]), `cancel` ([`Keeper::cancel_anywhere`]) |
-//! | `tenure_keeper_recovery_failures_total` | counter | |
-//! | `tenure_keeper_undecodable_records_total` | counter | (records the reconciler's scan could not decode) |
-//! | `tenure_keeper_lease_time_left_seconds` | histogram | time left before the confirmed deadline when a renewal answered |
-//! | `tenure_keeper_held_leases` | gauge | (runs and jobs) |
-//! | `tenure_keeper_task_panics_total` | counter | `task`: `heartbeat`, `reconciler`, `recovery_callback` |
+//! Recorded through the [`metrics`] facade (install any exporter) under the
+//! names of [`telemetry::METRICS`], each listed there with its unit and
+//! labels (`tenure.keeper.renewals` by `tenure.outcome`,
+//! `tenure.keeper.losses` by `tenure.loss.reason`,
+//! `tenure.keeper.held_leases`, ...); the facade's `tenure::telemetry`
+//! lists them beside the stores' metrics, and the guide shows an exporter.
 //!
 //! Losses, fail-stops, recoveries, silent releases (with `lease.kind` and
 //! `action = "release"`), cancelling takeovers and failed callbacks are also
@@ -129,7 +121,7 @@ mod reconciler;
 mod run_guard;
 mod schedule;
 mod table;
-mod telemetry;
+pub mod telemetry;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -402,7 +394,7 @@ impl Keeper {
     /// Every panic in the heartbeat, the reconciler or a recovery callback
     /// (including inside a store call they make) is caught, logged with
     /// `tracing::error!`, counted here and in
-    /// `tenure_keeper_task_panics_total{task}`, and the interrupted work is
+    /// `tenure.keeper.task_panics{tenure.task}`, and the interrupted work is
     /// failed closed: a renewal that panicked extends no lease (the lease is
     /// kept only until its confirmed deadline, then fail-stopped unless a
     /// later renewal confirms it), a reconciler pass that panicked answers

@@ -65,6 +65,7 @@ use crate::queue::{
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
 use crate::store::LeaseStore;
+use crate::telemetry::{attribute, OPERATIONS, OPERATION_DURATION};
 
 /// An operation on its way to the store: the inner store's call, not yet
 /// polled. A hook awaits it (or drops it, to answer without the store).
@@ -227,7 +228,41 @@ impl<'a> Operation<'a> {
             ..Operation::by(name, &claim.id, &claim.owner, input)
         }
     }
+
+    /// What the operation works on, as OpenTelemetry's `db.collection.name`
+    /// names it: `leases` ([`LeaseStore`]), `jobs` ([`JobQueue`]) or
+    /// `fences` ([`FenceStore`]).
+    pub fn collection(&self) -> &'static str {
+        match self.input {
+            Input::Admit(_)
+            | Input::Renew { .. }
+            | Input::Transition { .. }
+            | Input::Takeover(_)
+            | Input::ListExpired(_)
+            | Input::Get(_)
+            | Input::ListByScope(_) => LEASES,
+            Input::GetJob(_)
+            | Input::Enqueue(_)
+            | Input::Claim(_)
+            | Input::RenewJobs { .. }
+            | Input::Complete(_)
+            | Input::Fail { .. }
+            | Input::Defer { .. }
+            | Input::TakeBack { .. }
+            | Input::ListJobs { .. } => JOBS,
+            Input::CheckFence { .. } => FENCES,
+            Input::Sweep(_) | Input::Plain => match self.name {
+                "reap" | "purge_jobs" | "retry_dead_letter" | "count_jobs" => JOBS,
+                "purge_fences" | "highest_fence" => FENCES,
+                _ => LEASES,
+            },
+        }
+    }
 }
+
+const LEASES: &str = "leases";
+const JOBS: &str = "jobs";
+const FENCES: &str = "fences";
 
 /// What an operation answered, as hooks that log or count see it.
 pub trait Answer: Send {
@@ -339,16 +374,18 @@ impl<S, H> Layered<S, H> {
 }
 
 /// Layering on every store.
-pub trait LayerExt: Sized {
+pub trait LayerExt: LeaseStore + Sized {
     /// Wraps the store so every operation goes through `hook`.
     fn layer<H: Hook>(self, hook: H) -> Layered<Self, H> {
         Layered::new(self, hook)
     }
 
     /// Wraps the store so every operation is traced and counted
-    /// ([`Tracing`]).
+    /// ([`Tracing`]), labelled with the store's
+    /// [`system_name`](LeaseStore::system_name).
     fn instrumented(self) -> Instrumented<Self> {
-        self.layer(Tracing)
+        let tracing = Tracing::new(self.system_name());
+        self.layer(tracing)
     }
 
     /// Wraps the store so no operation waits longer than `limit`
@@ -363,23 +400,38 @@ impl<S: LeaseStore> LayerExt for S {}
 /// A store whose every operation is traced and counted ([`Tracing`]).
 pub type Instrumented<S> = Layered<S, Tracing>;
 
-/// Tracing and metrics for every operation: one `tracing` span
-/// (`tenure.store`, fields `operation`, `lease.id`, `owner`, `fence`,
-/// `claims` for a batch, `outcome`, and `retries` where the store decided
-/// again after lost races, see [`backend::telemetry`](crate::backend::telemetry)),
-/// a warning for each failure, and two metrics:
+/// Tracing and metrics for every operation, named after OpenTelemetry's
+/// database client conventions (see [`telemetry`](crate::telemetry)):
 ///
-/// | metric | kind | labels |
-/// |---|---|---|
-/// | `tenure_store_operations_total` | counter | `operation`, `outcome` (an [`Answer::label`] or an [`ErrorKind`] name) |
-/// | `tenure_store_operation_seconds` | histogram | `operation` |
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Tracing;
+/// * one `tracing` span, `tenure.store`, at debug level, with the fields
+///   `otel.name` (`"{operation} {collection}"`, as in `"admit leases"`),
+///   `otel.kind` (`client`), `db.system.name`, `db.operation.name`,
+///   `db.collection.name`, `db.operation.batch.size` (for a batch),
+///   `tenure.lease.id` (the lease or job), `tenure.owner`, `tenure.fence`
+///   (carried or handed out), `tenure.outcome`, `tenure.retries` (where the
+///   store decided again after lost races, see
+///   [`backend::telemetry`](crate::backend::telemetry)), and on failure
+///   `error.type` and `otel.status_code` (`error`);
+/// * a warning for each failure;
+/// * the metrics [`OPERATION_DURATION`] and [`OPERATIONS`].
+#[derive(Debug, Clone, Copy)]
+pub struct Tracing {
+    system: &'static str,
+}
 
-/// The counter [`Tracing`] increments once per operation.
-pub const OPERATIONS_TOTAL: &str = "tenure_store_operations_total";
-/// The histogram of operation durations [`Tracing`] records.
-pub const OPERATION_SECONDS: &str = "tenure_store_operation_seconds";
+impl Tracing {
+    /// Traces the operations of a store of kind `system` (its
+    /// `db.system.name`); [`LayerExt::instrumented`] passes the store's own
+    /// [`system_name`](LeaseStore::system_name).
+    pub fn new(system: &'static str) -> Self {
+        Tracing { system }
+    }
+
+    /// The `db.system.name` it labels with.
+    pub fn system(&self) -> &'static str {
+        self.system
+    }
+}
 
 impl Hook for Tracing {
     fn call<'a, T: Answer + 'a>(
@@ -387,41 +439,69 @@ impl Hook for Tracing {
         operation: Operation<'a>,
         call: Pending<'a, T>,
     ) -> Pending<'a, T> {
+        let system = self.system;
+        let collection = operation.collection();
         let span = tracing::debug_span!(
             "tenure.store",
-            operation = operation.name,
-            lease.id = operation.id,
-            owner = operation.owner,
-            fence = operation.fence,
-            claims = field::Empty,
-            outcome = field::Empty,
-            retries = field::Empty,
+            otel.name = %format_args!("{} {collection}", operation.name),
+            otel.kind = "client",
+            otel.status_code = field::Empty,
+            db.system.name = system,
+            db.operation.name = operation.name,
+            db.collection.name = collection,
+            db.operation.batch.size = field::Empty,
+            tenure.lease.id = operation.id,
+            tenure.owner = operation.owner,
+            tenure.fence = operation.fence,
+            tenure.outcome = field::Empty,
+            tenure.retries = field::Empty,
+            error.r#type = field::Empty,
         );
         let batch = operation.batch.len().max(operation.job_batch.len());
         if batch > 0 {
-            span.record("claims", batch);
+            span.record("db.operation.batch.size", batch);
         }
         let traced = async move {
             let started = Instant::now();
             let answer = call.await;
+            let elapsed = started.elapsed().as_secs_f64();
             let span = tracing::Span::current();
+            let labels = [
+                (attribute::DB_SYSTEM_NAME, system),
+                (attribute::DB_OPERATION_NAME, operation.name),
+                (attribute::DB_COLLECTION_NAME, collection),
+            ];
             let outcome = match &answer {
                 Ok(value) => {
                     if let Some(fence) = value.fence() {
-                        span.record("fence", fence);
+                        span.record("tenure.fence", fence);
                     }
+                    metrics::histogram!(OPERATION_DURATION.name, &labels).record(elapsed);
                     value.label()
                 }
                 Err(error) => {
                     tracing::warn!(%error, "store operation failed");
-                    error.kind().as_str()
+                    let kind = error.kind().as_str();
+                    span.record("error.type", kind);
+                    span.record("otel.status_code", "error");
+                    let labels = [
+                        labels[0],
+                        labels[1],
+                        labels[2],
+                        (attribute::ERROR_TYPE, kind),
+                    ];
+                    metrics::histogram!(OPERATION_DURATION.name, &labels).record(elapsed);
+                    kind
                 }
             };
-            span.record("outcome", outcome);
-            metrics::counter!(OPERATIONS_TOTAL, "operation" => operation.name, "outcome" => outcome)
-                .increment(1);
-            metrics::histogram!(OPERATION_SECONDS, "operation" => operation.name)
-                .record(started.elapsed().as_secs_f64());
+            span.record("tenure.outcome", outcome);
+            let labels = [
+                labels[0],
+                labels[1],
+                labels[2],
+                (attribute::OUTCOME, outcome),
+            ];
+            metrics::counter!(OPERATIONS.name, &labels).increment(1);
             answer
         };
         Box::pin(traced.instrument(span))
@@ -758,6 +838,10 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
     /// operation the hook should time, fault or count.
     async fn releases(&self) -> Result<Option<crate::release::Releases>> {
         self.inner.releases().await
+    }
+
+    fn system_name(&self) -> &'static str {
+        self.inner.system_name()
     }
 }
 

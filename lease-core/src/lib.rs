@@ -40,6 +40,7 @@ pub mod redact;
 pub mod release;
 mod request;
 mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod wait;
 

@@ -325,6 +325,15 @@ pub trait LeaseStore: Send + Sync {
     async fn releases(&self) -> Result<Option<Releases>> {
         Ok(None)
     }
+
+    /// The kind of store, as OpenTelemetry's `db.system.name` names it
+    /// (`postgresql`, `redis`, `sqlite`, `mysql`, `etcd`, `memory`, `file`,
+    /// ...): what a [`Tracing`](crate::layer::Tracing) layer labels its
+    /// spans and metrics with (see [`telemetry`](crate::telemetry)). The
+    /// default answers `other`; wrappers hand the call on.
+    fn system_name(&self) -> &'static str {
+        "other"
+    }
 }
 
 macro_rules! forward_lease_store {
@@ -369,6 +378,9 @@ macro_rules! forward_lease_store {
             }
             async fn releases(&self) -> Result<Option<Releases>> {
                 (**self).releases().await
+            }
+            fn system_name(&self) -> &'static str {
+                (**self).system_name()
             }
         }
     };

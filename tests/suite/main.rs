@@ -12,5 +12,7 @@ mod error_story;
 mod fenced_write_example;
 mod once_per_tick;
 mod support;
+#[cfg(feature = "memory")]
+mod telemetry;
 #[cfg(feature = "sqlite")]
 mod worker_example;

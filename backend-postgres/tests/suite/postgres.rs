@@ -14,9 +14,9 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_lease_core::backend::telemetry::ADMIT_RETRIES_TOTAL;
 use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
 use tenure_lease_core::release::ReleaseNotice;
+use tenure_lease_core::telemetry::{attribute, ADMIT_RETRIES};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     Renewal, Status, StatusChange, Transition,
@@ -1057,7 +1057,7 @@ async fn held_scopes_of_records_deleted_or_finished_by_hand_hold_nothing() {
     .await;
 }
 
-/// Counts `tenure_admit_retries_total` per `backend` label.
+/// Counts `tenure.store.admit.retries` per `db.system.name`.
 #[derive(Default)]
 struct AdmitRetries(Mutex<HashMap<String, Arc<AtomicU64>>>);
 
@@ -1076,12 +1076,12 @@ impl Recorder for AdmitRetries {
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() != ADMIT_RETRIES_TOTAL {
+        if key.name() != ADMIT_RETRIES.name {
             return Counter::noop();
         }
         let backend = key
             .labels()
-            .find(|label| label.key() == "backend")
+            .find(|label| label.key() == attribute::DB_SYSTEM_NAME)
             .map_or_else(String::new, |label| label.value().to_owned());
         Counter::from_arc(Arc::clone(
             self.0.lock().expect("counters").entry(backend).or_default(),
@@ -1125,7 +1125,7 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
                 "{conflict:?}"
             );
             assert_eq!(
-                retries.of("postgres"),
+                retries.of("postgresql"),
                 0,
                 "uncontended admissions retry nothing"
             );
@@ -1183,7 +1183,7 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
                 "decided again, the admission sees the writer's holder: {answer:?}"
             );
             assert_eq!(
-                retries.of("postgres"),
+                retries.of("postgresql"),
                 1,
                 "the lost race is counted once, under the backend's label"
             );

@@ -232,6 +232,10 @@ impl<B: Bug> LeaseStore for Broken<B> {
     async fn releases(&self) -> Result<Option<Releases>> {
         self.bug.releases(&self.honest).await
     }
+
+    fn system_name(&self) -> &'static str {
+        self.honest.system_name()
+    }
 }
 
 #[deny(clippy::missing_trait_methods)]

@@ -310,6 +310,7 @@ impl Steps for Snapshot<'_> {
 
 impl Backend for TornStore {
     const NAME: &'static str = "torn";
+    const SYSTEM: &'static str = "torn";
 }
 
 tenure_lease_core::serve_lease_store!(TornStore);

@@ -1,6 +1,6 @@
 //! Panics in the keeper's background work (issue 13, item 8): a store call
 //! that panics inside the heartbeat or the reconciler, or a recovery callback
-//! that panics, is caught, logged, counted (`tenure_keeper_task_panics_total`
+//! that panics, is caught, logged, counted (`tenure.keeper.task_panics`
 //! and [`Keeper::health`]), fails its work closed, and leaves the keeper
 //! working: `reconcile_now()` answers again, no lease is extended by a
 //! renewal that panicked, and no lease is kept by nobody.
@@ -18,6 +18,7 @@ use common::{
     config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, OnEvent, Op, BEAT, TTL,
 };
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use tenure_keeper::telemetry::{label, TASK_PANICS};
 use tenure_keeper::{
     AdmitOutcome, Keeper, KeeperError, KeeperState, LossCause, ReconcileAction, ReconcileError,
     Recovered, RunGuard, WriteError,
@@ -25,7 +26,7 @@ use tenure_keeper::{
 use tenure_lease_core::{AdmitRequest, LeaseStore, Status, StatusChange};
 use tokio::time::Instant;
 
-/// Counts `tenure_keeper_task_panics_total` per `task` label.
+/// Counts `tenure.keeper.task_panics` per `tenure.task` label.
 #[derive(Default)]
 struct PanicCounters(Mutex<HashMap<String, Arc<AtomicU64>>>);
 
@@ -44,12 +45,12 @@ impl Recorder for PanicCounters {
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() != "tenure_keeper_task_panics_total" {
+        if key.name() != TASK_PANICS.name {
             return Counter::noop();
         }
         let task = key
             .labels()
-            .find(|label| label.key() == "task")
+            .find(|label| label.key() == label::TASK)
             .map_or_else(String::new, |label| label.value().to_owned());
         let count = Arc::clone(self.0.lock().unwrap().entry(task).or_default());
         Counter::from_arc(count)

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::{config, faulty_store, ms, start, Fault, FaultControl, FaultyStore, OnEvent, Op};
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use tenure_keeper::telemetry::{label, TAKEOVERS};
 use tenure_keeper::{
     AdmitOutcome, CancelAnywhereOutcome, Keeper, OrphanHandling, ReconcileAction, RELEASED,
 };
@@ -139,7 +140,7 @@ async fn reconcile_kinds_are_checked_when_the_keeper_starts() {
     assert_eq!(error.field(), Some("on_recovered"));
 }
 
-/// Counts `tenure_keeper_takeovers_total` per `action`.
+/// Counts `tenure.keeper.takeovers` per `tenure.takeover.action`.
 #[derive(Default)]
 struct Takeovers(Mutex<HashMap<String, Arc<AtomicU64>>>);
 
@@ -158,12 +159,12 @@ impl Recorder for Takeovers {
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() != "tenure_keeper_takeovers_total" {
+        if key.name() != TAKEOVERS.name {
             return Counter::noop();
         }
         let action = key
             .labels()
-            .find(|label| label.key() == "action")
+            .find(|label| label.key() == label::TAKEOVER_ACTION)
             .map_or_else(String::new, |label| label.value().to_owned());
         Counter::from_arc(Arc::clone(
             self.0.lock().unwrap().entry(action).or_default(),

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use tenure_backend_memory::MemoryStore;
-use tenure_lease_core::layer::{
-    Answer, Fault, Faults, Hook, LayerExt, Operation, Pending, OPERATIONS_TOTAL,
-};
+use tenure_lease_core::layer::{Answer, Fault, Faults, Hook, LayerExt, Operation, Pending};
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::telemetry::{attribute, OPERATIONS};
 use tenure_lease_core::{
     Admission, AdmitRequest, ErrorKind, ExpiredQuery, LeaseStore, StatusChange, TakeoverRequest,
 };
@@ -51,7 +50,7 @@ impl Hook for Stall {
     }
 }
 
-/// Counts `tenure_store_operations_total` per (operation, outcome).
+/// Counts `tenure.store.operations` per (operation, outcome).
 #[derive(Default)]
 struct Counters(Mutex<HashMap<(String, String), Arc<AtomicU64>>>);
 
@@ -70,7 +69,7 @@ impl Recorder for Counters {
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        if key.name() != OPERATIONS_TOTAL {
+        if key.name() != OPERATIONS.name {
             return Counter::noop();
         }
         let label = |name: &str| {
@@ -82,7 +81,10 @@ impl Recorder for Counters {
             self.0
                 .lock()
                 .unwrap()
-                .entry((label("operation"), label("outcome")))
+                .entry((
+                    label(attribute::DB_OPERATION_NAME),
+                    label(attribute::OUTCOME),
+                ))
                 .or_default(),
         );
         Counter::from_arc(count)

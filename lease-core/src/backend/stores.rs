@@ -43,6 +43,11 @@ pub trait Backend: Send + Sync {
     /// The backend's name in messages (`"PostgreSQL"`, `"Redis"`).
     const NAME: &'static str;
 
+    /// The store's kind as OpenTelemetry's `db.system.name` names it
+    /// (`"postgresql"`, `"redis"`); what
+    /// [`LeaseStore::system_name`](crate::LeaseStore::system_name) answers.
+    const SYSTEM: &'static str;
+
     /// The limit on one whole operation, if the backend has one: past it the
     /// front drops the call and answers
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) (outcome unknown).
@@ -1044,6 +1049,9 @@ macro_rules! serve_lease_store {
             ) -> $crate::Result<::std::option::Option<$crate::release::Releases>> {
                 $crate::backend::stores::LeaseBackend::releases(self).await
             }
+            fn system_name(&self) -> &'static str {
+                <Self as $crate::backend::stores::Backend>::SYSTEM
+            }
         }
     };
 }
@@ -1231,6 +1239,7 @@ mod tests {
 
     impl Backend for Hanging {
         const NAME: &'static str = "hanging";
+        const SYSTEM: &'static str = "hanging";
 
         fn time_limit(&self) -> Option<Duration> {
             Some(Duration::from_secs(2))
