@@ -17,7 +17,7 @@
 //!
 //! | metric | kind | unit | attributes |
 //! |---|---|---|---|
-//! | `db.client.operation.duration` | histogram | seconds | `db.system.name`, `db.operation.name`, `db.collection.name`, `error.type` (failures only) |
+//! | `db.client.operation.duration` | histogram | seconds | `db.system.name`, `db.operation.name`, `db.collection.name`, `error.type` (failures only: an error kind, or `cancelled` for a call dropped unanswered) |
 //! | `tenure.store.operations` | counter | count | `db.system.name`, `db.operation.name`, `db.collection.name`, `tenure.outcome` |
 //! | `tenure.store.admit.retries` | counter | count | `db.system.name` |
 //! | `tenure.keeper.renewals` | counter | count | `tenure.outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |

@@ -115,6 +115,22 @@ impl LeaseBackend for EtcdStore {
             .await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let keys = &self.keys;
+        self.runner
+            .run(Reads::keys(lease_keys(keys, &claim.id)), |tx| {
+                let now = tx.now();
+                engine::renew_with_progress(&mut Records { tx, keys }, now, claim, ttl, progress)
+            })
+            .await
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

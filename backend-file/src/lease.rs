@@ -106,6 +106,20 @@ impl LeaseBackend for FileStore {
             .await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let (claim, progress) = (claim.clone(), progress.clone());
+        self.write(move |document, now| {
+            engine::renew_with_progress(document, now, &claim, ttl, &progress)
+        })
+        .await
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

@@ -147,6 +147,20 @@ impl QueueBackend for FileStore {
             .await
     }
 
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let (claim, progress) = (claim.clone(), progress.clone());
+        self.write(move |document, now| {
+            engine::renew_job_with_progress(document, &claim, ttl, now, &progress)
+        })
+        .await
+    }
+
     async fn renew_jobs(
         &self,
         claims: Checked<&[JobClaim]>,

@@ -86,6 +86,17 @@ impl LeaseBackend for MemoryStore {
         engine::renew(&mut *self.lock(), now, claim, ttl)
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let now = self.now();
+        engine::renew_with_progress(&mut *self.lock(), now, claim, ttl, progress)
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

@@ -198,6 +198,17 @@ impl QueueBackend for MemoryStore {
         engine::renew_job(&mut *self.lock(), claim, ttl, now)
     }
 
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let now = self.now();
+        engine::renew_job_with_progress(&mut *self.lock(), claim, ttl, now, progress)
+    }
+
     async fn renew_jobs(
         &self,
         claims: Checked<&[JobClaim]>,

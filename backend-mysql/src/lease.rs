@@ -114,6 +114,22 @@ impl LeaseBackend for MySqlStore {
             .await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.runner
+            .run(Reads::default().leases([claim.id.as_str()]), |view| {
+                over_records(view, |records, now| {
+                    engine::renew_with_progress(records, now, claim, ttl, progress)
+                })
+            })
+            .await
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

@@ -182,6 +182,19 @@ impl QueueBackend for MySqlStore {
         .await
     }
 
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.with_jobs(Reads::default().jobs([claim.id.as_str()]), |jobs, now| {
+            engine::renew_job_with_progress(jobs, claim, ttl, now, progress)
+        })
+        .await
+    }
+
     async fn complete(&self, claim: Checked<&JobClaim>) -> Result<JobSettle> {
         let claim = claim.get();
         self.with_jobs(Reads::default().jobs([claim.id.as_str()]), |jobs, now| {

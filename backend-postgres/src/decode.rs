@@ -166,6 +166,7 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
         error: get!("error"),
         stop_reason: get!("stop_reason"),
         metadata,
+        progress: get!("progress"),
         id,
     })
 }
@@ -246,6 +247,7 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
         updated_at: at!("updated_at"),
         taken_back,
         taken_back_at,
+        progress: get!("progress"),
         id,
     })
 }

@@ -34,7 +34,7 @@ use crate::decode::{self, Undecodable};
 use crate::error::{
     constraint, sqlstate, store_error, DEADLOCK_DETECTED, SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
 };
-use crate::statement::BEGIN_READ_COMMITTED;
+use crate::statement::{self, BEGIN_READ_COMMITTED};
 use crate::PgStore;
 
 /// Attempts of one admission before a persistent race is answered `Conflict`.
@@ -153,7 +153,7 @@ enum Holders {
 /// finding the id taken (a [`AdmitFailure::Duplicate`]).
 enum AdmitIfFree {
     /// Nothing held the scopes: this record was admitted.
-    Admitted(LeaseRecord),
+    Admitted(Box<LeaseRecord>),
     /// These records hold the scopes, as of `now`; nothing was written.
     Held {
         holders: Vec<LeaseRecord>,
@@ -184,7 +184,7 @@ impl PgStore {
         match Self::admit_if_free_answer(answer?)? {
             AdmitIfFree::Admitted(record) => {
                 return Ok(Admission::Admitted {
-                    record,
+                    record: *record,
                     interrupted: Vec::new(),
                 })
             }
@@ -248,7 +248,7 @@ impl PgStore {
                 AdmitIfFree::Admitted(record) => {
                     tx.commit().await?;
                     return Ok(Admission::Admitted {
-                        record,
+                        record: *record,
                         interrupted,
                     });
                 }
@@ -337,7 +337,9 @@ impl PgStore {
             return Ok(AdmitIfFree::Undecided);
         };
         match first.try_get::<&str, _>("outcome")? {
-            "admitted" => Ok(AdmitIfFree::Admitted(decode::trusted_record(first)?)),
+            "admitted" => Ok(AdmitIfFree::Admitted(Box::new(decode::trusted_record(
+                first,
+            )?))),
             "taken" => Err(AdmitFailure::Duplicate),
             "held" => Ok(AdmitIfFree::Held {
                 holders: records(&rows)?,
@@ -412,6 +414,37 @@ impl PgStore {
         })
     }
 
+    /// `renew` of a valid claim, recording `progress` when given.
+    async fn renew_record(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        self.write_or_explain(
+            ("renewal", &claim.id),
+            || {
+                statement::renewal(
+                    (&self.sql.renew, &self.sql.renew_with_progress),
+                    (&claim.id, &claim.owner, claim.fence),
+                    ttl,
+                    progress,
+                )
+            },
+            |row| {
+                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
+                Ok(Renewal::Renewed { expires_at })
+            },
+            move || async move {
+                let record = self.read_record(&claim.id).await?;
+                Ok(rules::judge_renewal(record.as_ref(), claim)
+                    .err()
+                    .map(Renewal::Lost))
+            },
+        )
+        .await
+    }
+
     async fn read_record(&self, id: &str) -> Result<Option<LeaseRecord>> {
         let row = self
             .fetch_optional(|| sqlx::query(&self.sql.get).bind(id))
@@ -461,29 +494,18 @@ impl LeaseBackend for PgStore {
 
     async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
         let (claim, ttl) = (claim.get(), ttl.get());
-        self.write_or_explain(
-            ("renewal", &claim.id),
-            || {
-                sqlx::query(&self.sql.renew)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(interval(ttl))
-            },
-            |row| {
-                let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
-                Ok(Renewal::Renewed { expires_at })
-            },
-            move || async move {
-                let record = self.read_record(&claim.id).await?;
-                Ok(rules::judge_renewal(record.as_ref(), claim)
-                    .err()
-                    .map(Renewal::Lost))
-            },
-        )
-        .await
+        self.renew_record(claim, ttl, None).await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.renew_record(claim, ttl, Some(progress)).await
+    }
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

@@ -29,7 +29,7 @@ use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
 use crate::lease::{fence_param, interval, interval_rounded_up};
-use crate::statement::PgQuery;
+use crate::statement::{self, PgQuery};
 use crate::PgStore;
 
 /// The primary key whose violation means a job id is taken.
@@ -69,15 +69,22 @@ impl PgStore {
     }
 
     /// `renew_job` of a valid claim.
-    async fn renew_one(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
+    /// `renew_job` of a valid claim, recording `progress` when given.
+    async fn renew_one(
+        &self,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
         self.write_or_explain(
             ("job renewal", &claim.id),
             || {
-                sqlx::query(&self.sql.jobs.renew)
-                    .bind(&claim.id)
-                    .bind(&claim.owner)
-                    .bind(fence_param(claim.fence))
-                    .bind(interval(ttl))
+                statement::renewal(
+                    (&self.sql.jobs.renew, &self.sql.jobs.renew_with_progress),
+                    (&claim.id, &claim.owner, claim.fence),
+                    ttl,
+                    progress,
+                )
             },
             |row| {
                 let expires_at = decode::instant(row, "lease_expires_at").map_err(store_error)?;
@@ -229,7 +236,17 @@ impl QueueBackend for PgStore {
         ttl: Checked<Duration>,
     ) -> Result<JobRenewal> {
         let (claim, ttl) = (claim.get(), ttl.get());
-        self.renew_one(claim, ttl).await
+        self.renew_one(claim, ttl, None).await
+    }
+
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.renew_one(claim, ttl, Some(progress)).await
     }
 
     async fn renew_jobs(
@@ -283,7 +300,7 @@ impl QueueBackend for PgStore {
             answers.push(match rules::judge_job(read.get(&claim.id), claim) {
                 Err(loss) => JobRenewal::Lost(loss),
                 // It changed between the two statements: decide it alone.
-                Ok(()) => self.renew_one(claim, ttl).await?,
+                Ok(()) => self.renew_one(claim, ttl, None).await?,
             });
         }
         Ok(answers)

@@ -11,7 +11,7 @@ use crate::config::SchemaName;
 use crate::gate::GateStatements;
 
 /// The columns of a record, in the order [`crate::decode`] reads them by name.
-const RECORD_COLUMNS: [&str; 12] = [
+const RECORD_COLUMNS: [&str; 13] = [
     "id",
     "scopes",
     "kind",
@@ -24,6 +24,7 @@ const RECORD_COLUMNS: [&str; 12] = [
     "error",
     "stop_reason",
     "metadata",
+    "progress",
 ];
 
 /// The statuses that hold scopes, as an SQL list.
@@ -71,7 +72,7 @@ fn decodable_job() -> String {
 }
 
 /// The columns of a job, read by name in [`crate::decode::job`].
-const JOB_COLUMNS: [&str; 18] = [
+const JOB_COLUMNS: [&str; 19] = [
     "id",
     "queue",
     "payload",
@@ -90,6 +91,7 @@ const JOB_COLUMNS: [&str; 18] = [
     "updated_at",
     "taken_back",
     "taken_back_at",
+    "progress",
 ];
 
 fn columns(alias: &str) -> String {
@@ -122,6 +124,8 @@ pub(crate) struct Statements {
     pub(crate) interrupt: String,
     /// `$1` id, `$2` owner, `$3` fence, `$4` ttl → the new expiry, if renewed.
     pub(crate) renew: String,
+    /// As `renew`, and `$5` the progress recorded in the same update.
+    pub(crate) renew_with_progress: String,
     /// `$1` ids, `$2` owners, `$3` fences, `$4` ttl → per claim position:
     /// `renewed_until`, or the record as it was (all null when missing).
     /// Locks the named records first, in id order (the order admissions
@@ -174,6 +178,8 @@ pub(crate) struct JobStatements {
     pub(crate) claim: String,
     /// Fenced; `$4` ttl → the new expiry.
     pub(crate) renew: String,
+    /// As `renew`, and `$5` the progress recorded in the same update.
+    pub(crate) renew_with_progress: String,
     /// `$1` ids, `$2` owners, `$3` fences, one claim per index, `$4` ttl →
     /// `id` and the new `lease_expires_at` of each job those claims renewed
     /// (each job named once).
@@ -259,6 +265,10 @@ impl JobStatements {
             renew: format!(
                 "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
                  WHERE {claimed_by} RETURNING j.lease_expires_at"
+            ),
+            renew_with_progress: format!(
+                "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now(), \
+                 progress = $5::jsonb WHERE {claimed_by} RETURNING j.lease_expires_at"
             ),
             renew_many: format!(
                 "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
@@ -384,6 +394,12 @@ impl Statements {
             ),
             renew: format!(
                 "UPDATE {s}.leases SET lease_expires_at = now() + $4::interval, updated_at = now() \
+                 WHERE id = $1 AND owner = $2 AND fence = $3 AND status IN {ACTIVE} \
+                 RETURNING lease_expires_at"
+            ),
+            renew_with_progress: format!(
+                "UPDATE {s}.leases SET lease_expires_at = now() + $4::interval, updated_at = now(), \
+                 progress = $5::jsonb \
                  WHERE id = $1 AND owner = $2 AND fence = $3 AND status IN {ACTIVE} \
                  RETURNING lease_expires_at"
             ),

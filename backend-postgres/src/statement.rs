@@ -16,6 +16,7 @@
 //! theirs at `READ COMMITTED` explicitly (see the crate docs).
 
 use std::future::Future;
+use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -23,7 +24,7 @@ use sqlx::{Connection as _, Postgres};
 use tenure_lease_core::Result;
 
 use crate::error::{sqlstate, store_error, SERIALIZATION_FAILURE};
-use crate::lease::{changed_concurrently, WRITE_ATTEMPTS};
+use crate::lease::{changed_concurrently, fence_param, interval, WRITE_ATTEMPTS};
 use crate::PgStore;
 
 /// How a transaction of the store starts: a fresh snapshot per statement,
@@ -32,6 +33,29 @@ pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMIT
 
 /// One statement with its parameters bound.
 pub(crate) type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
+
+/// A fenced renewal of the claim `(id, owner, fence)` for `ttl` (`$1` to
+/// `$4`): the `plain` statement, or `with_progress` with `progress` as `$5`.
+pub(crate) fn renewal<'q>(
+    (plain, with_progress): (&'q str, &'q str),
+    (id, owner, fence): (&'q str, &'q str, u64),
+    ttl: Duration,
+    progress: Option<&'q serde_json::Value>,
+) -> PgQuery<'q> {
+    let query = sqlx::query(if progress.is_some() {
+        with_progress
+    } else {
+        plain
+    })
+    .bind(id)
+    .bind(owner)
+    .bind(fence_param(fence))
+    .bind(interval(ttl));
+    match progress {
+        Some(progress) => query.bind(sqlx::types::Json(progress)),
+        None => query,
+    }
+}
 
 impl PgStore {
     /// Runs the statement `statement` builds and answers its rows, with

@@ -208,7 +208,18 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
         error: optional_text("error")?,
         stop_reason: optional_text("stop")?,
         metadata,
+        progress: progress(raw)?,
     })
+}
+
+/// The `progress` field of a stored record or job: absent, or JSON text.
+pub(crate) fn progress(raw: &RawRecord) -> std::result::Result<Option<serde_json::Value>, String> {
+    raw.fields
+        .get("progress")
+        .map(|value| {
+            serde_json::from_slice(value).map_err(|error| format!("progress is not JSON: {error}"))
+        })
+        .transpose()
 }
 
 /// Decodes a stored record, answering [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)

@@ -74,10 +74,17 @@ impl LeaseBackend for RedisStore {
 
     async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal> {
         let (claim, ttl) = (claim.get(), ttl.get());
-        let mut outcomes = self.renew_batch(std::slice::from_ref(claim), ttl).await?;
-        outcomes
-            .pop()
-            .ok_or_else(|| Error::corrupt("renew.lua answered no outcome"))
+        self.renew_one(claim, ttl, None).await
+    }
+
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.renew_one(claim, ttl, Some(progress)).await
     }
 
     /// One script call per [`RENEW_BATCH`] claims. A batch split over
@@ -92,7 +99,7 @@ impl LeaseBackend for RedisStore {
         let (claims, ttl) = (claims.get(), ttl.get());
         let mut outcomes = Vec::with_capacity(claims.len());
         for batch in claims.chunks(RENEW_BATCH) {
-            outcomes.extend(self.renew_batch(batch, ttl).await?);
+            outcomes.extend(self.renew_batch(batch, ttl, None).await?);
         }
         Ok(outcomes)
     }

@@ -619,9 +619,19 @@ impl RedisStore {
     }
 
     /// One script call renewing `claims` (at most [`RENEW_BATCH`]).
-    async fn renew_batch(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
+    /// Renews `claims` with one script call, recording `progress` on each
+    /// renewed one when given.
+    async fn renew_batch(
+        &self,
+        claims: &[Claim],
+        ttl: Duration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<Vec<Renewal>> {
         let mut invocation = SCRIPTS.renew.prepare_invoke();
-        invocation.key(self.keys.expiry()).arg(micros(ttl));
+        invocation
+            .key(self.keys.expiry())
+            .arg(micros(ttl))
+            .arg(progress.map_or_else(String::new, serde_json::Value::to_string));
         for claim in claims {
             invocation
                 .key(self.keys.record(&claim.id))
@@ -630,6 +640,21 @@ impl RedisStore {
                 .arg(claim.fence);
         }
         decode::renewals(self.script(&invocation).await?, claims.len())
+    }
+
+    /// `renew` of one claim, recording `progress` when given.
+    async fn renew_one(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let mut outcomes = self
+            .renew_batch(std::slice::from_ref(claim), ttl, progress)
+            .await?;
+        outcomes
+            .pop()
+            .ok_or_else(|| Error::corrupt("renew.lua answered no outcome"))
     }
 
     async fn list_index(&self, index: String) -> Result<Vec<LeaseRecord>> {

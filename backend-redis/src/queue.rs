@@ -59,6 +59,25 @@ fn run_at_rank(micros: i64) -> String {
 }
 
 impl RedisStore {
+    /// `renew_job` of one claim, recording `progress` when given.
+    async fn renew_one_job(
+        &self,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let mut invocation = SCRIPTS.renew_job.prepare_invoke();
+        invocation
+            .key(self.keys.job(&claim.id))
+            .key(self.keys.claimed_jobs())
+            .arg(&claim.id)
+            .arg(&claim.owner)
+            .arg(claim.fence)
+            .arg(micros(ttl))
+            .arg(progress.map_or_else(String::new, serde_json::Value::to_string));
+        decode::job_renewal(self.script(&invocation).await?)
+    }
+
     /// Adds each of `claims` to a batch script's call, in order: its job's
     /// key, and its id, owner and fence as three arguments.
     fn add_claims(&self, invocation: &mut crate::scripts::Invocation<'_>, claims: &[JobClaim]) {
@@ -141,15 +160,17 @@ impl QueueBackend for RedisStore {
         ttl: Checked<Duration>,
     ) -> Result<JobRenewal> {
         let (claim, ttl) = (claim.get(), ttl.get());
-        let mut invocation = SCRIPTS.renew_job.prepare_invoke();
-        invocation
-            .key(self.keys.job(&claim.id))
-            .key(self.keys.claimed_jobs())
-            .arg(&claim.id)
-            .arg(&claim.owner)
-            .arg(claim.fence)
-            .arg(micros(ttl));
-        decode::job_renewal(self.script(&invocation).await?)
+        self.renew_one_job(claim, ttl, None).await
+    }
+
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        self.renew_one_job(claim, ttl, Some(progress)).await
     }
 
     async fn renew_jobs(

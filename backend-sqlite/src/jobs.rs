@@ -15,7 +15,9 @@ use tenure_lease_core::queue::{DeadReason, Job, JobState};
 use tenure_lease_core::{Error, Result};
 
 use crate::error::map_sqlite_error;
-use crate::records::{column, decode_row, fence_value, timestamp, Undecodable};
+use crate::records::{
+    column, decode_row, fence_value, progress_column, progress_text, timestamp, Undecodable,
+};
 
 /// `SELECT` of whole jobs, followed by the given clauses; columns in the
 /// order [`decode_job`] reads them.
@@ -24,7 +26,7 @@ macro_rules! select_jobs {
         concat!(
             "SELECT id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at, taken_back, taken_back_at FROM jobs ",
+             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress FROM jobs ",
             $($clause),*
         )
     };
@@ -85,6 +87,7 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
         updated_at: timestamp(column(row, 15, "updated_at")?, "updated_at")?,
         taken_back,
         taken_back_at,
+        progress: progress_column(row, 18)?,
     })
 }
 
@@ -127,9 +130,9 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "INSERT INTO jobs (id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at, taken_back, taken_back_at) \
+             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18)",
+             ?17, ?18, ?19)",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -152,6 +155,7 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
             to_micros(job.updated_at),
             job.taken_back,
             job.taken_back_at.map(to_micros),
+            progress_text(job.progress.as_ref()),
         ])
         .map_err(map_sqlite_error)?;
     Ok(())
@@ -163,7 +167,7 @@ pub(crate) fn save_job(connection: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "UPDATE jobs SET run_at = ?2, attempt = ?3, required_capabilities = ?4, state = ?5, \
              owner = ?6, fence = ?7, lease_expires_at = ?8, last_error = ?9, dead_reason = ?10, \
-             updated_at = ?11, taken_back = ?12, taken_back_at = ?13 WHERE id = ?1",
+             updated_at = ?11, taken_back = ?12, taken_back_at = ?13, progress = ?14 WHERE id = ?1",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -181,6 +185,7 @@ pub(crate) fn save_job(connection: &Connection, job: &Job) -> Result<()> {
             to_micros(job.updated_at),
             job.taken_back,
             job.taken_back_at.map(to_micros),
+            progress_text(job.progress.as_ref()),
         ])
         .map_err(map_sqlite_error)?;
     Ok(())

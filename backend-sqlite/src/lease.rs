@@ -47,6 +47,29 @@ impl LeaseBackend for SqliteStore {
             .await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let (claim, progress) = (claim.clone(), progress.clone());
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    engine::renew_with_progress(
+                        &mut Records(transaction),
+                        now,
+                        &claim,
+                        ttl,
+                        &progress,
+                    )
+                })
+            })
+            .await
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

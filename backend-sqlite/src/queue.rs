@@ -70,6 +70,29 @@ impl QueueBackend for SqliteStore {
             .await
     }
 
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<JobRenewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let (claim, progress) = (claim.clone(), progress.clone());
+        self.connection
+            .run(move |session| {
+                session.write(|transaction, now| {
+                    engine::renew_job_with_progress(
+                        &mut Records(transaction),
+                        &claim,
+                        ttl,
+                        now,
+                        &progress,
+                    )
+                })
+            })
+            .await
+    }
+
     async fn renew_jobs(
         &self,
         claims: Checked<&[JobClaim]>,

@@ -25,7 +25,7 @@ macro_rules! select_records {
             "SELECT l.id, l.kind, l.status, l.owner, l.fence, l.lease_expires_at, \
              l.created_at, l.updated_at, l.error, l.stop_reason, l.metadata, \
              (SELECT json_group_array(CASE typeof(s.scope) WHEN 'text' THEN s.scope END) \
-              FROM lease_scopes s WHERE s.lease_id = l.id) \
+              FROM lease_scopes s WHERE s.lease_id = l.id), l.progress \
              FROM leases l ",
             $($clause),*
         )
@@ -106,7 +106,26 @@ fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
             .map_err(|error| format!("column metadata: not a JSON object: {error}"))?,
         scopes: serde_json::from_str::<BTreeSet<String>>(&scopes)
             .map_err(|error| format!("scopes: not a JSON array of strings: {error}"))?,
+        progress: progress_column(row, 12)?,
     })
+}
+
+/// The progress column at `index`: `NULL`, or JSON text.
+pub(crate) fn progress_column(
+    row: &Row<'_>,
+    index: usize,
+) -> Result<Option<serde_json::Value>, String> {
+    column::<Option<String>>(row, index, "progress")?
+        .map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| format!("column progress: not JSON: {error}"))
+        })
+        .transpose()
+}
+
+/// Progress as the progress column keeps it.
+pub(crate) fn progress_text(progress: Option<&serde_json::Value>) -> Option<String> {
+    progress.map(serde_json::Value::to_string)
 }
 
 /// Column `index` (called `name` in the reason) of a row being decoded.
@@ -245,8 +264,8 @@ pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()
     let mut statement = connection
         .prepare_cached(
             "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, created_at, \
-             updated_at, error, stop_reason, metadata) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+             updated_at, error, stop_reason, metadata, progress) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -262,6 +281,7 @@ pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()
             record.error,
             record.stop_reason,
             metadata_text(record)?,
+            progress_text(record.progress.as_ref()),
         ])
         .map_err(map_sqlite_error)?;
     let mut named = connection
@@ -288,7 +308,7 @@ pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> 
     let mut statement = connection
         .prepare_cached(
             "UPDATE leases SET status = ?2, owner = ?3, fence = ?4, lease_expires_at = ?5, \
-             updated_at = ?6, error = ?7, stop_reason = ?8 WHERE id = ?1",
+             updated_at = ?6, error = ?7, stop_reason = ?8, progress = ?9 WHERE id = ?1",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -301,6 +321,7 @@ pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> 
             to_micros(record.updated_at),
             record.error,
             record.stop_reason,
+            progress_text(record.progress.as_ref()),
         ])
         .map_err(map_sqlite_error)?;
     if !record.is_active() {

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -149,10 +149,16 @@ const SCHEMA_V5: &str = concat!(
     ALTER TABLE jobs ADD COLUMN taken_back_at INTEGER;"
 );
 
+/// Version 6: the progress holders report with their renewals, as JSON
+/// text, `NULL` until the first report.
+const SCHEMA_V6: &str = "ALTER TABLE leases ADD COLUMN progress TEXT;
+    ALTER TABLE jobs ADD COLUMN progress TEXT;";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
-    [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+];
 
 /// Opens (creating if needed) the file, and the directories above it, applies
 /// the connection settings and brings the schema to [`SCHEMA_VERSION`].

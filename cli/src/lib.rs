@@ -759,6 +759,9 @@ fn describe_lease(record: &LeaseRecord, now: Timestamp) -> String {
             serde_json::Value::Object(record.metadata.clone()).to_string(),
         );
     }
+    if let Some(progress) = &record.progress {
+        line("progress", progress.to_string());
+    }
     text
 }
 
@@ -789,9 +792,28 @@ fn describe_job(job: &Job) -> String {
     }
     line("created", timestamp(job.created_at));
     line("updated", timestamp(job.updated_at));
+    if let Some(progress) = &job.progress {
+        line("progress", progress.to_string());
+    }
     line("payload", job.payload.to_string());
     text
 }
+
+/// Progress as a table cell: its JSON, cut to [`PROGRESS_CELL`] characters
+/// (`show` prints it whole); `-` when none was reported.
+fn progress_cell(progress: Option<&serde_json::Value>) -> String {
+    let Some(progress) = progress else {
+        return "-".to_owned();
+    };
+    let text = progress.to_string();
+    match text.char_indices().nth(PROGRESS_CELL) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// The most characters of progress a table cell shows.
+const PROGRESS_CELL: usize = 40;
 
 async fn take_over(store: &dyn Store, args: TakeOverArgs) -> Outcome {
     let request = match (args.fail, args.ttl) {
@@ -1105,7 +1127,15 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
     if args.json {
         return print_json(&jobs);
     }
-    let mut table = Table::new(["ID", "STATE", "REASON", "ATTEMPT", "UPDATED", "LAST ERROR"]);
+    let mut table = Table::new([
+        "ID",
+        "STATE",
+        "REASON",
+        "ATTEMPT",
+        "UPDATED",
+        "PROGRESS",
+        "LAST ERROR",
+    ]);
     for job in &jobs {
         table.row([
             job.id.clone(),
@@ -1114,6 +1144,7 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
                 .map_or_else(|| "-".to_owned(), |reason| reason.as_str().to_owned()),
             format!("{}/{}", job.attempt, job.max_attempts),
             timestamp(job.updated_at),
+            progress_cell(job.progress.as_ref()),
             job.last_error.clone().unwrap_or_else(|| "-".to_owned()),
         ]);
     }

@@ -156,7 +156,7 @@ impl Keeper {
     /// it where cancelling a dead worker's run is what the caller asked for.
     /// It works during [`shutdown`](Keeper::shutdown) too: its takeover
     /// leaves nothing to hold. A takeover it wins is counted in
-    /// `tenure.keeper.takeovers{tenure.takeover.action="cancel"}`.
+    /// `tenure.keeper.takeovers` with `tenure.takeover.action` `cancel`.
     ///
     /// # Cancellation
     ///

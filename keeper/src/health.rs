@@ -187,7 +187,7 @@ pub enum KeeperState {
 /// A caught panic does not make the keeper unhealthy by itself (the work
 /// that panicked was failed closed and the task went on), but a growing
 /// count is a bug to chase: the same numbers are exported as
-/// `tenure.keeper.task_panics{tenure.task}`.
+/// `tenure.keeper.task_panics` by `tenure.task`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeeperHealth {

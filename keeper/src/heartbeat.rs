@@ -236,14 +236,16 @@ fn take_for_renewal(held: &HeldCore, now: Instant) -> Option<Instant> {
 }
 
 /// A renewal's answer, whatever the kind.
-enum Answer {
+pub(crate) enum Answer {
     Renewed,
     Lost(LossCause),
 }
 
 /// What a renewal call carries, by kind: a held run or a held job claim,
 /// each renewed through its own store calls, both judged by [`renew_chunk`].
-trait Renewable: Deref<Target = HeldCore> + Send + Sync + Sized + 'static {
+pub(crate) trait Renewable:
+    Deref<Target = HeldCore> + Send + Sync + Sized + 'static
+{
     /// The store call renewing one alone, as telemetry and panic reports
     /// name it.
     const SOLO_CALL: &'static str;
@@ -329,8 +331,48 @@ impl Renewable for HeldJob {
     }
 }
 
+/// A renewal the work sent itself, carrying its progress
+/// ([`RunGuard::report_progress`](crate::RunGuard::report_progress),
+/// [`JobGuard::report_progress`](crate::JobGuard::report_progress)),
+/// judged as the heartbeat judges its own: `Renewed` extends the confirmed
+/// deadline, `Lost` ends ownership, no answer keeps it only until the
+/// confirmed deadline. Answers the loss a `Lost` caused; `Err` when the
+/// store could not say, or for a keeper whose leases have no ttl (the
+/// progress rides on a renewal).
+pub(crate) async fn report_progress<R, Fut>(
+    shared: &Shared,
+    held: &R,
+    renew: impl FnOnce(Duration) -> Fut,
+) -> Result<Option<LossCause>, Error>
+where
+    R: Renewable,
+    Fut: Future<Output = Result<Answer, Error>>,
+{
+    let (Some(ttl), Some(deadline)) = (shared.config.ttl, held.deadline()) else {
+        return Err(Error::invalid_input(
+            "progress",
+            "progress rides on a renewal, and this keeper's leases have no ttl",
+        ));
+    };
+    let sent = Instant::now();
+    match shared.bounded(R::SOLO_CALL, renew(ttl)).await {
+        Ok(answer) => {
+            let lost = match &answer {
+                Answer::Lost(cause) => Some(*cause),
+                Answer::Renewed => None,
+            };
+            on_answer(shared, held, deadline, answer, sent + ttl, Instant::now());
+            Ok(lost)
+        }
+        Err(error) => {
+            on_unknown(shared, held, deadline, "error", Instant::now());
+            Err(error)
+        }
+    }
+}
+
 /// A run renewal's outcome as an [`Answer`].
-fn run_answer(outcome: Renewal) -> Result<Answer, Error> {
+pub(crate) fn run_answer(outcome: Renewal) -> Result<Answer, Error> {
     match outcome {
         Renewal::Renewed { .. } => Ok(Answer::Renewed),
         Renewal::Lost(reason) => Ok(Answer::Lost(LossCause::Lost(reason))),
@@ -339,7 +381,7 @@ fn run_answer(outcome: Renewal) -> Result<Answer, Error> {
 }
 
 /// A job renewal's outcome as an [`Answer`].
-fn job_answer(outcome: JobRenewal) -> Result<Answer, Error> {
+pub(crate) fn job_answer(outcome: JobRenewal) -> Result<Answer, Error> {
     match outcome {
         JobRenewal::Renewed { .. } => Ok(Answer::Renewed),
         JobRenewal::Lost(loss) => Ok(Answer::Lost(LossCause::JobLost(loss))),

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::accessors::guard_accessors;
 use super::held::{HeldJob, SettleFailure};
 use super::loss::{LossCause, OwnershipLost};
-use super::{Keeper, KeeperError, Shared};
+use super::{heartbeat, Keeper, KeeperError, Shared};
 use crate::held::unknown_answer;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::queue::{
@@ -153,6 +153,42 @@ impl JobGuard {
                 Ok(rules::judge_job(job.as_ref(), &item.claim).map_err(LossCause::JobLost))
             })
             .await
+    }
+
+    /// Reports `progress` with a renewal of the job's claim, in one fenced
+    /// write ([`JobQueue::renew_job_with_progress`](tenure_lease_core::JobQueue::renew_job_with_progress)):
+    /// others read it as [`Job::progress`] (`tenure jobs` prints it) until
+    /// the next report. The answer counts as a heartbeat: a renewal extends
+    /// the confirmed deadline, a loss ends the job's work.
+    ///
+    /// # Errors
+    ///
+    /// * [`JobWriteError::OwnershipLost`] when the claim had lost the job
+    ///   (nothing was sent) or the store answered that it did;
+    /// * [`JobWriteError::Invalid`] for a `null` or oversized progress, or
+    ///   a keeper whose leases have no ttl; the claim keeps the job;
+    /// * [`JobWriteError::Unconfirmed`] when the store could not say; the
+    ///   claim keeps the job until its confirmed deadline.
+    pub async fn report_progress(&self, progress: &serde_json::Value) -> Result<(), JobWriteError> {
+        if let Some(cause) = self.loss() {
+            return Err(JobWriteError::OwnershipLost(cause));
+        }
+        let item = &self.held().item;
+        let report = heartbeat::report_progress(self.shared(), self.held(), |ttl| async move {
+            let outcome = item
+                .queue
+                .renew_job_with_progress(&item.claim, ttl, progress)
+                .await?;
+            heartbeat::job_answer(outcome)
+        });
+        match report.await {
+            Ok(None) => Ok(()),
+            Ok(Some(cause)) => Err(JobWriteError::OwnershipLost(cause)),
+            Err(error) if error.kind() == ErrorKind::InvalidInput => {
+                Err(JobWriteError::Invalid(error))
+            }
+            Err(error) => Err(JobWriteError::Unconfirmed(error)),
+        }
     }
 
     /// Marks the job completed (fenced by the claim). Answers the job as it

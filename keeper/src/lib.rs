@@ -394,7 +394,7 @@ impl Keeper {
     /// Every panic in the heartbeat, the reconciler or a recovery callback
     /// (including inside a store call they make) is caught, logged with
     /// `tracing::error!`, counted here and in
-    /// `tenure.keeper.task_panics{tenure.task}`, and the interrupted work is
+    /// `tenure.keeper.task_panics` by `tenure.task`, and the interrupted work is
     /// failed closed: a renewal that panicked extends no lease (the lease is
     /// kept only until its confirmed deadline, then fail-stopped unless a
     /// later renewal confirms it), a reconciler pass that panicked answers

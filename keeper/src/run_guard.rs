@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::accessors::guard_accessors;
 use super::held::{HeldRun, Phase, SettleFailure};
 use super::loss::{LossCause, OwnershipLost};
-use super::Shared;
+use super::{heartbeat, Shared};
 use crate::held::unknown_answer;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::StatusChange;
@@ -123,6 +123,44 @@ impl RunGuard {
                 Ok(rules::judge_renewal(record.as_ref(), claim).map_err(LossCause::Lost))
             })
             .await
+    }
+
+    /// Reports `progress` with a renewal of the run's lease, in one fenced
+    /// write ([`LeaseStore::renew_with_progress`](tenure_lease_core::LeaseStore::renew_with_progress)):
+    /// others read it as [`LeaseRecord::progress`] (`tenure show` prints
+    /// it) until the next report. The answer counts as a heartbeat: a
+    /// renewal extends the confirmed deadline, a loss ends the run.
+    ///
+    /// # Errors
+    ///
+    /// * [`WriteError::OwnershipLost`] when the run had lost its lease
+    ///   (nothing was sent) or the store answered that it did (the run is
+    ///   now lost);
+    /// * [`WriteError::Invalid`] for a `null` or oversized progress, or a
+    ///   keeper whose leases have no ttl; the run keeps its lease;
+    /// * [`WriteError::Unconfirmed`] when the store could not say; the run
+    ///   keeps its lease until its confirmed deadline, as after a failed
+    ///   heartbeat.
+    pub async fn report_progress(&self, progress: &serde_json::Value) -> Result<(), WriteError> {
+        if let Some(cause) = self.loss() {
+            return Err(WriteError::OwnershipLost(cause));
+        }
+        let shared = self.shared();
+        let report = heartbeat::report_progress(shared, self.held(), |ttl| async move {
+            let outcome = shared
+                .store
+                .renew_with_progress(self.claim(), ttl, progress)
+                .await?;
+            heartbeat::run_answer(outcome)
+        });
+        match report.await {
+            Ok(None) => Ok(()),
+            Ok(Some(cause)) => Err(WriteError::OwnershipLost(cause)),
+            Err(error) if error.kind() == ErrorKind::InvalidInput => {
+                Err(WriteError::Invalid(error))
+            }
+            Err(error) => Err(WriteError::Unconfirmed(error)),
+        }
     }
 
     /// The fenced `Pending → Running` write. The run keeps its lease whatever

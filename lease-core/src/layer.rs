@@ -103,12 +103,15 @@ pub struct Operation<'a> {
 pub enum Input<'a> {
     /// [`LeaseStore::admit`].
     Admit(&'a AdmitRequest),
-    /// [`LeaseStore::renew`] (one claim) and [`LeaseStore::renew_many`].
+    /// [`LeaseStore::renew`] (one claim), [`LeaseStore::renew_many`] and
+    /// [`LeaseStore::renew_with_progress`].
     Renew {
         /// The claims renewed.
         claims: &'a [Claim],
         /// The lease asked for.
         ttl: Duration,
+        /// The progress reported with the renewal, if any.
+        progress: Option<&'a serde_json::Value>,
     },
     /// [`LeaseStore::transition`].
     Transition {
@@ -131,12 +134,15 @@ pub enum Input<'a> {
     Enqueue(&'a [NewJob]),
     /// [`JobQueue::claim`].
     Claim(&'a ClaimRequest),
-    /// [`JobQueue::renew_job`] (one claim) and [`JobQueue::renew_jobs`].
+    /// [`JobQueue::renew_job`] (one claim), [`JobQueue::renew_jobs`] and
+    /// [`JobQueue::renew_job_with_progress`].
     RenewJobs {
         /// The claims renewed.
         claims: &'a [JobClaim],
         /// The lease asked for.
         ttl: Duration,
+        /// The progress reported with the renewal, if any.
+        progress: Option<&'a serde_json::Value>,
     },
     /// [`JobQueue::complete`] (one claim) and [`JobQueue::complete_many`].
     Complete(&'a [JobClaim]),
@@ -227,6 +233,18 @@ impl<'a> Operation<'a> {
             fence: Some(claim.fence),
             ..Operation::by(name, &claim.id, &claim.owner, input)
         }
+    }
+
+    /// How many claims or jobs a batch operation carries, when it carries
+    /// two or more (OpenTelemetry's `db.operation.batch.size`, never 1).
+    pub fn batch_size(&self) -> Option<usize> {
+        let size = match self.input {
+            Input::Renew { claims, .. } => claims.len(),
+            Input::RenewJobs { claims, .. } | Input::Complete(claims) => claims.len(),
+            Input::Enqueue(jobs) => jobs.len(),
+            _ => return None,
+        };
+        (size > 1).then_some(size)
     }
 
     /// What the operation works on, as OpenTelemetry's `db.collection.name`
@@ -400,7 +418,8 @@ impl<S: LeaseStore> LayerExt for S {}
 /// A store whose every operation is traced and counted ([`Tracing`]).
 pub type Instrumented<S> = Layered<S, Tracing>;
 
-/// Tracing and metrics for every operation, named after OpenTelemetry's
+/// Tracing and metrics for every operation (the span at `debug` level: a
+/// filter at `info` drops it), named after OpenTelemetry's
 /// database client conventions (see [`telemetry`](crate::telemetry)):
 ///
 /// * one `tracing` span, `tenure.store`, at debug level, with the fields
@@ -411,7 +430,8 @@ pub type Instrumented<S> = Layered<S, Tracing>;
 ///   (carried or handed out), `tenure.outcome`, `tenure.retries` (where the
 ///   store decided again after lost races, see
 ///   [`backend::telemetry`](crate::backend::telemetry)), and on failure
-///   `error.type` and `otel.status_code` (`error`);
+///   `error.type` (an [`ErrorKind`] name, or [`CANCELLED`] for a call
+///   dropped before it answered) and `otel.status_code` (`error`);
 /// * a warning for each failure;
 /// * the metrics [`OPERATION_DURATION`] and [`OPERATIONS`].
 #[derive(Debug, Clone, Copy)]
@@ -439,14 +459,13 @@ impl Hook for Tracing {
         operation: Operation<'a>,
         call: Pending<'a, T>,
     ) -> Pending<'a, T> {
-        let system = self.system;
         let collection = operation.collection();
         let span = tracing::debug_span!(
             "tenure.store",
             otel.name = %format_args!("{} {collection}", operation.name),
             otel.kind = "client",
             otel.status_code = field::Empty,
-            db.system.name = system,
+            db.system.name = self.system,
             db.operation.name = operation.name,
             db.collection.name = collection,
             db.operation.batch.size = field::Empty,
@@ -455,56 +474,82 @@ impl Hook for Tracing {
             tenure.fence = operation.fence,
             tenure.outcome = field::Empty,
             tenure.retries = field::Empty,
-            error.r#type = field::Empty,
+            "error.type" = field::Empty,
         );
-        let batch = operation.batch.len().max(operation.job_batch.len());
-        if batch > 0 {
-            span.record("db.operation.batch.size", batch);
+        if let Some(size) = operation.batch_size() {
+            span.record("db.operation.batch.size", size);
         }
-        let traced = async move {
-            let started = Instant::now();
-            let answer = call.await;
-            let elapsed = started.elapsed().as_secs_f64();
-            let span = tracing::Span::current();
-            let labels = [
-                (attribute::DB_SYSTEM_NAME, system),
+        let mut record = Recording {
+            labels: [
+                (attribute::DB_SYSTEM_NAME, self.system),
                 (attribute::DB_OPERATION_NAME, operation.name),
                 (attribute::DB_COLLECTION_NAME, collection),
-            ];
-            let outcome = match &answer {
+            ],
+            started: Instant::now(),
+            answered: false,
+        };
+        let traced = async move {
+            let answer = call.await;
+            let span = tracing::Span::current();
+            match &answer {
                 Ok(value) => {
                     if let Some(fence) = value.fence() {
                         span.record("tenure.fence", fence);
                     }
-                    metrics::histogram!(OPERATION_DURATION.name, &labels).record(elapsed);
-                    value.label()
+                    record.answered(value.label(), None);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "store operation failed");
                     let kind = error.kind().as_str();
-                    span.record("error.type", kind);
-                    span.record("otel.status_code", "error");
-                    let labels = [
-                        labels[0],
-                        labels[1],
-                        labels[2],
-                        (attribute::ERROR_TYPE, kind),
-                    ];
-                    metrics::histogram!(OPERATION_DURATION.name, &labels).record(elapsed);
-                    kind
+                    record.answered(kind, Some(kind));
                 }
-            };
-            span.record("tenure.outcome", outcome);
-            let labels = [
-                labels[0],
-                labels[1],
-                labels[2],
-                (attribute::OUTCOME, outcome),
-            ];
-            metrics::counter!(OPERATIONS.name, &labels).increment(1);
+            }
             answer
         };
         Box::pin(traced.instrument(span))
+    }
+}
+
+/// What a [`Tracing`] layer records of one operation once it answers, or,
+/// when it is dropped unanswered (a caller's time limit, a cancelled
+/// task), as failed with `error.type` [`CANCELLED`].
+struct Recording {
+    labels: [(&'static str, &'static str); 3],
+    started: Instant,
+    answered: bool,
+}
+
+/// The `error.type` of an operation dropped before it answered.
+pub const CANCELLED: &str = "cancelled";
+
+impl Recording {
+    /// Records the answer: its `tenure.outcome`, and its `error.type` when
+    /// it failed.
+    fn answered(&mut self, outcome: &'static str, error_type: Option<&'static str>) {
+        self.answered = true;
+        let span = tracing::Span::current();
+        span.record("tenure.outcome", outcome);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let [system, operation, collection] = self.labels;
+        match error_type {
+            None => metrics::histogram!(OPERATION_DURATION.name, &self.labels).record(elapsed),
+            Some(kind) => {
+                span.record("error.type", kind);
+                span.record("otel.status_code", "error");
+                let labels = [system, operation, collection, (attribute::ERROR_TYPE, kind)];
+                metrics::histogram!(OPERATION_DURATION.name, &labels).record(elapsed);
+            }
+        }
+        let labels = [system, operation, collection, (attribute::OUTCOME, outcome)];
+        metrics::counter!(OPERATIONS.name, &labels).increment(1);
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.answered(CANCELLED, Some(CANCELLED));
+        }
     }
 }
 
@@ -753,6 +798,7 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
         let input = Input::Renew {
             claims: std::slice::from_ref(claim),
             ttl,
+            progress: None,
         };
         let operation = Operation::claim("renew", claim, input);
         self.hook
@@ -760,10 +806,37 @@ impl<S: LeaseStore, H: Hook> LeaseStore for Layered<S, H> {
             .await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        let input = Input::Renew {
+            claims: std::slice::from_ref(claim),
+            ttl,
+            progress: Some(progress),
+        };
+        let operation = Operation::claim("renew_with_progress", claim, input);
+        self.hook
+            .call(
+                operation,
+                self.inner.renew_with_progress(claim, ttl, progress),
+            )
+            .await
+    }
+
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         let operation = Operation {
             batch: claims,
-            ..Operation::named("renew_many", Input::Renew { claims, ttl })
+            ..Operation::named(
+                "renew_many",
+                Input::Renew {
+                    claims,
+                    ttl,
+                    progress: None,
+                },
+            )
         };
         self.hook
             .call(operation, self.inner.renew_many(claims, ttl))
@@ -872,6 +945,7 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         let input = Input::RenewJobs {
             claims: std::slice::from_ref(claim),
             ttl,
+            progress: None,
         };
         let operation = Operation::job_claim("renew_job", claim, input);
         self.hook
@@ -879,10 +953,37 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
             .await
     }
 
+    async fn renew_job_with_progress(
+        &self,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        let input = Input::RenewJobs {
+            claims: std::slice::from_ref(claim),
+            ttl,
+            progress: Some(progress),
+        };
+        let operation = Operation::job_claim("renew_job_with_progress", claim, input);
+        self.hook
+            .call(
+                operation,
+                self.inner.renew_job_with_progress(claim, ttl, progress),
+            )
+            .await
+    }
+
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
         let operation = Operation {
             job_batch: claims,
-            ..Operation::named("renew_jobs", Input::RenewJobs { claims, ttl })
+            ..Operation::named(
+                "renew_jobs",
+                Input::RenewJobs {
+                    claims,
+                    ttl,
+                    progress: None,
+                },
+            )
         };
         self.hook
             .call(operation, self.inner.renew_jobs(claims, ttl))

@@ -20,6 +20,9 @@ pub const MAX_GRACE: Duration = MAX_TTL;
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.
 pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+/// Largest progress report of a run or job, serialised as JSON: progress
+/// rides on renewals, so it stays small.
+pub const MAX_PROGRESS_BYTES: usize = 4 * 1024;
 /// Deepest nesting of arrays and objects in metadata or a job payload (the
 /// outermost value counts as one level): stores that keep JSON as text decode
 /// it with `serde_json`, which refuses more than 128 levels, so a deeper value

@@ -127,6 +127,12 @@ pub struct LeaseRecord {
     pub stop_reason: Option<String>,
     /// Caller data, opaque to the store; always a JSON object.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The latest progress a holder reported
+    /// ([`renew_with_progress`](crate::LeaseStore::renew_with_progress)),
+    /// kept until the next report, through takeovers and the end of the
+    /// run; `None` until the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<serde_json::Value>,
 }
 
 impl LeaseRecord {

@@ -303,6 +303,7 @@ mod tests {
             error: None,
             stop_reason: None,
             metadata: serde_json::Map::new(),
+            progress: None,
         }
     }
 

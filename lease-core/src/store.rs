@@ -107,6 +107,31 @@ pub trait LeaseStore: Send + Sync {
     /// the call was sent (contract §12).
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal>;
 
+    /// [`renew`](LeaseStore::renew), recording `progress` on the record in
+    /// the same fenced write ([contract §4](crate::contract)): a `Renewed`
+    /// answer means both happened, a `Lost` one that neither did. Readers
+    /// see it as [`LeaseRecord::progress`] until the next report. Any JSON
+    /// value but `null`, at most
+    /// [`MAX_PROGRESS_BYTES`](crate::limits::MAX_PROGRESS_BYTES).
+    ///
+    /// # Errors
+    ///
+    /// As [`renew`](LeaseStore::renew)'s, and
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// `null` or oversized progress; nothing changed.
+    ///
+    /// # Cancellation
+    ///
+    /// As for [`renew`](LeaseStore::renew): a dropped call may still be
+    /// applied, whole, only while the claim holds the record; a retry with
+    /// the same claim and progress is safe.
+    async fn renew_with_progress(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal>;
+
     /// [`renew`](LeaseStore::renew) for many claims, one outcome per claim in
     /// the same order. One claim's loss never affects another's renewal.
     ///
@@ -327,8 +352,9 @@ pub trait LeaseStore: Send + Sync {
     }
 
     /// The kind of store, as OpenTelemetry's `db.system.name` names it
-    /// (`postgresql`, `redis`, `sqlite`, `mysql`, `etcd`, `memory`, `file`,
-    /// ...): what a [`Tracing`](crate::layer::Tracing) layer labels its
+    /// (`postgresql`, `redis`, `sqlite`, `mysql`; `etcd`, `memory` and
+    /// `file` are tenure's own values, not registered ones; MariaDB servers
+    /// answer `mysql` too): what a [`Tracing`](crate::layer::Tracing) layer labels its
     /// spans and metrics with (see [`telemetry`](crate::telemetry)). The
     /// default answers `other`; wrappers hand the call on.
     fn system_name(&self) -> &'static str {
@@ -345,6 +371,14 @@ macro_rules! forward_lease_store {
             }
             async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
                 (**self).renew(claim, ttl).await
+            }
+            async fn renew_with_progress(
+                &self,
+                claim: &Claim,
+                ttl: Duration,
+                progress: &serde_json::Value,
+            ) -> Result<Renewal> {
+                (**self).renew_with_progress(claim, ttl, progress).await
             }
             async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
                 (**self).renew_many(claims, ttl).await

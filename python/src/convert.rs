@@ -84,6 +84,17 @@ fn json<'py>(py: Python<'py>, value: &serde_json::Value) -> PyResult<Bound<'py, 
     Ok(pythonize::pythonize(py, value)?)
 }
 
+/// A JSON value that may be absent, as Python's `None` then.
+fn optional_json<'py>(
+    py: Python<'py>,
+    value: Option<&serde_json::Value>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        Some(value) => json(py, value),
+        None => Ok(py.None().into_bound(py)),
+    }
+}
+
 pub(crate) fn claim<'py>(py: Python<'py>, claim: &Claim) -> PyResult<Bound<'py, PyAny>> {
     make(py, "Claim", args![py, &claim.id, &claim.owner, claim.fence])
 }
@@ -107,6 +118,7 @@ pub(crate) fn record<'py>(py: Python<'py>, record: &LeaseRecord) -> PyResult<Bou
             record.error.as_deref(),
             record.stop_reason.as_deref(),
             metadata,
+            optional_json(py, record.progress.as_ref())?,
         ],
     )
 }
@@ -295,6 +307,7 @@ pub(crate) fn job<'py>(py: Python<'py>, job: &Job) -> PyResult<Bound<'py, PyAny>
             job.created_at,
             job.updated_at,
             job.taken_back,
+            optional_json(py, job.progress.as_ref())?,
         ],
     )
 }

@@ -54,6 +54,26 @@ impl Guard {
             Guard::Job(guard) => guard.check().await,
         }
     }
+
+    /// Reports `progress` with a fenced renewal of the run's lease or the
+    /// job's claim.
+    async fn report_progress(
+        &self,
+        id: String,
+        progress: &serde_json::Value,
+        url: &Arc<str>,
+    ) -> Result<(), Failure> {
+        match self {
+            Guard::Run(guard) => guard
+                .report_progress(progress)
+                .await
+                .map_err(|error| write_error(id, error, url)),
+            Guard::Job(guard) => guard
+                .report_progress(progress)
+                .await
+                .map_err(|error| job_write_error(id, error, url)),
+        }
+    }
 }
 
 /// One piece of held work, as the loop watch sees it.
@@ -229,6 +249,24 @@ impl PyHeld {
                     .await
                     .map_err(|lost| Failure::Lost(id, lost.cause.label()))
             },
+            |py, ()| Ok(py.None().into_bound(py)),
+        )
+    }
+
+    /// Reports `progress` (any JSON value but `None`) with a fenced renewal:
+    /// others read it on the record or job (`tenure show`). Raises
+    /// `OwnershipLostError` when the lease is lost (nothing is written).
+    fn report_progress<'py>(
+        &self,
+        py: Python<'py>,
+        progress: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let progress = convert::json_value(progress, "progress")?;
+        let guard = self.slot.guard()?;
+        let (id, url) = (self.slot.id.clone(), Arc::clone(&self.url));
+        bridge::spawn(
+            py,
+            async move { guard.report_progress(id, &progress, &url).await },
             |py, ()| Ok(py.None().into_bound(py)),
         )
     }

@@ -213,6 +213,28 @@ impl PyStore {
         )
     }
 
+    /// Renews `claim`'s lease for `ttl` seconds and records `progress` (any
+    /// JSON value but `None`) in the same fenced write: `Renewed` or `Lost`
+    /// (then nothing was written).
+    fn renew_with_progress<'py>(
+        &self,
+        py: Python<'py>,
+        claim: &Bound<'py, PyAny>,
+        ttl: &Bound<'py, PyAny>,
+        progress: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let claim = convert::claim_arg(claim)?;
+        let ttl = convert::duration(ttl, "ttl")?;
+        let progress = convert::json_value(progress, "progress")?;
+        let store = Arc::clone(&self.store);
+        answer(
+            py,
+            &self.url,
+            async move { store.renew_with_progress(&claim, ttl, &progress).await },
+            convert::renewal,
+        )
+    }
+
     /// Renews many claims in one call: a `Renewed` or `Lost` per claim, in order.
     fn renew_many<'py>(
         &self,
@@ -487,6 +509,27 @@ impl PyStore {
             py,
             &self.url,
             async move { store.renew_job(&claim, ttl).await },
+            convert::job_renewal,
+        )
+    }
+
+    /// Renews a job claim and records `progress` (any JSON value but
+    /// `None`) in the same fenced write: `Renewed` or `Lost`.
+    fn renew_job_with_progress<'py>(
+        &self,
+        py: Python<'py>,
+        claim: &Bound<'py, PyAny>,
+        ttl: &Bound<'py, PyAny>,
+        progress: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let claim = convert::job_claim_arg(claim)?;
+        let ttl = convert::duration(ttl, "ttl")?;
+        let progress = convert::json_value(progress, "progress")?;
+        let store = Arc::clone(&self.store);
+        answer(
+            py,
+            &self.url,
+            async move { store.renew_job_with_progress(&claim, ttl, &progress).await },
             convert::job_renewal,
         )
     }

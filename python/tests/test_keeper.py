@@ -59,6 +59,20 @@ async def test_body_returns_then_succeeded(store):
     assert record.owner == k.worker_id
 
 
+async def test_run_reports_progress(store):
+    """report_progress records the progress with a fenced renewal; others
+    read it on the record, which keeps it once the run succeeded."""
+    id = new_id("run")
+    async with keeper(store) as k:
+        async with k.admit(id) as run:
+            await run.report_progress({"step": 1, "of": 2})
+            assert (await store.get(id)).progress == {"step": 1, "of": 2}
+            await run.report_progress({"step": 2, "of": 2})
+    record = await store.get(id)
+    assert record.status is Status.SUCCEEDED
+    assert record.progress == {"step": 2, "of": 2}
+
+
 async def test_body_raises_then_failed(store):
     """A body that raises fails the run with the error text, and the
     exception propagates unchanged."""

@@ -93,6 +93,17 @@ async def test_renew_job_and_complete(store):
     assert await store.complete(claimed.claim) == Rejected("completed")
 
 
+async def test_renew_job_with_progress(store):
+    """renew_job_with_progress records progress readable on the job."""
+    queue = new_id("q")
+    await store.enqueue(queue, {"n": 1})
+    claimed = await claim_one(store, queue)
+    assert claimed.job.progress is None
+    renewed = await store.renew_job_with_progress(claimed.claim, 30, [1, "of", 4])
+    assert isinstance(renewed, Renewed)
+    assert (await store.get_job(claimed.job.id)).progress == [1, "of", 4]
+
+
 async def test_complete_many(store):
     """complete_many answers one Settled/Rejected per claim, in order."""
     queue = new_id("q")

@@ -156,6 +156,21 @@ async def test_renew_and_lost_reasons(store):
     assert await store.renew(orphan.record.claim(), 30) == Lost("owner_changed")
 
 
+async def test_renew_with_progress(store):
+    """renew_with_progress renews and records progress in one fenced write;
+    a stale claim's report is Lost and writes nothing; None is refused."""
+    held = await admit(store)
+    claim = held.record.claim()
+    assert held.record.progress is None
+    assert isinstance(await store.renew_with_progress(claim, 60, {"done": 3}), Renewed)
+    assert (await store.get(claim.id)).progress == {"done": 3}
+    with pytest.raises(tenure.InvalidInputError):
+        await store.renew_with_progress(claim, 60, None)
+    stale = tenure.Claim(claim.id, "someone-else", claim.fence)
+    assert await store.renew_with_progress(stale, 60, "theirs") == Lost("owner_changed")
+    assert (await store.get(claim.id)).progress == {"done": 3}
+
+
 async def test_renew_many(store):
     """renew_many answers one Renewed/Lost per claim, in order."""
     a = await admit(store)

@@ -77,7 +77,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 10);
+    assert_eq!(applied, 11);
     assert_eq!(seen, Some(record));
 }
 
@@ -828,12 +828,14 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migrations 0006, 0008, 0009 and 0010 undo, to stand a fresh schema
+/// What migrations 0006 and 0008 to 0011 undo, to stand a fresh schema
 /// back at version 5 (0007 only replaces a function, so forgetting it is
 /// enough; 0008 replaces it again and adds the three functions dropped
 /// here; 0009 adds the release trigger; 0010 drops the side tables' foreign
-/// keys, their target and an index, and adds `draw_fence` and `draw_fences`).
-const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.jobs DROP COLUMN taken_back, \
+/// keys, their target and an index, and adds `draw_fence` and `draw_fences`;
+/// 0011 adds the progress columns).
+const BACK_TO_VERSION_5: &str = "ALTER TABLE $schema.leases DROP COLUMN progress; \
+     ALTER TABLE $schema.jobs DROP COLUMN progress, DROP COLUMN taken_back, \
      DROP COLUMN taken_back_at; \
      ALTER TABLE $schema.leases ADD CONSTRAINT leases_id_activity UNIQUE (id, is_active); \
      ALTER TABLE $schema.lease_scopes ADD FOREIGN KEY (lease_id) \

@@ -92,6 +92,7 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
         updated_at: required_instant("updated")?,
         taken_back,
         taken_back_at,
+        progress: super::progress(raw)?,
     })
 }
 

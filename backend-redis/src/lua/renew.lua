@@ -2,8 +2,9 @@
 -- rules::judge_renewal per claim. Every claim is judged before any is renewed,
 -- so a corrupt record fails the whole call with nothing written.
 -- KEYS[1] expiry zset, KEYS[1+i] record hash of claim i (i = 1..n).
--- ARGV[1] ttl in us, then per claim i: ARGV[3i-1] id, ARGV[3i] owner,
--- ARGV[3i+1] fence.
+-- ARGV[1] ttl in us, ARGV[2] progress (JSON text) to record on every
+-- renewed claim, or '' for none (renew_with_progress names one claim),
+-- then per claim i: ARGV[3i] id, ARGV[3i+1] owner, ARGV[3i+2] fence.
 -- Reply: { outcome of claim 1, ..., outcome of claim n }, each one of
 --   { 'renewed', expires_at in us } | { 'lost', 'missing' }
 --   | { 'lost', 'terminal', status } | { 'lost', 'interrupted' }
@@ -41,7 +42,7 @@ end
 
 local outcomes = {}
 for i = 2, #KEYS do
-  outcomes[i - 1] = judge(KEYS[i], ARGV[3 * i - 3], ARGV[3 * i - 2]) or false
+  outcomes[i - 1] = judge(KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1]) or false
 end
 
 local now = now_us()
@@ -50,7 +51,10 @@ local updated = fmt(now)
 for i = 2, #KEYS do
   if not outcomes[i - 1] then
     redis.call('HSET', KEYS[i], 'expires', expires, 'updated', updated)
-    redis.call('ZADD', KEYS[1], expires, ARGV[3 * i - 4])
+    if ARGV[2] ~= '' then
+      redis.call('HSET', KEYS[i], 'progress', ARGV[2])
+    end
+    redis.call('ZADD', KEYS[1], expires, ARGV[3 * i - 3])
     outcomes[i - 1] = { 'renewed', expires }
   end
 end

@@ -29,7 +29,17 @@ async fn lease_story(subject: Subject) {
         )
         .await
         .expect("admitted");
-    let live = live.admitted().expect("free scope").clone();
+    let admitted = live.admitted().expect("free scope").clone();
+    let progress = serde_json::json!({ "done": 7, "of": 9 });
+    store
+        .renew_with_progress(&admitted.claim().expect("an owner"), HOUR, &progress)
+        .await
+        .expect("progress reported");
+    let live = store
+        .get("run-live")
+        .await
+        .expect("read")
+        .expect("still there");
     // No lease: an orphan at once, no waiting for an expiry.
     store
         .admit(&AdmitRequest::new("run-orphan", "worker-b").scope("account:2"))
@@ -72,10 +82,12 @@ async fn lease_story(subject: Subject) {
         .stdout(
             contains("worker-a")
                 .and(contains("account:1"))
-                .and(contains(format!("fence        {}", live.fence))),
+                .and(contains(format!("fence        {}", live.fence)))
+                .and(contains(format!("progress     {progress}"))),
         );
     let shown = json(&mut tenure(url, &["show", "run-live", "--json"]));
     assert_eq!(shown["fence"], live.fence);
+    assert_eq!(shown["progress"], progress, "{shown}");
     tenure(url, &["show", "no-such-run"])
         .assert()
         .code(1)
@@ -230,6 +242,10 @@ async fn queue_story(subject: Subject) {
         .pop()
         .expect("claimed");
     store
+        .renew_job_with_progress(&claimed.claim, HOUR, &serde_json::json!("page 3 of 9"))
+        .await
+        .unwrap();
+    store
         .fail(&claimed.claim, "smtp said no", FailAction::DeadLetter)
         .await
         .unwrap();
@@ -237,7 +253,11 @@ async fn queue_story(subject: Subject) {
     tenure(url, &["jobs", "--queue", "emails", "--dead"])
         .assert()
         .success()
-        .stdout(contains("job-1").and(contains("smtp said no")));
+        .stdout(
+            contains("job-1")
+                .and(contains("smtp said no"))
+                .and(contains(r#""page 3 of 9""#)),
+        );
     let dead = json(&mut tenure(
         url,
         &["jobs", "--queue", "emails", "--dead", "--json"],
@@ -261,7 +281,7 @@ async fn queue_story(subject: Subject) {
     tenure(url, &["show", "job-1"])
         .assert()
         .success()
-        .stdout(contains("dead_lettered"));
+        .stdout(contains("dead_lettered").and(contains(r#"progress     "page 3 of 9""#)));
 
     tenure(url, &["retry", "job-1"])
         .assert()

@@ -275,8 +275,9 @@ pub async fn renew_confirmed<S: LeaseStore>(
     Ok(expires_at)
 }
 
-/// Renews `claim`, failing the case unless it is `Lost(reason)` and the
-/// record (or its absence) reads the same before and after.
+/// Renews `claim`, plainly and with progress, failing the case unless each
+/// is `Lost(reason)` and the record (or its absence) reads the same before
+/// and after: a lost renewal records no progress either.
 pub async fn expect_lost<S: LeaseStore>(
     ctx: &Ctx<S>,
     claim: &Claim,
@@ -294,7 +295,27 @@ pub async fn expect_lost<S: LeaseStore>(
         before,
         "a lost renewal changes nothing"
     );
+    let outcome = ctx
+        .store
+        .renew_with_progress(claim, LONG_TTL, &stale_progress())
+        .await?;
+    crate::ensure_eq!(
+        outcome,
+        tenure_lease_core::Renewal::Lost(reason),
+        "renewing {claim:?} with progress"
+    );
+    crate::ensure_eq!(
+        snapshot(ctx, &[&claim.id]).await?,
+        before,
+        "a lost renewal with progress changes nothing, progress included"
+    );
     Ok(())
+}
+
+/// The progress a stale claim tries to report: no live holder reports it,
+/// so seeing it stored means a lost renewal wrote.
+pub fn stale_progress() -> serde_json::Value {
+    serde_json::json!({ "reported by": "a claim that no longer holds" })
 }
 
 /// Writes `change` with `claim`, failing the case unless it is `Applied`

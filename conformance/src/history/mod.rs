@@ -438,7 +438,7 @@ impl Call {
                 scopes: request.scopes.clone(),
                 ttl_us: request.ttl.map(micros),
             },
-            Input::Renew { claims, ttl } => Call::Renew {
+            Input::Renew { claims, ttl, .. } => Call::Renew {
                 claims: claims.to_vec(),
                 ttl_us: micros(ttl),
             },
@@ -463,7 +463,7 @@ impl Call {
                 worker: request.worker.clone(),
                 ttl_us: micros(request.ttl),
             },
-            Input::RenewJobs { claims, ttl } => Call::RenewJobs {
+            Input::RenewJobs { claims, ttl, .. } => Call::RenewJobs {
                 claims: claims.to_vec(),
                 ttl_us: micros(ttl),
             },

@@ -139,6 +139,17 @@ impl LeaseStore for Broken {
     async fn renew(&self, claim: &Claim, ttl: Duration) -> Result<Renewal> {
         self.honest.renew(claim, ttl).await
     }
+    async fn renew_with_progress(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        self.honest.renew_with_progress(claim, ttl, progress).await
+    }
+    fn system_name(&self) -> &'static str {
+        self.honest.system_name()
+    }
     async fn transition(&self, claim: &Claim, change: &StatusChange) -> Result<Transition> {
         self.honest.transition(claim, change).await
     }

@@ -52,6 +52,26 @@ trait Bug: Default + Send + Sync + 'static {
         honest.renew(claim, ttl).await
     }
 
+    async fn renew_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        honest.renew_with_progress(claim, ttl, progress).await
+    }
+
+    async fn renew_job_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        honest.renew_job_with_progress(claim, ttl, progress).await
+    }
+
     async fn transition(
         &self,
         honest: &MemoryStore,
@@ -187,6 +207,17 @@ impl<B: Bug> LeaseStore for Broken<B> {
         self.bug.renew(&self.honest, claim, ttl).await
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        self.bug
+            .renew_with_progress(&self.honest, claim, ttl, progress)
+            .await
+    }
+
     async fn renew_many(&self, claims: &[Claim], ttl: Duration) -> Result<Vec<Renewal>> {
         self.honest.renew_many(claims, ttl).await
     }
@@ -255,6 +286,17 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         self.honest.renew_job(claim, ttl).await
+    }
+
+    async fn renew_job_with_progress(
+        &self,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        self.bug
+            .renew_job_with_progress(&self.honest, claim, ttl, progress)
+            .await
     }
 
     async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
@@ -423,6 +465,83 @@ impl Bug for RenewIgnoresFence {
             ..claim.clone()
         };
         honest.renew(&claim, ttl).await
+    }
+}
+
+/// A progress report that records the progress whoever holds the record,
+/// then judges the renewal honestly: a stale copy's report answers `Lost`
+/// but overwrites the live holder's progress.
+#[derive(Default)]
+struct ProgressWrittenBeforeTheFence;
+
+#[async_trait]
+impl Bug for ProgressWrittenBeforeTheFence {
+    async fn renew_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        if let Some(holder) = honest
+            .get(&claim.id)
+            .await?
+            .and_then(|record| record.claim())
+        {
+            honest.renew_with_progress(&holder, ttl, progress).await?;
+        }
+        honest.renew(claim, ttl).await
+    }
+}
+
+/// A progress report that renews but drops the progress.
+#[derive(Default)]
+struct ProgressDropped;
+
+#[async_trait]
+impl Bug for ProgressDropped {
+    async fn renew_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &Claim,
+        ttl: Duration,
+        _progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        honest.renew(claim, ttl).await
+    }
+
+    async fn renew_job_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &JobClaim,
+        ttl: Duration,
+        _progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        honest.renew_job(claim, ttl).await
+    }
+}
+
+/// A job progress report that records the progress on whoever holds the
+/// job now, so a stale copy's report lands on the live attempt.
+#[derive(Default)]
+struct JobProgressOfWhoeverHoldsTheJob;
+
+#[async_trait]
+impl Bug for JobProgressOfWhoeverHoldsTheJob {
+    async fn renew_job_with_progress(
+        &self,
+        honest: &MemoryStore,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        let current = match honest.get_job(&claim.id).await?.and_then(|job| job.claim()) {
+            Some(holder) => holder,
+            None => claim.clone(),
+        };
+        honest
+            .renew_job_with_progress(&current, ttl, progress)
+            .await
     }
 }
 
@@ -1469,6 +1588,37 @@ async fn catches_an_old_copy_completing_a_requeued_job() {
 async fn catches_a_batch_completion_that_judges_one_claim_for_all() {
     assert_caught::<CompleteManyJudgesTheFirstClaimOnly>(&[
         "queue_complete_many_settles_each_claim_as_complete_would",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_progress_report_written_before_the_fence_is_judged() {
+    assert_caught::<ProgressWrittenBeforeTheFence>(&[
+        "renew_wrong_owner_is_owner_changed",
+        "renew_wrong_fence_is_fence_changed",
+        "progress_is_recorded_with_a_renewal",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_progress_report_that_drops_the_progress() {
+    assert_caught::<ProgressDropped>(&[
+        "progress_is_recorded_with_a_renewal",
+        "progress_bounds_are_exact",
+        "queue_progress_is_recorded_with_a_renewal",
+        "queue_progress_bounds_are_exact",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_job_progress_report_that_lands_on_the_live_attempt() {
+    assert_caught::<JobProgressOfWhoeverHoldsTheJob>(&[
+        "queue_progress_is_recorded_with_a_renewal",
+        "queue_reclaim_has_greater_fence_and_next_attempt",
+        "queue_stale_copy_sees_other_claim_as_not_its_own",
     ])
     .await;
 }

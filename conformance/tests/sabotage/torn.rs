@@ -333,6 +333,17 @@ impl LeaseBackend for TornStore {
         self.run(|mut steps| engine::renew(&mut steps, now, claim, ttl))
     }
 
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal> {
+        let (claim, ttl, progress) = (claim.get(), ttl.get(), progress.get());
+        let now = self.clock.now();
+        self.run(|mut steps| engine::renew_with_progress(&mut steps, now, claim, ttl, progress))
+    }
+
     async fn renew_many(
         &self,
         claims: Checked<&[Claim]>,

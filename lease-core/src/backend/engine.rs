@@ -243,11 +243,41 @@ pub fn renew(
     claim: &Claim,
     ttl: Duration,
 ) -> Result<Renewal> {
+    renew_reporting(records, now, claim, ttl, None)
+}
+
+/// `renew_with_progress`
+/// ([`LeaseStore::renew_with_progress`](crate::LeaseStore::renew_with_progress)):
+/// [`renew`], setting the record's progress in the same update.
+///
+/// # Errors
+///
+/// As [`renew`].
+pub fn renew_with_progress(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    claim: &Claim,
+    ttl: Duration,
+    progress: &serde_json::Value,
+) -> Result<Renewal> {
+    renew_reporting(records, now, claim, ttl, Some(progress))
+}
+
+fn renew_reporting(
+    records: &mut impl RecordTransaction,
+    now: Timestamp,
+    claim: &Claim,
+    ttl: Duration,
+    progress: Option<&serde_json::Value>,
+) -> Result<Renewal> {
     let renewal = records.update(&claim.id, |record| {
         match rules::judge_renewal(Some(record), claim) {
             Err(reason) => (Renewal::Lost(reason), false),
             Ok(()) => {
                 let expires_at = rules::renew(record, ttl, now);
+                if let Some(progress) = progress {
+                    record.progress = Some(progress.clone());
+                }
                 (Renewal::Renewed { expires_at }, true)
             }
         }

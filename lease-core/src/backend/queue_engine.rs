@@ -210,12 +210,41 @@ pub fn renew_job(
     ttl: Duration,
     now: Timestamp,
 ) -> Result<JobRenewal> {
-    Ok(
-        match write_claimed(tx, claim, |job| rules::renew_job(job, ttl, now))? {
-            Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
-            Err(loss) => JobRenewal::Lost(loss),
-        },
-    )
+    renew_job_reporting(tx, claim, ttl, now, None)
+}
+
+/// [`renew_job`], setting the job's progress in the same write.
+///
+/// # Errors
+///
+/// As [`write_claimed`].
+pub fn renew_job_with_progress(
+    tx: &mut impl JobTransaction,
+    claim: &JobClaim,
+    ttl: Duration,
+    now: Timestamp,
+    progress: &serde_json::Value,
+) -> Result<JobRenewal> {
+    renew_job_reporting(tx, claim, ttl, now, Some(progress))
+}
+
+fn renew_job_reporting(
+    tx: &mut impl JobTransaction,
+    claim: &JobClaim,
+    ttl: Duration,
+    now: Timestamp,
+    progress: Option<&serde_json::Value>,
+) -> Result<JobRenewal> {
+    let renewed = write_claimed(tx, claim, |job| {
+        if let Some(progress) = progress {
+            job.progress = Some(progress.clone());
+        }
+        rules::renew_job(job, ttl, now)
+    })?;
+    Ok(match renewed {
+        Ok((_, expires_at)) => JobRenewal::Renewed { expires_at },
+        Err(loss) => JobRenewal::Lost(loss),
+    })
 }
 
 /// Completes the claimed job.

@@ -80,6 +80,7 @@ pub fn new_job(new: &NewJob, now: Timestamp) -> Job {
         updated_at: now,
         taken_back: 0,
         taken_back_at: None,
+        progress: None,
     }
 }
 

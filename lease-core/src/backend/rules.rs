@@ -186,6 +186,7 @@ pub fn new_record(
         error: None,
         stop_reason: None,
         metadata,
+        progress: None,
     }
 }
 

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 #[doc(hidden)]
 pub use async_trait::async_trait;
+#[doc(hidden)]
+pub use serde_json;
 
 use super::checked::Checked;
 use super::validate;
@@ -94,6 +96,18 @@ pub trait LeaseBackend: Backend {
     ///
     /// As the user trait's.
     async fn renew(&self, claim: Checked<&Claim>, ttl: Checked<Duration>) -> Result<Renewal>;
+
+    /// [`LeaseStore::renew_with_progress`](crate::LeaseStore::renew_with_progress).
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn renew_with_progress(
+        &self,
+        claim: Checked<&Claim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
+    ) -> Result<Renewal>;
 
     /// [`LeaseStore::renew_many`](crate::LeaseStore::renew_many). The
     /// default renews one by one; override it with one round trip.
@@ -238,6 +252,18 @@ pub trait QueueBackend: LeaseBackend {
         &self,
         claim: Checked<&JobClaim>,
         ttl: Checked<Duration>,
+    ) -> Result<JobRenewal>;
+
+    /// [`JobQueue::renew_job_with_progress`](crate::JobQueue::renew_job_with_progress).
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn renew_job_with_progress(
+        &self,
+        claim: Checked<&JobClaim>,
+        ttl: Checked<Duration>,
+        progress: Checked<&serde_json::Value>,
     ) -> Result<JobRenewal>;
 
     /// [`JobQueue::renew_jobs`](crate::JobQueue::renew_jobs). The default
@@ -473,6 +499,32 @@ pub mod front {
         .await
     }
 
+    /// Checks and runs [`LeaseBackend::renew_with_progress`].
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn renew_with_progress<B: LeaseBackend>(
+        backend: &B,
+        claim: &Claim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<Renewal> {
+        validate::claim(claim)?;
+        validate::ttl(ttl)?;
+        validate::progress(progress)?;
+        within(
+            backend,
+            "renew_with_progress",
+            backend.renew_with_progress(
+                Checked::new(claim),
+                Checked::new(ttl),
+                Checked::new(progress),
+            ),
+        )
+        .await
+    }
+
     /// Checks and runs [`LeaseBackend::renew_many`].
     ///
     /// # Errors
@@ -700,6 +752,32 @@ pub mod front {
             backend,
             "renew_job",
             backend.renew_job(Checked::new(claim), Checked::new(ttl)),
+        )
+        .await
+    }
+
+    /// Checks and runs [`QueueBackend::renew_job_with_progress`].
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn renew_job_with_progress<B: QueueBackend>(
+        backend: &B,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal> {
+        validate::job_claim(claim)?;
+        validate::ttl(ttl)?;
+        validate::progress(progress)?;
+        within(
+            backend,
+            "renew_job_with_progress",
+            backend.renew_job_with_progress(
+                Checked::new(claim),
+                Checked::new(ttl),
+                Checked::new(progress),
+            ),
         )
         .await
     }
@@ -988,6 +1066,15 @@ macro_rules! serve_lease_store {
             ) -> $crate::Result<$crate::Renewal> {
                 $crate::backend::stores::front::renew(self, claim, ttl).await
             }
+            async fn renew_with_progress(
+                &self,
+                claim: &$crate::Claim,
+                ttl: ::std::time::Duration,
+                progress: &$crate::backend::stores::serde_json::Value,
+            ) -> $crate::Result<$crate::Renewal> {
+                $crate::backend::stores::front::renew_with_progress(self, claim, ttl, progress)
+                    .await
+            }
             async fn renew_many(
                 &self,
                 claims: &[$crate::Claim],
@@ -1088,6 +1175,15 @@ macro_rules! serve_job_queue {
                 ttl: ::std::time::Duration,
             ) -> $crate::Result<$crate::queue::JobRenewal> {
                 $crate::backend::stores::front::renew_job(self, claim, ttl).await
+            }
+            async fn renew_job_with_progress(
+                &self,
+                claim: &$crate::queue::JobClaim,
+                ttl: ::std::time::Duration,
+                progress: &$crate::backend::stores::serde_json::Value,
+            ) -> $crate::Result<$crate::queue::JobRenewal> {
+                $crate::backend::stores::front::renew_job_with_progress(self, claim, ttl, progress)
+                    .await
             }
             async fn renew_jobs(
                 &self,
@@ -1264,6 +1360,14 @@ mod tests {
             std::future::pending().await
         }
         async fn renew(&self, _: Checked<&Claim>, _: Checked<Duration>) -> Result<Renewal> {
+            self.reached()
+        }
+        async fn renew_with_progress(
+            &self,
+            _: Checked<&Claim>,
+            _: Checked<Duration>,
+            _: Checked<&serde_json::Value>,
+        ) -> Result<Renewal> {
             self.reached()
         }
         async fn transition(

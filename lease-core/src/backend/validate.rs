@@ -15,7 +15,8 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverAction, T
 
 pub use crate::limits::{
     MAX_BATCH, MAX_GATE_FENCE, MAX_GRACE, MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
-    MAX_NAME_BYTES, MAX_RETENTION, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL, MIN_TTL,
+    MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_RETENTION, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL,
+    MIN_TTL,
 };
 
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
@@ -196,6 +197,18 @@ pub fn metadata(
     };
     json_document("metadata", metadata, MAX_METADATA_BYTES)?;
     Ok(object)
+}
+
+/// A progress report: any JSON value but `null`, at most
+/// [`MAX_PROGRESS_BYTES`] as JSON.
+pub fn progress(progress: &serde_json::Value) -> Result<()> {
+    if progress.is_null() {
+        return Err(Error::invalid_input(
+            "progress",
+            "must not be null: report a value such as 0, \"started\" or {}",
+        ));
+    }
+    json_document("progress", progress, MAX_PROGRESS_BYTES)
 }
 
 /// Everything in an [`AdmitRequest`]; answers its metadata object.

@@ -134,6 +134,28 @@ pub trait JobQueue: LeaseStore {
     /// is safe.
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal>;
 
+    /// [`renew_job`](JobQueue::renew_job), recording `progress` on the job
+    /// in the same fenced write: a `Renewed` answer means both happened, a
+    /// `Lost` one that neither did. Readers see it as [`Job::progress`]
+    /// until the next report. Any JSON value but `null`, at most
+    /// [`MAX_PROGRESS_BYTES`](crate::limits::MAX_PROGRESS_BYTES).
+    ///
+    /// # Errors
+    ///
+    /// As [`renew_job`](JobQueue::renew_job)'s, and
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// `null` or oversized progress; nothing changed.
+    ///
+    /// # Cancellation
+    ///
+    /// As for [`renew_job`](JobQueue::renew_job).
+    async fn renew_job_with_progress(
+        &self,
+        claim: &JobClaim,
+        ttl: Duration,
+        progress: &serde_json::Value,
+    ) -> Result<JobRenewal>;
+
     /// Renews many job claims in one call, each fenced by its own claim: the
     /// batched [`renew_job`](JobQueue::renew_job), for workers that hold
     /// jobs claimed in batches. Every backend of this workspace but etcd
@@ -465,6 +487,14 @@ macro_rules! forward_job_queue {
             }
             async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
                 (**self).renew_job(claim, ttl).await
+            }
+            async fn renew_job_with_progress(
+                &self,
+                claim: &JobClaim,
+                ttl: Duration,
+                progress: &serde_json::Value,
+            ) -> Result<JobRenewal> {
+                (**self).renew_job_with_progress(claim, ttl, progress).await
             }
             async fn renew_jobs(&self, claims: &[JobClaim], ttl: Duration) -> Result<Vec<JobRenewal>> {
                 (**self).renew_jobs(claims, ttl).await

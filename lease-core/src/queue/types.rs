@@ -232,6 +232,12 @@ pub struct Job {
     /// `taken_back` is 0.
     #[serde(default)]
     pub taken_back_at: Option<Timestamp>,
+    /// The latest progress its holder reported
+    /// ([`renew_job_with_progress`](super::JobQueue::renew_job_with_progress)),
+    /// kept until the next report, through later attempts too; `None`
+    /// until the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<serde_json::Value>,
 }
 
 impl Job {

@@ -100,6 +100,11 @@ class Store:
         after ``wait_for`` the last ``Conflict`` is answered."""
     def renew(self, claim: Claim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends ``claim``'s lease to ``ttl`` from the store's now."""
+    def renew_with_progress(
+        self, claim: Claim, ttl: Seconds, progress: Any
+    ) -> Awaitable[Union[Renewed, Lost]]:
+        """``renew``, recording ``progress`` (any JSON value but ``None``) in
+        the same fenced write; ``Lost`` writes neither."""
     def renew_many(
         self, claims: Iterable[Claim], ttl: Seconds
     ) -> Awaitable[List[Union[Renewed, Lost]]]:
@@ -169,6 +174,10 @@ class Store:
         """Claims up to ``limit`` due jobs (best priority, then oldest)."""
     def renew_job(self, claim: JobClaim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends a job claim's lease."""
+    def renew_job_with_progress(
+        self, claim: JobClaim, ttl: Seconds, progress: Any
+    ) -> Awaitable[Union[Renewed, Lost]]:
+        """``renew_job``, recording ``progress`` in the same fenced write."""
     def complete(self, claim: JobClaim) -> Awaitable[Union[Settled, Rejected]]:
         """The fenced completion."""
     def complete_many(
@@ -241,6 +250,9 @@ class Held:
     def loss(self) -> Optional[str]:
         """Why the lease was lost (``"owner_changed"``, ``"deadline_passed"``,
         ``"event_loop_stalled"``, ...), ``None`` while held."""
+    def report_progress(self, progress: Any) -> Awaitable[None]:
+        """Reports ``progress`` (any JSON value but ``None``) with a fenced
+        renewal; raises ``OwnershipLostError`` once the lease is lost."""
     def check(self) -> Awaitable[None]:
         """Raises ``OwnershipLostError`` once the lease is lost."""
     async def __aenter__(self) -> "Held": ...

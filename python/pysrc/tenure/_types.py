@@ -114,6 +114,9 @@ class LeaseRecord:
     error: Optional[str]
     stop_reason: Optional[str]
     metadata: Dict[str, Any] = field(hash=False, compare=True)
+    #: The latest progress a holder reported with a renewal
+    #: (``Store.renew_with_progress``); ``None`` until the first.
+    progress: Any = field(default=None, hash=False, compare=True)
 
     @property
     def is_active(self) -> bool:
@@ -277,6 +280,9 @@ class Job:
     created_at: datetime
     updated_at: datetime
     taken_back: int
+    #: The latest progress its holder reported with a renewal
+    #: (``Store.renew_job_with_progress``); ``None`` until the first.
+    progress: Any = field(default=None, hash=False, compare=True)
 
     def claim(self) -> Optional["JobClaim"]:
         """The claim of the worker holding the job, while it is claimed."""

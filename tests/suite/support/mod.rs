@@ -33,6 +33,8 @@ pub const BEAT: Duration = Duration::from_millis(250);
 pub const SIGNAL: Duration = Duration::from_secs(20);
 /// The bound on a whole test.
 const TEST_BOUND: Duration = Duration::from_secs(180);
+/// The most removing a test's store (a schema, a namespace) may take.
+const CLEAN_UP_BOUND: Duration = Duration::from_secs(60);
 
 /// Which backend a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +149,14 @@ where
     let outcome = AssertUnwindSafe(tokio::time::timeout(TEST_BOUND, test(Arc::clone(&subject))))
         .catch_unwind()
         .await;
-    clean_up(subject).await;
+    // A clean-up that hangs (a pool waiting for a connection some leaked
+    // task holds) fails the test by name instead of stalling the run.
+    if tokio::time::timeout(CLEAN_UP_BOUND, clean_up(subject))
+        .await
+        .is_err()
+    {
+        panic!("{name}: removing its store did not finish within {CLEAN_UP_BOUND:?}");
+    }
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(_)) => panic!("{name} did not finish within {TEST_BOUND:?}"),

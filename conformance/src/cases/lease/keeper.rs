@@ -305,6 +305,47 @@ pub async fn keeper_complete_after_takeover_answers_stale<S: LeaseStore + 'stati
     shutdown_drained(keeper).await
 }
 
+/// A run reports progress through its guard: one fenced renewal that
+/// others read on the record. Once a peer took the lease over, a report
+/// answers the loss, stops the run and leaves the peer's record untouched.
+pub async fn keeper_progress_rides_on_a_fenced_renewal<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let keeper = start(&ctx, held_config(&ctx))?;
+    let id = "keeper-progress";
+    let guard = admit_held(&keeper, id).await?;
+    let progress = serde_json::json!({ "step": 2, "of": 5 });
+    guard
+        .report_progress(&progress)
+        .await
+        .map_err(|error| Failure(format!("report_progress: {error}")))?;
+    ensure_eq!(
+        get(&ctx, id).await?.progress,
+        Some(progress),
+        "the record carries the reported progress"
+    );
+    let taken = peer_takes_over(&ctx, &guard).await?;
+    let answer = guard
+        .report_progress(&serde_json::json!({ "step": 3, "of": 5 }))
+        .await;
+    ensure!(
+        matches!(
+            answer,
+            Err(WriteError::OwnershipLost(
+                LossCause::Lost(LossReason::OwnerChanged) | LossCause::DeadlinePassed
+            ))
+        ),
+        "expected the loss (or the fail-stop), got {answer:?}"
+    );
+    ensure!(guard.token().is_cancelled(), "the run is stopped");
+    ensure_eq!(
+        get(&ctx, id).await?,
+        taken,
+        "the peer's record is untouched, its progress included"
+    );
+    shutdown_drained(keeper).await
+}
+
 /// The reconciler fails an expired orphan, owned from then on by the keeper,
 /// and skips the keeper's own lease even when the store sees it expired.
 pub async fn keeper_reconciler_recovers_orphans_but_never_its_own<S: LeaseStore + 'static>(

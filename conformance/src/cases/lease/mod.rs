@@ -8,6 +8,7 @@ pub mod keeper;
 pub mod keeper_cancel;
 pub mod keeper_kinds;
 pub mod listing;
+pub mod progress;
 pub mod race;
 pub mod releases;
 pub mod renew;

@@ -23,6 +23,7 @@ pub mod enqueue;
 pub mod input;
 pub mod list_jobs;
 pub mod names;
+pub mod progress;
 pub mod reap;
 pub mod renew_jobs;
 pub mod retention;
@@ -42,7 +43,7 @@ use tenure_lease_core::queue::{
 };
 use tenure_lease_core::{clock, ErrorKind, JobQueue, Timestamp};
 
-use crate::cases::util::LONG_TTL;
+use crate::cases::util::{stale_progress, LONG_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -401,6 +402,20 @@ pub(crate) async fn expect_job_lost<S: JobQueue>(
         ctx.store.get_job(&claim.id).await?,
         before,
         "a lost renewal changes nothing"
+    );
+    let outcome = ctx
+        .store
+        .renew_job_with_progress(claim, LONG_TTL, &stale_progress())
+        .await?;
+    ensure_eq!(
+        outcome,
+        JobRenewal::Lost(loss),
+        "renewing {claim:?} with progress"
+    );
+    ensure_eq!(
+        ctx.store.get_job(&claim.id).await?,
+        before,
+        "a lost renewal with progress changes nothing, progress included"
     );
     Ok(())
 }

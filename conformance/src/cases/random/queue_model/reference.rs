@@ -69,6 +69,7 @@ impl Model {
                     updated_at: now,
                     taken_back: 0,
                     taken_back_at: None,
+                    progress: None,
                 };
                 self.jobs.insert(job.id.clone(), job.clone());
                 job
