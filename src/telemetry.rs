@@ -21,7 +21,7 @@
 //! | `tenure.store.operations` | counter | count | `db.system.name`, `db.operation.name`, `db.collection.name`, `tenure.outcome` |
 //! | `tenure.store.admit.retries` | counter | count | `db.system.name` |
 //! | `tenure.keeper.renewals` | counter | count | `tenure.outcome`: `renewed`, `lost`, `error`, `timeout`, `late` |
-//! | `tenure.keeper.renew_calls` | counter | count | `db.operation.name`: `renew`, `renew_many`, `renew_job`, `renew_jobs` |
+//! | `tenure.keeper.renew_calls` | counter | count | `db.operation.name`: `renew`, `renew_many`, `renew_job`, `renew_jobs`, and `renew_with_progress`, `renew_job_with_progress` for progress reports |
 //! | `tenure.keeper.losses` | counter | count | `tenure.loss.reason`: a [`LossCause::label`](crate::LossCause::label) |
 //! | `tenure.keeper.fail_stops` | counter | count | |
 //! | `tenure.keeper.takeovers` | counter | count | `tenure.takeover.action`: `fail`, `adopt`, `release`, `cancel` |

@@ -166,9 +166,18 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
         error: get!("error"),
         stop_reason: get!("stop_reason"),
         metadata,
-        progress: get!("progress"),
+        progress: progress(get!("progress")).map_err(|reason| fail("progress", reason))?,
         id,
     })
+}
+
+/// The progress column's value: SQL `NULL` until the first report; a JSON
+/// `null` is damage, as no write stores one.
+fn progress(value: Option<serde_json::Value>) -> Result<Option<serde_json::Value>, String> {
+    match value {
+        Some(serde_json::Value::Null) => Err("a JSON null, which no write stores".to_owned()),
+        other => Ok(other),
+    }
 }
 
 /// Reads a row that is known to hold a record (point reads, writes):
@@ -247,7 +256,7 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
         updated_at: at!("updated_at"),
         taken_back,
         taken_back_at,
-        progress: get!("progress"),
+        progress: progress(get!("progress")).map_err(|reason| fail("progress", reason))?,
         id,
     })
 }

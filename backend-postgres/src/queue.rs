@@ -68,7 +68,6 @@ impl PgStore {
         .await
     }
 
-    /// `renew_job` of a valid claim.
     /// `renew_job` of a valid claim, recording `progress` when given.
     async fn renew_one(
         &self,

@@ -216,8 +216,12 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
 pub(crate) fn progress(raw: &RawRecord) -> std::result::Result<Option<serde_json::Value>, String> {
     raw.fields
         .get("progress")
-        .map(|value| {
-            serde_json::from_slice(value).map_err(|error| format!("progress is not JSON: {error}"))
+        .map(|value| match serde_json::from_slice(value) {
+            Ok(serde_json::Value::Null) => {
+                Err("progress is a JSON null, which no write stores".to_owned())
+            }
+            Ok(progress) => Ok(progress),
+            Err(error) => Err(format!("progress is not JSON: {error}")),
         })
         .transpose()
 }

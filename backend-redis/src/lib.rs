@@ -618,9 +618,8 @@ impl RedisStore {
         }
     }
 
-    /// One script call renewing `claims` (at most [`RENEW_BATCH`]).
-    /// Renews `claims` with one script call, recording `progress` on each
-    /// renewed one when given.
+    /// One script call renewing `claims` (at most [`RENEW_BATCH`]),
+    /// recording `progress` on each renewed one when given.
     async fn renew_batch(
         &self,
         claims: &[Claim],

@@ -116,12 +116,17 @@ pub(crate) fn progress_column(
     index: usize,
 ) -> Result<Option<serde_json::Value>, String> {
     column::<Option<String>>(row, index, "progress")?
-        .map(|text| {
-            serde_json::from_str(&text)
-                .map_err(|error| format!("column progress: not JSON: {error}"))
+        .map(|text| match serde_json::from_str(&text) {
+            Ok(serde_json::Value::Null) => Err(NULL_PROGRESS.to_owned()),
+            Ok(progress) => Ok(progress),
+            Err(error) => Err(format!("column progress: not JSON: {error}")),
         })
         .transpose()
 }
+
+/// Why a stored `null` progress is damage: no write stores one (a report
+/// refuses `null`; no report leaves the column `NULL`).
+const NULL_PROGRESS: &str = "column progress: a JSON null, which no write stores";
 
 /// Progress as the progress column keeps it.
 pub(crate) fn progress_text(progress: Option<&serde_json::Value>) -> Option<String> {

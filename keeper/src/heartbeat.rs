@@ -31,7 +31,8 @@ use super::health::{self, Task};
 use super::held::{Confirmation, Entry, HeldCore, HeldJob, HeldRun, Phase};
 use super::loss::LossCause;
 use super::{telemetry, Shared};
-use crate::held::unknown_answer;
+use crate::held::{timeout_error, unknown_answer};
+use tenure_lease_core::backend::validate;
 use tenure_lease_core::queue::{JobClaim, JobRenewal};
 use tenure_lease_core::Claim;
 use tenure_lease_core::Renewal;
@@ -334,40 +335,74 @@ impl Renewable for HeldJob {
 /// A renewal the work sent itself, carrying its progress
 /// ([`RunGuard::report_progress`](crate::RunGuard::report_progress),
 /// [`JobGuard::report_progress`](crate::JobGuard::report_progress)),
-/// judged as the heartbeat judges its own: `Renewed` extends the confirmed
-/// deadline, `Lost` ends ownership, no answer keeps it only until the
-/// confirmed deadline. Answers the loss a `Lost` caused; `Err` when the
-/// store could not say, or for a keeper whose leases have no ttl (the
-/// progress rides on a renewal).
+/// sent and judged as the heartbeat sends and judges its own: only while
+/// held with the confirmed deadline ahead (a deadline already passed stops
+/// the work, with nothing sent), bounded by that deadline, and `Renewed`
+/// extends the deadline, `Lost` (or a renewal landing after the deadline)
+/// ends ownership, no answer keeps it only until the deadline. Answers the
+/// loss the work has once the answer is judged.
+///
+/// `call` names the store call for telemetry.
+///
+/// # Errors
+///
+/// `InvalidInput`, with nothing sent, for a `null` or oversized progress,
+/// a keeper whose leases have no ttl (the progress rides on a renewal) and
+/// work whose terminal write has begun; the store's error (or a timeout)
+/// when it could not say.
 pub(crate) async fn report_progress<R, Fut>(
     shared: &Shared,
     held: &R,
+    progress: &serde_json::Value,
+    call: &'static str,
     renew: impl FnOnce(Duration) -> Fut,
 ) -> Result<Option<LossCause>, Error>
 where
     R: Renewable,
     Fut: Future<Output = Result<Answer, Error>>,
 {
-    let (Some(ttl), Some(deadline)) = (shared.config.ttl, held.deadline()) else {
+    validate::progress(progress)?;
+    let Some(ttl) = shared.config.ttl else {
         return Err(Error::invalid_input(
             "progress",
             "progress rides on a renewal, and this keeper's leases have no ttl",
         ));
     };
-    let sent = Instant::now();
-    match shared.bounded(R::SOLO_CALL, renew(ttl)).await {
-        Ok(answer) => {
-            let lost = match &answer {
-                Answer::Lost(cause) => Some(*cause),
-                Answer::Renewed => None,
-            };
-            on_answer(shared, held, deadline, answer, sent + ttl, Instant::now());
-            Ok(lost)
+    let now = Instant::now();
+    let (phase, deadline) = {
+        let state = held.state();
+        (state.phase, state.deadline)
+    };
+    match (phase, deadline) {
+        (Phase::Held, Some(deadline)) if deadline > now => {
+            telemetry::renew_call(call);
+            let sent = Instant::now();
+            let answer = tokio::time::timeout_at(deadline, shared.bounded(call, renew(ttl))).await;
+            let now = Instant::now();
+            match answer {
+                Ok(Ok(answer)) => {
+                    on_answer(shared, held, deadline, answer, sent + ttl, now);
+                    Ok(held.loss())
+                }
+                Ok(Err(error)) => {
+                    on_unknown(shared, held, deadline, "error", now);
+                    Err(error)
+                }
+                Err(_) => {
+                    on_unknown(shared, held, deadline, "timeout", now);
+                    Err(timeout_error(call))
+                }
+            }
         }
-        Err(error) => {
-            on_unknown(shared, held, deadline, "error", Instant::now());
-            Err(error)
+        (Phase::Held, Some(_)) => {
+            shared.lose(held, LossCause::DeadlinePassed, false);
+            Ok(held.loss())
         }
+        (Phase::Settling | Phase::Finished, _) => Err(Error::invalid_input(
+            "progress",
+            "the terminal write has begun: report progress before completing",
+        )),
+        _ => Ok(held.loss()),
     }
 }
 

@@ -174,13 +174,19 @@ impl JobGuard {
             return Err(JobWriteError::OwnershipLost(cause));
         }
         let item = &self.held().item;
-        let report = heartbeat::report_progress(self.shared(), self.held(), |ttl| async move {
-            let outcome = item
-                .queue
-                .renew_job_with_progress(&item.claim, ttl, progress)
-                .await?;
-            heartbeat::job_answer(outcome)
-        });
+        let report = heartbeat::report_progress(
+            self.shared(),
+            self.held(),
+            progress,
+            "renew_job_with_progress",
+            |ttl| async move {
+                let outcome = item
+                    .queue
+                    .renew_job_with_progress(&item.claim, ttl, progress)
+                    .await?;
+                heartbeat::job_answer(outcome)
+            },
+        );
         match report.await {
             Ok(None) => Ok(()),
             Ok(Some(cause)) => Err(JobWriteError::OwnershipLost(cause)),

@@ -146,13 +146,19 @@ impl RunGuard {
             return Err(WriteError::OwnershipLost(cause));
         }
         let shared = self.shared();
-        let report = heartbeat::report_progress(shared, self.held(), |ttl| async move {
-            let outcome = shared
-                .store
-                .renew_with_progress(self.claim(), ttl, progress)
-                .await?;
-            heartbeat::run_answer(outcome)
-        });
+        let report = heartbeat::report_progress(
+            shared,
+            self.held(),
+            progress,
+            "renew_with_progress",
+            |ttl| async move {
+                let outcome = shared
+                    .store
+                    .renew_with_progress(self.claim(), ttl, progress)
+                    .await?;
+                heartbeat::run_answer(outcome)
+            },
+        );
         match report.await {
             Ok(None) => Ok(()),
             Ok(Some(cause)) => Err(WriteError::OwnershipLost(cause)),

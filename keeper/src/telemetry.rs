@@ -33,7 +33,7 @@ pub const RENEWALS: Metric = Metric::counter(
 /// One store round trip of the heartbeat.
 pub const RENEW_CALLS: Metric = Metric::counter(
     "tenure.keeper.renew_calls",
-    "Store round trips of the heartbeat: renew, renew_many, renew_job or renew_jobs.",
+    "Store round trips of the heartbeat (renew, renew_many, renew_job, renew_jobs) and of progress reports (renew_with_progress, renew_job_with_progress).",
 )
 .attributes(&[attribute::DB_OPERATION_NAME]);
 /// A run or job stopped because its ownership ended or became unknown.
@@ -101,8 +101,9 @@ pub(crate) fn renewal(outcome: &'static str, time_left: Duration) {
     metrics::histogram!(LEASE_TIME_LEFT.name).record(time_left.as_secs_f64());
 }
 
-/// One store round trip of the heartbeat: `renew`, `renew_many`,
-/// `renew_job` or `renew_jobs`.
+/// One store round trip of the heartbeat (`renew`, `renew_many`,
+/// `renew_job`, `renew_jobs`) or of a progress report
+/// (`renew_with_progress`, `renew_job_with_progress`).
 pub(crate) fn renew_call(call: &'static str) {
     metrics::counter!(RENEW_CALLS.name, attribute::DB_OPERATION_NAME => call).increment(1);
 }

@@ -308,7 +308,8 @@ pub enum AnswerView<'a> {
     Admission(&'a Admission),
     /// Of [`LeaseStore::claim_for_takeover`].
     Takeover(&'a Takeover),
-    /// Of [`LeaseStore::renew`] and [`LeaseStore::renew_many`], one per claim.
+    /// Of [`LeaseStore::renew`], [`LeaseStore::renew_with_progress`] and
+    /// [`LeaseStore::renew_many`], one per claim.
     Renewals(&'a [Renewal]),
     /// Of [`LeaseStore::transition`].
     Transition(&'a Transition),
@@ -329,7 +330,8 @@ pub enum AnswerView<'a> {
     JobFound(Option<&'a Job>),
     /// Of [`JobQueue::claim`].
     Claimed(&'a [ClaimedJob]),
-    /// Of [`JobQueue::renew_job`] and [`JobQueue::renew_jobs`], one per claim.
+    /// Of [`JobQueue::renew_job`], [`JobQueue::renew_job_with_progress`] and
+    /// [`JobQueue::renew_jobs`], one per claim.
     JobRenewals(&'a [JobRenewal]),
     /// Of [`JobQueue::complete`], [`JobQueue::complete_many`],
     /// [`JobQueue::fail`] and [`JobQueue::defer`], one per claim.

@@ -830,6 +830,7 @@ impl PyStore {
 const OPERATIONS: &[&str] = &[
     "admit",
     "renew",
+    "renew_with_progress",
     "renew_many",
     "transition",
     "claim_for_takeover",
@@ -838,6 +839,7 @@ const OPERATIONS: &[&str] = &[
     "now",
     "claim",
     "renew_job",
+    "renew_job_with_progress",
     "renew_jobs",
     "complete",
     "fail",

@@ -306,7 +306,8 @@ pub async fn keeper_complete_after_takeover_answers_stale<S: LeaseStore + 'stati
 }
 
 /// A run reports progress through its guard: one fenced renewal that
-/// others read on the record. Once a peer took the lease over, a report
+/// others read on the record. A report after the run's terminal write is
+/// refused and writes nothing; once a peer took the lease over, a report
 /// answers the loss, stops the run and leaves the peer's record untouched.
 pub async fn keeper_progress_rides_on_a_fenced_renewal<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
@@ -321,8 +322,23 @@ pub async fn keeper_progress_rides_on_a_fenced_renewal<S: LeaseStore + 'static>(
         .map_err(|error| Failure(format!("report_progress: {error}")))?;
     ensure_eq!(
         get(&ctx, id).await?.progress,
-        Some(progress),
+        Some(progress.clone()),
         "the record carries the reported progress"
+    );
+    let finished = admit_held(&keeper, "keeper-progress-finished").await?;
+    finished
+        .complete(StatusChange::succeeded())
+        .await
+        .map_err(|error| Failure(format!("complete: {error}")))?;
+    let late = finished.report_progress(&progress).await;
+    ensure!(
+        matches!(late, Err(WriteError::Invalid(_))),
+        "a report after the terminal write is refused, got {late:?}"
+    );
+    ensure_eq!(
+        get(&ctx, "keeper-progress-finished").await?.progress,
+        None,
+        "a refused report writes nothing"
     );
     let taken = peer_takes_over(&ctx, &guard).await?;
     let answer = guard

@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::json;
 use tenure_lease_core::limits::MAX_PROGRESS_BYTES;
 use tenure_lease_core::{
-    AdmitRequest, LeaseRecord, LeaseStore, LossReason, Renewal, StatusChange, TakeoverRequest,
+    AdmitRequest, AdmitStrategy, LeaseRecord, LeaseStore, LossReason, Renewal, Status,
+    StatusChange, TakeoverRequest,
 };
 
 use crate::cases::util::{
@@ -53,8 +54,9 @@ async fn report<S: LeaseStore>(
 
 /// A holder's report renews its lease and records its progress, changing
 /// nothing else; a plain renewal keeps the progress; the next report
-/// replaces it; a terminal write and a takeover keep it, and the new holder
-/// reports its own. A record never reported on has none.
+/// replaces it; a terminal write, a takeover and an interrupting admission
+/// keep it, and a new holder reports its own. A record never reported on
+/// has none.
 pub async fn progress_is_recorded_with_a_renewal<S: LeaseStore + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
@@ -121,6 +123,34 @@ pub async fn progress_is_recorded_with_a_renewal<S: LeaseStore + 'static>(
             .is_some_and(|p| same_json(p, &json!("resumed at 6"))),
         "a finished record keeps its last progress: {:?}",
         finished.progress
+    );
+
+    // A worker admitted again (as after a restart) interrupts its own
+    // holder, which keeps its progress.
+    let restarted = admit(
+        &ctx,
+        AdmitRequest::new("op-2", "worker-c")
+            .scope("thread:2")
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    report(&ctx, &claim_of(&restarted)?, &json!([2, 3]), LONG_TTL).await?;
+    admit(
+        &ctx,
+        AdmitRequest::new("op-3", "worker-c")
+            .scope("thread:2")
+            .ttl(LONG_TTL)
+            .strategy(AdmitStrategy::Interrupt),
+    )
+    .await?;
+    let interrupted = get(&ctx, "op-2").await?;
+    ensure!(
+        interrupted.status == Status::Interrupted
+            && interrupted
+                .progress
+                .as_ref()
+                .is_some_and(|p| same_json(p, &json!([2, 3]))),
+        "an interrupted record keeps its last progress: {interrupted:?}"
     );
     Ok(())
 }

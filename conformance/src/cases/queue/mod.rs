@@ -388,8 +388,9 @@ pub(crate) async fn renew_job_confirmed<S: JobQueue>(
     Ok(expires_at)
 }
 
-/// Renews `claim`, failing the case unless it is `Lost(loss)` and the job
-/// (or its absence) reads the same before and after.
+/// Renews `claim`, plainly and with progress, failing the case unless each
+/// is `Lost(loss)` and the job (or its absence) reads the same before and
+/// after: a lost renewal records no progress either.
 pub(crate) async fn expect_job_lost<S: JobQueue>(
     ctx: &Ctx<S>,
     claim: &JobClaim,

@@ -10,8 +10,10 @@ use tenure_lease_core::limits::MAX_PROGRESS_BYTES;
 use tenure_lease_core::queue::{FailAction, Job, JobClaim, JobLoss, JobRenewal};
 use tenure_lease_core::JobQueue;
 
-use super::{claim_one, enqueue, enqueue_and_claim, expect_job_lost, get_job, job, settled, QUEUE};
-use crate::cases::util::{expect_invalid, same_json, LONG_TTL};
+use super::{
+    claim_one, enqueue, enqueue_and_claim, expect_job_lost, get_job, job, reap, settled, QUEUE,
+};
+use crate::cases::util::{expect_invalid, same_json, LONG_TTL, SHORT_TTL};
 use crate::harness::{CaseResult, Ctx, Failure};
 use crate::{ensure, ensure_eq};
 
@@ -53,7 +55,7 @@ async fn report<S: JobQueue>(
 /// nothing else; a plain renewal keeps it, the next report replaces it;
 /// listings show it; a retry keeps it for the next attempt, whose claim
 /// reports its own, and the old claim's report is refused; a completed job
-/// keeps its last progress.
+/// keeps its last progress, and so does a job the reaper requeues.
 pub async fn queue_progress_is_recorded_with_a_renewal<S: JobQueue + 'static>(
     ctx: Ctx<S>,
 ) -> CaseResult {
@@ -136,6 +138,28 @@ pub async fn queue_progress_is_recorded_with_a_renewal<S: JobQueue + 'static>(
         JobLoss::Finished(tenure_lease_core::queue::JobState::Completed),
     )
     .await?;
+
+    // A lapsed claim's job goes back to its queue with its progress.
+    let lapsing = enqueue_and_claim(&ctx, job("job-3"), "worker-a", SHORT_TTL).await?;
+    let reported = ctx
+        .store
+        .renew_job_with_progress(&lapsing.claim, SHORT_TTL, &json!({ "rows": 7 }))
+        .await?;
+    let JobRenewal::Renewed { expires_at } = reported else {
+        return Err(Failure(format!("a live claim's report: {reported:?}")));
+    };
+    ctx.advance_past(expires_at).await?;
+    reap(&ctx, Duration::ZERO, &["job-3"], &[]).await?;
+    let reaped = get_job(&ctx, "job-3").await?;
+    ensure!(
+        reaped
+            .progress
+            .as_ref()
+            .is_some_and(|progress| same_json(progress, &json!({ "rows": 7 }))),
+        "a reaped job keeps its last progress: {:?}",
+        reaped.progress
+    );
+    expect_job_lost(&ctx, &lapsing.claim, JobLoss::Requeued).await?;
     Ok(())
 }
 
