@@ -55,10 +55,12 @@ measured in the same run.
   --mysql-url URL MySQL or MariaDB server, mysql://user@host:port/database
                   (overrides TENURE_MYSQL_URL)
   --redis-floor   Redis's baselines become the script floors instead of the
-                  bare commands: an admission, a fenced renewal, a claim and
-                  a completion doing the least tenure's must on its own
-                  layout (a fence with its failover check, the indexes its
-                  reads need), to tell the layout's cost from the scripts'
+                  bare commands: an admission, a fenced renewal, a
+                  transition, a takeover, a claim and a completion doing
+                  the least tenure's must on its own layout (a fence with
+                  its failover check, the indexes its reads need, the
+                  record answered where tenure answers it), to tell the
+                  layout's cost from the scripts'
   --no-progress   never show the progress bar
   -h, --help      this text
 ";

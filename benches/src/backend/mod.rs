@@ -78,6 +78,31 @@ pub trait RawBaseline: Send + Sync {
     /// Extends `key` to now + `ttl` when owner and fence match: the bare
     /// equivalent of the fenced writes (renew, transition, takeover).
     async fn cas(&self, key: &str, owner: &str, fence: u64, ttl: Duration) -> BenchResult<bool>;
+    /// Transition's bare equivalent for `key`, held by `owner` with
+    /// `fence`: the compare-and-set unless a baseline has a closer one
+    /// (Redis's script floor moves the record to running and answers it).
+    async fn transition(
+        &self,
+        key: &str,
+        owner: &str,
+        fence: u64,
+        ttl: Duration,
+    ) -> BenchResult<bool> {
+        self.cas(key, owner, fence, ttl).await
+    }
+    /// Takeover's bare equivalent for `key`, held by `owner` with `fence`:
+    /// the compare-and-set unless a baseline has a closer one (Redis's
+    /// script floor judges the lease's lapse, draws a fence, hands the
+    /// record over and answers it).
+    async fn take_over(
+        &self,
+        key: &str,
+        owner: &str,
+        fence: u64,
+        ttl: Duration,
+    ) -> BenchResult<bool> {
+        self.cas(key, owner, fence, ttl).await
+    }
     /// Queues `count` bare jobs in `queue`.
     async fn seed_jobs(&self, queue: &str, count: usize) -> BenchResult<()>;
     /// Claims the oldest queued job of `queue`, if any: the bare claim.

@@ -5,7 +5,8 @@
 //! creates the records (short leases), renew extends them, transition moves
 //! them Pending → Running, and once their leases have lapsed takeover adopts
 //! them. The raw baseline inserts its keys, then compare-and-sets them; its
-//! compare-and-set is the baseline of all three fenced writes. Each tenure
+//! compare-and-set is the baseline of all three fenced writes (Redis's
+//! script floors have one for each). Each tenure
 //! operation and its baseline run in alternating slices of the same cell
 //! ([`drive_alternating`]), so the ratio compares them under the same load.
 
@@ -162,7 +163,7 @@ pub async fn run(
                     }
                 }
             },
-            raw_compare_and_set(&raw, &keys),
+            raw_fenced_write(&raw, &keys, FencedWrite::Renew),
         )
         .await?
     };
@@ -185,7 +186,7 @@ pub async fn run(
                     }
                 }
             },
-            raw_compare_and_set(&raw, &keys),
+            raw_fenced_write(&raw, &keys, FencedWrite::Transition),
         )
         .await?
     };
@@ -216,7 +217,7 @@ pub async fn run(
                     }
                 }
             },
-            raw_compare_and_set(&raw, &keys),
+            raw_fenced_write(&raw, &keys, FencedWrite::Takeover),
         )
         .await?
     };
@@ -270,19 +271,34 @@ async fn wait_until_lapsed(store: &dyn LeaseStore) -> BenchResult<()> {
     }
 }
 
-/// The raw compare-and-set over `keys`, round robin: the baseline of the
-/// three fenced writes, measured beside each of them.
-fn raw_compare_and_set(
+/// Which of the baseline's fenced writes a cell measures.
+#[derive(Clone, Copy)]
+enum FencedWrite {
+    Renew,
+    Transition,
+    Takeover,
+}
+
+/// The baseline's fenced write over `keys`, round robin, measured beside
+/// tenure's renewals, transitions or takeovers (the bare baseline runs its
+/// compare-and-set for all three).
+fn raw_fenced_write(
     raw: &Arc<dyn RawBaseline>,
     keys: &Arc<Vec<String>>,
+    write: FencedWrite,
 ) -> impl Fn(usize, u64) -> StepFuture + Send + Sync + 'static {
     let (raw, keys) = (Arc::clone(raw), Arc::clone(keys));
     move |_, n| {
         let (raw, keys) = (Arc::clone(&raw), Arc::clone(&keys));
         Box::pin(async move {
             let key = &keys[n as usize % keys.len()];
-            if !raw.cas(key, OWNER, 1, RAW_TTL).await? {
-                return Err(format!("raw compare-and-set of {key} did nothing").into());
+            let done = match write {
+                FencedWrite::Renew => raw.cas(key, OWNER, 1, RAW_TTL).await?,
+                FencedWrite::Transition => raw.transition(key, OWNER, 1, RAW_TTL).await?,
+                FencedWrite::Takeover => raw.take_over(key, OWNER, 1, RAW_TTL).await?,
+            };
+            if !done {
+                return Err(format!("the baseline's fenced write of {key} did nothing").into());
             }
             Ok(Step::Done)
         })

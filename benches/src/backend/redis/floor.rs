@@ -2,8 +2,11 @@
 //! tenure's own layout, run where the bare commands otherwise run: an
 //! admission (the record hash, its holder key, the scope history, active
 //! and expiry indexes, a fence drawn with its failover check) for `SET NX
-//! PX`, a fenced renewal (judge owner and fence, write the expiry and its
-//! index) for the compare-and-set, and a claim and a completion on the job
+//! PX`; for the compare-and-set, a fenced renewal (judge owner and fence,
+//! write the expiry and its index), a transition to running (the same
+//! judgement, the status written, the record answered whole) and an
+//! adopting takeover (the lapse judged, a fence drawn, the new holder and
+//! expiry written, the record answered whole); and a claim and a completion on the job
 //! layout (a job hash, a ranked ready index, a claimed index, a fence, the
 //! job answered whole) for `LMOVE` + `LREM`. Beside tenure's figures in
 //! the same run they tell what the layout and the round trips cost from
@@ -31,6 +34,12 @@ const ADMIT: &str = include_str!("floor_admit.lua");
 /// Renews a record held by the caller (see the file's header).
 const RENEW: &str = include_str!("floor_renew.lua");
 
+/// Moves a record held by the caller to running (see the file's header).
+const TRANSITION: &str = include_str!("floor_transition.lua");
+
+/// Takes a lapsed record over (see the file's header).
+const TAKEOVER: &str = include_str!("floor_takeover.lua");
+
 /// Claims the best ready job (see the file's header).
 const CLAIM: &str = include_str!("floor_claim.lua");
 
@@ -45,6 +54,8 @@ pub(super) struct ScriptFloor {
     raw: RawRedis,
     admit: Script,
     renew: Script,
+    transition: Script,
+    take_over: Script,
     claim: Script,
     complete: Script,
     /// The fence each admitted record and claimed job was handed, by its
@@ -58,6 +69,8 @@ impl ScriptFloor {
             raw,
             admit: Script::new(&format!("{PRELUDE}{ADMIT}")),
             renew: Script::new(RENEW),
+            transition: Script::new(TRANSITION),
+            take_over: Script::new(&format!("{PRELUDE}{TAKEOVER}")),
             claim: Script::new(&format!("{PRELUDE}{CLAIM}")),
             complete: Script::new(COMPLETE),
             fences: Mutex::new(HashMap::new()),
@@ -98,7 +111,7 @@ fn rank_prefix(micros: u128) -> String {
 #[async_trait]
 impl RawBaseline for ScriptFloor {
     fn describe(&self) -> &'static str {
-        "the script floors on tenure's layout: admission, fenced renewal, claim + completion"
+        "script floors on tenure's layout: admit, renew, transition, takeover, claim, complete"
     }
 
     async fn insert(&self, key: &str, owner: &str, ttl: Duration) -> BenchResult<bool> {
@@ -146,6 +159,67 @@ impl RawBaseline for ScriptFloor {
             .invoke_async(&mut self.raw.connection.clone())
             .await?;
         Ok(!matches!(reply, Value::Int(0)))
+    }
+
+    /// Moves the record to running with the fence the floor handed it
+    /// (`_fence` and `_ttl` are the bare baseline's).
+    async fn transition(
+        &self,
+        key: &str,
+        owner: &str,
+        _fence: u64,
+        _ttl: Duration,
+    ) -> BenchResult<bool> {
+        let record = self.raw.key("floor-rec", key);
+        let fence = self.fence_of(&record, false)?;
+        let reply: Value = self
+            .transition
+            .key(&record)
+            .arg(owner)
+            .arg(fence)
+            .invoke_async(&mut self.raw.connection.clone())
+            .await?;
+        Ok(matches!(reply, Value::Array(_)))
+    }
+
+    /// Takes the record over for `owner`, judging every lease the floor
+    /// wrote lapsed (a grace of minus its ttl and a second) and
+    /// remembering the fence drawn (`_fence` is the bare baseline's).
+    async fn take_over(
+        &self,
+        key: &str,
+        owner: &str,
+        _fence: u64,
+        ttl: Duration,
+    ) -> BenchResult<bool> {
+        let record = self.raw.key("floor-rec", key);
+        let grace = ttl + Duration::from_secs(1);
+        let reply: Value = self
+            .take_over
+            .key(&record)
+            .key(self.raw.key("floor-index", "expiry"))
+            .key(self.raw.key("floor-fence", "counter"))
+            .key(self.raw.key("floor-fence", "epoch"))
+            .arg(key)
+            .arg(owner)
+            .arg(format!("-{}", grace.as_micros()))
+            .arg(ttl.as_micros().to_string())
+            .invoke_async(&mut self.raw.connection.clone())
+            .await?;
+        let Value::Array(pairs) = reply else {
+            return Ok(false);
+        };
+        let mut fence = None;
+        for pair in pairs.chunks(2) {
+            if let [name, value] = pair {
+                if redis::from_redis_value::<String>(name.clone())? == "fence" {
+                    fence = Some(redis::from_redis_value::<String>(value.clone())?);
+                }
+            }
+        }
+        let fence = fence.ok_or("the floor's takeover answered no fence")?;
+        self.remember_fence(record, fence);
+        Ok(true)
     }
 
     async fn seed_jobs(&self, queue: &str, count: usize) -> BenchResult<()> {

@@ -1,7 +1,8 @@
 -- Prelude of the script floors that draw fences (`--redis-floor`; floor.rs
--- prepends it to floor_admit.lua and floor_claim.lua): the least a fence
--- draw can do and still outlive a failover, as tenure's does (the hybrid
--- clock over the counter, the replication id checked per draw).
+-- prepends it to floor_admit.lua, floor_takeover.lua and floor_claim.lua):
+-- the least a fence draw can do and still outlive a failover, as tenure's
+-- does (the hybrid clock over the counter, the replication id checked per
+-- draw).
 
 -- The server's time in us.
 local function now_us()
