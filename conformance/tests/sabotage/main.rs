@@ -1607,8 +1607,10 @@ async fn catches_a_progress_report_that_drops_the_progress() {
     assert_caught::<ProgressDropped>(&[
         "progress_is_recorded_with_a_renewal",
         "progress_bounds_are_exact",
+        "model_based_random_operations",
         "queue_progress_is_recorded_with_a_renewal",
         "queue_progress_bounds_are_exact",
+        "queue_model_based_random_operations",
     ])
     .await;
 }

@@ -75,12 +75,12 @@ impl Plan {
 /// Shrinking stops after this long, well inside the case's time limit.
 const MAX_SHRINK_MILLIS: u32 = 45_000;
 
-/// Random sequences of admit, renew, renew_many, transition,
-/// claim_for_takeover, list_expired, get, list_active, list_by_scope, purge
-/// and clock moves answer exactly what an independent model of
-/// [contract §3 to §8](tenure_lease_core::contract) predicts, while no scope ever
-/// has two active holders, fences only grow, and every admitted record reads
-/// back until purged.
+/// Random sequences of admit, renew (with and without progress),
+/// renew_many, transition, claim_for_takeover, list_expired, get,
+/// list_active, list_by_scope, purge and clock moves answer exactly what
+/// an independent model of [contract §3 to §8](tenure_lease_core::contract)
+/// predicts, while no scope ever has two active holders, fences only grow,
+/// and every admitted record reads back until purged.
 pub async fn model_based_random_operations<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let plan = Plan::for_clock(ctx.clock())?;
     let (max_steps, can_jump) = (plan.max_steps, plan.can_jump);

@@ -4,8 +4,8 @@
 //! The queue's other cases check one rule at a time; this one checks that
 //! they compose, as the lease side's model-based case does for §3 to §8.
 //! proptest draws sequences of enqueue (single and batch, ids colliding),
-//! claim (queues, capabilities, limits, short and long leases), renew and
-//! `renew_jobs`, complete and `complete_many`, fail (retry now, retry later,
+//! claim (queues, capabilities, limits, short and long leases), renew,
+//! progress reports and `renew_jobs`, complete and `complete_many`, fail (retry now, retry later,
 //! dead-letter), defer, reap, take-back, an operator's retry and purge;
 //! each is played against the store and against an independent model of
 //! §9 (the `reference` submodule). Every answer is compared whole (every
@@ -14,7 +14,8 @@
 //! every queue (each state filter and none, dead letters, limits 1 and
 //! 100), so a field or a trace an operation forgets (attempts, errors,
 //! take-back marks, requirements) or a listing that filters, orders or
-//! limits wrongly is caught at the step that shows it. A difference fails
+//! limits wrongly (or a progress report a later write loses) is caught at
+//! the step that shows it. A difference fails
 //! the case with the shortest sequence proptest shrinks the run to.
 //!
 //! Time: every step runs strictly after the last one on the store's clock,

@@ -89,11 +89,12 @@ pub(crate) struct TakeoverOp {
 pub(crate) enum Op {
     /// `admit`.
     Admit(AdmitOp),
-    /// `renew`.
+    /// `renew`, or `renew_with_progress` reporting `{"step": n}`.
     Renew {
         target: Index,
         claim: ClaimChoice,
         ttl: Ttl,
+        progress: Option<u8>,
     },
     /// `renew_many`.
     RenewMany {
@@ -216,8 +217,13 @@ pub(crate) fn sequence(max_steps: usize, can_jump: bool) -> impl Strategy<Value 
         (8, admit().boxed()),
         (
             4,
-            (any::<Index>(), claim(), ttl())
-                .prop_map(|(target, claim, ttl)| Op::Renew { target, claim, ttl })
+            (any::<Index>(), claim(), ttl(), prop::option::of(0u8..4))
+                .prop_map(|(target, claim, ttl, progress)| Op::Renew {
+                    target,
+                    claim,
+                    ttl,
+                    progress,
+                })
                 .boxed(),
         ),
         (

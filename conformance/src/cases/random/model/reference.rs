@@ -182,6 +182,8 @@ pub(crate) struct ModelRecord {
     pub(crate) error: Option<String>,
     pub(crate) stop_reason: Option<String>,
     pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
+    /// The last progress reported; kept by every later write.
+    pub(crate) progress: Option<serde_json::Value>,
 }
 
 impl ModelRecord {
@@ -366,14 +368,21 @@ impl Model {
                 error: None,
                 stop_reason: None,
                 metadata: request.metadata.clone(),
+                progress: None,
             },
         );
         AdmitExpectation::Admitted { interrupted }
     }
 
-    /// [Contract §4](tenure_lease_core::contract), renew: `Ok` when the claim holds
-    /// and the lease is extended.
-    pub(crate) fn renew(&mut self, claim: &Claim, ttl: Ttl) -> Result<(), LossReason> {
+    /// [Contract §4](tenure_lease_core::contract), renew (with `progress`,
+    /// renew_with_progress): `Ok` when the claim holds and the lease is
+    /// extended (and the progress recorded).
+    pub(crate) fn renew(
+        &mut self,
+        claim: &Claim,
+        ttl: Ttl,
+        progress: Option<&serde_json::Value>,
+    ) -> Result<(), LossReason> {
         let record = self.records.get_mut(&claim.id).ok_or(LossReason::Missing)?;
         if record.status == Status::Interrupted {
             return Err(LossReason::Interrupted);
@@ -388,6 +397,9 @@ impl Model {
             return Err(LossReason::Terminal(record.status));
         }
         record.lease = Some(Lease::fresh(ttl));
+        if let Some(progress) = progress {
+            record.progress = Some(progress.clone());
+        }
         record.touch();
         Ok(())
     }

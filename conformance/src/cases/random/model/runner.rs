@@ -239,7 +239,12 @@ impl<S: LeaseStore> Run<'_, S> {
     async fn apply(&mut self, op: &Op) -> Result<(), String> {
         let short_lease_ends = match op {
             Op::Admit(admit) => self.admit(admit).await?,
-            Op::Renew { target, claim, ttl } => self.renew(target, claim, *ttl).await?,
+            Op::Renew {
+                target,
+                claim,
+                ttl,
+                progress,
+            } => self.renew(target, claim, *ttl, *progress).await?,
             Op::RenewMany { claims, ttl } => self.renew_many(claims, *ttl).await?,
             Op::Transition(transition) => self.transition(transition).await?,
             Op::Takeover(takeover) => self.take_over(takeover).await?,
@@ -391,6 +396,12 @@ impl<S: LeaseStore> Run<'_, S> {
             "metadata",
             &expected.metadata,
             &actual.metadata,
+        );
+        check_field(
+            &mut differences,
+            "progress",
+            &expected.progress,
+            &actual.progress,
         );
         match expected.fence {
             Drawn::Known(fence) if fence != actual.fence => {
@@ -670,14 +681,36 @@ impl<S: LeaseStore> Run<'_, S> {
         target: &Index,
         choice: &ClaimChoice,
         ttl: Ttl,
+        progress: Option<u8>,
     ) -> Result<Option<Timestamp>, String> {
         let claim = self.claim(target, choice);
-        self.note(format!("renew {} for a {ttl} lease", show_claim(&claim)));
-        let expected = self.model.renew(&claim, ttl);
+        let progress = progress.map(|step| serde_json::json!({ "step": step }));
+        let operation = match &progress {
+            Some(progress) => {
+                self.note(format!(
+                    "renew {} for a {ttl} lease with progress {progress}",
+                    show_claim(&claim)
+                ));
+                "renew_with_progress"
+            }
+            None => {
+                self.note(format!("renew {} for a {ttl} lease", show_claim(&claim)));
+                "renew"
+            }
+        };
+        let expected = self.model.renew(&claim, ttl, progress.as_ref());
         let before = self.now().await?;
-        let answer = self.ctx.store.renew(&claim, ttl.duration()).await;
+        let store = &self.ctx.store;
+        let answer = match &progress {
+            Some(progress) => {
+                store
+                    .renew_with_progress(&claim, ttl.duration(), progress)
+                    .await
+            }
+            None => store.renew(&claim, ttl.duration()).await,
+        };
         self.window_since(before).await?;
-        let answer = answer.map_err(|error| store_error("renew", error))?;
+        let answer = answer.map_err(|error| store_error(operation, error))?;
         self.answered(format!("{answer:?}"));
         self.judge_renewal(&claim, ttl, expected, answer)
     }
@@ -697,7 +730,7 @@ impl<S: LeaseStore> Run<'_, S> {
         ));
         let expected: Vec<_> = claims
             .iter()
-            .map(|claim| self.model.renew(claim, ttl))
+            .map(|claim| self.model.renew(claim, ttl, None))
             .collect();
         let before = self.now().await?;
         let answer = self.ctx.store.renew_many(&claims, ttl.duration()).await;

@@ -71,6 +71,8 @@ pub(crate) enum Op {
         short: bool,
     },
     Renew(ClaimPick),
+    /// `renew_job_with_progress` reporting `{"step": n}`.
+    ReportProgress(ClaimPick, u8),
     /// Distinct jobs' claims (a second claim of a job already picked is
     /// dropped).
     RenewJobs(Vec<ClaimPick>),
@@ -138,6 +140,7 @@ fn op(short_leases: bool) -> impl Strategy<Value = Op> {
                 short: short && short_leases,
             }),
         1 => claim_pick().prop_map(Op::Renew),
+        3 => (claim_pick(), 0u8..4).prop_map(|(claim, step)| Op::ReportProgress(claim, step)),
         2 => claims().prop_map(Op::RenewJobs),
         2 => claim_pick().prop_map(Op::Complete),
         2 => claims().prop_map(Op::CompleteMany),

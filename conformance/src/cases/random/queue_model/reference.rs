@@ -148,11 +148,21 @@ impl Model {
         }
     }
 
-    /// Renews the (held) job `id` for `ttl` at `now`.
-    pub(crate) fn renew(&mut self, id: &str, ttl: Duration, now: Timestamp) -> Option<Timestamp> {
+    /// Renews the (held) job `id` for `ttl` at `now`, recording `progress`
+    /// when there is one.
+    pub(crate) fn renew(
+        &mut self,
+        id: &str,
+        ttl: Duration,
+        now: Timestamp,
+        progress: Option<&serde_json::Value>,
+    ) -> Option<Timestamp> {
         let job = self.jobs.get_mut(id)?;
         let expires_at = clock::add(now, ttl);
         job.lease_expires_at = Some(expires_at);
+        if let Some(progress) = progress {
+            job.progress = Some(progress.clone());
+        }
         job.updated_at = now;
         Some(expires_at)
     }

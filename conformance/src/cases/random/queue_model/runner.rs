@@ -315,15 +315,22 @@ impl<S: JobQueue> Run<'_, S> {
                 self.claim(before, &request).await
             }
             Op::Renew(index) => match self.pick(index) {
-                Some(claim) => self.renew(before, &[claim], "renew_job").await,
+                Some(claim) => self.renew(before, &[claim], false, None).await,
                 None => Ok("renew_job: no claim yet".to_owned()),
+            },
+            Op::ReportProgress(index, step) => match self.pick(index) {
+                Some(claim) => {
+                    let progress = serde_json::json!({ "step": step });
+                    self.renew(before, &[claim], false, Some(&progress)).await
+                }
+                None => Ok("renew_job_with_progress: no claim yet".to_owned()),
             },
             Op::RenewJobs(indexes) => {
                 let claims = self.pick_distinct(indexes);
                 if claims.is_empty() {
                     return Ok("renew_jobs: no claim yet".to_owned());
                 }
-                self.renew(before, &claims, "renew_jobs").await
+                self.renew(before, &claims, true, None).await
             }
             Op::Complete(index) => match self.pick(index) {
                 Some(claim) => self.settle(before, &[claim], Settle::Complete).await,
@@ -504,22 +511,34 @@ impl<S: JobQueue> Run<'_, S> {
         ))
     }
 
+    /// Renews through `batch`'s operation: `renew_jobs`, or `renew_job` of
+    /// the first claim (`renew_job_with_progress` with a progress).
     async fn renew(
         &mut self,
         before: Timestamp,
         claims: &[JobClaim],
-        operation: &str,
+        batch: bool,
+        progress: Option<&serde_json::Value>,
     ) -> Result<String, String> {
-        let answers = if operation == "renew_job" {
-            self.ctx
-                .store
-                .renew_job(&claims[0], LONG_TTL)
-                .await
-                .map(|answer| vec![answer])
-        } else {
-            self.ctx.store.renew_jobs(claims, LONG_TTL).await
-        }
-        .map_err(|error| store_error(operation, &error))?;
+        let store = &self.ctx.store;
+        let (operation, answers) = match (batch, progress) {
+            (true, _) => ("renew_jobs", store.renew_jobs(claims, LONG_TTL).await),
+            (false, Some(progress)) => (
+                "renew_job_with_progress",
+                store
+                    .renew_job_with_progress(&claims[0], LONG_TTL, progress)
+                    .await
+                    .map(|answer| vec![answer]),
+            ),
+            (false, None) => (
+                "renew_job",
+                store
+                    .renew_job(&claims[0], LONG_TTL)
+                    .await
+                    .map(|answer| vec![answer]),
+            ),
+        };
+        let answers = answers.map_err(|error| store_error(operation, &error))?;
         let window = self.window(before).await?;
         let shown: Vec<String> = claims.iter().map(brief_claim).collect();
         if answers.len() != claims.len() {
@@ -545,7 +564,7 @@ impl<S: JobQueue> Run<'_, S> {
                     }
                     let now = *expires_at
                         - chrono::Duration::from_std(LONG_TTL).unwrap_or(chrono::Duration::zero());
-                    self.model.renew(&claim.id, LONG_TTL, now);
+                    self.model.renew(&claim.id, LONG_TTL, now, progress);
                 }
                 (Err(loss), JobRenewal::Lost(lost)) if loss == *lost => {}
                 (judged, answer) => {
