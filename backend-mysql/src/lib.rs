@@ -128,6 +128,8 @@ pub struct MySqlStore {
     runner: Runner,
     config: MySqlConfig,
     releases: ReleaseBoard,
+    /// `mysql`, or `mariadb` when the server's version says MariaDB.
+    system: &'static str,
 }
 
 impl tenure_lease_core::backend::stores::Backend for MySqlStore {
@@ -140,6 +142,10 @@ impl tenure_lease_core::backend::stores::Backend for MySqlStore {
 
     fn releases_in_process(&self) -> Option<&ReleaseBoard> {
         Some(&self.releases)
+    }
+
+    fn system_name(&self) -> &'static str {
+        self.system
     }
 }
 
@@ -221,6 +227,11 @@ impl MySqlStore {
             },
             releases: ReleaseBoard::in_process(),
             config,
+            system: if settings.is_mariadb() {
+                "mariadb"
+            } else {
+                <Self as tenure_lease_core::backend::stores::Backend>::SYSTEM
+            },
         })
     }
 

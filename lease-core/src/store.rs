@@ -352,9 +352,9 @@ pub trait LeaseStore: Send + Sync {
     }
 
     /// The kind of store, as OpenTelemetry's `db.system.name` names it
-    /// (`postgresql`, `redis`, `sqlite`, `mysql`; `etcd`, `memory` and
-    /// `file` are tenure's own values, not registered ones; MariaDB servers
-    /// answer `mysql` too): what a [`Tracing`](crate::layer::Tracing) layer labels its
+    /// (`postgresql`, `redis`, `sqlite`, `mysql`, `mariadb`; `etcd`,
+    /// `memory` and `file` are tenure's own values, not registered ones):
+    /// what a [`Tracing`](crate::layer::Tracing) layer labels its
     /// spans and metrics with (see [`telemetry`](crate::telemetry)). The
     /// default answers `other`; wrappers hand the call on.
     fn system_name(&self) -> &'static str {

@@ -18,3 +18,33 @@ mod kit {
 
     tenure_conformance::tenure_kit!(support::MySqlFactory::from_env());
 }
+
+/// The store names the kind of server it reached as OpenTelemetry does:
+/// `mariadb` when the server's version says MariaDB, else `mysql`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_names_the_kind_of_server_it_reached() {
+    use tenure_lease_core::LeaseStore;
+
+    let Some(url) =
+        tenure_test_support::shared::mysql_url_for("the_store_names_the_kind_of_server_it_reached")
+    else {
+        return;
+    };
+    let database = support::fresh_database();
+    support::create_database(&url, &database)
+        .await
+        .expect("create");
+    let store = support::connect(&url, &database).await.expect("connect");
+    let version: String = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(store.pool())
+        .await
+        .expect("version");
+    let expected = if version.contains("MariaDB") {
+        "mariadb"
+    } else {
+        "mysql"
+    };
+    assert_eq!(store.system_name(), expected, "server version {version}");
+    store.close().await;
+    support::drop_database(&url, &database).await.expect("drop");
+}

@@ -46,9 +46,17 @@ pub trait Backend: Send + Sync {
     const NAME: &'static str;
 
     /// The store's kind as OpenTelemetry's `db.system.name` names it
-    /// (`"postgresql"`, `"redis"`); what
-    /// [`LeaseStore::system_name`](crate::LeaseStore::system_name) answers.
+    /// (`"postgresql"`, `"redis"`): what [`system_name`](Self::system_name)
+    /// answers unless the server connected to says more.
     const SYSTEM: &'static str;
+
+    /// What [`LeaseStore::system_name`](crate::LeaseStore::system_name)
+    /// answers: [`SYSTEM`](Self::SYSTEM) by default; a backend serving
+    /// several kinds of server names the one it connected to (the MySQL
+    /// store answers `"mariadb"` on MariaDB).
+    fn system_name(&self) -> &'static str {
+        Self::SYSTEM
+    }
 
     /// The limit on one whole operation, if the backend has one: past it the
     /// front drops the call and answers
@@ -1137,7 +1145,7 @@ macro_rules! serve_lease_store {
                 $crate::backend::stores::LeaseBackend::releases(self).await
             }
             fn system_name(&self) -> &'static str {
-                <Self as $crate::backend::stores::Backend>::SYSTEM
+                $crate::backend::stores::Backend::system_name(self)
             }
         }
     };
