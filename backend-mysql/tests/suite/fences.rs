@@ -16,11 +16,7 @@ async fn fences_stay_above_the_clock_when_the_counter_falls_behind() {
     ) else {
         return;
     };
-    let database = support::fresh_database();
-    support::create_database(&url, &database)
-        .await
-        .expect("create");
-    let store = support::connect(&url, &database).await.expect("connect");
+    let (store, database) = support::store_in_fresh_database(&url).await;
     let admit = |id: &str| {
         let request = AdmitRequest::new(id, "worker").ttl(Duration::from_secs(30));
         let store = &store;
@@ -62,11 +58,7 @@ async fn a_damaged_gate_is_corrupt_and_left_as_it_was() {
     else {
         return;
     };
-    let database = support::fresh_database();
-    support::create_database(&url, &database)
-        .await
-        .expect("create");
-    let store = support::connect(&url, &database).await.expect("connect");
+    let (store, database) = support::store_in_fresh_database(&url).await;
     let first = store
         .check_fence("printer", 7)
         .await

@@ -30,11 +30,7 @@ async fn the_store_names_the_kind_of_server_it_reached() {
     else {
         return;
     };
-    let database = support::fresh_database();
-    support::create_database(&url, &database)
-        .await
-        .expect("create");
-    let store = support::connect(&url, &database).await.expect("connect");
+    let (store, database) = support::store_in_fresh_database(&url).await;
     let version: String = sqlx::query_scalar("SELECT VERSION()")
         .fetch_one(store.pool())
         .await

@@ -85,6 +85,15 @@ pub async fn connect(url: &str, database: &str) -> tenure_lease_core::Result<MyS
         .await
 }
 
+/// A store in a fresh database on the server at `url`, and the
+/// database's name (for [`drop_database`] once the store is closed).
+pub async fn store_in_fresh_database(url: &str) -> (MySqlStore, String) {
+    let database = fresh_database();
+    create_database(url, &database).await.expect("create");
+    let store = connect(url, &database).await.expect("connect");
+    (store, database)
+}
+
 /// The database a store keeps its tables in.
 pub fn database_of(store: &MySqlStore) -> String {
     let url = store.config().url();

@@ -69,7 +69,7 @@ impl ScriptFloor {
             raw,
             admit: Script::new(&format!("{PRELUDE}{ADMIT}")),
             renew: Script::new(RENEW),
-            transition: Script::new(TRANSITION),
+            transition: Script::new(&format!("{PRELUDE}{TRANSITION}")),
             take_over: Script::new(&format!("{PRELUDE}{TAKEOVER}")),
             claim: Script::new(&format!("{PRELUDE}{CLAIM}")),
             complete: Script::new(COMPLETE),

@@ -8,18 +8,15 @@
 -- with a grace given by the caller: a negative one beyond the leases the
 -- floor writes judges every lease lapsed, so the floor can take the same
 -- keys over round after round.
--- Written against floor_prelude.lua (now_us, draw_fence).
+-- Written against floor_prelude.lua (now_us, draw_fence, hash_fields,
+-- field_pairs).
 -- KEYS[1] record hash, KEYS[2] expiry zset, KEYS[3] fence counter,
 -- KEYS[4] failover epoch hash.
 -- ARGV[1] id, ARGV[2] claimer, ARGV[3] grace in us, ARGV[4] ttl in us.
 -- Reply: 0 when the record is not active or its lease still runs, else
 -- its field pairs after the write.
 
-local flat = redis.call('HGETALL', KEYS[1])
-local fields = {}
-for i = 1, #flat, 2 do
-  fields[flat[i]] = flat[i + 1]
-end
+local fields = hash_fields(KEYS[1])
 local now = now_us()
 if (fields.status ~= 'pending' and fields.status ~= 'running')
   or tonumber(fields.expires) + tonumber(ARGV[3]) > now then
@@ -33,9 +30,4 @@ redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'fence', fence, 'status', 'running
 redis.call('ZADD', KEYS[2], expires, ARGV[1])
 fields.owner, fields.fence, fields.status = ARGV[2], fence, 'running'
 fields.expires, fields.updated = expires, now_text
-local reply = {}
-for name, text in pairs(fields) do
-  reply[#reply + 1] = name
-  reply[#reply + 1] = text
-end
-return reply
+return field_pairs(fields)

@@ -7,27 +7,18 @@
 -- other targets (a terminal one also releases the scopes). A record
 -- already running is moved again, so the floor can run on the same keys
 -- round after round.
+-- Written against floor_prelude.lua (now_us, hash_fields, field_pairs).
 -- KEYS[1] record hash.
 -- ARGV[1] owner, ARGV[2] fence.
 -- Reply: 0 when the claim no longer holds the record, else its field
 -- pairs after the write.
 
-local flat = redis.call('HGETALL', KEYS[1])
-local fields = {}
-for i = 1, #flat, 2 do
-  fields[flat[i]] = flat[i + 1]
-end
+local fields = hash_fields(KEYS[1])
 if (fields.status ~= 'pending' and fields.status ~= 'running') or fields.owner ~= ARGV[1]
   or fields.fence ~= ARGV[2] then
   return 0
 end
-local time = redis.call('TIME')
-local now = string.format('%d', tonumber(time[1]) * 1000000 + tonumber(time[2]))
+local now = string.format('%d', now_us())
 redis.call('HSET', KEYS[1], 'status', 'running', 'updated', now)
 fields.status, fields.updated = 'running', now
-local reply = {}
-for name, text in pairs(fields) do
-  reply[#reply + 1] = name
-  reply[#reply + 1] = text
-end
-return reply
+return field_pairs(fields)
