@@ -4,6 +4,7 @@
 //! | key | value |
 //! | --- | --- |
 //! | `<prefix>/fence` | empty: put blindly by every fence draw, whose revision the fences come from |
+//! | `<prefix>/unique` | the id of the job last enqueued with a uniqueness key: read and written by every such enqueue, so two are never judged on the same jobs |
 //! | `<prefix>/r/<id>` | a lease record, JSON |
 //! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
 //! | `<prefix>/j/<id>` | a job, JSON |
@@ -15,6 +16,7 @@
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     fence: String,
+    unique: String,
     records: String,
     scopes: String,
     jobs: String,
@@ -28,6 +30,7 @@ impl Keys {
     pub(crate) fn new(prefix: &str) -> Self {
         Keys {
             fence: format!("{prefix}/fence"),
+            unique: format!("{prefix}/unique"),
             records: format!("{prefix}/r/"),
             scopes: format!("{prefix}/s/"),
             jobs: format!("{prefix}/j/"),
@@ -41,6 +44,11 @@ impl Keys {
     /// The key every fence draw puts.
     pub(crate) fn fence(&self) -> &str {
         &self.fence
+    }
+
+    /// The key every enqueue with a uniqueness key reads and writes.
+    pub(crate) fn unique(&self) -> &str {
+        &self.unique
     }
 
     /// The prefix of every lease record.

@@ -261,6 +261,7 @@ impl EtcdStore {
                         Some(("j", _)) => "jobs",
                         Some(("g", _)) => "gates",
                         Some(("l", _)) => "liveness",
+                        _ if key.ends_with("/unique") => "unique",
                         _ => "fence",
                     };
                     *counts.entry(kind.to_owned()).or_insert(0) += 1;

@@ -11,8 +11,8 @@ use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -94,6 +94,10 @@ impl JobTransaction for Jobs<'_, '_> {
     }
 
     fn insert_job(&mut self, job: &Job) -> Result<()> {
+        if job.unique.is_some() {
+            self.tx
+                .put(self.store.keys.unique(), job.id.clone().into_bytes());
+        }
         self.store.save_job(self.tx, job);
         Ok(())
     }
@@ -101,6 +105,23 @@ impl JobTransaction for Jobs<'_, '_> {
     fn save_job(&mut self, job: &Job) -> Result<()> {
         self.store.save_job(self.tx, job);
         Ok(())
+    }
+
+    /// Scans every job (the enqueue read them all). A scan compares
+    /// nothing at commit, so the store's one [`unique`](crate::keys::Keys::unique)
+    /// key is read here and written by every keyed insert: of two enqueues
+    /// judged on the same jobs, the second to commit fails its compare and
+    /// is judged again.
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        self.tx.read(self.store.keys.unique())?;
+        Ok(self
+            .store
+            .scan_jobs(self.tx)
+            .into_iter()
+            .filter(|job| {
+                job.queue == queue && job.unique.as_ref().is_some_and(|held| held.key == key)
+            })
+            .collect())
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -146,17 +167,15 @@ impl JobTransaction for Jobs<'_, '_> {
 
 #[async_trait]
 impl QueueBackend for EtcdStore {
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
-        let job = job.get();
-        self.with_jobs(Reads::keys([self.keys.job(&job.id)]), |jobs, now| {
-            engine::enqueue(jobs, job, now)
-        })
-        .await
-    }
-
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get();
-        let reads = Reads::keys(jobs.iter().map(|job| self.keys.job(&job.id)));
+        let keyed = jobs.iter().any(|job| job.unique.is_some());
+        let ids = jobs.iter().map(|job| self.keys.job(&job.id));
+        let guard = keyed.then(|| self.keys.unique().to_owned());
+        let mut reads = Reads::keys(ids.chain(guard));
+        if keyed {
+            reads = reads.prefix(self.keys.jobs());
+        }
         self.with_jobs(reads, |stored, now| {
             engine::enqueue_batch(stored, jobs, now)
         })

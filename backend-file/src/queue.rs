@@ -14,8 +14,8 @@ use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -89,6 +89,12 @@ impl JobTransaction for Document {
         self.put_job(job)
     }
 
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        Ok(self.decoded_jobs("enqueue_unique", Some(queue), |job| {
+            job.queue == queue && job.unique.as_ref().is_some_and(|held| held.key == key)
+        }))
+    }
+
     fn next_fence(&mut self) -> Result<u64> {
         Document::next_fence(self)
     }
@@ -118,13 +124,7 @@ impl JobTransaction for Document {
 
 #[async_trait]
 impl QueueBackend for FileStore {
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
-        let job = job.get().clone();
-        self.write(move |document, now| engine::enqueue(document, &job, now))
-            .await
-    }
-
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get().to_vec();
         self.write(move |document, now| engine::enqueue_batch(document, &jobs, now))
             .await

@@ -176,17 +176,19 @@ impl MemoryStore {
     }
 
     /// How many entries the store keeps, per structure (`records`, `holders`
-    /// of scopes, `jobs`, `queues` with queued jobs, fence `gates`): what a
+    /// of scopes, `jobs`, `queues` with queued jobs, `unique keys` of stored
+    /// jobs, fence `gates`): what a
     /// test reads to check that, after `purge`, `purge_jobs` and
     /// `purge_fences`, nothing grows with the work the store has done.
     pub fn footprint(&self) -> std::collections::BTreeMap<&'static str, usize> {
         let state = self.lock();
-        let (jobs, queues) = state.jobs.footprint();
+        let (jobs, queues, unique_keys) = state.jobs.footprint();
         std::collections::BTreeMap::from([
             ("records", state.records.len()),
             ("holders", state.holders.len()),
             ("jobs", jobs),
             ("queues", queues),
+            ("unique keys", unique_keys),
             ("gates", state.gates.len()),
         ])
     }

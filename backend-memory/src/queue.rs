@@ -22,8 +22,8 @@ use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
@@ -37,15 +37,20 @@ fn claim_key(job: &Job) -> ClaimKey {
     (priority, run_at, created_at, id.to_owned())
 }
 
-/// Every job by id, and the queued ones of each queue in claim order.
+/// Every job by id, the queued ones of each queue in claim order, and the
+/// jobs with each uniqueness key.
 ///
-/// Jobs change only through [`Jobs::put`], which keeps the two in step.
+/// Jobs change only through [`Jobs::put`] and [`Jobs::purge`], which keep
+/// the three in step.
 #[derive(Debug, Default)]
 pub(crate) struct Jobs {
     by_id: foldhash::HashMap<String, Job>,
     /// Queued jobs per queue, visible yet or not; a queue without queued
     /// jobs has no entry.
     queued: foldhash::HashMap<String, BTreeSet<ClaimKey>>,
+    /// Ids of the jobs enqueued with each (queue, uniqueness key), until
+    /// they are purged.
+    keyed: foldhash::HashMap<(String, String), BTreeSet<String>>,
 }
 
 impl Jobs {
@@ -84,20 +89,50 @@ impl Jobs {
                 .or_default()
                 .insert(claim_key(&job));
         }
+        if let Some(unique) = &job.unique {
+            self.keyed
+                .entry((job.queue.clone(), unique.key.clone()))
+                .or_default()
+                .insert(job.id.clone());
+        }
         self.by_id.insert(job.id.clone(), job);
     }
 
+    /// The jobs of `queue` enqueued with the uniqueness key `key`.
+    fn with_unique_key(&self, queue: &str, key: &str) -> impl Iterator<Item = &Job> {
+        self.keyed
+            .get(&(queue.to_owned(), key.to_owned()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
+    }
+
     /// Deletes every job `purgeable` says may go; answers how many.
-    /// Finished jobs are in no queue index, so only the map changes.
+    /// Finished jobs are in no queue index, so only the map and the
+    /// uniqueness keys change.
     fn purge(&mut self, purgeable: impl Fn(&Job) -> bool) -> u64 {
         let before = self.by_id.len();
-        self.by_id.retain(|_, job| !purgeable(job));
+        let keyed = &mut self.keyed;
+        self.by_id.retain(|_, job| {
+            let purged = purgeable(job);
+            if let (true, Some(unique)) = (purged, &job.unique) {
+                let index = (job.queue.clone(), unique.key.clone());
+                if let Some(ids) = keyed.get_mut(&index) {
+                    ids.remove(&job.id);
+                    if ids.is_empty() {
+                        keyed.remove(&index);
+                    }
+                }
+            }
+            !purged
+        });
         (before - self.by_id.len()) as u64
     }
 
-    /// Entries kept: jobs, and queues with an index of queued jobs.
-    pub(crate) fn footprint(&self) -> (usize, usize) {
-        (self.by_id.len(), self.queued.len())
+    /// Entries kept: jobs, queues with an index of queued jobs, and
+    /// uniqueness keys of stored jobs.
+    pub(crate) fn footprint(&self) -> (usize, usize, usize) {
+        (self.by_id.len(), self.queued.len(), self.keyed.len())
     }
 
     fn unqueue(&mut self, job: &Job) {
@@ -127,6 +162,10 @@ impl JobTransaction for State {
     fn save_job(&mut self, job: &Job) -> Result<()> {
         self.jobs.put(job.clone());
         Ok(())
+    }
+
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        Ok(self.jobs.with_unique_key(queue, key).cloned().collect())
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -170,13 +209,7 @@ impl JobTransaction for State {
 
 #[async_trait]
 impl QueueBackend for MemoryStore {
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
-        let job = job.get();
-        let now = self.now();
-        engine::enqueue(&mut *self.lock(), job, now)
-    }
-
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get();
         let now = self.now();
         engine::enqueue_batch(&mut *self.lock(), jobs, now)

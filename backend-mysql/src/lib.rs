@@ -41,6 +41,14 @@
 //! `UTC_TIMESTAMP(6)`, whatever the session's time zone. Ids, scopes,
 //! queues and resources are `VARBINARY`, compared byte for byte.
 //!
+//! A job's uniqueness key is in its body, and in the columns `unique_key`,
+//! `unique_policy` and `unique_until` (a period's end) beside it. An
+//! enqueue of jobs with keys first upserts and locks one row per key of the
+//! batch in `tenure_unique_slots`, in order, then reads the jobs that may
+//! hold each key `FOR UPDATE`: enqueues of one key are judged one after
+//! the other at every isolation level. `purge_jobs` keeps a finished job
+//! until its period ends, and deletes the slots no job names any more.
+//!
 //! ## Fences
 //!
 //! One counter row hands out every fence, leases' and jobs' alike: an

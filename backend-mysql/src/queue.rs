@@ -17,15 +17,16 @@ use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::clock::{micros_rounded_up, to_micros};
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
 
 use crate::error::store_error;
 use crate::rows::{self, decode_job};
 use crate::runner::{
-    bound, placeholders, read_now, ClaimQuery, Reads, ReapQuery, View, Write, IDS_PER_READ,
+    bound, placeholders, read_now, ClaimQuery, Reads, ReapQuery, UniqueKey, View, Write,
+    IDS_PER_READ,
 };
 use crate::MySqlStore;
 
@@ -49,6 +50,10 @@ impl JobTransaction for Jobs<'_, '_> {
     fn save_job(&mut self, job: &Job) -> Result<()> {
         self.0.write(Write::UpdateJob(job.clone()));
         Ok(())
+    }
+
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        self.0.unique_holders(queue, key)
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -140,17 +145,16 @@ impl MySqlStore {
 
 #[async_trait]
 impl QueueBackend for MySqlStore {
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
-        let job = job.get();
-        self.with_jobs(Reads::default().jobs([job.id.as_str()]), |jobs, now| {
-            engine::enqueue(jobs, job, now)
-        })
-        .await
-    }
-
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    /// Locks the slot of every uniqueness key of the batch, in order,
+    /// before the engine judges the first job.
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get();
-        let reads = Reads::default().jobs(jobs.iter().map(|job| job.id.as_str()));
+        let reads = Reads::default()
+            .jobs(jobs.iter().map(|job| job.id.as_str()))
+            .unique_keys(jobs.iter().filter_map(|job| {
+                let unique = job.unique.as_ref()?;
+                Some((job.queue.clone(), unique.key.clone()))
+            }));
         self.with_jobs(reads, |stored, now| {
             engine::enqueue_batch(stored, jobs, now)
         })
@@ -360,7 +364,8 @@ impl QueueBackend for MySqlStore {
     async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
         let older_than = finished_older_than.get();
         let mut tx = self.runner.pool().begin().await.map_err(store_error)?;
-        let ids = purgeable_jobs(&mut tx, older_than).await?;
+        let purged = purgeable_jobs(&mut tx, older_than).await?;
+        let ids: Vec<String> = purged.iter().map(|job| job.id.clone()).collect();
         for part in ids.chunks(IDS_PER_READ) {
             sqlx::query_with(
                 &format!(
@@ -374,34 +379,71 @@ impl QueueBackend for MySqlStore {
             .map_err(store_error)?;
         }
         tx.commit().await.map_err(store_error)?;
+        let keys: BTreeSet<UniqueKey> = purged
+            .into_iter()
+            .filter_map(|job| Some((job.queue, job.unique?.key)))
+            .collect();
+        if let Err(error) = delete_unused_slots(self.runner.pool(), &keys).await {
+            tracing::warn!(
+                %error,
+                "purge_jobs left the slots of the uniqueness keys it freed; a later purge \
+                 of a job with one of those keys deletes them"
+            );
+        }
         Ok(ids.len() as u64)
     }
 }
 
-/// The ids of the jobs `purge_jobs` deletes now
-/// ([`rules::job_purgeable`]), locked. A job that cannot be decoded cannot
-/// be judged, and stays.
+/// Deletes the slots of `keys` that no job names any more, after the jobs'
+/// deletion committed: each slot is locked before the jobs naming it are
+/// read, in the order enqueues lock them. Should the read miss a job an
+/// enqueue has just committed, the next enqueue of its key upserts the
+/// slot again: a slot holds nothing but its lock.
+async fn delete_unused_slots(pool: &sqlx::MySqlPool, keys: &BTreeSet<UniqueKey>) -> Result<()> {
+    let keys: Vec<&UniqueKey> = keys.iter().collect();
+    for part in keys.chunks(IDS_PER_READ) {
+        sqlx::query_with(
+            &format!(
+                "DELETE FROM tenure_unique_slots WHERE ({}) AND NOT EXISTS (SELECT 1 \
+                 FROM tenure_jobs j WHERE j.queue = tenure_unique_slots.queue \
+                 AND j.unique_key = tenure_unique_slots.unique_key)",
+                vec!["(queue = ? AND unique_key = ?)"; part.len()].join(" OR ")
+            ),
+            bound(part.iter().flat_map(|(queue, key)| [queue, key]))?,
+        )
+        .execute(pool)
+        .await
+        .map_err(store_error)?;
+    }
+    Ok(())
+}
+
+/// The jobs `purge_jobs` deletes now ([`rules::job_purgeable`]: finished
+/// long enough, and past their uniqueness period), locked. A job that
+/// cannot be decoded cannot be judged, and stays.
 async fn purgeable_jobs(
     connection: &mut MySqlConnection,
     older_than: Duration,
-) -> Result<Vec<String>> {
+) -> Result<Vec<Job>> {
     let now = read_now(&mut *connection).await?;
     let cutoff = to_micros(now).saturating_sub(micros_rounded_up(older_than));
     let found = sqlx::query(
         "SELECT id, body FROM tenure_jobs WHERE state IN ('completed', 'dead_lettered') \
-         AND updated_at <= ? FOR UPDATE",
+         AND updated_at <= ? AND (unique_until IS NULL OR unique_until <= ?) FOR UPDATE",
     )
     .bind(cutoff)
+    .bind(to_micros(now))
     .fetch_all(&mut *connection)
     .await
     .map_err(store_error)?;
-    let mut ids = Vec::new();
+    let mut purgeable = Vec::new();
     for row in &found {
         let id = rows::text(row, 0)?;
         let body: Vec<u8> = row.try_get(1).map_err(store_error)?;
-        if decode_job(&id, &body).is_ok_and(|job| rules::job_purgeable(&job, older_than, now)) {
-            ids.push(id);
+        match decode_job(&id, &body) {
+            Ok(job) if rules::job_purgeable(&job, older_than, now) => purgeable.push(job),
+            _ => {}
         }
     }
-    Ok(ids)
+    Ok(purgeable)
 }

@@ -55,6 +55,16 @@ pub(crate) struct JobColumns {
     pub(crate) expires_at: Option<i64>,
     /// The required capabilities, as a JSON array.
     pub(crate) capabilities: String,
+    /// The uniqueness key, if any: the index `enqueue` finds the jobs that
+    /// may hold it by.
+    pub(crate) unique_key: Option<Vec<u8>>,
+    /// The kind of its policy
+    /// ([`UniquePolicy::kind`](tenure_lease_core::queue::UniquePolicy::kind)),
+    /// with the key.
+    pub(crate) unique_policy: Option<&'static str>,
+    /// When a period's key is released ([`Job::unique_until`]): until then
+    /// `enqueue` reads the job whatever its state, and `purge_jobs` keeps it.
+    pub(crate) unique_until: Option<i64>,
     pub(crate) body: Vec<u8>,
 }
 
@@ -71,6 +81,12 @@ impl JobColumns {
                 .filter(|_| job.state == JobState::Claimed)
                 .map(to_micros),
             capabilities: serde_json::to_string(&job.required_capabilities).unwrap_or_default(),
+            unique_key: job
+                .unique
+                .as_ref()
+                .map(|unique| unique.key.clone().into_bytes()),
+            unique_policy: job.unique.as_ref().map(|unique| unique.policy.kind()),
+            unique_until: job.unique_until().map(to_micros),
             body: encode(job),
         }
     }

@@ -2,7 +2,8 @@
 //! decides in Rust, and writes the decision back.
 //!
 //! An operation names the rows it starts from ([`Reads`]: records, held
-//! scopes with their holders, jobs, the best claimable or reapable jobs).
+//! scopes with their holders, jobs, the jobs that may hold a uniqueness
+//! key, the best claimable or reapable jobs).
 //! The [`Runner`] opens a transaction, reads them with locking reads
 //! (`SELECT … FOR UPDATE`, `SKIP LOCKED` for the job candidates), reads the
 //! server's clock, and lets the operation decide over a [`View`] of them:
@@ -21,11 +22,16 @@
 //! (a free scope as a row with an empty holder, which the rollback of a
 //! refused admission removes): another admission cannot take and release
 //! a scope between this one's read and its write, which would leave this
-//! one's timestamps before that other's. A record or job id read absent
-//! may still be inserted first by another writer: the duplicate key, like
-//! a deadlock, rolls the transaction back, and the operation decides again
-//! from scratch, at most 100 times in a row, with a random pause between
-//! attempts (below 1 ms, doubling per lost race, at most 64 ms).
+//! one's timestamps before that other's. An enqueue upserts the slot row
+//! of each uniqueness key it judges (`tenure_unique_slots`) the same way,
+//! all of them first and in order, before reading the jobs that may hold
+//! each key: two enqueues of one key are judged one after the other, and
+//! crossed batches cannot deadlock on their slots. A record or job id read
+//! absent may still be inserted first by another writer: the duplicate
+//! key, like a deadlock, rolls the transaction back, and the operation
+//! decides again from scratch, at most 100 times in a row, with a random
+//! pause between attempts (below 1 ms, doubling per lost race, at most
+//! 64 ms).
 
 //! ## Fences
 //!
@@ -96,9 +102,13 @@ pub(crate) struct Reads {
     leases: BTreeSet<String>,
     scopes: BTreeSet<String>,
     jobs: BTreeSet<String>,
+    unique_keys: BTreeSet<UniqueKey>,
     claimable: Option<ClaimQuery>,
     reapable: Option<ReapQuery>,
 }
+
+/// A uniqueness key in its queue: `(queue, key)`.
+pub(crate) type UniqueKey = (String, String);
 
 impl Reads {
     /// The records with these ids.
@@ -119,6 +129,13 @@ impl Reads {
         self
     }
 
+    /// The jobs that may hold these uniqueness keys
+    /// ([`View::unique_holders`]).
+    pub(crate) fn unique_keys(mut self, keys: impl IntoIterator<Item = UniqueKey>) -> Self {
+        self.unique_keys.extend(keys);
+        self
+    }
+
     /// The best jobs `query` names that no other transaction holds.
     pub(crate) fn claimable(mut self, query: ClaimQuery) -> Self {
         self.claimable = Some(query);
@@ -136,6 +153,7 @@ impl Reads {
         self.leases.is_empty()
             && self.scopes.is_empty()
             && self.jobs.is_empty()
+            && self.unique_keys.is_empty()
             && self.claimable.is_none()
             && self.reapable.is_none()
     }
@@ -148,6 +166,8 @@ struct Snapshot {
     leases: HashMap<String, Option<Vec<u8>>>,
     holders: HashMap<String, Option<String>>,
     jobs: HashMap<String, Option<Vec<u8>>>,
+    /// The ids of the jobs that may hold each uniqueness key read.
+    unique_holders: HashMap<UniqueKey, Vec<String>>,
     /// The ids of the claim or reap candidates, in the order read.
     candidates: Vec<String>,
 }
@@ -335,16 +355,45 @@ impl View<'_> {
             .iter()
             .filter_map(|id| {
                 let body = self.snapshot.jobs.get(id)?.as_deref()?;
-                match rows::decode_job(id, body) {
-                    Ok(job) => Some(job),
-                    Err(error) => {
-                        tracing::warn!(job.id = %id, %error, "passing over an undecodable job");
-                        None
-                    }
-                }
+                decoded_or_passed_over(id, rows::decode_job(id, body))
             })
             .collect()
     }
+
+    /// The jobs of `queue` with the uniqueness key `key` that may hold it
+    /// (queued, claimed, or within their period when read), as this
+    /// decision last wrote them or as read; those that cannot be decoded
+    /// are logged and passed over, and so are those whose body names
+    /// another key than their columns.
+    ///
+    /// # Errors
+    ///
+    /// When they were not read yet.
+    pub(crate) fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        let unique_key = (queue.to_owned(), key.to_owned());
+        let snapshot = self.snapshot;
+        let Some(ids) = snapshot.unique_holders.get(&unique_key) else {
+            self.missing.unique_keys.insert(unique_key);
+            return Err(read_next("the jobs holding a uniqueness key"));
+        };
+        Ok(ids
+            .iter()
+            .filter_map(|id| decoded_or_passed_over(id, self.job(id).transpose()?))
+            .filter(|job| {
+                job.queue == queue && job.unique.as_ref().is_some_and(|held| held.key == key)
+            })
+            .collect())
+    }
+}
+
+/// The job `decoded` answers for `id`, or `None`, logged, when it cannot be
+/// decoded.
+fn decoded_or_passed_over(id: &str, decoded: Result<Job>) -> Option<Job> {
+    decoded
+        .inspect_err(|error| {
+            tracing::warn!(job.id = %id, %error, "passing over an undecodable job");
+        })
+        .ok()
 }
 
 /// The store's pool, and the connections kept from it between statements
@@ -579,6 +628,7 @@ async fn fetch(
     snapshot: &mut Snapshot,
     reads: Reads,
 ) -> std::result::Result<(), Conflict> {
+    lock_unique_keys(tx, snapshot, reads.unique_keys).await?;
     let ids: Vec<String> = reads.leases.into_iter().collect();
     for part in ids.chunks(IDS_PER_READ) {
         let sql = format!(
@@ -598,19 +648,14 @@ async fn fetch(
     }
     let scopes: Vec<String> = reads.scopes.into_iter().collect();
     for part in scopes.chunks(IDS_PER_READ) {
-        // A row for every scope, free ones included (an empty holder,
-        // rolled back unless the decision holds the scope): an absent row
-        // locks nothing, and another writer could take and release the
-        // scope after this read and before this transaction's own insert.
-        sqlx::query_with(
-            &format!(
-                "INSERT INTO tenure_held_scopes (scope, lease_id) VALUES {} \
-                 ON DUPLICATE KEY UPDATE scope = scope",
-                vec!["(?, '')"; part.len()].join(", ")
-            ),
+        // Free scopes as rows with an empty holder, rolled back unless the
+        // decision holds the scope.
+        upsert_to_lock(
+            tx,
+            ("tenure_held_scopes", "scope, lease_id", "(?, '')"),
+            part.len(),
             bound(part)?,
         )
-        .execute(&mut **tx)
         .await?;
         let sql = format!(
             "SELECT h.scope, h.lease_id, l.body FROM tenure_held_scopes h \
@@ -682,6 +727,81 @@ async fn fetch(
         let (id, body) = id_and_body(&row)?;
         snapshot.candidates.push(id.clone());
         snapshot.jobs.insert(id, Some(body));
+    }
+    Ok(())
+}
+
+/// Upserts a row in `table` (`columns`: the first a column of its primary
+/// key) for each of `count` rows of values (`row`, bound by `arguments`),
+/// changing none already there, and so locks them all, in the order given:
+/// an absent row locks nothing, and another writer could insert and
+/// delete it between this transaction's read and its write.
+async fn upsert_to_lock(
+    tx: &mut Transaction<'_, MySql>,
+    (table, columns, row): (&str, &str, &str),
+    count: usize,
+    arguments: MySqlArguments,
+) -> std::result::Result<(), Conflict> {
+    let key = columns.split(',').next().unwrap_or(columns);
+    sqlx::query_with(
+        &format!(
+            "INSERT INTO {table} ({columns}) VALUES {} ON DUPLICATE KEY UPDATE {key} = {key}",
+            vec![row; count].join(", ")
+        ),
+        arguments,
+    )
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Locks the slot of each of `keys` (upserted, in order) and reads the jobs
+/// that may hold each into `snapshot`, locked.
+async fn lock_unique_keys(
+    tx: &mut Transaction<'_, MySql>,
+    snapshot: &mut Snapshot,
+    keys: BTreeSet<UniqueKey>,
+) -> std::result::Result<(), Conflict> {
+    let keys: Vec<UniqueKey> = keys.into_iter().collect();
+    for part in keys.chunks(IDS_PER_READ) {
+        let pairs = || bound(part.iter().flat_map(|(queue, key)| [queue, key]));
+        upsert_to_lock(
+            tx,
+            ("tenure_unique_slots", "queue, unique_key", "(?, ?)"),
+            part.len(),
+            pairs()?,
+        )
+        .await?;
+        let sql = format!(
+            "SELECT s.queue, s.unique_key, j.id, j.body FROM tenure_unique_slots s \
+             LEFT JOIN tenure_jobs j ON j.queue = s.queue AND j.unique_key = s.unique_key \
+             AND (j.state IN ('queued', 'claimed') OR j.unique_until > {NOW_MICROS}) \
+             WHERE {} FOR UPDATE",
+            vec!["(s.queue = ? AND s.unique_key = ?)"; part.len()].join(" OR ")
+        );
+        for unique_key in part {
+            snapshot
+                .unique_holders
+                .insert(unique_key.clone(), Vec::new());
+        }
+        for row in sqlx::query_with(&sql, pairs()?)
+            .fetch_all(&mut **tx)
+            .await?
+        {
+            let unique_key = (rows::text(&row, 0)?, rows::text(&row, 1)?);
+            let id: Option<Vec<u8>> = row.try_get(2).map_err(store_error)?;
+            if id.is_none() {
+                continue;
+            }
+            let id = rows::text(&row, 2)?;
+            let body: Vec<u8> = row.try_get(3).map_err(store_error)?;
+            snapshot.jobs.insert(id.clone(), Some(body));
+            snapshot
+                .unique_holders
+                .entry(unique_key)
+                .or_default()
+                .push(id);
+        }
     }
     Ok(())
 }
@@ -771,9 +891,10 @@ const LEASE_ROW: &str = "(?, ?, ?, ?, ?, ?)";
 const LEASE_COLUMNS: &str =
     "INSERT INTO tenure_leases (id, active, expires_at, created_at, updated_at, body) VALUES ";
 /// The columns of a job's row, in [`JOB_ROW`]'s order.
-const JOB_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+const JOB_ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 const JOB_COLUMNS: &str = "INSERT INTO tenure_jobs (id, queue, state, priority_rank, run_at, \
-     created_at, updated_at, expires_at, capabilities, body) VALUES ";
+     created_at, updated_at, expires_at, capabilities, unique_key, unique_policy, unique_until, \
+     body) VALUES ";
 
 fn bind_lease(arguments: &mut MySqlArguments, record: &LeaseRecord) -> BindResult {
     let columns = rows::LeaseColumns::of(record);
@@ -796,6 +917,9 @@ fn bind_job(arguments: &mut MySqlArguments, job: &Job) -> BindResult {
     arguments.add(columns.updated_at)?;
     arguments.add(columns.expires_at)?;
     arguments.add(columns.capabilities)?;
+    arguments.add(columns.unique_key)?;
+    arguments.add(columns.unique_policy)?;
+    arguments.add(columns.unique_until)?;
     arguments.add(columns.body)
 }
 

@@ -5,9 +5,12 @@
 //! Applying takes the server's named lock `tenure_migrate:<SHA-1 of the
 //! database name>`, so
 //! workers starting at once apply each migration once; MySQL commits each
-//! `CREATE` on its own, so every statement is written to be run again
-//! (`IF NOT EXISTS`, `INSERT IGNORE`) should an earlier apply have stopped
-//! half way.
+//! `CREATE` and `ALTER` on its own, so every statement is written to be
+//! run again (`IF NOT EXISTS`, `INSERT IGNORE`) should an earlier apply
+//! have stopped half way. MySQL has no `ADD COLUMN IF NOT EXISTS`, so a
+//! migration adds columns and indexes to a table in one `ALTER`, applied
+//! whole or not at all: run again, it fails with a duplicate column or
+//! index name, which says it was applied.
 //!
 //! Ids, scopes, queues and resources are `VARBINARY`: compared byte for
 //! byte, as the contract compares them (a text collation would make `a`,
@@ -18,7 +21,7 @@
 use sqlx::{MySql, MySqlConnection, Row};
 use tenure_lease_core::{Error, ErrorKind, Result};
 
-use crate::error::store_error;
+use crate::error::{server_number, store_error};
 
 /// One migration: its version, what it does, its statements.
 struct Migration {
@@ -28,7 +31,10 @@ struct Migration {
 }
 
 /// Every migration of this version, in order.
-const MIGRATIONS: &[Migration] = &[Migration {
+const MIGRATIONS: &[Migration] = &[TABLES_AND_JOBS, UNIQUE_JOBS];
+
+/// Migration 1: the tables of the first version.
+const TABLES_AND_JOBS: Migration = Migration {
     version: 1,
     description: "leases, scopes, the fence counter, jobs and fence gates",
     statements: &[
@@ -92,7 +98,32 @@ const MIGRATIONS: &[Migration] = &[Migration {
             KEY tenure_fence_gates_by_check (checked_at)
         ) ENGINE = InnoDB",
     ],
-}];
+};
+
+/// Migration 2: unique jobs.
+const UNIQUE_JOBS: Migration = Migration {
+    version: 2,
+    description: "unique jobs: the uniqueness key of a job, and a slot per key",
+    statements: &[
+        // The job's uniqueness key, the kind of its policy and, for a
+        // period, its end, derived from the body (NULL for a job without a
+        // key, every job stored before).
+        "ALTER TABLE tenure_jobs
+            ADD COLUMN unique_key VARBINARY(256) NULL,
+            ADD COLUMN unique_policy VARCHAR(16) CHARACTER SET ascii NULL,
+            ADD COLUMN unique_until BIGINT NULL,
+            ADD KEY tenure_jobs_by_unique_key (queue, unique_key)",
+        // One row per key of a queue an enqueue has judged, used only as
+        // its lock: an absent job row locks nothing, so enqueues of one key
+        // lock this row first, and are judged one after the other.
+        // `purge_jobs` deletes the rows no job names any more.
+        "CREATE TABLE IF NOT EXISTS tenure_unique_slots (
+            queue VARBINARY(256) NOT NULL,
+            unique_key VARBINARY(256) NOT NULL,
+            PRIMARY KEY (queue, unique_key)
+        ) ENGINE = InnoDB",
+    ],
+};
 
 /// Every table this version keeps, for [`drop_tables`] and the deployment
 /// checks.
@@ -103,6 +134,7 @@ pub(crate) const TABLES: &[&str] = &[
     "tenure_fences",
     "tenure_jobs",
     "tenure_fence_gates",
+    "tenure_unique_slots",
     "tenure_migrations",
 ];
 
@@ -156,10 +188,10 @@ async fn apply_locked(connection: &mut MySqlConnection) -> Result<()> {
             continue;
         }
         for statement in migration.statements {
-            sqlx::query(statement)
-                .execute(&mut *connection)
-                .await
-                .map_err(store_error)?;
+            match sqlx::query(statement).execute(&mut *connection).await {
+                Err(error) if applied_before(&error) => {}
+                answer => answer.map(drop).map_err(store_error)?,
+            }
         }
         sqlx::query("INSERT INTO tenure_migrations (version, description) VALUES (?, ?)")
             .bind(migration.version)
@@ -169,6 +201,21 @@ async fn apply_locked(connection: &mut MySqlConnection) -> Result<()> {
             .map_err(store_error)?;
     }
     Ok(())
+}
+
+/// `ER_DUP_FIELDNAME`: the column an `ALTER` adds is there.
+const DUPLICATE_COLUMN: u16 = 1060;
+/// `ER_DUP_KEYNAME`: the index an `ALTER` adds is there.
+const DUPLICATE_INDEX: u16 = 1061;
+
+/// Whether a statement failed because an earlier apply, stopped before
+/// recording its migration, ran it (only an `ALTER` adding columns or
+/// indexes fails so).
+fn applied_before(error: &sqlx::Error) -> bool {
+    matches!(
+        server_number(error),
+        Some(DUPLICATE_COLUMN | DUPLICATE_INDEX)
+    )
 }
 
 /// Checks, changing nothing, that the tables carry every migration of this

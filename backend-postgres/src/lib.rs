@@ -66,7 +66,14 @@
 //!   (migration 0004) one of finished jobs by finish time for `purge_jobs`;
 //!   migration 0006 adds the take-back trace (`taken_back`,
 //!   `taken_back_at`) and indexes interrupted records for `purge` with the
-//!   terminal ones.
+//!   terminal ones; migration 0011 adds `progress` (to `leases` too);
+//!   migration 0012 adds a job's uniqueness (`unique_key`, `unique_policy`
+//!   with a `CHECK`, and `unique_until`, the end of a `for_period` key: the
+//!   period is `unique_until - created_at`, and `purge_jobs` keeps the job
+//!   until then), all NULL for a job without a key, with a partial index
+//!   on `(queue, unique_key)` for `enqueue_unique`. Enqueues of one key
+//!   take turns on a transaction-scoped advisory lock per (queue, key),
+//!   hashed like the scope locks below but in a family of its own.
 //!   Purging a lease deletes its `lease_scopes` rows in the same
 //!   statement; scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
@@ -236,8 +243,8 @@
 //!
 //! Every expiry decision is judged by the server's clock alone: `now()`
 //! inside the statement or transaction that acts on it (one instant per
-//! operation; an admission reads `clock_timestamp()` after its lock waits,
-//! and one that interrupts holders stamps them at the instant it judged
+//! operation; an admission, and an enqueue with uniqueness keys, reads
+//! `clock_timestamp()` after its lock waits, and an admission that interrupts holders stamps them at the instant it judged
 //! them), never the worker's clock. [`LeaseStore::now`](tenure_lease_core::LeaseStore::now) answers
 //! `SELECT now()`, microsecond precision like every stored timestamp.
 //!
@@ -305,8 +312,10 @@
 //! would have replaced the connection unseen; on a server that fell silent
 //! it answers [`ErrorKind::Timeout`] after the operation timeout (rather
 //! than after the connection wait, as a failed ping would). An admission
-//! that interrupts holders, and a statement run again at `READ COMMITTED`,
-//! is a transaction on the same connection: a round trip per statement.
+//! that interrupts holders, an enqueue of jobs with uniqueness keys (its
+//! locks, one read, the insert), and a statement run again at
+//! `READ COMMITTED`, is a transaction on the same connection: a round trip
+//! per statement.
 //!
 //! ## Release notices
 //!

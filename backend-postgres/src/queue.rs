@@ -9,27 +9,40 @@
 //! judgements; only a refused write reads the job back to say why, with
 //! those same rules. The choices `fail` and `reap` make per job (requeue or
 //! dead-letter) are the rules' `attempt < max_attempts`, written as `CASE`.
+//!
+//! An enqueue whose jobs have no uniqueness key is one statement too. One
+//! with keys is a `READ COMMITTED` transaction: it takes an advisory lock
+//! per (queue, key) of the batch, in ascending key order (see
+//! [`scope_locks`](crate::scope_locks)), so enqueues sharing a key take
+//! turns and crossed batches never wait on each other in a cycle; then
+//! reads the taken ids, the stored jobs that may hold the keys and its
+//! instant (`clock_timestamp()`), all in one statement whose snapshot
+//! follows the lock waits, so it sees what the enqueue before it committed;
+//! judges each job with the rules' `holds_unique_key`; and inserts those
+//! that hold no key, stamped with that instant.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::types::PgInterval;
+use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::types::Json;
-use sqlx::Row;
+use sqlx::{Connection as _, Row};
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, UniquePolicy,
 };
 use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
 use crate::lease::{fence_param, interval, interval_rounded_up};
-use crate::statement::{self, PgQuery};
+use crate::statement::{self, PgQuery, BEGIN_READ_COMMITTED};
 use crate::PgStore;
 
 /// The primary key whose violation means a job id is taken.
@@ -109,8 +122,12 @@ impl PgStore {
     /// The jobs of a multi-job answer; an undecodable row is left out of the
     /// answer with a warning. It stays in the table for an operator; one a
     /// claim took goes back through the reaper when its lease ends.
-    fn jobs_skipping_undecodable(&self, operation: &str, rows: &[PgRow]) -> Vec<Job> {
-        rows.iter()
+    fn jobs_skipping_undecodable<'r>(
+        &self,
+        operation: &str,
+        rows: impl IntoIterator<Item = &'r PgRow>,
+    ) -> Vec<Job> {
+        rows.into_iter()
             .filter_map(|row| match decode::job(row) {
                 Ok(job) => Some(job),
                 Err(Undecodable { id, reason }) => {
@@ -124,6 +141,125 @@ impl PgStore {
                 }
             })
             .collect()
+    }
+
+    /// Inserts `jobs` in one statement, stamped with `now` (`None`: the
+    /// statement's `now()`), on `session` or, without one, on a session of
+    /// the store's, and answers the created jobs in batch order.
+    async fn insert_jobs(
+        &self,
+        jobs: &[&NewJob],
+        now: Option<Timestamp>,
+        session: Option<&mut PgConnection>,
+    ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
+        let columns = EnqueueColumns::new(jobs);
+        let statement = || {
+            sqlx::query(&self.sql.jobs.enqueue)
+                .bind(&columns.ids)
+                .bind(&columns.queues)
+                .bind(&columns.payloads)
+                .bind(&columns.priorities)
+                .bind(&columns.run_ats)
+                .bind(&columns.max_attempts)
+                .bind(&columns.capabilities)
+                .bind(&columns.unique_keys)
+                .bind(&columns.unique_policies)
+                .bind(&columns.unique_periods)
+                .bind(now)
+        };
+        match session {
+            Some(session) => statement().fetch_all(session).await,
+            None => self.fetch_all_raw(statement).await,
+        }
+    }
+
+    /// Creates `jobs` judging their uniqueness keys, in one transaction
+    /// (see the [module](self) docs).
+    async fn enqueue_judging_keys(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let mut session = self.sessions.take().await.map_err(store_error)?;
+        let answer = self.enqueue_judging_keys_on(&mut session, jobs).await;
+        // A failure may leave the transaction open (its ROLLBACK only
+        // queued), holding the key locks: the pool's check sends it at once.
+        session.keep_if(answer.is_ok());
+        match answer {
+            Ok(answer) => answer,
+            Err(error) => Err(self.enqueue_error(jobs, error).await),
+        }
+    }
+
+    /// [`enqueue_judging_keys`](Self::enqueue_judging_keys) on `session`:
+    /// the store's answer, or the server error that ended the transaction.
+    async fn enqueue_judging_keys_on(
+        &self,
+        session: &mut PgConnection,
+        jobs: &[NewJob],
+    ) -> std::result::Result<Result<Vec<Enqueued>>, sqlx::Error> {
+        let pairs: BTreeSet<(&str, &str)> = jobs
+            .iter()
+            .filter_map(|job| Some((job.queue.as_str(), job.unique.as_ref()?.key.as_str())))
+            .collect();
+        let lock_keys = self.scope_locks.unique_job_keys(pairs.iter().copied());
+        let (queues, keys): (Vec<&str>, Vec<&str>) = pairs.into_iter().unzip();
+        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+
+        let mut tx = session.begin_with(BEGIN_READ_COMMITTED).await?;
+        sqlx::query(&self.sql.jobs.lock_unique_keys)
+            .bind(&lock_keys)
+            .execute(&mut *tx)
+            .await?;
+        let rows = sqlx::query(&self.sql.jobs.unique_holders)
+            .bind(&ids)
+            .bind(&queues)
+            .bind(&keys)
+            .fetch_all(&mut *tx)
+            .await?;
+        let Some(first) = rows.first() else {
+            tx.rollback().await?;
+            return Ok(Err(Error::corrupt(
+                "the read of uniqueness keys' holders answered no row",
+            )));
+        };
+        let now = decode::instant(first, "store_now")?;
+        let taken: Vec<String> = first.try_get("taken_ids")?;
+        if let Some(id) = ids.iter().find(|id| taken.iter().any(|taken| taken == *id)) {
+            tx.rollback().await?;
+            return Ok(Err(Error::job_already_exists(id)));
+        }
+        let mut holder_rows = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if row.try_get::<Option<String>, _>("id")?.is_some() {
+                holder_rows.push(row);
+            }
+        }
+        let stored = self.jobs_skipping_undecodable("enqueue_unique", holder_rows);
+        let verdicts = judge_unique_keys(jobs, stored, now);
+        let creating: Vec<&NewJob> = jobs
+            .iter()
+            .zip(&verdicts)
+            .filter(|(_, verdict)| matches!(verdict, Verdict::Create))
+            .map(|(job, _)| job)
+            .collect();
+        let created = if creating.is_empty() {
+            Vec::new()
+        } else {
+            self.insert_jobs(&creating, Some(now), Some(&mut *tx))
+                .await?
+        };
+        tx.commit().await?;
+        Ok(answer_verdicts(verdicts, &created))
+    }
+
+    /// The error of an enqueue of `jobs` that failed with `error`: a taken
+    /// id (the primary key violated) names the first id of the batch that
+    /// exists.
+    async fn enqueue_error(&self, jobs: &[NewJob], error: sqlx::Error) -> Error {
+        if sqlstate(&error).as_deref() != Some(UNIQUE_VIOLATION)
+            || constraint(&error) != Some(JOBS_PRIMARY_KEY)
+        {
+            return store_error(error);
+        }
+        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+        self.duplicate_job(&ids, error).await
     }
 
     /// The error of an enqueue that hit an existing id: names the first id
@@ -152,6 +288,129 @@ impl PgStore {
     }
 }
 
+/// The statement parameters of an enqueue, one array per column (see
+/// [`JobStatements::enqueue`](crate::sql::JobStatements)).
+struct EnqueueColumns<'j> {
+    ids: Vec<&'j str>,
+    queues: Vec<&'j str>,
+    payloads: Vec<Json<&'j serde_json::Value>>,
+    priorities: Vec<i32>,
+    run_ats: Vec<Option<Timestamp>>,
+    max_attempts: Vec<i32>,
+    capabilities: Vec<Json<&'j BTreeSet<String>>>,
+    unique_keys: Vec<Option<&'j str>>,
+    unique_policies: Vec<Option<&'static str>>,
+    unique_periods: Vec<Option<PgInterval>>,
+}
+
+impl<'j> EnqueueColumns<'j> {
+    fn new(jobs: &[&'j NewJob]) -> Self {
+        fn column<'j, T>(jobs: &[&'j NewJob], value: impl Fn(&'j NewJob) -> T) -> Vec<T> {
+            jobs.iter().map(|job| value(job)).collect()
+        }
+        EnqueueColumns {
+            ids: column(jobs, |job| job.id.as_str()),
+            queues: column(jobs, |job| job.queue.as_str()),
+            payloads: column(jobs, |job| Json(&job.payload)),
+            priorities: column(jobs, |job| job.priority),
+            run_ats: column(jobs, |job| job.run_at.map(clock::truncate_to_micros)),
+            // Validated to at most `rules::MAX_ATTEMPTS`.
+            max_attempts: column(jobs, |job| {
+                i32::try_from(job.max_attempts).unwrap_or(i32::MAX)
+            }),
+            capabilities: column(jobs, |job| Json(&job.required_capabilities)),
+            unique_keys: column(jobs, |job| {
+                job.unique.as_ref().map(|unique| unique.key.as_str())
+            }),
+            unique_policies: column(jobs, |job| {
+                job.unique.as_ref().map(|unique| unique.policy.kind())
+            }),
+            unique_periods: column(jobs, |job| match job.unique.as_ref()?.policy {
+                // Validated to whole milliseconds.
+                UniquePolicy::ForPeriod(period) => Some(interval(period)),
+                _ => None,
+            }),
+        }
+    }
+}
+
+/// What becomes of one job of a batch enqueued with uniqueness keys.
+#[derive(Debug, Clone, PartialEq)]
+enum Verdict {
+    /// It is created.
+    Create,
+    /// This stored job holds its key.
+    HeldBy(Box<Job>),
+    /// The job at this position of the batch, created, holds its key.
+    HeldByBatch(usize),
+}
+
+/// The [`Verdict`] on each of `jobs`, in order, as the contract judges a
+/// batch: a job with a key is held by the earliest created (then least id)
+/// of the `stored` jobs of its queue with that key that
+/// [hold it](rules::holds_unique_key) at `now`, or else by the first job of
+/// the batch created with it (which holds it at `now`, its creation).
+fn judge_unique_keys(jobs: &[NewJob], stored: Vec<Job>, now: Timestamp) -> Vec<Verdict> {
+    let mut holding: Vec<Job> = stored
+        .into_iter()
+        .filter(|job| rules::holds_unique_key(job, now))
+        .collect();
+    holding.sort_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b)));
+    let mut held: HashMap<(String, String), Verdict> = HashMap::new();
+    for job in holding {
+        let Some(key) = job.unique.as_ref().map(|unique| unique.key.clone()) else {
+            continue;
+        };
+        held.entry((job.queue.clone(), key))
+            .or_insert(Verdict::HeldBy(Box::new(job)));
+    }
+    jobs.iter()
+        .enumerate()
+        .map(|(position, job)| {
+            let Some(unique) = &job.unique else {
+                return Verdict::Create;
+            };
+            match held.entry((job.queue.clone(), unique.key.clone())) {
+                Entry::Occupied(holder) => holder.get().clone(),
+                Entry::Vacant(free) => {
+                    free.insert(Verdict::HeldByBatch(position));
+                    Verdict::Create
+                }
+            }
+        })
+        .collect()
+}
+
+/// The answers of a batch judged `verdicts`, `created` holding the rows
+/// inserted for the jobs judged [`Verdict::Create`], in batch order.
+fn answer_verdicts(verdicts: Vec<Verdict>, created: &[PgRow]) -> Result<Vec<Enqueued>> {
+    let mut created = created.iter().map(decode::trusted_job);
+    let mut by_position: Vec<Option<Job>> = Vec::with_capacity(verdicts.len());
+    let mut answers = Vec::with_capacity(verdicts.len());
+    for verdict in verdicts {
+        let (answer, job) = match verdict {
+            Verdict::Create => {
+                let job = created.next().ok_or_else(|| {
+                    Error::corrupt("an enqueue answered fewer jobs than it created")
+                })??;
+                (Enqueued::Created(job.clone()), Some(job))
+            }
+            Verdict::HeldBy(holder) => (Enqueued::Duplicate(*holder), None),
+            Verdict::HeldByBatch(position) => {
+                let holder = by_position
+                    .get(position)
+                    .cloned()
+                    .flatten()
+                    .ok_or_else(|| Error::corrupt("a job's holder in its batch was not created"))?;
+                (Enqueued::Duplicate(holder), None)
+            }
+        };
+        by_position.push(job);
+        answers.push(answer);
+    }
+    Ok(answers)
+}
+
 /// A job claim's proof, from the job as a claim or take-back left it.
 fn claimed(job: Job) -> Result<ClaimedJob> {
     let claim = job.claim().ok_or_else(|| {
@@ -165,47 +424,18 @@ fn claimed(job: Job) -> Result<ClaimedJob> {
 
 #[async_trait]
 impl QueueBackend for PgStore {
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get();
-        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
-        let queues: Vec<&str> = jobs.iter().map(|job| job.queue.as_str()).collect();
-        let payloads: Vec<Json<&serde_json::Value>> =
-            jobs.iter().map(|job| Json(&job.payload)).collect();
-        let priorities: Vec<i32> = jobs.iter().map(|job| job.priority).collect();
-        let run_ats: Vec<Option<Timestamp>> = jobs
-            .iter()
-            .map(|job| job.run_at.map(clock::truncate_to_micros))
-            .collect();
-        // Validated to at most `rules::MAX_ATTEMPTS`.
-        let max_attempts: Vec<i32> = jobs
-            .iter()
-            .map(|job| i32::try_from(job.max_attempts).unwrap_or(i32::MAX))
-            .collect();
-        let capabilities: Vec<Json<&BTreeSet<String>>> = jobs
-            .iter()
-            .map(|job| Json(&job.required_capabilities))
-            .collect();
-        let rows = self
-            .fetch_all_raw(|| {
-                sqlx::query(&self.sql.jobs.enqueue)
-                    .bind(&ids)
-                    .bind(&queues)
-                    .bind(&payloads)
-                    .bind(&priorities)
-                    .bind(&run_ats)
-                    .bind(&max_attempts)
-                    .bind(&capabilities)
-            })
-            .await;
-        match rows {
-            Ok(rows) => rows.iter().map(decode::trusted_job).collect(),
-            Err(error)
-                if sqlstate(&error).as_deref() == Some(UNIQUE_VIOLATION)
-                    && constraint(&error) == Some(JOBS_PRIMARY_KEY) =>
-            {
-                Err(self.duplicate_job(&ids, error).await)
-            }
-            Err(error) => Err(store_error(error)),
+        if jobs.iter().any(|job| job.unique.is_some()) {
+            return self.enqueue_judging_keys(jobs).await;
+        }
+        let batch: Vec<&NewJob> = jobs.iter().collect();
+        match self.insert_jobs(&batch, None, None).await {
+            Ok(rows) => rows
+                .iter()
+                .map(|row| decode::trusted_job(row).map(Enqueued::Created))
+                .collect(),
+            Err(error) => Err(self.enqueue_error(jobs, error).await),
         }
     }
 
@@ -536,4 +766,53 @@ fn claim_columns(claims: &[JobClaim]) -> (Vec<&str>, Vec<&str>, Vec<i64>) {
             .map(|claim| fence_param(claim.fence))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_timestamp(1_700_000_000 + second, 0).expect("an instant")
+    }
+
+    fn keyed(queue: &str, id: &str, key: &str) -> NewJob {
+        NewJob::new(queue, serde_json::json!({}))
+            .id(id)
+            .unique(key, UniquePolicy::WhileQueued)
+    }
+
+    fn stored(id: &str, key: &str, created: i64, state: JobState) -> Job {
+        let mut job = rules::new_job(&keyed("q", id, key), at(created));
+        job.state = state;
+        job
+    }
+
+    #[test]
+    fn the_earliest_holder_stored_or_created_in_the_batch_holds_each_key() {
+        let earliest = stored("h1", "a", 1, JobState::Queued);
+        let stored_jobs = vec![
+            stored("h2", "a", 2, JobState::Queued),
+            earliest.clone(),
+            stored("claimed", "a", 0, JobState::Claimed),
+            stored("done", "b", 0, JobState::Completed),
+        ];
+        let batch = [
+            NewJob::new("q", serde_json::json!({})).id("plain"),
+            keyed("q", "n1", "a"),
+            keyed("q", "n2", "b"),
+            keyed("q", "n3", "b"),
+            keyed("other", "n4", "b"),
+        ];
+        assert_eq!(
+            judge_unique_keys(&batch, stored_jobs, at(10)),
+            [
+                Verdict::Create,
+                Verdict::HeldBy(Box::new(earliest)),
+                Verdict::Create,
+                Verdict::HeldByBatch(2),
+                Verdict::Create,
+            ]
+        );
+    }
 }

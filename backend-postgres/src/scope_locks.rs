@@ -1,4 +1,5 @@
-//! The advisory-lock keys that serialise admissions per scope.
+//! The advisory-lock keys that serialise admissions per scope, and enqueues
+//! per uniqueness key.
 //!
 //! Two admissions on overlapping scopes must not both decide on what they
 //! read: each would see the scopes free (or the same holder interruptible)
@@ -12,6 +13,11 @@
 //! text, so no schema/scope split can collide with another), then the
 //! scope's bytes, read as a two's-complement `bigint`. Two scopes whose keys
 //! collide merely take turns.
+//!
+//! Enqueues of jobs with a uniqueness key take turns the same way, one lock
+//! per (queue, key): its key hashes the schema, `0xFF`, then a `0xFE` byte
+//! (which no scope's UTF-8 starts with, so no job key shares its bytes with
+//! a scope's), the queue, `0xFF` and the uniqueness key.
 
 /// FNV-1a 64 offset basis.
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -19,6 +25,9 @@ const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// Between the schema and the scope: a byte no UTF-8 string contains.
 const SEPARATOR: u8 = 0xFF;
+/// Marks a job's uniqueness key after the schema's separator: another byte
+/// no UTF-8 string contains, so the family never meets a scope's bytes.
+const UNIQUE_JOB_FAMILY: u8 = 0xFE;
 
 fn fnv1a(state: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(state, |hash, &byte| {
@@ -42,18 +51,49 @@ impl ScopeLocks {
 
     /// The key of one scope.
     fn key(&self, scope: &str) -> i64 {
-        i64::from_ne_bytes(fnv1a(self.schema_state, scope.as_bytes()).to_ne_bytes())
+        as_bigint(fnv1a(self.schema_state, scope.as_bytes()))
+    }
+
+    /// The key of the uniqueness key `key` in `queue`.
+    fn unique_job_key(&self, queue: &str, key: &str) -> i64 {
+        let queue_state = fnv1a(
+            fnv1a(self.schema_state, &[UNIQUE_JOB_FAMILY]),
+            queue.as_bytes(),
+        );
+        as_bigint(fnv1a(fnv1a(queue_state, &[SEPARATOR]), key.as_bytes()))
     }
 
     /// The keys of `scopes`, ascending and distinct: the order every
     /// admission takes them in, so two admissions never wait on each other
     /// in a cycle.
     pub(crate) fn keys<'a>(&self, scopes: impl IntoIterator<Item = &'a str>) -> Vec<i64> {
-        let mut keys: Vec<i64> = scopes.into_iter().map(|scope| self.key(scope)).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
+        ascending(scopes.into_iter().map(|scope| self.key(scope)))
     }
+
+    /// The keys of the `(queue, uniqueness key)` pairs, ascending and
+    /// distinct, as [`keys`](Self::keys) for scopes.
+    pub(crate) fn unique_job_keys<'a>(
+        &self,
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Vec<i64> {
+        ascending(
+            pairs
+                .into_iter()
+                .map(|(queue, key)| self.unique_job_key(queue, key)),
+        )
+    }
+}
+
+/// A hash as a two's-complement `bigint`, the type of an advisory lock key.
+fn as_bigint(hash: u64) -> i64 {
+    i64::from_ne_bytes(hash.to_ne_bytes())
+}
+
+fn ascending(keys: impl Iterator<Item = i64>) -> Vec<i64> {
+    let mut keys: Vec<i64> = keys.collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 #[cfg(test)]
@@ -96,5 +136,30 @@ mod tests {
         assert_eq!(forward.len(), 3);
         assert!(forward.windows(2).all(|pair| pair[0] < pair[1]));
         assert!(locks.keys([]).is_empty());
+    }
+
+    #[test]
+    fn unique_job_keys_are_their_own_family() {
+        let locks = ScopeLocks::for_schema("tenure");
+        let mut expected = FNV_OFFSET;
+        for byte in [b's', 0xFF, 0xFE, b'q', 0xFF, b'k'] {
+            expected = (expected ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+        assert_eq!(
+            ScopeLocks::for_schema("s").unique_job_key("q", "k") as u64,
+            expected
+        );
+        assert_ne!(locks.unique_job_key("q", "k"), locks.key("qk"));
+        assert_ne!(
+            locks.unique_job_key("a", "bc"),
+            locks.unique_job_key("ab", "c")
+        );
+        assert_ne!(
+            locks.unique_job_key("q", "k"),
+            ScopeLocks::for_schema("other").unique_job_key("q", "k")
+        );
+        let keys = locks.unique_job_keys([("q", "b"), ("q", "a"), ("q", "b")]);
+        assert_eq!(keys.len(), 2);
+        assert!(keys[0] < keys[1]);
     }
 }

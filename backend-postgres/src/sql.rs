@@ -60,7 +60,13 @@ fn decodable_job() -> String {
          AND COALESCE(array_ndims(required_capabilities), 1) = 1 \
          AND array_position(required_capabilities, NULL) IS NULL \
          AND taken_back BETWEEN 0 AND {} AND (taken_back_at IS NULL OR {}) \
-         AND (taken_back = 0) = (taken_back_at IS NULL) THEN true ELSE false END)",
+         AND (taken_back = 0) = (taken_back_at IS NULL) \
+         AND (unique_key IS NULL) = (unique_policy IS NULL) \
+         AND (CASE unique_policy WHEN 'for_period' THEN {} AND unique_until > created_at \
+           WHEN 'while_queued' THEN unique_until IS NULL \
+           WHEN 'while_unfinished' THEN unique_until IS NULL \
+           ELSE unique_policy IS NULL AND unique_until IS NULL END) \
+         THEN true ELSE false END)",
         instant("run_at"),
         instant("created_at"),
         instant("updated_at"),
@@ -68,11 +74,12 @@ fn decodable_job() -> String {
         dead_reasons.join(", "),
         u32::MAX,
         instant("taken_back_at"),
+        instant("unique_until"),
     )
 }
 
 /// The columns of a job, read by name in [`crate::decode::job`].
-const JOB_COLUMNS: [&str; 19] = [
+const JOB_COLUMNS: [&str; 22] = [
     "id",
     "queue",
     "payload",
@@ -92,6 +99,9 @@ const JOB_COLUMNS: [&str; 19] = [
     "taken_back",
     "taken_back_at",
     "progress",
+    "unique_key",
+    "unique_policy",
+    "unique_until",
 ];
 
 fn columns(alias: &str) -> String {
@@ -169,8 +179,20 @@ pub(crate) struct Statements {
 pub(crate) struct JobStatements {
     /// Per job position: `$1` ids, `$2` queues, `$3` payloads, `$4`
     /// priorities, `$5` run_at (null: now), `$6` max attempts, `$7` required
-    /// capabilities as JSON arrays → the new jobs, in batch order.
+    /// capabilities as JSON arrays, `$8` uniqueness keys, `$9` their policies'
+    /// kinds, `$10` their periods (null but for `for_period`); then `$11`
+    /// now (null: the statement's `now()`) → the new jobs, in batch order.
     pub(crate) enqueue: String,
+    /// `$1` the advisory-lock keys of the batch's (queue, uniqueness key)
+    /// pairs, ascending and distinct: takes them, for the transaction.
+    pub(crate) lock_unique_keys: String,
+    /// Under those locks: `$1` the batch's ids, `$2` queues and `$3`
+    /// uniqueness keys (one distinct pair per position) → `store_now`
+    /// (`clock_timestamp()`, after the locks), `taken_ids` (the ids of `$1`
+    /// that exist) and the stored jobs with those pairs that may hold their
+    /// key at `store_now` (queued, claimed or within their period), on as
+    /// many rows, or one row whose job columns are null when there are none.
+    pub(crate) unique_holders: String,
     /// `$1` ids → those that exist.
     pub(crate) existing_ids: String,
     /// `$1` queue, `$2` worker capabilities, `$3` limit, `$4` worker, `$5`
@@ -211,7 +233,8 @@ pub(crate) struct JobStatements {
     /// `$1` id.
     pub(crate) retry_dead_letter: String,
     /// `$1` retention → `purged`, the count of deleted finished jobs whose
-    /// last update (their finish time) is at least the retention ago.
+    /// last update (their finish time) is at least the retention ago and
+    /// whose uniqueness period, if any, has ended.
     pub(crate) purge_finished: String,
 }
 
@@ -223,19 +246,32 @@ impl JobStatements {
         let retry = "($5::boolean AND j.attempt < j.max_attempts)";
         let attempts_left = "j.attempt < j.max_attempts";
         let decodable = decodable_job();
+        let enqueued_at = "COALESCE($11::timestamptz, now())";
         JobStatements {
             enqueue: format!(
                 "WITH batch AS (SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], \
-                   $4::integer[], $5::timestamptz[], $6::integer[], $7::jsonb[]) \
+                   $4::integer[], $5::timestamptz[], $6::integer[], $7::jsonb[], $8::text[], \
+                   $9::text[], $10::interval[]) \
                    WITH ORDINALITY AS b(id, queue, payload, priority, run_at, max_attempts, \
-                   capabilities, position)), \
+                   capabilities, unique_key, unique_policy, unique_period, position)), \
                  created AS (INSERT INTO {s}.jobs AS j (id, queue, payload, priority, run_at, \
-                   attempt, max_attempts, required_capabilities, state, created_at, updated_at) \
-                   SELECT b.id, b.queue, b.payload, b.priority, COALESCE(b.run_at, now()), 0, \
-                   b.max_attempts, ARRAY(SELECT jsonb_array_elements_text(b.capabilities)), \
-                   'queued', now(), now() FROM batch b \
+                   attempt, max_attempts, required_capabilities, state, created_at, updated_at, \
+                   unique_key, unique_policy, unique_until) \
+                   SELECT b.id, b.queue, b.payload, b.priority, COALESCE(b.run_at, {enqueued_at}), \
+                   0, b.max_attempts, ARRAY(SELECT jsonb_array_elements_text(b.capabilities)), \
+                   'queued', {enqueued_at}, {enqueued_at}, b.unique_key, b.unique_policy, \
+                   {enqueued_at} + b.unique_period FROM batch b \
                    RETURNING {job}) \
                  SELECT {job} FROM created j JOIN batch b ON b.id = j.id ORDER BY b.position"
+            ),
+            lock_unique_keys: "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k"
+                .to_owned(),
+            unique_holders: format!(
+                "SELECT c.store_now, c.taken_ids, {job} FROM (SELECT clock_timestamp() AS store_now, \
+                   ARRAY(SELECT id FROM {s}.jobs WHERE id = ANY($1::text[])) AS taken_ids) c \
+                 LEFT JOIN ({s}.jobs j JOIN unnest($2::text[], $3::text[]) AS k(queue, unique_key) \
+                   ON j.queue = k.queue AND j.unique_key = k.unique_key) \
+                 ON j.state IN ('queued', 'claimed') OR j.unique_until > c.store_now"
             ),
             existing_ids: format!("SELECT id FROM {s}.jobs WHERE id = ANY($1::text[])"),
             // Fences are drawn after the jobs are picked and locked, then
@@ -345,7 +381,8 @@ impl JobStatements {
             ),
             purge_finished: format!(
                 "WITH purged AS (DELETE FROM {s}.jobs WHERE state IN ('completed', 'dead_lettered') \
-                   AND updated_at <= now() - $1::interval RETURNING 1) \
+                   AND updated_at <= now() - $1::interval \
+                   AND (unique_until IS NULL OR unique_until <= now()) RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
             ),
         }

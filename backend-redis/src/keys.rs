@@ -90,6 +90,14 @@ impl Keys {
         format!("{}dead:{queue}", self.prefix)
     }
 
+    /// Ids of the jobs of `queue` enqueued with the uniqueness key `key`,
+    /// by creation, until purged. The queue's length in bytes comes first,
+    /// so no queue and key can make two such keys collide (`unique_index`
+    /// in `lua/queue_common.lua` builds the same key).
+    pub(crate) fn unique(&self, queue: &str, key: &str) -> String {
+        format!("{}unique:{}:{queue}:{key}", self.prefix, queue.len())
+    }
+
     /// The hash of record `id`.
     pub(crate) fn record(&self, id: &str) -> String {
         format!("{}rec:{id}", self.prefix)
@@ -153,6 +161,10 @@ mod tests {
         assert_ne!(keys.dead_letters(""), keys.delayed(""));
         assert_ne!(keys.claimed_jobs(), keys.job(""));
         assert_ne!(keys.finished_jobs(), keys.job(""));
+        // A queue and a key never pass for another pair, nor for a queue.
+        assert_ne!(keys.unique("a:b", "c"), keys.unique("a", "b:c"));
+        assert_ne!(keys.unique("1:a", "b"), keys.unique("1", "a:b"));
+        assert_eq!(keys.unique("q:1", "k"), "tenure:{ns}:unique:3:q:1:k");
         // Gates are a family of their own, apart from their index.
         assert_ne!(keys.gate("x"), keys.holder("x"));
         assert_ne!(keys.gate("x"), keys.scope("x"));

@@ -47,10 +47,14 @@
 //! and a delayed one by `run_at` (due jobs move into ready when a claim
 //! runs, so no background process is needed), a sorted set of claimed jobs
 //! by lease expiry (`reap`), per queue one of dead letters by last update,
-//! and one of finished (completed and dead-lettered) jobs by finish time
-//! (`purge_jobs`); see `src/lua/queue_common.lua`. Empty sorted sets vanish,
-//! so after `purge` and `purge_jobs` no key is left for a finished record,
-//! job, scope or queue. How far one `claim` looks is bounded
+//! one of finished (completed and dead-lettered) jobs by finish time
+//! (`purge_jobs`), and per queue and uniqueness key one of the jobs
+//! enqueued with that key by creation, which `enqueue_unique` walks, oldest
+//! first, for the key's holder, until `purge_jobs` deletes them; see
+//! `src/lua/queue_common.lua`. Empty sorted sets vanish, so after `purge`
+//! and `purge_jobs` no key is left for a finished record, job, scope,
+//! queue or uniqueness key (`purge_jobs` keeps a finished job while it
+//! holds a `ForPeriod` key). How far one `claim` looks is bounded
 //! ([`CLAIM_SCAN_PER_JOB`], [`PROMOTE_BATCH`]) so it never blocks the server
 //! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
 //! included.

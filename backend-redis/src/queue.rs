@@ -17,6 +17,15 @@
 //!   [`CLAIM_SCAN_PER_JOB`] × `limit` ready jobs: a worker lacking the
 //!   capabilities of every one of them gets fewer jobs than it could (none
 //!   at worst) until capable workers have taken those.
+//!
+//! `enqueue_unique` finds a key's holder in the key's index of jobs, walked
+//! oldest first up to the first job that holds the key: one that stopped
+//! holding it (claimed, finished, its period over) is looked at on every
+//! enqueue with that key until [`purge_jobs`](QueueBackend::purge_jobs)
+//! deletes it, so purging finished jobs keeps that walk short. A batch
+//! judges each job after writing the ones before it, which is why the
+//! script checks every id and every index it will touch before its first
+//! write and reads the indexed jobs without failing on a damaged one.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -27,8 +36,8 @@ use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, UniquePolicy,
 };
 use tenure_lease_core::{clock, Error, Result};
 
@@ -90,10 +99,12 @@ impl RedisStore {
         }
     }
 
-    /// One script call adding `jobs` (already validated, at least one).
-    async fn enqueue_valid(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
+    /// One script call adding `jobs` (already validated, at least one),
+    /// each judged against the holders of its uniqueness key, if it has one.
+    async fn enqueue_valid(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
         let mut invocation = SCRIPTS.enqueue.prepare_invoke();
         invocation.arg(self.keys.prefix());
+        let mut indexes = Vec::new();
         for job in jobs {
             let (run_at, rank) = match job.run_at {
                 Some(run_at) => {
@@ -114,6 +125,25 @@ impl RedisStore {
                 .arg(rank)
                 .arg(job.max_attempts)
                 .arg(capabilities);
+            match &job.unique {
+                Some(unique) => {
+                    let period = match unique.policy {
+                        UniquePolicy::ForPeriod(period) => micros(period).to_string(),
+                        _ => String::new(),
+                    };
+                    invocation
+                        .arg(&unique.key)
+                        .arg(unique.policy.kind())
+                        .arg(period);
+                    indexes.push(self.keys.unique(&job.queue, &unique.key));
+                }
+                None => {
+                    invocation.arg("").arg("").arg("");
+                }
+            }
+        }
+        for index in indexes {
+            invocation.key(index);
         }
         decode::enqueued(self.script(&invocation).await?, jobs)
     }
@@ -125,7 +155,7 @@ impl RedisStore {
 
 #[async_trait]
 impl QueueBackend for RedisStore {
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get();
         if jobs.is_empty() {
             return Ok(Vec::new());
@@ -385,22 +415,28 @@ impl QueueBackend for RedisStore {
     /// one script call each, until a batch finds fewer, as
     /// [`purge`](tenure_lease_core::LeaseStore::purge) does for records: each batch
     /// is atomic, the whole purge need not be (a due finished job stays due).
+    /// A due job still holding its `ForPeriod` key stays in the finished
+    /// index, ahead of the due jobs not yet looked at, so each later batch
+    /// passes over those kept so far; the next purge looks at them again.
     /// Only jobs finished by this version or later are in the finished
     /// index this walks: a job finished under an older version stays until
     /// an operator deletes it or [`RedisStore::delete_namespace`] runs.
     async fn purge_jobs(&self, finished_older_than: Checked<Duration>) -> Result<u64> {
         let finished_older_than = finished_older_than.get();
         let mut purged = 0_u64;
+        let mut kept_so_far = 0_u64;
         loop {
             let mut invocation = SCRIPTS.purge_jobs.prepare_invoke();
             invocation
                 .key(self.keys.finished_jobs())
                 .arg(self.keys.prefix())
                 .arg(clock::micros_rounded_up(finished_older_than))
-                .arg(crate::PURGE_BATCH);
-            let (deleted, looked_at, unreadable) =
-                <(u64, u64, u64)>::from_redis_value(self.script(&invocation).await?)
+                .arg(crate::PURGE_BATCH)
+                .arg(kept_so_far);
+            let (deleted, looked_at, unreadable, kept) =
+                <(u64, u64, u64, u64)>::from_redis_value(self.script(&invocation).await?)
                     .map_err(|error| Error::corrupt(format!("purge_jobs.lua answered {error}")))?;
+            kept_so_far = kept_so_far.saturating_add(kept);
             if unreadable > 0 {
                 tracing::warn!(
                     unreadable,

@@ -26,7 +26,8 @@ macro_rules! select_jobs {
         concat!(
             "SELECT id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress FROM jobs ",
+             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress, \
+             unique_key, unique_policy, unique_until FROM jobs ",
             $($clause),*
         )
     };
@@ -54,6 +55,15 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
         column::<Option<i64>>(row, 17, "taken_back_at")?
             .map(|micros| timestamp(micros, "taken_back_at"))
             .transpose()?,
+    )?;
+    let created_at = timestamp(column(row, 14, "created_at")?, "created_at")?;
+    let unique = rules::stored_unique(
+        column(row, 19, "unique_key")?,
+        column::<Option<String>>(row, 20, "unique_policy")?.as_deref(),
+        column::<Option<i64>>(row, 21, "unique_until")?
+            .map(|micros| timestamp(micros, "unique_until"))
+            .transpose()?,
+        created_at,
     )?;
     Ok(Job {
         id: column(row, 0, "id")?,
@@ -83,11 +93,12 @@ fn decode_job_fields(row: &Row<'_>) -> Result<Job, String> {
             .map(|reason| reason.parse::<DeadReason>())
             .transpose()
             .map_err(|error| format!("column dead_reason: {}", error.message()))?,
-        created_at: timestamp(column(row, 14, "created_at")?, "created_at")?,
+        created_at,
         updated_at: timestamp(column(row, 15, "updated_at")?, "updated_at")?,
         taken_back,
         taken_back_at,
         progress: progress_column(row, 18)?,
+        unique,
     })
 }
 
@@ -130,9 +141,10 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
         .prepare_cached(
             "INSERT INTO jobs (id, queue, payload, priority, run_at, attempt, max_attempts, \
              required_capabilities, state, owner, fence, lease_expires_at, last_error, \
-             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress) \
+             dead_reason, created_at, updated_at, taken_back, taken_back_at, progress, unique_key, \
+             unique_policy, unique_until) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-             ?17, ?18, ?19)",
+             ?17, ?18, ?19, ?20, ?21, ?22)",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -156,6 +168,9 @@ pub(crate) fn insert_job(connection: &Connection, job: &Job) -> Result<()> {
             job.taken_back,
             job.taken_back_at.map(to_micros),
             progress_text(job.progress.as_ref()),
+            job.unique.as_ref().map(|unique| &unique.key),
+            job.unique.as_ref().map(|unique| unique.policy.kind()),
+            job.unique_until().map(to_micros),
         ])
         .map_err(map_sqlite_error)?;
     Ok(())

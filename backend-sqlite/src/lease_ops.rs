@@ -181,7 +181,7 @@ pub(crate) fn delete_finished_before(
 /// The latest `updated_at`, in microseconds, a row finished `older_than`
 /// before `now` may have: rounded up, so a sub-microsecond retention never
 /// purges early.
-fn finished_cutoff(now: Timestamp, older_than: Duration) -> i64 {
+pub(crate) fn finished_cutoff(now: Timestamp, older_than: Duration) -> i64 {
     let older_than = tenure_lease_core::clock::micros_rounded_up(older_than);
     to_micros(now).saturating_sub(older_than)
 }

@@ -12,8 +12,8 @@ use tenure_lease_core::backend::queue_engine as engine;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::Result;
 
@@ -22,17 +22,7 @@ use crate::{jobs, queue_ops, SqliteStore};
 
 #[async_trait]
 impl QueueBackend for SqliteStore {
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
-        let job = job.get().clone();
-        self.connection
-            .run(move |session| {
-                session
-                    .write(|transaction, now| engine::enqueue(&mut Records(transaction), &job, now))
-            })
-            .await
-    }
-
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>> {
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>> {
         let jobs = jobs.get().to_vec();
         self.connection
             .run(move |session| {

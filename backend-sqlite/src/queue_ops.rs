@@ -19,7 +19,7 @@ use tenure_lease_core::{Result, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::jobs::{self, decode_job, select_jobs};
-use crate::lease_ops::{delete_finished_before, micros};
+use crate::lease_ops::{finished_cutoff, micros};
 use crate::records::{self, Records, Undecodable};
 
 /// Queued jobs of queue `?1` visible at `?2`, in
@@ -51,6 +51,10 @@ const DEAD_LETTERS: &str = select_jobs!(
     " ORDER BY updated_at, id LIMIT ?2"
 );
 
+/// Jobs of queue `?1` with the uniqueness key `?2`.
+const WITH_UNIQUE_KEY: &str =
+    select_jobs!("INDEXED BY jobs_by_unique_key WHERE queue = ?1 AND unique_key = ?2");
+
 /// `?1` queue, `?2` state or NULL for any, `?3` limit.
 const JOBS_OF_A_QUEUE: &str = select_jobs!(
     "WHERE queue = ?1 AND (?2 IS NULL OR state = ?2)",
@@ -72,6 +76,17 @@ impl JobTransaction for Records<'_> {
 
     fn save_job(&mut self, job: &Job) -> Result<()> {
         jobs::save_job(self.0, job)
+    }
+
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
+        select_wanted(
+            self.0,
+            "unique",
+            WITH_UNIQUE_KEY,
+            params![queue, key],
+            usize::MAX,
+            &|_| true,
+        )
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -235,17 +250,24 @@ fn warn_skipped(operation: &str, undecodable: &Undecodable) {
 /// operator to see. A job row is the only thing the file keeps for a job
 /// (its indexes are SQLite's own), so deleting the row leaves nothing behind.
 const PURGE_FINISHED: &str = "DELETE FROM jobs INDEXED BY jobs_finished_by_update \
-     WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1";
+     WHERE state IN ('completed', 'dead_lettered') AND updated_at <= ?1 \
+     AND (unique_until IS NULL OR unique_until <= ?2)";
 
 /// Deletes the jobs
 /// [`queue_rules::job_purgeable`](tenure_lease_core::backend::queue_rules::job_purgeable)
-/// allows: finished with `updated_at + older_than <= now`; answers how many.
+/// allows: finished with `updated_at + older_than <= now`, and not holding
+/// a period's uniqueness key; answers how many.
 pub(crate) fn purge_finished(
     connection: &Connection,
     now: Timestamp,
     older_than: Duration,
 ) -> Result<u64> {
-    delete_finished_before(connection, PURGE_FINISHED, now, older_than)
+    let deleted = connection
+        .prepare_cached(PURGE_FINISHED)
+        .map_err(map_sqlite_error)?
+        .execute(params![finished_cutoff(now, older_than), to_micros(now)])
+        .map_err(map_sqlite_error)?;
+    Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -261,6 +283,10 @@ mod tests {
             (CLAIM_CANDIDATES, "USING INDEX jobs_claim_order (queue=?)"),
             (REAP_CANDIDATES, "USING INDEX jobs_claimed_by_expiry"),
             (DEAD_LETTERS, "USING INDEX jobs_dead_letters (queue=?)"),
+            (
+                WITH_UNIQUE_KEY,
+                "USING INDEX jobs_by_unique_key (queue=? AND unique_key=?)",
+            ),
             (
                 PURGE_FINISHED,
                 "USING INDEX jobs_finished_by_update (updated_at<?)",

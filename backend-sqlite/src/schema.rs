@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -154,10 +154,19 @@ const SCHEMA_V5: &str = concat!(
 const SCHEMA_V6: &str = "ALTER TABLE leases ADD COLUMN progress TEXT;
     ALTER TABLE jobs ADD COLUMN progress TEXT;";
 
+/// Version 7: jobs' uniqueness keys: the key, the kind of policy and, for
+/// a period, its end (INTEGER microseconds), all `NULL` for a job without
+/// a key; the jobs of a queue with a key found by index.
+const SCHEMA_V7: &str = "ALTER TABLE jobs ADD COLUMN unique_key TEXT;
+    ALTER TABLE jobs ADD COLUMN unique_policy TEXT;
+    ALTER TABLE jobs ADD COLUMN unique_until INTEGER;
+    CREATE INDEX jobs_by_unique_key ON jobs (queue, unique_key)
+        WHERE unique_key IS NOT NULL;";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
 ];
 
 /// Opens (creating if needed) the file, and the directories above it, applies

@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use tenure::conformance::history;
-use tenure::queue::{Job, JobState, NewJob, OperatorRetry};
+use tenure::queue::{Enqueued, Job, JobState, NewJob, OperatorRetry, UniquePolicy};
 use tenure::{
     Claim, Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Status, StatusChange,
     Store, Takeover, TakeoverAction, TakeoverRequest, Timestamp, Transition, TransitionRejection,
@@ -187,6 +187,25 @@ enum Command {
         /// Attempts before it is dead-lettered.
         #[arg(long, default_value_t = tenure::queue::DEFAULT_MAX_ATTEMPTS)]
         max_attempts: u32,
+        /// A uniqueness key in the queue: the job is created only while no
+        /// job of the queue holds the key; otherwise exit 1 naming the job
+        /// that does. Held while the job is unfinished unless
+        /// --unique-while or --unique-for says otherwise.
+        #[arg(long)]
+        unique_key: Option<String>,
+        /// Hold the key while the job is `queued`, or `unfinished` (queued
+        /// or claimed).
+        #[arg(
+            long,
+            value_enum,
+            requires = "unique_key",
+            conflicts_with = "unique_for"
+        )]
+        unique_while: Option<UniqueWhile>,
+        /// Hold the key this long from the enqueue, whatever the job's
+        /// state (e.g. 1h).
+        #[arg(long, value_parser = parse_duration, requires = "unique_key")]
+        unique_for: Option<Duration>,
         /// Print the job as JSON instead of its id.
         #[arg(long)]
         json: bool,
@@ -412,6 +431,25 @@ fn parse_json(text: &str) -> Result<serde_json::Value, String> {
     })
 }
 
+/// `enqueue --unique-while`: while the job holds its key.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum UniqueWhile {
+    /// While it waits in the queue.
+    Queued,
+    /// While it waits or is claimed.
+    Unfinished,
+}
+
+/// The policy `enqueue`'s uniqueness flags name: a period when given, else
+/// while queued or (by default) unfinished.
+fn unique_policy(unique_while: Option<UniqueWhile>, unique_for: Option<Duration>) -> UniquePolicy {
+    match (unique_for, unique_while) {
+        (Some(period), _) => UniquePolicy::ForPeriod(period),
+        (None, Some(UniqueWhile::Queued)) => UniquePolicy::WhileQueued,
+        (None, Some(UniqueWhile::Unfinished) | None) => UniquePolicy::WhileUnfinished,
+    }
+}
+
 /// Why a command did not do its work, and how the process exits.
 #[derive(Debug)]
 enum Failure {
@@ -612,6 +650,9 @@ async fn run(url: &str, command: Command) -> Outcome {
             id,
             priority,
             max_attempts,
+            unique_key,
+            unique_while,
+            unique_for,
             json,
         } => {
             let mut job = NewJob::new(queue, payload)
@@ -620,7 +661,26 @@ async fn run(url: &str, command: Command) -> Outcome {
             if let Some(id) = id {
                 job = job.id(id);
             }
-            let job = store.enqueue(&job).await?;
+            if let Some(key) = unique_key {
+                job = job.unique(key, unique_policy(unique_while, unique_for));
+            }
+            let job = match store.enqueue_unique(&job).await? {
+                Enqueued::Created(job) => job,
+                Enqueued::Duplicate(holder) => {
+                    return Err(Failure::Refused(format!(
+                        "not enqueued: job {} ({}) holds the unique key {} in queue {}",
+                        holder.id,
+                        holder.state,
+                        unique_text(&holder),
+                        holder.queue
+                    )))
+                }
+                other => {
+                    return Err(Failure::Refused(format!(
+                        "not enqueued: the store answered {other:?}"
+                    )))
+                }
+            };
             if json {
                 print_json(&job)
             } else {
@@ -795,8 +855,25 @@ fn describe_job(job: &Job) -> String {
     if let Some(progress) = &job.progress {
         line("progress", progress.to_string());
     }
+    if job.unique.is_some() {
+        line("unique key", unique_text(job));
+    }
     line("payload", job.payload.to_string());
     text
+}
+
+/// A job's uniqueness key with its policy (`-` without one): `KEY (while
+/// queued)`, `KEY (while unfinished)`, `KEY (until 2026-12-06T…)`.
+fn unique_text(job: &Job) -> String {
+    let Some(unique) = &job.unique else {
+        return "-".to_owned();
+    };
+    let held = match (unique.policy, job.unique_until()) {
+        (UniquePolicy::WhileQueued, _) => "while queued".to_owned(),
+        (UniquePolicy::ForPeriod(_), Some(until)) => format!("until {}", timestamp(until)),
+        _ => "while unfinished".to_owned(),
+    };
+    format!("{:?} ({held})", unique.key)
 }
 
 /// Progress as a table cell: its JSON, cut to [`PROGRESS_CELL`] characters
@@ -1134,6 +1211,7 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
         "ATTEMPT",
         "UPDATED",
         "PROGRESS",
+        "UNIQUE KEY",
         "LAST ERROR",
     ]);
     for job in &jobs {
@@ -1145,6 +1223,7 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
             format!("{}/{}", job.attempt, job.max_attempts),
             timestamp(job.updated_at),
             progress_cell(job.progress.as_ref()),
+            unique_text(job),
             job.last_error.clone().unwrap_or_else(|| "-".to_owned()),
         ]);
     }

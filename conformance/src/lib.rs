@@ -453,6 +453,14 @@ define_cases! {$
         queue::batches::queue_batches_with_a_job_named_twice_anywhere_are_refused_whole,
         queue::progress::queue_progress_is_recorded_with_a_renewal,
         queue::progress::queue_progress_bounds_are_exact,
+        queue::unique::queue_unique_duplicate_names_the_holder,
+        queue::unique::queue_unique_key_is_freed_when_its_job_leaves_the_policy,
+        queue::unique::queue_unique_period_ends_exactly,
+        queue::unique::queue_unique_period_holds_then_frees,
+        queue::unique::queue_unique_batch_is_judged_in_order,
+        queue::unique::race_queue_unique_enqueues_exactly_one_wins,
+        queue::unique::queue_unique_purge_keeps_period_holders,
+        queue::unique::queue_unique_bounds_are_exact,
         queue::renew_jobs::queue_renew_jobs_answers_each_claim_as_renew_job_would,
         queue::renew_jobs::queue_renew_jobs_refuses_bad_batches,
         queue::renew_jobs::queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins,
@@ -540,6 +548,8 @@ define_cases! {$
             queue_hostile_input_is_rejected_or_answered_never_panics,
             queue_tricky_names_never_collide,
             queue_counts_name_every_queue_with_its_jobs_by_state,
+            race_queue_unique_enqueues_exactly_one_wins,
+            queue_unique_batch_is_judged_in_order,
         ]
         gates: [
             race_gate_checks_leave_the_highest_and_refusals_are_truthful,

@@ -59,8 +59,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -326,6 +326,9 @@ pub enum AnswerView<'a> {
     /// Of [`JobQueue::enqueue`], [`JobQueue::enqueue_batch`],
     /// [`JobQueue::list_jobs`] and [`JobQueue::list_dead_letters`].
     Jobs(&'a [Job]),
+    /// Of [`JobQueue::enqueue_unique`] and
+    /// [`JobQueue::enqueue_unique_batch`], one per job.
+    Enqueued(&'a [Enqueued]),
     /// Of [`JobQueue::get_job`].
     JobFound(Option<&'a Job>),
     /// Of [`JobQueue::claim`].
@@ -935,6 +938,21 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
             .await
     }
 
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Enqueued> {
+        let input = Input::Enqueue(std::slice::from_ref(job));
+        let operation = Operation::on("enqueue_unique", &job.id, input);
+        self.hook
+            .call(operation, self.inner.enqueue_unique(job))
+            .await
+    }
+
+    async fn enqueue_unique_batch(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let operation = Operation::named("enqueue_unique_batch", Input::Enqueue(jobs));
+        self.hook
+            .call(operation, self.inner.enqueue_unique_batch(jobs))
+            .await
+    }
+
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         let operation = Operation {
             owner: Some(&request.worker),
@@ -1163,6 +1181,11 @@ answer! {
     u64 => |_answer| "purged", view AnswerView::Purged(*_answer);
     Job => |_answer| "enqueued", view AnswerView::Jobs(std::slice::from_ref(_answer));
     Vec<Job> => |_answer| "answered", view AnswerView::Jobs(_answer);
+    Enqueued => |answer| match answer {
+        Enqueued::Created(_) => "enqueued",
+        Enqueued::Duplicate(_) => "duplicate",
+    }, view AnswerView::Enqueued(std::slice::from_ref(answer));
+    Vec<Enqueued> => |_answer| "answered", view AnswerView::Enqueued(_answer);
     Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" },
         view AnswerView::Claimed(answer);
     Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" },

@@ -16,6 +16,12 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 pub const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Longest grace, the same bound as [`MAX_TTL`].
 pub const MAX_GRACE: Duration = MAX_TTL;
+/// Shortest [`UniquePolicy::ForPeriod`](crate::queue::UniquePolicy::ForPeriod);
+/// periods are whole milliseconds.
+pub const MIN_UNIQUE_PERIOD: Duration = Duration::from_millis(1);
+/// Longest [`UniquePolicy::ForPeriod`](crate::queue::UniquePolicy::ForPeriod)
+/// (366 days: a yearly job's key, with a leap day to spare).
+pub const MAX_UNIQUE_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Longest retention accepted by `purge` and `purge_jobs` (100 years).
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.

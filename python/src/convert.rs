@@ -6,14 +6,15 @@
 
 use std::time::Duration;
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDelta, PyDeltaAccess, PyFrozenSet, PyList, PyModule, PyTuple};
 
 use tenure::keeper::{CancelAnywhereOutcome, ReconcileReport, ShutdownReport};
 use tenure::queue::{
-    ClaimedJob, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState, OperatorRetry,
-    QueueCounts, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimedJob, Enqueued, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState, OperatorRetry,
+    QueueCounts, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
 };
 use tenure::{
     Admission, CancelOutcome, Claim, ErrorKind, ExpiredScan, FenceCheck, LeaseRecord, LossReason,
@@ -308,8 +309,45 @@ pub(crate) fn job<'py>(py: Python<'py>, job: &Job) -> PyResult<Bound<'py, PyAny>
             job.updated_at,
             job.taken_back,
             optional_json(py, job.progress.as_ref())?,
+            job.unique.as_ref().map(|unique| unique.key.as_str()),
+            job.unique.as_ref().map(|unique| unique.policy.kind()),
+            job.unique_until(),
         ],
     )
+}
+
+pub(crate) fn enqueued<'py>(py: Python<'py>, answer: &Enqueued) -> PyResult<Bound<'py, PyAny>> {
+    match answer {
+        Enqueued::Created(created) => make(py, "Created", args![py, job(py, created)?]),
+        Enqueued::Duplicate(holder) => make(py, "Duplicate", args![py, job(py, holder)?]),
+        _ => Err(unknown_answer("enqueue_unique", "unknown")),
+    }
+}
+
+/// `enqueue_unique`'s `policy` and `period` keywords as a [`UniquePolicy`]:
+/// a period exactly for `for_period`.
+pub(crate) fn unique_policy(
+    policy: &str,
+    period: Option<&Bound<'_, PyAny>>,
+) -> PyResult<UniquePolicy> {
+    let period = period
+        .filter(|value| !value.is_none())
+        .map(|value| duration(value, "period"))
+        .transpose()?;
+    match (policy, period) {
+        ("while_queued", None) => Ok(UniquePolicy::WhileQueued),
+        ("while_unfinished", None) => Ok(UniquePolicy::WhileUnfinished),
+        ("for_period", Some(period)) => Ok(UniquePolicy::ForPeriod(period)),
+        ("for_period", None) => Err(PyValueError::new_err(
+            "policy \"for_period\" needs period=SECONDS",
+        )),
+        ("while_queued" | "while_unfinished", Some(_)) => Err(PyValueError::new_err(format!(
+            "period is for policy \"for_period\" only, not {policy:?}"
+        ))),
+        _ => Err(PyValueError::new_err(format!(
+            "policy {policy:?} is none of \"while_queued\", \"while_unfinished\", \"for_period\""
+        ))),
+    }
 }
 
 pub(crate) fn jobs<'py>(py: Python<'py>, jobs: &[Job]) -> PyResult<Bound<'py, PyAny>> {

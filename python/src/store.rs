@@ -440,28 +440,43 @@ impl PyStore {
         priority: Option<i32>,
         requires: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let mut job = NewJob::new(queue, convert::json_value(payload, "payload")?);
-        if let Some(id) = id {
-            job = job.id(id);
-        }
-        if let Some(run_at) = run_at.filter(|value| !value.is_none()) {
-            job = job.run_at(convert::timestamp(run_at, "run_at")?);
-        }
-        if let Some(max_attempts) = max_attempts {
-            job = job.max_attempts(max_attempts);
-        }
-        if let Some(priority) = priority {
-            job = job.priority(priority);
-        }
-        for capability in convert::strings(requires, "requires")? {
-            job = job.require(capability);
-        }
+        let job = new_job(queue, payload, id, run_at, max_attempts, priority, requires)?;
         let store = Arc::clone(&self.store);
         answer(
             py,
             &self.url,
             async move { store.enqueue(&job).await },
             convert::job,
+        )
+    }
+
+    /// Enqueues a job on `queue` unless a job of the queue holds `key`
+    /// under its policy; answers `Created(job)` or `Duplicate(holder)`.
+    #[pyo3(signature = (queue, payload, *, key, policy="while_unfinished", period=None, id=None, run_at=None, max_attempts=None, priority=None, requires=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn enqueue_unique<'py>(
+        &self,
+        py: Python<'py>,
+        queue: String,
+        payload: &Bound<'py, PyAny>,
+        key: String,
+        policy: &str,
+        period: Option<&Bound<'py, PyAny>>,
+        id: Option<String>,
+        run_at: Option<&Bound<'py, PyAny>>,
+        max_attempts: Option<u32>,
+        priority: Option<i32>,
+        requires: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let policy = convert::unique_policy(policy, period)?;
+        let job = new_job(queue, payload, id, run_at, max_attempts, priority, requires)?
+            .unique(key, policy);
+        let store = Arc::clone(&self.store);
+        answer(
+            py,
+            &self.url,
+            async move { store.enqueue_unique(&job).await },
+            convert::enqueued,
         )
     }
 
@@ -915,4 +930,34 @@ pub(crate) fn connect(
         },
         move |py, store| Ok(Bound::new(py, PyStore::new(store, &url))?.into_any()),
     )
+}
+
+/// The job `enqueue` and `enqueue_unique` describe with their keyword
+/// arguments.
+fn new_job(
+    queue: String,
+    payload: &Bound<'_, PyAny>,
+    id: Option<String>,
+    run_at: Option<&Bound<'_, PyAny>>,
+    max_attempts: Option<u32>,
+    priority: Option<i32>,
+    requires: Option<&Bound<'_, PyAny>>,
+) -> PyResult<NewJob> {
+    let mut job = NewJob::new(queue, convert::json_value(payload, "payload")?);
+    if let Some(id) = id {
+        job = job.id(id);
+    }
+    if let Some(run_at) = run_at.filter(|value| !value.is_none()) {
+        job = job.run_at(convert::timestamp(run_at, "run_at")?);
+    }
+    if let Some(max_attempts) = max_attempts {
+        job = job.max_attempts(max_attempts);
+    }
+    if let Some(priority) = priority {
+        job = job.priority(priority);
+    }
+    for capability in convert::strings(requires, "requires")? {
+        job = job.require(capability);
+    }
+    Ok(job)
 }

@@ -104,6 +104,50 @@ async def test_renew_job_with_progress(store):
     assert (await store.get_job(claimed.job.id)).progress == [1, "of", 4]
 
 
+async def test_enqueue_unique(store):
+    """enqueue_unique creates a job while its key is free and answers
+    Duplicate naming the holder while it is held; the key is per queue, the
+    policy follows the job, and bad policies are refused before the store."""
+    queue = new_id("q")
+    first = await store.enqueue_unique(queue, {"n": 1}, key="user-7")
+    assert isinstance(first, tenure.Created)
+    assert first.job.unique_key == "user-7"
+    assert first.job.unique_policy == "while_unfinished"
+    assert first.job.unique_until is None
+    assert await store.get_job(first.job.id) == first.job
+    again = await store.enqueue_unique(queue, {"n": 2}, key="user-7", id=new_id("job"))
+    assert again == tenure.Duplicate(first.job)
+    elsewhere = await store.enqueue_unique(new_id("q"), {"n": 3}, key="user-7")
+    assert isinstance(elsewhere, tenure.Created)
+
+    period = await store.enqueue_unique(
+        queue, {"n": 4}, key="daily", policy="for_period", period=3600
+    )
+    assert isinstance(period, tenure.Created)
+    assert period.job.unique_policy == "for_period"
+    assert period.job.unique_until - period.job.created_at == timedelta(hours=1)
+
+    queued = await store.enqueue_unique(queue, {"n": 5}, key="q", policy="while_queued")
+    claimed = await store.claim(queue, "worker-a", 30.0, limit=10)
+    assert queued.job.id in {each.job.id for each in claimed}
+    after_claim = await store.enqueue_unique(queue, {"n": 6}, key="q", policy="while_queued")
+    assert isinstance(after_claim, tenure.Created)
+
+    for policy, period in [("for_period", None), ("while_queued", 5), ("sometimes", None)]:
+        try:
+            await store.enqueue_unique(queue, 1, key="k", policy=policy, period=period)
+        except ValueError as error:
+            assert "period" in str(error) or "policy" in str(error)
+        else:
+            raise AssertionError(f"policy {policy!r} with period {period!r} was accepted")
+    try:
+        await store.enqueue_unique(queue, 1, key="")
+    except tenure.InvalidInputError as error:
+        assert error.field == "unique"
+    else:
+        raise AssertionError("an empty key was accepted")
+
+
 async def test_complete_many(store):
     """complete_many answers one Settled/Rejected per claim, in order."""
     queue = new_id("q")

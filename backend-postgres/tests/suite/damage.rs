@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tenure_backend_postgres::PgStore;
-use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, UniquePolicy};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
@@ -104,6 +104,31 @@ const JOB_DAMAGES: &[Damage] = &[
     damage("owner", "NULL", false),
     damage("last_error", "NULL", false),
     damage("dead_reason", "NULL", false),
+];
+
+/// Damages of a job's uniqueness columns (migration 0012), each a `SET`
+/// list applied to a job enqueued with a key held for an hour, and whether
+/// it leaves a uniqueness no job can have.
+const UNIQUE_DAMAGES: &[(&str, bool)] = &[
+    ("unique_policy = 'bogus'", true),
+    ("unique_policy = 'FOR_PERIOD'", true),
+    ("unique_until = NULL", true),
+    ("unique_policy = 'while_queued'", true),
+    ("unique_until = created_at", true),
+    ("unique_until = created_at - interval '1 second'", true),
+    ("unique_until = 'infinity'", true),
+    ("unique_key = NULL", true),
+    ("unique_policy = NULL, unique_until = NULL", true),
+    ("unique_key = NULL, unique_policy = NULL", true),
+    (
+        "unique_key = NULL, unique_policy = NULL, unique_until = NULL",
+        false,
+    ),
+    (
+        "unique_policy = 'while_unfinished', unique_until = NULL",
+        false,
+    ),
+    ("unique_until = created_at + interval '1 day'", false),
 ];
 
 fn assert_corrupt_or<T: std::fmt::Debug>(
@@ -387,6 +412,86 @@ async fn every_damaged_job_column_is_corrupt_or_skipped_never_a_panic() {
                     control_row,
                     "{what}: a write on a victim changed another row"
                 );
+            }
+        },
+    )
+    .await;
+}
+
+/// A job whose uniqueness columns do not decode is `Corrupt` to a point
+/// read, left out of listings and claims (its row untouched), and passed
+/// over when another job with its key is enqueued; one whose columns are a
+/// uniqueness (or none) reads back as it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_damaged_uniqueness_is_corrupt_or_skipped_never_a_panic() {
+    with_store(
+        "every_damaged_uniqueness_is_corrupt_or_skipped_never_a_panic",
+        |store, url| async move {
+            execute(&url, &store, DROP_JOB_CHECKS).await;
+            let hour = UniquePolicy::ForPeriod(Duration::from_secs(3600));
+            for (case, (set, corrupt)) in UNIQUE_DAMAGES.iter().enumerate() {
+                let what = format!("SET {set}");
+                let queue = format!("q{case}");
+                let (victim, control) = (format!("victim-{case}"), format!("control-{case}"));
+                let jobs = [
+                    NewJob::new(&queue, serde_json::json!({}))
+                        .id(&victim)
+                        .unique("k", hour),
+                    NewJob::new(&queue, serde_json::json!({})).id(&control),
+                ];
+                store.enqueue_unique_batch(&jobs).await.expect("enqueue");
+                execute(
+                    &url,
+                    &store,
+                    &format!("UPDATE $schema.jobs SET {set} WHERE id = '{victim}';"),
+                )
+                .await;
+                let victim_row = row_text(&store, "jobs", &victim).await;
+
+                let read = assert_corrupt_or(store.get_job(&victim).await, *corrupt, &what);
+                let listed = store
+                    .list_jobs(&queue, None, 10)
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: list_jobs: {error}"));
+                let listed: Vec<&str> = listed.iter().map(|job| job.id.as_str()).collect();
+                assert_eq!(
+                    listed.contains(&victim.as_str()),
+                    !corrupt,
+                    "{what}: {listed:?}"
+                );
+
+                // Another job with the key: a victim that does not decode
+                // holds nothing; one that does is judged by what it says.
+                let rival = NewJob::new(&queue, serde_json::json!({}))
+                    .id(format!("rival-{case}"))
+                    .unique("k", UniquePolicy::WhileQueued);
+                let answer = store
+                    .enqueue_unique(&rival)
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: enqueue_unique: {error}"));
+                let held_by_victim = read
+                    .flatten()
+                    .is_some_and(|job| job.unique.is_some_and(|unique| unique.key == "k"));
+                assert_eq!(answer.is_created(), !held_by_victim, "{what}: {answer:?}");
+
+                let claimed = store
+                    .claim(&ClaimRequest::new(&queue, "worker-a", LONG).limit(10))
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: claim: {error}"));
+                let claimed: Vec<&str> = claimed.iter().map(|c| c.job.id.as_str()).collect();
+                assert!(claimed.contains(&control.as_str()), "{what}: {claimed:?}");
+                assert_eq!(
+                    claimed.contains(&victim.as_str()),
+                    !corrupt,
+                    "{what}: {claimed:?}"
+                );
+                if *corrupt {
+                    assert_eq!(
+                        row_text(&store, "jobs", &victim).await,
+                        victim_row,
+                        "{what}: a call rewrote a row it cannot answer"
+                    );
+                }
             }
         },
     )

@@ -12,7 +12,9 @@ use std::time::Duration;
 use futures_util::FutureExt as _;
 use sqlx::postgres::PgConnectOptions;
 use tenure_backend_postgres::{MigrationMode, PgStore, PgStoreConfig};
-use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, JobSettle, NewJob};
+use tenure_lease_core::queue::{
+    ClaimRequest, FailAction, JobQueue, JobSettle, NewJob, UniquePolicy,
+};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseStore, Renewal,
     StatusChange, TakeoverRequest, Transition,
@@ -290,6 +292,12 @@ async fn run_every_operation(app: &PgStore) {
     let counted = app.count_jobs().await.expect("count_jobs");
     assert_eq!(counted.len(), 1, "{counted:?}");
     assert_eq!(counted[0].total(), 4, "{counted:?}");
+    let keyed =
+        || NewJob::new("unique", serde_json::json!({})).unique("k", UniquePolicy::WhileQueued);
+    let first = app.enqueue_unique(&keyed()).await.expect("enqueue_unique");
+    assert!(first.is_created(), "{first:?}");
+    let second = app.enqueue_unique(&keyed()).await.expect("enqueue_unique");
+    assert!(!second.is_created(), "{second:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,7 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_lease_core::queue::{JobClaim, JobQueue, TakeBack};
+use tenure_lease_core::queue::{Enqueued, JobClaim, JobQueue, NewJob, TakeBack, UniquePolicy};
 use tenure_lease_core::release::ReleaseNotice;
 use tenure_lease_core::telemetry::{attribute, ADMIT_RETRIES};
 use tenure_lease_core::{
@@ -77,7 +77,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 11);
+    assert_eq!(applied, 12);
     assert_eq!(seen, Some(record));
 }
 
@@ -828,8 +828,15 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migrations 0006 and 0008 to 0011 undo, to stand a fresh schema
-/// back at version 5 (0007 only replaces a function, so forgetting it is
+/// What migration 0012 undoes, to stand a fresh schema back at version 11:
+/// the uniqueness columns, their check and their index.
+const BACK_TO_VERSION_11: &str = "DROP INDEX $schema.jobs_unique_key; \
+     ALTER TABLE $schema.jobs DROP COLUMN unique_key, DROP COLUMN unique_policy, \
+     DROP COLUMN unique_until; \
+     DELETE FROM $schema._sqlx_migrations WHERE version >= 12;";
+
+/// What migrations 0006 and 0008 to 0011 undo, after [`BACK_TO_VERSION_11`],
+/// to stand a fresh schema back at version 5 (0007 only replaces a function, so forgetting it is
 /// enough; 0008 replaces it again and adds the three functions dropped
 /// here; 0009 adds the release trigger; 0010 drops the side tables' foreign
 /// keys, their target and an index, and adds `draw_fence` and `draw_fences`;
@@ -864,6 +871,7 @@ async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
     with_store(
         "a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
         |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_11).await;
             execute(&url, &store, BACK_TO_VERSION_5).await;
             execute(
                 &url,
@@ -912,6 +920,49 @@ async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
                 "the record interrupted long ago is purged"
             );
             assert_eq!(upgraded.get("stopped").await.expect("get"), None);
+            upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// A schema at version 11 takes migration 0012 with its jobs: one stored
+/// before reads back without a key, and keys are judged from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_11_schema_upgrades_to_unique_jobs_keeping_its_jobs() {
+    with_store(
+        "a_version_11_schema_upgrades_to_unique_jobs_keeping_its_jobs",
+        |store, url| async move {
+            let old = store
+                .enqueue(&NewJob::new("q", serde_json::json!({})).id("old"))
+                .await
+                .expect("enqueue before the downgrade");
+            execute(&url, &store, BACK_TO_VERSION_11).await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 11 schema upgrades");
+            let read = upgraded.get_job("old").await.expect("get_job");
+            assert_eq!(
+                read.as_ref(),
+                Some(&old),
+                "the old job reads back as it was"
+            );
+            assert_eq!(old.unique, None);
+            let keyed =
+                || NewJob::new("q", serde_json::json!({})).unique("k", UniquePolicy::WhileQueued);
+            let first = upgraded
+                .enqueue_unique(&keyed())
+                .await
+                .expect("enqueue_unique");
+            assert!(first.is_created(), "{first:?}");
+            match upgraded
+                .enqueue_unique(&keyed())
+                .await
+                .expect("enqueue_unique")
+            {
+                Enqueued::Duplicate(holder) => assert_eq!(&holder, first.job()),
+                other => panic!("the key is held: {other:?}"),
+            }
             upgraded.close().await;
         },
     )

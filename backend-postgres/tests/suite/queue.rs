@@ -1,6 +1,7 @@
 //! PostgreSQL-specific job-queue behaviour the conformance kit cannot reach:
 //! claimers on separate pools contending through `SKIP LOCKED`, fences in
-//! claim order, and undecodable job rows.
+//! claim order, undecodable job rows, and enqueues of one uniqueness key
+//! racing at every isolation level.
 
 use crate::support;
 
@@ -8,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_lease_core::queue::{ClaimRequest, ClaimedJob, JobQueue, JobState, NewJob};
+use tenure_lease_core::queue::{
+    ClaimRequest, ClaimedJob, Enqueued, JobQueue, JobState, NewJob, UniquePolicy,
+};
 use tenure_lease_core::ErrorKind;
 use tokio::sync::Barrier;
 
@@ -215,6 +218,78 @@ async fn duplicate_in_batch_names_the_existing_id_and_stores_nothing() {
             assert_eq!(error.kind(), ErrorKind::AlreadyExists, "{error}");
             assert!(error.message().contains("\"taken\""), "{error}");
             assert_eq!(store.get_job("fresh").await.expect("get"), None);
+        },
+    )
+    .await;
+}
+
+/// Enqueuers on pools of their own, whose sessions default to each
+/// isolation level, race batches naming the same two uniqueness keys in
+/// opposite orders: each key is created exactly once, every other answer
+/// names that job, and no batch deadlocks on another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_enqueues_of_one_key_create_it_once_at_every_isolation_level() {
+    const ENQUEUERS: usize = 6;
+    with_store(
+        "racing_enqueues_of_one_key_create_it_once_at_every_isolation_level",
+        |store, url| async move {
+            for isolation in ["read committed", "repeatable read", "serializable"] {
+                let queue = isolation.replace(' ', "-");
+                let start = Arc::new(Barrier::new(ENQUEUERS));
+                let mut enqueuers = Vec::with_capacity(ENQUEUERS);
+                for n in 0..ENQUEUERS {
+                    let pool =
+                        support::connect(&support::with_isolation(&url, isolation), store.schema())
+                            .await
+                            .expect("enqueuer store");
+                    let (start, queue) = (start.clone(), queue.clone());
+                    enqueuers.push(tokio::spawn(async move {
+                        let mut keys = ["a", "b"];
+                        if n % 2 == 1 {
+                            keys.reverse();
+                        }
+                        let batch: Vec<NewJob> = keys
+                            .iter()
+                            .map(|key| {
+                                NewJob::new(&queue, serde_json::json!({}))
+                                    .id(format!("{queue}-{n}-{key}"))
+                                    .unique(*key, UniquePolicy::WhileUnfinished)
+                            })
+                            .collect();
+                        start.wait().await;
+                        let answers = pool.enqueue_unique_batch(&batch).await;
+                        pool.close().await;
+                        answers.expect("enqueue_unique_batch")
+                    }));
+                }
+                let mut answers = Vec::new();
+                for enqueuer in enqueuers {
+                    answers.extend(enqueuer.await.expect("enqueuer"));
+                }
+                for key in ["a", "b"] {
+                    let of_key: Vec<&Enqueued> = answers
+                        .iter()
+                        .filter(|answer| answer.job().id.ends_with(&format!("-{key}")))
+                        .collect();
+                    let created: Vec<&Enqueued> = of_key
+                        .iter()
+                        .copied()
+                        .filter(|answer| answer.is_created())
+                        .collect();
+                    assert_eq!(created.len(), 1, "{isolation}, key {key}: {answers:?}");
+                    assert_eq!(
+                        of_key.len(),
+                        ENQUEUERS,
+                        "{isolation}, key {key}: {answers:?}"
+                    );
+                    assert!(
+                        of_key.iter().all(|answer| answer.job() == created[0].job()),
+                        "{isolation}, key {key}: {answers:?}"
+                    );
+                }
+                let stored = store.list_jobs(&queue, None, 100).await.expect("list_jobs");
+                assert_eq!(stored.len(), 2, "{isolation}: {stored:?}");
+            }
         },
     )
     .await;

@@ -4,13 +4,13 @@
 //! is [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt), except where
 //! `claim` and `reap` skip an undecodable job and report it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use redis::Value;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::queue::{
-    ClaimedJob, DeadReason, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob, OperatorRetry,
-    ReapReport, TakeBack, TakeBackRefusal,
+    ClaimedJob, DeadReason, Enqueued, Job, JobLoss, JobRenewal, JobSettle, JobState, JobUnique,
+    NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
 };
 use tenure_lease_core::{Error, Result, Timestamp};
 
@@ -63,6 +63,13 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
             .unwrap_or(0),
         instant("taken_back_at")?,
     )?;
+    let created_at = required_instant("created")?;
+    let unique = stored_unique(
+        optional_text("unique_key")?,
+        optional_text("unique_policy")?,
+        instant("unique_until")?,
+        created_at,
+    )?;
     Ok(Job {
         id: raw.id.clone(),
         queue: required_text("queue")?,
@@ -88,12 +95,52 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
             .map(|text| text.parse::<DeadReason>())
             .transpose()
             .map_err(reason)?,
-        created_at: required_instant("created")?,
+        created_at,
         updated_at: required_instant("updated")?,
         taken_back,
         taken_back_at,
         progress: super::progress(raw)?,
+        unique,
     })
+}
+
+/// A stored job's uniqueness key and policy from its `unique_key`,
+/// `unique_policy` (the policy's [kind](UniquePolicy::kind)) and
+/// `unique_until` fields, checked as `job_of` in `lua/queue_common.lua`
+/// checks them: a key and a known kind, or neither; an end exactly for
+/// `for_period`, after `created_at`, the period being the time between.
+fn stored_unique(
+    key: Option<String>,
+    kind: Option<String>,
+    until: Option<Timestamp>,
+    created_at: Timestamp,
+) -> std::result::Result<Option<JobUnique>, String> {
+    let (key, kind) = match (key, kind) {
+        (Some(key), Some(kind)) => (key, kind),
+        (None, None) if until.is_none() => return Ok(None),
+        (None, None) => return Err("unique_until is set but unique_policy is missing".to_owned()),
+        (Some(_), None) => return Err("unique_key is set but unique_policy is missing".to_owned()),
+        (None, Some(_)) => return Err("unique_policy is set but unique_key is missing".to_owned()),
+    };
+    let policy = match (kind.as_str(), until) {
+        ("while_queued", None) => UniquePolicy::WhileQueued,
+        ("while_unfinished", None) => UniquePolicy::WhileUnfinished,
+        ("for_period", Some(until)) => UniquePolicy::ForPeriod(
+            (until - created_at)
+                .to_std()
+                .ok()
+                .filter(|period| !period.is_zero())
+                .ok_or("unique_until is not after created")?,
+        ),
+        ("for_period", None) => {
+            return Err("unique_policy is for_period but unique_until is missing".to_owned())
+        }
+        ("while_queued" | "while_unfinished", Some(_)) => {
+            return Err(format!("unique_until is set but unique_policy is {kind}"))
+        }
+        _ => return Err(format!("unknown uniqueness policy {kind:?}")),
+    };
+    Ok(Some(JobUnique { key, policy }))
 }
 
 /// Decodes a stored job, answering [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)
@@ -115,15 +162,42 @@ fn report_skipped(operation: &str, skipped: Value) -> Result<()> {
     Ok(())
 }
 
-/// The reply of `enqueue.lua`: the jobs as [`rules::new_job`] makes them at
-/// the script's instant (what the script stored).
-pub(crate) fn enqueued(reply: Value, jobs: &[NewJob]) -> Result<Vec<Job>> {
+/// The reply of `enqueue.lua`, one answer per job of `jobs`: the holder of
+/// its uniqueness key for each duplicate (as stored), every other job as
+/// [`rules::new_job`] makes it at the script's instant (what the script
+/// stored). Indexed jobs the script could not judge are logged.
+pub(crate) fn enqueued(reply: Value, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
     let (tag, mut parts) = Parts::of(reply)?;
     match tag.as_str() {
         "exists" => Err(Error::job_already_exists(&parts.text()?)),
         "enqueued" => {
             let now = parts.instant()?;
-            Ok(jobs.iter().map(|job| rules::new_job(job, now)).collect())
+            let mut holders = array(parts.next()?)?
+                .into_iter()
+                .map(|value| {
+                    let mut pair = Parts(array(value)?.into_iter());
+                    let position = pair.text()?;
+                    let position = position.parse::<usize>().map_err(|_| {
+                        malformed(format_args!("a duplicate of job number {position:?}"))
+                    })?;
+                    Ok((position, pair.job()?))
+                })
+                .collect::<Result<HashMap<usize, Job>>>()?;
+            report_skipped("enqueue_unique", parts.next()?)?;
+            let answers = (1..)
+                .zip(jobs)
+                .map(|(position, job)| match holders.remove(&position) {
+                    Some(holder) => Enqueued::Duplicate(holder),
+                    None => Enqueued::Created(rules::new_job(job, now)),
+                })
+                .collect();
+            match holders.keys().next() {
+                Some(position) => Err(malformed(format_args!(
+                    "a duplicate of job number {position} of {}",
+                    jobs.len()
+                ))),
+                None => Ok(answers),
+            }
         }
         _ => Err(unknown(&tag)),
     }
@@ -366,6 +440,75 @@ mod tests {
         let error = jobs(Value::Array(vec![stored(&fields)])).expect_err("bad state");
         assert_eq!(error.kind(), tenure_lease_core::ErrorKind::Corrupt);
         assert!(error.message().contains("bogus"), "{error}");
+    }
+
+    /// [`QUEUED`] with `unique` (field, value) pairs added.
+    fn keyed(unique: &[(&'static str, &'static str)]) -> Value {
+        stored(&[QUEUED, unique].concat())
+    }
+
+    #[test]
+    fn a_uniqueness_key_decodes_with_its_policy() {
+        let cases = [
+            (
+                &[("unique_key", "k"), ("unique_policy", "while_queued")][..],
+                UniquePolicy::WhileQueued,
+            ),
+            (
+                &[("unique_key", "k"), ("unique_policy", "while_unfinished")],
+                UniquePolicy::WhileUnfinished,
+            ),
+            (
+                &[
+                    ("unique_key", "k"),
+                    ("unique_policy", "for_period"),
+                    ("unique_until", "1700000000250000"),
+                ],
+                UniquePolicy::ForPeriod(std::time::Duration::from_millis(250)),
+            ),
+        ];
+        for (fields, policy) in cases {
+            let job = jobs(Value::Array(vec![keyed(fields)]))
+                .expect("decodable")
+                .remove(0);
+            let unique = JobUnique {
+                key: "k".to_owned(),
+                policy,
+            };
+            assert_eq!(job.unique.as_ref(), Some(&unique), "{fields:?}");
+        }
+        let plain = jobs(Value::Array(vec![stored(QUEUED)])).expect("decodable");
+        assert_eq!(plain[0].unique, None);
+    }
+
+    #[test]
+    fn a_damaged_uniqueness_key_is_corrupt() {
+        let damages: [&[(&str, &str)]; 7] = [
+            &[("unique_key", "k"), ("unique_policy", "bogus")],
+            &[("unique_key", "k")],
+            &[("unique_policy", "while_queued")],
+            &[("unique_until", "1700000000250000")],
+            &[("unique_key", "k"), ("unique_policy", "for_period")],
+            &[
+                ("unique_key", "k"),
+                ("unique_policy", "while_unfinished"),
+                ("unique_until", "1700000000250000"),
+            ],
+            &[
+                ("unique_key", "k"),
+                ("unique_policy", "for_period"),
+                ("unique_until", "1700000000000000"),
+            ],
+        ];
+        for fields in damages {
+            let error = jobs(Value::Array(vec![keyed(fields)])).expect_err("damaged");
+            assert_eq!(
+                error.kind(),
+                tenure_lease_core::ErrorKind::Corrupt,
+                "{fields:?}"
+            );
+            assert!(error.message().contains("unique"), "{error}");
+        }
     }
 
     #[test]

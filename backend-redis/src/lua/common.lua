@@ -17,8 +17,8 @@
 --   <prefix>rec:<id>         hash: one record (fields below)
 --   <prefix>holder:<scope>   string: id of the active record holding the scope
 --   <prefix>scope:<scope>    zset: ids of every record naming the scope, by created_at
--- The job-queue keys (job:, ready:, delayed:, dead: and claimed) are
--- described in queue_common.lua, the fence-gate keys (gate: and gates) in
+-- The job-queue keys (job:, ready:, delayed:, dead:, unique:, claimed and
+-- finished) are described in queue_common.lua, the fence-gate keys (gate: and gates) in
 -- gate_common.lua.
 -- The fixed keys have no `:` after the prefix and each family has its own
 -- fixed prefix ending in `:`, so no id, scope or queue can make two keys

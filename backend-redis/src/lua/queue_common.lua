@@ -16,6 +16,12 @@
 --   <prefix>dead:<queue>      zset: dead-lettered job ids by updated_at in us
 --   <prefix>finished          zset: completed and dead-lettered job ids by
 --                             updated_at in us, their finish time (purge_jobs)
+--   <prefix>unique:<n>:<queue>:<key>
+--                             zset: ids of the jobs of the queue enqueued with
+--                             the uniqueness key, by created_at in us (so in
+--                             rules::job_listing_order), until purged; <n> is
+--                             the queue's length in bytes, so no queue and key
+--                             can make two such keys collide (unique_index)
 -- Jobs draw fences from the lease counter <prefix>fence (one sequence).
 -- A queued job is in exactly one of ready and delayed; a claimed job is in
 -- claimed; a dead-lettered job is in dead and finished; a completed job in
@@ -34,11 +40,15 @@
 -- fence, expires (absent: no lease), error (absent: none), dead (absent: not
 -- dead-lettered), created, updated, taken_back and taken_back_at (the
 -- take-back count and its latest instant; both absent until the first
--- take-back, as in jobs stored by versions that kept no trace). Integers and
+-- take-back, as in jobs stored by versions that kept no trace), unique_key
+-- and unique_policy (the uniqueness key and its policy's kind, both absent
+-- for a job without a key) and unique_until (the end of a for_period key,
+-- created_at plus the period; absent for the other kinds). Integers and
 -- timestamps (us since the epoch) are decimal text.
 
 local JOB_STATES = { queued = true, claimed = true, completed = true, dead_lettered = true }
 local DEAD_REASONS = { lease_expired = true, attempts_exhausted = true, failed = true }
+local UNIQUE_POLICIES = { while_queued = true, while_unfinished = true, for_period = true }
 local RANK_ID_START = 51
 
 -- The rank form of a non-negative time in us given as decimal text (the
@@ -134,6 +144,21 @@ local function job_of(key, id, fields, flat, caps)
   if (job.taken_back == 0) ~= (fields.taken_back_at == nil) then
     corrupt(key, 'taken_back and taken_back_at disagree')
   end
+  -- The uniqueness key and policy: a key with a known kind or neither, an
+  -- end exactly for for_period, after created (a period is positive).
+  local policy = fields.unique_policy
+  if (fields.unique_key == nil) ~= (policy == nil) then
+    corrupt(key, 'unique_key and unique_policy disagree')
+  end
+  if policy ~= nil and not UNIQUE_POLICIES[policy] then
+    corrupt(key, 'unknown uniqueness policy ' .. policy)
+  end
+  if (policy == 'for_period') ~= (fields.unique_until ~= nil) then
+    corrupt(key, 'unique_until and unique_policy disagree')
+  end
+  if fields.unique_until ~= nil and timestamp(key, fields, 'unique_until') <= job.created then
+    corrupt(key, 'unique_until is not after created')
+  end
   return job
 end
 
@@ -146,6 +171,27 @@ local function load_job(key, id)
     return nil
   end
   return job_of(key, id, fields, flat)
+end
+
+-- The index of the jobs of `queue` enqueued with the uniqueness key `key`
+-- (Keys::unique on the Rust side).
+local function unique_index(prefix, queue, key)
+  return prefix .. 'unique:' .. #queue .. ':' .. queue .. ':' .. key
+end
+
+-- rules::holds_unique_key on a job hash's unique_policy, state and
+-- unique_until fields at `now` (false for a policy or an end that is not an
+-- integer: such a job cannot be decoded, and holds nothing).
+local function holds_unique_key(policy, state, ends, now)
+  if policy == 'while_queued' then
+    return state == 'queued'
+  elseif policy == 'while_unfinished' then
+    return state == 'queued' or state == 'claimed'
+  elseif policy == 'for_period' then
+    return type(ends) == 'string' and string.match(ends, '^%-?%d+$') ~= nil
+      and now < tonumber(ends)
+  end
+  return false
 end
 
 -- rules::judge_job: nil when the claim (owner, fence as decimal text) still

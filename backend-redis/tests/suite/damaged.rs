@@ -16,7 +16,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
 use tenure_backend_redis::RedisStore;
-use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob};
+use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, UniquePolicy};
 use tenure_lease_core::{AdmitRequest, ErrorKind, ExpiredQuery, LeaseStore};
 
 use crate::scratch;
@@ -92,6 +92,31 @@ const JOB_DAMAGES: &[Damage] = &[
     ("created", Some(b"x")),
     ("created", Some(b"99999999999999999999")),
     ("updated", None),
+    ("unique_key", Some(b"k")),
+    ("unique_policy", Some(b"while_queued")),
+    ("unique_until", Some(b"1700000000000000")),
+];
+
+/// Damages to the uniqueness fields of a job enqueued with a key, each
+/// with the policy of the job it is applied to.
+const UNIQUE_DAMAGES: &[(UniquePolicy, Damage)] = &[
+    (UniquePolicy::WhileQueued, ("unique_policy", Some(b"bogus"))),
+    (UniquePolicy::WhileQueued, ("unique_policy", None)),
+    (UniquePolicy::WhileQueued, ("unique_key", None)),
+    (
+        UniquePolicy::WhileQueued,
+        ("unique_until", Some(b"9000000000000000")),
+    ),
+    (UniquePolicy::ForPeriod(TTL), ("unique_until", None)),
+    (
+        UniquePolicy::ForPeriod(TTL),
+        ("unique_until", Some(b"soon")),
+    ),
+    (UniquePolicy::ForPeriod(TTL), ("unique_until", Some(b"0"))),
+    (
+        UniquePolicy::ForPeriod(TTL),
+        ("unique_policy", Some(b"while_unfinished")),
+    ),
 ];
 
 /// Damages only the Rust side detects: point reads answer `Corrupt`.
@@ -380,6 +405,59 @@ async fn every_damaged_job_field_is_corrupt_or_skipped() {
             damage(&mut raw, &job_key("dead"), ("updated", Some(b"later"))).await;
             assert_corrupt("list_dead_letters", store.list_dead_letters("d", 10).await);
             assert_corrupt("retry_dead_letter", store.retry_dead_letter("dead").await);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_uniqueness_field_is_corrupt_and_holds_nothing() {
+    with_namespace(
+        "damaged_unique",
+        |config| config,
+        |scratch| async move {
+            let Scratch {
+                store,
+                mut raw,
+                prefix,
+            } = scratch;
+            let keyed = |id: &str, key: &str, policy| {
+                NewJob::new("q", json!({ "id": id }))
+                    .id(id)
+                    .unique(key, policy)
+            };
+            for (index, &(policy, what)) in UNIQUE_DAMAGES.iter().enumerate() {
+                let (id, key) = (format!("damaged-{index}"), format!("key-{index}"));
+                let answer = store
+                    .enqueue_unique(&keyed(&id, &key, policy))
+                    .await
+                    .expect("enqueue_unique");
+                assert!(answer.is_created(), "{answer:?}");
+                damage(&mut raw, &format!("{prefix}job:{id}"), what).await;
+                assert_corrupt(
+                    &format!("get_job of {id} ({what:?})"),
+                    store.get_job(&id).await,
+                );
+                let before = snapshot(&mut raw, &format!("{prefix}job:{id}")).await;
+                let again = store
+                    .enqueue_unique(&keyed(&format!("again-{index}"), &key, policy))
+                    .await
+                    .expect("enqueue_unique passes over the damaged job");
+                assert!(again.is_created(), "{what:?}: {again:?}");
+                let after = snapshot(&mut raw, &format!("{prefix}job:{id}")).await;
+                assert_eq!(after, before, "{what:?}: the damaged job is left alone");
+            }
+            let claimed = store
+                .claim(&ClaimRequest::new("q", "w", TTL).limit(100))
+                .await
+                .expect("claim skips what it cannot judge");
+            let mut claimed_ids: Vec<&str> = claimed.iter().map(|c| c.job.id.as_str()).collect();
+            claimed_ids.sort_unstable();
+            let mut again: Vec<String> = (0..UNIQUE_DAMAGES.len())
+                .map(|index| format!("again-{index}"))
+                .collect();
+            again.sort_unstable();
+            assert_eq!(claimed_ids, again, "only the healthy jobs are claimed");
         },
     )
     .await;

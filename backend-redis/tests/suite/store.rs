@@ -18,7 +18,8 @@ use redis::AsyncCommands;
 use serde_json::json;
 use tenure_backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobQueue, JobSettle, JobState, NewJob, OperatorRetry,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobQueue, JobSettle, JobState, NewJob,
+    OperatorRetry, UniquePolicy,
 };
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
@@ -719,6 +720,119 @@ async fn indexes_follow_job_states() {
                 .expect("get_job")
                 .expect("the job");
             assert_eq!(job.state, JobState::Completed);
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uniqueness_indexes_hold_each_keyed_job_until_it_is_purged() {
+    with_namespace(
+        "unique_indexes",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let keyed = |id: &str, queue: &str, key: &str| {
+                NewJob::new(queue, json!({}))
+                    .id(id)
+                    .unique(key, UniquePolicy::WhileQueued)
+            };
+            // The queue's length comes first: "a:b" with "c" and "a" with
+            // "b:c" have an index each.
+            let batch = [
+                keyed("first", "a:b", "c"),
+                keyed("second", "a", "b:c"),
+                keyed("third", "a:b", "c"),
+                NewJob::new("a:b", json!({})).id("plain"),
+            ];
+            let answers = store.enqueue_unique_batch(&batch).await.expect("enqueue");
+            let created: Vec<bool> = answers.iter().map(Enqueued::is_created).collect();
+            assert_eq!(created, [true, true, false, true]);
+            assert_eq!(scratch.index("unique:3:a:b:c").await, ["first"]);
+            assert_eq!(scratch.index("unique:1:a:b:c").await, ["second"]);
+
+            // Claimed, the first frees its key; its entry stays until purged.
+            claim_jobs(store, ClaimRequest::new("a:b", "w", TTL)).await;
+            let next = store
+                .enqueue_unique(&keyed("fourth", "a:b", "c"))
+                .await
+                .expect("enqueue");
+            assert!(next.is_created(), "{next:?}");
+            assert_eq!(scratch.index("unique:3:a:b:c").await, ["first", "fourth"]);
+
+            let claimed = claim_jobs(store, ClaimRequest::new("a:b", "w", TTL).limit(10)).await;
+            let claimed = [
+                claimed,
+                claim_jobs(store, ClaimRequest::new("a", "w", TTL)).await,
+            ];
+            for job in claimed.iter().flatten() {
+                store.complete(&job.claim).await.expect("complete");
+            }
+            let first = store
+                .get_job("first")
+                .await
+                .expect("get_job")
+                .expect("first");
+            store
+                .complete(&first.claim().expect("claimed"))
+                .await
+                .expect("complete");
+            assert_eq!(store.purge_jobs(Duration::ZERO).await.expect("purge"), 4);
+            let left = namespace_keys(&mut scratch.raw.clone(), &scratch.prefix).await;
+            assert!(
+                left.iter().all(|key| !key.contains(":unique:")),
+                "purge_jobs leaves no uniqueness index behind: {left:?}"
+            );
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_jobs_passes_over_more_period_holders_than_a_batch() {
+    with_namespace(
+        "unique_purge_batches",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            // More kept jobs than one purge batch (1000), finished first.
+            let holders: Vec<NewJob> = (0..1005)
+                .map(|index| {
+                    NewJob::new("q", json!(index))
+                        .id(format!("held-{index:04}"))
+                        .unique(format!("key-{index}"), UniquePolicy::ForPeriod(TTL))
+                })
+                .collect();
+            store
+                .enqueue_unique_batch(&holders)
+                .await
+                .expect("enqueue_unique_batch");
+            let plain: Vec<NewJob> = (0..3)
+                .map(|index| NewJob::new("q", json!(index)).id(format!("plain-{index}")))
+                .collect();
+            let mut claims = Vec::new();
+            for _ in 0..2 {
+                let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL).limit(1000)).await;
+                claims.extend(claimed.into_iter().map(|job| job.claim));
+            }
+            assert_eq!(claims.len(), holders.len());
+            store.complete_many(&claims).await.expect("complete_many");
+            store.enqueue_batch(&plain).await.expect("enqueue_batch");
+            let claimed = claim_jobs(store, ClaimRequest::new("q", "w", TTL).limit(10)).await;
+            for job in &claimed {
+                store.complete(&job.claim).await.expect("complete");
+            }
+
+            let purged =
+                tokio::time::timeout(Duration::from_secs(60), store.purge_jobs(Duration::ZERO))
+                    .await
+                    .expect("purge_jobs ends")
+                    .expect("purge_jobs");
+            assert_eq!(purged, 3, "the plain jobs go, the period holders stay");
+            assert_eq!(scratch.index("finished").await.len(), holders.len());
+            assert_eq!(store.purge_jobs(Duration::ZERO).await.expect("again"), 0);
+            let kept = store.get_job("held-1004").await.expect("get_job");
+            assert!(kept.is_some_and(|job| job.state == JobState::Completed));
         },
     )
     .await;

@@ -582,6 +582,9 @@ fn job_damages() -> Vec<Damage> {
             ("dead_reason", enums),
             ("created_at", BAD_TIMESTAMPS),
             ("updated_at", BAD_TIMESTAMPS),
+            ("unique_key", &["'k'", BLOB, INVALID_UTF8]),
+            ("unique_policy", &["'while_queued'", "'for_period'", BLOB]),
+            ("unique_until", &["5", "'garbage'", "1.5"]),
         ],
     )
 }

@@ -193,6 +193,56 @@ async fn lease_story(subject: Subject) {
     assert!(watched.contains("run-live"), "{watched}");
 }
 
+/// `enqueue --unique-key`: created while the key is free, refused (exit 1,
+/// naming the holder, nothing stored) while it is held; `show` and `jobs`
+/// print the key with how long it is held.
+async fn unique_story(url: &str, store: &std::sync::Arc<dyn tenure::Store>) {
+    let enqueue = |id: &str, key: &str, policy: &[&str]| {
+        let mut args = vec![
+            "enqueue",
+            "digests",
+            "--payload",
+            "{}",
+            "--id",
+            id,
+            "--unique-key",
+            key,
+        ];
+        args.extend_from_slice(policy);
+        tenure(url, &args)
+    };
+    enqueue("digest-1", "user-7", &[])
+        .assert()
+        .success()
+        .stdout("digest-1\n");
+    enqueue("digest-2", "user-7", &["--unique-for", "1h"])
+        .assert()
+        .code(1)
+        .stderr(contains("digest-1").and(contains("user-7")));
+    assert_eq!(store.get_job("digest-2").await.unwrap(), None);
+    enqueue("digest-3", "user-8", &["--unique-for", "1h"])
+        .assert()
+        .success();
+    enqueue("digest-4", "user-9", &["--unique-while", "queued"])
+        .assert()
+        .success();
+    enqueue("digest-5", "user-9", &["--unique-while", "sometimes"])
+        .assert()
+        .code(2);
+    tenure(url, &["show", "digest-3"])
+        .assert()
+        .success()
+        .stdout(contains(r#"unique key   "user-8" (until "#));
+    tenure(url, &["jobs", "--queue", "digests"])
+        .assert()
+        .success()
+        .stdout(
+            contains("UNIQUE KEY")
+                .and(contains(r#""user-7" (while unfinished)"#))
+                .and(contains(r#""user-9" (while queued)"#)),
+        );
+}
+
 /// The queue commands on one store: enqueue, dead letters, retry.
 async fn queue_story(subject: Subject) {
     let (url, store) = (subject.url.as_str(), &subject.store);
@@ -227,6 +277,7 @@ async fn queue_story(subject: Subject) {
     .assert()
     .code(1)
     .stderr(contains("already_exists"));
+    unique_story(url, store).await;
 
     tenure(url, &["jobs", "--queue", "emails", "--dead"])
         .assert()

@@ -28,8 +28,9 @@ use tenure_conformance::{
 };
 use tenure_lease_core::backend::queue_rules;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
+    JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    UniquePolicy,
 };
 use tenure_lease_core::release::{ReleaseBoard, ReleaseNotice, Releases};
 use tenure_lease_core::{
@@ -149,6 +150,14 @@ trait Bug: Default + Send + Sync + 'static {
 
     async fn enqueue_batch(&self, honest: &MemoryStore, jobs: &[NewJob]) -> Result<Vec<Job>> {
         honest.enqueue_batch(jobs).await
+    }
+
+    async fn enqueue_unique_batch(
+        &self,
+        honest: &MemoryStore,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        honest.enqueue_unique_batch(jobs).await
     }
 
     async fn claim(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
@@ -278,6 +287,18 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
         self.bug.enqueue_batch(&self.honest, jobs).await
+    }
+
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Enqueued> {
+        self.bug
+            .enqueue_unique_batch(&self.honest, std::slice::from_ref(job))
+            .await?
+            .pop()
+            .ok_or_else(|| tenure_lease_core::Error::unavailable("enqueue answered no job"))
+    }
+
+    async fn enqueue_unique_batch(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        self.bug.enqueue_unique_batch(&self.honest, jobs).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
@@ -565,6 +586,136 @@ impl Bug for TakeoverAnswersWithoutProgress {
             }),
             other => other,
         })
+    }
+}
+
+/// An enqueue that judges the key, lets other calls in, then inserts: the
+/// honest store gets each job without its key (so it judges nothing), and
+/// the bug keeps the keys beside it and judges them itself, from a read
+/// taken before the insert.
+#[derive(Default)]
+struct UniqueCheckThenInsert {
+    keys: Mutex<BTreeMap<String, JobUnique>>,
+}
+
+impl UniqueCheckThenInsert {
+    async fn holder(&self, honest: &MemoryStore, new: &NewJob) -> Result<Option<Job>> {
+        let Some(unique) = &new.unique else {
+            return Ok(None);
+        };
+        let now = honest.now().await?;
+        let listed = honest
+            .list_jobs(&new.queue, None, tenure_lease_core::limits::MAX_LIST_LIMIT)
+            .await?;
+        let keys = lock(&self.keys);
+        Ok(listed
+            .into_iter()
+            .map(|job| Job {
+                unique: keys.get(&job.id).cloned(),
+                ..job
+            })
+            .find(|job| {
+                job.unique
+                    .as_ref()
+                    .is_some_and(|held| held.key == unique.key)
+                    && queue_rules::holds_unique_key(job, now)
+            }))
+    }
+}
+
+#[async_trait]
+impl Bug for UniqueCheckThenInsert {
+    async fn enqueue_unique_batch(
+        &self,
+        honest: &MemoryStore,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let mut answers = Vec::with_capacity(jobs.len());
+        for new in jobs {
+            if let Some(holder) = self.holder(honest, new).await? {
+                answers.push(Enqueued::Duplicate(holder));
+                continue;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let keyless = NewJob {
+                unique: None,
+                ..new.clone()
+            };
+            let job = honest.enqueue(&keyless).await?;
+            if let Some(unique) = &new.unique {
+                lock(&self.keys).insert(job.id.clone(), unique.clone());
+            }
+            answers.push(Enqueued::Created(Job {
+                unique: new.unique.clone(),
+                ..job
+            }));
+        }
+        Ok(answers)
+    }
+}
+
+/// A `WhileQueued` key held while its job is claimed too: stored as
+/// `WhileUnfinished`, answered as given.
+#[derive(Default)]
+struct WhileQueuedHeldWhileClaimed;
+
+#[async_trait]
+impl Bug for WhileQueuedHeldWhileClaimed {
+    async fn enqueue_unique_batch(
+        &self,
+        honest: &MemoryStore,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let widened: Vec<NewJob> = jobs
+            .iter()
+            .map(|new| match &new.unique {
+                Some(unique) if unique.policy == UniquePolicy::WhileQueued => new
+                    .clone()
+                    .unique(&unique.key, UniquePolicy::WhileUnfinished),
+                _ => new.clone(),
+            })
+            .collect();
+        let answers = honest.enqueue_unique_batch(&widened).await?;
+        Ok(answers
+            .into_iter()
+            .zip(jobs)
+            .map(|(answer, new)| match answer {
+                Enqueued::Created(job) => Enqueued::Created(Job {
+                    unique: new.unique.clone(),
+                    ..job
+                }),
+                other => other,
+            })
+            .collect())
+    }
+}
+
+/// A period that ends a millisecond late: the key is still held at the
+/// instant the period ends.
+#[derive(Default)]
+struct UniquePeriodEndsLate;
+
+#[async_trait]
+impl Bug for UniquePeriodEndsLate {
+    async fn enqueue_unique_batch(
+        &self,
+        honest: &MemoryStore,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let stretched: Vec<NewJob> = jobs
+            .iter()
+            .map(|new| match &new.unique {
+                Some(JobUnique {
+                    key,
+                    policy: UniquePolicy::ForPeriod(period),
+                }) => new.clone().unique(
+                    key,
+                    UniquePolicy::ForPeriod(*period + Duration::from_millis(1)),
+                ),
+                _ => new.clone(),
+            })
+            .collect();
+        honest.enqueue_unique_batch(&stretched).await
     }
 }
 
@@ -1634,6 +1785,28 @@ async fn catches_a_progress_report_that_drops_the_progress() {
         "queue_progress_is_recorded_with_a_renewal",
         "queue_progress_bounds_are_exact",
         "queue_model_based_random_operations",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_unique_enqueue_that_checks_then_inserts() {
+    assert_caught::<UniqueCheckThenInsert>(&["race_queue_unique_enqueues_exactly_one_wins"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_while_queued_key_held_while_claimed() {
+    assert_caught::<WhileQueuedHeldWhileClaimed>(&[
+        "queue_unique_key_is_freed_when_its_job_leaves_the_policy",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_unique_period_that_ends_late() {
+    assert_caught::<UniquePeriodEndsLate>(&[
+        "queue_unique_period_ends_exactly",
+        "queue_unique_bounds_are_exact",
     ])
     .await;
 }

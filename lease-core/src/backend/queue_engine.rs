@@ -23,8 +23,8 @@ use super::queue_rules as rules;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
 
 /// A store's jobs inside one open transaction: what the [queue
@@ -59,6 +59,18 @@ pub trait JobTransaction {
     ///
     /// The store's errors.
     fn save_job(&mut self, job: &Job) -> Result<()>;
+
+    /// The jobs of `queue` enqueued with the uniqueness key `key`, those
+    /// that may still [hold it](rules::holds_unique_key) at least (the
+    /// rules have the last word), in any order; a job that cannot be
+    /// decoded is passed over, and logged. The transaction must keep what
+    /// it answers from changing until it commits, as for every read, so
+    /// that two enqueues with one key are judged one after the other.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>>;
 
     /// Draws the next value of the store-wide fence sequence (the one the
     /// leases draw from).
@@ -103,44 +115,69 @@ pub trait JobTransaction {
     ) -> Result<Vec<Job>>;
 }
 
-/// Creates the job `new` describes.
+/// Creates `jobs`, all or none, judging each uniqueness key ([contract
+/// §9, unique jobs](crate::contract)): any id already taken refuses the whole batch
+/// before anything is written; then each job in turn is created, or
+/// answered as a duplicate of the job (stored, or created earlier in the
+/// batch) holding its key at `now`.
 ///
 /// # Errors
 ///
-/// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when its
-/// id is taken, by a job decodable or not; the store's errors.
-pub fn enqueue(tx: &mut impl JobTransaction, new: &NewJob, now: Timestamp) -> Result<Job> {
-    if tx.job_exists(&new.id)? {
-        return Err(Error::job_already_exists(&new.id));
-    }
-    let job = rules::new_job(new, now);
-    tx.insert_job(&job)?;
-    Ok(job)
-}
-
-/// Creates `jobs`, all or none: any id already taken refuses the whole
-/// batch before anything is written.
-///
-/// # Errors
-///
-/// As [`enqueue`], naming the first id taken.
+/// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists), naming
+/// the first id taken, by a job decodable or not; the store's errors.
 pub fn enqueue_batch(
     tx: &mut impl JobTransaction,
     jobs: &[NewJob],
     now: Timestamp,
-) -> Result<Vec<Job>> {
+) -> Result<Vec<Enqueued>> {
     for job in jobs {
         if tx.job_exists(&job.id)? {
             return Err(Error::job_already_exists(&job.id));
         }
     }
-    jobs.iter()
-        .map(|new| {
-            let job = rules::new_job(new, now);
-            tx.insert_job(&job)?;
-            Ok(job)
+    let mut created: Vec<Job> = Vec::with_capacity(jobs.len());
+    let mut answers = Vec::with_capacity(jobs.len());
+    for new in jobs {
+        if let Some(holder) = unique_holder(tx, new, &created, now)? {
+            answers.push(Enqueued::Duplicate(holder));
+            continue;
+        }
+        let job = rules::new_job(new, now);
+        tx.insert_job(&job)?;
+        created.push(job.clone());
+        answers.push(Enqueued::Created(job));
+    }
+    Ok(answers)
+}
+
+/// The job holding `new`'s uniqueness key at `now`, if it has one and one
+/// does: the earliest created (then least id) of those stored and those
+/// `created` before it in the batch.
+fn unique_holder(
+    tx: &mut impl JobTransaction,
+    new: &NewJob,
+    created: &[Job],
+    now: Timestamp,
+) -> Result<Option<Job>> {
+    let Some(unique) = &new.unique else {
+        return Ok(None);
+    };
+    let stored = tx.unique_holders(&new.queue, &unique.key)?;
+    let batch = created
+        .iter()
+        .filter(|job| {
+            job.queue == new.queue
+                && job
+                    .unique
+                    .as_ref()
+                    .is_some_and(|held| held.key == unique.key)
         })
-        .collect()
+        .cloned();
+    Ok(stored
+        .into_iter()
+        .chain(batch)
+        .filter(|job| rules::holds_unique_key(job, now))
+        .min_by(|a, b| rules::job_listing_order(a).cmp(&rules::job_listing_order(b))))
 }
 
 /// Claims up to `limit` (at most `request.limit`) of the best visible jobs

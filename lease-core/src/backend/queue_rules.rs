@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
 use crate::queue::{
-    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, QueueCounts, TakeBackRefusal,
+    DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, JobUnique, NewJob, QueueCounts,
+    TakeBackRefusal, UniquePolicy,
 };
 
 pub use crate::limits::{MAX_ATTEMPTS, MAX_CLAIM, MAX_PAYLOAD_BYTES, MAX_REAP};
@@ -81,6 +82,21 @@ pub fn new_job(new: &NewJob, now: Timestamp) -> Job {
         taken_back: 0,
         taken_back_at: None,
         progress: None,
+        unique: new.unique.clone(),
+    }
+}
+
+/// Whether `job` holds its uniqueness key at `now` ([contract
+/// §9, unique jobs](crate::contract)): it has one, and its policy is met (queued;
+/// queued or claimed; `now` before its creation plus the period).
+pub fn holds_unique_key(job: &Job, now: Timestamp) -> bool {
+    let Some(unique) = &job.unique else {
+        return false;
+    };
+    match unique.policy {
+        UniquePolicy::WhileQueued => job.state == JobState::Queued,
+        UniquePolicy::WhileUnfinished => matches!(job.state, JobState::Queued | JobState::Claimed),
+        UniquePolicy::ForPeriod(period) => clock::is_before_end(job.created_at, period, now),
     }
 }
 
@@ -105,6 +121,53 @@ pub fn stored_take_back_trace(
         )),
         trace => Ok(trace),
     }
+}
+
+/// A job's uniqueness key read from the three parts a store keeps (the
+/// key, the [kind](UniquePolicy::kind) of policy, and the period's end,
+/// [`Job::unique_until`]), checked as every backend decodes it: all
+/// absent is a job without a key; a key without a kind or the reverse, an
+/// unknown kind, an end without `for_period` or the reverse, an end not
+/// after `created_at`, or a key or period no enqueue accepts is damage.
+///
+/// # Errors
+///
+/// The reason; the backend reports it as a `Corrupt` record.
+pub fn stored_unique(
+    key: Option<String>,
+    kind: Option<&str>,
+    until: Option<Timestamp>,
+    created_at: Timestamp,
+) -> Result<Option<JobUnique>, String> {
+    let (key, kind) = match (key, kind) {
+        (None, None) if until.is_none() => return Ok(None),
+        (Some(key), Some(kind)) => (key, kind),
+        _ => {
+            return Err(
+                "unique_key, unique_policy and unique_until are set only in part".to_owned(),
+            )
+        }
+    };
+    let policy = match (kind, until) {
+        ("while_queued", None) => UniquePolicy::WhileQueued,
+        ("while_unfinished", None) => UniquePolicy::WhileUnfinished,
+        ("for_period", Some(until)) if until > created_at => {
+            UniquePolicy::ForPeriod(clock::until(created_at, until))
+        }
+        ("for_period", _) => {
+            return Err(format!(
+                "unique_until {until:?} does not end a period after created_at {created_at}"
+            ))
+        }
+        (kind, _) => {
+            return Err(format!(
+                "unique_policy {kind:?} is no policy this version knows, or has an end"
+            ))
+        }
+    };
+    let unique = JobUnique { key, policy };
+    super::validate::job_unique(&unique).map_err(|error| error.message().to_owned())?;
+    Ok(Some(unique))
 }
 
 /// Whether `claim` still holds `job`, else why not.
@@ -318,8 +381,11 @@ pub fn dead_letter_order(job: &Job) -> (Timestamp, &str) {
 /// least `older_than` before `now`, so
 /// [`purge_jobs`](crate::queue::JobQueue::purge_jobs) deletes it. A finished job's
 /// `updated_at` is its finish time: no operation changes a finished job
-/// without making it unfinished.
+/// without making it unfinished. A job holding its
+/// [`ForPeriod`](UniquePolicy::ForPeriod) key stays until the period ends,
+/// since deleting it would release the key early.
 pub fn job_purgeable(job: &Job, older_than: Duration, now: Timestamp) -> bool {
     matches!(job.state, JobState::Completed | JobState::DeadLettered)
         && !clock::is_before_end(job.updated_at, older_than, now)
+        && job.unique_until().is_none_or(|until| until <= now)
 }

@@ -33,8 +33,8 @@ pub fn check_record(id: &str, record: &LeaseRecord) -> Result<(), String> {
 /// # Errors
 ///
 /// The reason: stored under another id, a fence beyond
-/// [`LAST_STORED_FENCE`], attempt counts above the largest, or half a
-/// take-back trace.
+/// [`LAST_STORED_FENCE`], attempt counts above the largest, half a
+/// take-back trace, or a uniqueness key or period no enqueue accepts.
 pub fn check_job(id: &str, job: &Job) -> Result<(), String> {
     if job.id != id {
         return Err(format!("it is stored under another id, {:?}", job.id));
@@ -43,6 +43,9 @@ pub fn check_job(id: &str, job: &Job) -> Result<(), String> {
     queue_rules::stored_attempt_count("attempt", job.attempt)?;
     queue_rules::stored_attempt_count("max_attempts", job.max_attempts)?;
     queue_rules::stored_take_back_trace(job.taken_back, job.taken_back_at)?;
+    if let Some(unique) = &job.unique {
+        super::validate::job_unique(unique).map_err(|error| error.message().to_owned())?;
+    }
     Ok(())
 }
 

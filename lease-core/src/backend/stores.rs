@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::fence::FenceCheck;
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::release::{Freed, ReleaseBoard};
@@ -223,13 +223,14 @@ pub trait LeaseBackend: Backend {
 /// what each may answer besides is in the user trait's documentation.
 #[async_trait]
 pub trait QueueBackend: LeaseBackend {
-    /// [`JobQueue::enqueue`](crate::JobQueue::enqueue). The default
-    /// enqueues a batch of one.
+    /// [`JobQueue::enqueue_unique`](crate::JobQueue::enqueue_unique), which
+    /// [`JobQueue::enqueue`](crate::JobQueue::enqueue) is too for a job
+    /// without a key. The default enqueues a batch of one.
     ///
     /// # Errors
     ///
     /// As the user trait's.
-    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Job> {
+    async fn enqueue(&self, job: Checked<&NewJob>) -> Result<Enqueued> {
         let batch = Checked::new(std::slice::from_ref(job.get()));
         self.enqueue_batch(batch)
             .await?
@@ -237,12 +238,14 @@ pub trait QueueBackend: LeaseBackend {
             .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
     }
 
-    /// [`JobQueue::enqueue_batch`](crate::JobQueue::enqueue_batch).
+    /// [`JobQueue::enqueue_unique_batch`](crate::JobQueue::enqueue_unique_batch),
+    /// which [`JobQueue::enqueue_batch`](crate::JobQueue::enqueue_batch) is
+    /// too for jobs without keys.
     ///
     /// # Errors
     ///
     /// As the user trait's.
-    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Job>>;
+    async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>>;
 
     /// [`JobQueue::claim`](crate::JobQueue::claim).
     ///
@@ -713,7 +716,9 @@ pub mod front {
     /// As the [module](self) says.
     pub async fn enqueue<B: QueueBackend>(backend: &B, job: &NewJob) -> Result<Job> {
         validate::new_job(job)?;
-        within(backend, "enqueue", backend.enqueue(Checked::new(job))).await
+        within(backend, "enqueue", backend.enqueue(Checked::new(job)))
+            .await
+            .and_then(created)
     }
 
     /// Checks and runs [`QueueBackend::enqueue_batch`].
@@ -728,7 +733,57 @@ pub mod front {
             "enqueue_batch",
             backend.enqueue_batch(Checked::new(jobs)),
         )
+        .await?
+        .into_iter()
+        .map(created)
+        .collect()
+    }
+
+    /// Checks and runs [`QueueBackend::enqueue`] for a job that may have a
+    /// uniqueness key.
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn enqueue_unique<B: QueueBackend>(backend: &B, job: &NewJob) -> Result<Enqueued> {
+        validate::new_unique_job(job)?;
+        within(
+            backend,
+            "enqueue_unique",
+            backend.enqueue(Checked::new(job)),
+        )
         .await
+    }
+
+    /// Checks and runs [`QueueBackend::enqueue_batch`] for jobs that may
+    /// have uniqueness keys.
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn enqueue_unique_batch<B: QueueBackend>(
+        backend: &B,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        validate::new_unique_jobs(jobs)?;
+        within(
+            backend,
+            "enqueue_unique_batch",
+            backend.enqueue_batch(Checked::new(jobs)),
+        )
+        .await
+    }
+
+    /// The job a plain enqueue created: a job without a key is never a
+    /// duplicate, so a store answering one is broken.
+    fn created(answer: Enqueued) -> Result<Job> {
+        match answer {
+            Enqueued::Created(job) => Ok(job),
+            Enqueued::Duplicate(holder) => Err(Error::corrupt(format!(
+                "the store answered a job without a uniqueness key as a duplicate of {:?}",
+                holder.id
+            ))),
+        }
     }
 
     /// Checks and runs [`QueueBackend::claim`].
@@ -1170,6 +1225,18 @@ macro_rules! serve_job_queue {
                 jobs: &[$crate::queue::NewJob],
             ) -> $crate::Result<::std::vec::Vec<$crate::queue::Job>> {
                 $crate::backend::stores::front::enqueue_batch(self, jobs).await
+            }
+            async fn enqueue_unique(
+                &self,
+                job: &$crate::queue::NewJob,
+            ) -> $crate::Result<$crate::queue::Enqueued> {
+                $crate::backend::stores::front::enqueue_unique(self, job).await
+            }
+            async fn enqueue_unique_batch(
+                &self,
+                jobs: &[$crate::queue::NewJob],
+            ) -> $crate::Result<::std::vec::Vec<$crate::queue::Enqueued>> {
+                $crate::backend::stores::front::enqueue_unique_batch(self, jobs).await
             }
             async fn claim(
                 &self,

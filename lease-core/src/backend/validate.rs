@@ -16,7 +16,7 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverAction, T
 pub use crate::limits::{
     MAX_BATCH, MAX_GATE_FENCE, MAX_GRACE, MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
     MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_RETENTION, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL,
-    MIN_TTL,
+    MAX_UNIQUE_PERIOD, MIN_TTL, MIN_UNIQUE_PERIOD,
 };
 
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
@@ -369,8 +369,55 @@ pub fn gate_retention(unused_for: Duration) -> Result<()> {
     retention_of("unused_for", unused_for)
 }
 
-/// A job to enqueue.
+/// A job to enqueue with [`enqueue`](crate::JobQueue::enqueue): without a
+/// uniqueness key, which only
+/// [`enqueue_unique`](crate::JobQueue::enqueue_unique) judges.
 pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
+    if job.unique.is_some() {
+        return Err(Error::invalid_input(
+            "unique",
+            "a job with a uniqueness key must be enqueued with enqueue_unique",
+        ));
+    }
+    job_fields(job)
+}
+
+/// A job to enqueue with
+/// [`enqueue_unique`](crate::JobQueue::enqueue_unique): its uniqueness key,
+/// when it has one, a name, and a period within
+/// [`MIN_UNIQUE_PERIOD`] to [`MAX_UNIQUE_PERIOD`] in whole milliseconds.
+pub fn new_unique_job(job: &crate::queue::NewJob) -> Result<()> {
+    if let Some(unique) = &job.unique {
+        job_unique(unique)?;
+    }
+    job_fields(job)
+}
+
+/// A uniqueness key and policy: the key a name, a period within
+/// [`MIN_UNIQUE_PERIOD`] to [`MAX_UNIQUE_PERIOD`] in whole milliseconds
+/// (field `unique`).
+pub fn job_unique(unique: &crate::queue::JobUnique) -> Result<()> {
+    name("unique", &unique.key)?;
+    if let crate::queue::UniquePolicy::ForPeriod(period) = unique.policy {
+        if !(MIN_UNIQUE_PERIOD..=MAX_UNIQUE_PERIOD).contains(&period) {
+            return Err(Error::invalid_input(
+                "unique",
+                format_args!(
+                    "period {period:?} is outside {MIN_UNIQUE_PERIOD:?}..={MAX_UNIQUE_PERIOD:?}"
+                ),
+            ));
+        }
+        if period.subsec_nanos() % 1_000_000 != 0 {
+            return Err(Error::invalid_input(
+                "unique",
+                format_args!("period {period:?} is not a whole number of milliseconds"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn job_fields(job: &crate::queue::NewJob) -> Result<()> {
     use crate::backend::queue_rules::{MAX_ATTEMPTS, MAX_PAYLOAD_BYTES};
     lease_id(&job.id)?;
     name("queue", &job.queue)?;
@@ -394,8 +441,22 @@ pub fn new_job(job: &crate::queue::NewJob) -> Result<()> {
     Ok(())
 }
 
-/// A batch of jobs to enqueue: each valid, ids distinct.
+/// A batch of jobs to enqueue: each valid ([`new_job`]), ids distinct.
 pub fn new_jobs(jobs: &[crate::queue::NewJob]) -> Result<()> {
+    batch_of(jobs, new_job)
+}
+
+/// A batch of jobs to enqueue with
+/// [`enqueue_unique_batch`](crate::JobQueue::enqueue_unique_batch): each
+/// valid ([`new_unique_job`]), ids distinct.
+pub fn new_unique_jobs(jobs: &[crate::queue::NewJob]) -> Result<()> {
+    batch_of(jobs, new_unique_job)
+}
+
+fn batch_of(
+    jobs: &[crate::queue::NewJob],
+    valid: fn(&crate::queue::NewJob) -> Result<()>,
+) -> Result<()> {
     if jobs.len() > MAX_LIST_LIMIT {
         return Err(Error::invalid_input(
             "jobs",
@@ -404,7 +465,7 @@ pub fn new_jobs(jobs: &[crate::queue::NewJob]) -> Result<()> {
     }
     let mut ids = std::collections::HashSet::with_capacity(jobs.len());
     for job in jobs {
-        new_job(job)?;
+        valid(job)?;
         if !ids.insert(job.id.as_str()) {
             return Err(Error::invalid_input(
                 "id",

@@ -12,9 +12,9 @@
 mod types;
 
 pub use types::{
-    ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobClaim, JobLoss, JobRenewal,
-    JobSettle, JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, TakeBackRefusal,
-    DEFAULT_MAX_ATTEMPTS,
+    ClaimRequest, ClaimedJob, DeadReason, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal,
+    JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    TakeBackRefusal, UniquePolicy, DEFAULT_MAX_ATTEMPTS,
 };
 
 use std::collections::BTreeSet;
@@ -53,7 +53,9 @@ pub trait JobQueue: LeaseStore {
     ///   [`MAX_ATTEMPTS`](crate::limits::MAX_ATTEMPTS), bad or too many required
     ///   capabilities, a payload over
     ///   [`MAX_PAYLOAD_BYTES`](crate::limits::MAX_PAYLOAD_BYTES), too deep or holding
-    ///   a NUL, or a `run_at` outside the years 1 to 9999;
+    ///   a NUL, or a `run_at` outside the years 1 to 9999; for a job with a
+    ///   [uniqueness key](NewJob::unique) (field `unique`: enqueue it with
+    ///   [`enqueue_unique`](JobQueue::enqueue_unique));
     /// * [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) when a
     ///   job with this id exists;
     /// * the [store errors](LeaseStore#store-errors).
@@ -90,6 +92,74 @@ pub trait JobQueue: LeaseStore {
     /// A dropped batch was stored whole or not at all; retrying the same
     /// batch is safe and answers `AlreadyExists` when the first one landed.
     async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>>;
+
+    /// Adds a job unless another job of its queue holds its uniqueness key
+    /// ([contract §9, unique jobs](crate::contract)): the check and the insert are one
+    /// atomic step, so of racing enqueues with one key exactly one is
+    /// [`Created`](Enqueued::Created) while the key is held. A job without
+    /// a key is simply created. The default enqueues a batch of one.
+    ///
+    /// A job holds its key from its enqueue while its
+    /// [`UniquePolicy`] is met, judged at the store's clock:
+    ///
+    /// ```
+    /// # async fn example(store: &impl tenure_lease_core::JobQueue) -> tenure_lease_core::Result<()> {
+    /// use std::time::Duration;
+    /// use tenure_lease_core::queue::{Enqueued, NewJob, UniquePolicy};
+    ///
+    /// let digest = |day: &str| {
+    ///     NewJob::new("digests", serde_json::json!({ "user": 7 }))
+    ///         .unique(format!("user-7/{day}"), UniquePolicy::ForPeriod(Duration::from_secs(86_400)))
+    /// };
+    /// let first = store.enqueue_unique(&digest("2026-12-06")).await?;
+    /// match store.enqueue_unique(&digest("2026-12-06")).await? {
+    ///     Enqueued::Duplicate(holder) => assert_eq!(&holder.id, &first.job().id),
+    ///     other => panic!("the key is held: {other:?}"),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`enqueue`](JobQueue::enqueue), besides a key that is no valid name
+    /// or a period outside
+    /// [`MIN_UNIQUE_PERIOD`](crate::limits::MIN_UNIQUE_PERIOD) to
+    /// [`MAX_UNIQUE_PERIOD`](crate::limits::MAX_UNIQUE_PERIOD) or not whole
+    /// milliseconds ([`InvalidInput`](crate::ErrorKind::InvalidInput), field
+    /// `unique`). `AlreadyExists` answers a taken id, even when the job
+    /// would have been a duplicate.
+    ///
+    /// # Cancellation
+    ///
+    /// As [`enqueue`](JobQueue::enqueue): retrying the same [`NewJob`]
+    /// answers `AlreadyExists` when the first one landed (or `Duplicate`
+    /// when another job took the key first).
+    async fn enqueue_unique(&self, job: &NewJob) -> Result<Enqueued> {
+        crate::backend::validate::new_unique_job(job)?;
+        self.enqueue_unique_batch(std::slice::from_ref(job))
+            .await?
+            .pop()
+            .ok_or_else(|| Error::unavailable(format!("enqueue of {:?} answered no job", job.id)))
+    }
+
+    /// [`enqueue_unique`](JobQueue::enqueue_unique) for several jobs in one
+    /// atomic step, answering one [`Enqueued`] per job, in order. Ids are
+    /// checked first: any taken id refuses the whole batch. Then each job
+    /// is judged in turn, seeing the jobs created before it in the batch: a
+    /// key twice in the batch is created once, the later job a
+    /// `Duplicate` of the earlier.
+    ///
+    /// # Errors
+    ///
+    /// As [`enqueue_batch`](JobQueue::enqueue_batch) and
+    /// [`enqueue_unique`](JobQueue::enqueue_unique); on any of them no job of
+    /// the batch is stored.
+    ///
+    /// # Cancellation
+    ///
+    /// As [`enqueue_batch`](JobQueue::enqueue_batch).
+    async fn enqueue_unique_batch(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>>;
 
     /// Claims up to `limit` visible jobs of a queue, best first (priority
     /// descending, then `run_at`, then creation, then id), whose required
@@ -481,6 +551,12 @@ macro_rules! forward_job_queue {
             }
             async fn enqueue_batch(&self, jobs: &[NewJob]) -> Result<Vec<Job>> {
                 (**self).enqueue_batch(jobs).await
+            }
+            async fn enqueue_unique(&self, job: &NewJob) -> Result<Enqueued> {
+                (**self).enqueue_unique(job).await
+            }
+            async fn enqueue_unique_batch(&self, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+                (**self).enqueue_unique_batch(jobs).await
             }
             async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
                 (**self).claim(request).await

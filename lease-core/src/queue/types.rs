@@ -136,6 +136,9 @@ pub struct NewJob {
     pub priority: i32,
     /// Capabilities a worker must have to claim it.
     pub required_capabilities: BTreeSet<String>,
+    /// Its uniqueness key and policy, if it has one: such a job is enqueued
+    /// with [`enqueue_unique`](super::JobQueue::enqueue_unique) only.
+    pub unique: Option<JobUnique>,
 }
 
 /// Default [`NewJob::max_attempts`].
@@ -153,6 +156,7 @@ impl NewJob {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             priority: 0,
             required_capabilities: BTreeSet::new(),
+            unique: None,
         }
     }
 
@@ -184,6 +188,95 @@ impl NewJob {
     pub fn require(mut self, capability: impl Into<String>) -> Self {
         self.required_capabilities.insert(capability.into());
         self
+    }
+
+    /// Gives it a uniqueness key in its queue, held as `policy` says; enqueue
+    /// it with [`enqueue_unique`](super::JobQueue::enqueue_unique).
+    pub fn unique(mut self, key: impl Into<String>, policy: UniquePolicy) -> Self {
+        self.unique = Some(JobUnique {
+            key: key.into(),
+            policy,
+        });
+        self
+    }
+}
+
+/// How long a job holds its uniqueness key: while it does,
+/// [`enqueue_unique`](super::JobQueue::enqueue_unique) of another job with
+/// the same key in the same queue answers [`Enqueued::Duplicate`] naming it
+/// ([contract §9, unique jobs](crate::contract)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UniquePolicy {
+    /// While it is [`Queued`](JobState::Queued), visible yet or not: one
+    /// job waiting per key, another may be enqueued once it is claimed.
+    WhileQueued,
+    /// While it is [`Queued`](JobState::Queued) or
+    /// [`Claimed`](JobState::Claimed): one job unfinished per key.
+    WhileUnfinished,
+    /// From its enqueue (the store's clock) for this long, whatever its
+    /// state, purged or not: at most one job per key and period
+    /// ([`MIN_UNIQUE_PERIOD`](crate::limits::MIN_UNIQUE_PERIOD) to
+    /// [`MAX_UNIQUE_PERIOD`](crate::limits::MAX_UNIQUE_PERIOD)).
+    ForPeriod(Duration),
+}
+
+impl UniquePolicy {
+    /// Stable lower-case name of the kind of policy, the form stores
+    /// persist (a period's length is kept apart, as its end).
+    pub fn kind(self) -> &'static str {
+        match self {
+            UniquePolicy::WhileQueued => "while_queued",
+            UniquePolicy::WhileUnfinished => "while_unfinished",
+            UniquePolicy::ForPeriod(_) => "for_period",
+        }
+    }
+}
+
+impl fmt::Display for UniquePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UniquePolicy::ForPeriod(period) => write!(f, "for_period({period:?})"),
+            _ => f.write_str(self.kind()),
+        }
+    }
+}
+
+/// A job's uniqueness key in its queue and how long it holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct JobUnique {
+    /// The key, a name (1 to [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES)
+    /// bytes, no control characters), scoped to the job's queue.
+    pub key: String,
+    /// How long the job holds it.
+    pub policy: UniquePolicy,
+}
+
+/// The answer of [`enqueue_unique`](super::JobQueue::enqueue_unique), one
+/// per job.
+#[allow(clippy::large_enum_variant)] // answered once, matched at once
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Enqueued {
+    /// Stored: the job as it now is.
+    Created(Job),
+    /// Not stored: this job, with the same key in the same queue, holds
+    /// the key (as it now is).
+    Duplicate(Job),
+}
+
+impl Enqueued {
+    /// The job stored, or the one holding the key.
+    pub fn job(&self) -> &Job {
+        match self {
+            Enqueued::Created(job) | Enqueued::Duplicate(job) => job,
+        }
+    }
+
+    /// Whether the job was stored.
+    pub fn is_created(&self) -> bool {
+        matches!(self, Enqueued::Created(_))
     }
 }
 
@@ -238,9 +331,23 @@ pub struct Job {
     /// until the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<serde_json::Value>,
+    /// Its uniqueness key and policy, as enqueued; `None` for a job
+    /// enqueued without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique: Option<JobUnique>,
 }
 
 impl Job {
+    /// When its [`ForPeriod`](UniquePolicy::ForPeriod) key is released:
+    /// its creation plus the period. `None` for other policies and for a
+    /// job without a key.
+    pub fn unique_until(&self) -> Option<Timestamp> {
+        match self.unique.as_ref()?.policy {
+            UniquePolicy::ForPeriod(period) => Some(crate::clock::add(self.created_at, period)),
+            _ => None,
+        }
+    }
+
     /// The claim of its current holder, when it is claimed.
     pub fn claim(&self) -> Option<JobClaim> {
         match (&self.state, &self.owner) {

@@ -34,6 +34,8 @@ from ._types import (
     Renewed,
     Requeued,
     Settled,
+    Created,
+    Duplicate,
     ShutdownReport,
     Stale,
     Status,
@@ -162,6 +164,25 @@ class Store:
         requires: Optional[Iterable[str]] = None,
     ) -> Awaitable[Job]:
         """Enqueues a job; raises ``AlreadyExistsError`` for a taken id."""
+    def enqueue_unique(
+        self,
+        queue: str,
+        payload: Json,
+        *,
+        key: str,
+        policy: str = "while_unfinished",
+        period: Optional[Seconds] = None,
+        id: Optional[str] = None,
+        run_at: Optional[datetime] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+        requires: Optional[Iterable[str]] = None,
+    ) -> Awaitable[Union[Created, Duplicate]]:
+        """Enqueues a job unless a job of ``queue`` holds ``key``, atomically.
+
+        ``policy``: ``"while_queued"``, ``"while_unfinished"``, or
+        ``"for_period"`` with ``period`` seconds (whole milliseconds).
+        ``Duplicate`` names the job holding the key; nothing is stored."""
     def claim(
         self,
         queue: str,

@@ -283,6 +283,13 @@ class Job:
     #: The latest progress its holder reported with a renewal
     #: (``Store.renew_job_with_progress``); ``None`` until the first.
     progress: Any = field(default=None, hash=False, compare=True)
+    #: Its uniqueness key in the queue (``Store.enqueue_unique``), if any.
+    unique_key: Optional[str] = None
+    #: How it holds the key: ``"while_queued"``, ``"while_unfinished"`` or
+    #: ``"for_period"``; ``None`` without a key.
+    unique_policy: Optional[str] = None
+    #: When a ``"for_period"`` key is released (its creation plus the period).
+    unique_until: Optional[datetime] = None
 
     def claim(self) -> Optional["JobClaim"]:
         """The claim of the worker holding the job, while it is claimed."""
@@ -307,6 +314,21 @@ class ClaimedJob:
 
     job: Job
     claim: JobClaim
+
+
+@dataclass(frozen=True)
+class Created:
+    """``enqueue_unique`` stored the job: the job as stored."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """``enqueue_unique`` stored nothing: ``job`` holds the key in the queue
+    (as it now is)."""
+
+    job: Job
 
 
 @dataclass(frozen=True)

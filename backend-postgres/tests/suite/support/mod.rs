@@ -63,7 +63,8 @@ pub const DROP_JOB_CHECKS: &str = "ALTER TABLE $schema.jobs \
      DROP CONSTRAINT IF EXISTS jobs_state_known, \
      DROP CONSTRAINT IF EXISTS jobs_fence_counted, \
      DROP CONSTRAINT IF EXISTS jobs_dead_reason_known, \
-     DROP CONSTRAINT IF EXISTS jobs_taken_back_counted;";
+     DROP CONSTRAINT IF EXISTS jobs_taken_back_counted, \
+     DROP CONSTRAINT IF EXISTS jobs_unique_policy_known;";
 
 /// The SQL that applies the kit's `damage` to `target`, or `None` when a
 /// column's type cannot hold it (text for a timestamp, a fence beyond

@@ -51,6 +51,7 @@ pub async fn queue_enqueue_and_get_round_trip<S: JobQueue + 'static>(ctx: Ctx<S>
         taken_back: 0,
         taken_back_at: None,
         progress: None,
+        unique: None,
     };
     ensure_eq!(stored, expected, "enqueue answers the job as given");
     ensure_eq!(

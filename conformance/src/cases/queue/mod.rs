@@ -31,6 +31,7 @@ pub mod reuse;
 pub mod settle;
 pub mod take_back;
 mod twins;
+pub mod unique;
 
 use std::collections::BTreeSet;
 use std::fmt::Debug;

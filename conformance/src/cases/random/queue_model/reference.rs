@@ -70,6 +70,7 @@ impl Model {
                     taken_back: 0,
                     taken_back_at: None,
                     progress: None,
+                    unique: new.unique.clone(),
                 };
                 self.jobs.insert(job.id.clone(), job.clone());
                 job
