@@ -30,6 +30,21 @@ pub(crate) struct NewJobOp {
     pub(crate) max_attempts: u32,
     /// Requires `gpu`.
     pub(crate) gpu: bool,
+    /// A uniqueness key (one of [`KEYS`]) and how it is held; set only for
+    /// the unique enqueues.
+    pub(crate) unique: Option<(usize, UniqueChoice)>,
+}
+
+/// Uniqueness keys a run draws from: few, so keys meet often.
+pub(crate) const KEYS: usize = 2;
+
+/// How a job holds its key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum UniqueChoice {
+    WhileQueued,
+    WhileUnfinished,
+    /// For a period longer than the run.
+    ForTheRun,
 }
 
 /// What `fail` does.
@@ -62,6 +77,10 @@ pub(crate) enum Op {
     Enqueue(NewJobOp),
     /// Two or three jobs; ids may repeat (refused whole) or be in use.
     EnqueueBatch(Vec<NewJobOp>),
+    /// `enqueue_unique` of one job, with a key or (now and then) without.
+    EnqueueUnique(NewJobOp),
+    /// `enqueue_unique_batch` of two or three such jobs.
+    EnqueueUniqueBatch(Vec<NewJobOp>),
     Claim {
         queue: usize,
         worker: usize,
@@ -111,7 +130,25 @@ fn new_job() -> impl Strategy<Value = NewJobOp> {
             later,
             max_attempts,
             gpu,
+            unique: None,
         })
+}
+
+fn unique_choice() -> impl Strategy<Value = UniqueChoice> {
+    prop_oneof![
+        Just(UniqueChoice::WhileQueued),
+        Just(UniqueChoice::WhileUnfinished),
+        Just(UniqueChoice::ForTheRun),
+    ]
+}
+
+/// A job for the unique enqueues: keyed nine times in ten.
+fn keyed_job() -> impl Strategy<Value = NewJobOp> {
+    (
+        new_job(),
+        prop::option::weighted(0.9, (0..KEYS, unique_choice())),
+    )
+        .prop_map(|(job, unique)| NewJobOp { unique, ..job })
 }
 
 fn claims() -> impl Strategy<Value = Vec<ClaimPick>> {
@@ -131,6 +168,8 @@ fn op(short_leases: bool) -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => new_job().prop_map(Op::Enqueue),
         2 => prop::collection::vec(new_job(), 2..=3).prop_map(Op::EnqueueBatch),
+        4 => keyed_job().prop_map(Op::EnqueueUnique),
+        2 => prop::collection::vec(keyed_job(), 2..=3).prop_map(Op::EnqueueUniqueBatch),
         6 => (queue(), 0..WORKERS, 0..CAPABILITY_SETS.len(), 1..=3_usize, prop::bool::weighted(0.4))
             .prop_map(move |(queue, worker, capabilities, limit, short)| Op::Claim {
                 queue,

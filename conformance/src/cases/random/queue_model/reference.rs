@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tenure_lease_core::queue::{
     DeadReason, FailAction, Job, JobClaim, JobLoss, JobState, NewJob, QueueCounts, TakeBackRefusal,
+    UniquePolicy,
 };
 use tenure_lease_core::{clock, Timestamp};
 
@@ -20,6 +21,20 @@ pub(crate) enum EnqueueRefusal {
     AlreadyExists,
     /// An id appears twice in the batch.
     DuplicateInBatch,
+}
+
+/// Whether `job` holds its uniqueness key at `now`: queued (while
+/// queued), queued or claimed (while unfinished), or before its creation
+/// plus the period.
+fn holds_its_key(job: &Job, now: Timestamp) -> bool {
+    match job.unique.as_ref().map(|unique| unique.policy) {
+        Some(UniquePolicy::WhileQueued) => job.state == JobState::Queued,
+        Some(UniquePolicy::WhileUnfinished) => {
+            matches!(job.state, JobState::Queued | JobState::Claimed)
+        }
+        Some(UniquePolicy::ForPeriod(period)) => now < clock::add(job.created_at, period),
+        _ => false,
+    }
 }
 
 /// The jobs the store should hold.
@@ -48,34 +63,60 @@ impl Model {
 
     /// Enqueues `jobs` (already judged) at `now`; answers them as stored.
     pub(crate) fn enqueue(&mut self, jobs: &[NewJob], now: Timestamp) -> Vec<Job> {
+        jobs.iter().map(|new| self.create(new, now)).collect()
+    }
+
+    /// `enqueue_unique_batch` of `jobs` (ids already judged) at `now`: in
+    /// order, each created unless a job of its queue holds its key (that
+    /// job named, the earliest created, then least id); answers whether
+    /// each was created, with the job created or named.
+    pub(crate) fn enqueue_unique(&mut self, jobs: &[NewJob], now: Timestamp) -> Vec<(bool, Job)> {
         jobs.iter()
-            .map(|new| {
-                let job = Job {
-                    id: new.id.clone(),
-                    queue: new.queue.clone(),
-                    payload: new.payload.clone(),
-                    priority: new.priority,
-                    run_at: new.run_at.unwrap_or(now),
-                    attempt: 0,
-                    max_attempts: new.max_attempts,
-                    required_capabilities: new.required_capabilities.clone(),
-                    state: JobState::Queued,
-                    owner: None,
-                    fence: 0,
-                    lease_expires_at: None,
-                    last_error: None,
-                    dead_reason: None,
-                    created_at: now,
-                    updated_at: now,
-                    taken_back: 0,
-                    taken_back_at: None,
-                    progress: None,
-                    unique: new.unique.clone(),
-                };
-                self.jobs.insert(job.id.clone(), job.clone());
-                job
+            .map(|new| match self.key_holder(new, now) {
+                Some(holder) => (false, holder),
+                None => (true, self.create(new, now)),
             })
             .collect()
+    }
+
+    /// The job of `new`'s queue holding `new`'s key at `now`, if it has one.
+    fn key_holder(&self, new: &NewJob, now: Timestamp) -> Option<Job> {
+        let key = &new.unique.as_ref()?.key;
+        self.jobs
+            .values()
+            .filter(|job| job.queue == new.queue)
+            .filter(|job| job.unique.as_ref().is_some_and(|held| &held.key == key))
+            .filter(|job| holds_its_key(job, now))
+            .min_by_key(|job| (job.created_at, job.id.clone()))
+            .cloned()
+    }
+
+    /// Stores the job `new` describes at `now`; answers it.
+    fn create(&mut self, new: &NewJob, now: Timestamp) -> Job {
+        let job = Job {
+            id: new.id.clone(),
+            queue: new.queue.clone(),
+            payload: new.payload.clone(),
+            priority: new.priority,
+            run_at: new.run_at.unwrap_or(now),
+            attempt: 0,
+            max_attempts: new.max_attempts,
+            required_capabilities: new.required_capabilities.clone(),
+            state: JobState::Queued,
+            owner: None,
+            fence: 0,
+            lease_expires_at: None,
+            last_error: None,
+            dead_reason: None,
+            created_at: now,
+            updated_at: now,
+            taken_back: 0,
+            taken_back_at: None,
+            progress: None,
+            unique: new.unique.clone(),
+        };
+        self.jobs.insert(job.id.clone(), job.clone());
+        job
     }
 
     /// The ids `claim` hands out at `now`, best first: queued jobs of
@@ -306,11 +347,17 @@ impl Model {
     }
 
     /// Deletes every finished job (all of them: each finished at an earlier
-    /// step); answers how many.
-    pub(crate) fn purge_finished(&mut self) -> u64 {
+    /// step) but those holding a period's key at `now`; answers how many.
+    pub(crate) fn purge_finished(&mut self, now: Timestamp) -> u64 {
         let before = self.jobs.len();
-        self.jobs
-            .retain(|_, job| !matches!(job.state, JobState::Completed | JobState::DeadLettered));
+        self.jobs.retain(|_, job| {
+            let finished = matches!(job.state, JobState::Completed | JobState::DeadLettered);
+            let period_held = matches!(
+                job.unique.as_ref().map(|unique| unique.policy),
+                Some(UniquePolicy::ForPeriod(_))
+            ) && holds_its_key(job, now);
+            !finished || period_held
+        });
         (before - self.jobs.len()) as u64
     }
 

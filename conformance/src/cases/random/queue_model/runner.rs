@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use proptest::sample::Index;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, TakeBack,
+    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, TakeBack, UniquePolicy,
 };
 use tenure_lease_core::{clock, ErrorKind, Timestamp};
 
-use super::ops::{ClaimPick, FailChoice, NewJobOp, Op, CAPABILITY_SETS, IDS, QUEUES};
+use super::ops::{ClaimPick, FailChoice, NewJobOp, Op, UniqueChoice, CAPABILITY_SETS, IDS, QUEUES};
 use super::reference::{EnqueueRefusal, Model};
 use crate::cases::util::LONG_TTL;
 use crate::harness::Ctx;
@@ -279,6 +279,14 @@ impl<S: JobQueue> Run<'_, S> {
         if op.gpu {
             job = job.require("gpu");
         }
+        if let Some((key, choice)) = op.unique {
+            let policy = match choice {
+                UniqueChoice::WhileQueued => UniquePolicy::WhileQueued,
+                UniqueChoice::WhileUnfinished => UniquePolicy::WhileUnfinished,
+                UniqueChoice::ForTheRun => UniquePolicy::ForPeriod(BEYOND_THE_RUN),
+            };
+            job = job.unique(format!("key-{key}"), policy);
+        }
         job
     }
 
@@ -296,6 +304,19 @@ impl<S: JobQueue> Run<'_, S> {
                 let answer = self.ctx.store.enqueue_batch(&jobs).await;
                 let window = self.window(before).await?;
                 self.enqueued(window, &jobs, answer, "enqueue_batch")
+            }
+            Op::EnqueueUnique(new) => {
+                let job = self.new_job(new, before);
+                let answer = self.ctx.store.enqueue_unique(&job).await;
+                let window = self.window(before).await?;
+                let answer = answer.map(|answer| vec![answer]);
+                self.enqueued_unique(window, &[job], answer, "enqueue_unique")
+            }
+            Op::EnqueueUniqueBatch(news) => {
+                let jobs: Vec<NewJob> = news.iter().map(|new| self.new_job(new, before)).collect();
+                let answer = self.ctx.store.enqueue_unique_batch(&jobs).await;
+                let window = self.window(before).await?;
+                self.enqueued_unique(window, &jobs, answer, "enqueue_unique_batch")
             }
             Op::Claim {
                 queue,
@@ -383,8 +404,12 @@ impl<S: JobQueue> Run<'_, S> {
                     .purge_jobs(retention)
                     .await
                     .map_err(|error| store_error("purge_jobs", &error))?;
-                self.window(before).await?;
-                let expected = if *all { self.model.purge_finished() } else { 0 };
+                let window = self.window(before).await?;
+                let expected = if *all {
+                    self.model.purge_finished(window.before)
+                } else {
+                    0
+                };
                 if purged != expected {
                     return Err(differs(
                         &format!("purge_jobs({retention:?})'s count"),
@@ -394,6 +419,62 @@ impl<S: JobQueue> Run<'_, S> {
                 }
                 Ok(format!("purge_jobs({retention:?}) -> {purged}"))
             }
+        }
+    }
+
+    /// Judges a unique enqueue of `jobs` that answered `answer`: ids as a
+    /// plain enqueue, then each job created or named a duplicate of the
+    /// holder the model names, as it stands.
+    fn enqueued_unique(
+        &mut self,
+        window: Window,
+        jobs: &[NewJob],
+        answer: tenure_lease_core::Result<Vec<Enqueued>>,
+        operation: &str,
+    ) -> Result<String, String> {
+        let ids: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
+        match (self.model.judge_enqueue(jobs), answer) {
+            (Ok(()), Ok(answers)) => {
+                let got: Vec<(bool, Job)> = answers
+                    .iter()
+                    .map(|answer| (answer.is_created(), answer.job().clone()))
+                    .collect();
+                // Keys are judged at the store's instant, which only a
+                // created job shows; without one, every holder holds its
+                // key all run long, whatever the instant.
+                let now = match got.iter().find(|(created, _)| *created) {
+                    Some((_, job)) => {
+                        Self::stamped(window, job.created_at, "the enqueued job's created_at")?
+                    }
+                    None => window.before,
+                };
+                let expected = self.model.enqueue_unique(jobs, now);
+                if got != expected {
+                    return Err(differs(&format!("{operation} of {ids:?}"), &got, &expected));
+                }
+                let shape: Vec<&str> = got
+                    .iter()
+                    .map(|(created, _)| if *created { "created" } else { "duplicate" })
+                    .collect();
+                Ok(format!("{operation} {ids:?} -> {shape:?}"))
+            }
+            (Err(EnqueueRefusal::AlreadyExists), Err(error))
+                if error.kind() == ErrorKind::AlreadyExists =>
+            {
+                Ok(format!("{operation} {ids:?} -> AlreadyExists"))
+            }
+            (Err(EnqueueRefusal::DuplicateInBatch), Err(error))
+                if error.kind() == ErrorKind::InvalidInput =>
+            {
+                Ok(format!("{operation} {ids:?} -> InvalidInput (an id twice)"))
+            }
+            (expected, answer) => Err(format!(
+                "{operation} of {ids:?} answered {:?}; the model expects {expected:?}",
+                answer.map(|answers| answers
+                    .iter()
+                    .map(|answer| (answer.is_created(), brief(answer.job())))
+                    .collect::<Vec<_>>())
+            )),
         }
     }
 
