@@ -4,7 +4,7 @@
 //! | key | value |
 //! | --- | --- |
 //! | `<prefix>/fence` | empty: put blindly by every fence draw, whose revision the fences come from |
-//! | `<prefix>/unique` | the id of the job last enqueued with a uniqueness key: read and written by every such enqueue, so two are never judged on the same jobs |
+//! | `<prefix>/unique` | the id of the job last created with a uniqueness key: read by every enqueue with a key and written by every one that creates a keyed job, so two are never judged on the same jobs |
 //! | `<prefix>/r/<id>` | a lease record, JSON |
 //! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
 //! | `<prefix>/j/<id>` | a job, JSON |

@@ -624,7 +624,9 @@ impl Runner {
     }
 
     /// Reads `reads` into `snapshot`, as few etcd reads as the transaction
-    /// limit allows.
+    /// limit allows: keys first, then prefixes, so a key is never read at a
+    /// later revision than a prefix (the unique enqueue's guard relies on
+    /// it).
     async fn fetch(&self, snapshot: &mut Snapshot, reads: Reads) -> Result<()> {
         let mut asked: Vec<(String, bool)> = reads
             .keys

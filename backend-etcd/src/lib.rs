@@ -71,7 +71,9 @@
 //! * Transactions: a claim takes at most `max_txn_ops / 2` jobs at once
 //!   (each with its liveness key), a `renew_many` renews in parts of
 //!   `max_txn_ops / 2`, 8 in flight, and an admission over `n` scopes
-//!   compares about `2n + 3` keys, a job batch of `n` jobs writes `n`: raise the cluster's `--max-txn-ops` (default 128) and set
+//!   compares about `2n + 3` keys, a job batch of `n` jobs writes `n`
+//!   (`n + 1` with uniqueness keys: the store's guard key too): raise the
+//!   cluster's `--max-txn-ops` (default 128) and set
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
 //!   batches, and `--max-request-bytes` (default 1.5 MiB) for large
 //!   payloads. A transaction over the limit answers `Config` saying so.
@@ -87,8 +89,12 @@
 //!   closed connection. [`EtcdStore::member_count`] tells `tenure check`
 //!   how many members there are.
 //! * Scans (`list_expired`, `list_active`, `list_by_scope`, `purge`, the
-//!   queue's `claim`, `reap`, `list_dead_letters`) read the whole prefix of
-//!   their kind: keep a prefix to one application, and retention on.
+//!   queue's `claim`, `reap`, `list_dead_letters`, `enqueue_unique`) read
+//!   the whole prefix of their kind: keep a prefix to one application, and
+//!   retention on. Every enqueue with a uniqueness key reads one guard key
+//!   of the store and every one that creates a keyed job writes it, so
+//!   keyed enqueues of a store, whatever their queue and key, are decided
+//!   one after another (a loser of the race decides again).
 //!
 //! ## What a leader change does
 //!

@@ -72,7 +72,12 @@ impl EtcdStore {
         self.runner
             .run(reads, |tx| {
                 let now = tx.now();
-                operation(&mut Jobs { store: self, tx }, now)
+                let mut jobs = Jobs {
+                    store: self,
+                    tx,
+                    keyed: None,
+                };
+                operation(&mut jobs, now)
             })
             .await
     }
@@ -82,6 +87,9 @@ impl EtcdStore {
 struct Jobs<'a, 's> {
     store: &'a EtcdStore,
     tx: &'a mut Tx<'s>,
+    /// The jobs with a uniqueness key as the attempt's scan read them,
+    /// decoded once for every keyed job of a batch.
+    keyed: Option<Vec<Job>>,
 }
 
 impl JobTransaction for Jobs<'_, '_> {
@@ -114,13 +122,24 @@ impl JobTransaction for Jobs<'_, '_> {
     /// is judged again.
     fn unique_holders(&mut self, queue: &str, key: &str) -> Result<Vec<Job>> {
         self.tx.read(self.store.keys.unique())?;
-        Ok(self
-            .store
-            .scan_jobs(self.tx)
-            .into_iter()
+        let keyed = match &mut self.keyed {
+            Some(keyed) => keyed,
+            unread => {
+                let scanned = self.store.scan_jobs(self.tx);
+                unread.insert(
+                    scanned
+                        .into_iter()
+                        .filter(|job| job.unique.is_some())
+                        .collect(),
+                )
+            }
+        };
+        Ok(keyed
+            .iter()
             .filter(|job| {
                 job.queue == queue && job.unique.as_ref().is_some_and(|held| held.key == key)
             })
+            .cloned()
             .collect())
     }
 
@@ -171,6 +190,10 @@ impl QueueBackend for EtcdStore {
         let jobs = jobs.get();
         let keyed = jobs.iter().any(|job| job.unique.is_some());
         let ids = jobs.iter().map(|job| self.keys.job(&job.id));
+        // Keys are read before prefixes (`Cluster::fetch`), so the guard is
+        // never read at a later revision than the scan of the jobs: a rival
+        // that committed between them changed the guard after it was read,
+        // and fails this decision's compare.
         let guard = keyed.then(|| self.keys.unique().to_owned());
         let mut reads = Reads::keys(ids.chain(guard));
         if keyed {

@@ -16,8 +16,8 @@ use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
 use sqlx::{Decode, Row, Type};
 use tenure_lease_core::backend::queue_rules as rules;
-use tenure_lease_core::queue::{DeadReason, Job, JobState, JobUnique, UniquePolicy};
-use tenure_lease_core::{clock, Error, LeaseRecord, SkippedRecord, Status, Timestamp};
+use tenure_lease_core::queue::{DeadReason, Job, JobState};
+use tenure_lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
 
 /// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC), the
 /// origin of a binary `timestamptz`.
@@ -232,13 +232,14 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
     }
     let capabilities: Vec<String> = get!("required_capabilities");
     let created_at = at!("created_at");
-    let unique = unique(
+    let unique_policy: Option<String> = get!("unique_policy");
+    let unique = rules::stored_unique(
         get!("unique_key"),
-        get!("unique_policy"),
+        unique_policy.as_deref(),
         at!("unique_until", nullable),
         created_at,
     )
-    .map_err(|(column, reason)| fail(column, reason))?;
+    .map_err(|reason| fail("unique_key", reason))?;
     let taken_back: i64 = get!("taken_back");
     let (taken_back, taken_back_at) = rules::stored_take_back_trace(
         u32::try_from(taken_back)
@@ -268,50 +269,6 @@ pub(crate) fn job(row: &PgRow) -> Result<Job, Undecodable> {
         unique,
         id,
     })
-}
-
-/// A job's uniqueness from its columns (migration 0012): all three NULL
-/// for a job without a key; else the key, its policy's kind and, for a
-/// period only, the period's end after `created_at` (the period is the
-/// difference). The error names the column at fault.
-fn unique(
-    key: Option<String>,
-    kind: Option<String>,
-    until: Option<Timestamp>,
-    created_at: Timestamp,
-) -> Result<Option<JobUnique>, (&'static str, String)> {
-    let (key, kind) = match (key, kind) {
-        (None, None) => {
-            return match until {
-                None => Ok(None),
-                Some(_) => Err(("unique_until", "is set for a job without a key".to_owned())),
-            }
-        }
-        (Some(_), None) => return Err(("unique_policy", "is missing for a key".to_owned())),
-        (None, Some(_)) => return Err(("unique_key", "is missing for a policy".to_owned())),
-        (Some(key), Some(kind)) => (key, kind),
-    };
-    let policy = match (kind.as_str(), until) {
-        ("while_queued", None) => UniquePolicy::WhileQueued,
-        ("while_unfinished", None) => UniquePolicy::WhileUnfinished,
-        ("for_period", Some(until)) => {
-            let period = (until > created_at)
-                .then(|| clock::until(created_at, until))
-                .ok_or_else(|| {
-                    (
-                        "unique_until",
-                        format!("{until} is not after the job's creation ({created_at})"),
-                    )
-                })?;
-            UniquePolicy::ForPeriod(period)
-        }
-        ("for_period", None) => return Err(("unique_until", "is missing for a period".to_owned())),
-        ("while_queued" | "while_unfinished", Some(_)) => {
-            return Err(("unique_until", format!("is set for policy {kind}")))
-        }
-        _ => return Err(("unique_policy", format!("unknown policy {kind:?}"))),
-    };
-    Ok(Some(JobUnique { key, policy }))
 }
 
 /// Reads a row that is known to hold a job (point reads, fenced writes):

@@ -5,6 +5,7 @@
 //! needs is a bound parameter.
 
 use tenure_lease_core::backend::queue_rules::MAX_ATTEMPTS;
+use tenure_lease_core::limits::{MAX_NAME_BYTES, MAX_UNIQUE_PERIOD};
 use tenure_lease_core::queue::DeadReason;
 
 use crate::config::SchemaName;
@@ -62,7 +63,11 @@ fn decodable_job() -> String {
          AND taken_back BETWEEN 0 AND {} AND (taken_back_at IS NULL OR {}) \
          AND (taken_back = 0) = (taken_back_at IS NULL) \
          AND (unique_key IS NULL) = (unique_policy IS NULL) \
+         AND (unique_key IS NULL OR (octet_length(unique_key) BETWEEN 1 AND {} \
+           AND unique_key !~ '[\\u0001-\\u001f\\u007f-\\u009f]')) \
          AND (CASE unique_policy WHEN 'for_period' THEN {} AND unique_until > created_at \
+           AND unique_until - created_at <= interval '{} seconds' \
+           AND (EXTRACT(EPOCH FROM unique_until - created_at) * 1000000)::bigint % 1000 = 0 \
            WHEN 'while_queued' THEN unique_until IS NULL \
            WHEN 'while_unfinished' THEN unique_until IS NULL \
            ELSE unique_policy IS NULL AND unique_until IS NULL END) \
@@ -74,7 +79,9 @@ fn decodable_job() -> String {
         dead_reasons.join(", "),
         u32::MAX,
         instant("taken_back_at"),
+        MAX_NAME_BYTES,
         instant("unique_until"),
+        MAX_UNIQUE_PERIOD.as_secs(),
     )
 }
 

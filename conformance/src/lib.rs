@@ -454,6 +454,7 @@ define_cases! {$
         queue::progress::queue_progress_is_recorded_with_a_renewal,
         queue::progress::queue_progress_bounds_are_exact,
         queue::unique::queue_unique_duplicate_names_the_holder,
+        queue::unique::queue_unique_duplicate_names_the_earliest_holder,
         queue::unique::queue_unique_key_is_freed_when_its_job_leaves_the_policy,
         queue::unique::queue_unique_period_ends_exactly,
         queue::unique::queue_unique_period_holds_then_frees,

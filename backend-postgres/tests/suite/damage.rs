@@ -121,6 +121,14 @@ const UNIQUE_DAMAGES: &[(&str, bool)] = &[
     ("unique_policy = NULL, unique_until = NULL", true),
     ("unique_key = NULL, unique_policy = NULL", true),
     (
+        "unique_until = created_at + interval '1001 microseconds'",
+        true,
+    ),
+    ("unique_until = created_at + interval '367 days'", true),
+    ("unique_key = ''", true),
+    ("unique_key = E'line\\nbreak'", true),
+    ("unique_key = repeat('k', 257)", true),
+    (
         "unique_key = NULL, unique_policy = NULL, unique_until = NULL",
         false,
     ),

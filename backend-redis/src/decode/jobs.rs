@@ -9,8 +9,8 @@ use std::collections::{BTreeSet, HashMap};
 use redis::Value;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::queue::{
-    ClaimedJob, DeadReason, Enqueued, Job, JobLoss, JobRenewal, JobSettle, JobState, JobUnique,
-    NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
+    ClaimedJob, DeadReason, Enqueued, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
+    OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
 use tenure_lease_core::{Error, Result, Timestamp};
 
@@ -64,9 +64,9 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
         instant("taken_back_at")?,
     )?;
     let created_at = required_instant("created")?;
-    let unique = stored_unique(
+    let unique = rules::stored_unique(
         optional_text("unique_key")?,
-        optional_text("unique_policy")?,
+        optional_text("unique_policy")?.as_deref(),
         instant("unique_until")?,
         created_at,
     )?;
@@ -102,45 +102,6 @@ fn decode_job_fields(raw: &RawRecord) -> std::result::Result<Job, String> {
         progress: super::progress(raw)?,
         unique,
     })
-}
-
-/// A stored job's uniqueness key and policy from its `unique_key`,
-/// `unique_policy` (the policy's [kind](UniquePolicy::kind)) and
-/// `unique_until` fields, checked as `job_of` in `lua/queue_common.lua`
-/// checks them: a key and a known kind, or neither; an end exactly for
-/// `for_period`, after `created_at`, the period being the time between.
-fn stored_unique(
-    key: Option<String>,
-    kind: Option<String>,
-    until: Option<Timestamp>,
-    created_at: Timestamp,
-) -> std::result::Result<Option<JobUnique>, String> {
-    let (key, kind) = match (key, kind) {
-        (Some(key), Some(kind)) => (key, kind),
-        (None, None) if until.is_none() => return Ok(None),
-        (None, None) => return Err("unique_until is set but unique_policy is missing".to_owned()),
-        (Some(_), None) => return Err("unique_key is set but unique_policy is missing".to_owned()),
-        (None, Some(_)) => return Err("unique_policy is set but unique_key is missing".to_owned()),
-    };
-    let policy = match (kind.as_str(), until) {
-        ("while_queued", None) => UniquePolicy::WhileQueued,
-        ("while_unfinished", None) => UniquePolicy::WhileUnfinished,
-        ("for_period", Some(until)) => UniquePolicy::ForPeriod(
-            (until - created_at)
-                .to_std()
-                .ok()
-                .filter(|period| !period.is_zero())
-                .ok_or("unique_until is not after created")?,
-        ),
-        ("for_period", None) => {
-            return Err("unique_policy is for_period but unique_until is missing".to_owned())
-        }
-        ("while_queued" | "while_unfinished", Some(_)) => {
-            return Err(format!("unique_until is set but unique_policy is {kind}"))
-        }
-        _ => return Err(format!("unknown uniqueness policy {kind:?}")),
-    };
-    Ok(Some(JobUnique { key, policy }))
 }
 
 /// Decodes a stored job, answering [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt)
@@ -379,6 +340,7 @@ pub(crate) fn count_page(reply: Value) -> Result<(String, Vec<CountedJob>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenure_lease_core::queue::{JobUnique, UniquePolicy};
 
     fn bulk(text: &str) -> Value {
         Value::BulkString(text.as_bytes().to_vec())

@@ -112,6 +112,12 @@ local function job_of(key, id, fields, flat, caps)
   if not pcall(cjson.decode, fields.payload or '') then
     corrupt(key, 'payload is not JSON')
   end
+  if fields.progress ~= nil then
+    local decoded, progress = pcall(cjson.decode, fields.progress)
+    if not decoded or progress == cjson.null then
+      corrupt(key, 'progress is not JSON, or is a JSON null')
+    end
+  end
   local job = {
     id = id,
     key = key,
@@ -156,8 +162,17 @@ local function job_of(key, id, fields, flat, caps)
   if (policy == 'for_period') ~= (fields.unique_until ~= nil) then
     corrupt(key, 'unique_until and unique_policy disagree')
   end
-  if fields.unique_until ~= nil and timestamp(key, fields, 'unique_until') <= job.created then
-    corrupt(key, 'unique_until is not after created')
+  if fields.unique_until ~= nil then
+    -- validate::job_unique: whole milliseconds, at most 366 days.
+    local period = timestamp(key, fields, 'unique_until') - job.created
+    if period <= 0 or period > 31622400000000 or period % 1000 ~= 0 then
+      corrupt(key, 'unique_until does not end a period of whole milliseconds up to 366 days')
+    end
+  end
+  local unique_key = fields.unique_key
+  if unique_key ~= nil and (#unique_key == 0 or #unique_key > 256
+      or string.find(unique_key, '%c') or string.find(unique_key, '\194[\128-\159]')) then
+    corrupt(key, 'unique_key is no name (1 to 256 bytes, no control characters)')
   end
   return job
 end

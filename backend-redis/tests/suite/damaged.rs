@@ -95,6 +95,8 @@ const JOB_DAMAGES: &[Damage] = &[
     ("unique_key", Some(b"k")),
     ("unique_policy", Some(b"while_queued")),
     ("unique_until", Some(b"1700000000000000")),
+    ("progress", Some(b"{not json")),
+    ("progress", Some(b"null")),
 ];
 
 /// Damages to the uniqueness fields of a job enqueued with a key, each
@@ -103,6 +105,11 @@ const UNIQUE_DAMAGES: &[(UniquePolicy, Damage)] = &[
     (UniquePolicy::WhileQueued, ("unique_policy", Some(b"bogus"))),
     (UniquePolicy::WhileQueued, ("unique_policy", None)),
     (UniquePolicy::WhileQueued, ("unique_key", None)),
+    (UniquePolicy::WhileQueued, ("unique_key", Some(b""))),
+    (
+        UniquePolicy::WhileQueued,
+        ("unique_key", Some(b"line\nbreak")),
+    ),
     (
         UniquePolicy::WhileQueued,
         ("unique_until", Some(b"9000000000000000")),

@@ -216,7 +216,8 @@ pub enum UniquePolicy {
     /// [`Claimed`](JobState::Claimed): one job unfinished per key.
     WhileUnfinished,
     /// From its enqueue (the store's clock) for this long, whatever its
-    /// state, purged or not: at most one job per key and period
+    /// state (`purge_jobs` keeps it until then): at most one job per key
+    /// and period
     /// ([`MIN_UNIQUE_PERIOD`](crate::limits::MIN_UNIQUE_PERIOD) to
     /// [`MAX_UNIQUE_PERIOD`](crate::limits::MAX_UNIQUE_PERIOD)).
     ForPeriod(Duration),

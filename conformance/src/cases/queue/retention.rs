@@ -22,7 +22,7 @@ use serde_json::json;
 use tenure_lease_core::backend::validate::MAX_RETENTION;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, DeadReason, FailAction, Job, JobLoss, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, TakeBack, TakeBackRefusal,
+    JobState, NewJob, OperatorRetry, TakeBack, TakeBackRefusal, UniquePolicy,
 };
 use tenure_lease_core::{
     clock, AdmitRequest, JobQueue, LeaseRecord, StatusChange, TakeoverRequest, Timestamp,
@@ -662,6 +662,21 @@ async fn round_of_work<S: JobQueue>(
                 return Err(Failure("the reaped job is taken back".into()));
             }
             reaped(ctx, job_in(&queue, &id("reaped"))).await?;
+            // With uniqueness keys, whose indexes must go with their jobs.
+            let policies = [
+                ("unique-queued", UniquePolicy::WhileQueued),
+                ("unique-unfinished", UniquePolicy::WhileUnfinished),
+            ];
+            for (path, policy) in policies {
+                let keyed = job_in(&queue, &id(path)).unique(id(path), policy);
+                ctx.store.enqueue_unique(&keyed).await?;
+                let held = claim_only(ctx, &queue, "worker-d", LONG_TTL, &id(path)).await?;
+                settled(
+                    ctx.store.complete(&held.claim).await?,
+                    JobState::Completed,
+                    "complete",
+                )?;
+            }
             for path in [
                 "completed",
                 "dead",
@@ -669,6 +684,8 @@ async fn round_of_work<S: JobQueue>(
                 "operator",
                 "taken-back",
                 "reaped",
+                "unique-queued",
+                "unique-unfinished",
             ] {
                 names.jobs.push(id(path));
             }

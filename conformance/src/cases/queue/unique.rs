@@ -196,6 +196,36 @@ pub async fn queue_unique_key_is_freed_when_its_job_leaves_the_policy<S: JobQueu
     Ok(())
 }
 
+/// Two jobs may hold one key at once (a job requeued for a retry holds its
+/// key again while another took it meanwhile): a duplicate names the
+/// earliest created of them, and the key stays held until neither holds it.
+pub async fn queue_unique_duplicate_names_the_earliest_holder<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let request = ClaimRequest::new(QUEUE, "worker-a", LONG_TTL);
+    let first = created(&ctx, &keyed("e-1", "e", UniquePolicy::WhileQueued)).await?;
+    let claimed = claim(&ctx, &request, &[first.id.as_str()]).await?;
+    let first_claim = claimed
+        .first()
+        .map(|each| each.claim.clone())
+        .ok_or_else(|| Failure("nothing was claimed".into()))?;
+    ctx.advance(super::TICK).await?;
+    let second = created(&ctx, &keyed("e-2", "e", UniquePolicy::WhileQueued)).await?;
+    let retry = FailAction::Retry {
+        backoff: LONG_PERIOD,
+    };
+    settled(
+        &ctx,
+        ctx.store.fail(&first_claim, "again", retry).await?,
+        "fail with a retry",
+    )
+    .await?;
+    duplicate_of(&ctx, &keyed("e-3", "e", UniquePolicy::WhileQueued), "e-1").await?;
+    claim(&ctx, &request, &[second.id.as_str()]).await?;
+    duplicate_of(&ctx, &keyed("e-4", "e", UniquePolicy::WhileQueued), "e-1").await?;
+    Ok(())
+}
+
 /// A `ForPeriod` key is held from the holder's creation for exactly the
 /// period, whatever the holder's state: the microsecond before its end a
 /// job with the key is a duplicate, at its end it is created.
@@ -218,6 +248,8 @@ pub async fn queue_unique_period_ends_exactly<S: JobQueue + 'static>(ctx: Ctx<S>
         .first()
         .map(|each| each.claim.clone())
         .ok_or_else(|| Failure("nothing was claimed".into()))?;
+    // Finished half-way through: the period still counts from the creation.
+    manual.advance_to(clock::add(holder.created_at, period / 2));
     settled(
         &ctx,
         ctx.store.complete(&claim_of_holder).await?,
@@ -302,6 +334,12 @@ pub async fn queue_unique_batch_is_judged_in_order<S: JobQueue + 'static>(
             "a duplicate in a batch stores nothing"
         );
     }
+    super::expect_already_exists(
+        ctx.store
+            .enqueue_unique(&keyed("b-1", "k-1", UniquePolicy::WhileQueued))
+            .await,
+        "a taken id whose key is held: ids are judged first",
+    )?;
     let refused = [
         keyed("c-1", "k-3", UniquePolicy::WhileQueued),
         keyed("b-1", "k-4", UniquePolicy::WhileQueued),
@@ -372,6 +410,12 @@ pub async fn race_queue_unique_enqueues_exactly_one_wins<S: JobQueue + 'static>(
             "every racing enqueue names the one created"
         );
     }
+    let stored = ctx.store.list_jobs(QUEUE, None, RACERS + 1).await?;
+    ensure_eq!(
+        stored.iter().map(|job| job.id.as_str()).collect::<Vec<_>>(),
+        vec![winner.id.as_str()],
+        "exactly the racer created is stored"
+    );
 
     for round in 0..CROSSED_ROUNDS {
         let (left, right) = (format!("left-{round}"), format!("right-{round}"));

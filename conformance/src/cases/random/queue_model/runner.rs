@@ -130,6 +130,32 @@ fn store_error(operation: &str, error: &tenure_lease_core::Error) -> String {
     format!("{operation} answered an error: {error}")
 }
 
+/// Judges an enqueue of `ids` that was not answered with jobs as the model
+/// expected: a refusal the model expects is the step's success;
+/// `answer` is the store's, each job in brief.
+fn refused(
+    operation: &str,
+    ids: &[&str],
+    expected: Result<(), EnqueueRefusal>,
+    answer: tenure_lease_core::Result<Vec<String>>,
+) -> Result<String, String> {
+    match (expected, answer) {
+        (Err(EnqueueRefusal::AlreadyExists), Err(error))
+            if error.kind() == ErrorKind::AlreadyExists =>
+        {
+            Ok(format!("{operation} {ids:?} -> AlreadyExists"))
+        }
+        (Err(EnqueueRefusal::DuplicateInBatch), Err(error))
+            if error.kind() == ErrorKind::InvalidInput =>
+        {
+            Ok(format!("{operation} {ids:?} -> InvalidInput (an id twice)"))
+        }
+        (expected, answer) => Err(format!(
+            "{operation} of {ids:?} answered {answer:?}; the model expects {expected:?}"
+        )),
+    }
+}
+
 /// A job in a transcript line.
 fn brief(job: &Job) -> String {
     format!("{}:{}#{}", job.id, job.state.as_str(), job.fence)
@@ -458,23 +484,20 @@ impl<S: JobQueue> Run<'_, S> {
                     .collect();
                 Ok(format!("{operation} {ids:?} -> {shape:?}"))
             }
-            (Err(EnqueueRefusal::AlreadyExists), Err(error))
-                if error.kind() == ErrorKind::AlreadyExists =>
-            {
-                Ok(format!("{operation} {ids:?} -> AlreadyExists"))
-            }
-            (Err(EnqueueRefusal::DuplicateInBatch), Err(error))
-                if error.kind() == ErrorKind::InvalidInput =>
-            {
-                Ok(format!("{operation} {ids:?} -> InvalidInput (an id twice)"))
-            }
-            (expected, answer) => Err(format!(
-                "{operation} of {ids:?} answered {:?}; the model expects {expected:?}",
-                answer.map(|answers| answers
-                    .iter()
-                    .map(|answer| (answer.is_created(), brief(answer.job())))
-                    .collect::<Vec<_>>())
-            )),
+            (expected, answer) => refused(
+                operation,
+                &ids,
+                expected,
+                answer.map(|answers| {
+                    answers
+                        .iter()
+                        .map(|answer| match answer {
+                            Enqueued::Created(job) => format!("created {}", brief(job)),
+                            _ => format!("duplicate of {}", brief(answer.job())),
+                        })
+                        .collect()
+                }),
+            ),
         }
     }
 
@@ -503,20 +526,12 @@ impl<S: JobQueue> Run<'_, S> {
                 }
                 Ok(format!("{operation} {ids:?} -> enqueued"))
             }
-            (Err(EnqueueRefusal::AlreadyExists), Err(error))
-                if error.kind() == ErrorKind::AlreadyExists =>
-            {
-                Ok(format!("{operation} {ids:?} -> AlreadyExists"))
-            }
-            (Err(EnqueueRefusal::DuplicateInBatch), Err(error))
-                if error.kind() == ErrorKind::InvalidInput =>
-            {
-                Ok(format!("{operation} {ids:?} -> InvalidInput (an id twice)"))
-            }
-            (expected, answer) => Err(format!(
-                "{operation} of {ids:?} answered {:?}; the model expects {expected:?}",
-                answer.map(|jobs| jobs.iter().map(brief).collect::<Vec<_>>())
-            )),
+            (expected, answer) => refused(
+                operation,
+                &ids,
+                expected,
+                answer.map(|jobs| jobs.iter().map(brief).collect()),
+            ),
         }
     }
 
