@@ -462,6 +462,7 @@ define_cases! {$
         queue::unique::race_queue_unique_enqueues_exactly_one_wins,
         queue::unique::queue_unique_purge_keeps_period_holders,
         queue::unique::queue_unique_bounds_are_exact,
+        queue::unique::queue_unique_tricky_keys_never_collide,
         queue::renew_jobs::queue_renew_jobs_answers_each_claim_as_renew_job_would,
         queue::renew_jobs::queue_renew_jobs_refuses_bad_batches,
         queue::renew_jobs::queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins,
@@ -551,6 +552,7 @@ define_cases! {$
             queue_counts_name_every_queue_with_its_jobs_by_state,
             race_queue_unique_enqueues_exactly_one_wins,
             queue_unique_batch_is_judged_in_order,
+            queue_unique_tricky_keys_never_collide,
         ]
         gates: [
             race_gate_checks_leave_the_highest_and_refusals_are_truthful,

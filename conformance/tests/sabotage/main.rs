@@ -690,6 +690,40 @@ impl Bug for WhileQueuedHeldWhileClaimed {
     }
 }
 
+/// Uniqueness keys compared without their case: `Case` and `case` are one
+/// key (stored folded, answered as given).
+#[derive(Default)]
+struct UniqueKeysFoldCase;
+
+#[async_trait]
+impl Bug for UniqueKeysFoldCase {
+    async fn enqueue_unique_batch(
+        &self,
+        honest: &MemoryStore,
+        jobs: &[NewJob],
+    ) -> Result<Vec<Enqueued>> {
+        let folded: Vec<NewJob> = jobs
+            .iter()
+            .map(|new| match &new.unique {
+                Some(unique) => new.clone().unique(unique.key.to_lowercase(), unique.policy),
+                None => new.clone(),
+            })
+            .collect();
+        let answers = honest.enqueue_unique_batch(&folded).await?;
+        Ok(answers
+            .into_iter()
+            .zip(jobs)
+            .map(|(answer, new)| match answer {
+                Enqueued::Created(job) => Enqueued::Created(Job {
+                    unique: new.unique.clone(),
+                    ..job
+                }),
+                other => other,
+            })
+            .collect())
+    }
+}
+
 /// A period that ends a millisecond late: the key is still held at the
 /// instant the period ends.
 #[derive(Default)]
@@ -1801,6 +1835,11 @@ async fn catches_a_while_queued_key_held_while_claimed() {
         "queue_model_based_random_operations",
     ])
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_unique_keys_compared_without_their_case() {
+    assert_caught::<UniqueKeysFoldCase>(&["queue_unique_tricky_keys_never_collide"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -527,6 +527,38 @@ pub async fn queue_unique_purge_keeps_period_holders<S: JobQueue + 'static>(
     Ok(())
 }
 
+/// Keys are kept verbatim and never collide: every tricky name (case,
+/// trailing space, normalisation, prefixes, separators, the length limit)
+/// is its own key in one queue, and keys and queues joined with a
+/// separator (`a` + `::b`, `a:` + `:b`) stay apart.
+pub async fn queue_unique_tricky_keys_never_collide<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let names = super::names::names();
+    let mut pairs: Vec<(String, String)> = names
+        .iter()
+        .map(|name| (QUEUE.to_owned(), name.clone()))
+        .collect();
+    for queue in ["a", "a:", "a::"] {
+        for key in ["b", ":b", "::b", "a:b"] {
+            pairs.push((queue.to_owned(), key.to_owned()));
+        }
+    }
+    for (index, (queue, key)) in pairs.iter().enumerate() {
+        let new = NewJob::new(queue.as_str(), json!({}))
+            .id(format!("first-{index}"))
+            .unique(key.as_str(), UniquePolicy::WhileQueued);
+        created(&ctx, &new).await?;
+    }
+    for (index, (queue, key)) in pairs.iter().enumerate() {
+        let again = NewJob::new(queue.as_str(), json!({}))
+            .id(format!("again-{index}"))
+            .unique(key.as_str(), UniquePolicy::WhileUnfinished);
+        duplicate_of(&ctx, &again, &format!("first-{index}")).await?;
+    }
+    Ok(())
+}
+
 /// The bounds of a uniqueness key and of a period, each reached exactly
 /// from both sides: a key is a name (1 to `MAX_NAME_BYTES` bytes, no
 /// control character), a period whole milliseconds from
