@@ -226,6 +226,7 @@ mod cluster {
         if let Some(reason) = PrivateRedisCluster::unavailable_reason() {
             return tenure_conformance::skip_unless_required(TEST, &reason);
         }
+        let _turn = crate::common::REPLICATED_TURN.lock().await;
         let cluster = PrivateRedisCluster::start_with_replicas(3, true)
             .await
             .expect("a private cluster with replicas");

@@ -17,7 +17,9 @@ use tenure_conformance::damage::{BadTime, Damage, DamageOutcome, Damager, Target
 use tenure_conformance::offset_clock::{ClockOffsetter, OffsetStore};
 use tenure_conformance::reopen::Reopener;
 use tenure_conformance::suites::deployment::{DeploymentSupport, Misdeployment};
-use tenure_conformance::suites::nemesis::{FailoverSupport, NemesisSupport, Topology};
+use tenure_conformance::suites::nemesis::{
+    FailoverControl, FailoverSupport, NemesisSupport, Topology,
+};
 use tenure_conformance::suites::network::{
     BehindFaults, CutAfter, NetworkProfile, NetworkSupport, RoundTrips, ScopeAfterCut,
 };
@@ -376,26 +378,63 @@ impl FailoverSupport<RedisStore> for RedisFactory {
     }
 
     async fn start_topology(&self) -> tenure_lease_core::Result<Topology<RedisStore>> {
-        if self.topology == Deployment::Cluster {
-            return cluster_topology().await;
-        }
-        let sentinels = PrivateSentinels::start(1).await.map_err(|error| {
-            Error::unavailable("cannot start a private Sentinel deployment").with_source(error)
-        })?;
-        let mut config = RedisConfig::new(sentinels.url(), "failover")
-            .refuse_fences_from_before_failover(true)
-            .operation_timeout(RESTART_CALL_TIMEOUT)
-            .connect_timeout(RESTART_CALL_TIMEOUT);
-        if self.waits_for_replicas {
-            config = config.wait_for_replicas(1, REPLICA_WAIT);
-        }
+        let turn = REPLICATED_TURN.lock().await;
+        let topology = if self.topology == Deployment::Cluster {
+            cluster_topology().await?
+        } else {
+            sentinel_topology(self.waits_for_replicas).await?
+        };
         Ok(Topology {
-            store: RedisStore::connect(config).await?,
-            control: Box::new(sentinels),
-            asynchronous: !self.waits_for_replicas,
-            failover_every: Duration::from_millis(2500),
+            control: Box::new(OnItsTurn {
+                control: topology.control,
+                _turn: turn,
+            }),
+            ..topology
         })
     }
+}
+
+/// Private deployments with replicas, one at a time in this test binary:
+/// each runs several servers through repeated failovers, and two at once
+/// on a two-core machine starve each other's replication and Sentinels
+/// past the bounds the tests allow.
+pub(crate) static REPLICATED_TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A failover control that holds [`REPLICATED_TURN`] until it is dropped
+/// (the topology stopped).
+struct OnItsTurn {
+    control: Box<dyn FailoverControl>,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
+}
+
+#[async_trait]
+impl FailoverControl for OnItsTurn {
+    async fn fail_over(&mut self) -> std::io::Result<()> {
+        self.control.fail_over().await
+    }
+}
+
+/// A private primary with a replica behind three Sentinels; the store
+/// follows its failovers, and its gates refuse fences from before one.
+async fn sentinel_topology(
+    waits_for_replicas: bool,
+) -> tenure_lease_core::Result<Topology<RedisStore>> {
+    let sentinels = PrivateSentinels::start(1).await.map_err(|error| {
+        Error::unavailable("cannot start a private Sentinel deployment").with_source(error)
+    })?;
+    let mut config = RedisConfig::new(sentinels.url(), "failover")
+        .refuse_fences_from_before_failover(true)
+        .operation_timeout(RESTART_CALL_TIMEOUT)
+        .connect_timeout(RESTART_CALL_TIMEOUT);
+    if waits_for_replicas {
+        config = config.wait_for_replicas(1, REPLICA_WAIT);
+    }
+    Ok(Topology {
+        store: RedisStore::connect(config).await?,
+        control: Box::new(sentinels),
+        asynchronous: !waits_for_replicas,
+        failover_every: Duration::from_millis(2500),
+    })
 }
 
 /// A private three-primary cluster, each primary with a replica; the
