@@ -666,28 +666,44 @@ impl Bug for WhileQueuedHeldWhileClaimed {
         honest: &MemoryStore,
         jobs: &[NewJob],
     ) -> Result<Vec<Enqueued>> {
-        let widened: Vec<NewJob> = jobs
-            .iter()
-            .map(|new| match &new.unique {
-                Some(unique) if unique.policy == UniquePolicy::WhileQueued => new
-                    .clone()
-                    .unique(&unique.key, UniquePolicy::WhileUnfinished),
-                _ => new.clone(),
-            })
-            .collect();
-        let answers = honest.enqueue_unique_batch(&widened).await?;
-        Ok(answers
-            .into_iter()
-            .zip(jobs)
-            .map(|(answer, new)| match answer {
-                Enqueued::Created(job) => Enqueued::Created(Job {
-                    unique: new.unique.clone(),
-                    ..job
-                }),
-                other => other,
-            })
-            .collect())
+        stored_with_other_keys(honest, jobs, |unique| match unique.policy {
+            UniquePolicy::WhileQueued => JobUnique {
+                policy: UniquePolicy::WhileUnfinished,
+                ..unique.clone()
+            },
+            _ => unique.clone(),
+        })
+        .await
     }
+}
+
+/// Enqueues `jobs` in the honest store with each key and policy as
+/// `stored` makes them, answering the jobs created with theirs as given: a
+/// store whose bug is in how it keeps keys, not in what it answers.
+async fn stored_with_other_keys(
+    honest: &MemoryStore,
+    jobs: &[NewJob],
+    stored: impl Fn(&JobUnique) -> JobUnique,
+) -> Result<Vec<Enqueued>> {
+    let rewritten: Vec<NewJob> = jobs
+        .iter()
+        .map(|new| NewJob {
+            unique: new.unique.as_ref().map(&stored),
+            ..new.clone()
+        })
+        .collect();
+    let answers = honest.enqueue_unique_batch(&rewritten).await?;
+    Ok(answers
+        .into_iter()
+        .zip(jobs)
+        .map(|(answer, new)| match answer {
+            Enqueued::Created(job) => Enqueued::Created(Job {
+                unique: new.unique.clone(),
+                ..job
+            }),
+            other => other,
+        })
+        .collect())
 }
 
 /// Uniqueness keys compared without their case: `Case` and `case` are one
@@ -702,25 +718,11 @@ impl Bug for UniqueKeysFoldCase {
         honest: &MemoryStore,
         jobs: &[NewJob],
     ) -> Result<Vec<Enqueued>> {
-        let folded: Vec<NewJob> = jobs
-            .iter()
-            .map(|new| match &new.unique {
-                Some(unique) => new.clone().unique(unique.key.to_lowercase(), unique.policy),
-                None => new.clone(),
-            })
-            .collect();
-        let answers = honest.enqueue_unique_batch(&folded).await?;
-        Ok(answers
-            .into_iter()
-            .zip(jobs)
-            .map(|(answer, new)| match answer {
-                Enqueued::Created(job) => Enqueued::Created(Job {
-                    unique: new.unique.clone(),
-                    ..job
-                }),
-                other => other,
-            })
-            .collect())
+        stored_with_other_keys(honest, jobs, |unique| JobUnique {
+            key: unique.key.to_lowercase(),
+            ..unique.clone()
+        })
+        .await
     }
 }
 
