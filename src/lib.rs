@@ -60,7 +60,7 @@ pub use tenure_lease_core::redact::redact_url;
 // What users need; `tenure_lease_core::backend` (rules, validation) is for
 // backend authors and stays in the core crate.
 pub use tenure_keeper as keeper;
-pub use tenure_lease_core::{clock, contract, layer, limits, queue, release, tls, wait};
+pub use tenure_lease_core::{clock, contract, layer, limits, queue, rate, release, tls, wait};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
     ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobQueue, LayerExt,

@@ -11,6 +11,12 @@
 //! | `<prefix>/g/<resource>` | a fence gate: highest fence and when it was checked, JSON |
 //! | `<prefix>/l/r/<id>` | the liveness key of an active lease with an expiry, attached to an etcd lease ([`crate::timers`]); its value, when that etcd lease should end (a hint) |
 //! | `<prefix>/l/j/<id>` | the liveness key of a claimed job, likewise |
+//! | `<prefix>/rate/<permits>:<period ms>:<key>` | a rate limit's log ([`log_name`]): the instants of its last uses, a JSON array of microseconds ([`encode_uses`](tenure_lease_core::backend::rate_rules::encode_uses)) |
+
+use std::time::Duration;
+
+use tenure_lease_core::backend::rate_rules::log_name;
+use tenure_lease_core::rate::RateLimit;
 
 /// The keys of one store.
 #[derive(Debug, Clone)]
@@ -23,6 +29,7 @@ pub(crate) struct Keys {
     gates: String,
     live_records: String,
     live_jobs: String,
+    rate_logs: String,
     all: String,
 }
 
@@ -37,6 +44,7 @@ impl Keys {
             gates: format!("{prefix}/g/"),
             live_records: format!("{prefix}/l/r/"),
             live_jobs: format!("{prefix}/l/j/"),
+            rate_logs: format!("{prefix}/rate/"),
             all: format!("{prefix}/"),
         }
     }
@@ -76,6 +84,11 @@ impl Keys {
         &self.live_jobs
     }
 
+    /// The prefix of every rate log.
+    pub(crate) fn rate_logs(&self) -> &str {
+        &self.rate_logs
+    }
+
     /// The prefix of everything the store keeps.
     pub(crate) fn all(&self) -> &str {
         &self.all
@@ -106,4 +119,22 @@ impl Keys {
     pub(crate) fn live_job(&self, id: &str) -> String {
         format!("{}{id}", self.live_jobs)
     }
+
+    /// The key of `limit`'s log.
+    pub(crate) fn rate_log(&self, limit: &RateLimit) -> String {
+        format!("{}{}", self.rate_logs, log_name(limit))
+    }
+}
+
+/// The limit whose log `name` is (a rate log's key past
+/// [`Keys::rate_logs`]; [`log_name`]'s inverse), or `None` for a name it
+/// never makes.
+pub(crate) fn rate_limit_of(name: &str) -> Option<RateLimit> {
+    let (permits, rest) = name.split_once(':')?;
+    let (millis, key) = rest.split_once(':')?;
+    Some(RateLimit::new(
+        key,
+        permits.parse().ok()?,
+        Duration::from_millis(millis.parse().ok()?),
+    ))
 }

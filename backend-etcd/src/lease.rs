@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine;
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::backend::telemetry;
@@ -15,7 +16,7 @@ use tenure_lease_core::{
     SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
-use crate::keys::Keys;
+use crate::keys::{rate_limit_of, Keys};
 use crate::kv::{Reads, Tx};
 use crate::records::{decode, Records};
 use crate::EtcdStore;
@@ -91,7 +92,8 @@ impl LeaseBackend for EtcdStore {
         let keys = &self.keys;
         let reads = Reads::keys(
             lease_keys(keys, &request.id)
-                .chain(request.scopes.iter().map(|scope| keys.scope(scope))),
+                .chain(request.scopes.iter().map(|scope| keys.scope(scope)))
+                .chain(request.rate_limit.iter().map(|limit| keys.rate_log(limit))),
         );
         let (admission, retries) = self
             .runner
@@ -255,10 +257,17 @@ impl LeaseBackend for EtcdStore {
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
         let terminal_older_than = terminal_older_than.get();
         let prefix = self.keys.records();
-        self.delete_in_parts(prefix, |key, bytes, now| {
-            purgeable(key, bytes, terminal_older_than, now)
+        let purged = self
+            .delete_in_parts(prefix, |key, bytes, now| {
+                purgeable(key, bytes, terminal_older_than, now)
+            })
+            .await?;
+        let logs = self.keys.rate_logs();
+        self.delete_in_parts(logs, |key, bytes, now| {
+            rate_log_over(&key[logs.len()..], bytes, now)
         })
-        .await
+        .await?;
+        Ok(purged)
     }
 
     async fn count_purgeable(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
@@ -282,4 +291,18 @@ impl LeaseBackend for EtcdStore {
 fn purgeable(key: &str, bytes: &[u8], terminal_older_than: Duration, now: Timestamp) -> bool {
     decode::<LeaseRecord>(key, bytes)
         .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
+}
+
+/// Whether the rate log `name` (its key past the logs' prefix), stored as
+/// `bytes`, has no use counting at `now` any more
+/// ([`rate_rules::log_ends_at`]); what cannot be decoded cannot be judged,
+/// and stays.
+fn rate_log_over(name: &str, bytes: &[u8], now: Timestamp) -> bool {
+    let Some(limit) = rate_limit_of(name) else {
+        return false;
+    };
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| rate_rules::decode_uses(text, &limit).ok())
+        .is_some_and(|uses| rate_rules::log_ends_at(&uses, &limit).is_none_or(|end| end <= now))
 }

@@ -24,16 +24,38 @@
 //! most 64 ms), so writers contending for one key spread out.
 //!
 //! Keys live under the configured prefix (see [`EtcdConfig`]): one per
-//! record, one per held scope, one per job, one per fence gate, and the
-//! fence key. Fences come from etcd's cluster-wide revision: an operation
-//! that hands out fences first decides to count them, then draws them
-//! with one blind put of the fence key (its revision × 1024, plus 0 to
-//! 1023), drawn after everything it read, and decides again with them. So
-//! leases and jobs share one sequence, every claim holds a fence above any
-//! stored in what it read and below any drawn after it committed, no
-//! operation contends for a counter, and a leader change or a restart
-//! never hands a fence out twice. Fences are large numbers (the revision
-//! times 1024) with gaps.
+//! record, one per held scope, one per job, one per fence gate, one per
+//! rate limit's log, and the fence key. Fences come from etcd's
+//! cluster-wide revision: an operation that hands out fences first decides
+//! to count them, then draws them with one blind put of the fence key (its
+//! revision × 1024, plus 0 to 1023), drawn after everything it read, and
+//! decides again with them. So leases and jobs share one sequence, every
+//! claim holds a fence above any stored in what it read and below any
+//! drawn after it committed, no operation contends for a counter, and a
+//! leader change or a restart never hands a fence out twice. Fences are
+//! large numbers (the revision times 1024) with gaps.
+//!
+//! ## Rate limits
+//!
+//! A rate limit's log ([contract §16](tenure_lease_core::contract)) is one
+//! key, `<prefix>/rate/<permits>:<period ms>:<key>`, holding the instants
+//! of its last uses as a JSON array of microseconds. An admission or a
+//! claim with a limit reads it with its other keys (no extra round trip)
+//! and writes it in its commit, which compares the log's revision like any
+//! key it read: of two calls judged on the same log, the second to commit
+//! is decided again on the log the first wrote, so together they never
+//! use more than its permits. Calls without a limit never read a log.
+//! Uses are stamped and judged by the calling process's clock, the store's
+//! clock here (see below): callers on several hosts need synchronised
+//! clocks for a period to last the same for all of them. A log that cannot
+//! be decoded answers `Corrupt` and the call writes nothing. `purge` also
+//! deletes the logs no use counts in any more (compared like every delete,
+//! so a log used meanwhile stays), not counted in its answer; a log it
+//! cannot decode stays.
+//!
+//! Rate logs need no migration: they are new keys beside the others, which
+//! keep their format. A process of a version before them never reads,
+//! writes or purges a log (`delete_prefix` still deletes them).
 //!
 //! ## Expiry: etcd's own timers
 //!
@@ -71,7 +93,9 @@
 //! * Transactions: a claim takes at most `max_txn_ops / 2` jobs at once
 //!   (each with its liveness key), a `renew_many` renews in parts of
 //!   `max_txn_ops / 2`, 8 in flight, and an admission over `n` scopes
-//!   compares about `2n + 3` keys, a job batch of `n` jobs writes `n`
+//!   compares about `2n + 3` keys (`2n + 4` with a rate limit: its log),
+//!   a claim with a rate limit takes at most `(max_txn_ops - 1) / 2` jobs
+//!   (the log is one more write), a job batch of `n` jobs writes `n`
 //!   (`n + 1` with uniqueness keys: the store's guard key too): raise the
 //!   cluster's `--max-txn-ops` (default 128) and set
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
@@ -88,13 +112,15 @@
 //!   1.3 a member refusing a missing client certificate shows only as a
 //!   closed connection. [`EtcdStore::member_count`] tells `tenure check`
 //!   how many members there are.
-//! * Scans (`list_expired`, `list_active`, `list_by_scope`, `purge`, the
-//!   queue's `claim`, `reap`, `list_dead_letters`, `enqueue_unique`) read
-//!   the whole prefix of their kind: keep a prefix to one application, and
-//!   retention on. Every enqueue with a uniqueness key reads one guard key
-//!   of the store and every one that creates a keyed job writes it, so
-//!   keyed enqueues of a store, whatever their queue and key, are decided
-//!   one after another (a loser of the race decides again).
+//! * Scans (`list_expired`, `list_active`, `list_by_scope`, `purge` of
+//!   the records and then of the rate logs, the queue's `claim`, `reap`,
+//!   `list_dead_letters`, `enqueue_unique`) read the whole prefix of
+//!   their kind: keep a prefix to one application, and retention on. Every
+//!   enqueue with a uniqueness key reads one guard key of the store and
+//!   every one that creates a keyed job writes it, so keyed enqueues of a
+//!   store, whatever their queue and key, are decided one after another (a
+//!   loser of the race decides again). Calls with one rate limit (one
+//!   log) are likewise decided one after another.
 //!
 //! ## What a leader change does
 //!
@@ -223,9 +249,9 @@ impl EtcdStore {
     }
 
     /// Deletes every key under this store's prefix (records, jobs, gates,
-    /// the fence key) and answers how many, in one transaction. For tests
-    /// and decommissioning. Fences come from etcd's revision, so a store
-    /// reusing the prefix afterwards still hands out greater ones.
+    /// rate logs, the fence key) and answers how many, in one transaction.
+    /// For tests and decommissioning. Fences come from etcd's revision, so a
+    /// store reusing the prefix afterwards still hands out greater ones.
     ///
     /// # Errors
     ///
@@ -249,8 +275,8 @@ impl EtcdStore {
     }
 
     /// How many keys of each kind the store keeps (`records`, `scopes`,
-    /// `jobs`, `gates`, `liveness`, `fence`), for tests that check nothing
-    /// is left behind.
+    /// `jobs`, `gates`, `liveness`, `rate_logs`, `unique`, `fence`), for
+    /// tests that check nothing is left behind.
     ///
     /// # Errors
     ///
@@ -267,6 +293,7 @@ impl EtcdStore {
                         Some(("j", _)) => "jobs",
                         Some(("g", _)) => "gates",
                         Some(("l", _)) => "liveness",
+                        Some(("rate", _)) => "rate_logs",
                         _ if key.ends_with("/unique") => "unique",
                         _ => "fence",
                     };

@@ -9,15 +9,17 @@ use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::rate_rules::RateLogs;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{Result, Timestamp};
 
 use crate::kv::{Reads, Tx};
-use crate::records::{decode, encode, keep_live, live_until};
+use crate::records::{decode, encode, keep_live, live_until, Records};
 use crate::EtcdStore;
 
 impl EtcdStore {
@@ -90,6 +92,26 @@ struct Jobs<'a, 's> {
     /// The jobs with a uniqueness key as the attempt's scan read them,
     /// decoded once for every keyed job of a batch.
     keyed: Option<Vec<Job>>,
+}
+
+impl<'s> Jobs<'_, 's> {
+    /// The attempt as [`Records`], which keep the rate logs.
+    fn records(&mut self) -> Records<'_, 's> {
+        Records {
+            tx: self.tx,
+            keys: &self.store.keys,
+        }
+    }
+}
+
+impl RateLogs for Jobs<'_, '_> {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        self.records().rate_log(limit)
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        self.records().save_rate_log(limit, uses)
+    }
 }
 
 impl JobTransaction for Jobs<'_, '_> {
@@ -205,10 +227,19 @@ impl QueueBackend for EtcdStore {
         .await
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get();
-        let limit = self.jobs_per_transaction();
-        let reads = Reads::default()
+        let log = request
+            .rate_limit
+            .as_ref()
+            .map(|limit| self.keys.rate_log(limit));
+        // The log is one more write: one job fewer when the jobs would
+        // fill the transaction.
+        let limit = match log {
+            Some(_) => self.runner.max_txn_ops.saturating_sub(1) / 2,
+            None => self.jobs_per_transaction(),
+        };
+        let reads = Reads::keys(log)
             .prefix(self.keys.jobs())
             .prefix(self.keys.live_jobs());
         self.with_jobs(reads, |jobs, now| engine::claim(jobs, request, limit, now))

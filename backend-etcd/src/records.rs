@@ -1,8 +1,11 @@
 //! Lease records and their scopes over a [`Tx`]: the shared
-//! engine's [`RecordTransaction`], and decoding what the store keeps.
+//! engine's [`RecordTransaction`] and [`RateLogs`], and decoding what the
+//! store keeps.
 
 use serde::de::DeserializeOwned;
 use tenure_lease_core::backend::engine::RecordTransaction;
+use tenure_lease_core::backend::rate_rules::{decode_uses, encode_uses, RateLogs};
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
 
 use crate::keys::Keys;
@@ -127,5 +130,27 @@ impl RecordTransaction for Records<'_, '_> {
 
     fn kept_until(&mut self, record: &LeaseRecord, now: Timestamp) -> Result<Option<Timestamp>> {
         live_until(self.tx, &self.keys.live_record(&record.id), now)
+    }
+}
+
+/// A log is one key, read like any other: its revision is compared at
+/// commit, so of two uses judged on the same log the second to commit is
+/// judged again.
+impl RateLogs for Records<'_, '_> {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        let key = self.keys.rate_log(limit);
+        let Some(bytes) = self.tx.read(&key)? else {
+            return Ok(Vec::new());
+        };
+        std::str::from_utf8(&bytes)
+            .map_err(|_| "rate log is not text".to_owned())
+            .and_then(|text| decode_uses(text, limit))
+            .map_err(|reason| Error::corrupt(format!("etcd key {key:?}: {reason}")))
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        self.tx
+            .put(&self.keys.rate_log(limit), encode_uses(uses).into_bytes());
+        Ok(())
     }
 }

@@ -13,8 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenure_lease_core::backend::rate_rules::{self, RateLogs};
 use tenure_lease_core::backend::{gate_rules, stored};
+use tenure_lease_core::clock;
 use tenure_lease_core::queue::Job;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{Error, ErrorKind, LeaseRecord, Result, Status, Timestamp};
 
 /// The layout this version reads and writes.
@@ -44,6 +47,53 @@ pub(crate) struct Document {
     /// Fence gates by resource.
     #[serde(default)]
     pub(crate) gates: BTreeMap<String, Value>,
+    /// Rate logs by [`rate_rules::log_name`]: `{"uses": [microseconds],
+    /// "ends_at": microseconds}`, `ends_at` when the newest use stops
+    /// counting.
+    #[serde(default)]
+    pub(crate) rate_logs: BTreeMap<String, Value>,
+}
+
+/// The engine's view of the rate logs, for admissions and claims alike.
+impl RateLogs for Document {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        let name = rate_rules::log_name(limit);
+        let Some(value) = self.rate_logs.get(&name) else {
+            return Ok(Vec::new());
+        };
+        let uses = value
+            .get("uses")
+            .cloned()
+            .ok_or_else(|| "it has no uses".to_owned())
+            .and_then(|uses| {
+                serde_json::from_value::<Vec<i64>>(uses).map_err(|error| error.to_string())
+            })
+            .and_then(|micros| rate_rules::stored_uses(micros, limit));
+        uses.map_err(|why| undecodable("rate log", &name, &why))
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        let micros: Vec<i64> = uses.iter().map(|used| clock::to_micros(*used)).collect();
+        let ends_at = rate_rules::log_ends_at(uses, limit).map(clock::to_micros);
+        self.rate_logs.insert(
+            rate_rules::log_name(limit),
+            serde_json::json!({ "uses": micros, "ends_at": ends_at }),
+        );
+        Ok(())
+    }
+}
+
+impl Document {
+    /// Deletes the rate logs whose uses all stopped counting at `now`; one
+    /// whose end cannot be read stays, for an operator.
+    pub(crate) fn purge_ended_rate_logs(&mut self, now: Timestamp) {
+        let now = clock::to_micros(now);
+        self.rate_logs.retain(|_, log| {
+            log.get("ends_at")
+                .and_then(Value::as_i64)
+                .is_none_or(|ends_at| ends_at > now)
+        });
+    }
 }
 
 /// The gate of one resource: the highest fence accepted, and when the last
@@ -71,6 +121,7 @@ impl Document {
             holders: BTreeMap::new(),
             jobs: BTreeMap::new(),
             gates: BTreeMap::new(),
+            rate_logs: BTreeMap::new(),
         }
     }
 

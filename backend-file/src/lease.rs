@@ -248,6 +248,7 @@ impl LeaseBackend for FileStore {
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
         let terminal_older_than = terminal_older_than.get();
         self.write(move |document, now| {
+            document.purge_ended_rate_logs(now);
             let before = document.records.len();
             // What cannot be decoded cannot be judged: it stays.
             document.records.retain(|id, value| {

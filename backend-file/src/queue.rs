@@ -14,7 +14,7 @@ use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
@@ -130,7 +130,7 @@ impl QueueBackend for FileStore {
             .await
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get().clone();
         self.write(move |document, now| engine::claim(document, &request, request.limit, now))
             .await

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
-use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::LeaseBackend;
+use tenure_lease_core::backend::{rate_rules, rules};
 use tenure_lease_core::release::Releases;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
@@ -187,6 +187,9 @@ impl LeaseBackend for MemoryStore {
         state
             .records
             .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
+        state.rate_logs.retain(|limit, uses| {
+            rate_rules::log_ends_at(uses, limit).is_some_and(|end| end > now)
+        });
         Ok((before - state.records.len()) as u64)
     }
 

@@ -93,8 +93,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tenure_lease_core::backend::rate_rules::RateLogs;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::release::ReleaseBoard;
-use tenure_lease_core::{Clock, LeaseRecord, SystemClock, Timestamp};
+use tenure_lease_core::{Clock, LeaseRecord, Result, SystemClock, Timestamp};
 
 mod gate;
 mod lease;
@@ -131,6 +133,20 @@ struct State {
     gates: gate::Gates,
     /// Where freed scopes are announced to waiters.
     releases: ReleaseBoard,
+    /// Rate logs: the uses of each limit that may still count.
+    rate_logs: foldhash::HashMap<RateLimit, Vec<Timestamp>>,
+}
+
+/// The engine's view of the rate logs, for admissions and claims alike.
+impl RateLogs for State {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        Ok(self.rate_logs.get(limit).cloned().unwrap_or_default())
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        self.rate_logs.insert(limit.clone(), uses.to_vec());
+        Ok(())
+    }
 }
 
 impl State {
@@ -177,7 +193,7 @@ impl MemoryStore {
 
     /// How many entries the store keeps, per structure (`records`, `holders`
     /// of scopes, `jobs`, `queues` with queued jobs, `unique keys` of stored
-    /// jobs, fence `gates`): what a
+    /// jobs, fence `gates`, `rate logs`): what a
     /// test reads to check that, after `purge`, `purge_jobs` and
     /// `purge_fences`, nothing grows with the work the store has done.
     pub fn footprint(&self) -> std::collections::BTreeMap<&'static str, usize> {
@@ -190,6 +206,7 @@ impl MemoryStore {
             ("queues", queues),
             ("unique keys", unique_keys),
             ("gates", state.gates.len()),
+            ("rate logs", state.rate_logs.len()),
         ])
     }
 

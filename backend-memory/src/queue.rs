@@ -22,7 +22,7 @@ use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::{Result, Timestamp};
@@ -215,7 +215,7 @@ impl QueueBackend for MemoryStore {
         engine::enqueue_batch(&mut *self.lock(), jobs, now)
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get();
         let now = self.now();
         engine::claim(&mut *self.lock(), request, request.limit, now)

@@ -9,15 +9,18 @@ use futures_util::TryStreamExt as _;
 use sqlx::{MySqlConnection, Row};
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
+use tenure_lease_core::backend::rate_rules::RateLogs;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::LeaseBackend;
 use tenure_lease_core::clock::{micros_rounded_up, to_micros};
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, LeaseRecord, Renewal, Result,
     SkippedRecord, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
 };
 
 use crate::error::store_error;
+use crate::rate;
 use crate::rows::{self, decode_lease};
 use crate::runner::{bound, placeholders, read_now, Reads, View, Write, IDS_PER_READ};
 use crate::MySqlStore;
@@ -49,6 +52,17 @@ impl RecordTransaction for Records<'_, '_> {
 
     fn save(&mut self, record: &LeaseRecord) -> Result<()> {
         self.0.write(Write::UpdateLease(record.clone()));
+        Ok(())
+    }
+}
+
+impl RateLogs for Records<'_, '_> {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        self.0.rate_log(limit)
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        self.0.save_rate_log(limit, uses);
         Ok(())
     }
 }
@@ -94,6 +108,7 @@ impl LeaseBackend for MySqlStore {
     ) -> Result<Admission> {
         let (request, metadata) = (request.get(), metadata.get());
         let reads = Reads::default()
+            .rate_log(request.rate_limit.as_ref())
             .leases([request.id.as_str()])
             .scopes(request.scopes.iter().map(String::as_str));
         self.runner
@@ -246,7 +261,9 @@ impl LeaseBackend for MySqlStore {
         now
     }
 
+    /// Deletes the dead rate logs first, uncounted.
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
+        rate::delete_dead(self.runner.pool()).await?;
         let mut tx = self.runner.pool().begin().await.map_err(store_error)?;
         let ids = purgeable(&mut tx, terminal_older_than.get(), " FOR UPDATE").await?;
         for part in ids.chunks(IDS_PER_READ) {

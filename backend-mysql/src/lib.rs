@@ -49,6 +49,30 @@
 //! the other at every isolation level. `purge_jobs` keeps a finished job
 //! until its period ends, and deletes the slots no job names any more.
 //!
+//! A rate limit's log (its key, permits and period together) is a row of
+//! `tenure_rate_logs`: the instants of its last uses, a JSON array of
+//! microseconds, and `ends_at`, when the newest of them stops counting. An
+//! admission or a claim with a rate limit upserts its log's row and locks
+//! it before any other row, judges it with the rules and writes its uses
+//! with its other writes: calls on one log are judged one after the other
+//! at every isolation level, and one waiting for a log holds nothing else,
+//! so the log adds no deadlock. Calls without a rate limit never touch the
+//! table. A log that does not decode is `Corrupt`, and the call changes
+//! nothing. [`LeaseStore::purge`](tenure_lease_core::LeaseStore::purge)
+//! first deletes the logs whose `ends_at` has passed (uncounted), in a
+//! statement of its own.
+//!
+//! ## Upgrading
+//!
+//! Each version adds what it needs as a numbered migration (see
+//! [`MigrationMode`]): 2 added unique jobs (columns of `tenure_jobs` and
+//! `tenure_unique_slots`), 3 rate limits (`tenure_rate_logs`, nothing
+//! changed in the other tables). A process of an earlier version already
+//! connected keeps working beside a migration it does not know, but one
+//! connecting afterwards refuses the tables as `Incompatible`: once the
+//! migration is applied, start only processes of the new version. Rate
+//! limits need nothing more: earlier versions never touch their logs.
+//!
 //! ## Fences
 //!
 //! One counter row hands out every fence, leases' and jobs' alike: an
@@ -104,6 +128,7 @@ mod error;
 mod gate;
 mod lease;
 mod queue;
+mod rate;
 mod rows;
 mod runner;
 mod schema;

@@ -14,12 +14,14 @@ use sqlx::{MySqlConnection, Row};
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_engine::{self as engine, JobTransaction};
 use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::rate_rules::RateLogs;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::clock::{micros_rounded_up, to_micros};
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{Result, Timestamp};
 
 use crate::error::store_error;
@@ -93,6 +95,17 @@ impl JobTransaction for Jobs<'_, '_> {
     }
 }
 
+impl RateLogs for Jobs<'_, '_> {
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        self.0.rate_log(limit)
+    }
+
+    fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) -> Result<()> {
+        self.0.save_rate_log(limit, uses);
+        Ok(())
+    }
+}
+
 impl MySqlStore {
     /// Runs `operation` in one locking transaction reading `reads`, on the
     /// jobs as the queue engine's [`JobTransaction`].
@@ -161,13 +174,17 @@ impl QueueBackend for MySqlStore {
         .await
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    /// Locks the rate log, if any, before reading the candidates: claimers
+    /// of one log take turns, each seeing the best jobs left.
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get();
-        let reads = Reads::default().claimable(ClaimQuery {
-            queue: request.queue.clone(),
-            capabilities: serde_json::to_string(&request.capabilities).unwrap_or_default(),
-            limit: request.limit,
-        });
+        let reads = Reads::default()
+            .rate_log(request.rate_limit.as_ref())
+            .claimable(ClaimQuery {
+                queue: request.queue.clone(),
+                capabilities: serde_json::to_string(&request.capabilities).unwrap_or_default(),
+                limit: request.limit,
+            });
         self.with_jobs(reads, |jobs, now| {
             engine::claim(jobs, request, request.limit, now)
         })

@@ -1,9 +1,9 @@
 //! The one way this store writes: a transaction that locks what it reads,
 //! decides in Rust, and writes the decision back.
 //!
-//! An operation names the rows it starts from ([`Reads`]: records, held
-//! scopes with their holders, jobs, the jobs that may hold a uniqueness
-//! key, the best claimable or reapable jobs).
+//! An operation names the rows it starts from ([`Reads`]: a rate log,
+//! records, held scopes with their holders, jobs, the jobs that may hold a
+//! uniqueness key, the best claimable or reapable jobs).
 //! The [`Runner`] opens a transaction, reads them with locking reads
 //! (`SELECT … FOR UPDATE`, `SKIP LOCKED` for the job candidates), reads the
 //! server's clock, and lets the operation decide over a [`View`] of them:
@@ -26,12 +26,16 @@
 //! of each uniqueness key it judges (`tenure_unique_slots`) the same way,
 //! all of them first and in order, before reading the jobs that may hold
 //! each key: two enqueues of one key are judged one after the other, and
-//! crossed batches cannot deadlock on their slots. A record or job id read
-//! absent may still be inserted first by another writer: the duplicate
-//! key, like a deadlock, rolls the transaction back, and the operation
-//! decides again from scratch, at most 100 times in a row, with a random
-//! pause between attempts (below 1 ms, doubling per lost race, at most
-//! 64 ms).
+//! crossed batches cannot deadlock on their slots. An operation with a rate
+//! limit locks its log before anything else, upserted the same way
+//! ([`crate::rate`]): operations on one log are judged one after the
+//! other, and one waiting for a log holds no other row, so the log's lock
+//! adds no deadlock to those the server already settles. A record or job
+//! id read absent may still be inserted first by another writer: the
+//! duplicate key, like a deadlock, rolls the transaction back, and the
+//! operation decides again from scratch, at most 100 times in a row, with
+//! a random pause between attempts (below 1 ms, doubling per lost race, at
+//! most 64 ms).
 
 //! ## Fences
 //!
@@ -60,11 +64,12 @@ use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::{Arguments, Connection as _, MySql, Row, Transaction};
 use tenure_lease_core::limits::MAX_GATE_FENCE;
 use tenure_lease_core::queue::Job;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
 use tenure_sql_sessions::{Session, Sessions};
 
 use crate::error::{store_error, Conflict};
-use crate::rows;
+use crate::{rate, rows};
 
 /// How often an operation decides again after losing a race before it
 /// answers a retryable `Unavailable`.
@@ -99,6 +104,7 @@ pub(crate) struct ReapQuery {
 /// What an operation starts by reading, locked.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Reads {
+    rate_log: Option<RateLimit>,
     leases: BTreeSet<String>,
     scopes: BTreeSet<String>,
     jobs: BTreeSet<String>,
@@ -111,6 +117,14 @@ pub(crate) struct Reads {
 pub(crate) type UniqueKey = (String, String);
 
 impl Reads {
+    /// The log of this rate limit, if any, locked before any other row.
+    pub(crate) fn rate_log(mut self, limit: Option<&RateLimit>) -> Self {
+        if let Some(limit) = limit {
+            self.rate_log = Some(limit.clone());
+        }
+        self
+    }
+
     /// The records with these ids.
     pub(crate) fn leases<K: Into<String>>(mut self, ids: impl IntoIterator<Item = K>) -> Self {
         self.leases.extend(ids.into_iter().map(Into::into));
@@ -150,7 +164,8 @@ impl Reads {
     }
 
     fn is_empty(&self) -> bool {
-        self.leases.is_empty()
+        self.rate_log.is_none()
+            && self.leases.is_empty()
             && self.scopes.is_empty()
             && self.jobs.is_empty()
             && self.unique_keys.is_empty()
@@ -163,6 +178,9 @@ impl Reads {
 /// absent (`None`), as stored.
 #[derive(Debug, Default)]
 struct Snapshot {
+    /// The uses of each rate log read, as stored (a log never used yet
+    /// reads as an empty one).
+    rate_logs: HashMap<RateLimit, Vec<u8>>,
     leases: HashMap<String, Option<Vec<u8>>>,
     holders: HashMap<String, Option<String>>,
     jobs: HashMap<String, Option<Vec<u8>>>,
@@ -183,6 +201,8 @@ pub(crate) enum Write {
     InsertJob(Job),
     /// A job written back.
     UpdateJob(Job),
+    /// A rate log's uses, replacing those read.
+    SaveRateLog(RateLimit, Vec<Timestamp>),
 }
 
 /// One decision over what the transaction read: reads answer from it (and
@@ -300,6 +320,34 @@ impl View<'_> {
             }
         }
         Ok(holder)
+    }
+
+    /// The uses of `limit`'s log, as this decision last wrote them or as
+    /// read.
+    ///
+    /// # Errors
+    ///
+    /// `Corrupt` when they cannot be decoded; when it was not read yet.
+    pub(crate) fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        let written = self.writes.iter().rev().find_map(|write| match write {
+            Write::SaveRateLog(saved, uses) if saved == limit => Some(uses),
+            _ => None,
+        });
+        if let Some(uses) = written {
+            return Ok(uses.clone());
+        }
+        match self.snapshot.rate_logs.get(limit) {
+            Some(stored) => rate::decode(limit, stored),
+            None => {
+                self.missing.rate_log = Some(limit.clone());
+                Err(read_next("a rate log"))
+            }
+        }
+    }
+
+    /// Notes `uses` as `limit`'s log, written at commit.
+    pub(crate) fn save_rate_log(&mut self, limit: &RateLimit, uses: &[Timestamp]) {
+        self.write(Write::SaveRateLog(limit.clone(), uses.to_vec()));
     }
 
     /// The job `id`, as this decision last wrote it or as read.
@@ -628,6 +676,10 @@ async fn fetch(
     snapshot: &mut Snapshot,
     reads: Reads,
 ) -> std::result::Result<(), Conflict> {
+    if let Some(limit) = reads.rate_log {
+        let uses = rate::lock(tx, &limit).await?;
+        snapshot.rate_logs.insert(limit, uses);
+    }
     lock_unique_keys(tx, snapshot, reads.unique_keys).await?;
     let ids: Vec<String> = reads.leases.into_iter().collect();
     for part in ids.chunks(IDS_PER_READ) {
@@ -736,7 +788,7 @@ async fn fetch(
 /// changing none already there, and so locks them all, in the order given:
 /// an absent row locks nothing, and another writer could insert and
 /// delete it between this transaction's read and its write.
-async fn upsert_to_lock(
+pub(crate) async fn upsert_to_lock(
     tx: &mut Transaction<'_, MySql>,
     (table, columns, row): (&str, &str, &str),
     count: usize,
@@ -827,6 +879,7 @@ struct Batches {
     inserted_leases: Vec<LeaseRecord>,
     updated_jobs: Vec<Job>,
     inserted_jobs: Vec<Job>,
+    rate_logs: Vec<(RateLimit, Vec<Timestamp>)>,
 }
 
 impl Batches {
@@ -837,6 +890,7 @@ impl Batches {
         let mut jobs: Vec<(bool, Job)> = Vec::new();
         let mut lease_at: HashMap<String, usize> = HashMap::new();
         let mut job_at: HashMap<String, usize> = HashMap::new();
+        let mut batches = Batches::default();
         for write in writes {
             match write {
                 Write::InsertLease(record) | Write::UpdateLease(record)
@@ -865,9 +919,12 @@ impl Batches {
                     job_at.insert(job.id.clone(), jobs.len());
                     jobs.push((false, job));
                 }
+                Write::SaveRateLog(limit, uses) => {
+                    batches.rate_logs.retain(|(saved, _)| *saved != limit);
+                    batches.rate_logs.push((limit, uses));
+                }
             }
         }
-        let mut batches = Batches::default();
         for (inserted, record) in leases {
             if inserted {
                 batches.inserted_leases.push(record);
@@ -923,7 +980,8 @@ fn bind_job(arguments: &mut MySqlArguments, job: &Job) -> BindResult {
     arguments.add(columns.body)
 }
 
-type BindResult = std::result::Result<(), sqlx::error::BoxDynError>;
+/// What binding one value answers.
+pub(crate) type BindResult = std::result::Result<(), sqlx::error::BoxDynError>;
 
 /// Sends `head`, then one `row` of values per item (bound by `bind`), then
 /// `tail`, in statements of at most [`ROWS_PER_STATEMENT`] rows and
@@ -1064,7 +1122,11 @@ async fn apply(
         job_size,
         bind_job,
     )
-    .await
+    .await?;
+    for (limit, uses) in &batches.rate_logs {
+        rate::save(tx, limit, uses).await?;
+    }
+    Ok(())
 }
 
 /// One `(lease_id, scope)` row in `table` per scope of `record`, with

@@ -31,7 +31,7 @@ struct Migration {
 }
 
 /// Every migration of this version, in order.
-const MIGRATIONS: &[Migration] = &[TABLES_AND_JOBS, UNIQUE_JOBS];
+const MIGRATIONS: &[Migration] = &[TABLES_AND_JOBS, UNIQUE_JOBS, RATE_LIMITS];
 
 /// Migration 1: the tables of the first version.
 const TABLES_AND_JOBS: Migration = Migration {
@@ -125,6 +125,29 @@ const UNIQUE_JOBS: Migration = Migration {
     ],
 };
 
+/// Migration 3: rate limits.
+const RATE_LIMITS: Migration = Migration {
+    version: 3,
+    description: "rate limits: a log of the last uses per limit",
+    statements: &[
+        // One row per log (a limit's key, permits and period): `uses` the
+        // instants of its last uses, a JSON array of microseconds
+        // (`rate_rules::encode_uses`), and `ends_at` when the last of them
+        // stops counting, for `purge`. Admissions and claims with the limit
+        // upsert the row and lock it first, so they are judged one after
+        // the other.
+        "CREATE TABLE IF NOT EXISTS tenure_rate_logs (
+            rate_key VARBINARY(256) NOT NULL,
+            permits INT UNSIGNED NOT NULL,
+            period_ms BIGINT NOT NULL,
+            uses BLOB NOT NULL,
+            ends_at BIGINT NOT NULL,
+            PRIMARY KEY (rate_key, permits, period_ms),
+            KEY tenure_rate_logs_by_end (ends_at)
+        ) ENGINE = InnoDB",
+    ],
+};
+
 /// Every table this version keeps, for [`drop_tables`] and the deployment
 /// checks.
 pub(crate) const TABLES: &[&str] = &[
@@ -135,6 +158,7 @@ pub(crate) const TABLES: &[&str] = &[
     "tenure_jobs",
     "tenure_fence_gates",
     "tenure_unique_slots",
+    "tenure_rate_logs",
     "tenure_migrations",
 ];
 

@@ -9,7 +9,9 @@
 //! docs), then admits if nothing holds them, or answers the holders for
 //! `tenure_lease_core::backend::rules` to judge. Only an admission that interrupts holders,
 //! or one on a session above `READ COMMITTED`, needs an explicit
-//! transaction.
+//! transaction. An admission with a rate limit calls `admit_if_free_limited`
+//! instead, which also judges the limit (see the crate docs,
+//! [Rate limits](crate#rate-limits)).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,6 +22,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::Connection as _;
 use sqlx::Row;
 use tenure_lease_core::backend::checked::Checked;
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::backend::rules::{self, AdmissionPlan};
 use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::backend::telemetry;
@@ -34,6 +37,7 @@ use crate::decode::{self, Undecodable};
 use crate::error::{
     constraint, sqlstate, store_error, DEADLOCK_DETECTED, SERIALIZATION_FAILURE, UNIQUE_VIOLATION,
 };
+use crate::rate;
 use crate::statement::{self, BEGIN_READ_COMMITTED};
 use crate::PgStore;
 
@@ -149,8 +153,9 @@ enum Holders {
     Lock,
 }
 
-/// What one call of the schema's `admit_if_free` function did, other than
-/// finding the id taken (a [`AdmitFailure::Duplicate`]).
+/// What one call of the schema's `admit_if_free` function (or
+/// `admit_if_free_limited`) did, other than finding the id taken (a
+/// [`AdmitFailure::Duplicate`]) or the rate log damaged (an error).
 enum AdmitIfFree {
     /// Nothing held the scopes: this record was admitted.
     Admitted(Box<LeaseRecord>),
@@ -159,6 +164,9 @@ enum AdmitIfFree {
         holders: Vec<LeaseRecord>,
         now: Timestamp,
     },
+    /// Nothing held the scopes, but the rate limit had no permit left:
+    /// this answer; nothing was written.
+    RateLimited(Box<Admission>),
     /// The session is not `READ COMMITTED`, where the function cannot see
     /// past its lock waits: nothing was done.
     Undecided,
@@ -181,13 +189,14 @@ impl PgStore {
             .call_admit_if_free(&mut *session, request, metadata, Holders::Read)
             .await;
         session.keep_after(&answer);
-        match Self::admit_if_free_answer(answer?)? {
+        match Self::admit_if_free_answer(request, answer?)? {
             AdmitIfFree::Admitted(record) => {
                 return Ok(Admission::Admitted {
                     record: *record,
                     interrupted: Vec::new(),
                 })
             }
+            AdmitIfFree::RateLimited(admission) => return Ok(*admission),
             AdmitIfFree::Held { holders, now } => {
                 if let AdmissionPlan::Conflict {
                     holder,
@@ -206,7 +215,8 @@ impl PgStore {
     }
 
     /// One transaction that locks the holders, decides, interrupts them and
-    /// asks again: with its holders released, the call admits. (It finds
+    /// asks again: with its holders released, the call admits, or finds no
+    /// permit left and the transaction rolls back. (It finds
     /// holders again only next to a writer that takes no scope locks; then
     /// the decision is taken once more, on them, and counted in `retries`.)
     async fn admit_interrupting(
@@ -244,13 +254,17 @@ impl PgStore {
             let answer = self
                 .call_admit_if_free(&mut *tx, request, metadata, Holders::Lock)
                 .await?;
-            let (holders, now) = match Self::admit_if_free_answer(answer)? {
+            let (holders, now) = match Self::admit_if_free_answer(request, answer)? {
                 AdmitIfFree::Admitted(record) => {
                     tx.commit().await?;
                     return Ok(Admission::Admitted {
                         record: *record,
                         interrupted,
                     });
+                }
+                AdmitIfFree::RateLimited(admission) => {
+                    tx.rollback().await?;
+                    return Ok(*admission);
                 }
                 AdmitIfFree::Held { holders, now } => {
                     if !interrupted.is_empty() {
@@ -305,10 +319,11 @@ impl PgStore {
         }
     }
 
-    /// Calls the schema's `admit_if_free` function (see migration 0003):
-    /// takes the scope locks, then admits if nothing holds the scopes, or
-    /// answers the holders ([`admit_if_free_answer`](Self::admit_if_free_answer)
-    /// reads which).
+    /// Calls the schema's `admit_if_free` function (see migration 0003),
+    /// or `admit_if_free_limited` (migration 0013) for a request with a
+    /// rate limit: takes the scope locks, then admits if nothing holds the
+    /// scopes (and the limit has a permit left), or answers the holders
+    /// ([`admit_if_free_answer`](Self::admit_if_free_answer) reads which).
     async fn call_admit_if_free<'c>(
         &self,
         executor: impl sqlx::PgExecutor<'c>,
@@ -317,7 +332,11 @@ impl PgStore {
         holders: Holders,
     ) -> sqlx::Result<Vec<PgRow>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
-        sqlx::query(&self.sql.admit_if_free)
+        let statement = match request.rate_limit {
+            None => &self.sql.admit_if_free,
+            Some(_) => &self.sql.admit_if_free_limited,
+        };
+        let query = sqlx::query(statement)
             .bind(self.scope_locks.keys(scopes.iter().copied()))
             .bind(&request.id)
             .bind(&scopes)
@@ -325,27 +344,47 @@ impl PgStore {
             .bind(&request.owner)
             .bind(request.ttl.map(interval))
             .bind(sqlx::types::Json(metadata))
-            .bind(matches!(holders, Holders::Lock))
-            .fetch_all(executor)
-            .await
+            .bind(matches!(holders, Holders::Lock));
+        match &request.rate_limit {
+            None => query.fetch_all(executor).await,
+            Some(limit) => {
+                rate::bind(query, &self.scope_locks, limit)
+                    .fetch_all(executor)
+                    .await
+            }
+        }
     }
 
     /// What the rows of [`call_admit_if_free`](Self::call_admit_if_free)
-    /// answer.
-    fn admit_if_free_answer(rows: Vec<PgRow>) -> std::result::Result<AdmitIfFree, AdmitFailure> {
+    /// for `request` answer.
+    fn admit_if_free_answer(
+        request: &AdmitRequest,
+        rows: Vec<PgRow>,
+    ) -> std::result::Result<AdmitIfFree, AdmitFailure> {
         let Some(first) = rows.first() else {
             return Ok(AdmitIfFree::Undecided);
         };
-        match first.try_get::<&str, _>("outcome")? {
-            "admitted" => Ok(AdmitIfFree::Admitted(Box::new(decode::trusted_record(
+        let outcome = first.try_get::<&str, _>("outcome")?;
+        match (outcome, &request.rate_limit) {
+            ("admitted", _) => Ok(AdmitIfFree::Admitted(Box::new(decode::trusted_record(
                 first,
             )?))),
-            "taken" => Err(AdmitFailure::Duplicate),
-            "held" => Ok(AdmitIfFree::Held {
+            ("taken", _) => Err(AdmitFailure::Duplicate),
+            ("held", _) => Ok(AdmitIfFree::Held {
                 holders: records(&rows)?,
                 now: decode::instant(first, "store_now")?,
             }),
-            other => Err(Error::corrupt(format!("admit_if_free answered {other:?}")).into()),
+            ("rate_limited", Some(limit)) => {
+                let uses = rate::stored_log(first, limit)?;
+                let now = decode::instant(first, "store_now")?;
+                Ok(AdmitIfFree::RateLimited(Box::new(Admission::RateLimited {
+                    key: limit.key.clone(),
+                    retry_after: rate_rules::next_permit_in(&uses, limit, now)
+                        .unwrap_or(Duration::ZERO),
+                })))
+            }
+            ("rate_log_damaged", Some(limit)) => Err(rate::damaged(first, limit).into()),
+            (other, _) => Err(Error::corrupt(format!("admit_if_free answered {other:?}")).into()),
         }
     }
 

@@ -77,6 +77,16 @@
 //!   Purging a lease deletes its `lease_scopes` rows in the same
 //!   statement; scope locks are transaction-scoped advisory locks, so no
 //!   row is kept per scope;
+//! * `rate_logs` (migration 0013): one row per rate log
+//!   ([`RateLimit`](tenure_lease_core::rate::RateLimit): key, permits and
+//!   `period_ms` its primary key), written at its first use: `uses`, the
+//!   instants of its last uses (microseconds since the Unix epoch, a
+//!   `bigint[]`, ascending, at most `permits`), and `ends_at`, when the
+//!   newest stops counting, indexed for `purge`, which deletes the logs
+//!   that ended (uncounted). Callers of one log take turns on a
+//!   transaction-scoped advisory lock per log, hashed like the scope
+//!   locks but in a family of its own, so a log needs no row to be locked
+//!   (see [Rate limits](#rate-limits));
 //! * `fence_seq`: the store-wide fence sequence, drawn by admissions,
 //!   takeovers, job claims and take-backs alike, through `draw_fence()`,
 //!   or `draw_fences(n)` for a claim of many jobs (migrations 0008 and
@@ -156,18 +166,23 @@
 //! application role needs exactly these grants, given by the schema's
 //! owner after the migrations ran (again after an upgrade adds tables or
 //! functions: migration 0010 adds `draw_fence()` and `draw_fences(bigint)`,
-//! which fenced writes call):
+//! which fenced writes call; migration 0013 the `rate_logs` table and the
+//! three functions rate-limited calls use):
 //!
 //! ```sql
 //! GRANT USAGE ON SCHEMA tenure TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE
 //!     ON tenure.leases, tenure.lease_scopes, tenure.held_scopes, tenure.jobs,
-//!        tenure.fence_gates TO app;
+//!        tenure.fence_gates, tenure.rate_logs TO app;
 //! GRANT SELECT ON tenure._sqlx_migrations TO app;
 //! GRANT USAGE ON SEQUENCE tenure.fence_seq TO app;
 //! GRANT EXECUTE ON FUNCTION tenure.admit_if_free(bigint[], text, text[], text, text,
 //!     interval, jsonb, boolean), tenure.draw_fence(), tenure.draw_fences(bigint),
-//!     tenure.next_fence(), tenure.timeline_floor(), tenure.wal_timeline() TO app;
+//!     tenure.next_fence(), tenure.timeline_floor(), tenure.wal_timeline(),
+//!     tenure.admit_if_free_limited(bigint[], text, text[], text, text, interval, jsonb,
+//!       boolean, bigint, text, integer, bigint, bigint, bigint),
+//!     tenure.lock_rate_log(bigint, text, integer, bigint, bigint, bigint),
+//!     tenure.spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint) TO app;
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
@@ -243,8 +258,9 @@
 //!
 //! Every expiry decision is judged by the server's clock alone: `now()`
 //! inside the statement or transaction that acts on it (one instant per
-//! operation; an admission, and an enqueue with uniqueness keys, reads
-//! `clock_timestamp()` after its lock waits, and an admission that interrupts holders stamps them at the instant it judged
+//! operation; an admission, an enqueue with uniqueness keys and a claim
+//! with a rate limit read `clock_timestamp()` after their lock waits, and
+//! an admission that interrupts holders stamps them at the instant it judged
 //! them), never the worker's clock. [`LeaseStore::now`](tenure_lease_core::LeaseStore::now) answers
 //! `SELECT now()`, microsecond precision like every stored timestamp.
 //!
@@ -290,7 +306,8 @@
 //!
 //! An operation that is one statement costs one network round trip:
 //! admitting into free scopes, renewing, a transition, a takeover, a read,
-//! a claim, a settlement, a gate check. sqlx's pool would add two: a ping
+//! a claim, a settlement, a gate check (an admission or a claim with a rate
+//! limit too). sqlx's pool would add two: a ping
 //! when a connection is taken (`test_before_acquire`) and another when it
 //! comes back, to flush what a cancelled statement may have left. So the
 //! store keeps the connections its statements finished with in good order
@@ -404,6 +421,47 @@
 //! ([`tenure_lease_core::backend::telemetry::admit_retried`], label
 //! `backend="postgres"`).
 //!
+//! ## Rate limits
+//!
+//! An admission or a claim with a rate limit is still one statement, and
+//! the limit is judged in it, by the server, with the rules of
+//! [`tenure_lease_core::backend::rate_rules`] written in SQL (migration
+//! 0013). Its log is locked by the schema's `lock_rate_log` function: it
+//! takes the log's advisory lock (FNV-1a 64 over the schema name, `0xFF`,
+//! `0xFD` and the log's name, [`rate_rules::log_name`]), then reads its
+//! instant (`clock_timestamp()`, after the wait) and the log with a fresh
+//! snapshot, so callers of one log take turns and each sees the uses the
+//! one before it committed: together they never use more than its
+//! permits.
+//!
+//! * An admission calls `admit_if_free_limited`, `admit_if_free` with the
+//!   limit: the id and the scopes are judged first, as always (a taken id
+//!   and a blocking holder use no permit); only then is the log locked, and
+//!   the record admitted at the log's instant with one use written, or,
+//!   with no permit left, nothing written and
+//!   [`Admission::RateLimited`](tenure_lease_core::Admission::RateLimited)
+//!   answered. An admission that interrupts judges the limit in the call
+//!   after the interruptions, in the same transaction, which rolls back
+//!   when no permit is left: the holders stay as they were.
+//! * A claim locks the log first, then claims at the log's instant at most
+//!   as many jobs as permits are left (looking for one more, to tell
+//!   whether the limit held one back) and writes a use per job, in one
+//!   statement. Its jobs are read as the statement found them before its
+//!   lock wait; a job claimed meanwhile is skipped, as in any claim.
+//!
+//! A log the server cannot read as at most `permits` instants (a null, a
+//! second dimension, a value outside the instants the crate represents,
+//! too many uses) stops the call before it writes anything, and the crate
+//! answers [`ErrorKind::Corrupt`] with the reason
+//! [`rate_rules::stored_uses`] gives. Rate-limited calls are judged at
+//! `READ COMMITTED`: in a session whose default is higher the admission
+//! takes its transactional path, and the claim answers a serialization
+//! failure that runs it again at `READ COMMITTED` (see
+//! [Isolation levels](#isolation-levels)). The plain admission and claim
+//! are untouched: no lock, no read of `rate_logs`.
+//!
+//! [`rate_rules::log_name`]: tenure_lease_core::backend::rate_rules::log_name
+//! [`rate_rules::stored_uses`]: tenure_lease_core::backend::rate_rules::stored_uses
 //! [`LeaseStore::now`](tenure_lease_core::LeaseStore::now): tenure_lease_core::LeaseStore::now
 
 mod config;
@@ -412,6 +470,7 @@ mod error;
 mod gate;
 mod lease;
 mod queue;
+mod rate;
 mod releases;
 mod scope_locks;
 mod server;

@@ -20,6 +20,11 @@
 //! follows the lock waits, so it sees what the enqueue before it committed;
 //! judges each job with the rules' `holds_unique_key`; and inserts those
 //! that hold no key, stamped with that instant.
+//!
+//! A claim with a rate limit is one statement too, which locks the limit's
+//! log, claims within its permits and writes their uses (see the crate
+//! docs, [Rate limits](crate#rate-limits)); a plain claim never touches a
+//! log.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -32,16 +37,19 @@ use sqlx::types::Json;
 use sqlx::{Connection as _, Row};
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, UniquePolicy,
+    ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal,
+    JobSettle, JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, UniquePolicy,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{clock, Error, ErrorKind, Result, Timestamp};
 
 use crate::decode::{self, Undecodable};
 use crate::error::{constraint, sqlstate, store_error, UNIQUE_VIOLATION};
 use crate::lease::{fence_param, interval, interval_rounded_up};
+use crate::rate;
 use crate::statement::{self, PgQuery, BEGIN_READ_COMMITTED};
 use crate::PgStore;
 
@@ -141,6 +149,55 @@ impl PgStore {
                 }
             })
             .collect()
+    }
+
+    /// The claims of a claim's job `rows`; an undecodable row is left out
+    /// ([`jobs_skipping_undecodable`](Self::jobs_skipping_undecodable)).
+    fn claimed_jobs<'r>(
+        &self,
+        rows: impl IntoIterator<Item = &'r PgRow>,
+    ) -> Result<Vec<ClaimedJob>> {
+        self.jobs_skipping_undecodable("claim", rows)
+            .into_iter()
+            .map(claimed)
+            .collect()
+    }
+
+    /// What the `rows` of a claim within `limit`
+    /// ([`JobStatements::claim_limited`](crate::sql::JobStatements)) answer:
+    /// the jobs claimed and, when the limit held one back, when the next
+    /// permit frees with their uses counted
+    /// ([`RateWindow::retry_after_spending`](rate_rules::RateWindow::retry_after_spending)).
+    fn claimed_within(&self, limit: &RateLimit, rows: &[PgRow]) -> Result<Claimed> {
+        let first = rows
+            .first()
+            .ok_or_else(|| Error::corrupt("a rate-limited claim answered no row"))?;
+        if first
+            .try_get::<bool, _>("rate_log_damaged")
+            .map_err(store_error)?
+        {
+            return Err(rate::damaged(first, limit));
+        }
+        let mut job_rows = Vec::with_capacity(rows.len());
+        for row in rows {
+            if row
+                .try_get::<Option<String>, _>("id")
+                .map_err(store_error)?
+                .is_some()
+            {
+                job_rows.push(row);
+            }
+        }
+        let spent = job_rows.len();
+        let jobs = self.claimed_jobs(job_rows)?;
+        if !first.try_get::<bool, _>("held_back").map_err(store_error)? {
+            return Ok(Claimed::jobs(jobs));
+        }
+        let uses = rate::stored_log(first, limit)?;
+        let now = decode::instant(first, "store_now").map_err(store_error)?;
+        let log = rate_rules::spent(&uses, limit, now, spent);
+        let retry_after = rate_rules::next_permit_in(&log, limit, now).unwrap_or(Duration::ZERO);
+        Ok(Claimed::rate_limited(jobs, retry_after))
     }
 
     /// Inserts `jobs` in one statement, stamped with `now` (`None`: the
@@ -439,24 +496,32 @@ impl QueueBackend for PgStore {
         }
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get();
         let capabilities: Vec<&str> = request.capabilities.iter().map(String::as_str).collect();
+        let statement = match request.rate_limit {
+            None => &self.sql.jobs.claim,
+            Some(_) => &self.sql.jobs.claim_limited,
+        };
         let rows = self
             .fetch_all(|| {
-                sqlx::query(&self.sql.jobs.claim)
+                let query = sqlx::query(statement)
                     .bind(&request.queue)
                     .bind(&capabilities)
                     // Validated to at most `rules::MAX_CLAIM`.
                     .bind(request.limit as i64)
                     .bind(&request.worker)
-                    .bind(interval(request.ttl))
+                    .bind(interval(request.ttl));
+                match &request.rate_limit {
+                    None => query,
+                    Some(limit) => rate::bind(query, &self.scope_locks, limit),
+                }
             })
             .await?;
-        self.jobs_skipping_undecodable("claim", &rows)
-            .into_iter()
-            .map(claimed)
-            .collect()
+        match &request.rate_limit {
+            None => Ok(Claimed::jobs(self.claimed_jobs(&rows)?)),
+            Some(limit) => self.claimed_within(limit, &rows),
+        }
     }
 
     async fn renew_job(

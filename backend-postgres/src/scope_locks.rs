@@ -1,5 +1,5 @@
-//! The advisory-lock keys that serialise admissions per scope, and enqueues
-//! per uniqueness key.
+//! The advisory-lock keys that serialise admissions per scope, enqueues
+//! per uniqueness key, and rate-limited calls per rate log.
 //!
 //! Two admissions on overlapping scopes must not both decide on what they
 //! read: each would see the scopes free (or the same holder interruptible)
@@ -18,6 +18,14 @@
 //! per (queue, key): its key hashes the schema, `0xFF`, then a `0xFE` byte
 //! (which no scope's UTF-8 starts with, so no job key shares its bytes with
 //! a scope's), the queue, `0xFF` and the uniqueness key.
+//!
+//! Admissions and claims with a rate limit take turns per log the same way,
+//! one lock per log: its key hashes the schema, `0xFF`, a `0xFD` byte (a
+//! family of its own, which no UTF-8 starts with either) and the log's
+//! name ([`rate_rules::log_name`]: permits, period and key).
+
+use tenure_lease_core::backend::rate_rules;
+use tenure_lease_core::rate::RateLimit;
 
 /// FNV-1a 64 offset basis.
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -28,6 +36,9 @@ const SEPARATOR: u8 = 0xFF;
 /// Marks a job's uniqueness key after the schema's separator: another byte
 /// no UTF-8 string contains, so the family never meets a scope's bytes.
 const UNIQUE_JOB_FAMILY: u8 = 0xFE;
+/// Marks a rate log's name after the schema's separator, as
+/// [`UNIQUE_JOB_FAMILY`] marks a job's key.
+const RATE_LOG_FAMILY: u8 = 0xFD;
 
 fn fnv1a(state: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(state, |hash, &byte| {
@@ -61,6 +72,12 @@ impl ScopeLocks {
             queue.as_bytes(),
         );
         as_bigint(fnv1a(fnv1a(queue_state, &[SEPARATOR]), key.as_bytes()))
+    }
+
+    /// The key of `limit`'s log.
+    pub(crate) fn rate_log_key(&self, limit: &RateLimit) -> i64 {
+        let family = fnv1a(self.schema_state, &[RATE_LOG_FAMILY]);
+        as_bigint(fnv1a(family, rate_rules::log_name(limit).as_bytes()))
     }
 
     /// The keys of `scopes`, ascending and distinct: the order every
@@ -161,5 +178,36 @@ mod tests {
         let keys = locks.unique_job_keys([("q", "b"), ("q", "a"), ("q", "b")]);
         assert_eq!(keys.len(), 2);
         assert!(keys[0] < keys[1]);
+    }
+
+    #[test]
+    fn rate_log_keys_are_their_own_family() {
+        let locks = ScopeLocks::for_schema("tenure");
+        let second = std::time::Duration::from_secs(1);
+        let limit = RateLimit::new("k", 2, second);
+        let mut expected = FNV_OFFSET;
+        for byte in [b's', 0xFF, 0xFD]
+            .into_iter()
+            .chain(b"2:1000:k".iter().copied())
+        {
+            expected = (expected ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+        assert_eq!(
+            ScopeLocks::for_schema("s").rate_log_key(&limit) as u64,
+            expected
+        );
+        assert_ne!(locks.rate_log_key(&limit), locks.key("2:1000:k"));
+        assert_ne!(
+            locks.rate_log_key(&limit),
+            locks.rate_log_key(&RateLimit::new("k", 3, second))
+        );
+        assert_ne!(
+            locks.rate_log_key(&limit),
+            locks.rate_log_key(&RateLimit::new("k", 2, 2 * second))
+        );
+        assert_ne!(
+            locks.rate_log_key(&limit),
+            ScopeLocks::for_schema("other").rate_log_key(&limit)
+        );
     }
 }

@@ -132,6 +132,11 @@ pub(crate) struct Statements {
     /// `admit_if_free` function (migration 0003), which says what each
     /// outcome carries.
     pub(crate) admit_if_free: String,
+    /// As `admit_if_free`, then a rate limit ([`crate::rate::bind`], `$9`
+    /// to `$14`) → `store_now, outcome, rate_uses, <record>`: a call of
+    /// the schema's `admit_if_free_limited` function (migration 0013),
+    /// which says what each outcome carries.
+    pub(crate) admit_if_free_limited: String,
     /// `$1` scopes → every (scope, holder) pair, unlocked: for the answer
     /// after lost races.
     pub(crate) read_holders: String,
@@ -167,7 +172,8 @@ pub(crate) struct Statements {
     pub(crate) list_by_scope: String,
     pub(crate) list_active: String,
     /// `$1` retention → `purged`, the count of deleted rows: interrupted
-    /// and terminal records last updated at least the retention ago.
+    /// and terminal records last updated at least the retention ago. Also
+    /// deletes, uncounted, the rate logs whose uses all stopped counting.
     pub(crate) purge: String,
     /// `$1` retention → `purged`, the count of rows `purge` would delete
     /// now, deleting nothing.
@@ -205,6 +211,15 @@ pub(crate) struct JobStatements {
     /// `$1` queue, `$2` worker capabilities, `$3` limit, `$4` worker, `$5`
     /// ttl → the claimed jobs, best first, fences ascending in that order.
     pub(crate) claim: String,
+    /// As `claim`, within a rate limit ([`crate::rate::bind`], `$6` to
+    /// `$11`): takes the log's lock (the schema's `lock_rate_log`,
+    /// migration 0013), claims at the log's instant at most as many jobs
+    /// as permits are left, looking for one more, and writes a use per job
+    /// claimed. One row per job claimed, best first (or one row whose job
+    /// columns are null), each with `store_now` (the log's instant),
+    /// `rate_uses` (the log as read), `rate_log_damaged` (then nothing was
+    /// picked) and `held_back` (the limit held back a claimable job).
+    pub(crate) claim_limited: String,
     /// Fenced; `$4` ttl → the new expiry.
     pub(crate) renew: String,
     /// As `renew`, and `$5` the progress recorded in the same update.
@@ -254,6 +269,39 @@ impl JobStatements {
         let attempts_left = "j.attempt < j.max_attempts";
         let decodable = decodable_job();
         let enqueued_at = "COALESCE($11::timestamptz, now())";
+        // A claim's steps, at the instant `now`. Only decodable rows with
+        // attempts below MAX_ATTEMPTS are picked (rules::claimable), so
+        // `attempt + 1` is one a reader accepts. Fences are drawn after
+        // the jobs are picked and locked, then paired with them in claim
+        // order: values of one sequence, sorted ascending, are in the
+        // order they were drawn.
+        let picking = |now: &str, limit: &str| {
+            format!(
+                "SELECT id, priority, run_at, created_at FROM {s}.jobs \
+                 WHERE queue = $1 AND state = 'queued' AND run_at <= {now} \
+                 AND required_capabilities <@ $2::text[] AND {decodable} \
+                 AND attempt < {MAX_ATTEMPTS} \
+                 ORDER BY priority DESC, run_at, created_at, id LIMIT {limit} \
+                 FOR UPDATE SKIP LOCKED"
+            )
+        };
+        let ranked = "SELECT id, row_number() OVER \
+             (ORDER BY priority DESC, run_at, created_at, id) AS claim_order FROM picked";
+        let fences = |claiming: &str| {
+            format!(
+                "SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
+                 FROM {s}.draw_fences((SELECT count(*) FROM {claiming})) AS fence"
+            )
+        };
+        let claiming = |now: &str, claiming: &str| {
+            format!(
+                "UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
+                 attempt = j.attempt + 1, fence = f.fence, \
+                 lease_expires_at = {now} + $5::interval, dead_reason = NULL, updated_at = {now} \
+                 FROM {claiming} r JOIN fences f ON f.claim_order = r.claim_order \
+                 WHERE j.id = r.id RETURNING r.claim_order, {job}"
+            )
+        };
         JobStatements {
             enqueue: format!(
                 "WITH batch AS (SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], \
@@ -281,29 +329,41 @@ impl JobStatements {
                  ON j.state IN ('queued', 'claimed') OR j.unique_until > c.store_now"
             ),
             existing_ids: format!("SELECT id FROM {s}.jobs WHERE id = ANY($1::text[])"),
-            // Fences are drawn after the jobs are picked and locked, then
-            // paired with them in claim order: values of one sequence,
-            // sorted ascending, are in the order they were drawn.
-            // Only decodable rows with attempts below MAX_ATTEMPTS are
-            // picked (rules::claimable), so `attempt + 1` is one a reader
-            // accepts.
             claim: format!(
-                "WITH picked AS (SELECT id, priority, run_at, created_at FROM {s}.jobs \
-                   WHERE queue = $1 AND state = 'queued' AND run_at <= now() \
-                   AND required_capabilities <@ $2::text[] AND {decodable} \
-                   AND attempt < {MAX_ATTEMPTS} \
-                   ORDER BY priority DESC, run_at, created_at, id LIMIT $3 \
-                   FOR UPDATE SKIP LOCKED), \
-                 ranked AS (SELECT id, row_number() OVER \
-                   (ORDER BY priority DESC, run_at, created_at, id) AS claim_order FROM picked), \
-                 fences AS (SELECT fence, row_number() OVER (ORDER BY fence) AS claim_order \
-                   FROM {s}.draw_fences((SELECT count(*) FROM picked)) AS fence), \
-                 claimed AS (UPDATE {s}.jobs j SET state = 'claimed', owner = $4, \
-                   attempt = j.attempt + 1, fence = f.fence, \
-                   lease_expires_at = now() + $5::interval, dead_reason = NULL, updated_at = now() \
-                   FROM ranked r JOIN fences f ON f.claim_order = r.claim_order \
-                   WHERE j.id = r.id RETURNING r.claim_order, {job}) \
-                 SELECT {job} FROM claimed j ORDER BY j.claim_order"
+                "WITH picked AS ({}), \
+                 ranked AS ({ranked}), \
+                 fences AS ({}), \
+                 claimed AS ({}) \
+                 SELECT {job} FROM claimed j ORDER BY j.claim_order",
+                picking("now()", "$3"),
+                fences("picked"),
+                claiming("now()", "ranked"),
+            ),
+            claim_limited: format!(
+                "WITH log AS MATERIALIZED (SELECT l.*, CASE WHEN l.damaged THEN 0 \
+                   WHEN l.permits_left < $3 THEN l.permits_left + 1 ELSE $3 END AS looked_for \
+                   FROM {s}.lock_rate_log($6::bigint, $7::text, $8::integer, $9::bigint, \
+                   $10::bigint, $11::bigint) l), \
+                 picked AS ({}), \
+                 ranked AS ({ranked}), \
+                 taken AS (SELECT id, claim_order FROM ranked \
+                   WHERE claim_order <= (SELECT permits_left FROM log)), \
+                 fences AS ({}), \
+                 claimed AS ({}), \
+                 spent AS (INSERT INTO {s}.rate_logs (key, permits, period_ms, uses, ends_at) \
+                   SELECT $7, $8, $9, a.spent_uses, a.spent_ends_at FROM log l, \
+                   {s}.spent_rate_log(l.uses, $8, $9, l.judged_at, l.judged_micros, \
+                     (SELECT count(*) FROM claimed)) a \
+                   WHERE EXISTS (SELECT 1 FROM claimed) \
+                   ON CONFLICT (key, permits, period_ms) \
+                   DO UPDATE SET uses = EXCLUDED.uses, ends_at = EXCLUDED.ends_at) \
+                 SELECT l.judged_at AS store_now, l.uses AS rate_uses, \
+                   l.damaged AS rate_log_damaged, \
+                   (SELECT count(*) FROM picked) > l.permits_left AS held_back, {job} \
+                 FROM log l LEFT JOIN claimed j ON true ORDER BY j.claim_order",
+                picking("(SELECT judged_at FROM log)", "(SELECT looked_for FROM log)"),
+                fences("taken"),
+                claiming("(SELECT judged_at FROM log)", "taken"),
             ),
             renew: format!(
                 "UPDATE {s}.jobs j SET lease_expires_at = now() + $4::interval, updated_at = now() \
@@ -414,6 +474,12 @@ impl Statements {
                  FROM {s}.admit_if_free($1::bigint[], $2, $3::text[], $4, $5, $6::interval, \
                    $7::jsonb, $8) a"
             ),
+            admit_if_free_limited: format!(
+                "SELECT a.store_now, a.outcome, a.rate_uses, {admitted_or_holder} \
+                 FROM {s}.admit_if_free_limited($1::bigint[], $2, $3::text[], $4, $5, \
+                   $6::interval, $7::jsonb, $8, $9::bigint, $10::text, $11::integer, \
+                   $12::bigint, $13::bigint, $14::bigint) a"
+            ),
             read_holders: format!(
                 "SELECT h.scope, {record} FROM {s}.held_scopes h \
                  JOIN {s}.leases l ON l.id = h.lease_id \
@@ -508,7 +574,8 @@ impl Statements {
                    AND updated_at <= now() - $1::interval RETURNING id, scopes), \
                  unnamed AS (DELETE FROM {s}.lease_scopes ls \
                    USING (SELECT p.id, unnest(p.scopes) AS scope FROM purged p) named \
-                   WHERE ls.scope = named.scope AND ls.lease_id = named.id) \
+                   WHERE ls.scope = named.scope AND ls.lease_id = named.id), \
+                 dead_rate_logs AS (DELETE FROM {s}.rate_logs WHERE ends_at <= now()) \
                  SELECT count(*) AS purged FROM purged"
             ),
             count_purgeable: format!(
@@ -536,22 +603,37 @@ mod tests {
 
     use crate::{PgStore, PgStoreConfig};
 
-    /// The plan of the store's claim of one job of `queue`, under
-    /// `plan_cache_mode` (a custom plan for the bound values, or the
-    /// generic plan a prepared statement settles on).
-    async fn claim_plan(store: &PgStore, plan_cache_mode: &str) -> sqlx::Result<String> {
+    /// The parameters of a claim of one job of queue `plans`: their types,
+    /// then their values.
+    const PLAIN_CLAIM: (&str, &str) = (
+        "text, text[], bigint, text, interval",
+        "'plans', '{}', 1, 'claimer', '30 seconds'",
+    );
+    /// As [`PLAIN_CLAIM`], within a rate limit.
+    const LIMITED_CLAIM: (&str, &str) = (
+        "text, text[], bigint, text, interval, bigint, text, integer, bigint, bigint, bigint",
+        "'plans', '{}', 1, 'claimer', '30 seconds', 7, 'k', 10, 1000, -1, 1",
+    );
+
+    /// The plan of the store's claim `statement` with `parameters` (as
+    /// [`PLAIN_CLAIM`]), under `plan_cache_mode` (a custom plan for the
+    /// bound values, or the generic plan a prepared statement settles on).
+    async fn claim_plan(
+        store: &PgStore,
+        statement: &str,
+        (types, values): (&str, &str),
+        plan_cache_mode: &str,
+    ) -> sqlx::Result<String> {
         let mut connection = store.pool().acquire().await?;
         sqlx::raw_sql(&format!(
             "SET plan_cache_mode = {plan_cache_mode}; \
-             PREPARE tenure_claim(text, text[], bigint, text, interval) AS {}",
-            store.sql.jobs.claim
+             PREPARE tenure_claim({types}) AS {statement}"
         ))
         .execute(&mut *connection)
         .await?;
-        let rows =
-            sqlx::query("EXPLAIN EXECUTE tenure_claim('plans', '{}', 1, 'claimer', '30 seconds')")
-                .fetch_all(&mut *connection)
-                .await?;
+        let rows = sqlx::query(&format!("EXPLAIN EXECUTE tenure_claim({values})"))
+            .fetch_all(&mut *connection)
+            .await?;
         sqlx::raw_sql("DEALLOCATE tenure_claim; RESET plan_cache_mode")
             .execute(&mut *connection)
             .await?;
@@ -562,7 +644,8 @@ mod tests {
     }
 
     /// Fills the queue with many queued jobs beside many finished ones,
-    /// analyzes the table and answers the claim's custom and generic plans.
+    /// analyzes the table and answers the custom and generic plans of the
+    /// claim, with and without a rate limit.
     async fn plans_on_an_analyzed_table(store: &PgStore) -> Vec<(String, String)> {
         for _ in 0..12 {
             let batch: Vec<NewJob> = (0..500)
@@ -582,9 +665,21 @@ mod tests {
         .await
         .expect("finished jobs and statistics");
         let mut plans = Vec::new();
-        for mode in ["force_custom_plan", "force_generic_plan"] {
-            let plan = claim_plan(store, mode).await.expect("the claim's plan");
-            plans.push((mode.to_owned(), plan));
+        let claims = [
+            ("claim", &store.sql.jobs.claim, PLAIN_CLAIM),
+            (
+                "rate-limited claim",
+                &store.sql.jobs.claim_limited,
+                LIMITED_CLAIM,
+            ),
+        ];
+        for (claim, statement, parameters) in claims {
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                let plan = claim_plan(store, statement, parameters, mode)
+                    .await
+                    .expect("the claim's plan");
+                plans.push((format!("{claim}, {mode}"), plan));
+            }
         }
         plans
     }

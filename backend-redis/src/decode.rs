@@ -8,7 +8,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use redis::Value;
-use tenure_lease_core::backend::rules;
+use tenure_lease_core::backend::{rate_rules, rules};
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, Error, ExpiredQuery, ExpiredScan, LeaseRecord, LossReason,
     NotTakenReason, Renewal, Result, SkippedRecord, Status, Takeover, Timestamp, Transition,
@@ -75,6 +76,20 @@ impl Parts {
 
     fn record(&mut self) -> Result<LeaseRecord> {
         decode(raw(self.next()?)?)
+    }
+
+    /// The uses of `limit`'s log a script answers (see `rate_log` in
+    /// `lua/common.lua`), checked as every backend checks a stored log.
+    fn rate_log(&mut self, limit: &RateLimit) -> Result<Vec<Timestamp>> {
+        let micros = array(self.next()?)?
+            .into_iter()
+            .map(|value| {
+                let text = text(value)?;
+                text.parse::<i64>()
+                    .map_err(|_| malformed(format_args!("bad rate log use {text:?}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        rate_rules::stored_uses(micros, limit).map_err(malformed)
     }
 }
 
@@ -248,6 +263,20 @@ pub(crate) fn admission(reply: Value, request: &AdmitRequest) -> Result<Admissio
             let retry_after = rules::retry_after(&holder, request.grace, now);
             Ok(Admission::Conflict {
                 holder,
+                retry_after,
+            })
+        }
+        "rate_limited" => {
+            let limit = request
+                .rate_limit
+                .as_ref()
+                .ok_or_else(|| malformed("rate_limited an admission without a rate limit"))?;
+            let now = parts.instant()?;
+            let uses = parts.rate_log(limit)?;
+            let retry_after = rate_rules::next_permit_in(&uses, limit, now)
+                .ok_or_else(|| malformed("rate_limited an admission with a permit left"))?;
+            Ok(Admission::RateLimited {
+                key: limit.key.clone(),
                 retry_after,
             })
         }

@@ -98,6 +98,20 @@ impl Keys {
         format!("{}unique:{}:{queue}:{key}", self.prefix, queue.len())
     }
 
+    /// The log of a rate limit, named by
+    /// [`log_name`](tenure_lease_core::backend::rate_rules::log_name):
+    /// `<permits>:<period in ms>:<key>`, digits first, so no two limits
+    /// share a log.
+    pub(crate) fn rate(&self, log_name: &str) -> String {
+        format!("{}rate:{log_name}", self.prefix)
+    }
+
+    /// The names of the rate logs by when they stop counting (what `purge`
+    /// walks).
+    pub(crate) fn rates(&self) -> String {
+        self.fixed("rates")
+    }
+
     /// The hash of record `id`.
     pub(crate) fn record(&self, id: &str) -> String {
         format!("{}rec:{id}", self.prefix)
@@ -165,6 +179,10 @@ mod tests {
         assert_ne!(keys.unique("a:b", "c"), keys.unique("a", "b:c"));
         assert_ne!(keys.unique("1:a", "b"), keys.unique("1", "a:b"));
         assert_eq!(keys.unique("q:1", "k"), "tenure:{ns}:unique:3:q:1:k");
+        // Rate logs are a family of their own, apart from their index.
+        assert_eq!(keys.rate("2:1000:k"), "tenure:{ns}:rate:2:1000:k");
+        assert_ne!(keys.rate(""), keys.rates());
+        assert_ne!(keys.rate("x"), keys.record("x"));
         // Gates are a family of their own, apart from their index.
         assert_ne!(keys.gate("x"), keys.holder("x"));
         assert_ne!(keys.gate("x"), keys.scope("x"));

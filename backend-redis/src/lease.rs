@@ -69,6 +69,7 @@ impl LeaseBackend for RedisStore {
             .arg(request.metadata.to_string())
             .arg(scopes.to_string())
             .arg(rules::INTERRUPTED_BY_ADMISSION);
+        self.add_rate_limit(&mut invocation, request.rate_limit.as_ref());
         decode::admission(self.script(&invocation).await?, request)
     }
 
@@ -218,13 +219,16 @@ impl LeaseBackend for RedisStore {
         decode::server_time(self.command(&redis::cmd("TIME")).await?)
     }
 
-    /// Deletes in batches of up to 1000 records, one script call each, until
-    /// a batch finds fewer: each batch is atomic, the whole purge is not (it
-    /// needs not be: a record due stays due, since the one write an
-    /// interrupted record may still take, `Failed`, moves it in the index).
-    /// Only records interrupted by this version or later are in the index
-    /// this walks: one interrupted under an older version stays until it is
-    /// finalised as `Failed` or [`RedisStore::delete_namespace`] runs.
+    /// Deletes in batches of up to 1000 records and 1000 ended rate logs,
+    /// one script call each, until a batch finds fewer of both: each batch
+    /// is atomic, the whole purge is not (it needs not be: a record due
+    /// stays due, since the one write an interrupted record may still take,
+    /// `Failed`, moves it in the index; a log written meanwhile is live
+    /// again, and its index entry says so). Only records interrupted by this
+    /// version or later are in the index this walks: one interrupted under
+    /// an older version stays until it is finalised as `Failed` or
+    /// [`RedisStore::delete_namespace`] runs. The rate logs deleted are not
+    /// counted in the answer.
     async fn purge(&self, terminal_older_than: Checked<Duration>) -> Result<u64> {
         let terminal_older_than = terminal_older_than.get();
         let mut purged = 0_u64;
@@ -232,13 +236,15 @@ impl LeaseBackend for RedisStore {
             let mut invocation = SCRIPTS.purge.prepare_invoke();
             invocation
                 .key(self.keys.terminal())
+                .key(self.keys.rates())
                 .arg(self.keys.prefix())
                 .arg(clock::micros_rounded_up(terminal_older_than))
                 .arg(PURGE_BATCH);
-            let deleted = u64::from_redis_value(self.script(&invocation).await?)
-                .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;
-            purged = purged.saturating_add(deleted);
-            if deleted < PURGE_BATCH as u64 {
+            let (records, logs) =
+                <(u64, u64)>::from_redis_value(self.script(&invocation).await?)
+                    .map_err(|error| Error::corrupt(format!("purge.lua answered {error}")))?;
+            purged = purged.saturating_add(records);
+            if records < PURGE_BATCH as u64 && logs < PURGE_BATCH as u64 {
                 return Ok(purged);
             }
         }

@@ -8,8 +8,9 @@
 //! `NOSCRIPT`); both forms are made from the same files (see
 //! `src/scripts.rs`). The
 //! scripts read the time from the server (`TIME`, microseconds), never from
-//! the client, and mirror [`tenure_lease_core::backend::rules`] exactly: the same reasons in
-//! the same precedence, the same retry-after. Each script judges everything
+//! the client, and mirror [`tenure_lease_core::backend::rules`] (and
+//! [`rate_rules`] for rate limits) exactly: the same reasons in the same
+//! precedence, the same retry-after. Each script judges everything
 //! before its first write, because Lua does not roll back: an `Interrupt`
 //! admission interrupts every holder or none.
 //!
@@ -58,6 +59,23 @@
 //! ([`CLAIM_SCAN_PER_JOB`], [`PROMOTE_BATCH`]) so it never blocks the server
 //! for long. [`RedisStore::delete_namespace`] removes a namespace, jobs
 //! included.
+//!
+//! Rate limits ([`RateLimit`], contract §16) keep one string per log,
+//! `rate:<permits>:<period in ms>:<key>`
+//! ([`log_name`](rate_rules::log_name)), holding
+//! the instants of its last uses as a JSON array of microseconds, and one
+//! sorted set of the logs by when their uses all stop counting. `admit` and
+//! `claim` read, judge and write a limit's log in their own script, by the
+//! server's `TIME`, so concurrent callers never use more than its permits;
+//! a log the script cannot decode fails the call with
+//! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) before
+//! any write. A call without a limit touches neither key. Logs are deleted
+//! by [`purge`](tenure_lease_core::LeaseStore::purge) once they ended,
+//! never by an expiry (so `volatile-*` policies still evict nothing of
+//! tenure's, below). These keys are new in this version and no older
+//! script reads or writes them, so processes of older versions run beside
+//! it unchanged; an older version's `purge` leaves ended logs to a newer
+//! one's (or to [`RedisStore::delete_namespace`]).
 //!
 //! Fence gates ([`FenceStore`](tenure_lease_core::FenceStore)) are a key
 //! family of the same namespace: per resource a string holding the highest
@@ -258,6 +276,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult, Value};
+use tenure_lease_core::backend::rate_rules;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::redact::redact_url;
 use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::tls::TlsCertificates;
@@ -658,6 +678,27 @@ impl RedisStore {
         outcomes
             .pop()
             .ok_or_else(|| Error::corrupt("renew.lua answered no outcome"))
+    }
+
+    /// Adds the rate limit of an admission or a claim, if it has one, to
+    /// the call of `admit.lua` or `claim.lua`: its log and the index of
+    /// logs as keys (none without a limit), and its log name, permits and
+    /// period in microseconds as three arguments (empty without a limit).
+    fn add_rate_limit(&self, invocation: &mut Invocation<'_>, limit: Option<&RateLimit>) {
+        match limit {
+            Some(limit) => {
+                let name = rate_rules::log_name(limit);
+                invocation
+                    .key(self.keys.rate(&name))
+                    .key(self.keys.rates())
+                    .arg(name)
+                    .arg(limit.permits)
+                    .arg(micros(limit.period));
+            }
+            None => {
+                invocation.arg("").arg("").arg("");
+            }
+        }
     }
 
     async fn list_index(&self, index: String) -> Result<Vec<LeaseRecord>> {

@@ -36,7 +36,7 @@ use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack, UniquePolicy,
 };
 use tenure_lease_core::{clock, Error, Result};
@@ -163,7 +163,7 @@ impl QueueBackend for RedisStore {
         self.enqueue_valid(jobs).await
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get();
         let mut invocation = SCRIPTS.claim.prepare_invoke();
         invocation
@@ -178,10 +178,11 @@ impl QueueBackend for RedisStore {
             .arg(request.limit)
             .arg(request.limit.saturating_mul(CLAIM_SCAN_PER_JOB))
             .arg(PROMOTE_BATCH);
+        self.add_rate_limit(&mut invocation, request.rate_limit.as_ref());
         for capability in &request.capabilities {
             invocation.arg(capability);
         }
-        decode::claimed(self.script(&invocation).await?)
+        decode::claimed(self.script(&invocation).await?, request.rate_limit.as_ref())
     }
 
     async fn renew_job(

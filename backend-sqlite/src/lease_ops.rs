@@ -142,8 +142,10 @@ fn collect_records<P: rusqlite::Params>(
 
 /// Deletes what [`rules::purgeable`] allows: interrupted and terminal
 /// records whose `updated_at + older_than <= now`. Their scope rows go with them (foreign
-/// key cascade); the fence counter is untouched.
+/// key cascade); the fence counter is untouched. Rate logs that stopped
+/// counting go too, uncounted.
 pub(crate) fn purge(connection: &Connection, now: Timestamp, older_than: Duration) -> Result<u64> {
+    crate::rate_logs::purge_ended(connection, now)?;
     delete_finished_before(connection, PURGE, now, older_than)
 }
 

@@ -180,6 +180,7 @@ mod lease;
 mod lease_ops;
 mod queue;
 mod queue_ops;
+mod rate_logs;
 mod records;
 mod schema;
 

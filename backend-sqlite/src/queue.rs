@@ -12,7 +12,7 @@ use tenure_lease_core::backend::queue_engine as engine;
 use tenure_lease_core::backend::queue_rules as rules;
 use tenure_lease_core::backend::stores::QueueBackend;
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
+    ClaimRequest, Claimed, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
     NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use tenure_lease_core::Result;
@@ -33,7 +33,7 @@ impl QueueBackend for SqliteStore {
             .await
     }
 
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>> {
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed> {
         let request = request.get().clone();
         self.connection
             .run(move |session| {

@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -163,10 +163,21 @@ const SCHEMA_V7: &str = "ALTER TABLE jobs ADD COLUMN unique_key TEXT;
     CREATE INDEX jobs_by_unique_key ON jobs (queue, unique_key)
         WHERE unique_key IS NOT NULL;";
 
+/// Version 8: rate logs, one row per limit: its uses as a JSON array of
+/// microseconds, and when the newest stops counting (INTEGER microseconds).
+const SCHEMA_V8: &str = "CREATE TABLE rate_logs (
+        key TEXT NOT NULL,
+        permits INTEGER NOT NULL,
+        period_ms INTEGER NOT NULL,
+        uses TEXT NOT NULL,
+        ends_at INTEGER NOT NULL,
+        PRIMARY KEY (key, permits, period_ms)
+    ) WITHOUT ROWID;";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
-    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7,
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
 ];
 
 /// Opens (creating if needed) the file, and the directories above it, applies

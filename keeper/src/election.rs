@@ -512,6 +512,12 @@ impl Campaign {
                     });
                     retry_after.map_or(self.retry_interval, |after| after.min(self.retry_interval))
                 }
+                Ok(AdmitOutcome::RateLimited { key, retry_after }) => {
+                    // A campaign names no rate limit: the store is wrong.
+                    tracing::warn!(election = %self.name, key, "campaign answered rate limited; trying again");
+                    self.set(Leadership::Campaigning);
+                    retry_after.min(self.retry_interval)
+                }
                 Err(KeeperError::Store(error)) => {
                     tracing::warn!(election = %self.name, %error, "campaign could not be decided; trying again");
                     self.set(Leadership::Campaigning);

@@ -255,6 +255,12 @@ impl Keeper {
     /// worker id and ttl (whatever `request` says) and holds them: each is
     /// renewed from now on until settled. Jobs need a ttl
     /// ([`KeeperError::NoTtl`] in single-worker mode).
+    ///
+    /// A request with a [rate limit](ClaimRequest::rate_limit) is refused,
+    /// as [`JobQueue::claim`] refuses it: claim such jobs with
+    /// [`JobQueue::claim_limited`] (under this keeper's worker id and ttl),
+    /// which also says how long the limit holds the rest back, and hold
+    /// each with [`hold_job`](Keeper::hold_job).
     pub async fn claim_jobs(
         &self,
         queue: Arc<dyn JobQueue>,

@@ -231,6 +231,14 @@ pub enum AdmitOutcome {
         /// When its lease (plus grace) ends, if valid.
         retry_after: Option<Duration>,
     },
+    /// The request's [rate limit](tenure_lease_core::AdmitRequest::rate_limit)
+    /// has no permit left; nothing changed.
+    RateLimited {
+        /// The limit's key.
+        key: String,
+        /// When a permit frees (store time).
+        retry_after: Duration,
+    },
 }
 
 /// The answer of [`Keeper::cancel`].
@@ -473,6 +481,9 @@ impl Keeper {
                 holder,
                 retry_after,
             }),
+            Admission::RateLimited { key, retry_after } => {
+                Ok(AdmitOutcome::RateLimited { key, retry_after })
+            }
             other => Err(held::unknown_answer("admit", &other).into()),
         }
     }

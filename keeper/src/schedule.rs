@@ -446,6 +446,12 @@ impl Schedule {
         let guard = match keeper.admit(request).await {
             Ok(AdmitOutcome::Admitted { guard, .. }) => guard,
             Ok(AdmitOutcome::Conflict { .. }) => return Ok(TickOutcome::Elsewhere { tick }),
+            Ok(AdmitOutcome::RateLimited { key, .. }) => {
+                // The tick's request names no rate limit: the store is wrong.
+                return Err(KeeperError::Store(tenure_lease_core::Error::unavailable(
+                    format!("a tick's admission, which names no rate limit, was rate limited by {key:?}"),
+                )));
+            }
             Err(KeeperError::Store(error)) if error.kind() == ErrorKind::AlreadyExists => {
                 return Ok(TickOutcome::Elsewhere { tick })
             }

@@ -59,8 +59,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fence::{FenceCheck, FenceStore};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobQueue, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobQueue, JobRenewal,
+    JobSettle, JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverRequest};
@@ -333,6 +333,8 @@ pub enum AnswerView<'a> {
     JobFound(Option<&'a Job>),
     /// Of [`JobQueue::claim`].
     Claimed(&'a [ClaimedJob]),
+    /// Of [`JobQueue::claim_limited`].
+    LimitedClaim(&'a Claimed),
     /// Of [`JobQueue::renew_job`], [`JobQueue::renew_job_with_progress`] and
     /// [`JobQueue::renew_jobs`], one per claim.
     JobRenewals(&'a [JobRenewal]),
@@ -961,6 +963,16 @@ impl<S: JobQueue, H: Hook> JobQueue for Layered<S, H> {
         self.hook.call(operation, self.inner.claim(request)).await
     }
 
+    async fn claim_limited(&self, request: &ClaimRequest) -> Result<Claimed> {
+        let operation = Operation {
+            owner: Some(&request.worker),
+            ..Operation::named("claim_limited", Input::Claim(request))
+        };
+        self.hook
+            .call(operation, self.inner.claim_limited(request))
+            .await
+    }
+
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
         let input = Input::RenewJobs {
             claims: std::slice::from_ref(claim),
@@ -1188,6 +1200,11 @@ answer! {
     Vec<Enqueued> => |_answer| "answered", view AnswerView::Enqueued(_answer);
     Vec<ClaimedJob> => |answer| if answer.is_empty() { "none" } else { "claimed" },
         view AnswerView::Claimed(answer);
+    Claimed => |answer| match (answer.jobs.is_empty(), answer.retry_after) {
+        (_, Some(_)) => "rate_limited",
+        (true, None) => "none",
+        (false, None) => "claimed",
+    }, view AnswerView::LimitedClaim(answer);
     Option<Job> => |answer| if answer.is_some() { "found" } else { "missing" },
         view AnswerView::JobFound(answer.as_ref());
     JobRenewal => |answer| match answer {

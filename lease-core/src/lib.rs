@@ -35,6 +35,7 @@ pub mod layer;
 pub mod limits;
 mod outcome;
 pub mod queue;
+pub mod rate;
 mod record;
 pub mod redact;
 pub mod release;

@@ -22,6 +22,14 @@ pub const MIN_UNIQUE_PERIOD: Duration = Duration::from_millis(1);
 /// Longest [`UniquePolicy::ForPeriod`](crate::queue::UniquePolicy::ForPeriod)
 /// (366 days: a yearly job's key, with a leap day to spare).
 pub const MAX_UNIQUE_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Most permits of one [`RateLimit`](crate::rate::RateLimit): the store
+/// keeps one instant per permit in use.
+pub const MAX_RATE_PERMITS: u32 = 1000;
+/// Shortest [`RateLimit`](crate::rate::RateLimit) period; periods are whole
+/// milliseconds.
+pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
+/// Longest [`RateLimit`](crate::rate::RateLimit) period (366 days).
+pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Longest retention accepted by `purge` and `purge_jobs` (100 years).
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.

@@ -27,6 +27,16 @@ pub enum Admission {
         /// still valid: a good moment to try again.
         retry_after: Option<Duration>,
     },
+    /// The scopes would admit it, but the request's
+    /// [rate limit](crate::AdmitRequest::rate_limit) has no permit left;
+    /// nothing changed.
+    RateLimited {
+        /// The limit's key.
+        key: String,
+        /// When the oldest use in the window leaves it, freeing a permit
+        /// (store time).
+        retry_after: Duration,
+    },
 }
 
 impl Admission {
@@ -34,7 +44,18 @@ impl Admission {
     pub fn admitted(&self) -> Option<&LeaseRecord> {
         match self {
             Admission::Admitted { record, .. } => Some(record),
-            Admission::Conflict { .. } => None,
+            Admission::Conflict { .. } | Admission::RateLimited { .. } => None,
+        }
+    }
+
+    /// How long to wait before asking again, when not admitted and the
+    /// store can say: a valid holder's remaining lease, or the time until
+    /// a permit frees.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Admission::Admitted { .. } => None,
+            Admission::Conflict { retry_after, .. } => *retry_after,
+            Admission::RateLimited { retry_after, .. } => Some(*retry_after),
         }
     }
 
@@ -43,6 +64,7 @@ impl Admission {
         match self {
             Admission::Admitted { .. } => "admitted",
             Admission::Conflict { .. } => "conflict",
+            Admission::RateLimited { .. } => "rate_limited",
         }
     }
 }

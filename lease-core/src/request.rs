@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::clock::Timestamp;
+use crate::rate::RateLimit;
 use crate::record::{Status, DEFAULT_KIND};
 
 /// How `admit` treats scopes that already have an active holder.
@@ -50,11 +51,16 @@ pub struct AdmitRequest {
     pub metadata: serde_json::Value,
     /// How long past its expiry a holder's lease still counts as valid.
     pub grace: Duration,
+    /// A rate limit the admission must fit in: judged once the scopes
+    /// admit the request, it uses one permit when admitted; with no permit
+    /// left the answer is [`Admission::RateLimited`](crate::Admission::RateLimited)
+    /// and nothing changes.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl AdmitRequest {
     /// A request for `id` by `owner`: no scopes, kind `"run"`, no lease,
-    /// strategy `Reject`, empty metadata, no grace.
+    /// strategy `Reject`, empty metadata, no grace, no rate limit.
     pub fn new(id: impl Into<String>, owner: impl Into<String>) -> Self {
         AdmitRequest {
             id: id.into(),
@@ -65,6 +71,7 @@ impl AdmitRequest {
             strategy: AdmitStrategy::Reject,
             metadata: serde_json::Value::Object(Default::default()),
             grace: Duration::ZERO,
+            rate_limit: None,
         }
     }
 
@@ -116,6 +123,12 @@ impl AdmitRequest {
     /// Sets the grace added to holders' expiry when judging them.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Admits only within `limit` ([`rate_limit`](Self::rate_limit)).
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
         self
     }
 }

@@ -142,10 +142,13 @@ impl<S: LeaseStore> Waiter<S> {
     /// behind this waiter's earlier callers for the same scopes, then asking
     /// the store whenever a scope may have come free. Answers
     /// [`Admission::Admitted`] as soon as the store admits it, or the
-    /// store's last [`Admission::Conflict`] once `wait_for` has passed (a
-    /// caller still in line then asks once, to name the holder).
+    /// store's last [`Admission::Conflict`] (or
+    /// [`Admission::RateLimited`]) once `wait_for` has passed (a caller
+    /// still in line then asks once, to name the holder). A rate-limited
+    /// answer is asked again when its `retry_after` has passed.
     ///
-    /// A request without scopes is admitted at once, outside any line.
+    /// A request without scopes is admitted outside any line, at once
+    /// unless its rate limit makes it wait.
     /// When the store cannot start listening for releases before the
     /// deadline, the waiter polls at [`POLL_WITHOUT_NOTICES`] (unless
     /// [`poll`](Self::poll) set another interval) and logs why.
@@ -170,8 +173,21 @@ impl<S: LeaseStore> Waiter<S> {
         // A wait too long for an instant is as good as for ever.
         let deadline = now.checked_add(wait_for).unwrap_or_else(|| now + FOR_EVER);
         if request.scopes.is_empty() {
-            // Nothing to wait for, nor to take turns on.
-            return self.store.admit(request).await;
+            // No scope to take turns on: only a rate limit to wait out.
+            loop {
+                let answer = self.store.admit(request).await?;
+                let Admission::RateLimited { retry_after, .. } = &answer else {
+                    return Ok(answer);
+                };
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(answer);
+                }
+                let until = now
+                    .checked_add((*retry_after).max(LEAST_PAUSE))
+                    .map_or(deadline, |until| until.min(deadline));
+                tokio::time::sleep_until(until).await;
+            }
         }
         let place = self.join(&request.scopes);
         if !place.wait_for_turn(deadline).await {
@@ -187,14 +203,17 @@ impl<S: LeaseStore> Waiter<S> {
         );
         loop {
             let answer = self.store.admit(request).await?;
-            let Admission::Conflict { retry_after, .. } = &answer else {
-                return Ok(answer);
+            let pause = match &answer {
+                Admission::Conflict { retry_after, .. } => {
+                    retry_after.map_or(poll, |ends| ends.min(poll))
+                }
+                Admission::RateLimited { retry_after, .. } => *retry_after,
+                _ => return Ok(answer),
             };
             let now = Instant::now();
             if now >= deadline {
                 return Ok(answer);
             }
-            let pause = retry_after.map_or(poll, |ends| ends.min(poll));
             let until = now
                 .checked_add(pause.max(LEAST_PAUSE))
                 .map_or(deadline, |until| until.min(deadline));

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_backend_memory::MemoryStore;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::wait::{Waiter, POLL_WITH_NOTICES};
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, LeaseStore, StatusChange, TokioClock, Transition,
@@ -195,4 +196,44 @@ async fn a_bad_request_is_refused_at_once_not_when_its_turn_comes() {
         .collect();
     assert_eq!(active, ["holder"], "the refused request changed nothing");
     first.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_waiter_is_admitted_when_a_permit_frees() {
+    let store = MemoryStore::with_clock(Arc::new(TokioClock::new()));
+    let limit = RateLimit::new("reports", 1, Duration::from_secs(5));
+    let waiter = Waiter::new(store.clone()).poll(LONG);
+    for scoped in [false, true] {
+        let limited = |id: &str| {
+            let request = AdmitRequest::new(id, "worker").rate_limit(limit.clone());
+            if scoped {
+                request.scope(format!("{SCOPE}-{id}"))
+            } else {
+                request
+            }
+        };
+        let first = waiter
+            .admit(&limited(&format!("first-{scoped}")), LONG)
+            .await;
+        assert!(first.unwrap().admitted().is_some());
+        let started = Instant::now();
+        let answer = waiter
+            .admit(&limited(&format!("second-{scoped}")), LONG)
+            .await
+            .unwrap();
+        assert!(answer.admitted().is_some(), "{answer:?}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+            "admitted after {waited:?}, the permit freed after 5 s"
+        );
+        let short = waiter
+            .admit(&limited(&format!("third-{scoped}")), Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(
+            matches!(short, Admission::RateLimited { .. }),
+            "a deadline before the permit frees answers the refusal: {short:?}"
+        );
+    }
 }

@@ -12,10 +12,12 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDelta, PyDeltaAccess, PyFrozenSet, PyList, PyModule, PyTuple};
 
 use tenure::keeper::{CancelAnywhereOutcome, ReconcileReport, ShutdownReport};
+use tenure::limits::MAX_RATE_PERMITS;
 use tenure::queue::{
-    ClaimedJob, Enqueued, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState, OperatorRetry,
-    QueueCounts, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
+    Claimed, ClaimedJob, Enqueued, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
+    OperatorRetry, QueueCounts, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
 };
+use tenure::rate::RateLimit;
 use tenure::{
     Admission, CancelOutcome, Claim, ErrorKind, ExpiredScan, FenceCheck, LeaseRecord, LossReason,
     NotTakenReason, Renewal, SkippedRecord, Status, Takeover, Timestamp, Transition,
@@ -143,7 +145,7 @@ fn skipped<'py>(py: Python<'py>, skipped: &[SkippedRecord]) -> PyResult<Bound<'p
     Ok(PyList::new(py, items)?.into_any())
 }
 
-/// `Admitted` (from the store) or `Conflict`.
+/// `Admitted` (from the store), `Conflict` or `RateLimited`.
 pub(crate) fn admission<'py>(
     py: Python<'py>,
     admission: &Admission,
@@ -157,6 +159,7 @@ pub(crate) fn admission<'py>(
             holder,
             retry_after,
         } => conflict(py, holder, *retry_after),
+        Admission::RateLimited { key, retry_after } => rate_limited(py, key, *retry_after),
         other => Err(unknown_answer("admit", other.label())),
     }
 }
@@ -190,6 +193,14 @@ pub(crate) fn conflict<'py>(
         "Conflict",
         args![py, record(py, holder)?, retry_after.map(seconds)],
     )
+}
+
+pub(crate) fn rate_limited<'py>(
+    py: Python<'py>,
+    key: &str,
+    retry_after: Duration,
+) -> PyResult<Bound<'py, PyAny>> {
+    make(py, "RateLimited", args![py, key, seconds(retry_after)])
 }
 
 pub(crate) fn already_exists<'py>(py: Python<'py>, id: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -374,6 +385,30 @@ pub(crate) fn claimed_job<'py>(
         py,
         "ClaimedJob",
         args![py, job(py, &claimed.job)?, job_claim(py, &claimed.claim)?],
+    )
+}
+
+pub(crate) fn claimed_jobs<'py>(
+    py: Python<'py>,
+    claimed: &[ClaimedJob],
+) -> PyResult<Bound<'py, PyAny>> {
+    let items = claimed
+        .iter()
+        .map(|each| claimed_job(py, each))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyList::new(py, items)?.into_any())
+}
+
+/// `claim_limited`'s answer: `Claimed(jobs, retry_after)`.
+pub(crate) fn claimed<'py>(py: Python<'py>, claimed: &Claimed) -> PyResult<Bound<'py, PyAny>> {
+    make(
+        py,
+        "Claimed",
+        args![
+            py,
+            claimed_jobs(py, &claimed.jobs)?,
+            claimed.retry_after.map(seconds)
+        ],
     )
 }
 
@@ -588,6 +623,11 @@ pub(crate) fn unknown_answer(operation: &str, label: &str) -> PyErr {
 
 /// A duration argument: seconds (`int` or `float`) or a `datetime.timedelta`.
 pub(crate) fn duration(value: &Bound<'_, PyAny>, field: &'static str) -> PyResult<Duration> {
+    seconds_arg(value).map_err(|message| invalid(field, message))
+}
+
+/// [`duration`]'s reading, its refusal a message.
+fn seconds_arg(value: &Bound<'_, PyAny>) -> Result<Duration, String> {
     let secs = if let Ok(delta) = value.cast::<PyDelta>() {
         f64::from(delta.get_days()) * 86_400.0
             + f64::from(delta.get_seconds())
@@ -595,14 +635,10 @@ pub(crate) fn duration(value: &Bound<'_, PyAny>, field: &'static str) -> PyResul
     } else {
         value
             .extract::<f64>()
-            .map_err(|_| invalid(field, "must be a number of seconds or a datetime.timedelta"))?
+            .map_err(|_| "must be a number of seconds or a datetime.timedelta".to_owned())?
     };
-    Duration::try_from_secs_f64(secs).map_err(|_| {
-        invalid(
-            field,
-            format_args!("must be a finite, non-negative number of seconds, not {secs}"),
-        )
-    })
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("must be a finite, non-negative number of seconds, not {secs}"))
 }
 
 /// An optional duration argument (`None` stays `None`).
@@ -652,6 +688,35 @@ pub(crate) fn job_claim_arg(value: &Bound<'_, PyAny>) -> PyResult<JobClaim> {
         fence: value.getattr("fence")?.extract()?,
         attempt: value.getattr("attempt")?.extract()?,
     })
+}
+
+/// A `rate_limit` argument: a `tenure.RateLimit` (or anything with `key`,
+/// `permits` and `period` in seconds); `None` for none. Only what cannot be
+/// a `RateLimit` at all is refused here, the rest by the store's front.
+pub(crate) fn rate_limit_arg(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<RateLimit>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    let part = |name: &str| {
+        value.getattr(name).map_err(|_| {
+            invalid(
+                "rate_limit",
+                "must be a tenure.RateLimit(key, permits, period), or None",
+            )
+        })
+    };
+    let key = part("key")?
+        .extract::<String>()
+        .map_err(|_| invalid("rate_limit", "key must be a string"))?;
+    let permits = part("permits")?.extract::<u32>().map_err(|_| {
+        invalid(
+            "rate_limit",
+            format_args!("permits must be a whole number from 1 to {MAX_RATE_PERMITS}"),
+        )
+    })?;
+    let period = seconds_arg(&part("period")?)
+        .map_err(|message| invalid("rate_limit", format_args!("period {message}")))?;
+    Ok(Some(RateLimit::new(key, permits, period)))
 }
 
 /// The name an enum argument gives: a `tenure.Status` / `tenure.JobState`

@@ -317,8 +317,9 @@ impl PyKeeper {
     }
 
     /// Admits run `id` and holds it: `Admitted` (its `run` renewed from now
-    /// on), `Conflict` or `AlreadyExists`.
-    #[pyo3(signature = (id, *, scopes=None, kind=None, strategy="reject", metadata=None))]
+    /// on), `Conflict`, `RateLimited` or `AlreadyExists`.
+    #[pyo3(signature = (id, *, scopes=None, kind=None, strategy="reject", metadata=None, rate_limit=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn _admit<'py>(
         &self,
         py: Python<'py>,
@@ -327,6 +328,7 @@ impl PyKeeper {
         kind: Option<String>,
         strategy: &str,
         metadata: Option<&Bound<'py, PyAny>>,
+        rate_limit: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = store::admit_request(
             self.keeper.request(id.clone()),
@@ -334,6 +336,7 @@ impl PyKeeper {
             kind,
             strategy,
             metadata,
+            rate_limit,
         )?;
         let keeper = Arc::clone(&self.keeper);
         let watch = Arc::clone(&self.watch);
@@ -365,6 +368,9 @@ impl PyKeeper {
                     holder,
                     retry_after,
                 }) => convert::conflict(py, &holder, retry_after),
+                Some(AdmitOutcome::RateLimited { key, retry_after }) => {
+                    convert::rate_limited(py, &key, retry_after)
+                }
                 None => convert::already_exists(py, &id),
                 Some(_) => Err(errors::new(
                     ErrorKind::Incompatible,

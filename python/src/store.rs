@@ -100,6 +100,7 @@ pub(crate) fn admit_request(
     kind: Option<String>,
     strategy_name: &str,
     metadata: Option<&Bound<'_, PyAny>>,
+    rate_limit: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<AdmitRequest> {
     let mut request = request
         .scopes(convert::strings(scopes, "scopes")?)
@@ -109,6 +110,9 @@ pub(crate) fn admit_request(
     }
     if let Some(metadata) = metadata.filter(|metadata| !metadata.is_none()) {
         request = request.metadata(convert::json_value(metadata, "metadata")?);
+    }
+    if let Some(limit) = convert::rate_limit_arg(rate_limit)? {
+        request = request.rate_limit(limit);
     }
     Ok(request)
 }
@@ -139,11 +143,12 @@ impl PyStore {
         format!("<tenure.Store {}>", self.url)
     }
 
-    /// Admits run `id` for `owner`: `Admitted`, `Conflict` or
-    /// `AlreadyExists`. With `wait_for` (seconds), a held scope is waited
-    /// for, in turn with the process's other waiters of this store, up to
-    /// that long (`tenure::wait::Waiter`).
-    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None, wait_for=None))]
+    /// Admits run `id` for `owner`: `Admitted`, `Conflict`, `RateLimited`
+    /// (with a `rate_limit` that has no permit left) or `AlreadyExists`.
+    /// With `wait_for` (seconds), a held scope (or a spent rate limit) is
+    /// waited for, in turn with the process's other waiters of this store,
+    /// up to that long (`tenure::wait::Waiter`).
+    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None, wait_for=None, rate_limit=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn admit<'py>(
         &self,
@@ -157,6 +162,7 @@ impl PyStore {
         metadata: Option<&Bound<'py, PyAny>>,
         grace: Option<&Bound<'py, PyAny>>,
         wait_for: Option<&Bound<'py, PyAny>>,
+        rate_limit: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut request = admit_request(
             AdmitRequest::new(id.clone(), owner),
@@ -164,6 +170,7 @@ impl PyStore {
             kind,
             strategy,
             metadata,
+            rate_limit,
         )?;
         if let Some(ttl) = convert::optional_duration(ttl, "ttl")? {
             request = request.ttl(ttl);
@@ -500,13 +507,39 @@ impl PyStore {
             py,
             &self.url,
             async move { store.claim(&request).await },
-            |py, claimed: &Vec<_>| {
-                let items = claimed
-                    .iter()
-                    .map(|each| convert::claimed_job(py, each))
-                    .collect::<PyResult<Vec<_>>>()?;
-                Ok(pyo3::types::PyList::new(py, items)?.into_any())
-            },
+            |py, claimed: &Vec<_>| convert::claimed_jobs(py, claimed),
+        )
+    }
+
+    /// `claim` within `rate_limit` (a `RateLimit`): each job claimed uses
+    /// one permit, so at most as many as are left are claimed. Answers
+    /// `Claimed(jobs, retry_after)`, `retry_after` the seconds until the
+    /// next permit frees when the limit held back a claimable job, else
+    /// `None`.
+    #[pyo3(signature = (queue, worker, ttl, *, rate_limit=None, limit=1, capabilities=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn claim_limited<'py>(
+        &self,
+        py: Python<'py>,
+        queue: String,
+        worker: String,
+        ttl: &Bound<'py, PyAny>,
+        rate_limit: Option<&Bound<'py, PyAny>>,
+        limit: usize,
+        capabilities: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut request = ClaimRequest::new(queue, worker, convert::duration(ttl, "ttl")?)
+            .limit(limit)
+            .capabilities(convert::strings(capabilities, "capabilities")?);
+        if let Some(rate_limit) = convert::rate_limit_arg(rate_limit)? {
+            request = request.rate_limit(rate_limit);
+        }
+        let store = Arc::clone(&self.store);
+        answer(
+            py,
+            &self.url,
+            async move { store.claim_limited(&request).await },
+            convert::claimed,
         )
     }
 
@@ -853,6 +886,7 @@ const OPERATIONS: &[&str] = &[
     "get",
     "now",
     "claim",
+    "claim_limited",
     "renew_job",
     "renew_job_with_progress",
     "renew_jobs",

@@ -1,11 +1,13 @@
 //! Every test of the etcd backend, in one binary: the whole conformance kit
 //! (`kit`, one module per area, the opt-in suites the factory offers no
-//! capability for reported skipped), and what needs private clusters:
-//! TLS deployments, member failures, expiry on etcd's own timers.
+//! capability for reported skipped), and what the kit cannot reach: TLS
+//! deployments, member failures and expiry on etcd's own timers (private
+//! clusters), damaged and purged rate logs.
 
 mod common;
 mod deployment;
 mod faults;
+mod rate;
 mod timers;
 
 /// The conformance kit, every area, on a fresh key prefix per test.

@@ -131,3 +131,100 @@ async fn a_damaged_gate_is_corrupt_and_contained() {
         );
     }
 }
+
+/// A damaged rate log answers `Corrupt` naming it, for an admission and a
+/// claim within its limit, and the file does not change; `purge` drops
+/// logs whose uses all stopped counting and keeps the others, damaged ones
+/// too.
+#[tokio::test]
+async fn a_damaged_rate_log_is_corrupt_and_purge_keeps_what_still_counts() {
+    use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
+    use tenure_lease_core::rate::RateLimit;
+
+    let limit = RateLimit::new("api", 2, Duration::from_secs(600));
+    for bad in [
+        json!({ "uses": "x" }),
+        json!({}),
+        json!({ "uses": [1, 2, 3] }),
+        json!({ "uses": [i64::MAX] }),
+        json!([1]),
+    ] {
+        let directory = directory();
+        let path = directory.path().join("store.json");
+        let store = FileStore::open(&path).await.expect("a new store");
+        let first = AdmitRequest::new("first", "worker-a").rate_limit(limit.clone());
+        assert!(store
+            .admit(&first)
+            .await
+            .expect("admitted")
+            .admitted()
+            .is_some());
+        store
+            .enqueue(&NewJob::new("q", json!({})).id("job"))
+            .await
+            .expect("enqueued");
+        let mut document: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+        document["rate_logs"]["2:600000:api"] = bad.clone();
+        let damaged = serde_json::to_vec(&document).expect("encoded");
+        std::fs::write(&path, &damaged).expect("damaged");
+
+        let second = AdmitRequest::new("second", "worker-a").rate_limit(limit.clone());
+        let error = store.admit(&second).await.expect_err("admitted");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        assert!(
+            error.message().contains("2:600000:api"),
+            "{bad}: names the log: {error}"
+        );
+        let claim =
+            ClaimRequest::new("q", "worker-a", Duration::from_secs(60)).rate_limit(limit.clone());
+        let error = store.claim_limited(&claim).await.expect_err("claimed");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{bad}: {error}");
+        assert_eq!(
+            std::fs::read(&path).expect("the file"),
+            damaged,
+            "{bad}: unchanged"
+        );
+        assert_eq!(store.purge(Duration::ZERO).await.expect("purged"), 0);
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+        assert_eq!(
+            kept["rate_logs"]["2:600000:api"], bad,
+            "{bad}: a damaged log is kept"
+        );
+    }
+
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let clock = std::sync::Arc::new(tenure_lease_core::ManualClock::starting_now());
+    let store = FileStore::open_with_clock(&path, clock.clone())
+        .await
+        .expect("a new store");
+    let short = RateLimit::new("short", 1, Duration::from_millis(1));
+    let long = RateLimit::new("long", 1, Duration::from_secs(600));
+    for (id, limit) in [("a", &short), ("b", &long)] {
+        let request = AdmitRequest::new(id, "worker-a").rate_limit(limit.clone());
+        assert!(store
+            .admit(&request)
+            .await
+            .expect("admitted")
+            .admitted()
+            .is_some());
+    }
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        store
+            .purge(Duration::from_secs(3600))
+            .await
+            .expect("purged"),
+        0
+    );
+    let document: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+    let logs: Vec<&String> = document["rate_logs"]
+        .as_object()
+        .expect("the logs")
+        .keys()
+        .collect();
+    assert_eq!(logs, ["1:600000:long"], "only the ended log went");
+}

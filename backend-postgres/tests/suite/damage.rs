@@ -12,10 +12,12 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tenure_backend_postgres::PgStore;
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, UniquePolicy};
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
-    Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
+    clock, Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
     StatusChange, TakeoverRequest,
 };
 
@@ -138,6 +140,57 @@ const UNIQUE_DAMAGES: &[(&str, bool)] = &[
     ),
     ("unique_until = created_at + interval '1 day'", false),
 ];
+
+/// Damages of a rate log (migration 0013), each a `SET` list applied to
+/// the log of a limit of two permits an hour holding one use, and the
+/// permits it leaves, or `None` for a log no store keeps. `$earliest` and
+/// `$latest` stand for the first and last instants the crate can
+/// represent, in microseconds.
+const RATE_LOG_DAMAGES: &[(&str, Option<usize>)] = &[
+    ("uses = NULL", None),
+    ("uses = '{NULL}'", None),
+    ("uses = uses || NULL::bigint", None),
+    ("uses = ARRAY[uses, uses]", None),
+    ("uses = uses || uses || uses", None),
+    ("uses = ARRAY[$latest + 1]", None),
+    ("uses = ARRAY[$earliest - 1]", None),
+    ("uses = ARRAY[9223372036854775807]", None),
+    ("uses = ARRAY[-9223372036854775808]", None),
+    ("uses = '{}'", Some(2)),
+    ("uses = ARRAY[$latest]", Some(1)),
+    ("uses = ARRAY[$earliest]", Some(2)),
+    ("uses = uses || uses", Some(0)),
+    ("uses = '[0:0]={1}'", Some(2)),
+    ("ends_at = 'infinity'", Some(1)),
+];
+
+/// The rate log of `key`, as PostgreSQL prints it.
+async fn rate_log_text(store: &PgStore, key: &str) -> Option<String> {
+    sqlx::query_scalar(&format!(
+        "SELECT r::text FROM \"{}\".rate_logs r WHERE r.key = $1",
+        store.schema()
+    ))
+    .bind(key)
+    .fetch_optional(store.pool())
+    .await
+    .expect("read rate log")
+}
+
+/// A refusal of the damaged rate log of `key` names it and says why, as
+/// the crate decodes it: the server refused no log the crate would accept.
+fn assert_log_refused_for_its_reason<T>(
+    answer: &tenure_lease_core::Result<T>,
+    key: &str,
+    what: &str,
+) {
+    if let Err(error) = answer {
+        let message = error.message();
+        assert!(
+            message.contains(key) && !message.contains("disagree"),
+            "{what}: {error}"
+        );
+    }
+}
 
 fn assert_corrupt_or<T: std::fmt::Debug>(
     answer: tenure_lease_core::Result<T>,
@@ -498,6 +551,164 @@ async fn every_damaged_uniqueness_is_corrupt_or_skipped_never_a_panic() {
                         row_text(&store, "jobs", &victim).await,
                         victim_row,
                         "{what}: a call rewrote a row it cannot answer"
+                    );
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// A rate log that does not decode is `Corrupt` to an admission (into
+/// free scopes, or one that would interrupt a holder) and to a claim, and
+/// they change nothing: no record, no interruption, no claim, the log as
+/// it was. It is read only once the id and the scopes admit: a taken id
+/// and a blocking holder are answered as ever. One that decodes is
+/// judged by what it says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_damaged_rate_log_is_corrupt_and_changes_nothing() {
+    with_store(
+        "every_damaged_rate_log_is_corrupt_and_changes_nothing",
+        |store, url| async move {
+            execute(
+                &url,
+                &store,
+                "ALTER TABLE $schema.rate_logs ALTER COLUMN uses DROP NOT NULL;",
+            )
+            .await;
+            let earliest = clock::to_micros(DateTime::<Utc>::MIN_UTC);
+            let latest = clock::to_micros(DateTime::<Utc>::MAX_UTC);
+            for (case, (set, left)) in RATE_LOG_DAMAGES.iter().enumerate() {
+                let (what, corrupt) = (format!("SET {set}"), &left.is_none());
+                let key = format!("log-{case}");
+                let limit = RateLimit::new(&key, 2, Duration::from_secs(3600));
+                let (scope, queue) = (format!("s-{case}"), format!("q-{case}"));
+                let first = store
+                    .admit(
+                        &AdmitRequest::new(format!("first-{case}"), "worker-a")
+                            .rate_limit(limit.clone()),
+                    )
+                    .await
+                    .expect("admit the log's first use");
+                assert!(first.admitted().is_some(), "{what}: {first:?}");
+                let holder = format!("holder-{case}");
+                store
+                    .admit(
+                        &AdmitRequest::new(&holder, "worker-a")
+                            .scope(&scope)
+                            .ttl(LONG),
+                    )
+                    .await
+                    .expect("admit the holder");
+                let job = store
+                    .enqueue(&NewJob::new(&queue, serde_json::json!({})))
+                    .await
+                    .expect("enqueue");
+                let set = set
+                    .replace("$earliest", &earliest.to_string())
+                    .replace("$latest", &latest.to_string());
+                execute(
+                    &url,
+                    &store,
+                    &format!("UPDATE $schema.rate_logs SET {set} WHERE key = '{key}';"),
+                )
+                .await;
+                let log = rate_log_text(&store, &key).await;
+                let holder_row = row_text(&store, "leases", &holder).await;
+                let job_row = row_text(&store, "jobs", &job.id).await;
+
+                // The id and the scopes first, as without a limit.
+                let taken = store
+                    .admit(
+                        &AdmitRequest::new(format!("first-{case}"), "worker-a")
+                            .rate_limit(limit.clone()),
+                    )
+                    .await
+                    .expect_err("a taken id");
+                assert_eq!(taken.kind(), ErrorKind::AlreadyExists, "{what}: {taken}");
+                let blocked = store
+                    .admit(
+                        &AdmitRequest::new(format!("blocked-{case}"), "worker-b")
+                            .scope(&scope)
+                            .strategy(AdmitStrategy::Interrupt)
+                            .rate_limit(limit.clone()),
+                    )
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: blocked admission: {error}"));
+                assert!(
+                    matches!(blocked, Admission::Conflict { .. }),
+                    "{what}: {blocked:?}"
+                );
+                assert_eq!(rate_log_text(&store, &key).await, log, "{what}");
+
+                let free = store
+                    .admit(
+                        &AdmitRequest::new(format!("free-{case}"), "worker-a")
+                            .rate_limit(limit.clone()),
+                    )
+                    .await;
+                let interrupting = store
+                    .admit(
+                        &AdmitRequest::new(format!("successor-{case}"), "worker-a")
+                            .scope(&scope)
+                            .strategy(AdmitStrategy::Interrupt)
+                            .rate_limit(limit.clone()),
+                    )
+                    .await;
+                let claimed = store
+                    .claim_limited(
+                        &ClaimRequest::new(&queue, "worker-a", LONG)
+                            .limit(2)
+                            .rate_limit(limit.clone()),
+                    )
+                    .await;
+                for answer in [&free, &interrupting] {
+                    assert_log_refused_for_its_reason(answer, &key, &what);
+                }
+                assert_log_refused_for_its_reason(&claimed, &key, &what);
+                let free = assert_corrupt_or(free, *corrupt, &format!("{what}: free admission"));
+                let interrupting = assert_corrupt_or(
+                    interrupting,
+                    *corrupt,
+                    &format!("{what}: interrupting admission"),
+                );
+                let claimed = assert_corrupt_or(claimed, *corrupt, &format!("{what}: claim"));
+                if *corrupt {
+                    assert_eq!(rate_log_text(&store, &key).await, log, "{what}: the log");
+                    assert_eq!(
+                        row_text(&store, "leases", &holder).await,
+                        holder_row,
+                        "{what}: the holder"
+                    );
+                    assert_eq!(
+                        row_text(&store, "jobs", &job.id).await,
+                        job_row,
+                        "{what}: the job"
+                    );
+                    for id in [format!("free-{case}"), format!("successor-{case}")] {
+                        assert_eq!(
+                            row_text(&store, "leases", &id).await,
+                            None,
+                            "{what}: {id} was admitted"
+                        );
+                    }
+                } else {
+                    // The admissions use the permits left, in turn; none is
+                    // left for the job.
+                    let admitted = [free.expect("an answer"), interrupting.expect("an answer")]
+                        .iter()
+                        .filter(|admission| admission.admitted().is_some())
+                        .count();
+                    assert_eq!(Some(admitted), *left, "{what}");
+                    let claimed = claimed.expect("an answer");
+                    assert!(
+                        claimed.jobs.is_empty() && claimed.retry_after.is_some(),
+                        "{what}: {claimed:?}"
+                    );
+                    assert_eq!(
+                        row_text(&store, "jobs", &job.id).await,
+                        job_row,
+                        "{what}: the job"
                     );
                 }
             }

@@ -31,11 +31,16 @@ fn grants(schema: &str, role: &str) -> String {
     format!(
         "GRANT USAGE ON SCHEMA \"{schema}\" TO {role}; \
          GRANT SELECT, INSERT, UPDATE, DELETE ON \"{schema}\".leases, \"{schema}\".lease_scopes, \
-           \"{schema}\".held_scopes, \"{schema}\".jobs, \"{schema}\".fence_gates TO {role}; \
+           \"{schema}\".held_scopes, \"{schema}\".jobs, \"{schema}\".fence_gates, \
+           \"{schema}\".rate_logs TO {role}; \
          GRANT SELECT ON \"{schema}\"._sqlx_migrations TO {role}; \
          GRANT USAGE ON SEQUENCE \"{schema}\".fence_seq TO {role}; \
          GRANT EXECUTE ON FUNCTION \"{schema}\".admit_if_free(bigint[], text, text[], text, \
-           text, interval, jsonb, boolean) TO {role};"
+           text, interval, jsonb, boolean), \"{schema}\".admit_if_free_limited(bigint[], text, \
+           text[], text, text, interval, jsonb, boolean, bigint, text, integer, bigint, bigint, \
+           bigint), \"{schema}\".lock_rate_log(bigint, text, integer, bigint, bigint, bigint), \
+           \"{schema}\".spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint) \
+           TO {role};"
     )
 }
 

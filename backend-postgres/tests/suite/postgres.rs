@@ -14,7 +14,10 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
-use tenure_lease_core::queue::{Enqueued, JobClaim, JobQueue, NewJob, TakeBack, UniquePolicy};
+use tenure_lease_core::queue::{
+    ClaimRequest, Enqueued, JobClaim, JobQueue, NewJob, TakeBack, UniquePolicy,
+};
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::release::ReleaseNotice;
 use tenure_lease_core::telemetry::{attribute, ADMIT_RETRIES};
 use tenure_lease_core::{
@@ -77,7 +80,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 12);
+    assert_eq!(applied, 13);
     assert_eq!(seen, Some(record));
 }
 
@@ -828,8 +831,20 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migration 0012 undoes, to stand a fresh schema back at version 11:
-/// the uniqueness columns, their check and their index.
+/// What migration 0013 undoes, to stand a fresh schema back at version 12:
+/// the rate logs and their functions.
+const BACK_TO_VERSION_12: &str = "DROP FUNCTION $schema.admit_if_free_limited(bigint[], text, \
+       text[], text, text, interval, jsonb, boolean, bigint, text, integer, bigint, bigint, \
+       bigint); \
+     DROP FUNCTION $schema.lock_rate_log(bigint, text, integer, bigint, bigint, bigint); \
+     DROP FUNCTION $schema.spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, \
+       bigint); \
+     DROP TABLE $schema.rate_logs; \
+     DELETE FROM $schema._sqlx_migrations WHERE version >= 13;";
+
+/// What migration 0012 undoes, after [`BACK_TO_VERSION_12`], to stand a
+/// fresh schema back at version 11: the uniqueness columns, their check
+/// and their index.
 const BACK_TO_VERSION_11: &str = "DROP INDEX $schema.jobs_unique_key; \
      ALTER TABLE $schema.jobs DROP COLUMN unique_key, DROP COLUMN unique_policy, \
      DROP COLUMN unique_until; \
@@ -871,6 +886,7 @@ async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
     with_store(
         "a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
         |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_12).await;
             execute(&url, &store, BACK_TO_VERSION_11).await;
             execute(&url, &store, BACK_TO_VERSION_5).await;
             execute(
@@ -937,6 +953,7 @@ async fn a_version_11_schema_upgrades_to_unique_jobs_keeping_its_jobs() {
                 .enqueue(&NewJob::new("q", serde_json::json!({})).id("old"))
                 .await
                 .expect("enqueue before the downgrade");
+            execute(&url, &store, BACK_TO_VERSION_12).await;
             execute(&url, &store, BACK_TO_VERSION_11).await;
             let upgraded = support::connect(&url, store.schema())
                 .await
@@ -964,6 +981,140 @@ async fn a_version_11_schema_upgrades_to_unique_jobs_keeping_its_jobs() {
                 other => panic!("the key is held: {other:?}"),
             }
             upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// A schema at version 12 takes migration 0013 with its records: one
+/// admitted before reads back as it was, and rate limits are judged from
+/// then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_12_schema_upgrades_to_rate_limits_keeping_its_records() {
+    with_store(
+        "a_version_12_schema_upgrades_to_rate_limits_keeping_its_records",
+        |store, url| async move {
+            let old = admitted(
+                store
+                    .admit(&AdmitRequest::new("old", "worker-a").scope("s"))
+                    .await
+                    .expect("admit before the downgrade"),
+            );
+            execute(&url, &store, BACK_TO_VERSION_12).await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 12 schema upgrades");
+            assert_eq!(upgraded.get("old").await.expect("get"), Some(old));
+            let limit = RateLimit::new("k", 1, Duration::from_secs(3600));
+            let first = upgraded
+                .admit(&AdmitRequest::new("first", "worker-a").rate_limit(limit.clone()))
+                .await
+                .expect("admit within the limit");
+            assert!(first.admitted().is_some(), "{first:?}");
+            let second = upgraded
+                .admit(&AdmitRequest::new("second", "worker-a").rate_limit(limit))
+                .await
+                .expect("admit beyond the limit");
+            assert!(
+                matches!(second, Admission::RateLimited { .. }),
+                "{second:?}"
+            );
+            upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// The uses and end of the rate log of `limit`, as stored.
+async fn rate_log(
+    store: &PgStore,
+    limit: &RateLimit,
+) -> Option<(Vec<i64>, chrono::DateTime<chrono::Utc>)> {
+    sqlx::query_as(&format!(
+        "SELECT uses, ends_at FROM \"{}\".rate_logs \
+         WHERE key = $1 AND permits = $2 AND period_ms = $3",
+        store.schema()
+    ))
+    .bind(&limit.key)
+    .bind(i32::try_from(limit.permits).expect("permits"))
+    .bind(i64::try_from(limit.period.as_millis()).expect("period"))
+    .fetch_optional(store.pool())
+    .await
+    .expect("read the rate log")
+}
+
+/// A rate log keeps the instants of its uses, ascending, each the instant
+/// of the admission or the claim that used it (the records' creation, the
+/// claims' update), and ends a period after the newest. A purge deletes
+/// the logs that ended, without counting them, and keeps the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_logs_keep_their_uses_and_purge_deletes_the_dead_ones() {
+    with_store(
+        "rate_logs_keep_their_uses_and_purge_deletes_the_dead_ones",
+        |store, _url| async move {
+            let hour = Duration::from_secs(3600);
+            let live = RateLimit::new("live", 3, hour);
+            let record = admitted(
+                store
+                    .admit(&AdmitRequest::new("admitted", "worker-a").rate_limit(live.clone()))
+                    .await
+                    .expect("admit"),
+            );
+            for _ in 0..3 {
+                store
+                    .enqueue(&NewJob::new("q", serde_json::json!({})))
+                    .await
+                    .expect("enqueue");
+            }
+            let claimed = store
+                .claim_limited(
+                    &ClaimRequest::new("q", "worker-a", LONG)
+                        .limit(3)
+                        .rate_limit(live.clone()),
+                )
+                .await
+                .expect("claim");
+            assert_eq!(claimed.jobs.len(), 2, "{claimed:?}");
+            assert_eq!(
+                claimed.retry_after,
+                Some(
+                    hour - (claimed.jobs[0].job.updated_at - record.created_at)
+                        .to_std()
+                        .expect("ascending")
+                ),
+                "{claimed:?}"
+            );
+            let claimed_at = claimed.jobs[0].job.updated_at;
+            assert!(claimed
+                .jobs
+                .iter()
+                .all(|claimed| claimed.job.updated_at == claimed_at));
+            let (uses, ends_at) = rate_log(&store, &live).await.expect("the live log");
+            assert_eq!(
+                uses,
+                [record.created_at, claimed_at, claimed_at]
+                    .map(|instant| instant.timestamp_micros())
+            );
+            assert_eq!(ends_at, claimed_at + hour);
+
+            let dead = RateLimit::new("dead", 1, Duration::from_millis(1));
+            let briefly = store
+                .admit(&AdmitRequest::new("briefly", "worker-a").rate_limit(dead.clone()))
+                .await
+                .expect("admit");
+            assert!(briefly.admitted().is_some(), "{briefly:?}");
+            assert!(rate_log(&store, &dead).await.is_some());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(
+                store.purge(Duration::ZERO).await.expect("purge"),
+                0,
+                "a log is no record"
+            );
+            assert_eq!(rate_log(&store, &dead).await, None, "the dead log stays");
+            assert!(
+                rate_log(&store, &live).await.is_some(),
+                "the live log is gone"
+            );
         },
     )
     .await;

@@ -5,13 +5,16 @@
 //! `claim` and `reap` skip an undecodable job and report it.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use redis::Value;
 use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::queue::{
-    ClaimedJob, DeadReason, Enqueued, Job, JobLoss, JobRenewal, JobSettle, JobState, NewJob,
-    OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    Claimed, ClaimedJob, DeadReason, Enqueued, Job, JobLoss, JobRenewal, JobSettle, JobState,
+    NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{Error, Result, Timestamp};
 
 use super::{array, bytes, malformed, micros, raw, script_skips, text, unknown, Parts, RawRecord};
@@ -164,13 +167,27 @@ pub(crate) fn enqueued(reply: Value, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
     }
 }
 
-/// The reply of `claim.lua`. A job the script claimed but this side cannot
-/// decode is logged and left out: it stays claimed until its lease expires
-/// and the reaper handles it.
-pub(crate) fn claimed(reply: Value) -> Result<Vec<ClaimedJob>> {
+/// The reply of `claim.lua` to a request with `rate_limit`, if it has
+/// one. A job the script claimed but this side cannot decode is logged and
+/// left out: it stays claimed until its lease expires and the reaper
+/// handles it (its permit is used). When the limit held back a claimable
+/// job, the script answers the log as it wrote it, and `retry_after` is
+/// when its next permit frees, as
+/// [`RateWindow::retry_after_spending`](tenure_lease_core::backend::rate_rules::RateWindow::retry_after_spending)
+/// computes it.
+pub(crate) fn claimed(reply: Value, rate_limit: Option<&RateLimit>) -> Result<Claimed> {
     let mut parts = Parts(array(reply)?.into_iter());
     let claimed = array(parts.next()?)?;
     report_skipped("claim", parts.next()?)?;
+    let retry_after = if parts.0.len() == 0 {
+        None
+    } else {
+        let limit =
+            rate_limit.ok_or_else(|| malformed("a claim without a rate limit was rate limited"))?;
+        let now = parts.instant()?;
+        let log = parts.rate_log(limit)?;
+        Some(rate_rules::next_permit_in(&log, limit, now).unwrap_or(Duration::ZERO))
+    };
     let mut jobs = Vec::with_capacity(claimed.len());
     for value in claimed {
         let raw = raw(value)?;
@@ -187,7 +204,10 @@ pub(crate) fn claimed(reply: Value) -> Result<Vec<ClaimedJob>> {
             ),
         }
     }
-    Ok(jobs)
+    Ok(match retry_after {
+        Some(retry_after) => Claimed::rate_limited(jobs, retry_after),
+        None => Claimed::jobs(jobs),
+    })
 }
 
 fn loss(parts: &mut Parts) -> Result<JobLoss> {

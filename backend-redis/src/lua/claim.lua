@@ -2,25 +2,44 @@
 -- (contract §9 (tenure_lease_core::contract), rules::claimable, rules::claim_order,
 -- rules::claim_job).
 -- KEYS[1] the queue's ready zset, KEYS[2] the queue's delayed zset,
--- KEYS[3] fence counter, KEYS[4] claimed zset.
+-- KEYS[3] fence counter, KEYS[4] claimed zset, then, with a rate limit
+-- only, KEYS[5] its log and KEYS[6] the rate logs' index (rate_log).
 -- ARGV[1] key prefix (job hashes are found at run time), ARGV[2] queue,
 -- ARGV[3] worker, ARGV[4] ttl in us, ARGV[5] limit, ARGV[6] most ready
 -- entries looked at, ARGV[7] most due delayed entries moved into ready,
--- ARGV[8..] the worker's capabilities.
+-- ARGV[8] the rate limit's log name ('' = no rate limit), ARGV[9] its
+-- permits, ARGV[10] its period in us ('' without a limit),
+-- ARGV[11..] the worker's capabilities.
 -- Reply: { { job, ... }, { { id, reason }, ... } }: the jobs claimed, as
 -- they now are and in the order their fences were drawn, where a job is
 -- { id, field pairs }; then the jobs met that could not be judged (left
--- alone, reported by the caller).
+-- alone, reported by the caller); when the rate limit held back a
+-- claimable job, then also now (store time in us) and the log as written
+-- ({ use, ... }, in us), from which the caller computes retry_after.
 --
--- First the delayed jobs now due move into ready (at most ARGV[7], earliest
--- run_at first): that write only re-indexes jobs that are queued either
--- way. Then ready is walked in claim order, at most ARGV[6] entries, and
--- every job is judged before the first claim is written.
+-- The rate log is read and checked first: one that cannot be decoded
+-- fails the claim before any write. Then the delayed jobs now due move
+-- into ready (at most ARGV[7], earliest run_at first): that write only
+-- re-indexes jobs that are queued either way. Then ready is walked in claim
+-- order, at most ARGV[6] entries, and every job is judged before the first
+-- claim is written. With a rate limit at most as many jobs as it has
+-- permits left are claimed, each writing one use at now
+-- (queue_engine::claim); one more claimable job looked for tells whether
+-- it held one back.
 
 local prefix, queue, worker = ARGV[1], ARGV[2], ARGV[3]
-local limit, scan_bound = tonumber(ARGV[5]), tonumber(ARGV[6])
+local wanted, scan_bound = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_us()
 local fences = fence_counter(KEYS[3], now)
+local rate, permits = nil, wanted
+if ARGV[8] ~= '' then
+  rate = rate_log(KEYS[5], KEYS[6], ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10]), now)
+  permits = rate.permits - #rate.uses
+end
+local limit = wanted
+if permits < wanted then
+  limit = permits + 1
+end
 
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[7]))
 for _, rank in ipairs(due) do
@@ -29,7 +48,7 @@ for _, rank in ipairs(due) do
 end
 
 local capable = {}
-for i = 8, #ARGV do
+for i = 11, #ARGV do
   capable[ARGV[i]] = true
 end
 
@@ -119,6 +138,11 @@ while #picked < limit and offset < scan_bound do
   offset = offset + #ranks
 end
 
+local held_back = #picked > permits
+for i = #picked, permits + 1, -1 do
+  picked[i] = nil
+end
+
 -- Decided: from here on only writes.
 for _, rank in ipairs(stale) do
   redis.call('ZREM', KEYS[1], rank)
@@ -135,5 +159,14 @@ for i, pick in ipairs(picked) do
   redis.call('ZREM', KEYS[1], pick.rank)
   redis.call('ZADD', KEYS[4], expires, job.id)
   claimed[#claimed + 1] = reply_record(job)
+end
+if rate then
+  local spent = rate_spent(rate, #picked)
+  if #picked > 0 then
+    save_rate_log(rate, spent)
+  end
+  if held_back then
+    return { claimed, skipped, fmt(now), rate_texts(spent) }
+  end
 end
 return { claimed, skipped }

@@ -17,6 +17,11 @@
 --   <prefix>rec:<id>         hash: one record (fields below)
 --   <prefix>holder:<scope>   string: id of the active record holding the scope
 --   <prefix>scope:<scope>    zset: ids of every record naming the scope, by created_at
+--   <prefix>rate:<name>      string: a rate limit's log (see rate_log), <name>
+--                            being rate_rules::log_name, `<permits>:<period
+--                            in ms>:<key>` (digits first, so unambiguous)
+--   <prefix>rates            zset: the names of the rate logs by when they stop
+--                            counting in us (purge deletes those ended)
 -- The job-queue keys (job:, ready:, delayed:, dead:, unique:, claimed and
 -- finished) are described in queue_common.lua, the fence-gate keys (gate: and gates) in
 -- gate_common.lua.
@@ -345,4 +350,92 @@ local function reply_record(hash)
     end
   end
   return { hash.id, flat }
+end
+
+-- Rate logs (contract §16, rate_rules). A limit's log, <prefix>rate:<name>,
+-- holds the instants of its last uses as rate_rules::encode_uses writes
+-- them: a JSON array of integers, us since the epoch, at most `permits` of
+-- them. The script that judges a limit writes its uses in the same run;
+-- <prefix>rates scores each log's name by rate_rules::log_ends_at (its
+-- newest use + period), which purge walks: no key has an expiry.
+
+-- JSON's whitespace, as a pattern.
+local JSON_SPACE = '[ \t\r\n]*'
+
+-- The log of a limit of `permits` uses per `period` us at store time `now`:
+-- its key, the index of logs and its name there. Read and checked as
+-- rate_rules::stored_uses checks it, and answered as { key, index, name,
+-- permits, period, now, uses }, where uses are those that count at now
+-- (rate_rules::counts), ascending, each { at = its instant, text = as
+-- stored }. Raises TENURE_CORRUPT when the log is no JSON array of instants
+-- or holds more uses than permits, WRONGTYPE when it is no string or the
+-- index no zset: call it while judging, before the first write.
+local function rate_log(key, index, name, permits, period, now)
+  redis.call('ZSCORE', index, name)
+  local text = redis.call('GET', key)
+  local uses = {}
+  if text then
+    local items = string.match(text, '^' .. JSON_SPACE .. '%[(.*)%]' .. JSON_SPACE .. '$')
+    if items == nil then
+      corrupt(key, 'the rate log is no JSON array')
+    end
+    local stored = 0
+    if not string.match(items, '^' .. JSON_SPACE .. '$') then
+      for item in string.gmatch(items .. ',', '([^,]*),') do
+        local digits = string.match(item, '^' .. JSON_SPACE .. '(%-?%d+)' .. JSON_SPACE .. '$')
+        if digits == nil or string.match(digits, '^%-?0%d') then
+          corrupt(key, 'the rate log holds ' .. string.sub(item, 1, 40) .. ', which is no integer')
+        end
+        local at = tonumber(digits)
+        if at < -TIMESTAMP_BOUND or at > TIMESTAMP_BOUND then
+          corrupt(key, 'the rate log holds ' .. digits .. ', which is no instant')
+        end
+        stored = stored + 1
+        if now < at or now - at < period then
+          uses[#uses + 1] = { at = at, text = digits }
+        end
+      end
+    end
+    if stored > permits then
+      corrupt(key, 'the rate log holds ' .. stored .. ' uses, above its ' .. permits
+        .. ' permits')
+    end
+    table.sort(uses, function(a, b) return a.at < b.at end)
+  end
+  return { key = key, index = index, name = name, permits = permits, period = period,
+    now = now, uses = uses }
+end
+
+-- rate_rules::spent: the uses of `log` after `count` more at its now, the
+-- uses counting and the new ones, ascending, the newest `permits` kept.
+local function rate_spent(log, count)
+  local uses = {}
+  for _, use in ipairs(log.uses) do
+    uses[#uses + 1] = use
+  end
+  for _ = 1, count do
+    uses[#uses + 1] = { at = log.now, text = fmt(log.now) }
+  end
+  table.sort(uses, function(a, b) return a.at < b.at end)
+  local kept = {}
+  for i = math.max(#uses - log.permits, 0) + 1, #uses do
+    kept[#kept + 1] = uses[i]
+  end
+  return kept
+end
+
+-- The instants of `uses`, as their text, for a reply.
+local function rate_texts(uses)
+  local texts = {}
+  for i, use in ipairs(uses) do
+    texts[i] = use.text
+  end
+  return texts
+end
+
+-- Stores `uses` (of rate_spent, never empty) as `log`, indexed by when
+-- they stop counting (rate_rules::log_ends_at).
+local function save_rate_log(log, uses)
+  redis.call('SET', log.key, '[' .. table.concat(rate_texts(uses), ',') .. ']')
+  redis.call('ZADD', log.index, fmt(uses[#uses].at + log.period), log.name)
 end

@@ -16,8 +16,12 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
 use tenure_backend_redis::RedisStore;
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, UniquePolicy};
-use tenure_lease_core::{AdmitRequest, ErrorKind, ExpiredQuery, LeaseStore};
+use tenure_lease_core::rate::RateLimit;
+use tenure_lease_core::{
+    Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseStore,
+};
 
 use crate::scratch;
 
@@ -132,6 +136,25 @@ const JOB_TEXT_DAMAGES: &[Damage] = &[
     ("error", Some(b"\xc3")),
     ("queue", Some(b"\xff")),
     ("run_at", Some(b"9223372036854775807")),
+];
+
+/// A rate limit's log damaged in turn, for a limit of two permits: no JSON
+/// array of integer instants, or more uses than permits.
+const RATE_LOG_DAMAGES: &[&[u8]] = &[
+    b"",
+    b"not json",
+    b"{\"a\":1}",
+    b"[1.5]",
+    b"[1e3]",
+    b"[\"1700000000000000\"]",
+    b"[01]",
+    b"[1,]",
+    b"[1 2]",
+    b"[9223372036854775807]",
+    b"[-9223372036854775808]",
+    b"[1,2,3]",
+    b"\xff",
+    b"[1,\xff]",
 ];
 
 /// Every key of the namespace with its type and content, to compare.
@@ -614,6 +637,142 @@ async fn a_damaged_or_exhausted_fence_counter_is_corrupt_and_changes_nothing() {
                 store.admit(&AdmitRequest::new("other", "w")).await,
             );
             assert_eq!(store.get("holder").await.expect("get"), Some(holder));
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_rate_log_is_corrupt_and_changes_nothing() {
+    with_namespace(
+        "damaged_rate_log",
+        |config| config,
+        |scratch| async move {
+            let Scratch {
+                store,
+                mut raw,
+                prefix,
+            } = scratch;
+            let limit = RateLimit::new("api", 2, Duration::from_secs(60));
+            let log_key = format!("{prefix}rate:2:60000:api");
+            let index_key = format!("{prefix}rates");
+            // An expired holder an interrupting admission would interrupt, a
+            // queued job and a due one still in the delayed index: a claim
+            // would take the first and move the second.
+            let holder = admitted(
+                &store,
+                AdmitRequest::new("holder", "w1")
+                    .scope("s")
+                    .ttl(Duration::from_millis(1)),
+            )
+            .await;
+            enqueue(&store, "q", "ready", 0).await;
+            let soon = tenure_lease_core::clock::add(
+                store.now().await.expect("now"),
+                Duration::from_millis(50),
+            );
+            store
+                .enqueue(&NewJob::new("q", json!({})).id("due").run_at(soon))
+                .await
+                .expect("enqueue");
+            while store.now().await.expect("now") <= soon {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let admission = AdmitRequest::new("rival", "w2")
+                .scope("s")
+                .strategy(AdmitStrategy::Interrupt)
+                .rate_limit(limit.clone());
+            let claim = ClaimRequest::new("q", "w", TTL)
+                .limit(10)
+                .rate_limit(limit.clone());
+
+            for &bytes in RATE_LOG_DAMAGES {
+                if let Ok(text) = std::str::from_utf8(bytes) {
+                    assert!(
+                        rate_rules::decode_uses(text, &limit).is_err(),
+                        "every backend refuses {text:?}"
+                    );
+                }
+                let _: () = raw.set(&log_key, bytes).await.expect("SET");
+                let what = format!("log {:?}", String::from_utf8_lossy(bytes));
+                let before = snapshot(&mut raw, &prefix).await;
+                assert_corrupt(&format!("admit, {what}"), store.admit(&admission).await);
+                assert_corrupt(
+                    &format!("claim_limited, {what}"),
+                    store.claim_limited(&claim).await,
+                );
+                assert_eq!(
+                    snapshot(&mut raw, &prefix).await,
+                    before,
+                    "{what}: nothing changed"
+                );
+                // The id and the scopes are judged before the limit.
+                let taken = store
+                    .admit(&AdmitRequest::new("holder", "w2").rate_limit(limit.clone()))
+                    .await
+                    .expect_err("a taken id");
+                assert_eq!(taken.kind(), ErrorKind::AlreadyExists, "{what}");
+                let rejected = store
+                    .admit(
+                        &AdmitRequest::new("rival", "w2")
+                            .scope("s")
+                            .rate_limit(limit.clone()),
+                    )
+                    .await
+                    .expect("a held scope");
+                assert!(
+                    matches!(rejected, Admission::Conflict { .. }),
+                    "{what}: {rejected:?}"
+                );
+            }
+
+            // A log of another type, then an index of another type.
+            let _: () = raw.del(&log_key).await.expect("DEL");
+            let _: () = raw.hset(&log_key, "a", "b").await.expect("HSET");
+            let before = snapshot(&mut raw, &prefix).await;
+            assert_corrupt("admit, a hash for a log", store.admit(&admission).await);
+            assert_corrupt(
+                "claim_limited, a hash for a log",
+                store.claim_limited(&claim).await,
+            );
+            assert_eq!(
+                snapshot(&mut raw, &prefix).await,
+                before,
+                "a hash for a log"
+            );
+            let _: () = raw.del(&log_key).await.expect("DEL");
+            let _: () = raw.set(&index_key, "not a zset").await.expect("SET");
+            let before = snapshot(&mut raw, &prefix).await;
+            assert_corrupt(
+                "admit, a string for the index",
+                store.admit(&admission).await,
+            );
+            assert_corrupt(
+                "claim_limited, a string for the index",
+                store.claim_limited(&claim).await,
+            );
+            assert_eq!(
+                snapshot(&mut raw, &prefix).await,
+                before,
+                "a string for the index"
+            );
+            let jobs: Vec<String> = raw
+                .zrange(format!("{prefix}delayed:q"), 0, -1)
+                .await
+                .expect("ZRANGE");
+            assert_eq!(jobs.len(), 1, "the due job was never moved");
+
+            // Repaired, the same calls go through, each using its permits.
+            let _: () = raw.del(&index_key).await.expect("DEL");
+            let admitted = store.admit(&admission).await.expect("admit");
+            let Admission::Admitted { interrupted, .. } = admitted else {
+                panic!("not admitted: {admitted:?}");
+            };
+            assert_eq!(interrupted.len(), 1);
+            assert_eq!(interrupted[0].id, holder.id);
+            let claimed = store.claim_limited(&claim).await.expect("claim_limited");
+            assert_eq!(claimed.jobs.len(), 1, "{claimed:?}");
+            assert!(claimed.retry_after.is_some(), "{claimed:?}");
         },
     )
     .await;

@@ -1,8 +1,8 @@
 //! Redis-specific behaviour the conformance kit cannot check: undecodable
 //! records and jobs, batches larger than one script call, a connection
 //! killed in the middle of a run, fences across a server restart, the job
-//! indexes and the claim scan bound, fences drawn several per call, and
-//! rough throughput figures.
+//! indexes and the claim scan bound, fences drawn several per call, the
+//! rate logs and their purge, and rough throughput figures.
 //!
 //! Tests that need a shared server read `TENURE_REDIS_URL`; without it each
 //! prints one skip line (and fails under `TENURE_REQUIRE_SERVICES=1`). Each
@@ -17,10 +17,12 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
 use tenure_backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
+use tenure_lease_core::backend::rate_rules;
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobQueue, JobSettle, JobState, NewJob,
     OperatorRetry, UniquePolicy,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, LossReason, Renewal, Status, StatusChange, Takeover, TakeoverRequest,
@@ -551,6 +553,34 @@ impl Scratch {
     }
 }
 
+impl Scratch {
+    /// The rate log of `limit`, decoded as every backend decodes it, and
+    /// its score in the index of logs; `None` when there is none.
+    async fn rate_log(
+        &self,
+        limit: &RateLimit,
+    ) -> Option<(Vec<tenure_lease_core::Timestamp>, f64)> {
+        let mut raw = self.raw.clone();
+        let name = rate_rules::log_name(limit);
+        let text: Option<String> = raw
+            .get(format!("{}rate:{name}", self.prefix))
+            .await
+            .expect("GET");
+        let score: Option<f64> = raw
+            .zscore(format!("{}rates", self.prefix), &name)
+            .await
+            .expect("ZSCORE");
+        match (text, score) {
+            (Some(text), Some(score)) => Some((
+                rate_rules::decode_uses(&text, limit).expect("a log every backend reads"),
+                score,
+            )),
+            (None, None) => None,
+            other => panic!("a log and its index entry go together: {other:?}"),
+        }
+    }
+}
+
 async fn enqueued(store: &RedisStore, job: NewJob) -> Job {
     store.enqueue(&job).await.expect("enqueue")
 }
@@ -881,6 +911,117 @@ async fn claim_order_holds_at_the_extremes_of_priority_and_time() {
                 scratch.index("delayed:q").await.len(),
                 1,
                 "never is not due"
+            );
+        },
+    )
+    .await;
+}
+
+/// `log_ends_at` as the index of logs scores it, in microseconds.
+fn log_end(uses: &[tenure_lease_core::Timestamp], limit: &RateLimit) -> f64 {
+    let end = rate_rules::log_ends_at(uses, limit).expect("a use");
+    tenure_lease_core::clock::to_micros(end) as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_logs_are_one_per_limit_and_purge_deletes_the_ended_ones() {
+    with_namespace(
+        "rate_logs",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let short = RateLimit::new("api", 2, Duration::from_millis(20));
+            let long = RateLimit::new("api", 2, TTL);
+            let jobs = RateLimit::new("api", 3, TTL);
+            admitted(store, AdmitRequest::new("a", "w").rate_limit(short.clone())).await;
+            admitted(store, AdmitRequest::new("b", "w").rate_limit(long.clone())).await;
+            for id in ["j1", "j2"] {
+                enqueued(store, NewJob::new("q", json!({})).id(id)).await;
+            }
+            let claimed = store
+                .claim_limited(
+                    &ClaimRequest::new("q", "w", TTL)
+                        .limit(5)
+                        .rate_limit(jobs.clone()),
+                )
+                .await
+                .expect("claim_limited");
+            assert_eq!(ids(&claimed.jobs), ["j1", "j2"]);
+            assert_eq!(claimed.retry_after, None, "the limit held nothing back");
+
+            // One log per key, permits and period, each indexed by its end.
+            let (uses, score) = scratch.rate_log(&jobs).await.expect("the claim's log");
+            assert_eq!(uses.len(), 2, "one use per job claimed");
+            assert_eq!(uses[0], uses[1], "both at the claim's instant");
+            assert_eq!(score, log_end(&uses, &jobs));
+            let (uses, score) = scratch.rate_log(&long).await.expect("b's log");
+            assert_eq!(uses.len(), 1);
+            assert_eq!(score, log_end(&uses, &long));
+            let (short_uses, _) = scratch.rate_log(&short).await.expect("a's log");
+            assert_eq!(scratch.index("rates").await.len(), 3);
+
+            // The short log ends; purge deletes it, uncounted, and keeps the live ones.
+            let end = rate_rules::log_ends_at(&short_uses, &short).expect("a use");
+            wait_past(store, end).await;
+            assert_eq!(store.purge(TTL).await.expect("purge"), 0);
+            assert_eq!(scratch.rate_log(&short).await, None);
+            assert!(scratch.rate_log(&long).await.is_some());
+            assert!(scratch.rate_log(&jobs).await.is_some());
+            assert_eq!(scratch.index("rates").await.len(), 2);
+
+            // The live logs still count: the long limit has one permit left.
+            admitted(store, AdmitRequest::new("c", "w").rate_limit(long.clone())).await;
+            let refused = store
+                .admit(&AdmitRequest::new("d", "w").rate_limit(long.clone()))
+                .await
+                .expect("admit");
+            let Admission::RateLimited { key, retry_after } = refused else {
+                panic!("not rate limited: {refused:?}");
+            };
+            assert_eq!(key, "api");
+            assert!(retry_after <= TTL && retry_after > TTL - Duration::from_secs(60));
+            assert_eq!(store.get("d").await.expect("get"), None, "nothing written");
+            let claimed = store
+                .claim_limited(&ClaimRequest::new("q", "w", TTL).rate_limit(jobs.clone()))
+                .await
+                .expect("claim_limited");
+            assert!(
+                claimed.jobs.is_empty() && claimed.retry_after.is_none(),
+                "{claimed:?}"
+            );
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_deletes_more_ended_rate_logs_than_a_batch() {
+    with_namespace(
+        "rate_log_batches",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let period = Duration::from_millis(1);
+            for index in 0..1005 {
+                let limit = RateLimit::new(format!("key-{index}"), 1, period);
+                admitted(
+                    store,
+                    AdmitRequest::new(format!("r-{index}"), "w").rate_limit(limit),
+                )
+                .await;
+            }
+            assert_eq!(scratch.index("rates").await.len(), 1005);
+            let newest = tenure_lease_core::clock::add(store.now().await.expect("now"), period);
+            wait_past(store, newest).await;
+            assert_eq!(store.purge(TTL).await.expect("purge"), 0);
+            let logs: Vec<String> = namespace_keys(&mut scratch.raw.clone(), &scratch.prefix)
+                .await
+                .into_iter()
+                .filter(|key| key[scratch.prefix.len()..].starts_with("rate"))
+                .collect();
+            assert!(
+                logs.is_empty(),
+                "purge leaves no ended log behind: {logs:?}"
             );
         },
     )

@@ -698,3 +698,116 @@ async fn every_damaged_job_column_is_corrupt_for_point_reads_and_passed_over_by_
         );
     }
 }
+
+/// A damaged rate log is `Corrupt`, naming the log, for an admission and a
+/// claim within its limit, and nothing changes (no record, no claim, the
+/// log as it was); another limit's log still serves. `purge` deletes logs
+/// whose uses all stopped counting and keeps the others, damaged ones too.
+#[tokio::test]
+async fn a_damaged_rate_log_is_corrupt_and_purge_drops_only_ended_logs() {
+    use tenure_lease_core::rate::RateLimit;
+
+    let limit = RateLimit::new("api", 3, LONG_TTL);
+    let damages: &[(&str, &str)] = &[
+        ("'not json'", "no array"),
+        ("'{\"a\":1}'", "no array"),
+        ("'[\"x\"]'", "no array"),
+        ("'[1,2,3,4]'", "above its 3 permits"),
+        ("'[9223372036854775807]'", "no instant"),
+        (BLOB, "not text"),
+        (INVALID_UTF8, "not UTF-8"),
+        ("5", "no array"),
+    ];
+    for &(value, reason) in damages {
+        let directory = TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("rate.db");
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = open(&path, &clock).await;
+        admitted(
+            &store,
+            AdmitRequest::new("first", "worker-a").rate_limit(limit.clone()),
+        )
+        .await;
+        store
+            .enqueue(&NewJob::new("q", serde_json::json!({})).id("job"))
+            .await
+            .expect("enqueue");
+        raw_connection(&path)
+            .execute(&format!("UPDATE rate_logs SET uses = {value}"), [])
+            .expect("damage the log");
+        let tables = ["leases", "jobs", "rate_logs"];
+        let damaged = everything(&path, &tables);
+        let check = |answer: tenure_lease_core::Result<String>, operation: &str| {
+            let error = answer.expect_err(operation);
+            assert_eq!(
+                error.kind(),
+                ErrorKind::Corrupt,
+                "{value}: {operation}: {error}"
+            );
+            assert!(
+                error.message().contains("3:600000:api") && error.message().contains(reason),
+                "{value}: {operation}: the error names the log and what is wrong: {error}"
+            );
+        };
+        check(
+            store
+                .admit(&AdmitRequest::new("second", "worker-a").rate_limit(limit.clone()))
+                .await
+                .map(|answer| format!("{answer:?}")),
+            "admit",
+        );
+        let claim = ClaimRequest::new("q", "worker-a", LONG_TTL).rate_limit(limit.clone());
+        check(
+            store
+                .claim_limited(&claim)
+                .await
+                .map(|answer| format!("{answer:?}")),
+            "claim_limited",
+        );
+        assert_eq!(
+            everything(&path, &tables),
+            damaged,
+            "{value}: nothing changed"
+        );
+        let other = RateLimit::new("api", 4, LONG_TTL);
+        admitted(
+            &store,
+            AdmitRequest::new("other", "worker-a").rate_limit(other),
+        )
+        .await;
+    }
+
+    let directory = TempDir::new().expect("a temporary directory");
+    let path = directory.path().join("purge.db");
+    let clock = Arc::new(ManualClock::starting_now());
+    let store = open(&path, &clock).await;
+    let short = RateLimit::new("short", 1, Duration::from_millis(10));
+    let long = RateLimit::new("long", 1, LONG_TTL);
+    admitted(
+        &store,
+        AdmitRequest::new("a", "worker-a").rate_limit(short.clone()),
+    )
+    .await;
+    admitted(
+        &store,
+        AdmitRequest::new("b", "worker-a").rate_limit(long.clone()),
+    )
+    .await;
+    clock.advance(Duration::from_millis(10));
+    assert_eq!(
+        store.purge(LONG_TTL).await.expect("purge"),
+        0,
+        "logs are not counted"
+    );
+    let keys: Vec<Vec<Stored>> = rows(&path, "rate_logs", "1 = 1");
+    assert_eq!(keys.len(), 1, "only the ended log went: {keys:?}");
+    assert_eq!(keys[0][0], Stored::Text(b"long".to_vec()));
+    let refused = store
+        .admit(&AdmitRequest::new("c", "worker-a").rate_limit(long))
+        .await
+        .expect("admit answers");
+    assert!(
+        matches!(refused, Admission::RateLimited { .. }),
+        "{refused:?}"
+    );
+}

@@ -26,12 +26,13 @@ use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::{
     CaseOutcome, CaseReport, ClockControl, Factory, Footprint, FootprintProbe, Report, Subject,
 };
-use tenure_lease_core::backend::queue_rules;
+use tenure_lease_core::backend::{queue_rules, rate_rules};
 use tenure_lease_core::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobQueue, JobRenewal,
-    JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
-    UniquePolicy,
+    ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobQueue,
+    JobRenewal, JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport,
+    TakeBack, UniquePolicy,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::release::{ReleaseBoard, ReleaseNotice, Releases};
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, ExpiredQuery, ExpiredScan,
@@ -162,6 +163,10 @@ trait Bug: Default + Send + Sync + 'static {
 
     async fn claim(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         honest.claim(request).await
+    }
+
+    async fn claim_limited(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Claimed> {
+        honest.claim_limited(request).await
     }
 
     async fn list_jobs(
@@ -303,6 +308,10 @@ impl<B: Bug> JobQueue for Broken<B> {
 
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
         self.bug.claim(&self.honest, request).await
+    }
+
+    async fn claim_limited(&self, request: &ClaimRequest) -> Result<Claimed> {
+        self.bug.claim_limited(&self.honest, request).await
     }
 
     async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
@@ -752,6 +761,178 @@ impl Bug for UniquePeriodEndsLate {
             })
             .collect();
         honest.enqueue_unique_batch(&stretched).await
+    }
+}
+
+/// Rate logs a bug keeps beside the honest store, judged by the shared
+/// rules at the honest store's clock: for bugs in how a limit is judged or
+/// written, which hand the honest store requests without their limit.
+#[derive(Default)]
+struct OwnRateLogs {
+    logs: Mutex<BTreeMap<(String, u32, Duration), Vec<Timestamp>>>,
+}
+
+impl OwnRateLogs {
+    fn entry(limit: &RateLimit) -> (String, u32, Duration) {
+        (limit.key.clone(), limit.permits, limit.period)
+    }
+
+    /// The permits left at `now`, or the `retry_after` when none is.
+    fn judge(&self, limit: &RateLimit, now: Timestamp) -> std::result::Result<usize, Duration> {
+        let logs = lock(&self.logs);
+        let uses = logs.get(&Self::entry(limit)).cloned().unwrap_or_default();
+        match rate_rules::permits_left(&uses, limit, now) {
+            0 => Err(rate_rules::next_permit_in(&uses, limit, now).unwrap_or_default()),
+            left => Ok(left),
+        }
+    }
+
+    fn spend(&self, limit: &RateLimit, now: Timestamp, count: usize) {
+        let mut logs = lock(&self.logs);
+        let uses = logs.entry(Self::entry(limit)).or_default();
+        *uses = rate_rules::spent(uses, limit, now, count);
+    }
+}
+
+/// A rate limit judged from a read, then written after the admission or
+/// claim, with other calls let in between: racing callers all see the
+/// permits free.
+#[derive(Default)]
+struct RateCheckThenWrite {
+    logs: OwnRateLogs,
+}
+
+#[async_trait]
+impl Bug for RateCheckThenWrite {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let Some(limit) = &request.rate_limit else {
+            return honest.admit(request).await;
+        };
+        let now = honest.now().await?;
+        if let Err(retry_after) = self.logs.judge(limit, now) {
+            return Ok(Admission::RateLimited {
+                key: limit.key.clone(),
+                retry_after,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let unlimited = AdmitRequest {
+            rate_limit: None,
+            ..request.clone()
+        };
+        let answer = honest.admit(&unlimited).await?;
+        if answer.admitted().is_some() {
+            self.logs.spend(limit, now, 1);
+        }
+        Ok(answer)
+    }
+
+    async fn claim_limited(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Claimed> {
+        let Some(limit) = &request.rate_limit else {
+            return honest.claim_limited(request).await;
+        };
+        let now = honest.now().await?;
+        let Ok(left) = self.logs.judge(limit, now) else {
+            return Ok(Claimed::default());
+        };
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let unlimited = ClaimRequest {
+            rate_limit: None,
+            limit: request.limit.min(left),
+            ..request.clone()
+        };
+        let jobs = honest.claim(&unlimited).await?;
+        self.logs.spend(limit, now, jobs.len());
+        Ok(Claimed::jobs(jobs))
+    }
+}
+
+/// A rate limit judged before the scopes: an admission a held scope
+/// blocks still uses a permit.
+#[derive(Default)]
+struct RateJudgedBeforeTheScopes {
+    logs: OwnRateLogs,
+}
+
+#[async_trait]
+impl Bug for RateJudgedBeforeTheScopes {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let Some(limit) = &request.rate_limit else {
+            return honest.admit(request).await;
+        };
+        let now = honest.now().await?;
+        if let Err(retry_after) = self.logs.judge(limit, now) {
+            return Ok(Admission::RateLimited {
+                key: limit.key.clone(),
+                retry_after,
+            });
+        }
+        self.logs.spend(limit, now, 1);
+        let unlimited = AdmitRequest {
+            rate_limit: None,
+            ..request.clone()
+        };
+        honest.admit(&unlimited).await
+    }
+}
+
+/// A claim that uses one permit per call, however many jobs it claims.
+#[derive(Default)]
+struct RatePermitPerClaimCall {
+    logs: OwnRateLogs,
+}
+
+#[async_trait]
+impl Bug for RatePermitPerClaimCall {
+    async fn claim_limited(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Claimed> {
+        let Some(limit) = &request.rate_limit else {
+            return honest.claim_limited(request).await;
+        };
+        let now = honest.now().await?;
+        if let Err(retry_after) = self.logs.judge(limit, now) {
+            return Ok(Claimed::rate_limited(Vec::new(), retry_after));
+        }
+        let unlimited = ClaimRequest {
+            rate_limit: None,
+            ..request.clone()
+        };
+        let jobs = honest.claim(&unlimited).await?;
+        if !jobs.is_empty() {
+            self.logs.spend(limit, now, 1);
+        }
+        Ok(Claimed::jobs(jobs))
+    }
+}
+
+/// A use that counts a millisecond past its period: the window ends late.
+#[derive(Default)]
+struct RateWindowEndsLate;
+
+impl RateWindowEndsLate {
+    fn stretched(limit: &RateLimit) -> RateLimit {
+        RateLimit {
+            period: limit.period + Duration::from_millis(1),
+            ..limit.clone()
+        }
+    }
+}
+
+#[async_trait]
+impl Bug for RateWindowEndsLate {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let stretched = AdmitRequest {
+            rate_limit: request.rate_limit.as_ref().map(Self::stretched),
+            ..request.clone()
+        };
+        honest.admit(&stretched).await
+    }
+
+    async fn claim_limited(&self, honest: &MemoryStore, request: &ClaimRequest) -> Result<Claimed> {
+        let stretched = ClaimRequest {
+            rate_limit: request.rate_limit.as_ref().map(Self::stretched),
+            ..request.clone()
+        };
+        honest.claim_limited(&stretched).await
     }
 }
 
@@ -1849,6 +2030,44 @@ async fn catches_a_unique_period_that_ends_late() {
     assert_caught::<UniquePeriodEndsLate>(&[
         "queue_unique_period_ends_exactly",
         "queue_unique_bounds_are_exact",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_rate_limit_checked_then_written() {
+    assert_caught::<RateCheckThenWrite>(&[
+        "race_rate_limited_admissions_admit_exactly_the_permits",
+        "race_queue_rate_limited_claims_take_exactly_the_permits",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_rate_limit_judged_before_the_scopes() {
+    assert_caught::<RateJudgedBeforeTheScopes>(&[
+        "rate_limit_is_judged_after_the_id_and_the_scopes",
+        "model_based_random_operations",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_claim_using_one_permit_per_call() {
+    assert_caught::<RatePermitPerClaimCall>(&[
+        "queue_claim_limited_claims_no_more_than_the_permits",
+        "queue_claim_limited_window_is_exact_to_the_microsecond",
+        "race_queue_rate_limited_claims_take_exactly_the_permits",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_rate_window_that_ends_late() {
+    assert_caught::<RateWindowEndsLate>(&[
+        "rate_limit_window_is_exact_to_the_microsecond",
+        "rate_limit_bounds_are_exact",
+        "queue_claim_limited_window_is_exact_to_the_microsecond",
     ])
     .await;
 }

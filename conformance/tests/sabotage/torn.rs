@@ -11,9 +11,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::engine::{self, RecordTransaction};
+use tenure_lease_core::backend::rate_rules::RateLogs;
 use tenure_lease_core::backend::rules;
 use tenure_lease_core::backend::stores::{Backend, LeaseBackend};
 use tenure_lease_core::clock::Clock;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     Admission, AdmitRequest, Claim, Error, ExpiredQuery, ExpiredScan, LeaseRecord, ManualClock,
     Renewal, Result, StatusChange, Takeover, TakeoverRequest, Timestamp, Transition,
@@ -156,6 +158,16 @@ trait Steps {
     fn holder_of(&mut self, scope: &str) -> Option<String>;
     fn next_fence(&mut self) -> u64;
     fn write(&mut self, record: &LeaseRecord, holds: bool);
+}
+
+/// The torn store's bugs are in scopes and fences; it keeps no rate logs.
+impl RateLogs for &mut dyn Steps {
+    fn rate_log(&mut self, _: &RateLimit) -> Result<Vec<Timestamp>> {
+        Err(Error::unavailable("the torn store keeps no rate logs"))
+    }
+    fn save_rate_log(&mut self, _: &RateLimit, _: &[Timestamp]) -> Result<()> {
+        Err(Error::unavailable("the torn store keeps no rate logs"))
+    }
 }
 
 impl RecordTransaction for &mut dyn Steps {

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::rate_rules::{RateLogs, RateWindow};
 use super::rules::{self, AdmissionPlan};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
@@ -152,17 +153,18 @@ pub fn as_judged<'r>(
 }
 
 /// `admit` ([`LeaseStore::admit`](crate::LeaseStore::admit)): refuses a
-/// taken id, plans against the scopes' active holders, interrupts those the
-/// plan names (each under a new fence) and inserts the new record.
+/// taken id, plans against the scopes' active holders, judges the rate
+/// limit once the plan admits, interrupts those the plan names (each under
+/// a new fence) and inserts the new record, using a permit.
 ///
 /// # Errors
 ///
 /// [`ErrorKind::AlreadyExists`](crate::ErrorKind::AlreadyExists) for a
 /// taken id; [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when a scope
-/// names a holder that does not exist or cannot be decoded; the store's
-/// errors.
+/// names a holder that does not exist or cannot be decoded, or the rate
+/// log cannot be decoded; the store's errors.
 pub fn admit(
-    records: &mut impl RecordTransaction,
+    records: &mut (impl RecordTransaction + RateLogs),
     now: Timestamp,
     request: &AdmitRequest,
     metadata: Metadata,
@@ -209,6 +211,19 @@ pub fn admit(
         }
         AdmissionPlan::Proceed { interrupt } => interrupt,
     };
+    let permit = match &request.rate_limit {
+        Some(limit) => {
+            let window = RateWindow::open(records, limit, now)?;
+            if window.left() == 0 {
+                return Ok(Admission::RateLimited {
+                    key: limit.key.clone(),
+                    retry_after: window.retry_after(),
+                });
+            }
+            Some(window)
+        }
+        None => None,
+    };
     let mut holders: HashMap<String, LeaseRecord> = holders
         .into_iter()
         .map(|holder| (holder.id.clone(), holder))
@@ -225,6 +240,9 @@ pub fn admit(
     let fence = records.next_fence()?;
     let record = rules::new_record(request, metadata, fence, now);
     records.insert(&record)?;
+    if let Some(window) = permit {
+        window.spend(records, 1)?;
+    }
     Ok(Admission::Admitted {
         record,
         interrupted,

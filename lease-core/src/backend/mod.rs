@@ -22,6 +22,7 @@ pub mod engine;
 pub mod gate_rules;
 pub mod queue_engine;
 pub mod queue_rules;
+pub mod rate_rules;
 pub mod rules;
 pub mod stored;
 pub mod stores;

@@ -20,11 +20,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::queue_rules as rules;
+use super::rate_rules::{RateLogs, RateWindow};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
-    JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
+    ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal,
+    JobSettle, JobState, NewJob, OperatorRetry, ReapReport, TakeBack, TakeBackRefusal,
 };
 
 /// A store's jobs inside one open transaction: what the [queue
@@ -181,26 +182,42 @@ fn unique_holder(
 }
 
 /// Claims up to `limit` (at most `request.limit`) of the best visible jobs
-/// `request`'s worker can run, each under a fresh fence.
+/// `request`'s worker can run, each under a fresh fence, and no more than
+/// its rate limit has permits left, using one per job; answers whether the
+/// limit held back a claimable job.
 ///
 /// # Errors
 ///
-/// The store's errors.
+/// [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when the rate log
+/// cannot be decoded; the store's errors.
 pub fn claim(
-    tx: &mut impl JobTransaction,
+    tx: &mut (impl JobTransaction + RateLogs),
     request: &ClaimRequest,
     limit: usize,
     now: Timestamp,
-) -> Result<Vec<ClaimedJob>> {
-    let limit = limit.min(request.limit);
-    let chosen = if limit == 0 {
+) -> Result<Claimed> {
+    let wanted = limit.min(request.limit);
+    let window = match &request.rate_limit {
+        Some(rate_limit) => Some(RateWindow::open(tx, rate_limit, now)?),
+        None => None,
+    };
+    let permits = window.as_ref().map_or(wanted, RateWindow::left);
+    // One candidate past the permits tells whether the limit held one back.
+    let looked_for = if permits < wanted {
+        permits + 1
+    } else {
+        wanted
+    };
+    let mut chosen = if looked_for == 0 {
         Vec::new()
     } else {
-        tx.claim_candidates(&request.queue, now, limit, &|job| {
+        tx.claim_candidates(&request.queue, now, looked_for, &|job| {
             rules::claimable(job, &request.queue, &request.capabilities, now)
         })?
     };
-    chosen
+    let held_back = chosen.len() > permits;
+    chosen.truncate(permits);
+    let jobs = chosen
         .into_iter()
         .map(|mut job| {
             let fence = tx.next_fence()?;
@@ -208,7 +225,19 @@ pub fn claim(
             tx.save_job(&job)?;
             Ok(ClaimedJob { job, claim })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok(match window {
+        Some(window) => {
+            let retry_after = window.retry_after_spending(jobs.len());
+            window.spend(tx, jobs.len())?;
+            if held_back {
+                Claimed::rate_limited(jobs, retry_after)
+            } else {
+                Claimed::jobs(jobs)
+            }
+        }
+        None => Claimed::jobs(jobs),
+    })
 }
 
 /// Loads the job `claim` names and, when [`judge_job`](rules::judge_job)

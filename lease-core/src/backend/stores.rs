@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::fence::FenceCheck;
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
-    ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle, JobState,
-    NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
+    ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobRenewal, JobSettle,
+    JobState, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
 };
 use crate::record::{Claim, LeaseRecord};
 use crate::release::{Freed, ReleaseBoard};
@@ -247,12 +247,14 @@ pub trait QueueBackend: LeaseBackend {
     /// As the user trait's.
     async fn enqueue_batch(&self, jobs: Checked<&[NewJob]>) -> Result<Vec<Enqueued>>;
 
-    /// [`JobQueue::claim`](crate::JobQueue::claim).
+    /// [`JobQueue::claim_limited`](crate::JobQueue::claim_limited), which
+    /// [`JobQueue::claim`](crate::JobQueue::claim) is too for requests
+    /// without a rate limit.
     ///
     /// # Errors
     ///
     /// As the user trait's.
-    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Vec<ClaimedJob>>;
+    async fn claim(&self, request: Checked<&ClaimRequest>) -> Result<Claimed>;
 
     /// [`JobQueue::renew_job`](crate::JobQueue::renew_job).
     ///
@@ -795,8 +797,28 @@ pub mod front {
         backend: &B,
         request: &ClaimRequest,
     ) -> Result<Vec<ClaimedJob>> {
+        validate::unlimited_claim_request(request)?;
+        let claimed = within(backend, "claim", backend.claim(Checked::new(request))).await?;
+        Ok(claimed.jobs)
+    }
+
+    /// Checks and runs [`QueueBackend::claim`] for
+    /// [`JobQueue::claim_limited`](crate::JobQueue::claim_limited).
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn claim_limited<B: QueueBackend>(
+        backend: &B,
+        request: &ClaimRequest,
+    ) -> Result<Claimed> {
         validate::claim_request(request)?;
-        within(backend, "claim", backend.claim(Checked::new(request))).await
+        within(
+            backend,
+            "claim_limited",
+            backend.claim(Checked::new(request)),
+        )
+        .await
     }
 
     /// Checks and runs [`QueueBackend::renew_job`].
@@ -1243,6 +1265,12 @@ macro_rules! serve_job_queue {
                 request: &$crate::queue::ClaimRequest,
             ) -> $crate::Result<::std::vec::Vec<$crate::queue::ClaimedJob>> {
                 $crate::backend::stores::front::claim(self, request).await
+            }
+            async fn claim_limited(
+                &self,
+                request: &$crate::queue::ClaimRequest,
+            ) -> $crate::Result<$crate::queue::Claimed> {
+                $crate::backend::stores::front::claim_limited(self, request).await
             }
             async fn renew_job(
                 &self,

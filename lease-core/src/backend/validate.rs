@@ -15,8 +15,9 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverAction, T
 
 pub use crate::limits::{
     MAX_BATCH, MAX_GATE_FENCE, MAX_GRACE, MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
-    MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_RETENTION, MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL,
-    MAX_UNIQUE_PERIOD, MIN_TTL, MIN_UNIQUE_PERIOD,
+    MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_RATE_PERIOD, MAX_RATE_PERMITS, MAX_RETENTION,
+    MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL, MAX_UNIQUE_PERIOD, MIN_RATE_PERIOD, MIN_TTL,
+    MIN_UNIQUE_PERIOD,
 };
 
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
@@ -232,6 +233,9 @@ pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_js
         ttl(lease)?;
     }
     grace(request.grace)?;
+    if let Some(limit) = &request.rate_limit {
+        rate_limit(limit)?;
+    }
     metadata(&request.metadata)
 }
 
@@ -503,6 +507,57 @@ pub fn claim_request(request: &crate::queue::ClaimRequest) -> Result<()> {
         return Err(Error::invalid_input(
             "limit",
             format_args!("{} is outside 1..={MAX_CLAIM}", request.limit),
+        ));
+    }
+    if let Some(limit) = &request.rate_limit {
+        rate_limit(limit)?;
+    }
+    Ok(())
+}
+
+/// A claim request for [`JobQueue::claim`](crate::JobQueue::claim), which
+/// takes no rate limit: as [`claim_request`], refusing one (field
+/// `rate_limit`).
+pub fn unlimited_claim_request(request: &crate::queue::ClaimRequest) -> Result<()> {
+    if request.rate_limit.is_some() {
+        return Err(Error::invalid_input(
+            "rate_limit",
+            "claim answers jobs only; use claim_limited, which says how long the limit holds jobs back",
+        ));
+    }
+    claim_request(request)
+}
+
+/// A rate limit (field `rate_limit`): the key a name, permits from 1 to
+/// [`MAX_RATE_PERMITS`], a period within [`MIN_RATE_PERIOD`] to
+/// [`MAX_RATE_PERIOD`] in whole milliseconds.
+pub fn rate_limit(limit: &crate::rate::RateLimit) -> Result<()> {
+    name("rate_limit", &limit.key)?;
+    if limit.permits == 0 || limit.permits > MAX_RATE_PERMITS {
+        return Err(Error::invalid_input(
+            "rate_limit",
+            format_args!(
+                "{} permits is outside 1..={MAX_RATE_PERMITS}",
+                limit.permits
+            ),
+        ));
+    }
+    if !(MIN_RATE_PERIOD..=MAX_RATE_PERIOD).contains(&limit.period) {
+        return Err(Error::invalid_input(
+            "rate_limit",
+            format_args!(
+                "period {:?} is outside {MIN_RATE_PERIOD:?}..={MAX_RATE_PERIOD:?}",
+                limit.period
+            ),
+        ));
+    }
+    if limit.period.subsec_nanos() % 1_000_000 != 0 {
+        return Err(Error::invalid_input(
+            "rate_limit",
+            format_args!(
+                "period {:?} is not a whole number of milliseconds",
+                limit.period
+            ),
         ));
     }
     Ok(())

@@ -12,9 +12,9 @@
 mod types;
 
 pub use types::{
-    ClaimRequest, ClaimedJob, DeadReason, Enqueued, FailAction, Job, JobClaim, JobLoss, JobRenewal,
-    JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport, TakeBack,
-    TakeBackRefusal, UniquePolicy, DEFAULT_MAX_ATTEMPTS,
+    ClaimRequest, Claimed, ClaimedJob, DeadReason, Enqueued, FailAction, Job, JobClaim, JobLoss,
+    JobRenewal, JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport,
+    TakeBack, TakeBackRefusal, UniquePolicy, DEFAULT_MAX_ATTEMPTS,
 };
 
 use std::collections::BTreeSet;
@@ -171,8 +171,11 @@ pub trait JobQueue: LeaseStore {
     /// # Errors
     ///
     /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    ///   bad queue, worker, capability or ttl, or a limit outside 1 to
-    ///   [`MAX_CLAIM`](crate::limits::MAX_CLAIM);
+    ///   bad queue, worker, capability or ttl, a limit outside 1 to
+    ///   [`MAX_CLAIM`](crate::limits::MAX_CLAIM), or a request with a
+    ///   [rate limit](ClaimRequest::rate_limit) (field `rate_limit`: use
+    ///   [`claim_limited`](JobQueue::claim_limited), which says how long the
+    ///   limit holds jobs back);
     /// * the [store errors](LeaseStore#store-errors). A job that cannot be
     ///   decoded is no error: it is passed over, left as it is and logged.
     ///
@@ -185,6 +188,32 @@ pub trait JobQueue: LeaseStore {
     /// [`DeadReason::LeaseExpired`], on its last attempt); the attempt is
     /// spent. A retry is a new claim, of other jobs.
     async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>>;
+
+    /// [`claim`](JobQueue::claim) within the request's
+    /// [rate limit](ClaimRequest::rate_limit), if it has one: each job
+    /// claimed uses one permit ([`crate::rate`]), so at most as many jobs
+    /// as permits are left are claimed, in the same atomic step as the
+    /// judgement. [`Claimed::retry_after`] says when the next permit frees
+    /// when the limit held back a claimable job; a claim that finds nothing
+    /// claimable uses no permit. Without a rate limit it claims as `claim`
+    /// does.
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](JobQueue::claim), with a rate limit accepted:
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) (field
+    /// `rate_limit`) for a key that is no name, permits outside 1 to
+    /// [`MAX_RATE_PERMITS`](crate::limits::MAX_RATE_PERMITS), or a period
+    /// outside [`MIN_RATE_PERIOD`](crate::limits::MIN_RATE_PERIOD) to
+    /// [`MAX_RATE_PERIOD`](crate::limits::MAX_RATE_PERIOD) or not whole
+    /// milliseconds; [`ErrorKind::Corrupt`](crate::ErrorKind::Corrupt) when
+    /// the limit's stored log cannot be decoded.
+    ///
+    /// # Cancellation
+    ///
+    /// As [`claim`](JobQueue::claim); the permits of the lost claims are
+    /// used.
+    async fn claim_limited(&self, request: &ClaimRequest) -> Result<Claimed>;
 
     /// Extends a claimed job's lease to `now + ttl` while the claim holds it
     /// (`Claimed`, same owner and fence); otherwise answers
@@ -560,6 +589,9 @@ macro_rules! forward_job_queue {
             }
             async fn claim(&self, request: &ClaimRequest) -> Result<Vec<ClaimedJob>> {
                 (**self).claim(request).await
+            }
+            async fn claim_limited(&self, request: &ClaimRequest) -> Result<Claimed> {
+                (**self).claim_limited(request).await
             }
             async fn renew_job(&self, claim: &JobClaim, ttl: Duration) -> Result<JobRenewal> {
                 (**self).renew_job(claim, ttl).await

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
 use crate::error::Error;
+use crate::rate::RateLimit;
 
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -386,7 +387,39 @@ pub struct ClaimedJob {
     pub claim: JobClaim,
 }
 
-/// Input of [`claim`](super::JobQueue::claim).
+/// The answer of [`claim_limited`](super::JobQueue::claim_limited).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Claimed {
+    /// The jobs claimed, best first, as [`claim`](super::JobQueue::claim)
+    /// answers them.
+    pub jobs: Vec<ClaimedJob>,
+    /// `Some` when the request's [rate limit](ClaimRequest::rate_limit)
+    /// held back a claimable job: the time until the next permit frees
+    /// (store time). `None` when the limit held nothing back.
+    pub retry_after: Option<Duration>,
+}
+
+impl Claimed {
+    /// Jobs claimed, with nothing held back.
+    pub fn jobs(jobs: Vec<ClaimedJob>) -> Self {
+        Claimed {
+            jobs,
+            retry_after: None,
+        }
+    }
+
+    /// Jobs claimed, more held back by the rate limit until `retry_after`.
+    pub fn rate_limited(jobs: Vec<ClaimedJob>, retry_after: Duration) -> Self {
+        Claimed {
+            jobs,
+            retry_after: Some(retry_after),
+        }
+    }
+}
+
+/// Input of [`claim`](super::JobQueue::claim) and
+/// [`claim_limited`](super::JobQueue::claim_limited).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {
     /// The queue to claim from.
@@ -399,6 +432,9 @@ pub struct ClaimRequest {
     pub ttl: Duration,
     /// At most this many jobs (1 ..= [`MAX_CLAIM`](crate::limits::MAX_CLAIM)).
     pub limit: usize,
+    /// A rate limit the claim must fit in, one permit per job claimed:
+    /// only [`claim_limited`](super::JobQueue::claim_limited) takes one.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl ClaimRequest {
@@ -410,6 +446,7 @@ impl ClaimRequest {
             capabilities: BTreeSet::new(),
             ttl,
             limit: 1,
+            rate_limit: None,
         }
     }
 
@@ -427,6 +464,12 @@ impl ClaimRequest {
     /// Sets the limit.
     pub fn limit(mut self, limit: usize) -> Self {
         self.limit = limit;
+        self
+    }
+
+    /// Claims only within `limit` ([`rate_limit`](Self::rate_limit)).
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rate_limit = Some(limit);
         self
     }
 }

@@ -149,8 +149,9 @@ class StoppedError(TenureError):
 class NotAdmitted(Exception):
     """``async with keeper.admit(...)`` found the run not admitted.
 
-    Contention, not a failure: ``outcome`` is the :class:`tenure.Conflict`
-    or :class:`tenure.AlreadyExists` the admission answered."""
+    Contention, not a failure: ``outcome`` is the :class:`tenure.Conflict`,
+    :class:`tenure.RateLimited` or :class:`tenure.AlreadyExists` the
+    admission answered."""
 
     def __init__(self, outcome: object) -> None:
         super().__init__(f"not admitted: {outcome!r}")

@@ -9,7 +9,7 @@ from typing import Any, Awaitable, Callable, Generator, Iterable, Optional, Unio
 
 from . import _tenure
 from ._errors import NotAdmitted
-from ._types import Admitted
+from ._types import Admitted, RateLimit
 
 __all__ = ["Keeper", "Admission"]
 
@@ -18,7 +18,7 @@ Seconds = Union[float, int, timedelta]
 
 class Admission:
     """What ``keeper.admit(...)`` answers: await it for the outcome
-    (``Admitted`` / ``Conflict`` / ``AlreadyExists``), or use it with
+    (``Admitted`` / ``Conflict`` / ``RateLimited`` / ``AlreadyExists``), or use it with
     ``async with`` to run the body under the admitted run's lease (raising
     :class:`tenure.NotAdmitted` when it was not admitted)."""
 
@@ -92,10 +92,20 @@ class Keeper(_tenure.Keeper):
         kind: Optional[str] = None,
         strategy: str = "reject",
         metadata: Any = None,
+        rate_limit: Optional[RateLimit] = None,
     ) -> Admission:
-        """Admits run ``id`` under this keeper's worker id, ttl and grace."""
+        """Admits run ``id`` under this keeper's worker id, ttl and grace;
+        with ``rate_limit`` only while it has a permit left (else the answer
+        is ``RateLimited``)."""
         return Admission(
-            self._admit(id, scopes=scopes, kind=kind, strategy=strategy, metadata=metadata)
+            self._admit(
+                id,
+                scopes=scopes,
+                kind=kind,
+                strategy=strategy,
+                metadata=metadata,
+                rate_limit=rate_limit,
+            )
         )
 
     async def shutdown(self, grace: Any = None) -> Any:  # type: ignore[override]

@@ -14,6 +14,7 @@ from ._types import (
     Applied,
     CancelResult,
     Claim,
+    Claimed,
     ClaimedJob,
     Conflict,
     ExpiredScan,
@@ -27,6 +28,8 @@ from ._types import (
     NotTaken,
     NotTakenBack,
     QueueCounts,
+    RateLimit,
+    RateLimited,
     ReapReport,
     ReconcileReport,
     Recovered,
@@ -90,16 +93,22 @@ class Store:
         metadata: Optional[Json] = None,
         grace: Optional[Seconds] = None,
         wait_for: Optional[Seconds] = None,
-    ) -> Awaitable[Union[Admitted, Conflict, AlreadyExists]]:
+        rate_limit: Optional[RateLimit] = None,
+    ) -> Awaitable[Union[Admitted, Conflict, RateLimited, AlreadyExists]]:
         """Admits run ``id`` for ``owner`` holding ``scopes``; ``strategy``
         ``"interrupt"`` interrupts the holders of the scopes instead of
         answering ``Conflict``. Without ``ttl`` the record has no lease.
+        With ``rate_limit``, once the scopes admit it, it is admitted only
+        while the limit has a permit left (using one), else answered
+        ``RateLimited`` with nothing changed; a ``Conflict`` or
+        ``AlreadyExists`` uses no permit.
         With ``wait_for`` (seconds) a held scope is waited for, in turn
         with this process's other waiters on this store, woken by the
         store's release notices (every client's on PostgreSQL, Redis and
         memory; those made through this ``Store`` elsewhere) or by polling
-        (50 ms, or 1 s where every client's releases are announced);
-        after ``wait_for`` the last ``Conflict`` is answered."""
+        (50 ms, or 1 s where every client's releases are announced), and a
+        spent rate limit until its ``retry_after``; after ``wait_for`` the
+        last ``Conflict`` or ``RateLimited`` is answered."""
     def renew(self, claim: Claim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends ``claim``'s lease to ``ttl`` from the store's now."""
     def renew_with_progress(
@@ -193,6 +202,22 @@ class Store:
         capabilities: Optional[Iterable[str]] = None,
     ) -> Awaitable[List[ClaimedJob]]:
         """Claims up to ``limit`` due jobs (best priority, then oldest)."""
+    def claim_limited(
+        self,
+        queue: str,
+        worker: str,
+        ttl: Seconds,
+        *,
+        rate_limit: Optional[RateLimit] = None,
+        limit: int = 1,
+        capabilities: Optional[Iterable[str]] = None,
+    ) -> Awaitable[Claimed]:
+        """``claim`` within ``rate_limit``: each job claimed uses one permit,
+        so at most as many jobs as permits are left are claimed, atomically.
+        ``Claimed.retry_after`` is the seconds until the next permit frees
+        when the limit held back a claimable job, else ``None``; a claim
+        that finds nothing uses no permit. Without ``rate_limit`` it claims
+        as ``claim`` does."""
     def renew_job(self, claim: JobClaim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends a job claim's lease."""
     def renew_job_with_progress(

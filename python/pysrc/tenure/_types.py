@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Dict, FrozenSet, List, Optional, Union
 
 __all__ = [
@@ -32,8 +32,10 @@ __all__ = [
     "LeaseRecord",
     "SkippedRecord",
     "ExpiredScan",
+    "RateLimit",
     "Admitted",
     "Conflict",
+    "RateLimited",
     "AlreadyExists",
     "Renewed",
     "Lost",
@@ -46,6 +48,7 @@ __all__ = [
     "Job",
     "JobClaim",
     "ClaimedJob",
+    "Claimed",
     "Settled",
     "TakenBack",
     "NotTakenBack",
@@ -146,6 +149,27 @@ class ExpiredScan:
     skipped: List[SkippedRecord]
 
 
+# Rate limits (store.admit, keeper.admit, store.claim_limited).
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``permits`` uses of ``key`` within any ``period`` (seconds,
+    whole milliseconds, or a ``datetime.timedelta``), judged by the store's
+    clock (contract §16).
+
+    The three together name one log of the store's, shared by admissions
+    (one permit each when admitted) and job claims (one per job claimed)
+    across every worker; the same key with other permits or another period
+    is another log. The store checks the values: a key that is no name,
+    permits outside 1 to 1000 or a period outside 1 ms to 366 days raise
+    ``InvalidInputError`` (``field`` ``"rate_limit"``)."""
+
+    key: str
+    permits: int
+    period: Union[float, timedelta]
+
+
 # Admission (store.admit, keeper.admit).
 
 
@@ -165,6 +189,16 @@ class Conflict:
 
     holder: LeaseRecord
     retry_after: Optional[float]
+
+
+@dataclass(frozen=True)
+class RateLimited:
+    """The scopes would admit it, but its ``rate_limit`` (named by ``key``)
+    has no permit left; nothing changed. ``retry_after``: seconds until a
+    permit frees."""
+
+    key: str
+    retry_after: float
 
 
 @dataclass(frozen=True)
@@ -314,6 +348,16 @@ class ClaimedJob:
 
     job: Job
     claim: JobClaim
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What ``claim_limited`` claimed: ``jobs``, best first, as ``claim``
+    answers them. ``retry_after``: when the rate limit held back a claimable
+    job, the seconds until its next permit frees; else ``None``."""
+
+    jobs: List[ClaimedJob]
+    retry_after: Optional[float] = None
 
 
 @dataclass(frozen=True)

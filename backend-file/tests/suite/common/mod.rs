@@ -55,7 +55,7 @@ impl Factory for FileFactory {
             Box::pin(async move {
                 let document = read_document(store.path())?;
                 let mut footprint = Footprint::new();
-                for map in ["records", "holders", "jobs", "gates"] {
+                for map in ["records", "holders", "jobs", "gates", "rate_logs"] {
                     let entries = document
                         .get(map)
                         .and_then(Value::as_object)

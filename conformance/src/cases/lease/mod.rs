@@ -10,6 +10,7 @@ pub mod keeper_kinds;
 pub mod listing;
 pub mod progress;
 pub mod race;
+pub mod rate;
 pub mod releases;
 pub mod renew;
 pub mod takeover;

@@ -24,6 +24,7 @@ pub mod input;
 pub mod list_jobs;
 pub mod names;
 pub mod progress;
+pub mod rate;
 pub mod reap;
 pub mod renew_jobs;
 pub mod retention;

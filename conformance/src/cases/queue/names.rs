@@ -51,7 +51,7 @@ const TRICKY: &[&str] = &[
 /// The names of the case: [`TRICKY`], and names exactly at the length
 /// limit: two sharing all but their last byte, and one of two-byte
 /// characters.
-pub(super) fn names() -> Vec<String> {
+pub(crate) fn names() -> Vec<String> {
     let long = "n".repeat(MAX_NAME_BYTES - 1);
     TRICKY
         .iter()

@@ -21,8 +21,9 @@ use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{Map, Number, Value};
 use tenure_lease_core::backend::validate;
 use tenure_lease_core::backend::validate::{
-    MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
+    MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RATE_PERMITS, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
 };
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseRecord,
     LeaseStore, Status, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
@@ -222,6 +223,7 @@ enum HostileOp {
         grace: Duration,
         interrupt: bool,
         metadata: Value,
+        rate_limit: Option<RateLimit>,
     },
     Renew {
         claim: ClaimPick,
@@ -545,6 +547,25 @@ fn instant_pick() -> BoxedStrategy<InstantPick> {
     .boxed()
 }
 
+/// A rate limit: any text as its key, permits around their bounds, any
+/// duration as its period.
+fn hostile_rate_limit() -> BoxedStrategy<RateLimit> {
+    let permits = prop_oneof![
+        select(vec![
+            0,
+            1,
+            2,
+            MAX_RATE_PERMITS,
+            MAX_RATE_PERMITS + 1,
+            u32::MAX
+        ]),
+        any::<u32>(),
+    ];
+    (hostile_text(), permits, hostile_duration())
+        .prop_map(|(key, permits, period)| RateLimit::new(key, permits, period))
+        .boxed()
+}
+
 fn hostile_op() -> BoxedStrategy<HostileOp> {
     let optional_duration = proptest::option::of(hostile_duration());
     let admit = (
@@ -559,17 +580,21 @@ fn hostile_op() -> BoxedStrategy<HostileOp> {
         hostile_duration(),
         any::<bool>(),
         hostile_metadata(),
+        proptest::option::of(hostile_rate_limit()),
     )
         .prop_map(
-            |(id, owner, scopes, kind, ttl, grace, interrupt, metadata)| HostileOp::Admit {
-                id,
-                owner,
-                scopes,
-                kind,
-                ttl,
-                grace,
-                interrupt,
-                metadata,
+            |(id, owner, scopes, kind, ttl, grace, interrupt, metadata, rate_limit)| {
+                HostileOp::Admit {
+                    id,
+                    owner,
+                    scopes,
+                    kind,
+                    ttl,
+                    grace,
+                    interrupt,
+                    metadata,
+                    rate_limit,
+                }
             },
         );
     let renew =
@@ -882,6 +907,7 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
                 grace,
                 interrupt,
                 metadata,
+                rate_limit,
             } => Call::Admit(AdmitRequest {
                 id: self.id(id),
                 scopes: scopes.iter().map(|scope| self.scope(scope)).collect(),
@@ -895,6 +921,7 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
                 },
                 metadata: metadata.clone(),
                 grace: *grace,
+                rate_limit: rate_limit.clone(),
             }),
             HostileOp::Renew { claim, ttl } => Call::Renew(self.claim(claim).await?, *ttl),
             HostileOp::RenewMany { claims, ttl } => {

@@ -3,6 +3,7 @@
 //! nothing left behind.
 
 use super::*;
+use tenure_lease_core::rate::RateLimit;
 
 /// `purge` deletes the terminal and interrupted records last updated at
 /// least the retention ago and counts them; younger ones and active records
@@ -382,20 +383,26 @@ pub async fn purge_leaves_nothing_behind_of_interrupted_records<S: LeaseStore + 
 
 /// After rounds of admissions on shared scopes, interruptions, takeovers and
 /// finishes, and a purge of everything terminal, nothing is left: no record,
-/// no scope entry, and (when the factory can count it) no more kept than
-/// after the first round, so per-scope side structures do not grow with the
-/// work done.
+/// no scope entry, no rate log whose uses all stopped counting, and (when
+/// the factory can count it) no more kept than after the first round, so
+/// per-scope side structures do not grow with the work done.
 pub async fn purge_leaves_nothing_behind<S: LeaseStore + 'static>(ctx: Ctx<S>) -> CaseResult {
     let mut footprints = Vec::new();
     for round in 0..2 {
         let scopes: Vec<String> = (0..3)
             .map(|index| format!("grow-{round}-{index}"))
             .collect();
+        // Its rate log ends long before the purge, which drops it.
         let holder = admit(
             &ctx,
             AdmitRequest::new(format!("grow-{round}-holder"), "worker-a")
                 .scopes(scopes[..2].iter().cloned())
-                .ttl(SHORT_TTL),
+                .ttl(SHORT_TTL)
+                .rate_limit(RateLimit::new(
+                    format!("grow-{round}"),
+                    1,
+                    Duration::from_millis(1),
+                )),
         )
         .await?;
         let orphan = admit(

@@ -15,6 +15,9 @@ use super::reference::{Grace, Ttl};
 pub(crate) const OWNER_POOL: usize = 3;
 /// How many scopes the run draws from.
 pub(crate) const SCOPE_POOL: usize = 4;
+/// How many rate limits admissions draw from: limit `n` has `n + 1`
+/// permits and a period no run outlasts.
+pub(crate) const RATE_POOL: usize = 2;
 
 /// Which id an admission uses.
 #[derive(Debug, Clone)]
@@ -62,6 +65,8 @@ pub(crate) struct AdmitOp {
     pub(crate) custom_kind: bool,
     /// Metadata `{"tag": n}` instead of `{}`.
     pub(crate) tag: Option<u8>,
+    /// Index into the rate limit pool.
+    pub(crate) rate_limit: Option<usize>,
 }
 
 /// A `transition`, with or without an error and a stop reason.
@@ -158,9 +163,10 @@ fn admit() -> impl Strategy<Value = Op> {
         grace(),
         any::<bool>(),
         prop::option::of(0u8..4),
+        prop::option::weighted(0.4, 0..RATE_POOL),
     )
         .prop_map(
-            |(id, owner, scopes, strategy, ttl, grace, custom_kind, tag)| {
+            |(id, owner, scopes, strategy, ttl, grace, custom_kind, tag, rate_limit)| {
                 Op::Admit(AdmitOp {
                     id,
                     owner,
@@ -170,6 +176,7 @@ fn admit() -> impl Strategy<Value = Op> {
                     grace,
                     custom_kind,
                     tag,
+                    rate_limit,
                 })
             },
         )

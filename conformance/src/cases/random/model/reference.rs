@@ -237,6 +237,8 @@ pub(crate) struct Admit {
     pub(crate) ttl: Option<Ttl>,
     pub(crate) grace: Grace,
     pub(crate) metadata: serde_json::Map<String, serde_json::Value>,
+    /// The rate limit's key and permits (its period outlasts the run).
+    pub(crate) rate_limit: Option<(String, u32)>,
 }
 
 /// What `admit` should answer.
@@ -252,6 +254,8 @@ pub(crate) enum AdmitExpectation {
     },
     /// `Admitted`, after interrupting these holders, in this order.
     Admitted { interrupted: Vec<String> },
+    /// `RateLimited` naming this key.
+    RateLimited { key: String },
 }
 
 /// What a takeover does to the record it wins.
@@ -289,6 +293,8 @@ fn may_become(from: Status, to: Status) -> bool {
 #[derive(Debug, Default)]
 pub(crate) struct Model {
     records: BTreeMap<String, ModelRecord>,
+    /// Permits used of each rate limit, by key ([contract §16](tenure_lease_core::contract)).
+    rate_uses: BTreeMap<String, u32>,
 }
 
 impl Model {
@@ -344,6 +350,13 @@ impl Model {
                 holder: holder.id.clone(),
                 retry_until: holder.holds_until(request.grace),
             };
+        }
+        if let Some((key, permits)) = &request.rate_limit {
+            let used = self.rate_uses.entry(key.clone()).or_default();
+            if *used >= *permits {
+                return AdmitExpectation::RateLimited { key: key.clone() };
+            }
+            *used += 1;
         }
         let interrupted: Vec<String> = holders.iter().map(|holder| holder.id.clone()).collect();
         for id in &interrupted {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use proptest::sample::Index;
 use tenure_lease_core::backend::validate;
+use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, Claim, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     NotTakenReason, Renewal, StatusChange, Takeover, TakeoverAction, TakeoverRequest, Timestamp,
@@ -31,6 +32,10 @@ use crate::harness::Ctx;
 
 /// A clock move that changes no lease's standing.
 const TICK: Duration = Duration::from_millis(1);
+
+/// The period of the model's rate limits: no run outlasts it, so every use
+/// counts for the whole run.
+const RATE_PERIOD: Duration = Duration::from_secs(24 * 3600);
 
 /// The store's clock just before and just after an operation.
 #[derive(Debug, Clone, Copy)]
@@ -545,9 +550,13 @@ impl<S: LeaseStore> Run<'_, S> {
             ttl: op.ttl,
             grace: op.grace,
             metadata,
+            rate_limit: op.rate_limit.map(|index| {
+                let permits = u32::try_from(index + 1).unwrap_or(u32::MAX);
+                (format!("{}rate{index}", self.prefix), permits)
+            }),
         };
         self.note(format!(
-            "admit {} by {} on {:?}, {:?}, ttl {}, grace {}, kind {}, metadata {}",
+            "admit {} by {} on {:?}, {:?}, ttl {}, grace {}, kind {}, metadata {}, rate limit {:?}",
             admit.id,
             admit.owner,
             admit.scopes,
@@ -555,7 +564,8 @@ impl<S: LeaseStore> Run<'_, S> {
             admit.ttl.map_or("none".to_owned(), |ttl| ttl.to_string()),
             admit.grace,
             admit.kind,
-            serde_json::Value::Object(admit.metadata.clone())
+            serde_json::Value::Object(admit.metadata.clone()),
+            admit.rate_limit
         ));
         let request = AdmitRequest {
             id: admit.id.clone(),
@@ -566,6 +576,10 @@ impl<S: LeaseStore> Run<'_, S> {
             strategy: admit.strategy,
             metadata: serde_json::Value::Object(admit.metadata.clone()),
             grace: admit.grace.duration(),
+            rate_limit: admit
+                .rate_limit
+                .as_ref()
+                .map(|(key, permits)| RateLimit::new(key.as_str(), *permits, RATE_PERIOD)),
         };
         let expected = self.model.admit(&admit);
         let before = self.now().await?;
@@ -593,6 +607,13 @@ impl<S: LeaseStore> Run<'_, S> {
             {
                 Ok(None)
             }
+            (
+                AdmitExpectation::RateLimited { key },
+                Ok(Admission::RateLimited {
+                    key: actual,
+                    retry_after,
+                }),
+            ) if actual == key && retry_after <= RATE_PERIOD => Ok(None),
             (
                 AdmitExpectation::Conflict {
                     holder,
