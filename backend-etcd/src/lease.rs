@@ -295,7 +295,7 @@ fn purgeable(key: &str, bytes: &[u8], terminal_older_than: Duration, now: Timest
 
 /// Whether the rate log `name` (its key past the logs' prefix), stored as
 /// `bytes`, has no use counting at `now` any more
-/// ([`rate_rules::log_ends_at`]); what cannot be decoded cannot be judged,
+/// ([`rate_rules::ended`]); what cannot be decoded cannot be judged,
 /// and stays.
 fn rate_log_over(name: &str, bytes: &[u8], now: Timestamp) -> bool {
     let Some(limit) = rate_limit_of(name) else {
@@ -304,5 +304,5 @@ fn rate_log_over(name: &str, bytes: &[u8], now: Timestamp) -> bool {
     std::str::from_utf8(bytes)
         .ok()
         .and_then(|text| rate_rules::decode_uses(text, &limit).ok())
-        .is_some_and(|uses| rate_rules::log_ends_at(&uses, &limit).is_none_or(|end| end <= now))
+        .is_some_and(|uses| rate_rules::ended(&uses, &limit, now))
 }

@@ -1,8 +1,8 @@
 //! What the file holds, and how each entry is decoded.
 //!
 //! The file is one JSON document: a format number, the store-wide fence
-//! sequence, and four maps (lease records, the scope index, jobs, fence
-//! gates). Records, jobs and gates are kept as raw JSON values and decoded
+//! sequence, and five maps (lease records, the scope index, jobs, fence
+//! gates, rate logs). Records, jobs, gates and rate logs are kept as raw JSON values and decoded
 //! one at a time when an operation needs them, so one damaged entry (a hand
 //! edit, a tool of another version) answers `Corrupt` for itself while every
 //! other entry goes on working (contract §10). A file that is not such a

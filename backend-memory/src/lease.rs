@@ -187,9 +187,9 @@ impl LeaseBackend for MemoryStore {
         state
             .records
             .retain(|_, record| !rules::purgeable(record, terminal_older_than, now));
-        state.rate_logs.retain(|limit, uses| {
-            rate_rules::log_ends_at(uses, limit).is_some_and(|end| end > now)
-        });
+        state
+            .rate_logs
+            .retain(|limit, uses| !rate_rules::ended(uses, limit, now));
         Ok((before - state.records.len()) as u64)
     }
 

@@ -195,8 +195,7 @@ impl PgStore {
         }
         let uses = rate::stored_log(first, limit)?;
         let now = decode::instant(first, "store_now").map_err(store_error)?;
-        let log = rate_rules::spent(&uses, limit, now, spent);
-        let retry_after = rate_rules::next_permit_in(&log, limit, now).unwrap_or(Duration::ZERO);
+        let retry_after = rate_rules::retry_after_spending(&uses, limit, now, spent);
         Ok(Claimed::rate_limited(jobs, retry_after))
     }
 

@@ -164,7 +164,8 @@ const SCHEMA_V7: &str = "ALTER TABLE jobs ADD COLUMN unique_key TEXT;
         WHERE unique_key IS NOT NULL;";
 
 /// Version 8: rate logs, one row per limit: its uses as a JSON array of
-/// microseconds, and when the newest stops counting (INTEGER microseconds).
+/// microseconds, and when the newest stops counting (INTEGER microseconds),
+/// indexed for the purge.
 const SCHEMA_V8: &str = "CREATE TABLE rate_logs (
         key TEXT NOT NULL,
         permits INTEGER NOT NULL,
@@ -172,7 +173,8 @@ const SCHEMA_V8: &str = "CREATE TABLE rate_logs (
         uses TEXT NOT NULL,
         ends_at INTEGER NOT NULL,
         PRIMARY KEY (key, permits, period_ms)
-    ) WITHOUT ROWID;";
+    ) WITHOUT ROWID;
+    CREATE INDEX rate_logs_by_end ON rate_logs (ends_at);";
 
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.

@@ -412,6 +412,7 @@ define_cases! {$
         lease::rate::rate_limit_is_judged_after_the_id_and_the_scopes,
         lease::rate::rate_limit_window_is_exact_to_the_microsecond,
         lease::rate::rate_limit_holds_then_frees,
+        lease::rate::rate_limit_retry_after_counts_from_the_oldest_use,
         lease::rate::race_rate_limited_admissions_admit_exactly_the_permits,
         lease::rate::rate_limit_tricky_keys_never_collide,
         lease::rate::rate_limit_bounds_are_exact,
@@ -474,6 +475,9 @@ define_cases! {$
         queue::rate::queue_claim_refuses_a_rate_limit,
         queue::rate::queue_claim_limited_window_is_exact_to_the_microsecond,
         queue::rate::race_queue_rate_limited_claims_take_exactly_the_permits,
+        queue::rate::queue_claim_limited_holds_back_only_claimable_jobs,
+        queue::rate::queue_claim_limited_retry_after_counts_from_the_oldest_use,
+        queue::rate::race_rate_limited_admissions_and_claims_share_the_permits,
         queue::renew_jobs::queue_renew_jobs_answers_each_claim_as_renew_job_would,
         queue::renew_jobs::queue_renew_jobs_refuses_bad_batches,
         queue::renew_jobs::queue_renew_jobs_answers_and_writes_as_renew_job_does_for_twins,
@@ -567,6 +571,7 @@ define_cases! {$
             queue_unique_batch_is_judged_in_order,
             queue_unique_tricky_keys_never_collide,
             race_queue_rate_limited_claims_take_exactly_the_permits,
+            race_rate_limited_admissions_and_claims_share_the_permits,
         ]
         gates: [
             race_gate_checks_leave_the_highest_and_refusals_are_truthful,

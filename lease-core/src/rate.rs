@@ -1,5 +1,5 @@
 //! Rate limits: at most so many admissions or claims per period, per key
-//! ([contract §10, rate limits](crate::contract)).
+//! ([contract §16](crate::contract)).
 //!
 //! A [`RateLimit`] names a **log**: its key, its number of permits and its
 //! period together. The store keeps, per log, the instants (by its own

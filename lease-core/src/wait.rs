@@ -145,7 +145,8 @@ impl<S: LeaseStore> Waiter<S> {
     /// store's last [`Admission::Conflict`] (or
     /// [`Admission::RateLimited`]) once `wait_for` has passed (a caller
     /// still in line then asks once, to name the holder). A rate-limited
-    /// answer is asked again when its `retry_after` has passed.
+    /// answer is waited out outside the line (those behind go first
+    /// meanwhile), then the caller lines up again.
     ///
     /// A request without scopes is admitted outside any line, at once
     /// unless its rate limit makes it wait.
@@ -172,23 +173,28 @@ impl<S: LeaseStore> Waiter<S> {
         let now = Instant::now();
         // A wait too long for an instant is as good as for ever.
         let deadline = now.checked_add(wait_for).unwrap_or_else(|| now + FOR_EVER);
-        if request.scopes.is_empty() {
-            // No scope to take turns on: only a rate limit to wait out.
-            loop {
-                let answer = self.store.admit(request).await?;
-                let Admission::RateLimited { retry_after, .. } = &answer else {
-                    return Ok(answer);
-                };
-                let now = Instant::now();
-                if now >= deadline {
-                    return Ok(answer);
-                }
-                let until = now
-                    .checked_add((*retry_after).max(LEAST_PAUSE))
-                    .map_or(deadline, |until| until.min(deadline));
-                tokio::time::sleep_until(until).await;
-            }
+        loop {
+            let answer = if request.scopes.is_empty() {
+                self.store.admit(request).await?
+            } else {
+                self.admit_in_line(request, deadline).await?
+            };
+            // A rate limit is waited out outside the line: the callers
+            // behind may be admitted meanwhile.
+            let Admission::RateLimited { retry_after, .. } = &answer else {
+                return Ok(answer);
+            };
+            let Some(until) = ask_again_at(*retry_after, deadline) else {
+                return Ok(answer);
+            };
+            tokio::time::sleep_until(until).await;
         }
+    }
+
+    /// Admits `request` in its line: answers anything but a `Conflict`
+    /// at once, a `Conflict` once the deadline has passed; leaves the line
+    /// on return.
+    async fn admit_in_line(&self, request: &AdmitRequest, deadline: Instant) -> Result<Admission> {
         let place = self.join(&request.scopes);
         if !place.wait_for_turn(deadline).await {
             return self.store.admit(request).await;
@@ -203,20 +209,13 @@ impl<S: LeaseStore> Waiter<S> {
         );
         loop {
             let answer = self.store.admit(request).await?;
-            let pause = match &answer {
-                Admission::Conflict { retry_after, .. } => {
-                    retry_after.map_or(poll, |ends| ends.min(poll))
-                }
-                Admission::RateLimited { retry_after, .. } => *retry_after,
-                _ => return Ok(answer),
-            };
-            let now = Instant::now();
-            if now >= deadline {
+            let Admission::Conflict { retry_after, .. } = &answer else {
                 return Ok(answer);
-            }
-            let until = now
-                .checked_add(pause.max(LEAST_PAUSE))
-                .map_or(deadline, |until| until.min(deadline));
+            };
+            let pause = retry_after.map_or(poll, |ends| ends.min(poll));
+            let Some(until) = ask_again_at(pause, deadline) else {
+                return Ok(answer);
+            };
             match releases.as_mut() {
                 Some(releases) => freed_or_until(releases, &request.scopes, until).await,
                 None => tokio::time::sleep_until(until).await,
@@ -270,6 +269,19 @@ impl<S: LeaseStore> Waiter<S> {
 /// change is one collection call), so a poisoned lock is used as it is.
 fn lock(lines: &Mutex<Lines>) -> MutexGuard<'_, Lines> {
     lines.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// When to ask again after `pause` (at least [`LEAST_PAUSE`], at most the
+/// deadline), or `None` once the deadline has passed.
+fn ask_again_at(pause: Duration, deadline: Instant) -> Option<Instant> {
+    let now = Instant::now();
+    if now >= deadline {
+        return None;
+    }
+    Some(
+        now.checked_add(pause.max(LEAST_PAUSE))
+            .map_or(deadline, |until| until.min(deadline)),
+    )
 }
 
 /// Waits until a notice may concern `scopes`, or until `until`.

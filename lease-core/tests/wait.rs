@@ -237,3 +237,27 @@ async fn a_rate_limited_waiter_is_admitted_when_a_permit_frees() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_waiter_leaves_the_line_to_those_behind() {
+    let store = MemoryStore::with_clock(Arc::new(TokioClock::new()));
+    let limit = RateLimit::new("reports", 1, Duration::from_secs(60));
+    let used = AdmitRequest::new("used", "worker").rate_limit(limit.clone());
+    assert!(store.admit(&used).await.unwrap().admitted().is_some());
+    let waiter = Arc::new(Waiter::new(store.clone()).poll(LONG));
+    let limited = tokio::spawn({
+        let waiter = Arc::clone(&waiter);
+        let request = request("limited", LONG).rate_limit(limit);
+        async move { waiter.admit(&request, LONG).await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let started = Instant::now();
+    let behind = waiter.admit(&request("behind", LONG), LONG).await.unwrap();
+    assert!(behind.admitted().is_some(), "{behind:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "admitted after {:?}: the rate-limited caller held the line",
+        started.elapsed()
+    );
+    limited.abort();
+}

@@ -690,6 +690,15 @@ pub(crate) fn job_claim_arg(value: &Bound<'_, PyAny>) -> PyResult<JobClaim> {
     })
 }
 
+/// `duration` rounded to the nearest microsecond: a period given as float
+/// seconds carries the float's error (`17280000.001` reads as a few
+/// nanoseconds short of whole milliseconds), which must not make a whole
+/// number of milliseconds read as fractional.
+fn to_whole_micros(duration: std::time::Duration) -> std::time::Duration {
+    let micros = duration.as_nanos().saturating_add(500) / 1000;
+    std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
+}
+
 /// A `rate_limit` argument: a `tenure.RateLimit` (or anything with `key`,
 /// `permits` and `period` in seconds); `None` for none. Only what cannot be
 /// a `RateLimit` at all is refused here, the rest by the store's front.
@@ -716,7 +725,7 @@ pub(crate) fn rate_limit_arg(value: Option<&Bound<'_, PyAny>>) -> PyResult<Optio
     })?;
     let period = seconds_arg(&part("period")?)
         .map_err(|message| invalid("rate_limit", format_args!("period {message}")))?;
-    Ok(Some(RateLimit::new(key, permits, period)))
+    Ok(Some(RateLimit::new(key, permits, to_whole_micros(period))))
 }
 
 /// The name an enum argument gives: a `tenure.Status` / `tenure.JobState`

@@ -198,3 +198,12 @@ async def test_claim_limited_meets_injected_faults(store):
     assert faulty.calls("claim_limited") == 1
     faulty.heal()
     assert await faulty.store.claim_limited(new_id("q"), "w", 30) == Claimed([])
+
+
+async def test_a_whole_millisecond_period_in_float_seconds_is_accepted(store):
+    """A period of whole milliseconds given as float seconds is accepted,
+    whatever the float's error (``17280000.001`` is a few nanoseconds short
+    as a float)."""
+    limit = RateLimit(new_id("key"), 1, 17280000.001)
+    admitted = await store.admit(new_id("run"), "worker-a", ttl=30, rate_limit=limit)
+    assert isinstance(admitted, Admitted), admitted

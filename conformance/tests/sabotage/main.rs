@@ -2039,6 +2039,7 @@ async fn catches_a_rate_limit_checked_then_written() {
     assert_caught::<RateCheckThenWrite>(&[
         "race_rate_limited_admissions_admit_exactly_the_permits",
         "race_queue_rate_limited_claims_take_exactly_the_permits",
+        "race_rate_limited_admissions_and_claims_share_the_permits",
     ])
     .await;
 }

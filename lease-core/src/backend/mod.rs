@@ -12,9 +12,10 @@
 //! [`RecordTransaction`](engine::RecordTransaction), the queue's writes
 //! through the [`queue_engine`] over its own
 //! [`JobTransaction`](queue_engine::JobTransaction), and gates with
-//! [`gate_rules`]; one that cannot (Redis Lua, PostgreSQL SQL) mirrors the
-//! [`rules`] and [`queue_rules`] and is held to them by the conformance
-//! kit. A store that retries inside an operation reports it through
+//! [`gate_rules`], and judges rate limits in either engine over its own
+//! [`RateLogs`](rate_rules::RateLogs); one that cannot (Redis Lua,
+//! PostgreSQL SQL) mirrors the [`rules`], [`queue_rules`] and
+//! [`rate_rules`] and is held to them by the conformance kit. A store that retries inside an operation reports it through
 //! [`telemetry`].
 
 pub mod checked;

@@ -65,11 +65,12 @@ pub fn permits_left(uses: &[Timestamp], limit: &RateLimit, now: Timestamp) -> us
 
 /// With no permit free at `now`, how long until one frees: when the use
 /// whose leaving brings the count below `permits` stops counting. `None`
-/// when a permit is free.
+/// when a permit is free (or the limit has none, which validation
+/// refuses).
 pub fn next_permit_in(uses: &[Timestamp], limit: &RateLimit, now: Timestamp) -> Option<Duration> {
     let counting = counting(uses, limit.period, now);
     let permits = limit.permits as usize;
-    if counting.len() < permits {
+    if permits == 0 || counting.len() < permits {
         return None;
     }
     let leaving = counting[counting.len() - permits];
@@ -102,6 +103,24 @@ pub fn spent(
         log.drain(..log.len() - permits);
     }
     log
+}
+
+/// How long until a permit frees once `count` more uses are written at
+/// `now` (zero when one is still free): a claim's `retry_after`, the uses
+/// it just wrote counted.
+pub fn retry_after_spending(
+    uses: &[Timestamp],
+    limit: &RateLimit,
+    now: Timestamp,
+    count: usize,
+) -> Duration {
+    next_permit_in(&spent(uses, limit, now, count), limit, now).unwrap_or(Duration::ZERO)
+}
+
+/// Whether the log `uses` has stopped counting altogether at `now` (an
+/// empty log has): what `purge` deletes.
+pub fn ended(uses: &[Timestamp], limit: &RateLimit, now: Timestamp) -> bool {
+    log_ends_at(uses, limit).is_none_or(|end| end <= now)
 }
 
 /// When the log `uses` stops counting altogether: its newest use plus the
@@ -219,8 +238,7 @@ impl<'l> RateWindow<'l> {
     /// How long until a permit frees once `count` more uses are written
     /// now (zero when one is still free).
     pub fn retry_after_spending(&self, count: usize) -> Duration {
-        let log = spent(&self.uses, self.limit, self.now, count);
-        next_permit_in(&log, self.limit, self.now).unwrap_or(Duration::ZERO)
+        retry_after_spending(&self.uses, self.limit, self.now, count)
     }
 
     /// Writes `count` uses at now; nothing when `count` is zero.
@@ -233,5 +251,104 @@ impl<'l> RateWindow<'l> {
             return Ok(());
         }
         logs.save_rate_log(self.limit, &spent(&self.uses, self.limit, self.now, count))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(millis: i64) -> Timestamp {
+        clock::from_micros(1_700_000_000_000_000 + millis * 1000).expect("an instant")
+    }
+
+    fn limit(permits: u32, period_ms: u64) -> RateLimit {
+        RateLimit::new("k", permits, Duration::from_millis(period_ms))
+    }
+
+    #[test]
+    fn a_use_counts_until_exactly_its_period_has_passed() {
+        let limit = limit(1, 40);
+        assert_eq!(permits_left(&[at(0)], &limit, at(39)), 0);
+        assert_eq!(
+            next_permit_in(&[at(0)], &limit, at(39)),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(permits_left(&[at(0)], &limit, at(40)), 1);
+        assert_eq!(next_permit_in(&[at(0)], &limit, at(40)), None);
+    }
+
+    #[test]
+    fn the_permit_freed_is_the_one_whose_leaving_brings_the_count_below_the_permits() {
+        let limit = limit(2, 100);
+        let uses = [at(0), at(30), at(60)];
+        // Three counting uses for two permits (a log written under another
+        // clock): two must leave before one is free.
+        assert_eq!(permits_left(&uses, &limit, at(61)), 0);
+        assert_eq!(
+            next_permit_in(&uses, &limit, at(61)),
+            Some(Duration::from_millis(69))
+        );
+    }
+
+    #[test]
+    fn uses_stamped_after_now_count_from_now_for_their_whole_period() {
+        // The clock stepped back 10 ms after the use was written.
+        let limit = limit(1, 40);
+        assert_eq!(permits_left(&[at(10)], &limit, at(0)), 0);
+        assert_eq!(
+            next_permit_in(&[at(10)], &limit, at(0)),
+            Some(Duration::from_millis(50))
+        );
+        // Of more uses than permits, the latest instants (those counting
+        // longest) are kept.
+        assert_eq!(spent(&[at(10)], &limit, at(0), 1), vec![at(10)]);
+    }
+
+    #[test]
+    fn spending_keeps_the_newest_uses_up_to_the_permits() {
+        let limit = limit(3, 100);
+        let log = spent(&[at(0), at(50)], &limit, at(120), 2);
+        assert_eq!(log, vec![at(50), at(120), at(120)]);
+        assert_eq!(spent(&log, &limit, at(120), 5).len(), 3);
+        assert_eq!(
+            retry_after_spending(&[at(50)], &limit, at(120), 2),
+            Duration::from_millis(30)
+        );
+        assert_eq!(retry_after_spending(&[], &limit, at(0), 1), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_limit_without_permits_answers_no_wait_instead_of_panicking() {
+        assert_eq!(next_permit_in(&[at(0)], &limit(0, 40), at(1)), None);
+    }
+
+    #[test]
+    fn a_log_ends_when_its_newest_use_stops_counting() {
+        let limit = limit(2, 40);
+        assert!(!ended(&[at(0), at(10)], &limit, at(49)));
+        assert!(ended(&[at(0), at(10)], &limit, at(50)));
+        assert!(ended(&[], &limit, at(0)));
+    }
+
+    #[test]
+    fn stored_logs_are_checked() {
+        let limit = limit(2, 40);
+        assert!(decode_uses("[1, 2]", &limit).is_ok());
+        assert!(decode_uses("[]", &limit).is_ok());
+        for damaged in [
+            "[1, 2, 3]",
+            "{}",
+            "[\"1\"]",
+            "[1.5]",
+            "[9223372036854775807]",
+            "x",
+        ] {
+            assert!(decode_uses(damaged, &limit).is_err(), "{damaged}");
+        }
+        assert_eq!(
+            decode_uses(&encode_uses(&[at(0), at(1)]), &limit),
+            Ok(vec![at(0), at(1)])
+        );
     }
 }

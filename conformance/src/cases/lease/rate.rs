@@ -91,6 +91,30 @@ pub async fn rate_limit_admits_up_to_its_permits<S: LeaseStore + 'static>(
         admit(&ctx, limited(id, &other)).await?;
     }
     rate_limited(&ctx, &limited("r-5", &limit)).await?;
+    // A purge keeps the logs whose uses still count.
+    ctx.store.purge(Duration::ZERO).await?;
+    rate_limited(&ctx, &limited("r-6", &limit)).await?;
+    Ok(())
+}
+
+/// On any clock: `retry_after` counts from the oldest use still counting,
+/// not the newest: a use, at least 300 ms of store time, a second use, and
+/// the permit frees at most `period − 300 ms` later.
+pub async fn rate_limit_retry_after_counts_from_the_oldest_use<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let gap = Duration::from_millis(300);
+    let period = Duration::from_secs(60);
+    let limit = RateLimit::new("oldest", 2, period);
+    admit(&ctx, limited("o-1", &limit)).await?;
+    ctx.advance(gap).await?;
+    admit(&ctx, limited("o-2", &limit)).await?;
+    let retry_after = rate_limited(&ctx, &limited("o-3", &limit)).await?;
+    ensure!(
+        retry_after <= period - gap,
+        "retry_after {retry_after:?} counts from the newest use, not the oldest ({:?} at most)",
+        period - gap
+    );
     Ok(())
 }
 
@@ -132,9 +156,29 @@ pub async fn rate_limit_is_judged_after_the_id_and_the_scopes<S: LeaseStore + 's
     );
     admit(&ctx, limited("first-use", &limit)).await?;
     rate_limited(&ctx, &limited("second-use", &limit)).await?;
+    // With no permit left, the id and the scopes still answer first.
+    match ctx
+        .store
+        .admit(&limited("blocked-late", &limit).scope("held"))
+        .await?
+    {
+        Admission::Conflict { .. } => {}
+        other => {
+            return Err(Failure(format!(
+                "a held scope blocks before an exhausted limit is judged: got {other:?}"
+            )))
+        }
+    }
+    let answer = ctx.store.admit(&limited("holder", &limit)).await;
+    ensure!(
+        answer
+            .as_ref()
+            .is_err_and(|error| error.kind() == tenure_lease_core::ErrorKind::AlreadyExists),
+        "a taken id is AlreadyExists before an exhausted limit is judged, got {answer:?}"
+    );
 
-    // The requester's own lapsed holder would be interrupted; the limit
-    // refuses first, so it stays as it is.
+    // The requester's own holder would be interrupted (same owner); the
+    // limit refuses first, so it stays as it is.
     let own = admit(
         &ctx,
         AdmitRequest::new("own", "worker-a")

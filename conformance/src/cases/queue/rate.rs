@@ -269,3 +269,114 @@ pub async fn race_queue_rate_limited_claims_take_exactly_the_permits<S: JobQueue
     claimed(&ctx, &limited(1, &limit), &[], true).await?;
     Ok(())
 }
+
+/// The limit holds back only jobs the claim could take: with fewer permits
+/// than the claim's limit and no more claimable jobs than permits (others
+/// delayed or needing a capability the worker lacks), nothing is held back;
+/// with no permit left and nothing claimable, neither.
+pub async fn queue_claim_limited_holds_back_only_claimable_jobs<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let later = clock::add(ctx.store.now().await?, LONG_PERIOD);
+    enqueue(&ctx, job("a-0")).await?;
+    enqueue(&ctx, job("a-1")).await?;
+    enqueue(&ctx, job("delayed").run_at(later)).await?;
+    enqueue(&ctx, job("capable").require("gpu")).await?;
+    let limit = RateLimit::new("look-ahead", 2, LONG_PERIOD);
+    claimed(&ctx, &limited(5, &limit), &["a-0", "a-1"], false).await?;
+    claimed(&ctx, &limited(5, &limit), &[], false).await?;
+    enqueue(&ctx, job("a-2")).await?;
+    claimed(&ctx, &limited(5, &limit), &[], true).await?;
+    Ok(())
+}
+
+/// On any clock: a claim's `retry_after` counts from the oldest use still
+/// counting, the uses it just wrote included.
+pub async fn queue_claim_limited_retry_after_counts_from_the_oldest_use<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    for id in ["o-0", "o-1", "o-2"] {
+        enqueue(&ctx, job(id)).await?;
+    }
+    let gap = Duration::from_millis(300);
+    let period = Duration::from_secs(60);
+    let limit = RateLimit::new("oldest", 2, period);
+    claimed(&ctx, &limited(1, &limit), &["o-0"], false).await?;
+    ctx.advance(gap).await?;
+    let second = claimed(&ctx, &limited(3, &limit), &["o-1"], true).await?;
+    let retry_after = second
+        .retry_after
+        .ok_or_else(|| Failure("a held-back claim answers a retry_after".into()))?;
+    ensure!(
+        retry_after <= period - gap,
+        "retry_after {retry_after:?} counts from the newest use, not the oldest ({:?} at most)",
+        period - gap
+    );
+    Ok(())
+}
+
+/// Admissions and claims racing on one limit share its permits: together
+/// they use exactly them.
+pub async fn race_rate_limited_admissions_and_claims_share_the_permits<S: JobQueue + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    const PERMITS: u32 = 5;
+    const ADMITTERS: usize = 6;
+    for index in 0..12 {
+        enqueue(&ctx, job(&format!("m-{index:02}"))).await?;
+    }
+    let limit = RateLimit::new("shared", PERMITS, LONG_PERIOD);
+    let start = StartLine::new(ADMITTERS + RACERS);
+    let admitters: Vec<_> = (0..ADMITTERS)
+        .map(|racer| {
+            let store = Arc::clone(&ctx.store);
+            let start = Arc::clone(&start);
+            let request =
+                AdmitRequest::new(format!("lease-{racer}"), "worker-a").rate_limit(limit.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                store.admit(&request).await
+            })
+        })
+        .collect();
+    let claimers: Vec<_> = (0..RACERS)
+        .map(|racer| {
+            let store = Arc::clone(&ctx.store);
+            let start = Arc::clone(&start);
+            let request = ClaimRequest::new(QUEUE, format!("worker-{racer}"), LONG_TTL)
+                .limit(2)
+                .rate_limit(limit.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                store.claim_limited(&request).await
+            })
+        })
+        .collect();
+    let mut used = 0;
+    for task in admitters {
+        let answer = task
+            .await
+            .map_err(|error| Failure(format!("an admitter panicked: {error}")))??;
+        match answer {
+            Admission::Admitted { .. } => used += 1,
+            Admission::RateLimited { .. } => {}
+            other => {
+                return Err(Failure(format!(
+                    "a racing admission answered {other:?}; only Admitted or RateLimited"
+                )))
+            }
+        }
+    }
+    for task in claimers {
+        let answer = task
+            .await
+            .map_err(|error| Failure(format!("a claimer panicked: {error}")))??;
+        used += answer.jobs.len();
+    }
+    ensure_eq!(
+        used,
+        PERMITS as usize,
+        "racing admissions and claims together used exactly the permits"
+    );
+    Ok(())
+}
