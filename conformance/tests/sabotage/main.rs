@@ -787,6 +787,16 @@ impl OwnRateLogs {
         }
     }
 
+    /// The `RateLimited` answer of an admission within `limit` at `now`,
+    /// when no permit is left.
+    fn refusal(&self, limit: &RateLimit, now: Timestamp) -> Option<Admission> {
+        let retry_after = self.judge(limit, now).err()?;
+        Some(Admission::RateLimited {
+            key: limit.key.clone(),
+            retry_after,
+        })
+    }
+
     fn spend(&self, limit: &RateLimit, now: Timestamp, count: usize) {
         let mut logs = lock(&self.logs);
         let uses = logs.entry(Self::entry(limit)).or_default();
@@ -809,11 +819,8 @@ impl Bug for RateCheckThenWrite {
             return honest.admit(request).await;
         };
         let now = honest.now().await?;
-        if let Err(retry_after) = self.logs.judge(limit, now) {
-            return Ok(Admission::RateLimited {
-                key: limit.key.clone(),
-                retry_after,
-            });
+        if let Some(refused) = self.logs.refusal(limit, now) {
+            return Ok(refused);
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
         let unlimited = AdmitRequest {
@@ -861,11 +868,8 @@ impl Bug for RateJudgedBeforeTheScopes {
             return honest.admit(request).await;
         };
         let now = honest.now().await?;
-        if let Err(retry_after) = self.logs.judge(limit, now) {
-            return Ok(Admission::RateLimited {
-                key: limit.key.clone(),
-                retry_after,
-            });
+        if let Some(refused) = self.logs.refusal(limit, now) {
+            return Ok(refused);
         }
         self.logs.spend(limit, now, 1);
         let unlimited = AdmitRequest {

@@ -33,6 +33,28 @@ fn limited(limit: usize, rate_limit: &RateLimit) -> ClaimRequest {
         .rate_limit(rate_limit.clone())
 }
 
+/// [`RACERS`] claimers of up to two jobs each within `limit`, each waiting
+/// at `start`.
+fn racing_claimers<S: JobQueue + 'static>(
+    ctx: &Ctx<S>,
+    limit: &RateLimit,
+    start: &Arc<StartLine>,
+) -> Vec<tokio::task::JoinHandle<tenure_lease_core::Result<Claimed>>> {
+    (0..RACERS)
+        .map(|racer| {
+            let store = Arc::clone(&ctx.store);
+            let start = Arc::clone(start);
+            let request = ClaimRequest::new(QUEUE, format!("worker-{racer}"), LONG_TTL)
+                .limit(2)
+                .rate_limit(limit.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                store.claim_limited(&request).await
+            })
+        })
+        .collect()
+}
+
 /// Claims with `request` through `claim_limited`, failing the case unless
 /// it hands out exactly the jobs `expected`, in order, each claimed as
 /// `get_job` reads it, and holds back exactly when `held_back` says;
@@ -226,19 +248,7 @@ pub async fn race_queue_rate_limited_claims_take_exactly_the_permits<S: JobQueue
     }
     let limit = RateLimit::new("raced", PERMITS, LONG_PERIOD);
     let start = StartLine::new(RACERS);
-    let racers: Vec<_> = (0..RACERS)
-        .map(|racer| {
-            let store = Arc::clone(&ctx.store);
-            let start = Arc::clone(&start);
-            let request = ClaimRequest::new(QUEUE, format!("worker-{racer}"), LONG_TTL)
-                .limit(2)
-                .rate_limit(limit.clone());
-            tokio::spawn(async move {
-                start.wait().await;
-                store.claim_limited(&request).await
-            })
-        })
-        .collect();
+    let racers = racing_claimers(&ctx, &limit, &start);
     let mut claimed_ids = Vec::new();
     for task in racers {
         let answer = task
@@ -339,19 +349,7 @@ pub async fn race_rate_limited_admissions_and_claims_share_the_permits<S: JobQue
             })
         })
         .collect();
-    let claimers: Vec<_> = (0..RACERS)
-        .map(|racer| {
-            let store = Arc::clone(&ctx.store);
-            let start = Arc::clone(&start);
-            let request = ClaimRequest::new(QUEUE, format!("worker-{racer}"), LONG_TTL)
-                .limit(2)
-                .rate_limit(limit.clone());
-            tokio::spawn(async move {
-                start.wait().await;
-                store.claim_limited(&request).await
-            })
-        })
-        .collect();
+    let claimers = racing_claimers(&ctx, &limit, &start);
     let mut used = 0;
     for task in admitters {
         let answer = task
