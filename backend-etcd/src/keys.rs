@@ -6,7 +6,7 @@
 //! | `<prefix>/fence` | empty: put blindly by every fence draw, whose revision the fences come from |
 //! | `<prefix>/unique` | the id of the job last created with a uniqueness key: read by every enqueue with a key and written by every one that creates a keyed job, so two are never judged on the same jobs |
 //! | `<prefix>/r/<id>` | a lease record, JSON |
-//! | `<prefix>/s/<scope>` | the id of the active record holding the scope |
+//! | `<prefix>/s/<key>` | the id of the active record holding the key: a scope held exclusively, or one slot of a counted scope ([`slot_key`](tenure_lease_core::backend::rules::slot_key): the scope for slot 0, else the scope, U+001F and the slot number) |
 //! | `<prefix>/j/<id>` | a job, JSON |
 //! | `<prefix>/g/<resource>` | a fence gate: highest fence and when it was checked, JSON |
 //! | `<prefix>/l/r/<id>` | the liveness key of an active lease with an expiry, attached to an etcd lease ([`crate::timers`]); its value, when that etcd lease should end (a hint) |
@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use tenure_lease_core::backend::rate_rules::log_name;
+use tenure_lease_core::backend::rules::SLOT_SEPARATOR;
 use tenure_lease_core::rate::RateLimit;
 
 /// The keys of one store.
@@ -98,8 +99,17 @@ impl Keys {
         format!("{}{id}", self.records)
     }
 
-    pub(crate) fn scope(&self, scope: &str) -> String {
-        format!("{}{scope}", self.scopes)
+    /// The index entry of the held key `key`
+    /// ([`slot_key`](tenure_lease_core::backend::rules::slot_key): a scope,
+    /// or one slot of a counted scope).
+    pub(crate) fn held(&self, key: &str) -> String {
+        format!("{}{key}", self.scopes)
+    }
+
+    /// The prefix of the entries of the slots above 0 of the counted
+    /// `scope` (names hold no control character, so no other scope's).
+    pub(crate) fn upper_slots(&self, scope: &str) -> String {
+        format!("{}{scope}{SLOT_SEPARATOR}", self.scopes)
     }
 
     pub(crate) fn job(&self, id: &str) -> String {

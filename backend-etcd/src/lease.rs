@@ -18,7 +18,7 @@ use tenure_lease_core::{
 
 use crate::keys::{rate_limit_of, Keys};
 use crate::kv::{Reads, Tx};
-use crate::records::{decode, Records};
+use crate::records::{decode_record, Records};
 use crate::EtcdStore;
 
 /// How many parts of one `renew_many` are sent at once.
@@ -49,7 +49,7 @@ impl EtcdStore {
         let prefix = self.keys.records();
         tx.scan(prefix)
             .map(|(key, bytes)| {
-                decode::<LeaseRecord>(key, bytes).map_err(|error| SkippedRecord {
+                decode_record(key, bytes).map_err(|error| SkippedRecord {
                     id: key[prefix.len()..].to_owned(),
                     reason: error.message().to_owned(),
                 })
@@ -90,11 +90,22 @@ impl LeaseBackend for EtcdStore {
     ) -> Result<Admission> {
         let (request, metadata) = (request.get(), metadata.get());
         let keys = &self.keys;
-        let reads = Reads::keys(
+        let mut reads = Reads::keys(
             lease_keys(keys, &request.id)
-                .chain(request.scopes.iter().map(|scope| keys.scope(scope)))
+                .chain(request.scopes.iter().map(|scope| keys.held(scope)))
                 .chain(request.rate_limit.iter().map(|limit| keys.rate_log(limit))),
         );
+        // A counted scope's slots above 0, with the first reads: one range
+        // each, so the engine finds the first free slot (or judges them
+        // all) without reading again. Only the slots it reads are compared
+        // at commit. A plain admission reads no range.
+        let counted = request
+            .capacities
+            .iter()
+            .filter(|(_, &capacity)| capacity > 1);
+        for (scope, _) in counted {
+            reads = reads.prefix(keys.upper_slots(scope));
+        }
         let (admission, retries) = self
             .runner
             .run_counted(reads, |tx| {
@@ -289,7 +300,7 @@ impl LeaseBackend for EtcdStore {
 /// ([`rules::purgeable`]); what cannot be decoded cannot be judged, and
 /// stays.
 fn purgeable(key: &str, bytes: &[u8], terminal_older_than: Duration, now: Timestamp) -> bool {
-    decode::<LeaseRecord>(key, bytes)
+    decode_record(key, bytes)
         .is_ok_and(|record| rules::purgeable(&record, terminal_older_than, now))
 }
 

@@ -24,7 +24,7 @@
 //! most 64 ms), so writers contending for one key spread out.
 //!
 //! Keys live under the configured prefix (see [`EtcdConfig`]): one per
-//! record, one per held scope, one per job, one per fence gate, one per
+//! record, one per held scope or slot, one per job, one per fence gate, one per
 //! rate limit's log, and the fence key. Fences come from etcd's
 //! cluster-wide revision: an operation that hands out fences first decides
 //! to count them, then draws them with one blind put of the fence key (its
@@ -56,6 +56,37 @@
 //! Rate logs need no migration: they are new keys beside the others, which
 //! keep their format. A process of a version before them never reads,
 //! writes or purges a log (`delete_prefix` still deletes them).
+//!
+//! ## Counted scopes
+//!
+//! A record holding slots of counted scopes
+//! ([contract §17](tenure_lease_core::contract)) keeps them in its JSON, as
+//! the field `slots` ([`LeaseRecord::slots`](tenure_lease_core::LeaseRecord::slots)),
+//! left out when empty; a record without it (every record written before
+//! counted scopes) reads back with none, and a `slots` value that is not a
+//! map of scopes to numbers from 0 to `u32::MAX` makes the record
+//! `Corrupt`, like any undecodable record. The scope index holds one key
+//! per held slot key
+//! ([`slot_key`](tenure_lease_core::backend::rules::slot_key)):
+//! `<prefix>/s/<scope>` for an exclusive scope and for slot 0,
+//! `<prefix>/s/<scope>` U+001F `<slot>` for the slots above. So exclusive
+//! records keep exactly the keys they kept before: no migration. A process
+//! of a version before counted scopes ignores `slots`, and would drop them
+//! when it rewrites a record (a renewal, a transition): upgrade every
+//! process sharing a prefix before any admits with a counted scope.
+//!
+//! An admission with a counted scope of capacity above 1 also reads, with
+//! its first reads, the range of that scope's slots above 0 (one range per
+//! counted scope, no extra round trip; a plain admission reads none). The
+//! shared engine then reads the slots' holders from 0 up to the first free
+//! slot, or all of them when none is free, and
+//! [chooses](tenure_lease_core::backend::rules::choose_slot) a slot. Every
+//! slot key it read (present or absent) and every holder it judged is
+//! compared at commit like any key read, and the chosen slot's key is
+//! written: two admissions choosing one slot cannot both commit, and one
+//! whose choice a freed or newly taken slot changed is decided again on
+//! fresh reads. Holders of slots it never read are never compared, so they
+//! do not contend with it.
 //!
 //! ## Expiry: etcd's own timers
 //!
@@ -96,7 +127,11 @@
 //!   compares about `2n + 3` keys (`2n + 4` with a rate limit: its log),
 //!   a claim with a rate limit takes at most `(max_txn_ops - 1) / 2` jobs
 //!   (the log is one more write), a job batch of `n` jobs writes `n`
-//!   (`n + 1` with uniqueness keys: the store's guard key too): raise the
+//!   (`n + 1` with uniqueness keys: the store's guard key too); a counted
+//!   scope of capacity `c` compares the slot keys up to the first free one
+//!   and each of their holders' records, so up to about `2c` keys when all
+//!   its slots are taken (`3c` while holders are past their stored expiry:
+//!   their liveness keys too): raise the
 //!   cluster's `--max-txn-ops` (default 128) and set
 //!   [`EtcdConfig::max_txn_ops`] to match for wide admissions and large
 //!   batches, and `--max-request-bytes` (default 1.5 MiB) for large

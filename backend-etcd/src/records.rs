@@ -1,10 +1,21 @@
 //! Lease records and their scopes over a [`Tx`]: the shared
 //! engine's [`RecordTransaction`] and [`RateLogs`], and decoding what the
 //! store keeps.
+//!
+//! A record is one JSON document, its counted scopes' slots
+//! ([`LeaseRecord::slots`]) among its fields (absent when it has none, as
+//! in records written before counted scopes, which read back with none);
+//! slots that are not numbers from 0 to `u32::MAX` make the record
+//! `Corrupt`. The scope index (`<prefix>/s/`) is kept by held key
+//! ([`rules::held_keys`]): an active record holds its exclusive scopes under
+//! their names and slot `k` of a counted scope under
+//! [`rules::slot_key`]`(scope, k)`, and releases the same keys when it
+//! stops being active.
 
 use serde::de::DeserializeOwned;
 use tenure_lease_core::backend::engine::RecordTransaction;
 use tenure_lease_core::backend::rate_rules::{decode_uses, encode_uses, RateLogs};
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{clock, Error, LeaseRecord, Result, Timestamp};
 
@@ -22,6 +33,15 @@ pub(crate) struct Records<'t, 's> {
 pub(crate) fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes)
         .map_err(|error| Error::corrupt(format!("etcd key {key:?} cannot be decoded: {error}")))
+}
+
+/// `bytes` as the lease record stored at `key`, or `Corrupt`, also for
+/// slots no admission hands out.
+pub(crate) fn decode_record(key: &str, bytes: &[u8]) -> Result<LeaseRecord> {
+    let record: LeaseRecord = decode(key, bytes)?;
+    tenure_lease_core::backend::stored::check_slots(&record.scopes, &record.slots)
+        .map_err(|why| Error::corrupt(format!("etcd key {key:?} cannot be decoded: {why}")))?;
+    Ok(record)
 }
 
 /// `value` as JSON.
@@ -67,12 +87,12 @@ impl RecordTransaction for Records<'_, '_> {
         let key = self.keys.record(id);
         self.tx
             .read(&key)?
-            .map(|bytes| decode(&key, &bytes))
+            .map(|bytes| decode_record(&key, &bytes))
             .transpose()
     }
 
-    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
-        let key = self.keys.scope(scope);
+    fn holder_of(&mut self, held: &str) -> Result<Option<String>> {
+        let key = self.keys.held(held);
         let holder = self
             .tx
             .read(&key)?
@@ -94,8 +114,8 @@ impl RecordTransaction for Records<'_, '_> {
     }
 
     fn insert(&mut self, record: &LeaseRecord) -> Result<()> {
-        for scope in &record.scopes {
-            let key = self.keys.scope(scope);
+        for held in rules::held_keys(record) {
+            let key = self.keys.held(&held);
             self.tx.read(&key)?;
             self.tx.put(&key, record.id.clone().into_bytes());
         }
@@ -112,9 +132,9 @@ impl RecordTransaction for Records<'_, '_> {
 
     fn save(&mut self, record: &LeaseRecord) -> Result<()> {
         if !record.is_active() {
-            for scope in &record.scopes {
-                if self.holder_of(scope)?.as_deref() == Some(record.id.as_str()) {
-                    self.tx.delete(&self.keys.scope(scope));
+            for held in rules::held_keys(record) {
+                if self.holder_of(&held)?.as_deref() == Some(record.id.as_str()) {
+                    self.tx.delete(&self.keys.held(&held));
                 }
             }
         }

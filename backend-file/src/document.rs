@@ -1,8 +1,8 @@
 //! What the file holds, and how each entry is decoded.
 //!
 //! The file is one JSON document: a format number, the store-wide fence
-//! sequence, and five maps (lease records, the scope index, jobs, fence
-//! gates, rate logs). Records, jobs, gates and rate logs are kept as raw JSON values and decoded
+//! sequence, and five maps (lease records, the scope index by slot key,
+//! jobs, fence gates, rate logs). Records, jobs, gates and rate logs are kept as raw JSON values and decoded
 //! one at a time when an operation needs them, so one damaged entry (a hand
 //! edit, a tool of another version) answers `Corrupt` for itself while every
 //! other entry goes on working (contract §10). A file that is not such a
@@ -38,7 +38,13 @@ pub(crate) struct Document {
     /// Lease records by id.
     #[serde(default)]
     pub(crate) records: BTreeMap<String, Value>,
-    /// The active record (its id) holding each held scope.
+    /// The active record (its id) holding each held key: a scope's
+    /// [`slot_key`](tenure_lease_core::backend::rules::slot_key), the scope
+    /// itself for an exclusive scope or slot 0 of a counted one, else the
+    /// scope, U+001F and the slot number (contract §17). A record's slots
+    /// are in its entry (`"slots": {"exports": 2}`, absent when it holds no
+    /// counted scope, as in every record written before counted scopes
+    /// existed, whose keys are then its scopes: the format is unchanged).
     #[serde(default)]
     pub(crate) holders: BTreeMap<String, String>,
     /// Jobs by id, a namespace apart from the records.
@@ -200,9 +206,19 @@ pub(crate) fn undecodable(what: &str, id: &str, why: &str) -> Error {
     ))
 }
 
-/// The lease record stored under `id`, or why it cannot be read.
+/// The lease record stored under `id`, or why it cannot be read: a slot
+/// that is not a number from 0 to 2^32 - 1 does not deserialize, and one of
+/// a scope the record does not name, or not below the largest capacity, is
+/// no slot an admission wrote ([`stored_slots`]).
 pub(crate) fn record(id: &str, value: &Value) -> std::result::Result<LeaseRecord, String> {
-    let record = LeaseRecord::deserialize(value).map_err(|error| error.to_string())?;
+    let record = LeaseRecord::deserialize(value).map_err(|error| {
+        // serde names no field; name the slots when they are what is wrong.
+        let slots = value.get("slots").map(BTreeMap::<String, u32>::deserialize);
+        match slots {
+            Some(Err(slots)) => format!("slots: not an object of slot numbers: {slots}"),
+            _ => error.to_string(),
+        }
+    })?;
     stored::check_record(id, &record)?;
     Ok(record)
 }

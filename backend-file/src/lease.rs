@@ -20,10 +20,20 @@ use crate::document::{self, Document};
 use crate::FileStore;
 
 impl Document {
-    fn release_scopes(&mut self, record: &LeaseRecord) {
-        for scope in &record.scopes {
-            if self.holders.get(scope) == Some(&record.id) {
-                self.holders.remove(scope);
+    /// Takes the keys an active `record` holds in the scope index: each
+    /// scope's slot key ([`rules::held_keys`]), the scope itself unless it
+    /// is a counted scope's slot above 0.
+    fn hold_keys(&mut self, record: &LeaseRecord) {
+        for key in rules::held_keys(record) {
+            self.holders.insert(key.into_owned(), record.id.clone());
+        }
+    }
+
+    /// Frees the keys `record` held, once it is no longer active.
+    fn release_keys(&mut self, record: &LeaseRecord) {
+        for key in rules::held_keys(record) {
+            if self.holders.get(key.as_ref()) == Some(&record.id) {
+                self.holders.remove(key.as_ref());
             }
         }
     }
@@ -45,8 +55,8 @@ impl RecordTransaction for Document {
             .transpose()
     }
 
-    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
-        Ok(self.holders.get(scope).cloned())
+    fn holder_of(&mut self, key: &str) -> Result<Option<String>> {
+        Ok(self.holders.get(key).cloned())
     }
 
     fn next_fence(&mut self) -> Result<u64> {
@@ -55,8 +65,8 @@ impl RecordTransaction for Document {
 
     fn insert(&mut self, record: &LeaseRecord) -> Result<()> {
         let value = document::encode(record)?;
-        for scope in &record.scopes {
-            self.holders.insert(scope.clone(), record.id.clone());
+        if record.is_active() {
+            self.hold_keys(record);
         }
         self.records.insert(record.id.clone(), value);
         Ok(())
@@ -65,7 +75,7 @@ impl RecordTransaction for Document {
     fn save(&mut self, record: &LeaseRecord) -> Result<()> {
         let value = document::encode(record)?;
         if !record.is_active() {
-            self.release_scopes(record);
+            self.release_keys(record);
         }
         self.records.insert(record.id.clone(), value);
         Ok(())

@@ -48,7 +48,10 @@
 //! document, decides, and, when it changed something, writes the new
 //! document to `<file>.tmp`, fsyncs it, renames it over the file and fsyncs
 //! the directory, then releases the lock. Readers and crashed writers see
-//! the old document or the new one, never a part of one. A tool that edits
+//! the old document or the new one, never a part of one. An admission of a
+//! counted scope reads the holders of its slots, chooses one and takes it
+//! under that one lock, so racing admissions never hold more slots than
+//! the capacity. A tool that edits
 //! the file by hand must hold the same lock ([`FileStore::lock_path`]).
 //!
 //! The fence sequence is a number in the document, written in the same

@@ -94,6 +94,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tenure_lease_core::backend::rate_rules::RateLogs;
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::release::ReleaseBoard;
 use tenure_lease_core::{Clock, LeaseRecord, Result, SystemClock, Timestamp};
@@ -156,15 +157,15 @@ impl State {
     }
 
     fn hold_scopes(&mut self, record: &LeaseRecord) {
-        for scope in &record.scopes {
-            self.holders.insert(scope.clone(), record.id.clone());
+        for key in rules::held_keys(record) {
+            self.holders.insert(key.into_owned(), record.id.clone());
         }
     }
 
     fn release_scopes(&mut self, record: &LeaseRecord) {
-        for scope in &record.scopes {
-            if self.holders.get(scope) == Some(&record.id) {
-                self.holders.remove(scope);
+        for (scope, key) in record.scopes.iter().zip(rules::held_keys(record)) {
+            if self.holders.get(key.as_ref()) == Some(&record.id) {
+                self.holders.remove(key.as_ref());
                 self.releases.freed(scope);
             }
         }

@@ -110,7 +110,15 @@ impl LeaseBackend for MySqlStore {
         let reads = Reads::default()
             .rate_log(request.rate_limit.as_ref())
             .leases([request.id.as_str()])
-            .scopes(request.scopes.iter().map(String::as_str));
+            .scopes(request.scopes.iter().map(String::as_str))
+            // Capacity 1 counts slot 0 alone, the scope itself.
+            .counted_scopes(
+                request
+                    .capacities
+                    .iter()
+                    .filter(|(_, capacity)| **capacity > 1)
+                    .map(|(scope, _)| scope.as_str()),
+            );
         self.runner
             .run(reads, |view| {
                 over_records(view, |records, now| {

@@ -62,16 +62,40 @@
 //! first deletes the logs whose `ends_at` has passed (uncounted), in a
 //! statement of its own.
 //!
+//! An active record holds each of its scopes by a row of
+//! `tenure_held_scopes`, whose primary key is "one holder per key": the
+//! scope itself, or for slot k > 0 of a counted scope
+//! ([`AdmitRequest::counted_scope`](tenure_lease_core::AdmitRequest::counted_scope))
+//! its slot key, the scope, U+001F and k
+//! ([`slot_key`](tenure_lease_core::backend::rules::slot_key)); the
+//! record's slots are in its body. `tenure_lease_scopes` keeps every
+//! (record, scope) pair by name, so `list_by_scope` finds every slot's
+//! holders. An admission with a counted scope locks the scope's own row
+//! first (slot 0's, upserted as every admission of the scope does, counted
+//! or exclusive), then reads the rows of its other slots (one range of
+//! keys) with their holders, locked, and chooses its slot with the rules
+//! ([`choose_slot`](tenure_lease_core::backend::rules::choose_slot)): every
+//! admission that may take a slot of the scope holds the scope's row until
+//! it commits, so no other can take a slot in between, and racing
+//! admissions never hold more slots than their capacity. Admissions
+//! without counted scopes (or of capacity 1) read nothing more.
+//!
 //! ## Upgrading
 //!
 //! Each version adds what it needs as a numbered migration (see
 //! [`MigrationMode`]): 2 added unique jobs (columns of `tenure_jobs` and
 //! `tenure_unique_slots`), 3 rate limits (`tenure_rate_logs`, nothing
-//! changed in the other tables). A process of an earlier version already
+//! changed in the other tables), 4 counted scopes (`tenure_held_scopes.scope`
+//! widened to 261 bytes for slot keys; records stored before read back
+//! with no slots). A process of an earlier version already
 //! connected keeps working beside a migration it does not know, but one
 //! connecting afterwards refuses the tables as `Incompatible`: once the
 //! migration is applied, start only processes of the new version. Rate
 //! limits need nothing more: earlier versions never touch their logs.
+//! Counted scopes do: an earlier version knows no slots (it reads a holder
+//! of any slot as holding the scope, and drops its slot when it writes the
+//! record back), so admit with counted scopes only once every process runs
+//! this version.
 //!
 //! ## Fences
 //!

@@ -26,7 +26,13 @@
 //! of each uniqueness key it judges (`tenure_unique_slots`) the same way,
 //! all of them first and in order, before reading the jobs that may hold
 //! each key: two enqueues of one key are judged one after the other, and
-//! crossed batches cannot deadlock on their slots. An operation with a rate
+//! crossed batches cannot deadlock on their slots. An admission with a
+//! counted scope reads the scope's own row (slot 0) upserted as any scope,
+//! then the rows of its other slots (keys `scope U+001F k`, one range)
+//! without upserting them: every admission that may take one of them holds
+//! the scope's row first, so a free slot needs no row of its own to stay
+//! free until the commit, and no row is left behind for the slots it did
+//! not take. An operation with a rate
 //! limit locks its log before anything else, upserted the same way
 //! ([`crate::rate`]): operations on one log are judged one after the
 //! other, and one waiting for a log holds no other row, so the log's lock
@@ -57,11 +63,12 @@
 //! clocks agree to within the failover's duration. Fences are therefore
 //! large numbers (about 1.8 × 10^15 in 2027), with gaps.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::{Arguments, Connection as _, MySql, Row, Transaction};
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::limits::MAX_GATE_FENCE;
 use tenure_lease_core::queue::Job;
 use tenure_lease_core::rate::RateLimit;
@@ -107,6 +114,7 @@ pub(crate) struct Reads {
     rate_log: Option<RateLimit>,
     leases: BTreeSet<String>,
     scopes: BTreeSet<String>,
+    counted_scopes: BTreeSet<String>,
     jobs: BTreeSet<String>,
     unique_keys: BTreeSet<UniqueKey>,
     claimable: Option<ClaimQuery>,
@@ -134,6 +142,19 @@ impl Reads {
     /// The holders of these scopes, with their records.
     pub(crate) fn scopes<K: Into<String>>(mut self, scopes: impl IntoIterator<Item = K>) -> Self {
         self.scopes.extend(scopes.into_iter().map(Into::into));
+        self
+    }
+
+    /// The holders of every slot above 0 of these counted scopes, with
+    /// their records (slot 0, the scope itself, is read with
+    /// [`scopes`](Self::scopes), and locked first: every admission of a
+    /// slot of the scope locks it).
+    pub(crate) fn counted_scopes<K: Into<String>>(
+        mut self,
+        scopes: impl IntoIterator<Item = K>,
+    ) -> Self {
+        self.counted_scopes
+            .extend(scopes.into_iter().map(Into::into));
         self
     }
 
@@ -167,6 +188,7 @@ impl Reads {
         self.rate_log.is_none()
             && self.leases.is_empty()
             && self.scopes.is_empty()
+            && self.counted_scopes.is_empty()
             && self.jobs.is_empty()
             && self.unique_keys.is_empty()
             && self.claimable.is_none()
@@ -182,7 +204,11 @@ struct Snapshot {
     /// reads as an empty one).
     rate_logs: HashMap<RateLimit, Vec<u8>>,
     leases: HashMap<String, Option<Vec<u8>>>,
+    /// The holder of each scope or slot key read (`None`: free).
     holders: HashMap<String, Option<String>>,
+    /// The counted scopes whose slots above 0 were all read: a slot key of
+    /// one of them absent from `holders` is free.
+    counted_scopes: HashSet<String>,
     jobs: HashMap<String, Option<Vec<u8>>>,
     /// The ids of the jobs that may hold each uniqueness key read.
     unique_holders: HashMap<UniqueKey, Vec<String>>,
@@ -292,23 +318,31 @@ impl View<'_> {
         }
     }
 
-    /// The id of the active record holding `scope`, after this decision's
-    /// writes.
+    /// The id of the active record holding `key` (a scope, or a slot of a
+    /// counted scope: [`rules::slot_key`]), after this decision's writes.
     ///
     /// # Errors
     ///
     /// When it was not read yet.
-    pub(crate) fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
-        let mut holder = match self.snapshot.holders.get(scope) {
-            Some(holder) => holder.clone(),
-            None => {
-                self.missing.scopes.insert(scope.to_owned());
+    pub(crate) fn holder_of(&mut self, key: &str) -> Result<Option<String>> {
+        let counted = key
+            .split_once(rules::SLOT_SEPARATOR)
+            .map(|(scope, _)| scope);
+        let mut holder = match (self.snapshot.holders.get(key), counted) {
+            (Some(holder), _) => holder.clone(),
+            (None, Some(scope)) if self.snapshot.counted_scopes.contains(scope) => None,
+            (None, Some(scope)) => {
+                self.missing.counted_scopes.insert(scope.to_owned());
+                return Err(read_next("the holders of a counted scope's slots"));
+            }
+            (None, None) => {
+                self.missing.scopes.insert(key.to_owned());
                 return Err(read_next("a scope's holder"));
             }
         };
         for write in &self.writes {
             match write {
-                Write::InsertLease(record) if record.scopes.contains(scope) => {
+                Write::InsertLease(record) if rules::held_keys(record).any(|held| held == key) => {
                     holder = Some(record.id.clone());
                 }
                 Write::UpdateLease(record)
@@ -709,28 +743,30 @@ async fn fetch(
             bound(part)?,
         )
         .await?;
-        let sql = format!(
-            "SELECT h.scope, h.lease_id, l.body FROM tenure_held_scopes h \
-             LEFT JOIN tenure_leases l ON l.id = h.lease_id \
-             WHERE h.scope IN {} FOR UPDATE",
-            placeholders(part.len())
-        );
         for scope in part {
             snapshot.holders.insert(scope.clone(), None);
         }
-        for row in sqlx::query_with(&sql, bound(part)?)
-            .fetch_all(&mut **tx)
-            .await?
-        {
-            let scope = rows::text(&row, 0)?;
-            let holder = rows::text(&row, 1)?;
-            if holder.is_empty() {
-                continue;
-            }
-            let body: Option<Vec<u8>> = row.try_get(2).map_err(store_error)?;
-            snapshot.leases.insert(holder.clone(), body);
-            snapshot.holders.insert(scope, Some(holder));
-        }
+        read_holders(
+            tx,
+            snapshot,
+            &format!("h.scope IN {}", placeholders(part.len())),
+            bound(part)?,
+        )
+        .await?;
+    }
+    // After the scopes themselves (slot 0), which every admission of a
+    // slot of theirs locks first: nobody else can take a slot of these
+    // meanwhile, so a free slot needs no row to lock.
+    for scope in reads.counted_scopes {
+        let (low, high) = slot_key_range(&scope);
+        read_holders(
+            tx,
+            snapshot,
+            "h.scope > ? AND h.scope < ?",
+            bound([&low, &high])?,
+        )
+        .await?;
+        snapshot.counted_scopes.insert(scope);
     }
     let ids: Vec<String> = reads.jobs.into_iter().collect();
     for part in ids.chunks(IDS_PER_READ) {
@@ -781,6 +817,48 @@ async fn fetch(
         snapshot.jobs.insert(id, Some(body));
     }
     Ok(())
+}
+
+/// Reads the rows of `tenure_held_scopes` that `filter` (on `h`, bound by
+/// `arguments`) selects, with their holders' records, locked, into
+/// `snapshot` (a row with an empty holder is a free scope).
+async fn read_holders(
+    tx: &mut Transaction<'_, MySql>,
+    snapshot: &mut Snapshot,
+    filter: &str,
+    arguments: MySqlArguments,
+) -> std::result::Result<(), Conflict> {
+    let sql = format!(
+        "SELECT h.scope, h.lease_id, l.body FROM tenure_held_scopes h \
+         LEFT JOIN tenure_leases l ON l.id = h.lease_id \
+         WHERE {filter} FOR UPDATE"
+    );
+    for row in sqlx::query_with(&sql, arguments)
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        let key = rows::text(&row, 0)?;
+        let holder = rows::text(&row, 1)?;
+        if holder.is_empty() {
+            continue;
+        }
+        let body: Option<Vec<u8>> = row.try_get(2).map_err(store_error)?;
+        snapshot.leases.insert(holder.clone(), body);
+        snapshot.holders.insert(key, Some(holder));
+    }
+    Ok(())
+}
+
+/// The bounds, both excluded, of the keys of `scope`'s slots above 0:
+/// `scope` then [`rules::SLOT_SEPARATOR`] (U+001F) then digits, between
+/// `scope U+001F` and `scope U+0020`. No other key is: no name holds a
+/// control character.
+fn slot_key_range(scope: &str) -> (String, String) {
+    let next = char::from_u32(u32::from(rules::SLOT_SEPARATOR) + 1).unwrap_or(' ');
+    (
+        format!("{scope}{}", rules::SLOT_SEPARATOR),
+        format!("{scope}{next}"),
+    )
 }
 
 /// Upserts a row in `table` (`columns`: the first a column of its primary
@@ -1078,7 +1156,7 @@ async fn apply(
     for record in &batches.inserted_leases {
         // A new id has no scope rows: one there is left over from a
         // record deleted by hand, not a race to decide again.
-        insert_scopes(tx, "tenure_lease_scopes", record, "")
+        insert_scopes(tx, "tenure_lease_scopes", record, &record.scopes, "")
             .await
             .map_err(|conflict| match conflict {
                 Conflict::Duplicate(error) => Conflict::Failed(Error::corrupt(format!(
@@ -1091,10 +1169,13 @@ async fn apply(
             })?;
         if record.is_active() {
             // Over the rows the admission locked when it read them.
+            // By key: slot k of a counted scope as `rules::slot_key`.
+            let keys: Vec<_> = rules::held_keys(record).collect();
             insert_scopes(
                 tx,
                 "tenure_held_scopes",
                 record,
+                &keys,
                 " ON DUPLICATE KEY UPDATE lease_id = VALUES(lease_id)",
             )
             .await?;
@@ -1129,25 +1210,29 @@ async fn apply(
     Ok(())
 }
 
-/// One `(lease_id, scope)` row in `table` per scope of `record`, with
-/// `on_duplicate` after the values.
-async fn insert_scopes(
+/// One `(lease_id, scope)` row in `table` per one of `scopes` (`record`'s
+/// scopes, or the keys it holds them by), with `on_duplicate` after the
+/// values.
+async fn insert_scopes<K: AsRef<str>>(
     tx: &mut Transaction<'_, MySql>,
     table: &str,
     record: &LeaseRecord,
+    scopes: impl IntoIterator<Item = K>,
     on_duplicate: &str,
 ) -> std::result::Result<(), Conflict> {
-    if record.scopes.is_empty() {
+    let scopes: Vec<K> = scopes.into_iter().collect();
+    if scopes.is_empty() {
         return Ok(());
     }
     let mut arguments = MySqlArguments::default();
-    for scope in &record.scopes {
+    for scope in &scopes {
+        let scope = scope.as_ref();
         arguments
             .add(record.id.as_bytes())
             .and_then(|()| arguments.add(scope.as_bytes()))
             .map_err(|error| Error::unavailable(format!("cannot bind a scope: {error}")))?;
     }
-    let values = vec!["(?, ?)"; record.scopes.len()].join(", ");
+    let values = vec!["(?, ?)"; scopes.len()].join(", ");
     sqlx::query_with(
         &format!("INSERT INTO {table} (lease_id, scope) VALUES {values}{on_duplicate}"),
         arguments,

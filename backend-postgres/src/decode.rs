@@ -10,7 +10,7 @@
 //! own chrono decoding, which panics on values outside chrono's range
 //! (`infinity`, `-infinity`, or years beyond ±262,143).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
@@ -130,6 +130,8 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
         };
     }
     let scopes: Vec<String> = get!("scopes");
+    let scopes: BTreeSet<String> = scopes.into_iter().collect();
+    let slots = slots(get!("slots"), &scopes).map_err(|reason| fail("slots", reason))?;
     let status_text: String = get!("status");
     let status: Status = status_text
         .parse()
@@ -155,7 +157,8 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
     let created_at = at!("created_at");
     let updated_at = at!("updated_at");
     Ok(LeaseRecord {
-        scopes: scopes.into_iter().collect::<BTreeSet<_>>(),
+        scopes,
+        slots,
         kind: get!("kind"),
         status,
         owner: get!("owner"),
@@ -169,6 +172,36 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
         progress: progress(get!("progress")).map_err(|reason| fail("progress", reason))?,
         id,
     })
+}
+
+/// The slots column's value (migration 0014): SQL `NULL` for a record
+/// without counted scopes, else a JSON object naming, for scopes the
+/// record names, slot numbers that fit a `u32`. Anything else is damage.
+fn slots(
+    value: Option<serde_json::Value>,
+    scopes: &BTreeSet<String>,
+) -> Result<BTreeMap<String, u32>, String> {
+    let Some(value) = value else {
+        return Ok(BTreeMap::new());
+    };
+    let serde_json::Value::Object(slots) = value else {
+        return Err(format!("{value} is not a JSON object"));
+    };
+    slots
+        .into_iter()
+        .map(|(scope, slot)| {
+            if !scopes.contains(&scope) {
+                return Err(format!(
+                    "holds a slot of {scope:?}, a scope the record does not name"
+                ));
+            }
+            let number = slot
+                .as_u64()
+                .and_then(|slot| u32::try_from(slot).ok())
+                .ok_or_else(|| format!("the slot of {scope:?}, {slot}, is not a slot number"))?;
+            Ok((scope, number))
+        })
+        .collect()
 }
 
 /// The progress column's value: SQL `NULL` until the first report; a JSON

@@ -11,9 +11,11 @@
 //! or one on a session above `READ COMMITTED`, needs an explicit
 //! transaction. An admission with a rate limit calls `admit_if_free_limited`
 //! instead, which also judges the limit (see the crate docs,
-//! [Rate limits](crate#rate-limits)).
+//! [Rate limits](crate#rate-limits)). An admission with counted scopes
+//! calls `admit_counted`, which also contends for the lowest free slot of
+//! each (see the crate docs, [Counted scopes](crate#counted-scopes)).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -143,6 +145,35 @@ fn records(rows: &[PgRow]) -> Result<Vec<LeaseRecord>> {
     rows.iter().map(decode::trusted_record).collect()
 }
 
+/// Decides an admission on the active `holders` of its keys, as of `now`:
+/// the slot of each counted scope (the one `chosen` names, else, in a full
+/// scope, [`rules::choose_slot`] among its slots' holders, all in
+/// `holders`), and the plan on them ([`rules::plan_admission`]). Without
+/// counted scopes, no slot and the plan of any exclusive admission.
+fn plan_admission(
+    request: &AdmitRequest,
+    chosen: &BTreeMap<String, u32>,
+    holders: &[LeaseRecord],
+    now: Timestamp,
+) -> (BTreeMap<String, u32>, AdmissionPlan) {
+    let mut slots = BTreeMap::new();
+    for (scope, &capacity) in &request.capacities {
+        let slot = chosen.get(scope).copied().unwrap_or_else(|| {
+            let by_slot: Vec<Option<&LeaseRecord>> = (0..capacity)
+                .map(|slot| {
+                    holders
+                        .iter()
+                        .find(|holder| holder.slot(scope) == Some(slot))
+                })
+                .collect();
+            rules::choose_slot(request, &by_slot, now)
+        });
+        slots.insert(scope.clone(), slot);
+    }
+    let plan = rules::plan_admission(request, &slots, holders, now);
+    (slots, plan)
+}
+
 /// How `admit_if_free` treats the holders it finds.
 #[derive(Debug, Clone, Copy)]
 enum Holders {
@@ -154,15 +185,20 @@ enum Holders {
 }
 
 /// What one call of the schema's `admit_if_free` function (or
-/// `admit_if_free_limited`) did, other than finding the id taken (a
-/// [`AdmitFailure::Duplicate`]) or the rate log damaged (an error).
+/// `admit_if_free_limited`, or `admit_counted`) did, other than finding the
+/// id taken (a [`AdmitFailure::Duplicate`]) or the rate log damaged (an
+/// error).
 enum AdmitIfFree {
     /// Nothing held the scopes: this record was admitted.
     Admitted(Box<LeaseRecord>),
     /// These records hold the scopes, as of `now`; nothing was written.
+    /// `chosen`: the slot the call contended for in each counted scope
+    /// but the full ones, whose holders are among `holders` (empty without
+    /// counted scopes).
     Held {
         holders: Vec<LeaseRecord>,
         now: Timestamp,
+        chosen: BTreeMap<String, u32>,
     },
     /// Nothing held the scopes, but the rate limit had no permit left:
     /// this answer; nothing was written.
@@ -186,7 +222,7 @@ impl PgStore {
     ) -> std::result::Result<Admission, AdmitFailure> {
         let mut session = self.sessions.take().await?;
         let answer = self
-            .call_admit_if_free(&mut *session, request, metadata, Holders::Read)
+            .call_admit_if_free(&mut *session, request, metadata, Holders::Read, None)
             .await;
         session.keep_after(&answer);
         match Self::admit_if_free_answer(request, answer?)? {
@@ -197,11 +233,18 @@ impl PgStore {
                 })
             }
             AdmitIfFree::RateLimited(admission) => return Ok(*admission),
-            AdmitIfFree::Held { holders, now } => {
-                if let AdmissionPlan::Conflict {
-                    holder,
-                    retry_after,
-                } = rules::plan_admission(request, &holders, now)
+            AdmitIfFree::Held {
+                holders,
+                now,
+                chosen,
+            } => {
+                if let (
+                    _,
+                    AdmissionPlan::Conflict {
+                        holder,
+                        retry_after,
+                    },
+                ) = plan_admission(request, &chosen, &holders, now)
                 {
                     return Ok(Admission::Conflict {
                         holder,
@@ -250,11 +293,14 @@ impl PgStore {
         // whatever the session's default isolation.
         let mut tx = session.begin_with(BEGIN_READ_COMMITTED).await?;
         let mut interrupted = Vec::new();
+        // The slots decided under this transaction's locks, contended for
+        // from then on (a request with counted scopes only).
+        let mut fixed: Option<BTreeMap<String, u32>> = None;
         loop {
             let answer = self
-                .call_admit_if_free(&mut *tx, request, metadata, Holders::Lock)
+                .call_admit_if_free(&mut *tx, request, metadata, Holders::Lock, fixed.as_ref())
                 .await?;
-            let (holders, now) = match Self::admit_if_free_answer(request, answer)? {
+            let (holders, now, chosen) = match Self::admit_if_free_answer(request, answer)? {
                 AdmitIfFree::Admitted(record) => {
                     tx.commit().await?;
                     return Ok(Admission::Admitted {
@@ -266,11 +312,15 @@ impl PgStore {
                     tx.rollback().await?;
                     return Ok(*admission);
                 }
-                AdmitIfFree::Held { holders, now } => {
+                AdmitIfFree::Held {
+                    holders,
+                    now,
+                    chosen,
+                } => {
                     if !interrupted.is_empty() {
                         *retries += 1;
                     }
-                    (holders, now)
+                    (holders, now, chosen)
                 }
                 AdmitIfFree::Undecided => {
                     return Err(Error::unavailable(
@@ -279,7 +329,8 @@ impl PgStore {
                     .into())
                 }
             };
-            let interrupt = match rules::plan_admission(request, &holders, now) {
+            let (slots, plan) = plan_admission(request, &chosen, &holders, now);
+            let interrupt = match plan {
                 AdmissionPlan::Conflict {
                     holder,
                     retry_after,
@@ -292,7 +343,16 @@ impl PgStore {
                 }
                 AdmissionPlan::Proceed { interrupt } => interrupt,
             };
+            let deciding = !request.capacities.is_empty() && fixed.is_none();
+            if !request.capacities.is_empty() {
+                fixed = Some(slots);
+            }
             if interrupt.is_empty() {
+                // Slots chosen in full scopes whose holders are gone: the
+                // next call contends for them.
+                if deciding {
+                    continue;
+                }
                 return Err(Error::corrupt(format!(
                     "the holders of {:?} name none of its scopes",
                     request.scopes
@@ -321,7 +381,9 @@ impl PgStore {
 
     /// Calls the schema's `admit_if_free` function (see migration 0003),
     /// or `admit_if_free_limited` (migration 0013) for a request with a
-    /// rate limit: takes the scope locks, then admits if nothing holds the
+    /// rate limit, or `admit_counted` (migration 0014) for one with counted
+    /// scopes (contending for the `fixed` slots, else the lowest free
+    /// ones): takes the scope locks, then admits if nothing holds the
     /// scopes (and the limit has a permit left), or answers the holders
     /// ([`admit_if_free_answer`](Self::admit_if_free_answer) reads which).
     async fn call_admit_if_free<'c>(
@@ -330,8 +392,14 @@ impl PgStore {
         request: &AdmitRequest,
         metadata: &serde_json::Map<String, serde_json::Value>,
         holders: Holders,
+        fixed: Option<&BTreeMap<String, u32>>,
     ) -> sqlx::Result<Vec<PgRow>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        if !request.capacities.is_empty() {
+            return self
+                .call_admit_counted(executor, request, &scopes, metadata, holders, fixed)
+                .await;
+        }
         let statement = match request.rate_limit {
             None => &self.sql.admit_if_free,
             Some(_) => &self.sql.admit_if_free_limited,
@@ -355,6 +423,84 @@ impl PgStore {
         }
     }
 
+    /// [`call_admit_if_free`](Self::call_admit_if_free) for a request with
+    /// counted scopes: a call of `admit_counted`.
+    async fn call_admit_counted<'c>(
+        &self,
+        executor: impl sqlx::PgExecutor<'c>,
+        request: &AdmitRequest,
+        scopes: &[&str],
+        metadata: &serde_json::Map<String, serde_json::Value>,
+        holders: Holders,
+        fixed: Option<&BTreeMap<String, u32>>,
+    ) -> sqlx::Result<Vec<PgRow>> {
+        // Validated to at most `limits::MAX_SCOPE_CAPACITY`.
+        let as_integer = |number: u32| i32::try_from(number).unwrap_or(i32::MAX);
+        let capacities: Vec<Option<i32>> = scopes
+            .iter()
+            .map(|scope| request.capacities.get(*scope).copied().map(as_integer))
+            .collect();
+        let fixed: Option<Vec<Option<i32>>> = fixed.map(|slots| {
+            scopes
+                .iter()
+                .map(|scope| slots.get(*scope).copied().map(as_integer))
+                .collect()
+        });
+        let query = sqlx::query(&self.sql.admit_counted)
+            .bind(self.scope_locks.keys(scopes.iter().copied()))
+            .bind(&request.id)
+            .bind(scopes)
+            .bind(capacities)
+            .bind(fixed)
+            .bind(&request.kind)
+            .bind(&request.owner)
+            .bind(request.ttl.map(interval))
+            .bind(sqlx::types::Json(metadata))
+            .bind(matches!(holders, Holders::Lock));
+        match &request.rate_limit {
+            Some(limit) => {
+                rate::bind(query, &self.scope_locks, limit)
+                    .fetch_all(executor)
+                    .await
+            }
+            None => rate::bind_none(query).fetch_all(executor).await,
+        }
+    }
+
+    /// The slot each counted scope of `request` contended for, as the
+    /// `slots_chosen` column of `row` (an answer of `admit_counted`) says;
+    /// a full scope has none.
+    fn slots_chosen(request: &AdmitRequest, row: &PgRow) -> Result<BTreeMap<String, u32>> {
+        if request.capacities.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let chosen: Vec<Option<i32>> = row.try_get("slots_chosen").map_err(store_error)?;
+        if chosen.len() != request.scopes.len() {
+            return Err(Error::corrupt(format!(
+                "admit_counted answered {} slots for {} scopes",
+                chosen.len(),
+                request.scopes.len()
+            )));
+        }
+        let mut slots = BTreeMap::new();
+        for (scope, slot) in request.scopes.iter().zip(chosen) {
+            let Some(&capacity) = request.capacities.get(scope) else {
+                continue;
+            };
+            let Some(slot) = slot else { continue };
+            let slot = u32::try_from(slot)
+                .ok()
+                .filter(|slot| *slot < capacity)
+                .ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "admit_counted chose slot {slot} of {scope:?}, of capacity {capacity}"
+                    ))
+                })?;
+            slots.insert(scope.clone(), slot);
+        }
+        Ok(slots)
+    }
+
     /// What the rows of [`call_admit_if_free`](Self::call_admit_if_free)
     /// for `request` answer.
     fn admit_if_free_answer(
@@ -373,6 +519,7 @@ impl PgStore {
             ("held", _) => Ok(AdmitIfFree::Held {
                 holders: records(&rows)?,
                 now: decode::instant(first, "store_now")?,
+                chosen: Self::slots_chosen(request, first)?,
             }),
             ("rate_limited", Some(limit)) => {
                 let uses = rate::stored_log(first, limit)?;
@@ -393,16 +540,31 @@ impl PgStore {
     /// scopes are held at all.
     async fn visible_conflict(&self, request: &AdmitRequest) -> Result<Option<Admission>> {
         let scopes: Vec<&str> = request.scopes.iter().map(String::as_str).collect();
+        let counted = !request.capacities.is_empty();
+        let statement = if counted {
+            &self.sql.read_slot_holders
+        } else {
+            &self.sql.read_holders
+        };
         let rows = self
-            .fetch_all(|| sqlx::query(&self.sql.read_holders).bind(&scopes))
+            .fetch_all(|| sqlx::query(statement).bind(&scopes))
             .await?;
         let now = LeaseBackend::now(self).await?;
         let holders = records(&rows)?;
-        let first = match rules::plan_admission(request, &holders, now) {
+        let first = match plan_admission(request, &BTreeMap::new(), &holders, now).1 {
             AdmissionPlan::Conflict {
                 holder,
                 retry_after,
             } => Some((holder, retry_after)),
+            // With counted scopes, only the holders of the slots it would
+            // take: the first the plan names.
+            AdmissionPlan::Proceed { interrupt } if counted => interrupt
+                .first()
+                .and_then(|id| holders.iter().find(|holder| holder.id == *id))
+                .map(|holder| {
+                    let retry_after = rules::retry_after(holder, request.grace, now);
+                    (holder.clone(), retry_after)
+                }),
             AdmissionPlan::Proceed { .. } => holders.into_iter().next().map(|holder| {
                 let retry_after = rules::retry_after(&holder, request.grace, now);
                 (holder, retry_after)

@@ -49,13 +49,21 @@
 //! matter, and several independent stores can share one database.
 //!
 //! * `leases`: one row per record (`timestamptz` times, `jsonb` metadata,
-//!   `status` text with a `CHECK`);
-//! * `lease_scopes`: every (scope, record) pair, for `list_by_scope`;
-//! * `held_scopes(scope PRIMARY KEY, lease_id)`: one row per scope held by an
+//!   `status` text with a `CHECK`; migration 0014 adds `slots`, a `jsonb`
+//!   object from each counted scope to the slot the record holds there,
+//!   NULL for a record with exclusive scopes only);
+//! * `lease_scopes`: every (scope, record) pair, for `list_by_scope`: it
+//!   names the scope, so a counted scope's listing has every slot's records;
+//! * `held_scopes(scope PRIMARY KEY, lease_id)`: one row per key held by an
 //!   active record, created with the record and deleted in the same
 //!   statement that deactivates it. Its primary key is the "one active record
-//!   per scope" rule, enforced by the server itself; each deletion notifies
+//!   per key" rule, enforced by the server itself; each deletion notifies
 //!   the scope's release (migration 0009, [Release notices](#release-notices)).
+//!   Since migration 0014 the column holds keys
+//!   ([`rules::slot_key`](tenure_lease_core::backend::rules::slot_key)):
+//!   the scope itself for an exclusive scope and for slot 0 of a counted
+//!   one, else the scope, U+001F and the slot number, so the keys of one
+//!   scope are one index range (see [Counted scopes](#counted-scopes)).
 //!   Until migration 0010 foreign keys tied both side tables to `leases`;
 //!   they guarded rules every statement keeps by construction (and the kit
 //!   checks on every run) at a quarter of an admission's cost, and are gone;
@@ -99,7 +107,9 @@
 //! * `admit_if_free(...)`: the admission's first step, or all of it (see
 //!   [Admissions](#admissions-one-at-a-time-per-scope)); migration 0007
 //!   makes its holder read index lookups on every plan (it was one
-//!   sequential scan of `leases` per admission);
+//!   sequential scan of `leases` per admission); `admit_counted(...)`
+//!   (migration 0014) is the same for an admission with counted scopes
+//!   (see [Counted scopes](#counted-scopes));
 //! * `fence_gates` (migration 0005): one row per fence gate
 //!   ([`FenceStore`](tenure_lease_core::FenceStore)), the highest fence
 //!   accepted and when it last was, indexed by that time for
@@ -167,7 +177,8 @@
 //! owner after the migrations ran (again after an upgrade adds tables or
 //! functions: migration 0010 adds `draw_fence()` and `draw_fences(bigint)`,
 //! which fenced writes call; migration 0013 the `rate_logs` table and the
-//! three functions rate-limited calls use):
+//! three functions rate-limited calls use; migration 0014 `admit_counted`,
+//! which admissions with counted scopes call):
 //!
 //! ```sql
 //! GRANT USAGE ON SCHEMA tenure TO app;
@@ -182,7 +193,9 @@
 //!     tenure.admit_if_free_limited(bigint[], text, text[], text, text, interval, jsonb,
 //!       boolean, bigint, text, integer, bigint, bigint, bigint),
 //!     tenure.lock_rate_log(bigint, text, integer, bigint, bigint, bigint),
-//!     tenure.spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint) TO app;
+//!     tenure.spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint),
+//!     tenure.admit_counted(bigint[], text, text[], integer[], integer[], text, text,
+//!       interval, jsonb, boolean, bigint, text, integer, bigint, bigint, bigint) TO app;
 //! ```
 //!
 //! (`EXECUTE` on functions is granted to `PUBLIC` by default; the grant
@@ -305,8 +318,9 @@
 //! ## Round trips
 //!
 //! An operation that is one statement costs one network round trip:
-//! admitting into free scopes, renewing, a transition, a takeover, a read,
-//! a claim, a settlement, a gate check (an admission or a claim with a rate
+//! admitting into free scopes (or free slots of counted scopes), renewing,
+//! a transition, a takeover, a read, a claim, a settlement, a gate check
+//! (an admission or a claim with a rate
 //! limit too). sqlx's pool would add two: a ping
 //! when a connection is taken (`test_before_acquire`) and another when it
 //! comes back, to flush what a cancelled statement may have left. So the
@@ -337,9 +351,10 @@
 //! ## Release notices
 //!
 //! Migration 0009 puts a trigger on `held_scopes`: every deleted row (a
-//! scope freed, or a row that held nothing dropped by an admission)
-//! notifies the schema's channel (`tenure_released_` and the
-//! md5 of the schema's name) with the scope, delivered at commit.
+//! scope or a slot freed, or a row that held nothing dropped by an
+//! admission) notifies the schema's channel (`tenure_released_` and the
+//! md5 of the schema's name) with the scope (a slot's key without its slot,
+//! since migration 0014), delivered at commit.
 //! [`LeaseStore::releases`](tenure_lease_core::LeaseStore::releases), which
 //! a [`Waiter`](tenure_lease_core::wait::Waiter) subscribes through, opens
 //! one connection per store outside its pool at its first call and
@@ -420,6 +435,41 @@
 //! decision taken again is counted
 //! ([`tenure_lease_core::backend::telemetry::admit_retried`], label
 //! `backend="postgres"`).
+//!
+//! ## Counted scopes
+//!
+//! An admission with counted scopes
+//! ([`AdmitRequest::counted_scope`](tenure_lease_core::AdmitRequest::counted_scope))
+//! calls the schema's `admit_counted` function (migration 0014) in place of
+//! `admit_if_free`, in the same ways (on its own, or in the interrupting
+//! transaction), and with a rate limit if it has one. It takes the same
+//! advisory locks, one per requested scope NAME (the key of slot 0): every
+//! admission touching any slot of a scope, exclusive ones included, takes
+//! turns on that one lock, so the slots of a scope are chosen one
+//! admission at a time, each seeing what the one before committed, and
+//! racing admissions never hold more slots than their capacity. Under the
+//! locks, for each counted scope, the function reads the active holders of
+//! its slots below the request's capacity (one range of the `held_scopes`
+//! index, then their records by id) and contends for the lowest free slot;
+//! if it and every other key it contends for are free, it admits, in the
+//! same one round trip as a plain admission, writing the record's `slots`
+//! and the keys it holds. When a scope is full it answers every holder of
+//! its slots, and the crate chooses the slot with
+//! [`rules::choose_slot`](tenure_lease_core::backend::rules::choose_slot)
+//! and plans with
+//! [`rules::plan_admission`](tenure_lease_core::backend::rules::plan_admission):
+//! a conflict names the holder of the chosen slot (the one that frees
+//! first). An admission that interrupts decides again in its transaction,
+//! on the holders it locked, interrupts the chosen slot's holder alone,
+//! and calls the function with the slots it decided, which it then
+//! contends for. Holders of the other slots are read (and, in that
+//! transaction, locked) but never written. The plain admission (no
+//! counted scope) is untouched: `admit_if_free` holds each scope as slot
+//! 0, the scope itself, as before.
+//!
+//! A record whose `slots` is not an object mapping scopes it names to
+//! slot numbers that fit a `u32` is [`ErrorKind::Corrupt`] to every read,
+//! and to an admission that must judge it.
 //!
 //! ## Rate limits
 //!

@@ -39,6 +39,18 @@ pub(crate) fn bind<'q>(
         .bind(clock::to_micros(DateTime::<Utc>::MAX_UTC))
 }
 
+/// Binds no rate limit as the six parameters [`bind`] fills: all null
+/// (for `admit_counted`, which takes a limit or none).
+pub(crate) fn bind_none(query: PgQuery<'_>) -> PgQuery<'_> {
+    query
+        .bind(None::<i64>)
+        .bind(None::<&str>)
+        .bind(None::<i32>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+        .bind(None::<i64>)
+}
+
 /// The log `limit` names, as the server answered it in column `rate_uses`
 /// of `row`.
 ///

@@ -12,9 +12,10 @@ use crate::config::SchemaName;
 use crate::gate::GateStatements;
 
 /// The columns of a record, in the order [`crate::decode`] reads them by name.
-const RECORD_COLUMNS: [&str; 13] = [
+const RECORD_COLUMNS: [&str; 14] = [
     "id",
     "scopes",
+    "slots",
     "kind",
     "status",
     "owner",
@@ -137,9 +138,22 @@ pub(crate) struct Statements {
     /// the schema's `admit_if_free_limited` function (migration 0013),
     /// which says what each outcome carries.
     pub(crate) admit_if_free_limited: String,
+    /// For a request with counted scopes: `$1` scope-lock keys, `$2` id,
+    /// `$3` scopes, `$4` their capacities (null where exclusive), `$5` the
+    /// slots to contend for (null: the lowest free ones), `$6` kind, `$7`
+    /// owner, `$8` ttl, `$9` metadata, `$10` lock the holders?, `$11` to
+    /// `$16` a rate limit ([`crate::rate::bind`], all null for none) →
+    /// `store_now, outcome, rate_uses, slots_chosen, <record>`: a call of
+    /// the schema's `admit_counted` function (migration 0014), which says
+    /// what each outcome carries.
+    pub(crate) admit_counted: String,
     /// `$1` scopes → every (scope, holder) pair, unlocked: for the answer
     /// after lost races.
     pub(crate) read_holders: String,
+    /// `$1` scopes → every active record holding a slot of one of them
+    /// (any key of the scope), unlocked: for the answer after lost races
+    /// of a request with counted scopes.
+    pub(crate) read_slot_holders: String,
     /// `$1` ids (distinct, in the plan's order), `$2` requester, `$3` stop
     /// reason, `$4` now → the interrupted records, each with a new fence,
     /// ascending in the order of `$1`; their held scopes released.
@@ -479,6 +493,21 @@ impl Statements {
                  FROM {s}.admit_if_free_limited($1::bigint[], $2, $3::text[], $4, $5, \
                    $6::interval, $7::jsonb, $8, $9::bigint, $10::text, $11::integer, \
                    $12::bigint, $13::bigint, $14::bigint) a"
+            ),
+            admit_counted: format!(
+                "SELECT a.store_now, a.outcome, a.rate_uses, a.slots_chosen, {admitted_or_holder} \
+                 FROM {s}.admit_counted($1::bigint[], $2, $3::text[], $4::integer[], \
+                   $5::integer[], $6, $7, $8::interval, $9::jsonb, $10, $11::bigint, $12::text, \
+                   $13::integer, $14::bigint, $15::bigint, $16::bigint) a"
+            ),
+            // The keys of a scope are the rows from the scope up to the
+            // scope followed by a space (migration 0014).
+            read_slot_holders: format!(
+                "SELECT {record} FROM {s}.leases l \
+                 WHERE l.is_active AND l.scopes && $1::text[] AND l.id = ANY(ARRAY( \
+                   SELECT h.lease_id FROM unnest($1::text[]) AS r(scope) \
+                   JOIN {s}.held_scopes h ON h.scope >= r.scope AND h.scope < r.scope || ' ')) \
+                 ORDER BY l.id"
             ),
             read_holders: format!(
                 "SELECT h.scope, {record} FROM {s}.held_scopes h \

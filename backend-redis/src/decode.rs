@@ -4,7 +4,7 @@
 //! A reply of the wrong shape is [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt):
 //! the store answered something this code does not understand.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use redis::Value;
@@ -210,9 +210,10 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
         .map_err(|error| format!("scopes are not a JSON array of strings: {error}"))?;
     let metadata = serde_json::from_str(&required_text("meta")?)
         .map_err(|error| format!("metadata is not a JSON object: {error}"))?;
-    Ok(LeaseRecord {
+    let record = LeaseRecord {
         id: raw.id.clone(),
         scopes,
+        slots: slots(raw)?,
         kind: required_text("kind")?,
         status,
         owner: optional_text("owner")?,
@@ -224,7 +225,21 @@ fn decode_fields(raw: &RawRecord) -> std::result::Result<LeaseRecord, String> {
         stop_reason: optional_text("stop")?,
         metadata,
         progress: progress(raw)?,
-    })
+    };
+    tenure_lease_core::backend::stored::check_slots(&record.scopes, &record.slots)?;
+    Ok(record)
+}
+
+/// The `slots` field of a stored record: absent (no counted scope, or a
+/// record written before counted scopes), or a JSON object, each counted
+/// scope to the slot it holds there, a `u32`.
+fn slots(raw: &RawRecord) -> std::result::Result<BTreeMap<String, u32>, String> {
+    raw.fields
+        .get("slots")
+        .map_or(Ok(BTreeMap::new()), |value| {
+            serde_json::from_slice(value)
+                .map_err(|error| format!("slots are not a JSON object of slot numbers: {error}"))
+        })
 }
 
 /// The `progress` field of a stored record or job: absent, or JSON text.

@@ -117,7 +117,11 @@ impl Keys {
         format!("{}rec:{id}", self.prefix)
     }
 
-    /// The id of the active record holding `scope`.
+    /// The id of the active record holding `scope` exclusively, or slot 0
+    /// of it as a counted scope. Slot `k > 0` of a counted scope is held
+    /// under this key, U+001F and `k` in decimal
+    /// ([`slot_key`](tenure_lease_core::backend::rules::slot_key)), which
+    /// `admit.lua` builds from it at run time.
     pub(crate) fn holder(&self, scope: &str) -> String {
         format!("{}holder:{scope}", self.prefix)
     }

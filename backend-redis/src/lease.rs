@@ -70,6 +70,7 @@ impl LeaseBackend for RedisStore {
             .arg(scopes.to_string())
             .arg(rules::INTERRUPTED_BY_ADMISSION);
         self.add_rate_limit(&mut invocation, request.rate_limit.as_ref());
+        invocation.arg(capacities(request));
         decode::admission(self.script(&invocation).await?, request)
     }
 
@@ -257,5 +258,44 @@ impl LeaseBackend for RedisStore {
             .arg(clock::micros_rounded_up(terminal_older_than.get()));
         u64::from_redis_value(self.script(&invocation).await?)
             .map_err(|error| Error::corrupt(format!("count_purgeable.lua answered {error}")))
+    }
+}
+
+/// The capacities `admit.lua` takes (its ARGV[14]): empty without a counted
+/// scope, else one per scope in scope order, 0 for an exclusive one,
+/// separated by spaces.
+fn capacities(request: &AdmitRequest) -> String {
+    if request.capacities.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = request
+        .scopes
+        .iter()
+        .map(|scope| {
+            request
+                .capacities
+                .get(scope)
+                .copied()
+                .unwrap_or(0)
+                .to_string()
+        })
+        .collect();
+    each.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacities_are_empty_without_a_counted_scope_else_one_per_scope_in_order() {
+        let plain = AdmitRequest::new("a", "w").scope("x").scope("y");
+        assert_eq!(capacities(&plain), "");
+        let counted = AdmitRequest::new("a", "w")
+            .scope("z")
+            .counted_scope("b", 1000)
+            .scope("a")
+            .counted_scope("y", 1);
+        assert_eq!(capacities(&counted), "0 1000 1 0");
     }
 }

@@ -34,13 +34,36 @@
 //!
 //! A store owns the keys of one namespace, all starting with
 //! `tenure:{<namespace>}:`, so they share one hash slot. Per namespace: a
-//! hash per record, the active holder of each scope, a sorted set of active
+//! hash per record, the active holder of each scope (of each slot of a
+//! counted scope, below), a sorted set of active
 //! records by expiry (`list_expired`), a sorted set per scope of its records
 //! by creation (`list_by_scope`), a sorted set of active ids
 //! (`list_active`), one of terminal records by last update (`purge`), and
 //! one counter, the last fence handed out. Ids and scopes are kept verbatim
 //! in separate key families, so none can collide with another or leave the
 //! namespace. The full layout is described in `src/lua/common.lua`.
+//!
+//! Counted scopes ([`AdmitRequest::counted_scope`](tenure_lease_core::AdmitRequest::counted_scope),
+//! contract §17) hold each slot under a key of its own:
+//! `holder:<scope>` for slot 0 (the key an exclusive holder of the scope
+//! holds), `holder:<scope>\u{1f}<slot>` for the others
+//! ([`slot_key`](tenure_lease_core::backend::rules::slot_key)); a record
+//! names its slots in a `slots` field of its hash, a JSON object of scope
+//! to slot, absent without a counted scope (as in every record written
+//! before this version, which reads back without slots). `admit.lua`
+//! reads the slots' holders, chooses the slot
+//! ([`choose_slot`](tenure_lease_core::backend::rules::choose_slot)) and
+//! takes it in one script, so racing admissions never hold more slots than
+//! their capacity; an admission without a counted scope reads and writes
+//! what it did before. The per-scope sorted set still names the scope, so
+//! `list_by_scope` lists the holders of every slot. A `slots` field that
+//! cannot be decoded is [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt),
+//! found by the scripts before any write. No older script reads the field
+//! or the keys of slots above 0, so admit into counted scopes once every
+//! process of the namespace runs this version: an older one reads a
+//! counted record without its slots, and ending one leaves the key of its
+//! slot behind, naming the ended record (a slot this version then takes
+//! for free).
 //!
 //! Jobs live in their own key families of the same namespace (so a job may
 //! share an id with a lease) and draw fences from the same counter: a hash

@@ -37,9 +37,13 @@
 //!   the Unix epoch, `metadata` is JSON text, `status` the status's
 //!   lower-case name.
 //! * `lease_scopes`: every (lease, scope) pair, until the record is purged.
-//! * `held_scopes`: one row per scope held by an active record, with the
-//!   scope as primary key: "at most one active record per scope" is enforced
-//!   by SQLite itself, not only by this code.
+//! * `held_scopes`: one row per scope held by an active record, keyed by
+//!   the scope's slot key
+//!   ([`slot_key`](tenure_lease_core::backend::rules::slot_key): the scope
+//!   itself for an exclusive scope or slot 0 of a counted one, else the
+//!   scope, U+001F and the slot number) as primary key: "at most one active
+//!   record per scope, or per slot of a counted scope" is enforced by SQLite
+//!   itself, not only by this code.
 //! * `fence_counter`: the store-wide fence sequence, one row. It survives
 //!   purges and restarts, so fences never repeat in a file. Job claims draw
 //!   from it too, so a job's fence and a lease's are never the same number.
@@ -60,6 +64,17 @@
 //!   count, 0 for jobs stored before; `taken_back_at`, microseconds or
 //!   `NULL`) and indexes interrupted records with the terminal ones by last
 //!   update (`leases_finished_by_update`), for `purge`.
+//! * Schema version 6 adds `progress` (JSON text) to `leases` and `jobs`,
+//!   version 7 the uniqueness keys of `jobs`, version 8 the table
+//!   `rate_logs` (one row per rate limit: its uses, a JSON array of
+//!   microseconds).
+//! * Schema version 9 adds counted scopes
+//!   ([contract §17](tenure_lease_core::contract)): `leases.slots`, the
+//!   slot a record holds in each counted scope as a JSON object
+//!   (`{"exports": 2}`), `NULL` for a record with exclusive scopes only,
+//!   every record stored before included. `held_scopes` is by slot key from
+//!   then on; the rows stored before are slot 0's keys already, so the
+//!   upgrade rewrites nothing.
 //!
 //! Besides the file, SQLite keeps `<file>-wal` and `<file>-shm` next to it
 //! while it is open: back up with SQLite's backup API or `VACUUM INTO`, not
@@ -85,7 +100,10 @@
 //! [`tenure_lease_core::backend::rules`] (or [`tenure_lease_core::backend::queue_rules`] for jobs), writes,
 //! commits. Transactions of all stores and processes on the file are
 //! thereby serialised, which is what makes racing admissions and takeovers
-//! have exactly one winner, and racing job claimers never share a job. A
+//! have exactly one winner, racing admissions of a counted scope never
+//! take more slots than its capacity (the slots' holders are read and the
+//! slot chosen inside the admission's transaction), and racing job claimers
+//! never share a job. A
 //! writer waits for the lock up to the
 //! [busy timeout](SqliteConfig::busy_timeout) (5 s by default); past it the
 //! operation fails with the retryable
@@ -161,14 +179,16 @@
 //! warning; a job row likewise by `claim` and `reap` (as a warning); any
 //! other operation that needs it answers
 //! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt), naming the row
-//! and the column, and changes nothing. A damaged `held_scopes` row or fence
+//! and the column, and changes nothing (a `slots` value that is not a JSON
+//! object of slot numbers, or names a scope the record does not, is such
+//! damage). A damaged `held_scopes` row or fence
 //! counter is `Corrupt` too: the fence sequence is never restarted from a
 //! value that is not a fence. Nothing panics.
 //!
 //! A job whose `queue` or `state` is damaged is invisible to `claim`,
 //! `reap` and `list_dead_letters` (they find jobs by those columns) and
 //! `Corrupt` for `get_job`. Damage that still decodes cannot be told from
-//! data: a deleted `held_scopes` row frees its scope, a changed
+//! data: a deleted `held_scopes` row frees its scope (or slot), a changed
 //! `lease_scopes.lease_id` detaches the scope from its record.
 
 mod config;

@@ -3,15 +3,19 @@
 //!
 //! A record is read with one statement: its `leases` row plus its scopes
 //! aggregated as a JSON array, so every read sees one consistent snapshot.
+//! Its slots in counted scopes are a column of that row, a JSON object
+//! (`NULL` when it has none), and the index of what active records hold,
+//! `held_scopes`, is by slot key ([`rules::held_keys`]).
 //! Decoding never panics: a value written by hand (an unknown status, a
 //! timestamp that is not an integer) becomes an [`Undecodable`] naming the
 //! record and the column.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::types::FromSql;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use tenure_lease_core::backend::engine::RecordTransaction;
+use tenure_lease_core::backend::{rules, stored};
 use tenure_lease_core::clock::{from_micros, to_micros};
 use tenure_lease_core::{Error, LeaseRecord, Result, Status, Timestamp};
 
@@ -25,7 +29,7 @@ macro_rules! select_records {
             "SELECT l.id, l.kind, l.status, l.owner, l.fence, l.lease_expires_at, \
              l.created_at, l.updated_at, l.error, l.stop_reason, l.metadata, \
              (SELECT json_group_array(CASE typeof(s.scope) WHEN 'text' THEN s.scope END) \
-              FROM lease_scopes s WHERE s.lease_id = l.id), l.progress \
+              FROM lease_scopes s WHERE s.lease_id = l.id), l.progress, l.slots \
              FROM leases l ",
             $($clause),*
         )
@@ -87,6 +91,9 @@ fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
     let fence: i64 = column(row, 4, "fence")?;
     let metadata: String = column(row, 10, "metadata")?;
     let scopes: String = column(row, 11, "scopes")?;
+    let scopes = serde_json::from_str::<BTreeSet<String>>(&scopes)
+        .map_err(|error| format!("scopes: not a JSON array of strings: {error}"))?;
+    let slots = slots_column(row, 13, &scopes)?;
     Ok(LeaseRecord {
         id: column(row, 0, "id")?,
         kind: column(row, 1, "kind")?,
@@ -104,8 +111,8 @@ fn decode_fields(row: &Row<'_>) -> Result<LeaseRecord, String> {
         stop_reason: column(row, 9, "stop_reason")?,
         metadata: serde_json::from_str(&metadata)
             .map_err(|error| format!("column metadata: not a JSON object: {error}"))?,
-        scopes: serde_json::from_str::<BTreeSet<String>>(&scopes)
-            .map_err(|error| format!("scopes: not a JSON array of strings: {error}"))?,
+        scopes,
+        slots,
         progress: progress_column(row, 12)?,
     })
 }
@@ -122,6 +129,39 @@ pub(crate) fn progress_column(
             Err(error) => Err(format!("column progress: not JSON: {error}")),
         })
         .transpose()
+}
+
+/// The slots column at `index` of a record naming `scopes`: `NULL` (no
+/// counted scope), or a JSON object from each counted scope to the slot
+/// held there ([`stored::check_slots`]).
+fn slots_column(
+    row: &Row<'_>,
+    index: usize,
+    scopes: &BTreeSet<String>,
+) -> Result<BTreeMap<String, u32>, String> {
+    let Some(text) = column::<Option<String>>(row, index, "slots")? else {
+        return Ok(BTreeMap::new());
+    };
+    let slots = serde_json::from_str::<BTreeMap<String, u32>>(&text).map_err(|error| {
+        format!("column slots: not a JSON object of slot numbers from 0 to 2^32 - 1: {error}")
+    })?;
+    stored::check_slots(scopes, &slots).map_err(|why| format!("column {why}"))?;
+    Ok(slots)
+}
+
+/// The slots column of `record`: `NULL` when it holds no counted scope.
+fn slots_text(record: &LeaseRecord) -> Result<Option<String>> {
+    if record.slots.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(&record.slots)
+        .map(Some)
+        .map_err(|error| {
+            Error::corrupt(format!(
+                "cannot encode the slots of {:?}: {error}",
+                record.id
+            ))
+        })
 }
 
 /// Why a stored `null` progress is damage: no write stores one (a report
@@ -187,22 +227,23 @@ pub(crate) fn exists(connection: &Connection, id: &str) -> Result<bool> {
     statement.exists([id]).map_err(map_sqlite_error)
 }
 
-/// The id of the active record holding `scope`, if any;
-/// [`ErrorKind::Corrupt`] when the stored id is not text.
+/// The id of the active record holding `key` (a scope's slot key,
+/// [`rules::slot_key`]), if any; [`ErrorKind::Corrupt`] when the stored id
+/// is not text.
 ///
 /// [`ErrorKind::Corrupt`]: tenure_lease_core::ErrorKind::Corrupt
-pub(crate) fn holder_of(connection: &Connection, scope: &str) -> Result<Option<String>> {
+pub(crate) fn holder_of(connection: &Connection, key: &str) -> Result<Option<String>> {
     let mut statement = connection
         .prepare_cached("SELECT lease_id FROM held_scopes WHERE scope = ?1")
         .map_err(map_sqlite_error)?;
     statement
-        .query_row([scope], |row| Ok(column::<String>(row, 0, "lease_id")))
+        .query_row([key], |row| Ok(column::<String>(row, 0, "lease_id")))
         .optional()
         .map_err(map_sqlite_error)?
         .transpose()
         .map_err(|reason| {
             Error::corrupt(format!(
-                "the stored holder of scope {scope:?} in held_scopes cannot be decoded \
+                "the stored holder of scope key {key:?} in held_scopes cannot be decoded \
                  ({reason}); it needs an operator's attention"
             ))
         })
@@ -263,14 +304,15 @@ fn damaged_fence_counter(connection: &Connection) -> Error {
     }
 }
 
-/// Inserts a new record with its scopes; an active one also takes them in
+/// Inserts a new record with its scopes and slots; an active one also takes
+/// its keys ([`rules::held_keys`]: each scope's, or its slot's) in
 /// `held_scopes`, whose primary key refuses a second active holder.
 pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()> {
     let mut statement = connection
         .prepare_cached(
             "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, created_at, \
-             updated_at, error, stop_reason, metadata, progress) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+             updated_at, error, stop_reason, metadata, progress, slots) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         )
         .map_err(map_sqlite_error)?;
     statement
@@ -287,6 +329,7 @@ pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()
             record.stop_reason,
             metadata_text(record)?,
             progress_text(record.progress.as_ref()),
+            slots_text(record)?,
         ])
         .map_err(map_sqlite_error)?;
     let mut named = connection
@@ -295,20 +338,21 @@ pub(crate) fn insert(connection: &Connection, record: &LeaseRecord) -> Result<()
     let mut held = connection
         .prepare_cached("INSERT INTO held_scopes (scope, lease_id) VALUES (?1, ?2)")
         .map_err(map_sqlite_error)?;
-    for scope in &record.scopes {
+    for (scope, key) in record.scopes.iter().zip(rules::held_keys(record)) {
         named
             .execute(params![record.id, scope])
             .map_err(map_sqlite_error)?;
         if record.is_active() {
-            held.execute(params![scope, record.id])
+            held.execute(params![key, record.id])
                 .map_err(map_sqlite_error)?;
         }
     }
     Ok(())
 }
 
-/// Writes back every field an operation may change, and releases the
-/// record's scopes once it is no longer active.
+/// Writes back every field an operation may change (never the slots: a
+/// record keeps its slots through renewals and takeovers), and releases
+/// the record's keys once it is no longer active.
 pub(crate) fn save(connection: &Connection, record: &LeaseRecord) -> Result<()> {
     let mut statement = connection
         .prepare_cached(
@@ -351,8 +395,8 @@ impl RecordTransaction for Records<'_> {
         load(self.0, id)
     }
 
-    fn holder_of(&mut self, scope: &str) -> Result<Option<String>> {
-        holder_of(self.0, scope)
+    fn holder_of(&mut self, key: &str) -> Result<Option<String>> {
+        holder_of(self.0, key)
     }
 
     fn next_fence(&mut self) -> Result<u64> {

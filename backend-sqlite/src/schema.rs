@@ -13,7 +13,7 @@ use crate::config::SqliteConfig;
 use crate::error::map_sqlite_error;
 
 /// The schema version this crate writes and understands.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Statuses of records that no longer hold their scopes. Queries for active
 /// records say `status NOT IN (...)` with exactly this list, so SQLite can
@@ -176,10 +176,22 @@ const SCHEMA_V8: &str = "CREATE TABLE rate_logs (
     ) WITHOUT ROWID;
     CREATE INDEX rate_logs_by_end ON rate_logs (ends_at);";
 
+/// Version 9: counted scopes ([contract §17](tenure_lease_core::contract)).
+///
+/// * `leases.slots`: the slot a record holds in each counted scope, a JSON
+///   object from scope to slot number, `NULL` for a record with exclusive
+///   scopes only (every record stored before).
+/// * `held_scopes.scope` holds slot keys from now on
+///   ([`slot_key`](tenure_lease_core::backend::rules::slot_key)): slot 0's
+///   key is the scope itself, and an exclusive scope is slot 0, so the rows
+///   stored before are keys already and stay as they are.
+const SCHEMA_V9: &str = "ALTER TABLE leases ADD COLUMN slots TEXT;";
+
 /// Statements that bring a file from version `index` to `index + 1`. A
 /// released entry never changes: files written with it exist.
 const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6, SCHEMA_V7, SCHEMA_V8,
+    SCHEMA_V9,
 ];
 
 /// Opens (creating if needed) the file, and the directories above it, applies
@@ -407,6 +419,105 @@ mod tests {
             "the record interrupted long ago is purged"
         );
         assert_eq!(store.get("stopped").await.expect("get"), None);
+    }
+
+    /// A version 8 file, before counted scopes: `old` running and holding
+    /// scope `s`, by its name.
+    fn write_version_8_file(path: &std::path::Path) {
+        let connection = Connection::open(path).expect("create the file");
+        for statements in &MIGRATIONS[..8] {
+            connection
+                .execute_batch(statements)
+                .expect("the version 8 schema");
+        }
+        connection
+            .execute_batch(
+                "INSERT INTO leases (id, kind, status, owner, fence, lease_expires_at, \
+                 created_at, updated_at, error, stop_reason, metadata, progress) \
+                 VALUES ('old', 'run', 'running', 'worker-a', 3, NULL, \
+                 1700000000000000, 1700000000000000, NULL, NULL, '{}', NULL);
+                 INSERT INTO lease_scopes (lease_id, scope) VALUES ('old', 's');
+                 INSERT INTO held_scopes (scope, lease_id) VALUES ('s', 'old');
+                 UPDATE fence_counter SET last_fence = 3;
+                 PRAGMA user_version = 8;",
+            )
+            .expect("a version 8 record");
+    }
+
+    /// The keys `held_scopes` holds, and by whom, in key order.
+    fn held(path: &std::path::Path) -> Vec<(String, String)> {
+        let connection = Connection::open(path).expect("a second connection");
+        let mut statement = connection
+            .prepare("SELECT scope, lease_id FROM held_scopes ORDER BY scope")
+            .expect("select");
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows")
+    }
+
+    #[tokio::test]
+    async fn a_version_8_files_holders_are_slot_0_of_counted_scopes() {
+        let directory = tempfile::TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("v8.db");
+        write_version_8_file(&path);
+        let store = SqliteStore::connect(SqliteConfig::new(&path))
+            .await
+            .expect("a version 8 file opens");
+
+        let old = store.get("old").await.expect("get").expect("the old lease");
+        assert!(old.slots.is_empty(), "{old:?}");
+        assert_eq!(old.slot("s"), Some(0));
+        let counted = |id: &str| {
+            AdmitRequest::new(id, "worker-b")
+                .counted_scope("s", 2)
+                .ttl(Duration::from_secs(30))
+        };
+        let second = store.admit(&counted("second")).await.expect("admit");
+        let second = second.admitted().expect("slot 1 is free").clone();
+        assert_eq!(second.slots, [("s".to_owned(), 1)].into());
+        assert_eq!(
+            store.get("second").await.expect("get"),
+            Some(second.clone())
+        );
+        let third = store.admit(&counted("third")).await.expect("admit");
+        assert!(
+            matches!(&third, tenure_lease_core::Admission::Conflict { holder, .. } if holder.id == "second"),
+            "the holder freeing first is named (old has no lease): {third:?}"
+        );
+        assert_eq!(
+            held(&path),
+            [
+                ("s".into(), "old".into()),
+                ("s\u{1f}1".into(), "second".into())
+            ]
+        );
+
+        let claim = old.claim().expect("owned");
+        store
+            .transition(&claim, &tenure_lease_core::StatusChange::succeeded())
+            .await
+            .expect("the old lease finishes");
+        assert_eq!(held(&path), [("s\u{1f}1".into(), "second".into())]);
+        let third = store.admit(&counted("third")).await.expect("admit");
+        assert_eq!(
+            third.admitted().and_then(|record| record.slot("s")),
+            Some(0),
+            "the slot the old lease freed: {third:?}"
+        );
+        let listed: Vec<String> = store
+            .list_by_scope("s")
+            .await
+            .expect("list_by_scope")
+            .into_iter()
+            .map(|record| record.id)
+            .collect();
+        assert_eq!(
+            listed.len(),
+            3,
+            "every record naming s, any slot: {listed:?}"
+        );
     }
 
     #[tokio::test]

@@ -738,12 +738,21 @@ fn lease_table(records: &[LeaseRecord], now: Timestamp) -> String {
     table.render_or("no lease records\n")
 }
 
+/// The record's scopes, each counted one with the slot it holds:
+/// `exports (slot 2),tenant:7`.
 fn scopes(record: &LeaseRecord) -> String {
     if record.scopes.is_empty() {
-        "-".to_owned()
-    } else {
-        record.scopes.iter().cloned().collect::<Vec<_>>().join(",")
+        return "-".to_owned();
     }
+    record
+        .scopes
+        .iter()
+        .map(|scope| match record.slots.get(scope) {
+            Some(slot) => format!("{scope} (slot {slot})"),
+            None => scope.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `in 25s` or `ended 3m 2s ago`, to the second.

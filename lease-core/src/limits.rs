@@ -30,6 +30,10 @@ pub const MAX_RATE_PERMITS: u32 = 1000;
 pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
 /// Longest [`RateLimit`](crate::rate::RateLimit) period (366 days).
 pub const MAX_RATE_PERIOD: Duration = Duration::from_secs(366 * 24 * 3600);
+/// Largest capacity of a counted scope
+/// ([`AdmitRequest::counted_scope`](crate::AdmitRequest::counted_scope)):
+/// holders of its slots at most.
+pub const MAX_SCOPE_CAPACITY: u32 = 1000;
 /// Longest retention accepted by `purge` and `purge_jobs` (100 years).
 pub const MAX_RETENTION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// Largest metadata object, serialised as JSON.

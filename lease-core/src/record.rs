@@ -1,7 +1,7 @@
 //! The stored lease record and the claim a worker holds on it
 //! ([contract §1](crate::contract)).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -103,8 +103,17 @@ impl FromStr for Status {
 pub struct LeaseRecord {
     /// Unique id of the operation.
     pub id: String,
-    /// Admission keys held exclusively while the record is active.
+    /// Admission keys held while the record is active: exclusively, or
+    /// one slot of each counted scope ([`slots`](Self::slots)).
     pub scopes: BTreeSet<String>,
+    /// The slot held in each **counted** scope among
+    /// [`scopes`](Self::scopes) (admitted with
+    /// [`AdmitRequest::counted_scope`](crate::AdmitRequest::counted_scope)),
+    /// numbered from 0 and kept through renewals and takeovers
+    /// ([contract §17](crate::contract)); empty for a record with
+    /// exclusive scopes only.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slots: BTreeMap<String, u32>,
     /// Free-form label, [`DEFAULT_KIND`] unless given.
     pub kind: String,
     /// Lifecycle state.
@@ -139,6 +148,27 @@ impl LeaseRecord {
     /// True while the record holds its scopes (`Pending` or `Running`).
     pub fn is_active(&self) -> bool {
         self.status.is_active()
+    }
+
+    /// The slot the record holds in `scope`: its slot when `scope` is
+    /// counted, 0 when it holds `scope` exclusively (an exclusive scope is
+    /// slot 0 of the counted scope of that name), `None` when it does not
+    /// name `scope`. Held only while the record is active.
+    pub fn slot(&self, scope: &str) -> Option<u32> {
+        self.scopes
+            .contains(scope)
+            .then(|| self.slots.get(scope).copied().unwrap_or(0))
+    }
+
+    /// A [gate](crate::FenceStore) resource for the record's slot in
+    /// `scope`, `"{scope}#{slot}"`, when it names `scope`: what the holders
+    /// of one slot, one after the other, guard their writes with, so a
+    /// holder that lost its slot is refused once its successor has written
+    /// ([contract §17](crate::contract)). A resource is a name (at most 256
+    /// bytes), so a counted scope guarded this way leaves room for the
+    /// suffix.
+    pub fn slot_resource(&self, scope: &str) -> Option<String> {
+        self.slot(scope).map(|slot| format!("{scope}#{slot}"))
     }
 
     /// The claim of the current owner, if the record has one.

@@ -293,6 +293,7 @@ mod tests {
         LeaseRecord {
             id: "r".into(),
             scopes: scopes.iter().map(|scope| (*scope).to_owned()).collect(),
+            slots: Default::default(),
             kind: crate::DEFAULT_KIND.into(),
             status,
             owner: Some("w".into()),

@@ -1,6 +1,6 @@
 //! The inputs of store operations, with builders for the common shapes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::clock::Timestamp;
@@ -37,8 +37,16 @@ pub enum AdmitStrategy {
 pub struct AdmitRequest {
     /// Unique id of the operation.
     pub id: String,
-    /// Admission keys to hold exclusively (may be empty).
+    /// Admission keys to hold (may be empty): exclusively, or, for those
+    /// in [`capacities`](Self::capacities), one slot of several.
     pub scopes: BTreeSet<String>,
+    /// The **counted** scopes among [`scopes`](Self::scopes), with the
+    /// number of holders each admits at once, as this request judges it
+    /// (1 to [`MAX_SCOPE_CAPACITY`](crate::limits::MAX_SCOPE_CAPACITY));
+    /// the record holds one numbered slot of each
+    /// ([contract §17](crate::contract)). Every key must also be in
+    /// `scopes`.
+    pub capacities: BTreeMap<String, u32>,
     /// Free-form label, `"run"` by default.
     pub kind: String,
     /// The admitting worker, owner of the new record.
@@ -65,6 +73,7 @@ impl AdmitRequest {
         AdmitRequest {
             id: id.into(),
             scopes: BTreeSet::new(),
+            capacities: BTreeMap::new(),
             kind: DEFAULT_KIND.to_owned(),
             owner: owner.into(),
             ttl: None,
@@ -94,6 +103,37 @@ impl AdmitRequest {
     {
         self.scopes.extend(scopes.into_iter().map(Into::into));
         self
+    }
+
+    /// Adds a **counted** scope: one that admits up to `capacity` holders
+    /// at once, each in a numbered slot (`0` to `capacity - 1`) of its
+    /// own, with its own fence ([contract §17](crate::contract)). The
+    /// record holds the lowest free slot
+    /// ([`LeaseRecord::slot`](crate::LeaseRecord::slot)); an exclusive
+    /// scope of the same name is its slot 0, so capacity 1 is the plain
+    /// [`scope`](Self::scope).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tenure_lease_core::AdmitRequest;
+    ///
+    /// // At most 3 exports run at once, across every worker.
+    /// let request = AdmitRequest::with_generated_id("worker-a")
+    ///     .counted_scope("exports", 3)
+    ///     .ttl(Duration::from_secs(30));
+    /// assert_eq!(request.capacities["exports"], 3);
+    /// ```
+    pub fn counted_scope(mut self, scope: impl Into<String>, capacity: u32) -> Self {
+        let scope = scope.into();
+        self.scopes.insert(scope.clone());
+        self.capacities.insert(scope, capacity);
+        self
+    }
+
+    /// How many holders `scope` admits at once as this request judges it:
+    /// its capacity when counted, 1 otherwise.
+    pub fn capacity_of(&self, scope: &str) -> u32 {
+        self.capacities.get(scope).copied().unwrap_or(1)
     }
 
     /// Sets the kind label.

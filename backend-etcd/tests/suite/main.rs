@@ -2,9 +2,11 @@
 //! (`kit`, one module per area, the opt-in suites the factory offers no
 //! capability for reported skipped), and what the kit cannot reach: TLS
 //! deployments, member failures and expiry on etcd's own timers (private
-//! clusters), damaged and purged rate logs.
+//! clusters), damaged and purged rate logs, how counted scopes are kept
+//! and damaged slots.
 
 mod common;
+mod counted;
 mod deployment;
 mod faults;
 mod rate;

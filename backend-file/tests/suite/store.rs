@@ -228,3 +228,176 @@ async fn a_damaged_rate_log_is_corrupt_and_purge_keeps_what_still_counts() {
         .collect();
     assert_eq!(logs, ["1:600000:long"], "only the ended log went");
 }
+
+/// Counted scopes in the file: a record keeps its slots in its entry
+/// (absent when it holds none), the scope index is by slot key, and a
+/// record written before counted scopes existed (no `slots`, indexed by its
+/// scope) holds slot 0.
+#[tokio::test]
+async fn slots_are_kept_in_the_entry_and_the_index_is_by_slot_key() {
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).expect("the file")).expect("JSON")
+    };
+    let directory = directory();
+    let path = directory.path().join("store.json");
+    let store = FileStore::open(&path).await.expect("a new store");
+    let old = store
+        .admit(&AdmitRequest::new("old", "worker-a").scope("s"))
+        .await
+        .expect("admitted");
+    assert!(old.admitted().is_some());
+    let document = read(&path);
+    assert!(
+        document["records"]["old"].get("slots").is_none(),
+        "no slots, as every record before counted scopes: {document}"
+    );
+
+    let counted = |id: &str| {
+        AdmitRequest::new(id, "worker-b")
+            .counted_scope("s", 3)
+            .ttl(Duration::from_secs(30))
+    };
+    for (id, slot) in [("one", 1), ("two", 2)] {
+        let admission = store.admit(&counted(id)).await.expect("admitted");
+        assert_eq!(
+            admission.admitted().and_then(|record| record.slot("s")),
+            Some(slot),
+            "{admission:?}"
+        );
+    }
+    let conflict = store.admit(&counted("three")).await.expect("answered");
+    assert!(
+        matches!(&conflict, tenure_lease_core::Admission::Conflict { holder, .. } if holder.id == "one"),
+        "the holder that frees first: {conflict:?}"
+    );
+    let document = read(&path);
+    assert_eq!(document["records"]["two"]["slots"], json!({ "s": 2 }));
+    assert_eq!(
+        document["holders"],
+        json!({ "s": "old", "s\u{1f}1": "one", "s\u{1f}2": "two" })
+    );
+
+    let reopened = FileStore::open(&path).await.expect("reopened");
+    let two = reopened.get("two").await.expect("read").expect("two");
+    assert_eq!(two.slots, [("s".to_owned(), 2)].into());
+    let claim = two.claim().expect("owned");
+    reopened
+        .transition(&claim, &tenure_lease_core::StatusChange::succeeded())
+        .await
+        .expect("finished");
+    assert_eq!(
+        read(&path)["holders"],
+        json!({ "s": "old", "s\u{1f}1": "one" }),
+        "a finished holder frees its slot's key alone"
+    );
+    let listed = reopened.list_by_scope("s").await.expect("listed");
+    assert_eq!(listed.len(), 3, "every record naming s: {listed:?}");
+}
+
+/// A record whose slots cannot be read answers `Corrupt` naming them, for
+/// itself and for every admission counting its slot, and the file does not
+/// change; the record holding another slot still works.
+#[tokio::test]
+async fn a_damaged_slots_value_is_corrupt_and_changes_nothing() {
+    use tenure_lease_core::{ExpiredQuery, Renewal};
+
+    for bad in [
+        json!({ "c": -1 }),
+        json!({ "c": "1" }),
+        json!({ "c": 1.5 }),
+        json!({ "c": 4_294_967_296_u64 }),
+        json!({ "c": 1000 }),
+        json!({ "elsewhere": 1 }),
+        json!([1]),
+        json!("c"),
+    ] {
+        let directory = directory();
+        let path = directory.path().join("store.json");
+        let store = FileStore::open(&path).await.expect("a new store");
+        let counted = |id: &str| {
+            AdmitRequest::new(id, "worker-a")
+                .counted_scope("c", 2)
+                .ttl(Duration::from_secs(600))
+        };
+        let first = store.admit(&counted("first")).await.expect("admitted");
+        let first = first.admitted().expect("slot 0").clone();
+        let victim = store.admit(&counted("victim")).await.expect("admitted");
+        let victim = victim.admitted().expect("slot 1").clone();
+        let mut document: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+        document["records"]["victim"]["slots"] = bad.clone();
+        let damaged = serde_json::to_vec(&document).expect("encoded");
+        std::fs::write(&path, &damaged).expect("damaged");
+
+        let corrupt = |error: tenure_lease_core::Error, operation: &str| {
+            assert_eq!(
+                error.kind(),
+                ErrorKind::Corrupt,
+                "{bad}: {operation}: {error}"
+            );
+            assert!(
+                error.message().contains("\"victim\"") && error.message().contains("slots"),
+                "{bad}: {operation}: names the record and its slots: {error}"
+            );
+        };
+        corrupt(store.get("victim").await.expect_err("read"), "get");
+        corrupt(
+            store.list_by_scope("c").await.expect_err("listed"),
+            "list_by_scope",
+        );
+        corrupt(
+            store.list_active().await.expect_err("listed"),
+            "list_active",
+        );
+        for request in [
+            AdmitRequest::new("third", "worker-b").counted_scope("c", 2),
+            AdmitRequest::new("third", "worker-b").counted_scope("c", 3),
+            AdmitRequest::new("third", "worker-a")
+                .counted_scope("c", 2)
+                .strategy(tenure_lease_core::AdmitStrategy::Interrupt),
+        ] {
+            corrupt(store.admit(&request).await.expect_err("admitted"), "admit");
+        }
+        corrupt(
+            store
+                .renew(&victim.claim().expect("owned"), Duration::from_secs(60))
+                .await
+                .expect_err("renewed"),
+            "renew",
+        );
+        let scan = store
+            .list_expired(&ExpiredQuery::new(Duration::ZERO))
+            .await
+            .expect("scanned");
+        assert_eq!(
+            scan.skipped
+                .iter()
+                .map(|skipped| skipped.id.as_str())
+                .collect::<Vec<_>>(),
+            ["victim"],
+            "{bad}"
+        );
+        assert_eq!(
+            std::fs::read(&path).expect("the file"),
+            damaged,
+            "{bad}: unchanged"
+        );
+        assert_eq!(store.purge(Duration::ZERO).await.expect("purged"), 0);
+        let kept: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+        assert_eq!(kept, document, "{bad}: the purge kept everything");
+        assert!(matches!(
+            store
+                .renew(&first.claim().expect("owned"), Duration::from_secs(60))
+                .await,
+            Ok(Renewal::Renewed { .. })
+        ));
+        let elsewhere = AdmitRequest::new("elsewhere", "worker-b").counted_scope("d", 2);
+        assert!(store
+            .admit(&elsewhere)
+            .await
+            .expect("admitted")
+            .admitted()
+            .is_some());
+    }
+}

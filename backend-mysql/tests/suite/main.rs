@@ -1,10 +1,11 @@
 //! Every test of the MySQL backend, in one binary: the whole conformance
 //! kit (`kit`, one module per area), the kit's variant cases at REPEATABLE
 //! READ, at SERIALIZABLE and as a least-privilege account, and what the
-//! kit cannot reach (unique jobs and rate limits among it). Tests on the
+//! kit cannot reach (unique jobs, rate limits and counted scopes among it). Tests on the
 //! shared server read `TENURE_MYSQL_URL` (else start a private MariaDB
 //! server), each in a fresh database dropped afterwards.
 
+mod counted;
 mod deployment;
 mod fences;
 mod isolation;

@@ -280,7 +280,7 @@ async fn the_rate_limits_migration_applies_over_the_tables_before_it() {
             .fetch_all(store.pool())
             .await
             .expect("versions");
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
     store.close().await;
     support::drop_database(&url, &database).await.expect("drop");
 }

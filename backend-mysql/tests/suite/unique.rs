@@ -155,7 +155,7 @@ async fn the_unique_jobs_migration_applies_over_the_tables_before_it() {
             .fetch_all(store.pool())
             .await
             .expect("versions");
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
     assert!(!store
         .enqueue_unique(&keyed("third", "k"))
         .await

@@ -18,7 +18,7 @@ use tenure_lease_core::queue::{ClaimRequest, FailAction, JobQueue, NewJob, Uniqu
 use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
     clock, Admission, AdmitRequest, AdmitStrategy, Claim, ErrorKind, ExpiredQuery, LeaseStore,
-    StatusChange, TakeoverRequest,
+    Renewal, StatusChange, TakeoverRequest,
 };
 
 use support::{execute, with_store, DROP_JOB_CHECKS, DROP_LEASE_CHECKS};
@@ -76,6 +76,16 @@ const LEASE_DAMAGES: &[Damage] = &[
     damage("kind", "''", false),
     damage("error", "NULL", false),
     damage("stop_reason", "NULL", false),
+    damage("slots", "'[1, 2]'", true),
+    damage("slots", "'\"text\"'", true),
+    damage("slots", "'null'", true),
+    damage("slots", "'{\"v\": -1}'", true),
+    damage("slots", "'{\"v\": 4294967296}'", true),
+    damage("slots", "'{\"v\": 1.5}'", true),
+    damage("slots", "'{\"v\": \"1\"}'", true),
+    damage("slots", "'{\"w\": 1}'", true),
+    damage("slots", "'{}'", false),
+    damage("slots", "'{\"v\": 4294967295}'", false),
 ];
 
 /// Every column of `jobs` the store reads.
@@ -163,6 +173,34 @@ const RATE_LOG_DAMAGES: &[(&str, Option<usize>)] = &[
     ("uses = '[0:0]={1}'", Some(2)),
     ("ends_at = 'infinity'", Some(1)),
 ];
+
+/// Values of `slots` (migration 0014) no record can hold, each set on the
+/// holder of slot 1 of a full counted scope `$scope`.
+const SLOTS_DAMAGES: &[&str] = &[
+    "'[1]'",
+    "'1'",
+    "'\"text\"'",
+    "'null'",
+    "'{\"$scope\": null}'",
+    "'{\"$scope\": -1}'",
+    "'{\"$scope\": 4294967296}'",
+    "'{\"$scope\": 1.5}'",
+    "'{\"$scope\": 1.0}'",
+    "'{\"$scope\": \"1\"}'",
+    "'{\"$scope\": [1]}'",
+    "'{\"$scope\": 1, \"elsewhere\": 1}'",
+];
+
+/// Every `held_scopes` row, as PostgreSQL prints it, by key.
+async fn held_rows(store: &PgStore) -> Vec<String> {
+    sqlx::query_scalar(&format!(
+        "SELECT h::text FROM \"{}\".held_scopes h ORDER BY h.scope",
+        store.schema()
+    ))
+    .fetch_all(store.pool())
+    .await
+    .expect("read held_scopes")
+}
 
 /// The rate log of `key`, as PostgreSQL prints it.
 async fn rate_log_text(store: &PgStore, key: &str) -> Option<String> {
@@ -337,7 +375,7 @@ async fn every_damaged_lease_column_is_corrupt_or_skipped_never_a_panic() {
                     &store,
                     "DELETE FROM $schema.held_scopes; \
                      UPDATE $schema.leases SET status = 'failed', fence = 1, scopes = '{v}', \
-                     metadata = '{}', lease_expires_at = NULL, created_at = now(), \
+                     slots = NULL, metadata = '{}', lease_expires_at = NULL, created_at = now(), \
                      updated_at = now() WHERE id <> 'control';",
                 )
                 .await;
@@ -711,6 +749,113 @@ async fn every_damaged_rate_log_is_corrupt_and_changes_nothing() {
                         "{what}: the job"
                     );
                 }
+            }
+        },
+    )
+    .await;
+}
+
+/// A record whose `slots` do not decode (migration 0014) is `Corrupt` to a
+/// point read, and to the listings that would answer it; an admission
+/// that must judge it (its counted scope is full, so every slot's holder
+/// counts) is `Corrupt` whether it rejects or interrupts, and changes
+/// nothing: no record, no interruption, every key held as before. An
+/// admission that does not reach it (slot 0 alone, exclusively) is
+/// answered as ever, and the other holder works on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_damaged_slots_value_is_corrupt_and_changes_nothing() {
+    with_store(
+        "every_damaged_slots_value_is_corrupt_and_changes_nothing",
+        |store, url| async move {
+            for (case, value) in SLOTS_DAMAGES.iter().enumerate() {
+                let scope = format!("c{case}");
+                let value = value.replace("$scope", &scope);
+                let what = format!("slots = {value}");
+                let counted = |id: &str, owner: &str| {
+                    AdmitRequest::new(format!("{id}-{case}"), owner)
+                        .counted_scope(&scope, 2)
+                        .ttl(LONG)
+                };
+                let mut holders = Vec::new();
+                for id in ["h0", "h1"] {
+                    match store
+                        .admit(&counted(id, "worker-a"))
+                        .await
+                        .expect("admit a holder")
+                    {
+                        Admission::Admitted { record, .. } => holders.push(record),
+                        other => panic!("{what}: {other:?}"),
+                    }
+                }
+                let (h0, h1) = (holders[0].id.clone(), holders[1].id.clone());
+                assert_eq!(holders[1].slot(&scope), Some(1), "{what}");
+                execute(
+                    &url,
+                    &store,
+                    &format!("UPDATE $schema.leases SET slots = {value} WHERE id = '{h1}';"),
+                )
+                .await;
+                let rows = (
+                    row_text(&store, "leases", &h0).await,
+                    row_text(&store, "leases", &h1).await,
+                    held_rows(&store).await,
+                );
+
+                assert_corrupt_or(store.get(&h1).await, true, &what);
+                assert_corrupt_or(store.list_by_scope(&scope).await, true, &what);
+                assert_corrupt_or(store.list_active().await, true, &what);
+                let scan = store
+                    .list_expired(&ExpiredQuery::new(Duration::ZERO))
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: list_expired: {error}"));
+                assert!(scan.skipped.is_empty(), "{what}: a live lease is not due");
+
+                for strategy in [AdmitStrategy::Reject, AdmitStrategy::Interrupt] {
+                    let request = counted("new", "worker-b").strategy(strategy);
+                    assert_corrupt_or(
+                        store.admit(&request).await,
+                        true,
+                        &format!("{what}: {strategy:?} admission"),
+                    );
+                    assert_eq!(
+                        row_text(&store, "leases", &request.id).await,
+                        None,
+                        "{what}: {strategy:?} admission stored a record"
+                    );
+                }
+                let exclusive = store
+                    .admit(&AdmitRequest::new(format!("slot-0-{case}"), "worker-b").scope(&scope))
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: exclusive admission: {error}"));
+                assert!(
+                    matches!(&exclusive, Admission::Conflict { holder, .. } if holder.id == h0),
+                    "{what}: {exclusive:?}"
+                );
+                assert_eq!(
+                    (
+                        row_text(&store, "leases", &h0).await,
+                        row_text(&store, "leases", &h1).await,
+                        held_rows(&store).await,
+                    ),
+                    rows,
+                    "{what}: the holders and their keys"
+                );
+                let renewed = store
+                    .renew(&holders[0].claim().expect("a claim"), LONG)
+                    .await
+                    .unwrap_or_else(|error| panic!("{what}: renew: {error}"));
+                assert!(matches!(renewed, Renewal::Renewed { .. }), "{what}");
+                // Out of the way of the next case's listings.
+                execute(
+                    &url,
+                    &store,
+                    &format!(
+                        "DELETE FROM $schema.held_scopes; \
+                         UPDATE $schema.leases SET status = 'failed', slots = NULL \
+                         WHERE id IN ('{h0}', '{h1}');"
+                    ),
+                )
+                .await;
             }
         },
     )

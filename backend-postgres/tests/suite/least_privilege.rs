@@ -39,7 +39,9 @@ fn grants(schema: &str, role: &str) -> String {
            text, interval, jsonb, boolean), \"{schema}\".admit_if_free_limited(bigint[], text, \
            text[], text, text, interval, jsonb, boolean, bigint, text, integer, bigint, bigint, \
            bigint), \"{schema}\".lock_rate_log(bigint, text, integer, bigint, bigint, bigint), \
-           \"{schema}\".spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint) \
+           \"{schema}\".spent_rate_log(bigint[], integer, bigint, timestamptz, bigint, bigint), \
+           \"{schema}\".admit_counted(bigint[], text, text[], integer[], integer[], text, text, \
+           interval, jsonb, boolean, bigint, text, integer, bigint, bigint, bigint) \
            TO {role};"
     )
 }
@@ -240,6 +242,26 @@ async fn run_every_operation(app: &PgStore) {
         .await
         .expect("list_expired");
     app.list_by_scope("s").await.expect("list_by_scope");
+    // Counted scopes: a free slot, a full scope, and an interruption there.
+    for id in ["slot-0", "slot-1"] {
+        let admitted = app
+            .admit(&AdmitRequest::new(id, "worker-a").counted_scope("pool", 2))
+            .await
+            .expect("admit into a counted scope");
+        assert!(admitted.admitted().is_some(), "{admitted:?}");
+    }
+    let full = app
+        .admit(
+            &AdmitRequest::new("slot-taken", "worker-a")
+                .counted_scope("pool", 2)
+                .strategy(AdmitStrategy::Interrupt),
+        )
+        .await
+        .expect("admit into a full counted scope");
+    assert!(
+        matches!(&full, Admission::Admitted { interrupted, .. } if interrupted.len() == 1),
+        "{full:?}"
+    );
     app.list_active().await.expect("list_active");
     app.get("op").await.expect("get");
     app.now().await.expect("now");
@@ -247,13 +269,13 @@ async fn run_every_operation(app: &PgStore) {
         app.count_purgeable(Duration::ZERO)
             .await
             .expect("count_purgeable"),
-        2,
-        "the interrupted record and the failed one"
+        3,
+        "the two interrupted records and the failed one"
     );
     assert_eq!(
         app.purge(Duration::ZERO).await.expect("purge"),
-        2,
-        "the interrupted record and the failed one"
+        3,
+        "the two interrupted records and the failed one"
     );
 
     let jobs: Vec<NewJob> = (0..4)

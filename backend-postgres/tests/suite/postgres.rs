@@ -14,6 +14,7 @@ use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, Share
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tenure_backend_postgres::{PgStore, PgStoreConfig};
+use tenure_lease_core::backend::rules;
 use tenure_lease_core::queue::{
     ClaimRequest, Enqueued, JobClaim, JobQueue, NewJob, TakeBack, UniquePolicy,
 };
@@ -80,7 +81,7 @@ async fn two_pools_migrate_one_schema_concurrently() {
     from_pool.migrate().await.expect("re-migrate");
     from_url.drop_schema().await.expect("drop");
     from_pool.close().await;
-    assert_eq!(applied, 13);
+    assert_eq!(applied, 14);
     assert_eq!(seen, Some(record));
 }
 
@@ -831,8 +832,21 @@ async fn renew_many_in_opposite_orders_with_admissions_never_errs() {
     .await;
 }
 
-/// What migration 0013 undoes, to stand a fresh schema back at version 12:
-/// the rate logs and their functions.
+/// What migration 0014 undoes, to stand a fresh schema back at version 13:
+/// the records' slots, `admit_counted`, and release notices naming the
+/// whole key.
+const BACK_TO_VERSION_13: &str = "DROP FUNCTION $schema.admit_counted(bigint[], text, text[], \
+       integer[], integer[], text, text, interval, jsonb, boolean, bigint, text, integer, \
+       bigint, bigint, bigint); \
+     ALTER TABLE $schema.leases DROP COLUMN slots; \
+     CREATE OR REPLACE FUNCTION $schema.announce_release() RETURNS trigger \
+       LANGUAGE plpgsql VOLATILE AS $$ BEGIN \
+       PERFORM pg_notify('tenure_released_' || md5(TG_TABLE_SCHEMA), OLD.scope); \
+       RETURN NULL; END $$; \
+     DELETE FROM $schema._sqlx_migrations WHERE version >= 14;";
+
+/// What migration 0013 undoes, after [`BACK_TO_VERSION_13`], to stand a
+/// fresh schema back at version 12: the rate logs and their functions.
 const BACK_TO_VERSION_12: &str = "DROP FUNCTION $schema.admit_if_free_limited(bigint[], text, \
        text[], text, text, interval, jsonb, boolean, bigint, text, integer, bigint, bigint, \
        bigint); \
@@ -886,6 +900,7 @@ async fn a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interrupti
     with_store(
         "a_version_5_schema_upgrades_keeping_its_jobs_and_purging_old_interruptions",
         |store, url| async move {
+            execute(&url, &store, BACK_TO_VERSION_13).await;
             execute(&url, &store, BACK_TO_VERSION_12).await;
             execute(&url, &store, BACK_TO_VERSION_11).await;
             execute(&url, &store, BACK_TO_VERSION_5).await;
@@ -953,6 +968,7 @@ async fn a_version_11_schema_upgrades_to_unique_jobs_keeping_its_jobs() {
                 .enqueue(&NewJob::new("q", serde_json::json!({})).id("old"))
                 .await
                 .expect("enqueue before the downgrade");
+            execute(&url, &store, BACK_TO_VERSION_13).await;
             execute(&url, &store, BACK_TO_VERSION_12).await;
             execute(&url, &store, BACK_TO_VERSION_11).await;
             let upgraded = support::connect(&url, store.schema())
@@ -1000,6 +1016,7 @@ async fn a_version_12_schema_upgrades_to_rate_limits_keeping_its_records() {
                     .await
                     .expect("admit before the downgrade"),
             );
+            execute(&url, &store, BACK_TO_VERSION_13).await;
             execute(&url, &store, BACK_TO_VERSION_12).await;
             let upgraded = support::connect(&url, store.schema())
                 .await
@@ -1020,6 +1037,151 @@ async fn a_version_12_schema_upgrades_to_rate_limits_keeping_its_records() {
                 "{second:?}"
             );
             upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// A schema at version 13 takes migration 0014 with its records: one
+/// admitted before (an exclusive holder: slot 0 of its scope) reads back
+/// as it was, with no slots, and counted admissions count it from then on;
+/// its release is announced under its scope, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_13_schema_upgrades_to_counted_scopes_keeping_its_records() {
+    with_store(
+        "a_version_13_schema_upgrades_to_counted_scopes_keeping_its_records",
+        |store, url| async move {
+            let old = admitted(
+                store
+                    .admit(&AdmitRequest::new("old", "worker-a").scope("s").ttl(LONG))
+                    .await
+                    .expect("admit before the downgrade"),
+            );
+            execute(&url, &store, BACK_TO_VERSION_13).await;
+            let upgraded = support::connect(&url, store.schema())
+                .await
+                .expect("the version 13 schema upgrades");
+            assert_eq!(upgraded.get("old").await.expect("get"), Some(old.clone()));
+            assert!(old.slots.is_empty(), "{old:?}");
+            let counted = |id: &str| {
+                AdmitRequest::new(id, "worker-b")
+                    .counted_scope("s", 2)
+                    .ttl(LONG)
+            };
+            let new = admitted(upgraded.admit(&counted("new")).await.expect("admit"));
+            assert_eq!(new.slot("s"), Some(1), "the old holder holds slot 0");
+            match upgraded.admit(&counted("third")).await.expect("admit") {
+                Admission::Conflict { holder, .. } => {
+                    assert_eq!(holder.id, "old", "the old holder's lease ends first");
+                }
+                other => panic!("the scope is full: {other:?}"),
+            }
+            let mut releases = upgraded
+                .releases()
+                .await
+                .expect("subscribe")
+                .expect("notices");
+            let claim = old.claim().expect("a claim");
+            upgraded
+                .transition(&claim, &StatusChange::succeeded())
+                .await
+                .expect("release the old holder");
+            assert_eq!(
+                tokio::time::timeout(Duration::from_secs(20), releases.next()).await,
+                Ok(ReleaseNotice::Freed("s".into()))
+            );
+            let third = admitted(upgraded.admit(&counted("third")).await.expect("admit"));
+            assert_eq!(third.slot("s"), Some(0), "the old holder's slot is free");
+            upgraded.close().await;
+        },
+    )
+    .await;
+}
+
+/// The `held_scopes` rows of `store`: (key, record), by key.
+async fn held_keys(store: &PgStore) -> Vec<(String, String)> {
+    sqlx::query_as(&format!(
+        "SELECT scope, lease_id FROM \"{}\".held_scopes ORDER BY scope",
+        store.schema()
+    ))
+    .fetch_all(store.pool())
+    .await
+    .expect("read held_scopes")
+}
+
+/// A counted scope's holders are held under their slots' keys (the scope
+/// for slot 0, else the scope, U+001F and the slot), each record keeping
+/// its slot in `slots`; `lease_scopes` names the scope. A holder's release
+/// deletes its own key alone and is announced under the scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counted_holders_are_held_under_slot_keys_and_released_under_their_scope() {
+    with_store(
+        "counted_holders_are_held_under_slot_keys_and_released_under_their_scope",
+        |store, _url| async move {
+            let mut releases = store.releases().await.expect("subscribe").expect("notices");
+            let mut holders = Vec::new();
+            for n in 0..3 {
+                let request = AdmitRequest::new(format!("h{n}"), "worker-a")
+                    .counted_scope("pool", 3)
+                    .scope(format!("own-{n}"))
+                    .ttl(LONG);
+                holders.push(admitted(store.admit(&request).await.expect("admit")));
+            }
+            let stored: Vec<(String, Option<serde_json::Value>)> = sqlx::query_as(&format!(
+                "SELECT id, slots FROM \"{}\".leases ORDER BY id",
+                store.schema()
+            ))
+            .fetch_all(store.pool())
+            .await
+            .expect("read slots");
+            assert_eq!(
+                stored,
+                (0..3)
+                    .map(|n| (format!("h{n}"), Some(serde_json::json!({ "pool": n }))))
+                    .collect::<Vec<_>>(),
+                "each record keeps its counted scope's slot, and no other scope's"
+            );
+            // The keys are the rules' own, so every store agrees on them.
+            let pair = |key: &str, id: &str| (key.to_owned(), id.to_owned());
+            let key = |slot: u32| rules::slot_key("pool", slot).into_owned();
+            assert_eq!(key(1), "pool\u{1f}1");
+            assert_eq!(
+                held_keys(&store).await,
+                [
+                    pair("own-0", "h0"),
+                    pair("own-1", "h1"),
+                    pair("own-2", "h2"),
+                    pair(&key(0), "h0"),
+                    pair(&key(1), "h1"),
+                    pair(&key(2), "h2"),
+                ]
+            );
+            let listed = store.list_by_scope("pool").await.expect("list_by_scope");
+            assert_eq!(listed.len(), 3, "{listed:?}");
+            let claim = holders[1].claim().expect("a claim");
+            store
+                .transition(&claim, &StatusChange::succeeded())
+                .await
+                .expect("release slot 1");
+            let wait = Duration::from_secs(20);
+            let mut heard = Vec::new();
+            for _ in 0..2 {
+                match tokio::time::timeout(wait, releases.next()).await {
+                    Ok(ReleaseNotice::Freed(scope)) => heard.push(scope.to_string()),
+                    other => panic!("expected a release, heard {other:?}"),
+                }
+            }
+            heard.sort();
+            assert_eq!(heard, ["own-1", "pool"], "each scope announced by name");
+            assert_eq!(
+                held_keys(&store).await,
+                [
+                    pair("own-0", "h0"),
+                    pair("own-2", "h2"),
+                    pair(&key(0), "h0"),
+                    pair(&key(2), "h2"),
+                ]
+            );
         },
     )
     .await;
@@ -1391,6 +1553,85 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
                 1,
                 "the lost race is counted once, under the backend's label"
             );
+            lockless.close().await.expect("close the writer");
+            watcher.close().await.expect("close the watcher");
+        },
+    )
+    .await;
+}
+
+/// As [`an_admission_that_loses_a_race_counts_its_retry`], in a counted
+/// scope: a writer that takes no scope locks holds slot 1 of `s` (its key,
+/// `s`, U+001F, `1`) in a transaction it has not committed, so the
+/// admission contends for slot 1 (the lowest it sees free), waits on the
+/// writer's key, loses when the writer commits, and decides again: the
+/// scope is full, and the conflict names the holder that frees first (slot
+/// 0's, whose lease ends; the writer's record has none).
+#[tokio::test]
+async fn a_counted_admission_that_loses_a_race_decides_again() {
+    let retries = AdmitRetries::default();
+    let _recorder = metrics::set_default_local_recorder(&retries);
+    let retries = &retries;
+    with_store(
+        "a_counted_admission_that_loses_a_race_decides_again",
+        |store, url| async move {
+            let counted = |id: &str| {
+                AdmitRequest::new(id, "worker-a")
+                    .counted_scope("s", 2)
+                    .ttl(LONG)
+            };
+            admitted(store.admit(&counted("first")).await.expect("admit"));
+            let mut lockless = PgConnection::connect(&url).await.expect("lockless writer");
+            let writes = "BEGIN; \
+                 INSERT INTO $schema.leases (id, scopes, slots, kind, status, owner, fence, \
+                   created_at, updated_at) \
+                 VALUES ('lockless', '{s}', '{\"s\": 1}', 'run', 'running', 'worker-z', \
+                   nextval('$schema.fence_seq'), now(), now()); \
+                 INSERT INTO $schema.lease_scopes (scope, lease_id) VALUES ('s', 'lockless'); \
+                 INSERT INTO $schema.held_scopes (scope, lease_id) \
+                 VALUES ('s' || chr(31) || '1', 'lockless');"
+                .replace("$schema", &format!("\"{}\"", store.schema()));
+            sqlx::raw_sql(&writes)
+                .execute(&mut lockless)
+                .await
+                .expect("the lockless writes");
+            let admission = tokio::spawn({
+                let store = store.clone();
+                async move { store.admit(&counted("op")).await }
+            });
+            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let waiting: Option<i32> = sqlx::query_scalar(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                     AND state = 'active' AND position($1 in query) > 0 \
+                     AND pid <> pg_backend_pid()",
+                )
+                .bind(store.schema())
+                .fetch_optional(&mut watcher)
+                .await
+                .expect("pg_stat_activity");
+                if waiting.is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the admission never waited on the lockless writer"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            sqlx::query("COMMIT")
+                .execute(&mut lockless)
+                .await
+                .expect("commit");
+            let answer = admission.await.expect("join").expect("admit");
+            assert!(
+                matches!(&answer, Admission::Conflict { holder, .. } if holder.id == "first"),
+                "decided again, the admission finds the scope full: {answer:?}"
+            );
+            assert_eq!(store.get("op").await.expect("get"), None);
+            assert_eq!(retries.of("postgresql"), 1, "the lost race is counted once");
             lockless.close().await.expect("close the writer");
             watcher.close().await.expect("close the watcher");
         },

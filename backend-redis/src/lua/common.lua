@@ -15,7 +15,11 @@
 --   <prefix>terminal         zset: interrupted and terminal ids (those purge
 --                            deletes once old enough) by updated_at in us
 --   <prefix>rec:<id>         hash: one record (fields below)
---   <prefix>holder:<scope>   string: id of the active record holding the scope
+--   <prefix>holder:<key>     string: id of the active record holding the key, a
+--                            scope's rules::slot_key: the scope itself (an
+--                            exclusive scope, or slot 0 of a counted one),
+--                            else the scope, U+001F and the slot number in
+--                            decimal (slot_key below)
 --   <prefix>scope:<scope>    zset: ids of every record naming the scope, by created_at
 --   <prefix>rate:<name>      string: a rate limit's log (see rate_log), <name>
 --                            being rate_rules::log_name, `<permits>:<period
@@ -31,7 +35,9 @@
 --
 -- Record hash fields: kind, status, owner, fence, expires (absent: no lease),
 -- created, updated (timestamps as integer microseconds since the epoch),
--- error, stop (absent: none), scopes (JSON array of strings), meta (JSON object).
+-- error, stop (absent: none), scopes (JSON array of strings), meta (JSON object),
+-- slots (absent: no counted scope; else a JSON object, each counted scope
+-- to the slot it holds there, a u32 in plain decimal, see record_slots).
 -- Replies carry a record (or a job) as { id, field pairs }: the pairs HGETALL
 -- answers, in any order (see reply_record).
 --
@@ -47,6 +53,9 @@ end
 local function fmt(n)
   return string.format('%d', n)
 end
+
+-- JSON's whitespace, as a pattern.
+local JSON_SPACE = '[ \t\r\n]*'
 
 local ACTIVE = { pending = true, running = true }
 local TERMINAL = { succeeded = true, failed = true }
@@ -114,6 +123,72 @@ local function hash_fields(key)
   return fields, flat
 end
 
+-- rules::SLOT_SEPARATOR, between a counted scope and its slot in a key.
+local SLOT_SEPARATOR = '\31'
+
+-- rules::slot_key: the key under which slot `slot` of `scope` is held
+-- (`<prefix>holder:` before it makes its holder key).
+local function slot_key(scope, slot)
+  if slot == 0 then
+    return scope
+  end
+  return scope .. SLOT_SEPARATOR .. fmt(slot)
+end
+
+-- A JSON text with every string literal emptied (to '""'), or nil when a
+-- literal does not end: what is left holds the text's numbers and
+-- punctuation, for record_slots to check.
+local function without_strings(text)
+  local parts, at = {}, 1
+  while true do
+    local quote = string.find(text, '"', at, true)
+    if quote == nil then
+      parts[#parts + 1] = string.sub(text, at)
+      return table.concat(parts)
+    end
+    parts[#parts + 1] = string.sub(text, at, quote - 1)
+    parts[#parts + 1] = '""'
+    local from = quote + 1
+    while true do
+      local stop = string.find(text, '["\\]', from)
+      if stop == nil then
+        return nil
+      end
+      if string.sub(text, stop, stop) == '"' then
+        at = stop + 1
+        break
+      end
+      from = stop + 2
+    end
+  end
+end
+
+-- The `slots` field of the record at `key` (fields as hash_fields answers
+-- them) as a table, counted scope to slot; empty when absent. Raises
+-- TENURE_CORRUPT for anything the Rust side does not decode as a JSON
+-- object of u32 (no array, no fraction, exponent, sign or leading zero, no
+-- slot above 2^32 - 1), before any write of the script.
+local function record_slots(key, fields)
+  local text = fields.slots
+  if text == nil then
+    return {}
+  end
+  local ok, slots = pcall(cjson.decode, text)
+  local bare = without_strings(text)
+  if not ok or type(slots) ~= 'table' or bare == nil
+    or not string.match(bare, '^' .. JSON_SPACE .. '{[%d:, \t\r\n"]*}' .. JSON_SPACE .. '$')
+    or string.match(bare, '[^%d]0%d') then
+    corrupt(key, 'slots are not a JSON object of slot numbers')
+  end
+  for scope, slot in pairs(slots) do
+    if type(scope) ~= 'string' or type(slot) ~= 'number' or slot ~= math.floor(slot)
+      or slot < 0 or slot > 4294967295 then
+      corrupt(key, 'slots are not a JSON object of slot numbers')
+    end
+  end
+  return slots
+end
+
 -- The record stored at `key` as a table (nil when there is none); raises
 -- TENURE_CORRUPT when a field cannot be read (every field the Rust side
 -- decodes but the UTF-8 of texts and that metadata is an object, not an
@@ -157,6 +232,7 @@ local function load(key, id)
     end
   end
   record.scopes = scopes
+  record.slots = record_slots(key, fields)
   return record
 end
 
@@ -273,15 +349,16 @@ local function lease_valid(record, grace, now)
   return ACTIVE[record.status] and record.expires ~= nil and record.expires + grace > now
 end
 
--- Drops `record` from every index of active records: the scopes it holds,
--- the expiry index and the active set. Each scope freed is published on
+-- Drops `record` from every index of active records: the keys it holds
+-- (rules::held_keys: one slot of each counted scope), the expiry index and the
+-- active set. Each scope freed is published, by name (not by key), on
 -- channel `<prefix>released` (the store's release notices), which
 -- subscribers hear once the script has run whole. With pcall: a user
 -- without the channel's permission (Redis 7 ACL users get none by default)
 -- loses the notices, never a release half written.
 local function release(prefix, record, expiry_key, active_key)
   for _, scope in ipairs(record.scopes) do
-    local holder_key = prefix .. 'holder:' .. scope
+    local holder_key = prefix .. 'holder:' .. slot_key(scope, record.slots[scope] or 0)
     if redis.call('GET', holder_key) == record.id then
       redis.call('DEL', holder_key)
       redis.pcall('PUBLISH', prefix .. 'released', scope)
@@ -358,9 +435,6 @@ end
 -- them. The script that judges a limit writes its uses in the same run;
 -- <prefix>rates scores each log's name by rate_rules::log_ends_at (its
 -- newest use + period), which purge walks: no key has an expiry.
-
--- JSON's whitespace, as a pattern.
-local JSON_SPACE = '[ \t\r\n]*'
 
 -- The log of a limit of `permits` uses per `period` us at store time `now`:
 -- its key, the index of logs and its name there. Read and checked as

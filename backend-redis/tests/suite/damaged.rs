@@ -157,6 +157,42 @@ const RATE_LOG_DAMAGES: &[&[u8]] = &[
     b"[1,\xff]",
 ];
 
+/// A counted holder's `slots` field damaged in turn: no JSON object of
+/// `u32` slot numbers. The scripts refuse each as the Rust side does.
+const SLOTS_DAMAGES: &[&[u8]] = &[
+    b"",
+    b"not json",
+    b"[1]",
+    b"[]",
+    b"\"c\"",
+    b"1",
+    b"null",
+    b"{\"c\":-1}",
+    b"{\"c\":-0}",
+    b"{\"c\":1.5}",
+    b"{\"c\":1.0}",
+    b"{\"c\":1e0}",
+    b"{\"c\":01}",
+    b"{\"c\":4294967296}",
+    b"{\"c\":99999999999999999999999}",
+    b"{\"c\":\"1\"}",
+    b"{\"c\":null}",
+    b"{\"c\":true}",
+    b"{\"c\":{}}",
+    b"{\"c\":[1]}",
+    b"{\"c\":1",
+    b"{\"c\":1,}",
+    b"{\"c\" 1}",
+    b"{\"c\":1}}",
+    b"{\"c\":1} x",
+    b"{\"c\\\":1}",
+    b"{c:1}",
+];
+
+/// Damages to `slots` only the Rust side detects (the scripts do not check
+/// the UTF-8 of texts): reads answer `Corrupt`.
+const SLOTS_TEXT_DAMAGES: &[&[u8]] = &[b"{\"\xff\":1}", b"{\"c\":1,\"\xc3\":2}"];
+
 /// Every key of the namespace with its type and content, to compare.
 async fn snapshot(raw: &mut MultiplexedConnection, prefix: &str) -> BTreeMap<String, String> {
     let keys: Vec<String> = raw.keys(format!("{prefix}*")).await.expect("KEYS");
@@ -773,6 +809,115 @@ async fn a_damaged_rate_log_is_corrupt_and_changes_nothing() {
             let claimed = store.claim_limited(&claim).await.expect("claim_limited");
             assert_eq!(claimed.jobs.len(), 1, "{claimed:?}");
             assert!(claimed.retry_after.is_some(), "{claimed:?}");
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_slots_field_is_corrupt_and_changes_nothing() {
+    with_namespace(
+        "damaged_slots",
+        |config| config,
+        |scratch| async move {
+            let Scratch {
+                store,
+                mut raw,
+                prefix,
+            } = scratch;
+            let key = format!("{prefix}rec:victim");
+            // Two lapsed holders of a counted scope: an interrupting
+            // admission, full, reads both and would interrupt the first.
+            let lapsing = |id: &str| {
+                AdmitRequest::new(id, "w1")
+                    .counted_scope("c", 2)
+                    .ttl(Duration::from_millis(1))
+            };
+            let first = admitted(&store, lapsing("first")).await;
+            let victim = admitted(&store, lapsing("victim")).await;
+            assert_eq!(victim.slot("c"), Some(1));
+            let stored: Vec<u8> = raw.hget(&key, "slots").await.expect("HGET");
+            let ends = victim.lease_expires_at.expect("a lease");
+            while store.now().await.expect("now") <= ends {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            let rival = AdmitRequest::new("rival", "w2")
+                .counted_scope("c", 2)
+                .strategy(AdmitStrategy::Interrupt);
+            let claim = victim.claim().expect("a claim");
+
+            for &bytes in SLOTS_DAMAGES.iter().chain(SLOTS_TEXT_DAMAGES) {
+                assert!(
+                    serde_json::from_slice::<BTreeMap<String, u32>>(bytes).is_err(),
+                    "{:?} is no JSON object of u32",
+                    String::from_utf8_lossy(bytes)
+                );
+                let what = format!("slots {:?}", String::from_utf8_lossy(bytes));
+                let _: () = raw.hset(&key, "slots", bytes).await.expect("HSET");
+                let before = snapshot(&mut raw, &prefix).await;
+                assert_corrupt(&format!("get, {what}"), store.get("victim").await);
+                assert_corrupt(
+                    &format!("list_by_scope, {what}"),
+                    store.list_by_scope("c").await,
+                );
+                assert_corrupt(&format!("list_active, {what}"), store.list_active().await);
+                let scan = store
+                    .list_expired(&ExpiredQuery::new(Duration::ZERO).limit(10))
+                    .await
+                    .expect("list_expired skips what it cannot decode");
+                assert_eq!(scan.records, vec![first.clone()], "{what}");
+                assert_eq!(
+                    scan.skipped
+                        .iter()
+                        .map(|s| s.id.as_str())
+                        .collect::<Vec<_>>(),
+                    ["victim"],
+                    "{what}"
+                );
+                if SLOTS_DAMAGES.contains(&bytes) {
+                    assert_corrupt(&format!("admit, {what}"), store.admit(&rival).await);
+                    assert_corrupt(
+                        &format!("transition, {what}"),
+                        store
+                            .transition(&claim, &tenure_lease_core::StatusChange::failed("x"))
+                            .await,
+                    );
+                    assert_corrupt(
+                        &format!("takeover, {what}"),
+                        store
+                            .claim_for_takeover(&tenure_lease_core::TakeoverRequest::adopt(
+                                "victim", "w3", None,
+                            ))
+                            .await,
+                    );
+                }
+                assert_eq!(
+                    snapshot(&mut raw, &prefix).await,
+                    before,
+                    "{what}: nothing changed"
+                );
+            }
+
+            // Repaired, the record reads as admitted and the admission goes
+            // through, interrupting the lowest lapsed holder only.
+            let _: () = raw.hset(&key, "slots", &stored).await.expect("HSET");
+            assert_eq!(store.get("victim").await.expect("get"), Some(victim));
+            let admission = store.admit(&rival).await.expect("admit");
+            let Admission::Admitted {
+                record,
+                interrupted,
+            } = admission
+            else {
+                panic!("not admitted: {admission:?}");
+            };
+            assert_eq!(record.slot("c"), Some(0));
+            assert_eq!(
+                interrupted
+                    .iter()
+                    .map(|r| r.id.as_str())
+                    .collect::<Vec<_>>(),
+                ["first"]
+            );
         },
     )
     .await;

@@ -6,6 +6,7 @@
 //! `TENURE_REDIS_URL`, each in a fresh namespace deleted afterwards.
 
 mod common;
+mod counted;
 mod damaged;
 mod deployment;
 mod faults;

@@ -17,7 +17,7 @@ use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use serde_json::json;
 use tenure_backend_redis::{RedisConfig, RedisStore, CLAIM_SCAN_PER_JOB, RENEW_BATCH};
-use tenure_lease_core::backend::rate_rules;
+use tenure_lease_core::backend::{rate_rules, rules};
 use tenure_lease_core::queue::{
     ClaimRequest, ClaimedJob, Enqueued, FailAction, Job, JobQueue, JobSettle, JobState, NewJob,
     OperatorRetry, UniquePolicy,
@@ -253,6 +253,11 @@ async fn churn(
         let mut request = AdmitRequest::new(format!("{owner}-{round}"), owner.as_str())
             .scopes(scopes)
             .strategy(AdmitStrategy::Interrupt);
+        if round % 4 == 0 {
+            // A counted scope beside the exclusive ones: its slot 0 is the
+            // exclusive scope of the same name.
+            request = request.counted_scope(format!("scope-{}", round % SCOPES), 3);
+        }
         if round % 2 == 1 {
             request = request.ttl(Duration::from_millis(1));
         }
@@ -283,9 +288,10 @@ async fn churn(
     errors
 }
 
-/// Checks the indexes against the records: every active record's scopes
-/// point back to it and it is in the expiry index; every held scope points
-/// to an active record naming it; no fence was handed out twice.
+/// Checks the indexes against the records: every active record's held
+/// keys (one slot of each counted scope) point back to it and it is in the
+/// expiry index; every held key points to an active record holding it; no
+/// fence was handed out twice.
 async fn assert_consistent(scratch: &Scratch) {
     let mut raw = scratch.raw.clone();
     let prefix = &scratch.prefix;
@@ -331,21 +337,25 @@ async fn assert_consistent(scratch: &Scratch) {
         "the run interrupted holders"
     );
     for id in &active {
-        for scope in &records[id].scopes {
+        for key in rules::held_keys(&records[id]) {
             let holder: Option<String> = raw
-                .get(format!("{prefix}holder:{scope}"))
+                .get(format!("{prefix}holder:{key}"))
                 .await
                 .expect("holder");
-            assert_eq!(holder.as_ref(), Some(id), "active {id} holds {scope}");
+            assert_eq!(holder.as_ref(), Some(id), "active {id} holds {key:?}");
         }
     }
+    assert!(
+        records.values().any(|record| !record.slots.is_empty()),
+        "the run admitted into counted scopes"
+    );
     for key in namespace_keys(&mut raw, &format!("{prefix}holder:")).await {
-        let scope = &key[prefix.len() + "holder:".len()..];
+        let held = &key[prefix.len() + "holder:".len()..];
         let holder: String = raw.get(&key).await.expect("holder");
         let record = &records[&holder];
         assert!(
-            record.is_active() && record.scopes.contains(scope),
-            "{scope} -> {record:?}"
+            record.is_active() && rules::held_keys(record).any(|key| key == held),
+            "{held:?} -> {record:?}"
         );
     }
 }

@@ -37,6 +37,23 @@ const I64_MIN: &str = "(-9223372036854775807 - 1)";
 const BAD_TIMESTAMPS: &[&str] = &["'garbage'", "1.5", BLOB, I64_MAX, I64_MIN];
 const BAD_FENCES: &[&str] = &["-1", I64_MIN, "'garbage'", "2.5", BLOB];
 const BAD_TEXT: &[&str] = &[BLOB, INVALID_UTF8];
+/// Values no `slots` column may hold for a record whose one scope is `v`:
+/// not a JSON object of slot numbers (0 to 2^32 − 1), a slot in a scope
+/// the record does not name, or one no capacity reaches.
+const BAD_SLOTS: &[&str] = &[
+    "'not json'",
+    "'null'",
+    "'[1]'",
+    "'{\"v\":-1}'",
+    "'{\"v\":4294967296}'",
+    "'{\"v\":1.5}'",
+    "'{\"v\":\"1\"}'",
+    "'{\"elsewhere\":1}'",
+    "'{\"v\":1000}'",
+    "5",
+    BLOB,
+    INVALID_UTF8,
+];
 
 /// One damage: `UPDATE {table} SET {column} = {value} WHERE {filter}`, and
 /// the text every error or skip report must contain.
@@ -245,6 +262,7 @@ fn lease_damages() -> Vec<Damage> {
                     INVALID_UTF8,
                 ],
             ),
+            ("slots", BAD_SLOTS),
         ],
     );
     all.extend(
@@ -409,6 +427,100 @@ async fn a_damaged_scope_holder_is_corrupt_for_admissions_over_that_scope() {
         admitted(
             &leases.store,
             AdmitRequest::new("elsewhere", "worker-b").scope("w"),
+        )
+        .await;
+    }
+}
+
+/// A counted scope's holder whose `slots` value cannot be decoded: every
+/// admission counting its slot (the one racing for the last free slot, an
+/// interrupting one) answers `Corrupt` naming it and changes nothing; the
+/// slot's key stays held, the holder of slot 0 is untouched, and
+/// admissions elsewhere go on.
+#[tokio::test]
+async fn a_damaged_slots_value_is_corrupt_for_admissions_counting_its_slot() {
+    for &value in BAD_SLOTS {
+        let directory = TempDir::new().expect("a temporary directory");
+        let path = directory.path().join("slots.db");
+        let clock = Arc::new(ManualClock::starting_now());
+        let store = open(&path, &clock).await;
+        let counted = |id: &str| {
+            AdmitRequest::new(id, "worker-a")
+                .counted_scope("c", 2)
+                .scope("v")
+                .ttl(LONG_TTL)
+        };
+        let first = admitted(
+            &store,
+            AdmitRequest::new("first", "worker-a")
+                .counted_scope("c", 2)
+                .ttl(LONG_TTL),
+        )
+        .await;
+        let victim = admitted(&store, counted("victim")).await;
+        assert_eq!((first.slot("c"), victim.slot("c")), (Some(0), Some(1)));
+        let held: Vec<Vec<Stored>> = rows(&path, "held_scopes", "1 = 1");
+        assert_eq!(
+            held,
+            vec![
+                vec![Stored::Text(b"c".to_vec()), Stored::Text(b"first".to_vec())],
+                vec![
+                    Stored::Text(b"c\x1f1".to_vec()),
+                    Stored::Text(b"victim".to_vec())
+                ],
+                vec![
+                    Stored::Text(b"v".to_vec()),
+                    Stored::Text(b"victim".to_vec())
+                ],
+            ],
+            "held_scopes is by slot key"
+        );
+        let damage = Damage {
+            table: "leases",
+            column: "slots",
+            value,
+            filter: "id = 'victim'",
+            reported_as: "slots",
+        };
+        damage.apply(&path);
+        let damaged = everything(&path, LEASE_TABLES);
+
+        let names = "\"victim\"";
+        assert_corrupt(store.get("victim").await, &damage, "get", names);
+        assert_corrupt(
+            store.list_by_scope("c").await,
+            &damage,
+            "list_by_scope",
+            names,
+        );
+        for request in [
+            AdmitRequest::new("third", "worker-b").counted_scope("c", 2),
+            AdmitRequest::new("third", "worker-b").counted_scope("c", 3),
+            AdmitRequest::new("third", "worker-a")
+                .counted_scope("c", 2)
+                .strategy(tenure_lease_core::AdmitStrategy::Interrupt),
+        ] {
+            assert_corrupt(store.admit(&request).await, &damage, "admit", names);
+        }
+        assert_corrupt(
+            store.renew(&victim.claim().expect("owned"), LONG_TTL).await,
+            &damage,
+            "renew",
+            names,
+        );
+        assert_eq!(
+            everything(&path, LEASE_TABLES),
+            damaged,
+            "{damage:?}: nothing changed"
+        );
+        assert_eq!(store.get("first").await.expect("get"), Some(first.clone()));
+        assert!(matches!(
+            store.renew(&first.claim().expect("owned"), LONG_TTL).await,
+            Ok(Renewal::Renewed { .. })
+        ));
+        admitted(
+            &store,
+            AdmitRequest::new("elsewhere", "worker-b").counted_scope("d", 2),
         )
         .await;
     }

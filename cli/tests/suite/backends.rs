@@ -369,6 +369,60 @@ fn check_story(subject: &Subject) {
     );
 }
 
+/// The holders of a counted scope, each with its slot, in `leases` and
+/// `show`, and every slot's holder under `leases --scope`.
+async fn counted_story(subject: Subject) {
+    let (url, store) = (subject.url.as_str(), &subject.store);
+    for (id, scopes) in [("export-1", &["tenant:7"][..]), ("export-2", &[])] {
+        store
+            .admit(
+                &AdmitRequest::new(id, "worker-a")
+                    .counted_scope("exports", 3)
+                    .scopes(scopes.iter().copied())
+                    .ttl(HOUR),
+            )
+            .await
+            .expect("admitted")
+            .admitted()
+            .expect("a free slot");
+    }
+    tenure(url, &["leases"])
+        .assert()
+        .success()
+        .stdout(contains("exports (slot 0),tenant:7").and(contains("exports (slot 1)")));
+    tenure(url, &["show", "export-2"])
+        .assert()
+        .success()
+        .stdout(contains("exports (slot 1)"));
+    let scoped = json(&mut tenure(
+        url,
+        &["leases", "--scope", "exports", "--json"],
+    ));
+    let mut slots: Vec<_> = scoped
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|record| record["slots"]["exports"].as_u64())
+        .collect();
+    slots.sort_unstable();
+    assert_eq!(slots, [Some(0), Some(1)], "{scoped}");
+}
+
+#[tokio::test]
+async fn sqlite_counted_holders() {
+    with_sqlite(counted_story).await;
+}
+
+#[tokio::test]
+async fn postgres_counted_holders() {
+    with_postgres("postgres_counted_holders", counted_story).await;
+}
+
+#[tokio::test]
+async fn redis_counted_holders() {
+    with_redis("redis_counted_holders", counted_story).await;
+}
+
 #[tokio::test]
 async fn sqlite_lease_commands() {
     with_sqlite(lease_story).await;

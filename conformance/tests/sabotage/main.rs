@@ -1725,6 +1725,128 @@ impl Bug for CountsOnlyVisibleJobs {
     }
 }
 
+/// The active holders of `scope` in `honest`, with the slot each holds.
+async fn slot_holders(honest: &MemoryStore, scope: &str) -> Result<Vec<(u32, LeaseRecord)>> {
+    Ok(honest
+        .list_by_scope(scope)
+        .await?
+        .into_iter()
+        .filter(LeaseRecord::is_active)
+        .filter_map(|record| Some((record.slot(scope)?, record)))
+        .collect())
+}
+
+/// `request` with every counted scope's capacity changed by `capacity`.
+fn with_capacities(request: &AdmitRequest, capacity: impl Fn(u32) -> u32) -> AdmitRequest {
+    let mut changed = request.clone();
+    for each in changed.capacities.values_mut() {
+        *each = capacity(*each);
+    }
+    changed
+}
+
+/// A counted scope's holders counted from a read, then the admission
+/// written into any free slot, with other calls let in between: racing
+/// admissions all see room.
+#[derive(Default)]
+struct CountedCheckThenWrite;
+
+#[async_trait]
+impl Bug for CountedCheckThenWrite {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        for (scope, &capacity) in &request.capacities {
+            let held = slot_holders(honest, scope)
+                .await?
+                .into_iter()
+                .filter(|(slot, _)| *slot < capacity)
+                .count();
+            if held >= capacity as usize {
+                return honest.admit(request).await;
+            }
+        }
+        if request.capacities.is_empty() {
+            return honest.admit(request).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        honest
+            .admit(&with_capacities(request, |_| {
+                tenure_lease_core::limits::MAX_SCOPE_CAPACITY
+            }))
+            .await
+    }
+}
+
+/// A counted scope that admits one holder more than its capacity.
+#[derive(Default)]
+struct CountedOneTooMany;
+
+#[async_trait]
+impl Bug for CountedOneTooMany {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        honest
+            .admit(&with_capacities(request, |capacity| capacity + 1))
+            .await
+    }
+}
+
+/// An interrupting admission of a counted scope that tries slot 0 first,
+/// interrupting its lapsed holder though another slot is free.
+#[derive(Default)]
+struct CountedInterruptsBeforeAFreeSlot;
+
+#[async_trait]
+impl Bug for CountedInterruptsBeforeAFreeSlot {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        if request.strategy == AdmitStrategy::Interrupt && !request.capacities.is_empty() {
+            let first_slots = with_capacities(request, |_| 1);
+            if let Admission::Admitted {
+                mut record,
+                interrupted,
+            } = honest.admit(&first_slots).await?
+            {
+                record.slots = request
+                    .capacities
+                    .keys()
+                    .map(|scope| (scope.clone(), 0))
+                    .collect();
+                return Ok(Admission::Admitted {
+                    record,
+                    interrupted,
+                });
+            }
+        }
+        honest.admit(request).await
+    }
+}
+
+/// A full counted scope whose conflict names the holder of slot 0, not
+/// the holder that frees first.
+#[derive(Default)]
+struct CountedConflictNamesSlotZero;
+
+#[async_trait]
+impl Bug for CountedConflictNamesSlotZero {
+    async fn admit(&self, honest: &MemoryStore, request: &AdmitRequest) -> Result<Admission> {
+        let answer = honest.admit(request).await?;
+        let (Admission::Conflict { retry_after, .. }, Some(scope)) =
+            (&answer, request.capacities.keys().next())
+        else {
+            return Ok(answer);
+        };
+        let first = slot_holders(honest, scope)
+            .await?
+            .into_iter()
+            .find(|(slot, _)| *slot == 0);
+        Ok(match first {
+            Some((_, holder)) => Admission::Conflict {
+                holder,
+                retry_after: *retry_after,
+            },
+            None => answer,
+        })
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -2251,4 +2373,42 @@ async fn catches_an_id_checked_before_the_scopes_are_locked() {
         &["race_admissions_one_id_overlapping_scopes_answer_already_exists"],
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_counted_scope_checked_then_written() {
+    assert_caught::<CountedCheckThenWrite>(&[
+        "race_counted_admissions_admit_exactly_the_capacity",
+        "race_queue_concurrency_limit_runs_exactly_its_capacity",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_counted_scope_one_holder_too_many() {
+    assert_caught::<CountedOneTooMany>(&[
+        "counted_scope_admits_up_to_its_capacity",
+        "counted_scope_end_frees_only_the_holders_slot",
+        "race_counted_admissions_admit_exactly_the_capacity",
+        "counted_scope_tricky_names_never_collide",
+        "model_based_random_operations",
+        "queue_concurrency_limit_runs_at_most_its_capacity",
+        "race_queue_concurrency_limit_runs_exactly_its_capacity",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_counted_admission_interrupting_before_a_free_slot() {
+    assert_caught::<CountedInterruptsBeforeAFreeSlot>(&[
+        "counted_scope_interrupt_prefers_a_free_slot",
+        "model_based_random_operations",
+    ])
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catches_a_counted_conflict_naming_slot_zero() {
+    assert_caught::<CountedConflictNamesSlotZero>(&["counted_scope_admits_up_to_its_capacity"])
+        .await;
 }

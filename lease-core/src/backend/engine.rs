@@ -12,7 +12,7 @@
 //! so a transaction is never opened for a request that would be refused.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::rate_rules::{RateLogs, RateWindow};
@@ -153,7 +153,8 @@ pub fn as_judged<'r>(
 }
 
 /// `admit` ([`LeaseStore::admit`](crate::LeaseStore::admit)): refuses a
-/// taken id, plans against the scopes' active holders, judges the rate
+/// taken id, chooses a slot in each counted scope, plans against the active
+/// holders of the keys it would hold, judges the rate
 /// limit once the plan admits, interrupts those the plan names (each under
 /// a new fence) and inserts the new record, using a permit.
 ///
@@ -172,27 +173,22 @@ pub fn admit(
     if records.exists(&request.id)? {
         return Err(Error::already_exists(&request.id));
     }
-    let mut holders: Vec<LeaseRecord> = Vec::new();
+    let mut holders = Holders::default();
+    let mut slots = BTreeMap::new();
     for scope in &request.scopes {
-        let Some(holder_id) = records.holder_of(scope)? else {
-            continue;
+        let slot = match request.capacities.get(scope) {
+            Some(&capacity) => {
+                let slot = choose_slot(records, &mut holders, request, scope, capacity, now)?;
+                slots.insert(scope.clone(), slot);
+                slot
+            }
+            None => 0,
         };
-        if holders.iter().any(|holder| holder.id == holder_id) {
-            continue;
-        }
-        let holder = records.load(&holder_id)?.ok_or_else(|| {
-            Error::corrupt(format!(
-                "scope {scope:?} is held by lease {holder_id:?}, which does not exist"
-            ))
-        })?;
-        holders.push(holder);
+        holders.load(records, &rules::slot_key(scope, slot), now)?;
     }
-    let judged = holders
-        .iter()
-        .map(|holder| as_judged(records, holder, now))
-        .collect::<Result<Vec<_>>>()?;
-    let plan = rules::plan_admission(request, &judged, now);
-    drop(judged);
+    let Holders { stored, judged } = holders;
+    let plan = rules::plan_admission(request, &slots, &judged, now);
+    let holders = stored;
     let interrupt = match plan {
         AdmissionPlan::Conflict {
             holder,
@@ -238,7 +234,7 @@ pub fn admit(
         }
     }
     let fence = records.next_fence()?;
-    let record = rules::new_record(request, metadata, fence, now);
+    let record = rules::new_record(request, slots, metadata, fence, now);
     records.insert(&record)?;
     if let Some(window) = permit {
         window.spend(records, 1)?;
@@ -247,6 +243,64 @@ pub fn admit(
         record,
         interrupted,
     })
+}
+
+/// The active holders an admission has read, each once: as stored (what
+/// answers and writes use) and as [judged](as_judged) (what decides).
+#[derive(Default)]
+struct Holders {
+    stored: Vec<LeaseRecord>,
+    judged: Vec<LeaseRecord>,
+}
+
+impl Holders {
+    /// The holder of `key`, read once per admission; its index.
+    fn load(
+        &mut self,
+        records: &mut impl RecordTransaction,
+        key: &str,
+        now: Timestamp,
+    ) -> Result<Option<usize>> {
+        let Some(holder_id) = records.holder_of(key)? else {
+            return Ok(None);
+        };
+        if let Some(index) = self.stored.iter().position(|holder| holder.id == holder_id) {
+            return Ok(Some(index));
+        }
+        let holder = records.load(&holder_id)?.ok_or_else(|| {
+            Error::corrupt(format!(
+                "scope {key:?} is held by lease {holder_id:?}, which does not exist"
+            ))
+        })?;
+        let judged = as_judged(records, &holder, now)?.into_owned();
+        self.stored.push(holder);
+        self.judged.push(judged);
+        Ok(Some(self.stored.len() - 1))
+    }
+}
+
+/// The slot of the counted `scope` the admission contends for
+/// ([`rules::choose_slot`]): its holders read up to the first free slot.
+fn choose_slot(
+    records: &mut impl RecordTransaction,
+    holders: &mut Holders,
+    request: &AdmitRequest,
+    scope: &str,
+    capacity: u32,
+    now: Timestamp,
+) -> Result<u32> {
+    let mut by_slot = Vec::new();
+    for slot in 0..capacity {
+        match holders.load(records, &rules::slot_key(scope, slot), now)? {
+            None => return Ok(slot),
+            Some(index) => by_slot.push(index),
+        }
+    }
+    let by_slot: Vec<_> = by_slot
+        .into_iter()
+        .map(|index| Some(&holders.judged[index]))
+        .collect();
+    Ok(rules::choose_slot(request, &by_slot, now))
 }
 
 /// `renew` ([`LeaseStore::renew`](crate::LeaseStore::renew)).

@@ -7,7 +7,8 @@
 //! the server (Redis Lua scripts) mirror them, and the conformance kit checks
 //! that they agree.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::clock::{self, Timestamp};
@@ -126,22 +127,99 @@ pub enum AdmissionPlan {
     },
 }
 
+/// What separates a counted scope's name from its slot number in the key
+/// a slot above 0 is held under ([`slot_key`]): a control character, which
+/// no name may contain (contract §11), so no scope's key is another's.
+pub const SLOT_SEPARATOR: char = '\u{1f}';
+
+/// The key under which a record holds slot `slot` of `scope`
+/// ([contract §17](crate::contract)): the scope itself for slot 0 (so an
+/// exclusive scope is slot 0 of the counted scope of that name), else
+/// `scope`, [`SLOT_SEPARATOR`] and the slot number in decimal. A store
+/// keeps its scope index (which active record holds what) by these keys.
+pub fn slot_key(scope: &str, slot: u32) -> Cow<'_, str> {
+    if slot == 0 {
+        Cow::Borrowed(scope)
+    } else {
+        Cow::Owned(format!("{scope}{SLOT_SEPARATOR}{slot}"))
+    }
+}
+
+/// The keys `record` holds while active, one per scope ([`slot_key`] of
+/// the slot it holds there), in scope order.
+pub fn held_keys(record: &LeaseRecord) -> impl Iterator<Item = Cow<'_, str>> + '_ {
+    record
+        .scopes
+        .iter()
+        .map(|scope| slot_key(scope, record.slots.get(scope).copied().unwrap_or(0)))
+}
+
+/// Which slot of the counted `scope` an admission contends for, given the
+/// active holder of each of its slots as this request counts them
+/// (`holders[k]` holds slot `k`; as many as the request's capacity): the
+/// lowest free slot; when none is free, under
+/// [`AdmitStrategy::Interrupt`] the lowest whose holder it may interrupt
+/// (its own, or one whose lease is gone); otherwise the slot whose holder
+/// frees first (the earliest expiry, holders without a lease last), whose
+/// holder then blocks the admission ([`plan_admission`]).
+pub fn choose_slot<R: Borrow<LeaseRecord>>(
+    request: &AdmitRequest,
+    holders: &[Option<R>],
+    now: Timestamp,
+) -> u32 {
+    let slot_of = |index: usize| u32::try_from(index).unwrap_or(u32::MAX);
+    if let Some(free) = holders.iter().position(Option::is_none) {
+        return slot_of(free);
+    }
+    let held = || {
+        holders
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, holder)| Some((slot, holder.as_ref()?.borrow())))
+    };
+    if request.strategy == AdmitStrategy::Interrupt {
+        if let Some((slot, _)) = held().find(|(_, holder)| interruptible(request, holder, now)) {
+            return slot_of(slot);
+        }
+    }
+    held()
+        .min_by_key(|(slot, holder)| {
+            (
+                holder.lease_expires_at.is_none(),
+                holder.lease_expires_at,
+                *slot,
+            )
+        })
+        .map_or(0, |(slot, _)| slot_of(slot))
+}
+
+/// Whether an admission under `Interrupt` may interrupt `holder`: it is the
+/// requester's own, or its lease is not valid under the request's grace.
+fn interruptible(request: &AdmitRequest, holder: &LeaseRecord, now: Timestamp) -> bool {
+    holder.owner.as_deref() == Some(request.owner.as_str())
+        || !lease_valid(holder, request.grace, now)
+}
+
 /// Decides an admission from the active holders of the requested scopes.
 ///
-/// `holders` is every active record holding one of `request.scopes`, in any
-/// order (as stored, or as [judged](super::engine::as_judged)); the first
-/// blocking holder in scope order is reported.
+/// `slots` is the slot chosen in each counted scope ([`choose_slot`]);
+/// `holders` is every active record holding the key of a requested scope
+/// (its chosen slot, 0 for an exclusive scope), in any order (as stored, or
+/// as [judged](super::engine::as_judged)); the first blocking holder in
+/// scope order is reported.
 pub fn plan_admission<R: Borrow<LeaseRecord>>(
     request: &AdmitRequest,
+    slots: &BTreeMap<String, u32>,
     holders: &[R],
     now: Timestamp,
 ) -> AdmissionPlan {
     let mut ordered: Vec<&LeaseRecord> = Vec::new();
     for scope in &request.scopes {
+        let slot = slots.get(scope).copied().unwrap_or(0);
         for holder in holders
             .iter()
             .map(Borrow::borrow)
-            .filter(|h: &&LeaseRecord| h.scopes.contains(scope))
+            .filter(|h: &&LeaseRecord| h.slot(scope) == Some(slot))
         {
             if !ordered.iter().any(|seen| seen.id == holder.id) {
                 ordered.push(holder);
@@ -150,10 +228,7 @@ pub fn plan_admission<R: Borrow<LeaseRecord>>(
     }
     let blocking = ordered.iter().find(|holder| match request.strategy {
         AdmitStrategy::Reject => true,
-        AdmitStrategy::Interrupt => {
-            holder.owner.as_deref() != Some(request.owner.as_str())
-                && lease_valid(holder, request.grace, now)
-        }
+        AdmitStrategy::Interrupt => !interruptible(request, holder, now),
     });
     match blocking {
         Some(holder) => AdmissionPlan::Conflict {
@@ -167,8 +242,11 @@ pub fn plan_admission<R: Borrow<LeaseRecord>>(
 }
 
 /// The record `admit` inserts.
+///
+/// `slots` is the slot won in each counted scope ([`choose_slot`]).
 pub fn new_record(
     request: &AdmitRequest,
+    slots: BTreeMap<String, u32>,
     metadata: serde_json::Map<String, serde_json::Value>,
     fence: u64,
     now: Timestamp,
@@ -176,6 +254,7 @@ pub fn new_record(
     LeaseRecord {
         id: request.id.clone(),
         scopes: request.scopes.clone(),
+        slots,
         kind: request.kind.clone(),
         status: Status::Pending,
         owner: Some(request.owner.clone()),

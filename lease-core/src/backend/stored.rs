@@ -4,6 +4,8 @@
 //! operation of the contract writes, and the store answers such a row as
 //! `Corrupt` rather than deciding on it.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::queue::Job;
 use crate::record::LeaseRecord;
 
@@ -18,13 +20,37 @@ pub const LAST_STORED_FENCE: u64 = i64::MAX as u64;
 ///
 /// # Errors
 ///
-/// The reason: stored under another id, or a fence beyond
-/// [`LAST_STORED_FENCE`].
+/// The reason: stored under another id, a fence beyond
+/// [`LAST_STORED_FENCE`], or a slot no admission hands out ([`check_slots`]).
 pub fn check_record(id: &str, record: &LeaseRecord) -> Result<(), String> {
     if record.id != id {
         return Err(format!("it is stored under another id, {:?}", record.id));
     }
+    check_slots(&record.scopes, &record.slots)?;
     stored_fence(record.fence)
+}
+
+/// Whether a record's `slots` are ones an admission could have handed out
+/// ([contract §17](crate::contract)): each of a scope among the record's
+/// `scopes`, below [`MAX_SCOPE_CAPACITY`](crate::limits::MAX_SCOPE_CAPACITY).
+///
+/// # Errors
+///
+/// The reason, naming the first slot that is not.
+pub fn check_slots(scopes: &BTreeSet<String>, slots: &BTreeMap<String, u32>) -> Result<(), String> {
+    for (scope, &slot) in slots {
+        if !scopes.contains(scope) {
+            return Err(format!(
+                "slots: slot {slot} of {scope:?}, a scope the record does not name"
+            ));
+        }
+        if slot >= crate::limits::MAX_SCOPE_CAPACITY {
+            return Err(format!(
+                "slots: slot {slot} of {scope:?}, beyond the largest capacity"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Whether `job`, read back under `id`, is one the contract could have

@@ -16,8 +16,8 @@ use crate::request::{AdmitRequest, ExpiredQuery, StatusChange, TakeoverAction, T
 pub use crate::limits::{
     MAX_BATCH, MAX_GATE_FENCE, MAX_GRACE, MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_METADATA_BYTES,
     MAX_NAME_BYTES, MAX_PROGRESS_BYTES, MAX_RATE_PERIOD, MAX_RATE_PERMITS, MAX_RETENTION,
-    MAX_SCOPES, MAX_TEXT_BYTES, MAX_TTL, MAX_UNIQUE_PERIOD, MIN_RATE_PERIOD, MIN_TTL,
-    MIN_UNIQUE_PERIOD,
+    MAX_SCOPES, MAX_SCOPE_CAPACITY, MAX_TEXT_BYTES, MAX_TTL, MAX_UNIQUE_PERIOD, MIN_RATE_PERIOD,
+    MIN_TTL, MIN_UNIQUE_PERIOD,
 };
 
 /// Checks a name-like field: non-empty, at most [`MAX_NAME_BYTES`], no control
@@ -229,6 +229,7 @@ pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_js
     for each in &request.scopes {
         scope(each)?;
     }
+    capacities(request)?;
     if let Some(lease) = request.ttl {
         ttl(lease)?;
     }
@@ -237,6 +238,31 @@ pub fn admit(request: &AdmitRequest) -> Result<&serde_json::Map<String, serde_js
         rate_limit(limit)?;
     }
     metadata(&request.metadata)
+}
+
+/// The capacities of counted scopes (field `capacities`): each of a
+/// requested scope, 1 to [`MAX_SCOPE_CAPACITY`].
+fn capacities(request: &AdmitRequest) -> Result<()> {
+    for (counted, &capacity) in &request.capacities {
+        if !request.scopes.contains(counted) {
+            return Err(Error::invalid_input(
+                "capacities",
+                format_args!(
+                    "{counted:?} has a capacity but is not among the scopes \
+                     (add it with `counted_scope`)"
+                ),
+            ));
+        }
+        if !(1..=MAX_SCOPE_CAPACITY).contains(&capacity) {
+            return Err(Error::invalid_input(
+                "capacities",
+                format_args!(
+                    "{counted:?} has capacity {capacity}, from 1 to {MAX_SCOPE_CAPACITY} allowed"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A claim.

@@ -9,8 +9,10 @@
 //! ([`validate`](crate::backend::validate) and this module's checks), and answers
 //! contention as typed outcomes; `Err` means the store could not say.
 
+pub mod concurrency;
 mod types;
 
+pub use concurrency::{ConcurrencyLimit, LimitedClaim, RunningJob};
 pub use types::{
     ClaimRequest, Claimed, ClaimedJob, DeadReason, Enqueued, FailAction, Job, JobClaim, JobLoss,
     JobRenewal, JobSettle, JobState, JobUnique, NewJob, OperatorRetry, QueueCounts, ReapReport,

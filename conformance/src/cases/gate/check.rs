@@ -39,6 +39,67 @@ pub async fn gate_refuses_a_taken_over_owner_after_the_takers_fence<S: LeaseStor
     refused(&ctx, resource, new.fence, new.fence + 1).await
 }
 
+/// The holders of a counted scope guard their work per slot
+/// ([`LeaseRecord::slot_resource`](tenure_lease_core::LeaseRecord::slot_resource)):
+/// side by side, each is accepted at its own slot's gate whatever the
+/// other's fence; once a holder's lapsed slot is taken by an interrupting
+/// admission and the successor has written, the old holder is refused
+/// there and the other slot's holder still accepted.
+pub async fn gate_per_slot_refuses_a_holder_that_lost_its_slot<S: LeaseStore + FenceStore>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let scope = "renders";
+    let lapsing = admit(
+        &ctx,
+        AdmitRequest::new("a", "worker-a")
+            .counted_scope(scope, 2)
+            .ttl(SHORT_TTL),
+    )
+    .await?;
+    let staying = admit(
+        &ctx,
+        AdmitRequest::new("b", "worker-b")
+            .counted_scope(scope, 2)
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    let slot_of = |record: &tenure_lease_core::LeaseRecord| {
+        record
+            .slot_resource(scope)
+            .ok_or_else(|| crate::harness::Failure(format!("{:?} names no slot", record.id)))
+    };
+    let (lost, kept) = (slot_of(&lapsing)?, slot_of(&staying)?);
+    ensure!(lost != kept, "two holders, two slots: {lost:?}, {kept:?}");
+    accepted(&ctx, &kept, staying.fence).await?;
+    accepted(&ctx, &lost, lapsing.fence).await?;
+    expire(&ctx, &lapsing, std::time::Duration::ZERO).await?;
+    let successor = match ctx
+        .store
+        .admit(
+            &AdmitRequest::new("c", "worker-c")
+                .counted_scope(scope, 2)
+                .ttl(LONG_TTL)
+                .strategy(tenure_lease_core::AdmitStrategy::Interrupt),
+        )
+        .await?
+    {
+        tenure_lease_core::Admission::Admitted { record, .. } => record,
+        other => {
+            return Err(crate::harness::Failure(format!(
+                "expected the lapsed slot to be taken, got {other:?}"
+            )))
+        }
+    };
+    ensure_eq!(
+        slot_of(&successor)?,
+        lost,
+        "the successor holds the lost slot"
+    );
+    accepted(&ctx, &lost, successor.fence).await?;
+    refused(&ctx, &lost, lapsing.fence, successor.fence).await?;
+    accepted(&ctx, &kept, staying.fence).await
+}
+
 /// The same owner writing again presents the same fence: accepted every
 /// time, the highest unchanged.
 pub async fn gate_accepts_an_equal_fence<S: LeaseStore + FenceStore>(ctx: Ctx<S>) -> CaseResult {

@@ -2,6 +2,7 @@
 //! [contract](tenure_lease_core::contract).
 
 pub mod admit;
+pub mod counted;
 pub mod fence;
 pub mod input;
 pub mod keeper;

@@ -134,6 +134,31 @@ pub async fn releases_name_every_scope_of_a_lease_with_the_most_scopes<S: LeaseS
     .await
 }
 
+/// Holders of counted scopes finish, one in a slot above 0: each notice
+/// names the scope, never the key its slot is held under, the longest
+/// scope name included.
+pub async fn releases_name_the_counted_scope_a_slot_frees<S: LeaseStore + 'static>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let Some(mut releases) = ctx.store.releases().await? else {
+        return ctx.skip(NO_NOTICES);
+    };
+    let scopes = tricky_scopes();
+    let counted = |id: &str| {
+        scopes.iter().fold(
+            AdmitRequest::new(id, "worker-a").ttl(LONG_TTL),
+            |request, scope| request.counted_scope(scope.as_str(), 3),
+        )
+    };
+    admit(&ctx, counted("slot-0")).await?;
+    let second = admit(&ctx, counted("slot-1")).await?;
+    if second.slots.values().any(|&slot| slot != 1) {
+        return Err(Failure(format!("expected slot 1 everywhere: {second:?}")));
+    }
+    apply_transition(&ctx, &claim_of(&second)?, &StatusChange::succeeded()).await?;
+    expect_freed(&mut releases, &scopes, "the end of a holder of slot 1").await
+}
+
 /// A lapsed lease is taken over and failed: its scopes are freed, and
 /// announced.
 pub async fn releases_name_the_scopes_a_failing_takeover_frees<S: LeaseStore + 'static>(

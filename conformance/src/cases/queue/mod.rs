@@ -19,6 +19,7 @@
 pub mod batches;
 pub mod claim;
 pub mod complete_many;
+pub mod concurrency;
 pub mod enqueue;
 pub mod input;
 pub mod list_jobs;

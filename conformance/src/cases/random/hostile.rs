@@ -21,7 +21,8 @@ use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use serde_json::{Map, Number, Value};
 use tenure_lease_core::backend::validate;
 use tenure_lease_core::backend::validate::{
-    MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RATE_PERMITS, MAX_RETENTION, MAX_SCOPES, MAX_TTL, MIN_TTL,
+    MAX_JSON_DEPTH, MAX_LIST_LIMIT, MAX_RATE_PERMITS, MAX_RETENTION, MAX_SCOPES,
+    MAX_SCOPE_CAPACITY, MAX_TTL, MIN_TTL,
 };
 use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{
@@ -224,6 +225,9 @@ enum HostileOp {
         interrupt: bool,
         metadata: Value,
         rate_limit: Option<RateLimit>,
+        /// Capacities of counted scopes: of the first scope (`None`) or of
+        /// any text.
+        capacities: Vec<(Option<String>, u32)>,
     },
     Renew {
         claim: ClaimPick,
@@ -566,6 +570,24 @@ fn hostile_rate_limit() -> BoxedStrategy<RateLimit> {
         .boxed()
 }
 
+/// Capacities of counted scopes, around their bounds, mostly of the
+/// request's first scope.
+fn hostile_capacities() -> BoxedStrategy<Vec<(Option<String>, u32)>> {
+    let capacity = prop_oneof![
+        select(vec![
+            0,
+            1,
+            2,
+            MAX_SCOPE_CAPACITY,
+            MAX_SCOPE_CAPACITY + 1,
+            u32::MAX
+        ]),
+        any::<u32>(),
+    ];
+    let scope = prop_oneof![3 => Just(None), 1 => hostile_text().prop_map(Some)];
+    proptest::collection::vec((scope, capacity), 0..=2).boxed()
+}
+
 fn hostile_op() -> BoxedStrategy<HostileOp> {
     let optional_duration = proptest::option::of(hostile_duration());
     let admit = (
@@ -581,9 +603,10 @@ fn hostile_op() -> BoxedStrategy<HostileOp> {
         any::<bool>(),
         hostile_metadata(),
         proptest::option::of(hostile_rate_limit()),
+        hostile_capacities(),
     )
         .prop_map(
-            |(id, owner, scopes, kind, ttl, grace, interrupt, metadata, rate_limit)| {
+            |(id, owner, scopes, kind, ttl, grace, interrupt, metadata, rate_limit, capacities)| {
                 HostileOp::Admit {
                     id,
                     owner,
@@ -594,6 +617,7 @@ fn hostile_op() -> BoxedStrategy<HostileOp> {
                     interrupt,
                     metadata,
                     rate_limit,
+                    capacities,
                 }
             },
         );
@@ -908,9 +932,17 @@ impl<'a, S: LeaseStore> HostileRun<'a, S> {
                 interrupt,
                 metadata,
                 rate_limit,
+                capacities,
             } => Call::Admit(AdmitRequest {
                 id: self.id(id),
                 scopes: scopes.iter().map(|scope| self.scope(scope)).collect(),
+                capacities: capacities
+                    .iter()
+                    .filter_map(|(scope, capacity)| {
+                        let scope = scope.as_ref().or(scopes.first())?;
+                        Some((self.scope(scope), *capacity))
+                    })
+                    .collect(),
                 kind: kind.clone(),
                 owner: owner.clone(),
                 ttl: *ttl,

@@ -114,15 +114,17 @@ async fn active_holders_of<S: LeaseStore>(
     Ok(active)
 }
 
-/// Fails unless every scope has at most one active holder (invariant 1).
+/// Fails unless every scope (every slot of a counted one) has at most one
+/// active holder (invariant 1).
 async fn ensure_one_holder_per_scope<S: LeaseStore>(ctx: &Ctx<S>) -> CaseResult {
     let active = ctx.store.list_active().await?;
-    let mut holders: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut holders: BTreeMap<(&str, Option<u32>), &str> = BTreeMap::new();
     for record in &active {
         for scope in &record.scopes {
-            if let Some(other) = holders.insert(scope, &record.id) {
+            let slot = record.slot(scope);
+            if let Some(other) = holders.insert((scope, slot), &record.id) {
                 return Err(Failure(format!(
-                    "scope {scope:?} has two active holders: {other:?} and {:?}",
+                    "slot {slot:?} of scope {scope:?} has two active holders: {other:?} and {:?}",
                     record.id
                 )));
             }

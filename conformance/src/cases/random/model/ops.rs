@@ -19,6 +19,9 @@ pub(crate) const SCOPE_POOL: usize = 4;
 /// permits and a period no run outlasts.
 pub(crate) const RATE_POOL: usize = 2;
 
+/// The largest capacity a counted scope of a run has.
+pub(crate) const MAX_CAPACITY: u32 = 3;
+
 /// Which id an admission uses.
 #[derive(Debug, Clone)]
 pub(crate) enum IdChoice {
@@ -67,6 +70,9 @@ pub(crate) struct AdmitOp {
     pub(crate) tag: Option<u8>,
     /// Index into the rate limit pool.
     pub(crate) rate_limit: Option<usize>,
+    /// The capacity of its first scope, counted
+    /// ([contract §17](tenure_lease_core::contract)).
+    pub(crate) capacity: Option<u32>,
 }
 
 /// A `transition`, with or without an error and a stop reason.
@@ -164,9 +170,10 @@ fn admit() -> impl Strategy<Value = Op> {
         any::<bool>(),
         prop::option::of(0u8..4),
         prop::option::weighted(0.4, 0..RATE_POOL),
+        prop::option::weighted(0.5, 1..=MAX_CAPACITY),
     )
         .prop_map(
-            |(id, owner, scopes, strategy, ttl, grace, custom_kind, tag, rate_limit)| {
+            |(id, owner, scopes, strategy, ttl, grace, custom_kind, tag, rate_limit, capacity)| {
                 Op::Admit(AdmitOp {
                     id,
                     owner,
@@ -177,6 +184,7 @@ fn admit() -> impl Strategy<Value = Op> {
                     custom_kind,
                     tag,
                     rate_limit,
+                    capacity,
                 })
             },
         )

@@ -170,6 +170,8 @@ impl Lease {
 pub(crate) struct ModelRecord {
     pub(crate) id: String,
     pub(crate) scopes: BTreeSet<String>,
+    /// The slot held in each counted scope.
+    pub(crate) slots: BTreeMap<String, u32>,
     pub(crate) kind: String,
     pub(crate) status: Status,
     /// Every record of this model has an owner: admission sets one and no
@@ -193,6 +195,14 @@ impl ModelRecord {
 
     fn is_terminal(&self) -> bool {
         matches!(self.status, Status::Succeeded | Status::Failed)
+    }
+
+    /// Whether the record, active, holds slot `slot` of `scope` (an
+    /// exclusive scope is slot 0).
+    fn holds_slot(&self, scope: &str, slot: u32) -> bool {
+        self.is_active()
+            && self.scopes.contains(scope)
+            && self.slots.get(scope).copied().unwrap_or(0) == slot
     }
 
     /// Whether the owner still holds the lease, allowing `grace`.
@@ -232,6 +242,8 @@ pub(crate) struct Admit {
     pub(crate) id: String,
     pub(crate) owner: String,
     pub(crate) scopes: BTreeSet<String>,
+    /// The counted scopes among `scopes`, with their capacities.
+    pub(crate) capacities: BTreeMap<String, u32>,
     pub(crate) kind: String,
     pub(crate) strategy: AdmitStrategy,
     pub(crate) ttl: Option<Ttl>,
@@ -324,16 +336,56 @@ impl Model {
             .collect()
     }
 
+    /// The slot of the counted `scope` an admission contends for
+    /// ([contract §17](tenure_lease_core::contract)): the lowest free one;
+    /// when all are held, under `Interrupt` the lowest whose holder it may
+    /// interrupt; else the one whose holder's lease ends first (no lease
+    /// last, then the lowest).
+    fn slot_for(&self, request: &Admit, scope: &str, capacity: u32) -> u32 {
+        let holder_of = |slot: u32| {
+            self.records
+                .values()
+                .find(|record| record.holds_slot(scope, slot))
+        };
+        let mut held = Vec::new();
+        for slot in 0..capacity {
+            match holder_of(slot) {
+                None => return slot,
+                Some(holder) => held.push((slot, holder)),
+            }
+        }
+        if request.strategy == AdmitStrategy::Interrupt {
+            if let Some((slot, _)) = held.iter().find(|(_, holder)| {
+                holder.owner == request.owner || !holder.holds_lease(request.grace)
+            }) {
+                return *slot;
+            }
+        }
+        held.iter()
+            .min_by_key(|(slot, holder)| {
+                let ends = holder.lease.as_ref().map(|lease| lease.expires_at.known());
+                (ends.is_none(), ends, *slot)
+            })
+            .map_or(0, |(slot, _)| *slot)
+    }
+
     /// [Contract §3](tenure_lease_core::contract), admit.
     pub(crate) fn admit(&mut self, request: &Admit) -> AdmitExpectation {
         if self.records.contains_key(&request.id) {
             return AdmitExpectation::AlreadyExists;
         }
-        // Active holders of the requested scopes, in scope order, each once.
+        // The slot contended for in each counted scope (§17), then the
+        // active holders of the slots requested, in scope order, each once.
+        let slots: BTreeMap<String, u32> = request
+            .capacities
+            .iter()
+            .map(|(scope, &capacity)| (scope.clone(), self.slot_for(request, scope, capacity)))
+            .collect();
         let mut holders: Vec<&ModelRecord> = Vec::new();
         for scope in &request.scopes {
+            let slot = slots.get(scope).copied().unwrap_or(0);
             for record in self.records.values() {
-                let holds = record.is_active() && record.scopes.contains(scope);
+                let holds = record.holds_slot(scope, slot);
                 if holds && !holders.iter().any(|seen| seen.id == record.id) {
                     holders.push(record);
                 }
@@ -371,6 +423,7 @@ impl Model {
             ModelRecord {
                 id: request.id.clone(),
                 scopes: request.scopes.clone(),
+                slots,
                 kind: request.kind.clone(),
                 status: Status::Pending,
                 owner: request.owner.clone(),

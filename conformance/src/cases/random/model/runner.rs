@@ -381,6 +381,7 @@ impl<S: LeaseStore> Run<'_, S> {
         };
         let mut differences = Vec::new();
         check_field(&mut differences, "scopes", &expected.scopes, &actual.scopes);
+        check_field(&mut differences, "slots", &expected.slots, &actual.slots);
         check_field(&mut differences, "kind", &expected.kind, &actual.kind);
         check_field(&mut differences, "status", &expected.status, &actual.status);
         check_field(
@@ -550,16 +551,24 @@ impl<S: LeaseStore> Run<'_, S> {
             ttl: op.ttl,
             grace: op.grace,
             metadata,
+            capacities: op
+                .capacity
+                .zip(op.scopes.first())
+                .map(|(capacity, &scope)| (self.scope(scope), capacity))
+                .into_iter()
+                .collect(),
             rate_limit: op.rate_limit.map(|index| {
                 let permits = u32::try_from(index + 1).unwrap_or(u32::MAX);
                 (format!("{}rate{index}", self.prefix), permits)
             }),
         };
         self.note(format!(
-            "admit {} by {} on {:?}, {:?}, ttl {}, grace {}, kind {}, metadata {}, rate limit {:?}",
+            "admit {} by {} on {:?} (capacities {:?}), {:?}, ttl {}, grace {}, kind {}, metadata {}, \
+             rate limit {:?}",
             admit.id,
             admit.owner,
             admit.scopes,
+            admit.capacities,
             admit.strategy,
             admit.ttl.map_or("none".to_owned(), |ttl| ttl.to_string()),
             admit.grace,
@@ -570,6 +579,7 @@ impl<S: LeaseStore> Run<'_, S> {
         let request = AdmitRequest {
             id: admit.id.clone(),
             scopes: admit.scopes.clone(),
+            capacities: admit.capacities.clone(),
             kind: admit.kind.clone(),
             owner: admit.owner.clone(),
             ttl: admit.ttl.map(Ttl::duration),
@@ -1033,7 +1043,7 @@ impl<S: LeaseStore> Run<'_, S> {
             .list_active()
             .await
             .map_err(|error| store_error("list_active", error))?;
-        let mut holders: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut holders: BTreeMap<(&str, Option<u32>), &str> = BTreeMap::new();
         for record in &active {
             if !record.is_active() {
                 return Err(format!(
@@ -1042,10 +1052,11 @@ impl<S: LeaseStore> Run<'_, S> {
                 ));
             }
             for scope in &record.scopes {
-                if let Some(other) = holders.insert(scope, &record.id) {
+                let slot = record.slot(scope);
+                if let Some(other) = holders.insert((scope, slot), &record.id) {
                     return Err(format!(
-                        "two active records hold scope {scope:?}: {other:?} and {:?} \
-                         (contract §13, invariant 1)",
+                        "two active records hold slot {slot:?} of scope {scope:?}: {other:?} \
+                         and {:?} (contract §13, invariant 1)",
                         record.id
                     ));
                 }
