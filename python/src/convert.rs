@@ -9,13 +9,13 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDelta, PyDeltaAccess, PyFrozenSet, PyList, PyModule, PyTuple};
+use pyo3::types::{PyBool, PyDelta, PyDeltaAccess, PyDict, PyFrozenSet, PyList, PyModule, PyTuple};
 
 use tenure::keeper::{CancelAnywhereOutcome, ReconcileReport, ShutdownReport};
-use tenure::limits::MAX_RATE_PERMITS;
+use tenure::limits::{MAX_RATE_PERMITS, MAX_SCOPE_CAPACITY};
 use tenure::queue::{
-    Claimed, ClaimedJob, Enqueued, Job, JobClaim, JobLoss, JobRenewal, JobSettle, JobState,
-    OperatorRetry, QueueCounts, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
+    Claimed, ClaimedJob, ConcurrencyLimit, Enqueued, Job, JobClaim, JobLoss, JobRenewal, JobSettle,
+    JobState, OperatorRetry, QueueCounts, ReapReport, TakeBack, TakeBackRefusal, UniquePolicy,
 };
 use tenure::rate::RateLimit;
 use tenure::{
@@ -122,8 +122,18 @@ pub(crate) fn record<'py>(py: Python<'py>, record: &LeaseRecord) -> PyResult<Bou
             record.stop_reason.as_deref(),
             metadata,
             optional_json(py, record.progress.as_ref())?,
+            slots(py, record)?,
         ],
     )
+}
+
+/// A record's slots, scope → slot number, as a `dict`.
+fn slots<'py>(py: Python<'py>, record: &LeaseRecord) -> PyResult<Bound<'py, PyAny>> {
+    let slots = PyDict::new(py);
+    for (scope, slot) in &record.slots {
+        slots.set_item(scope, slot)?;
+    }
+    Ok(slots.into_any())
 }
 
 pub(crate) fn records<'py>(
@@ -726,6 +736,75 @@ pub(crate) fn rate_limit_arg(value: Option<&Bound<'_, PyAny>>) -> PyResult<Optio
     let period = seconds_arg(&part("period")?)
         .map_err(|message| invalid("rate_limit", format_args!("period {message}")))?;
     Ok(Some(RateLimit::new(key, permits, to_whole_micros(period))))
+}
+
+/// A `counted_scopes` argument: a mapping of scope to capacity (`None`
+/// for none), in the mapping's order. A capacity that is no whole number
+/// from 0 to 2³² − 1 is refused here (field `capacities`); the store's
+/// front refuses the rest of what is out of bounds.
+pub(crate) fn capacities_arg(value: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, u32)>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let not_a_mapping = || {
+        invalid(
+            "capacities",
+            "counted_scopes must be a mapping of scope to capacity, such as {\"exports\": 3}",
+        )
+    };
+    let items = value.call_method0("items").map_err(|_| not_a_mapping())?;
+    items
+        .try_iter()
+        .map_err(|_| not_a_mapping())?
+        .map(|item| {
+            let (scope, capacity) = item?
+                .extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()
+                .map_err(|_| not_a_mapping())?;
+            let scope = scope
+                .extract::<String>()
+                .map_err(|_| invalid("capacities", "each counted scope must be a string"))?;
+            let capacity = capacity_arg(&capacity, &scope)?;
+            Ok((scope, capacity))
+        })
+        .collect()
+}
+
+/// One capacity: a whole number (not a `bool`) that fits a `u32`.
+fn capacity_arg(value: &Bound<'_, PyAny>, scope: &str) -> PyResult<u32> {
+    let whole = if value.is_instance_of::<PyBool>() {
+        None
+    } else {
+        value.extract::<u32>().ok()
+    };
+    whole.ok_or_else(|| {
+        invalid(
+            "capacities",
+            format_args!(
+                "{scope:?} has capacity {}, from 1 to {MAX_SCOPE_CAPACITY} allowed",
+                value
+                    .repr()
+                    .map_or_else(|_| "?".to_owned(), |repr| repr.to_string())
+            ),
+        )
+    })
+}
+
+/// A `ConcurrencyLimit` argument: a `tenure.ConcurrencyLimit` (or anything
+/// with `key` and `capacity`). What cannot be read as one is refused here
+/// (field `limit`; a capacity that is no whole number: `capacities`), the
+/// rest by the store's front (a bad key: `scope`; a capacity out of
+/// bounds: `capacities`).
+pub(crate) fn concurrency_limit_arg(value: &Bound<'_, PyAny>) -> PyResult<ConcurrencyLimit> {
+    let part = |name: &str| {
+        value
+            .getattr(name)
+            .map_err(|_| invalid("concurrency", "must be a tenure.ConcurrencyLimit(key, capacity)"))
+    };
+    let key = part("key")?
+        .extract::<String>()
+        .map_err(|_| invalid("concurrency", "key must be a string"))?;
+    let capacity = capacity_arg(&part("capacity")?, &key)?;
+    Ok(ConcurrencyLimit::new(key, capacity))
 }
 
 /// The name an enum argument gives: a `tenure.Status` / `tenure.JobState`

@@ -318,7 +318,7 @@ impl PyKeeper {
 
     /// Admits run `id` and holds it: `Admitted` (its `run` renewed from now
     /// on), `Conflict`, `RateLimited` or `AlreadyExists`.
-    #[pyo3(signature = (id, *, scopes=None, kind=None, strategy="reject", metadata=None, rate_limit=None))]
+    #[pyo3(signature = (id, *, scopes=None, kind=None, strategy="reject", metadata=None, rate_limit=None, counted_scopes=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn _admit<'py>(
         &self,
@@ -329,6 +329,7 @@ impl PyKeeper {
         strategy: &str,
         metadata: Option<&Bound<'py, PyAny>>,
         rate_limit: Option<&Bound<'py, PyAny>>,
+        counted_scopes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let request = store::admit_request(
             self.keeper.request(id.clone()),
@@ -337,6 +338,7 @@ impl PyKeeper {
             strategy,
             metadata,
             rate_limit,
+            counted_scopes,
         )?;
         let keeper = Arc::clone(&self.keeper);
         let watch = Arc::clone(&self.watch);

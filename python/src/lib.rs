@@ -8,6 +8,7 @@
 //! ([`convert`]), its errors in another ([`errors`]).
 
 mod bridge;
+mod concurrency;
 mod convert;
 mod election;
 mod errors;
@@ -27,6 +28,7 @@ fn _tenure(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<held::PyHeld>()?;
     module.add_class::<held::PyRun>()?;
     module.add_class::<held::PyJobRun>()?;
+    module.add_class::<concurrency::PyRunningJob>()?;
     module.add_class::<election::PyElection>()?;
     module.add_class::<election::PySchedule>()?;
     module.add_class::<election::PyTerm>()?;

@@ -20,6 +20,7 @@ use tenure::{
 };
 
 use crate::bridge::{self, Failure};
+use crate::concurrency;
 use crate::convert;
 use crate::errors;
 
@@ -101,10 +102,14 @@ pub(crate) fn admit_request(
     strategy_name: &str,
     metadata: Option<&Bound<'_, PyAny>>,
     rate_limit: Option<&Bound<'_, PyAny>>,
+    counted_scopes: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<AdmitRequest> {
     let mut request = request
         .scopes(convert::strings(scopes, "scopes")?)
         .strategy(strategy(strategy_name)?);
+    for (scope, capacity) in convert::capacities_arg(counted_scopes)? {
+        request = request.counted_scope(scope, capacity);
+    }
     if let Some(kind) = kind {
         request = request.kind(kind);
     }
@@ -145,10 +150,12 @@ impl PyStore {
 
     /// Admits run `id` for `owner`: `Admitted`, `Conflict`, `RateLimited`
     /// (with a `rate_limit` that has no permit left) or `AlreadyExists`.
+    /// `counted_scopes` (scope → capacity) are scopes held in one of
+    /// `capacity` slots each (contract §17).
     /// With `wait_for` (seconds), a held scope (or a spent rate limit) is
     /// waited for, in turn with the process's other waiters of this store,
     /// up to that long (`tenure::wait::Waiter`).
-    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None, wait_for=None, rate_limit=None))]
+    #[pyo3(signature = (id, owner, *, scopes=None, kind=None, ttl=None, strategy="reject", metadata=None, grace=None, wait_for=None, rate_limit=None, counted_scopes=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn admit<'py>(
         &self,
@@ -163,6 +170,7 @@ impl PyStore {
         grace: Option<&Bound<'py, PyAny>>,
         wait_for: Option<&Bound<'py, PyAny>>,
         rate_limit: Option<&Bound<'py, PyAny>>,
+        counted_scopes: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut request = admit_request(
             AdmitRequest::new(id.clone(), owner),
@@ -171,6 +179,7 @@ impl PyStore {
             strategy,
             metadata,
             rate_limit,
+            counted_scopes,
         )?;
         if let Some(ttl) = convert::optional_duration(ttl, "ttl")? {
             request = request.ttl(ttl);
@@ -540,6 +549,39 @@ impl PyStore {
             &self.url,
             async move { store.claim_limited(&request).await },
             convert::claimed,
+        )
+    }
+
+    /// Claims one job of `queue` for `worker` under a lease of `ttl`
+    /// seconds within `concurrency` (a `ConcurrencyLimit`): first a slot of the
+    /// limit's counted scope (taking a lapsed worker's slot over), then
+    /// the job. Answers a `RunningJob` (the job and its slot), `Full`
+    /// (every slot held: the slot that frees first, `retry_after`) or
+    /// `None` (no job was due; the slot was given back).
+    #[pyo3(signature = (queue, worker, ttl, concurrency, *, capabilities=None))]
+    fn claim_within<'py>(
+        &self,
+        py: Python<'py>,
+        queue: String,
+        worker: String,
+        ttl: &Bound<'py, PyAny>,
+        concurrency: &Bound<'py, PyAny>,
+        capabilities: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let request = ClaimRequest::new(queue, worker, convert::duration(ttl, "ttl")?)
+            .capabilities(convert::strings(capabilities, "capabilities")?);
+        let limit = convert::concurrency_limit_arg(concurrency)?;
+        let store = Arc::clone(&self.store);
+        let url = Arc::clone(&self.url);
+        bridge::spawn(
+            py,
+            async move {
+                match limit.claim(&*store, &request).await {
+                    Ok(claim) => Ok((claim, store, url)),
+                    Err(error) => Err(Failure::store(error, &url)),
+                }
+            },
+            |py, (claim, store, url)| concurrency::limited_claim(py, claim, store, url),
         )
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any, Awaitable, Callable, Generator, Iterable, Optional, Union
+from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Optional, Union
 
 from . import _tenure
 from ._errors import NotAdmitted
@@ -93,10 +93,13 @@ class Keeper(_tenure.Keeper):
         strategy: str = "reject",
         metadata: Any = None,
         rate_limit: Optional[RateLimit] = None,
+        counted_scopes: Optional[Mapping[str, int]] = None,
     ) -> Admission:
         """Admits run ``id`` under this keeper's worker id, ttl and grace;
         with ``rate_limit`` only while it has a permit left (else the answer
-        is ``RateLimited``)."""
+        is ``RateLimited``). ``counted_scopes`` (scope → capacity) are
+        scopes held in one of ``capacity`` slots each, as with
+        ``Store.admit``."""
         return Admission(
             self._admit(
                 id,
@@ -105,6 +108,7 @@ class Keeper(_tenure.Keeper):
                 strategy=strategy,
                 metadata=metadata,
                 rate_limit=rate_limit,
+                counted_scopes=counted_scopes,
             )
         )
 

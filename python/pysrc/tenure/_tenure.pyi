@@ -5,7 +5,7 @@ Durations are seconds (``float`` or ``int``) or ``datetime.timedelta``;
 instants are timezone-aware ``datetime`` objects."""
 
 from datetime import datetime, timedelta
-from typing import Any, Awaitable, Callable, Iterable, List, Optional, Union
+from typing import Any, Awaitable, Callable, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._types import (
     Accepted,
@@ -16,8 +16,10 @@ from ._types import (
     Claim,
     Claimed,
     ClaimedJob,
+    ConcurrencyLimit,
     Conflict,
     ExpiredScan,
+    Full,
     Job,
     JobClaim,
     JobState,
@@ -94,10 +96,18 @@ class Store:
         grace: Optional[Seconds] = None,
         wait_for: Optional[Seconds] = None,
         rate_limit: Optional[RateLimit] = None,
+        counted_scopes: Optional[Mapping[str, int]] = None,
     ) -> Awaitable[Union[Admitted, Conflict, RateLimited, AlreadyExists]]:
         """Admits run ``id`` for ``owner`` holding ``scopes``; ``strategy``
         ``"interrupt"`` interrupts the holders of the scopes instead of
         answering ``Conflict``. Without ``ttl`` the record has no lease.
+        ``counted_scopes`` (scope → capacity, 1 to 1000) are scopes of
+        ``capacity`` slots each, a semaphore (contract §17): the record
+        holds the lowest free slot of each (``LeaseRecord.slots``), and
+        when every slot is held the answer is ``Conflict`` naming the
+        holder that frees first. They are added to ``scopes``; an
+        exclusive scope of the same name is its slot 0. A capacity out of
+        bounds raises ``InvalidInputError`` (``field`` ``"capacities"``).
         With ``rate_limit``, once the scopes admit it, it is admitted only
         while the limit has a permit left (using one), else answered
         ``RateLimited`` with nothing changed; a ``Conflict`` or
@@ -218,6 +228,26 @@ class Store:
         when the limit held back a claimable job, else ``None``; a claim
         that finds nothing uses no permit. Without ``rate_limit`` it claims
         as ``claim`` does."""
+    def claim_within(
+        self,
+        queue: str,
+        worker: str,
+        ttl: Seconds,
+        concurrency: ConcurrencyLimit,
+        *,
+        capabilities: Optional[Iterable[str]] = None,
+    ) -> Awaitable[Union[RunningJob, Full, None]]:
+        """Claims one job of ``queue`` within ``concurrency``: at most
+        ``limit.capacity`` jobs claimed through ``limit.key`` run at once,
+        across workers and queues. First a slot lease of the limit's
+        counted scope is admitted for ``worker`` under ``ttl`` (taking over
+        the slot of a worker whose lease lapsed when none is free), then
+        one job is claimed.
+
+        Answers a ``RunningJob`` (the job and its slot: renew both while it
+        runs, then ``complete()`` or ``fail()`` it, which frees the slot),
+        ``Full`` (every slot held by a worker whose lease is valid; nothing
+        claimed) or ``None`` (no job was due; the slot was given back)."""
     def renew_job(self, claim: JobClaim, ttl: Seconds) -> Awaitable[Union[Renewed, Lost]]:
         """Extends a job claim's lease."""
     def renew_job_with_progress(
@@ -338,6 +368,45 @@ class JobRun(Held):
         dead_letter: bool = False,
     ) -> Awaitable[Job]: ...
     async def __aenter__(self) -> "JobRun": ...
+
+class RunningJob:
+    """A job claimed through a ``ConcurrencyLimit`` (``Store.claim_within``),
+    with the slot lease its worker holds while it runs. The job counts
+    against the limit while its worker holds the slot: renew both (every
+    third of the ttl, say) and stop the work when either is ``Lost``."""
+
+    __match_args__ = ("job", "slot")
+    @property
+    def job(self) -> ClaimedJob:
+        """The job and its claim, as ``claim`` answers them."""
+    @property
+    def slot(self) -> LeaseRecord:
+        """The slot lease, as admitted (``slot.slots[limit.key]`` is the
+        slot number)."""
+    @property
+    def slot_claim(self) -> Claim:
+        """The claim on the slot lease."""
+    def renew(
+        self, ttl: Seconds
+    ) -> Awaitable[Tuple[Union[Renewed, Lost], Union[Renewed, Lost]]]:
+        """Renews the job, then the slot: ``(job_renewal, slot_renewal)``.
+        A lost slot means another claim took it over: the job no longer
+        counts against the limit, and the work should stop."""
+    def complete(self) -> Awaitable[Union[Settled, Rejected]]:
+        """Completes the job (the fenced completion), then gives the slot
+        back; answers the job's settle."""
+    def fail(
+        self,
+        error: str,
+        *,
+        backoff: Optional[Seconds] = None,
+        dead_letter: bool = False,
+    ) -> Awaitable[Union[Settled, Rejected]]:
+        """Fails the job as ``Store.fail`` does, then gives the slot back."""
+    def release(self) -> Awaitable[Union[Applied, Rejected]]:
+        """Gives the slot back, the job left as it is: ``Applied`` while
+        this worker held the slot, ``Rejected`` once another claim took it
+        over."""
 
 class Keeper:
     """The native keeper; use ``tenure.Keeper``, which adds the loop's

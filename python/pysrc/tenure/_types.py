@@ -33,6 +33,7 @@ __all__ = [
     "SkippedRecord",
     "ExpiredScan",
     "RateLimit",
+    "ConcurrencyLimit",
     "Admitted",
     "Conflict",
     "RateLimited",
@@ -49,6 +50,9 @@ __all__ = [
     "JobClaim",
     "ClaimedJob",
     "Claimed",
+    "Full",
+    "Created",
+    "Duplicate",
     "Settled",
     "TakenBack",
     "NotTakenBack",
@@ -120,11 +124,33 @@ class LeaseRecord:
     #: The latest progress a holder reported with a renewal
     #: (``Store.renew_with_progress``); ``None`` until the first.
     progress: Any = field(default=None, hash=False, compare=True)
+    #: The slot held in each counted scope among ``scopes`` (admitted with
+    #: ``counted_scopes=``), numbered from 0 and kept through renewals and
+    #: takeovers (contract §17); empty for exclusive scopes only.
+    slots: Dict[str, int] = field(default_factory=dict, hash=False, compare=True)
 
     @property
     def is_active(self) -> bool:
         """Pending or running: the record holds its scopes."""
         return self.status.is_active
+
+    def slot(self, scope: str) -> Optional[int]:
+        """The slot the record holds in ``scope``: its slot when ``scope``
+        is counted, 0 when it holds ``scope`` exclusively (an exclusive
+        scope is slot 0 of the counted scope of that name), ``None`` when
+        it does not name ``scope``. Held only while the record is active."""
+        if scope not in self.scopes:
+            return None
+        return self.slots.get(scope, 0)
+
+    def slot_resource(self, scope: str) -> Optional[str]:
+        """The fence gate resource of the record's slot in ``scope``,
+        ``"{scope}#{slot}"`` (``None`` when it does not name ``scope``):
+        what the holders of one slot, one after the other, guard their
+        writes with (``Store.check_fence``), so a holder that lost its slot
+        is refused once its successor has written."""
+        slot = self.slot(scope)
+        return None if slot is None else f"{scope}#{slot}"
 
     def claim(self) -> Optional[Claim]:
         """The current owner's claim, if the record has an owner."""
@@ -168,6 +194,38 @@ class RateLimit:
     key: str
     permits: int
     period: Union[float, timedelta]
+
+
+# Concurrency limits (store.claim_within).
+
+
+@dataclass(frozen=True)
+class ConcurrencyLimit:
+    """At most ``capacity`` jobs claimed through this limit running at
+    once, across every worker and queue naming its ``key``
+    (``Store.claim_within``).
+
+    The limit is the counted scope ``key`` (contract §17): each claim
+    through it first admits a slot lease (kind ``"concurrency_slot"``) into
+    one of the scope's ``capacity`` slots, then claims one job; the slot
+    frees when the worker completes, fails or releases the job, or when its
+    lease lapses (the next claim through the limit then takes it over).
+    The store checks the values: a key that is no name raises
+    ``InvalidInputError`` (``field`` ``"scope"``), a capacity outside 1 to
+    1000 ``InvalidInputError`` (``field`` ``"capacities"``)."""
+
+    key: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class Full:
+    """``claim_within`` claimed nothing: every slot of the limit is held by
+    a worker whose lease is valid. ``holder``: the slot lease that frees
+    first; ``retry_after``: seconds until its lease ends."""
+
+    holder: LeaseRecord
+    retry_after: Optional[float]
 
 
 # Admission (store.admit, keeper.admit).
