@@ -796,9 +796,12 @@ fn capacity_arg(value: &Bound<'_, PyAny>, scope: &str) -> PyResult<u32> {
 /// bounds: `capacities`).
 pub(crate) fn concurrency_limit_arg(value: &Bound<'_, PyAny>) -> PyResult<ConcurrencyLimit> {
     let part = |name: &str| {
-        value
-            .getattr(name)
-            .map_err(|_| invalid("concurrency", "must be a tenure.ConcurrencyLimit(key, capacity)"))
+        value.getattr(name).map_err(|_| {
+            invalid(
+                "concurrency",
+                "must be a tenure.ConcurrencyLimit(key, capacity)",
+            )
+        })
     };
     let key = part("key")?
         .extract::<String>()
