@@ -8,15 +8,13 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use tenure_backend_etcd::EtcdStore;
-use tenure_conformance::Factory;
 use tenure_lease_core::backend::rules::slot_key;
 use tenure_lease_core::{
     Admission, AdmitRequest, AdmitStrategy, ErrorKind, ExpiredQuery, LeaseRecord, LeaseStore,
     StatusChange, TakeoverRequest, Transition,
 };
-use tenure_test_support::etcd::PrivateEtcd;
 
-use crate::common::EtcdFactory;
+use crate::common::{store_and_client, value};
 
 /// `slots` values that cannot be decoded (the record holds `pool`).
 const DAMAGES: [&str; 11] = [
@@ -33,20 +31,6 @@ const DAMAGES: [&str; 11] = [
     "{\"pool\": null}",
 ];
 
-/// A store on a fresh prefix of this binary's cluster, and a client of its
-/// own to reach under the store; `None` (the test skipped) without etcd.
-async fn store_and_client(test: &str) -> Option<(EtcdStore, Client)> {
-    if let Some(reason) = PrivateEtcd::unavailable_reason() {
-        tenure_conformance::skip_unless_required(test, &reason);
-        return None;
-    }
-    let store = EtcdFactory.create().await.expect("a store").store;
-    let client = Client::connect(store.config().endpoints(), None)
-        .await
-        .expect("a client");
-    Some((store, client))
-}
-
 /// The key of the record `id` in `store`.
 fn record_key(store: &EtcdStore, id: &str) -> String {
     format!("{}/r/{id}", store.config().key_prefix())
@@ -59,12 +43,6 @@ fn index_key(store: &EtcdStore, scope: &str, slot: u32) -> String {
         store.config().key_prefix(),
         slot_key(scope, slot)
     )
-}
-
-/// The value of `key`, if any.
-async fn value(client: &mut Client, key: &str) -> Option<Vec<u8>> {
-    let got = client.get(key, None).await.expect("get");
-    got.kvs().first().map(|kv| kv.value().to_vec())
 }
 
 /// Every scope index entry of `store`, key past the index prefix and value.

@@ -7,13 +7,11 @@ use std::time::Duration;
 
 use etcd_client::{Client, GetOptions};
 use tenure_backend_etcd::EtcdStore;
-use tenure_conformance::Factory;
 use tenure_lease_core::queue::{ClaimRequest, JobQueue, NewJob};
 use tenure_lease_core::rate::RateLimit;
 use tenure_lease_core::{Admission, AdmitRequest, AdmitStrategy, ErrorKind, LeaseStore};
-use tenure_test_support::etcd::PrivateEtcd;
 
-use crate::common::EtcdFactory;
+use crate::common::{store_and_client, value};
 
 /// Logs that cannot be decoded, for a limit of two permits.
 const DAMAGES: [&[u8]; 6] = [
@@ -25,20 +23,6 @@ const DAMAGES: [&[u8]; 6] = [
     b"\xff\xfe",
 ];
 
-/// A store on a fresh prefix of this binary's cluster, and a client of its
-/// own to reach under the store; `None` (the test skipped) without etcd.
-async fn store_and_client(test: &str) -> Option<(EtcdStore, Client)> {
-    if let Some(reason) = PrivateEtcd::unavailable_reason() {
-        tenure_conformance::skip_unless_required(test, &reason);
-        return None;
-    }
-    let store = EtcdFactory.create().await.expect("a store").store;
-    let client = Client::connect(store.config().endpoints(), None)
-        .await
-        .expect("a client");
-    Some((store, client))
-}
-
 /// The key of `limit`'s log in `store`.
 fn log_key(store: &EtcdStore, limit: &RateLimit) -> String {
     format!(
@@ -48,12 +32,6 @@ fn log_key(store: &EtcdStore, limit: &RateLimit) -> String {
         limit.period.as_millis(),
         limit.key
     )
-}
-
-/// The value of `key`, if any.
-async fn value(client: &mut Client, key: &str) -> Option<Vec<u8>> {
-    let got = client.get(key, None).await.expect("get");
-    got.kvs().first().map(|kv| kv.value().to_vec())
 }
 
 /// Every rate log key of `store`.

@@ -1468,6 +1468,35 @@ impl Recorder for AdmitRetries {
 /// the retry counter shows. Uncontended admissions count nothing. The
 /// runtime is current-thread, so the recorder (local to this thread) sees
 /// the admission's task.
+/// Waits until a session on `store`'s schema waits for a lock: the
+/// admission under test, queued behind a writer's open transaction.
+/// Polls the server, which has no signal to give.
+async fn until_an_admission_waits_on_a_lock(url: &str, store: &PgStore) {
+    let mut watcher = PgConnection::connect(url).await.expect("watcher");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+             AND state = 'active' AND position($1 in query) > 0 \
+             AND pid <> pg_backend_pid()",
+        )
+        .bind(store.schema())
+        .fetch_optional(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if waiting.is_some() {
+            watcher.close().await.expect("close the watcher");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the admission never waited on the lockless writer"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_admission_that_loses_a_race_counts_its_retry() {
     let retries = AdmitRetries::default();
@@ -1517,28 +1546,7 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
                         .await
                 }
             });
-            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let waiting: Option<i32> = sqlx::query_scalar(
-                    "SELECT pid FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                     AND state = 'active' AND position($1 in query) > 0 \
-                     AND pid <> pg_backend_pid()",
-                )
-                .bind(store.schema())
-                .fetch_optional(&mut watcher)
-                .await
-                .expect("pg_stat_activity");
-                if waiting.is_some() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the admission never waited on the lockless writer"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_an_admission_waits_on_a_lock(&url, &store).await;
             sqlx::query("COMMIT")
                 .execute(&mut lockless)
                 .await
@@ -1554,7 +1562,6 @@ async fn an_admission_that_loses_a_race_counts_its_retry() {
                 "the lost race is counted once, under the backend's label"
             );
             lockless.close().await.expect("close the writer");
-            watcher.close().await.expect("close the watcher");
         },
     )
     .await;
@@ -1599,28 +1606,7 @@ async fn a_counted_admission_that_loses_a_race_decides_again() {
                 let store = store.clone();
                 async move { store.admit(&counted("op")).await }
             });
-            let mut watcher = PgConnection::connect(&url).await.expect("watcher");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let waiting: Option<i32> = sqlx::query_scalar(
-                    "SELECT pid FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                     AND state = 'active' AND position($1 in query) > 0 \
-                     AND pid <> pg_backend_pid()",
-                )
-                .bind(store.schema())
-                .fetch_optional(&mut watcher)
-                .await
-                .expect("pg_stat_activity");
-                if waiting.is_some() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "the admission never waited on the lockless writer"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_an_admission_waits_on_a_lock(&url, &store).await;
             sqlx::query("COMMIT")
                 .execute(&mut lockless)
                 .await
@@ -1633,7 +1619,6 @@ async fn a_counted_admission_that_loses_a_race_decides_again() {
             assert_eq!(store.get("op").await.expect("get"), None);
             assert_eq!(retries.of("postgresql"), 1, "the lost race is counted once");
             lockless.close().await.expect("close the writer");
-            watcher.close().await.expect("close the watcher");
         },
     )
     .await;

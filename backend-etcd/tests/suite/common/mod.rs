@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use etcd_client::Client;
 use tenure_backend_etcd::{EtcdConfig, EtcdStore};
 use tenure_conformance::offset_clock::{ClockOffsetter, OffsetClock};
 use tenure_conformance::reopen::Reopener;
@@ -167,4 +168,24 @@ impl NemesisSupport<EtcdStore> for EtcdFactory {
     fn reads_given_clock(&self) -> bool {
         true
     }
+}
+
+/// A store on a fresh prefix of this binary's cluster, and a client of its
+/// own to reach under the store; `None` (the test skipped) without etcd.
+pub async fn store_and_client(test: &str) -> Option<(EtcdStore, Client)> {
+    if let Some(reason) = PrivateEtcd::unavailable_reason() {
+        tenure_conformance::skip_unless_required(test, &reason);
+        return None;
+    }
+    let store = EtcdFactory.create().await.expect("a store").store;
+    let client = Client::connect(store.config().endpoints(), None)
+        .await
+        .expect("a client");
+    Some((store, client))
+}
+
+/// The value of `key`, if any.
+pub async fn value(client: &mut Client, key: &str) -> Option<Vec<u8>> {
+    let got = client.get(key, None).await.expect("get");
+    got.kvs().first().map(|kv| kv.value().to_vec())
 }

@@ -93,6 +93,25 @@ async fn conflicts_with<S: LeaseStore>(
     Ok(retry_after)
 }
 
+/// Admits `request` under `Interrupt`, failing the case unless it is
+/// admitted; answers the record and the holders it interrupted.
+async fn interrupting<S: LeaseStore>(
+    ctx: &Ctx<S>,
+    request: AdmitRequest,
+) -> Result<(LeaseRecord, Vec<LeaseRecord>), Failure> {
+    let request = request.strategy(AdmitStrategy::Interrupt);
+    match ctx.store.admit(&request).await? {
+        Admission::Admitted {
+            record,
+            interrupted,
+        } => Ok((record, interrupted)),
+        other => Err(Failure(format!(
+            "expected {:?} to be admitted, interrupting, got {other:?}",
+            request.id
+        ))),
+    }
+}
+
 /// Ends the record `id` (its claim writes `Succeeded`), freeing its slot.
 async fn finish<S: LeaseStore>(ctx: &Ctx<S>, record: &LeaseRecord) -> Result<(), Failure> {
     apply_transition(ctx, &claim_of(record)?, &StatusChange::succeeded())
@@ -288,19 +307,7 @@ pub async fn counted_scope_lapsed_holders_slot_is_taken_over_with_a_new_fence<
 
     expire(&ctx, &taken, Duration::ZERO).await?;
     let staying = get(&ctx, "b").await?;
-    let answer = ctx
-        .store
-        .admit(&counted("c", "worker-d", scope, 2).strategy(AdmitStrategy::Interrupt))
-        .await?;
-    let Admission::Admitted {
-        record,
-        interrupted,
-    } = answer
-    else {
-        return Err(Failure(format!(
-            "expected the lapsed slot to be taken, got {answer:?}"
-        )));
-    };
+    let (record, interrupted) = interrupting(&ctx, counted("c", "worker-d", scope, 2)).await?;
     ensure_eq!(
         record.slot(scope),
         Some(0),
@@ -344,17 +351,7 @@ pub async fn counted_scope_interrupt_prefers_a_free_slot<S: LeaseStore + 'static
     finish(&ctx, &freed).await?;
     expire(&ctx, &lapsing, Duration::ZERO).await?;
     let before = snapshot(&ctx, &["a", "c"]).await?;
-    let answer = ctx
-        .store
-        .admit(&counted("d", "worker-a", scope, 3).strategy(AdmitStrategy::Interrupt))
-        .await?;
-    let Admission::Admitted {
-        record,
-        interrupted,
-    } = answer
-    else {
-        return Err(Failure(format!("expected the free slot, got {answer:?}")));
-    };
+    let (record, interrupted) = interrupting(&ctx, counted("d", "worker-a", scope, 3)).await?;
     ensure_eq!(record.slot(scope), Some(1), "the free slot is taken");
     ensure!(
         interrupted.is_empty(),
@@ -367,17 +364,7 @@ pub async fn counted_scope_interrupt_prefers_a_free_slot<S: LeaseStore + 'static
     );
     // Full now: the lowest interruptible holder goes (a, lapsed), not the
     // requester's own valid one in a higher slot.
-    let answer = ctx
-        .store
-        .admit(&counted("e", "worker-a", scope, 3).strategy(AdmitStrategy::Interrupt))
-        .await?;
-    let Admission::Admitted {
-        record,
-        interrupted,
-    } = answer
-    else {
-        return Err(Failure(format!("expected slot 0, got {answer:?}")));
-    };
+    let (record, interrupted) = interrupting(&ctx, counted("e", "worker-a", scope, 3)).await?;
     ensure_eq!(
         record.slot(scope),
         Some(0),
