@@ -16,6 +16,7 @@ use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
 use sqlx::{Decode, Row, Type};
 use tenure_lease_core::backend::queue_rules as rules;
+use tenure_lease_core::backend::stored;
 use tenure_lease_core::queue::{DeadReason, Job, JobState};
 use tenure_lease_core::{Error, LeaseRecord, SkippedRecord, Status, Timestamp};
 
@@ -176,7 +177,8 @@ pub(crate) fn record(row: &PgRow) -> Result<LeaseRecord, Undecodable> {
 
 /// The slots column's value (migration 0014): SQL `NULL` for a record
 /// without counted scopes, else a JSON object naming, for scopes the
-/// record names, slot numbers that fit a `u32`. Anything else is damage.
+/// record names, slots an admission hands out ([`stored::check_slots`]).
+/// Anything else is damage.
 fn slots(
     value: Option<serde_json::Value>,
     scopes: &BTreeSet<String>,
@@ -187,21 +189,18 @@ fn slots(
     let serde_json::Value::Object(slots) = value else {
         return Err(format!("{value} is not a JSON object"));
     };
-    slots
+    let slots = slots
         .into_iter()
         .map(|(scope, slot)| {
-            if !scopes.contains(&scope) {
-                return Err(format!(
-                    "holds a slot of {scope:?}, a scope the record does not name"
-                ));
-            }
             let number = slot
                 .as_u64()
                 .and_then(|slot| u32::try_from(slot).ok())
                 .ok_or_else(|| format!("the slot of {scope:?}, {slot}, is not a slot number"))?;
             Ok((scope, number))
         })
-        .collect()
+        .collect::<Result<BTreeMap<_, _>, String>>()?;
+    stored::check_slots(scopes, &slots)?;
+    Ok(slots)
 }
 
 /// The progress column's value: SQL `NULL` until the first report; a JSON

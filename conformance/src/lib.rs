@@ -422,6 +422,7 @@ define_cases! {$
         lease::counted::counted_scope_end_frees_only_the_holders_slot,
         lease::counted::counted_scope_lapsed_holders_slot_is_taken_over_with_a_new_fence,
         lease::counted::counted_scope_interrupt_prefers_a_free_slot,
+        lease::counted::counted_scope_full_interrupts_the_lowest_interruptible_slot,
         lease::counted::counted_scope_is_taken_with_the_other_scopes_or_not_at_all,
         lease::counted::race_counted_admissions_admit_exactly_the_capacity,
         lease::counted::counted_scope_holders_renew_and_end_on_their_own,

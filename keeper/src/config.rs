@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::election::ELECTION_KIND;
 use super::schedule::SCHEDULE_KIND;
 use tenure_lease_core::backend::validate;
+use tenure_lease_core::queue::concurrency::SLOT_LEASE_KIND;
 use tenure_lease_core::{Error, Result};
 
 /// What the reconciler does with an orphan it wins.
@@ -55,11 +56,13 @@ pub enum OrphanHandling {
 /// A kind in [`recover`](Self::recover) is recovered, one in
 /// [`release_silently`](Self::release_silently) is released silently, and
 /// every other kind is handled as [`unlisted`](Self::unlisted) says
-/// ([`OrphanHandling::Recover`] by default). By default the keeper's own
-/// reservations, [`ELECTION_KIND`] terms and [`SCHEDULE_KIND`] ticks, are
-/// released silently: a lapsed term or an abandoned tick is nothing a host
-/// can resume (a new term is campaigned for, a tick is never delivered
-/// twice). Either way the orphan is taken over and
+/// ([`OrphanHandling::Recover`] by default). By default reservations are
+/// released silently, the keeper's own ([`ELECTION_KIND`] terms and
+/// [`SCHEDULE_KIND`] ticks) and a concurrency limit's slot leases
+/// ([`SLOT_LEASE_KIND`]): a lapsed term, an abandoned tick or a dead
+/// worker's slot is nothing a host can resume (a new term is campaigned
+/// for, a tick is never delivered twice, the slot goes to the next
+/// claim). Either way the orphan is taken over and
 /// finalised, so the scan always moves past it. A kind in both lists is a
 /// configuration error ([`KeeperBuilder::start`](super::KeeperBuilder::start)
 /// refuses it).
@@ -73,6 +76,10 @@ pub enum OrphanHandling {
 /// assert_eq!(config.reconcile_kinds.handling("checkpoint_write"), OrphanHandling::ReleaseSilently);
 /// assert_eq!(config.reconcile_kinds.handling("run"), OrphanHandling::Recover);
 /// assert_eq!(config.reconcile_kinds.handling("election"), OrphanHandling::ReleaseSilently);
+/// assert_eq!(
+///     config.reconcile_kinds.handling("concurrency_slot"),
+///     OrphanHandling::ReleaseSilently
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileKinds {
@@ -88,7 +95,7 @@ impl Default for ReconcileKinds {
     fn default() -> Self {
         Self {
             recover: BTreeSet::new(),
-            release_silently: [ELECTION_KIND, SCHEDULE_KIND]
+            release_silently: [ELECTION_KIND, SCHEDULE_KIND, SLOT_LEASE_KIND]
                 .into_iter()
                 .map(str::to_owned)
                 .collect(),

@@ -166,7 +166,8 @@ impl LeaseRecord {
     /// holder that lost its slot is refused once its successor has written
     /// ([contract §17](crate::contract)). A resource is a name (at most 256
     /// bytes), so a counted scope guarded this way leaves room for the
-    /// suffix.
+    /// suffix; and resources are one namespace, so keep these apart from
+    /// gates named otherwise (a plain gate `"a#1"` is slot 1 of `"a"`'s).
     pub fn slot_resource(&self, scope: &str) -> Option<String> {
         self.slot(scope).map(|slot| format!("{scope}#{slot}"))
     }

@@ -119,8 +119,9 @@ impl PyRunningJob {
         )
     }
 
-    /// Renews the job, then the slot, for `ttl` seconds: a pair
-    /// `(job_renewal, slot_renewal)`, each `Renewed` or `Lost`.
+    /// Renews the slot for `ttl` seconds, then, while the slot is held, the
+    /// job: a pair `(slot_renewal, job_renewal)`, each `Renewed` or `Lost`,
+    /// the job's `None` when the slot was lost (the job is left to lapse).
     fn renew<'py>(&self, py: Python<'py>, ttl: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let ttl = convert::duration(ttl, "ttl")?;
         let running = self.running.clone();
@@ -129,8 +130,12 @@ impl PyRunningJob {
             py,
             &self.url,
             async move { running.renew(&*store, ttl).await },
-            |py, (job, slot): &(JobRenewal, Renewal)| {
-                let pair = [convert::job_renewal(py, job)?, convert::renewal(py, slot)?];
+            |py, (slot, job): &(Renewal, Option<JobRenewal>)| {
+                let job = match job {
+                    Some(job) => convert::job_renewal(py, job)?,
+                    None => py.None().into_bound(py),
+                };
+                let pair = [convert::renewal(py, slot)?, job];
                 Ok(PyTuple::new(py, pair)?.into_any())
             },
         )

@@ -323,7 +323,7 @@ async def test_concurrency_limit_runs_up_to_capacity(store):
 
 
 async def test_running_job_renew_fail_and_release(store):
-    """A RunningJob renews job and slot together; ``fail`` settles the job
+    """A RunningJob renews slot and job together; ``fail`` settles the job
     and frees the slot; ``release`` frees the slot alone, once; it works
     with ``match``."""
     queue, key = new_id("q"), new_id("limit")
@@ -337,7 +337,7 @@ async def test_running_job_renew_fail_and_release(store):
             assert job.queue == queue and kind == SLOT_KIND
         case _:
             pytest.fail(f"no match: {running!r}")
-    job_renewal, slot_renewal = await running.renew(30)
+    slot_renewal, job_renewal = await running.renew(30)
     assert isinstance(job_renewal, Renewed) and isinstance(slot_renewal, Renewed)
     failed = await running.fail("boom", backoff=60)
     assert isinstance(failed, Settled), failed
@@ -349,8 +349,8 @@ async def test_running_job_renew_fail_and_release(store):
     assert isinstance(released, Applied) and released.record.status is Status.SUCCEEDED
     assert isinstance(await again.release(), Rejected)
     assert (await store.get_job(again.job.job.id)).state is JobState.CLAIMED
-    job_renewal, slot_renewal = await again.renew(30)
-    assert isinstance(job_renewal, Renewed)
+    slot_renewal, job_renewal = await again.renew(30)
+    assert job_renewal is None, "a job whose slot is lost is not renewed"
     assert isinstance(slot_renewal, Lost) and slot_renewal.reason == "terminal"
     dead = await again.fail("fatal", dead_letter=True)
     assert isinstance(dead, Settled) and dead.job.state is JobState.DEAD_LETTERED

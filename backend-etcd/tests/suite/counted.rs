@@ -201,9 +201,12 @@ async fn damaged_slots_answer_corrupt_and_change_nothing() {
                 .await
                 .expect_err(damage),
         );
-        // Slot 0's holder is judged, then slot 1's cannot be: slot 2 stays
-        // free.
-        let request = pool(&format!("new-{n}"), "other").strategy(AdmitStrategy::Interrupt);
+        // An admission that finds the scope full (capacity 2) judges the
+        // holders of both slots, and cannot judge slot 1's.
+        let request = AdmitRequest::new(format!("new-{n}"), "other")
+            .counted_scope("pool", 2)
+            .ttl(ttl)
+            .strategy(AdmitStrategy::Interrupt);
         corrupt("admit", store.admit(&request).await.expect_err(damage));
         assert_eq!(store.get(&request.id).await.expect("get"), None, "{damage}");
         // The expiry scan skips what it cannot decode.

@@ -351,7 +351,6 @@ async fn a_damaged_slots_value_is_corrupt_and_changes_nothing() {
         );
         for request in [
             AdmitRequest::new("third", "worker-b").counted_scope("c", 2),
-            AdmitRequest::new("third", "worker-b").counted_scope("c", 3),
             AdmitRequest::new("third", "worker-a")
                 .counted_scope("c", 2)
                 .strategy(tenure_lease_core::AdmitStrategy::Interrupt),

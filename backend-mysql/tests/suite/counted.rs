@@ -126,11 +126,12 @@ async fn damaged_slots_answer_corrupt_and_change_nothing() {
         // Every damaged record so far is active: this one or another is named.
         let listed = store.list_active().await.expect_err(why);
         assert_eq!(listed.kind(), ErrorKind::Corrupt, "{why}: {listed}");
-        // Its slot is counted, so its holder must be read.
+        // A full scope's holders must be read (a free slot would be taken
+        // without reading them).
         let next = format!("c-{index}");
         for request in [
-            counted(&next, "w", &scope, 3),
-            counted(&next, "w", &scope, 3).strategy(AdmitStrategy::Interrupt),
+            counted(&next, "w", &scope, 2),
+            counted(&next, "w", &scope, 2).strategy(AdmitStrategy::Interrupt),
         ] {
             corrupt(store.admit(&request).await.expect_err(why), "admit");
         }

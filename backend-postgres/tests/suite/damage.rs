@@ -84,8 +84,10 @@ const LEASE_DAMAGES: &[Damage] = &[
     damage("slots", "'{\"v\": 1.5}'", true),
     damage("slots", "'{\"v\": \"1\"}'", true),
     damage("slots", "'{\"w\": 1}'", true),
+    damage("slots", "'{\"v\": 4294967295}'", true),
+    damage("slots", "'{\"v\": 1000}'", true),
     damage("slots", "'{}'", false),
-    damage("slots", "'{\"v\": 4294967295}'", false),
+    damage("slots", "'{\"v\": 999}'", false),
 ];
 
 /// Every column of `jobs` the store reads.

@@ -58,6 +58,8 @@ end
 local JSON_SPACE = '[ \t\r\n]*'
 
 local ACTIVE = { pending = true, running = true }
+-- limits::MAX_SCOPE_CAPACITY: every slot is below it.
+local MAX_SCOPE_CAPACITY = 1000
 local TERMINAL = { succeeded = true, failed = true }
 local KNOWN = { pending = true, running = true, interrupted = true, succeeded = true, failed = true }
 
@@ -167,8 +169,10 @@ end
 -- them) as a table, counted scope to slot; empty when absent. Raises
 -- TENURE_CORRUPT for anything the Rust side does not decode as a JSON
 -- object of u32 (no array, no fraction, exponent, sign or leading zero, no
--- slot above 2^32 - 1), before any write of the script.
-local function record_slots(key, fields)
+-- slot above 2^32 - 1), or refuses as no admission's (a slot of a scope
+-- the record does not name, or one of 1000 or more: stored::check_slots),
+-- before any write of the script.
+local function record_slots(key, fields, scopes)
   local text = fields.slots
   if text == nil then
     return {}
@@ -184,6 +188,18 @@ local function record_slots(key, fields)
     if type(scope) ~= 'string' or type(slot) ~= 'number' or slot ~= math.floor(slot)
       or slot < 0 or slot > 4294967295 then
       corrupt(key, 'slots are not a JSON object of slot numbers')
+    end
+    if slot >= MAX_SCOPE_CAPACITY then
+      corrupt(key, 'slots: a slot beyond the largest capacity')
+    end
+    local named = false
+    for _, each in ipairs(scopes) do
+      if each == scope then
+        named = true
+      end
+    end
+    if not named then
+      corrupt(key, 'slots: a slot of a scope the record does not name')
     end
   end
   return slots
@@ -232,7 +248,7 @@ local function load(key, id)
     end
   end
   record.scopes = scopes
-  record.slots = record_slots(key, fields)
+  record.slots = record_slots(key, fields, scopes)
   return record
 end
 

@@ -433,8 +433,8 @@ async fn a_damaged_scope_holder_is_corrupt_for_admissions_over_that_scope() {
 }
 
 /// A counted scope's holder whose `slots` value cannot be decoded: every
-/// admission counting its slot (the one racing for the last free slot, an
-/// interrupting one) answers `Corrupt` naming it and changes nothing; the
+/// admission that finds the scope full, and so must judge it (rejecting or
+/// interrupting), answers `Corrupt` naming it and changes nothing; the
 /// slot's key stays held, the holder of slot 0 is untouched, and
 /// admissions elsewhere go on.
 #[tokio::test]
@@ -495,7 +495,6 @@ async fn a_damaged_slots_value_is_corrupt_for_admissions_counting_its_slot() {
         );
         for request in [
             AdmitRequest::new("third", "worker-b").counted_scope("c", 2),
-            AdmitRequest::new("third", "worker-b").counted_scope("c", 3),
             AdmitRequest::new("third", "worker-a")
                 .counted_scope("c", 2)
                 .strategy(tenure_lease_core::AdmitStrategy::Interrupt),

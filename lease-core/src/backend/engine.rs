@@ -261,26 +261,49 @@ impl Holders {
         key: &str,
         now: Timestamp,
     ) -> Result<Option<usize>> {
-        let Some(holder_id) = records.holder_of(key)? else {
-            return Ok(None);
-        };
-        if let Some(index) = self.stored.iter().position(|holder| holder.id == holder_id) {
-            return Ok(Some(index));
+        match records.holder_of(key)? {
+            Some(holder_id) => self.record(records, key, &holder_id, now).map(Some),
+            None => Ok(None),
         }
-        let holder = records.load(&holder_id)?.ok_or_else(|| {
+    }
+
+    /// The record `holder_id`, which the scope index says holds `key`,
+    /// read once per admission; its index. A record that is gone, or does
+    /// not hold `key` while active, is `Corrupt`: admitting over it would
+    /// put two records on one key.
+    fn record(
+        &mut self,
+        records: &mut impl RecordTransaction,
+        key: &str,
+        holder_id: &str,
+        now: Timestamp,
+    ) -> Result<usize> {
+        if let Some(index) = self.stored.iter().position(|holder| holder.id == holder_id) {
+            return Ok(index);
+        }
+        let holder = records.load(holder_id)?.ok_or_else(|| {
             Error::corrupt(format!(
                 "scope {key:?} is held by lease {holder_id:?}, which does not exist"
             ))
         })?;
+        if !holder.is_active() || !rules::held_keys(&holder).any(|held| held == key) {
+            return Err(Error::corrupt(format!(
+                "the scope index names lease {holder_id:?} as the holder of {key:?}, which \
+                 it does not hold ({}, holding {:?})",
+                holder.status,
+                rules::held_keys(&holder).collect::<Vec<_>>()
+            )));
+        }
         let judged = as_judged(records, &holder, now)?.into_owned();
         self.stored.push(holder);
         self.judged.push(judged);
-        Ok(Some(self.stored.len() - 1))
+        Ok(self.stored.len() - 1)
     }
 }
 
 /// The slot of the counted `scope` the admission contends for
-/// ([`rules::choose_slot`]): its holders read up to the first free slot.
+/// ([`rules::choose_slot`]): the first free slot, read from the scope index
+/// alone; only when every slot is held are their holders read and judged.
 fn choose_slot(
     records: &mut impl RecordTransaction,
     holders: &mut Holders,
@@ -289,12 +312,17 @@ fn choose_slot(
     capacity: u32,
     now: Timestamp,
 ) -> Result<u32> {
-    let mut by_slot = Vec::new();
+    let mut held = Vec::new();
     for slot in 0..capacity {
-        match holders.load(records, &rules::slot_key(scope, slot), now)? {
+        let key = rules::slot_key(scope, slot);
+        match records.holder_of(&key)? {
             None => return Ok(slot),
-            Some(index) => by_slot.push(index),
+            Some(holder_id) => held.push((key, holder_id)),
         }
+    }
+    let mut by_slot = Vec::with_capacity(held.len());
+    for (key, holder_id) in held {
+        by_slot.push(holders.record(records, &key, &holder_id, now)?);
     }
     let by_slot: Vec<_> = by_slot
         .into_iter()

@@ -71,9 +71,11 @@ pub struct ConcurrencyLimit {
 pub enum LimitedClaim {
     /// A slot was free and a job was claimed: run it.
     Claimed(RunningJob),
-    /// Every slot is held by a worker whose lease is valid: nothing was
-    /// claimed. `holder` is the slot lease that frees first, and
-    /// `retry_after` when its lease ends.
+    /// Every slot is held: nothing was claimed. `holder` is the holder
+    /// that frees first, and `retry_after` when its lease ends; `None` when
+    /// it holds no valid lease yet is not a lapsed slot lease this limit
+    /// takes over (a lease of another kind, or one without a ttl, on the
+    /// key), or when another claim took the lapsed slot first.
     Full {
         /// The slot lease that frees first.
         holder: LeaseRecord,
@@ -81,7 +83,8 @@ pub enum LimitedClaim {
         retry_after: Option<Duration>,
     },
     /// A slot was free but the queue had no job to claim; the slot was
-    /// given back.
+    /// given back. The slot lease stays as a finished record until
+    /// [`purge`](crate::LeaseStore::purge), as every claim's does.
     NoJob,
 }
 
@@ -106,9 +109,13 @@ impl ConcurrencyLimit {
     }
 
     /// Takes a slot of the limit for `request.worker` under
-    /// `request.ttl`, taking over a lapsed worker's slot when none is free,
-    /// then claims one job with `request` (its `limit` is ignored: one job
-    /// per slot). A claim that finds no job gives the slot back.
+    /// `request.ttl`, taking over a lapsed worker's slot when none is free
+    /// (a slot lease of this kind, [`SLOT_LEASE_KIND`], whose lease has
+    /// ended: failed with [`SLOT_LAPSED`] under a new fence; never a lease
+    /// of another kind on the key), then claims one job with `request`
+    /// (its `limit` is ignored: one job per slot). A claim that finds no
+    /// job gives the slot back. Each call that takes a slot leaves a slot
+    /// lease record, finished once given back, until `purge`.
     ///
     /// # Errors
     ///
@@ -167,7 +174,7 @@ impl ConcurrencyLimit {
                 Admission::Conflict {
                     holder,
                     retry_after: None,
-                } if !took_over => {
+                } if !took_over && lapsed_slot_lease(&holder) => {
                     took_over = true;
                     let takeover = TakeoverRequest::fail(
                         holder.id.as_str(),
@@ -197,6 +204,13 @@ impl ConcurrencyLimit {
     }
 }
 
+/// Whether `holder`, blocking without a valid lease, is a slot lease whose
+/// lease ended: what a limit takes over. A lease of another kind on the
+/// key, or one without a ttl, is someone else's to end.
+fn lapsed_slot_lease(holder: &LeaseRecord) -> bool {
+    holder.kind == SLOT_LEASE_KIND && holder.lease_expires_at.is_some()
+}
+
 /// Ends a slot lease, freeing its slot.
 async fn give_back<Q: JobQueue + ?Sized>(queue: &Q, slot: &LeaseRecord) -> Result<Transition> {
     let claim = slot_claim(slot);
@@ -217,31 +231,39 @@ impl RunningJob {
         slot_claim(&self.slot)
     }
 
-    /// Renews the job and the slot for `ttl`, in that order. The worker
-    /// keeps running the job only while both answer renewed: a lost slot
-    /// means another claim took it over, and the job no longer counts.
+    /// Renews the slot for `ttl`, then, only while the slot is still
+    /// held, the job: the slot's answer, and the job's when it was asked.
+    /// The worker keeps running the job only while both answer renewed: a
+    /// lost slot means another claim took it over, so the job no longer
+    /// counts and is left to lapse (`None`).
     ///
     /// # Errors
     ///
-    /// The store's errors (the job may then be renewed and the slot not).
+    /// The store's errors (the slot may then be renewed and the job not).
     pub async fn renew<Q: JobQueue + ?Sized>(
         &self,
         queue: &Q,
         ttl: Duration,
-    ) -> Result<(JobRenewal, Renewal)> {
-        let job = queue.renew_job(&self.job.claim, ttl).await?;
+    ) -> Result<(Renewal, Option<JobRenewal>)> {
         let slot = queue.renew(&self.slot_claim(), ttl).await?;
-        Ok((job, slot))
+        if !matches!(slot, Renewal::Renewed { .. }) {
+            return Ok((slot, None));
+        }
+        let job = queue.renew_job(&self.job.claim, ttl).await?;
+        Ok((slot, Some(job)))
     }
 
-    /// Completes the job, then gives the slot back.
+    /// Completes the job, then gives the slot back. The answer is the
+    /// job's: a slot the store could not give back is logged and lapses
+    /// after its ttl.
     ///
     /// # Errors
     ///
-    /// The store's errors (the slot then stays until released or lapsed).
+    /// The store's errors completing the job (the slot then stays until
+    /// released or lapsed).
     pub async fn complete<Q: JobQueue + ?Sized>(&self, queue: &Q) -> Result<JobSettle> {
         let settled = queue.complete(&self.job.claim).await?;
-        self.release(queue).await?;
+        self.release_after_settling(queue).await;
         Ok(settled)
     }
 
@@ -257,8 +279,21 @@ impl RunningJob {
         action: FailAction,
     ) -> Result<JobSettle> {
         let settled = queue.fail(&self.job.claim, error, action).await?;
-        self.release(queue).await?;
+        self.release_after_settling(queue).await;
         Ok(settled)
+    }
+
+    /// Gives the slot back once the job has settled, logging a store that
+    /// could not say: the job's answer is what the caller must hear.
+    async fn release_after_settling<Q: JobQueue + ?Sized>(&self, queue: &Q) {
+        if let Err(error) = self.release(queue).await {
+            tracing::warn!(
+                slot = %self.slot.id,
+                %error,
+                "the job settled, but its concurrency slot could not be given back; \
+                 it frees when its lease lapses"
+            );
+        }
     }
 
     /// Gives the slot back (the job left as it is): `Applied` when the

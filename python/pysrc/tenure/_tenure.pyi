@@ -388,10 +388,11 @@ class RunningJob:
         """The claim on the slot lease."""
     def renew(
         self, ttl: Seconds
-    ) -> Awaitable[Tuple[Union[Renewed, Lost], Union[Renewed, Lost]]]:
-        """Renews the job, then the slot: ``(job_renewal, slot_renewal)``.
-        A lost slot means another claim took it over: the job no longer
-        counts against the limit, and the work should stop."""
+    ) -> Awaitable[Tuple[Union[Renewed, Lost], Optional[Union[Renewed, Lost]]]]:
+        """Renews the slot, then, while the slot is held, the job:
+        ``(slot_renewal, job_renewal)``. A lost slot means another claim
+        took it over: the job no longer counts against the limit, is not
+        renewed (``None``), and the work should stop."""
     def complete(self) -> Awaitable[Union[Settled, Rejected]]:
         """Completes the job (the fenced completion), then gives the slot
         back; answers the job's settle."""

@@ -208,6 +208,19 @@ pub async fn counted_scope_exclusive_scope_is_slot_zero<S: LeaseStore + 'static>
     admitted_into(&ctx, counted("y", "worker-b", scope, 2), scope, 1).await?;
     conflicts_with(&ctx, &counted("z", "worker-c", scope, 2), "x", &["x", "y"]).await?;
     finish(&ctx, &exclusive).await?;
+    let free_slot_zero = admit(
+        &ctx,
+        AdmitRequest::new("v", "worker-d")
+            .scope(scope)
+            .ttl(LONG_TTL),
+    )
+    .await?;
+    ensure_eq!(
+        free_slot_zero.slot(scope),
+        Some(0),
+        "an exclusive admission takes a free slot 0 beside held upper slots"
+    );
+    finish(&ctx, &free_slot_zero).await?;
     admitted_into(&ctx, counted("z", "worker-c", scope, 2), scope, 0).await?;
     conflicts_with(
         &ctx,
@@ -377,6 +390,57 @@ pub async fn counted_scope_interrupt_prefers_a_free_slot<S: LeaseStore + 'static
             .collect::<Vec<_>>(),
         ["a"],
         "the lowest interruptible holder is interrupted"
+    );
+    Ok(())
+}
+
+/// A full scope's `Interrupt` admission takes the lowest slot whose holder
+/// it may interrupt (here its own, in slot 1), not the slot whose holder
+/// frees first (another worker's shorter valid lease, in slot 0); a
+/// `Reject` one conflicts with the holder that frees first, holders
+/// without a lease last.
+pub async fn counted_scope_full_interrupts_the_lowest_interruptible_slot<
+    S: LeaseStore + 'static,
+>(
+    ctx: Ctx<S>,
+) -> CaseResult {
+    let scope = "printers";
+    admitted_into(
+        &ctx,
+        counted("a", "worker-b", scope, 2).ttl(LONG_TTL / 2),
+        scope,
+        0,
+    )
+    .await?;
+    admitted_into(&ctx, counted("b", "worker-a", scope, 2), scope, 1).await?;
+    conflicts_with(&ctx, &counted("c", "worker-a", scope, 2), "a", &["a", "b"]).await?;
+    let (record, interrupted) = interrupting(&ctx, counted("c", "worker-a", scope, 2)).await?;
+    ensure_eq!(
+        record.slot(scope),
+        Some(1),
+        "the own holder's slot is taken"
+    );
+    ensure_eq!(
+        interrupted
+            .iter()
+            .map(|r| r.id.as_str())
+            .collect::<Vec<_>>(),
+        ["b"],
+        "only the requester's own holder is interrupted"
+    );
+
+    // A holder without a lease frees only when someone ends it: it is
+    // named last, after every holder whose lease ends.
+    let other = "scanners";
+    let mut no_lease = AdmitRequest::new("d", "worker-b").counted_scope(other, 2);
+    no_lease.ttl = None;
+    admitted_into(&ctx, no_lease, other, 0).await?;
+    admitted_into(&ctx, counted("e", "worker-b", other, 2), other, 1).await?;
+    let retry_after =
+        conflicts_with(&ctx, &counted("f", "worker-c", other, 2), "e", &["d", "e"]).await?;
+    ensure!(
+        retry_after.is_some(),
+        "the holder with a lease is waited for"
     );
     Ok(())
 }

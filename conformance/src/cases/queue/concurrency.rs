@@ -245,13 +245,23 @@ pub async fn queue_concurrency_limit_takes_a_lapsed_workers_slot<S: JobQueue + '
         next.slot.fence,
         stalled.slot.fence
     );
-    let (_, slot) = stalled.renew(&*ctx.store, LONG_TTL).await?;
+    let before = get_job(&ctx, &stalled.job.job.id).await?;
+    let (slot, job) = stalled.renew(&*ctx.store, LONG_TTL).await?;
     ensure!(
         matches!(
             slot,
             Renewal::Lost(LossReason::OwnerChanged | LossReason::FenceChanged)
         ),
         "the stalled worker hears it lost the slot: {slot:?}"
+    );
+    ensure!(
+        job.is_none(),
+        "a job whose slot is lost is not renewed: {job:?}"
+    );
+    ensure_eq!(
+        get_job(&ctx, &stalled.job.job.id).await?,
+        before,
+        "the stalled worker's job is left to lapse"
     );
     Ok(())
 }
