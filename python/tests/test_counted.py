@@ -376,8 +376,9 @@ async def test_a_lapsed_slot_is_taken_over(store):
     assert successor.slot.id != stalled.slot.id
     old = await store.get(stalled.slot.id)
     assert old.status is Status.FAILED and old.error
-    _, slot_renewal = await stalled.renew(30)
+    slot_renewal, job_renewal = await stalled.renew(30)
     assert isinstance(slot_renewal, Lost), slot_renewal
+    assert job_renewal is None, "a job whose slot is lost is not renewed"
     assert isinstance(await stalled.release(), Rejected)
     await successor.complete()
 
