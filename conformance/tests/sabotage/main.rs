@@ -2391,7 +2391,6 @@ async fn catches_a_counted_scope_one_holder_too_many() {
         "counted_scope_end_frees_only_the_holders_slot",
         "race_counted_admissions_admit_exactly_the_capacity",
         "counted_scope_tricky_names_never_collide",
-        "model_based_random_operations",
         "queue_concurrency_limit_runs_at_most_its_capacity",
         "race_queue_concurrency_limit_runs_exactly_its_capacity",
     ])
@@ -2402,7 +2401,6 @@ async fn catches_a_counted_scope_one_holder_too_many() {
 async fn catches_a_counted_admission_interrupting_before_a_free_slot() {
     assert_caught::<CountedInterruptsBeforeAFreeSlot>(&[
         "counted_scope_interrupt_prefers_a_free_slot",
-        "model_based_random_operations",
     ])
     .await;
 }
