@@ -2174,7 +2174,6 @@ async fn catches_a_rate_limit_checked_then_written() {
 async fn catches_a_rate_limit_judged_before_the_scopes() {
     assert_caught::<RateJudgedBeforeTheScopes>(&[
         "rate_limit_is_judged_after_the_id_and_the_scopes",
-        "model_based_random_operations",
     ])
     .await;
 }
