@@ -24,6 +24,10 @@
 //! except `migrate`, and never create a SQLite file, except `migrate`: a
 //! mistyped URL answers an error instead of an empty new store.
 //!
+//! `tenure serve` is the same for a browser: a web view of the store on
+//! loopback, read-only unless `--allow-write`, whose actions need a token,
+//! a CSRF token and a confirmation ([`serve`]).
+//!
 //! `tenure check-history FILE` needs no store: it judges a history of store
 //! calls recorded by the conformance kit ([`tenure::conformance::history`],
 //! one JSON entry a line; `-` reads standard input) against the contract's
@@ -53,13 +57,14 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use tenure::conformance::history;
-use tenure::queue::{Enqueued, Job, JobState, NewJob, OperatorRetry, UniquePolicy};
+use tenure::queue::{Enqueued, Job, JobState, NewJob, UniquePolicy};
 use tenure::{
-    Claim, Connect, ErrorKind, ExpiredQuery, LeaseRecord, NotTakenReason, Status, StatusChange,
-    Store, Takeover, TakeoverAction, TakeoverRequest, Timestamp, Transition, TransitionRejection,
-    Verdict,
+    Claim, Connect, ErrorKind, ExpiredQuery, LeaseRecord, Status, Store, TakeoverRequest,
+    Timestamp, Verdict,
 };
 
+mod operations;
+pub mod serve;
 mod table;
 
 use table::Table;
@@ -223,6 +228,18 @@ enum Command {
     /// A live view of the active leases and their expiries, refreshed until
     /// Ctrl-C.
     Watch(WatchArgs),
+    /// Serve the operator's web view of the store: leases, queues, jobs,
+    /// dead letters, gates; read-only unless --allow-write.
+    ///
+    /// Listens on loopback (127.0.0.1:7474 by default) and prints the
+    /// address. With --allow-write, the actions (take over, cancel,
+    /// release, retry, purge) need a session signed in with a token: read
+    /// from --token-file, or generated and printed once on stderr; each
+    /// asks for confirmation, carries a CSRF token, and is logged on
+    /// stderr. With --token-file every page needs the token; a
+    /// non-loopback --listen address is refused without one. Stops on
+    /// Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
     /// Check a recorded history of store calls against the contract's
     /// safety properties. Needs no store. Exit 1 when one is broken.
     ///
@@ -395,6 +412,28 @@ struct JobsArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7474")]
+    listen: std::net::SocketAddr,
+    /// Allow the actions (take over, cancel, release, retry, purge) to a
+    /// session signed in with the token.
+    #[arg(long)]
+    allow_write: bool,
+    /// Read the token from this file's first line (at least 16
+    /// characters); every page then needs it. Required for a non-loopback
+    /// --listen address.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Who takeovers and cancellations from the web view are recorded as.
+    #[arg(long, default_value = serve::DEFAULT_CLAIMER)]
+    claimer: String,
+    /// How often the watch view refreshes (1s, 500ms).
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    refresh: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -614,6 +653,9 @@ async fn run(url: &str, command: Command) -> Outcome {
     if let Command::Check { json } = command {
         return check(url, json).await;
     }
+    if let Command::Serve(args) = command {
+        return run_serve(url, args).await;
+    }
     let read_only = matches!(
         command,
         Command::Leases(_)
@@ -689,7 +731,10 @@ async fn run(url: &str, command: Command) -> Outcome {
             }
         }
         Command::Watch(args) => watch(store, args).await,
-        Command::Migrate | Command::Check { .. } | Command::CheckHistory { .. } => Ok(()),
+        Command::Migrate
+        | Command::Check { .. }
+        | Command::Serve(_)
+        | Command::CheckHistory { .. } => Ok(()),
     }
 }
 
@@ -907,50 +952,24 @@ async fn take_over(store: &dyn Store, args: TakeOverArgs) -> Outcome {
         (None, ttl) => TakeoverRequest::adopt(&args.id, &args.claimer, ttl),
     }
     .grace(args.grace);
-    match store.claim_for_takeover(&request).await? {
-        Takeover::Taken(record) => {
-            if args.json {
-                return print_json(&record);
-            }
-            let owner = record.owner.as_deref().unwrap_or("-");
-            println!(
-                "took over {:?}: {} by {owner}, fence {}",
-                record.id,
-                record.status.as_str(),
-                record.fence
-            );
-            if record.status.is_active() {
-                println!(
-                    "give it up at once with: tenure release {} --owner {owner} --fence {}",
-                    record.id, record.fence
-                );
-            }
-            Ok(())
-        }
-        Takeover::NotTaken(reason) => Err(Failure::Refused(format!(
-            "{:?} was not taken over, nothing changed: {}",
-            args.id,
-            not_taken(reason)
-        ))),
-        other => Err(Failure::Refused(format!(
-            "{:?}: the store answered {}, which this version of tenure-cli does not know",
-            args.id,
-            other.label()
-        ))),
+    let record = operations::take_over(store, &request).await?;
+    if args.json {
+        return print_json(&record);
     }
-}
-
-fn not_taken(reason: NotTakenReason) -> String {
-    match reason {
-        NotTakenReason::LeaseValid { retry_after } => format!(
-            "its owner's lease is still valid for {} (see --grace)",
-            humantime::format_duration(Duration::from_secs(retry_after.as_secs().max(1)))
-        ),
-        NotTakenReason::Terminal(status) => format!("it already finished ({})", status.as_str()),
-        NotTakenReason::Interrupted => "it is interrupted: nobody owns it".to_owned(),
-        NotTakenReason::Missing => "there is no lease record with that id".to_owned(),
-        other => format!("{other:?}"),
+    let owner = record.owner.as_deref().unwrap_or("-");
+    println!(
+        "took over {:?}: {} by {owner}, fence {}",
+        record.id,
+        record.status.as_str(),
+        record.fence
+    );
+    if record.status.is_active() {
+        println!(
+            "give it up at once with: tenure release {} --owner {owner} --fence {}",
+            record.id, record.fence
+        );
     }
+    Ok(())
 }
 
 /// `tenure release`: the fenced write that gives a lease up.
@@ -963,115 +982,43 @@ async fn release(store: &dyn Store, args: ReleaseArgs) -> Outcome {
         ));
     }
     let claim = Claim::new(&args.id, &args.owner, args.fence);
-    let mut answer = store
-        .transition(&claim, &StatusChange::interrupted(&args.reason))
-        .await?;
-    // A pending record cannot be interrupted (contract §5): it is failed,
-    // as the keeper cancels a pending run. Still fenced by the same claim.
-    if let Transition::Rejected(TransitionRejection::NotAllowed {
-        from: Status::Pending,
-        ..
-    }) = answer
-    {
-        let change = StatusChange::failed(&args.reason).stop_reason(&args.reason);
-        answer = store.transition(&claim, &change).await?;
+    let record = operations::release(store, &claim, &args.reason).await?;
+    if args.json {
+        return print_json(&record);
     }
-    let refused = |why: String| {
-        Err(Failure::Refused(format!(
-            "{:?} was not released, nothing changed: {why}",
-            args.id
-        )))
-    };
-    match answer {
-        Transition::Applied(record) => {
-            if args.json {
-                return print_json(&record);
-            }
-            println!(
-                "released {:?}: {}, its scopes are free (owner {}, fence {})",
-                record.id,
-                record.status.as_str(),
-                record.owner.as_deref().unwrap_or("-"),
-                record.fence
-            );
-            Ok(())
-        }
-        Transition::Rejected(TransitionRejection::Missing) => {
-            refused("there is no lease record with that id".to_owned())
-        }
-        Transition::Rejected(TransitionRejection::Stale) => refused(format!(
-            "the claim (owner {:?}, fence {}) no longer holds it: it was taken over or the \
-             fence is wrong (`tenure show {}` prints the current owner and fence)",
-            args.owner, args.fence, args.id
-        )),
-        Transition::Rejected(TransitionRejection::Terminal(status)) => {
-            refused(format!("it already finished ({})", status.as_str()))
-        }
-        Transition::Rejected(TransitionRejection::NotAllowed { from, .. }) => refused(format!(
-            "it is {}: nobody holds it, its scopes are already free",
-            from.as_str()
-        )),
-        other => refused(format!(
-            "the store answered {other:?}, which this version of tenure-cli does not know"
-        )),
-    }
+    println!(
+        "released {:?}: {}, its scopes are free (owner {}, fence {})",
+        record.id,
+        record.status.as_str(),
+        record.owner.as_deref().unwrap_or("-"),
+        record.fence
+    );
+    Ok(())
 }
 
 /// `tenure cancel`: a takeover that fails the run, only once its owner's
 /// lease has ended.
 async fn cancel(store: &dyn Store, args: CancelArgs) -> Outcome {
-    let request = TakeoverRequest {
-        id: args.id.clone(),
-        claimer: args.claimer.clone(),
-        grace: args.grace,
-        action: TakeoverAction::Fail {
-            error: args.reason.clone(),
-            stop_reason: Some(tenure::keeper::CANCELLED.to_owned()),
-        },
-    };
-    match store.claim_for_takeover(&request).await? {
-        Takeover::Taken(record) => {
-            if args.json {
-                return print_json(&record);
-            }
-            println!(
-                "cancelled {:?}: {} by {}, fence {}; the previous owner's writes are refused",
-                record.id,
-                record.status.as_str(),
-                record.owner.as_deref().unwrap_or("-"),
-                record.fence
-            );
-            Ok(())
-        }
-        Takeover::NotTaken(NotTakenReason::LeaseValid { retry_after }) => {
-            Err(Failure::Refused(format!(
-                "{:?} was not cancelled, nothing changed: its owner's lease is still valid for \
-                 {}; a live holder cannot be cancelled from outside its worker (stop it where \
-                 it runs, e.g. Keeper::cancel, or `tenure release` with its claim), or cancel \
-                 again once its lease has ended",
-                args.id,
-                humantime::format_duration(Duration::from_secs(retry_after.as_secs().max(1)))
-            )))
-        }
-        Takeover::NotTaken(reason) => Err(Failure::Refused(format!(
-            "{:?} was not cancelled, nothing changed: {}",
-            args.id,
-            not_taken(reason)
-        ))),
-        other => Err(Failure::Refused(format!(
-            "{:?}: the store answered {}, which this version of tenure-cli does not know",
-            args.id,
-            other.label()
-        ))),
+    let record =
+        operations::cancel(store, &args.id, &args.claimer, &args.reason, args.grace).await?;
+    if args.json {
+        return print_json(&record);
     }
+    println!(
+        "cancelled {:?}: {} by {}, fence {}; the previous owner's writes are refused",
+        record.id,
+        record.status.as_str(),
+        record.owner.as_deref().unwrap_or("-"),
+        record.fence
+    );
+    Ok(())
 }
 
 async fn purge(store: &dyn Store, args: PurgeArgs) -> Outcome {
     if args.dry_run {
         return purge_dry_run(store, args).await;
     }
-    let leases = store.purge(args.older_than).await?;
-    let jobs = store.purge_jobs(args.older_than).await?;
+    let (leases, jobs) = operations::purge(store, args.older_than).await?;
     if args.json {
         return print_json(&serde_json::json!({ "leases": leases, "jobs": jobs }));
     }
@@ -1244,73 +1191,44 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
 }
 
 async fn retry(store: &dyn Store, id: &str) -> Outcome {
-    match store.retry_dead_letter(id).await? {
-        OperatorRetry::Requeued(job) => {
-            println!(
-                "requeued {:?} on queue {:?}, attempts reset",
-                job.id, job.queue
-            );
-            Ok(())
-        }
-        OperatorRetry::NotDeadLettered(state) => Err(Failure::Refused(format!(
-            "job {id:?} is {}, not dead-lettered; nothing changed",
-            state.as_str()
-        ))),
-        OperatorRetry::Missing => Err(Failure::Refused(format!(
-            "no job has the id {id:?}; nothing changed"
-        ))),
-        other => Err(Failure::Refused(format!(
-            "job {id:?}: the store answered {other:?}, which this version of tenure-cli \
-             does not know"
-        ))),
-    }
-}
-
-/// `tenure retry --all --queue Q`: every dead letter of the queue, a page
-/// at a time, each retried at most once (one dead-lettered again meanwhile
-/// is left for the next run).
-async fn retry_all(store: &dyn Store, queue: &str, page_size: usize, json: bool) -> Outcome {
-    let mut seen = std::collections::HashSet::new();
-    let (mut requeued, mut skipped) = (0_u64, 0_u64);
-    loop {
-        let page = match store.list_dead_letters(queue, page_size).await {
-            Ok(page) => page,
-            Err(error) => return Err(partial_retry(requeued, error)),
-        };
-        let fresh: Vec<Job> = page
-            .into_iter()
-            .filter(|job| seen.insert(job.id.clone()))
-            .collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for job in fresh {
-            match store.retry_dead_letter(&job.id).await {
-                Ok(OperatorRetry::Requeued(_)) => requeued += 1,
-                // Retried, purged or taken back by someone else meanwhile.
-                Ok(_) => skipped += 1,
-                Err(error) => return Err(partial_retry(requeued, error)),
-            }
-        }
-    }
-    if json {
-        return print_json(&serde_json::json!({
-            "queue": queue,
-            "requeued": requeued,
-            "skipped": skipped,
-        }));
-    }
-    println!("requeued {requeued} dead letters of queue {queue:?}, attempts reset");
-    if skipped > 0 {
-        println!("{skipped} were no longer dead-lettered when retried (left as they were)");
-    }
+    let job = operations::retry(store, id).await?;
+    println!(
+        "requeued {:?} on queue {:?}, attempts reset",
+        job.id, job.queue
+    );
     Ok(())
 }
 
-/// The store's error, after saying how many were requeued before it.
-fn partial_retry(requeued: u64, error: tenure::Error) -> Failure {
-    eprintln!("tenure: requeued {requeued} dead letters before the store failed");
-    Failure::Store(error)
+/// `tenure retry --all --queue Q`: every dead letter of the queue.
+async fn retry_all(store: &dyn Store, queue: &str, page_size: usize, json: bool) -> Outcome {
+    let done = match operations::retry_all(store, queue, page_size).await {
+        Ok(done) => done,
+        Err((done, error)) => {
+            eprintln!(
+                "tenure: requeued {} dead letters before the store failed",
+                done.requeued
+            );
+            return Err(Failure::Store(error));
+        }
+    };
+    if json {
+        return print_json(&serde_json::json!({
+            "queue": queue,
+            "requeued": done.requeued,
+            "skipped": done.skipped,
+        }));
+    }
+    println!(
+        "requeued {} dead letters of queue {queue:?}, attempts reset",
+        done.requeued
+    );
+    if done.skipped > 0 {
+        println!(
+            "{} were no longer dead-lettered when retried (left as they were)",
+            done.skipped
+        );
+    }
+    Ok(())
 }
 
 async fn check(url: &str, json: bool) -> Outcome {
@@ -1514,6 +1432,90 @@ async fn watch_frame(store: &dyn Store) -> Result<String, Failure> {
         timestamp(now),
         lease_table(&records, now)
     ))
+}
+
+/// `tenure serve`: the web view until Ctrl-C or SIGTERM.
+async fn run_serve(url: &str, args: ServeArgs) -> Outcome {
+    if !args.listen.ip().is_loopback() && args.token_file.is_none() {
+        return Err(Failure::Usage(format!(
+            "refusing to listen on {}, which is not a loopback address, without \
+             --token-file: anyone who reaches it could read the store (and, with \
+             --allow-write, change it)",
+            args.listen
+        )));
+    }
+    let file_token = match &args.token_file {
+        Some(path) => Some(serve::read_token(path).map_err(Failure::Usage)?),
+        None => None,
+    };
+    let write_token = match (&file_token, args.allow_write) {
+        (_, false) => None,
+        (Some(token), true) => Some(token.clone()),
+        (None, true) => Some(
+            serve::Token::generate()
+                .map_err(|error| Failure::Refused(format!("cannot make a token: {error}")))?,
+        ),
+    };
+    let store = if args.allow_write {
+        open(url).await?
+    } else {
+        open_for_reading(url).await?
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|error| Failure::Refused(format!("cannot listen on {}: {error}", args.listen)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|error| Failure::Refused(format!("cannot read the listening address: {error}")))?;
+    let mut options = serve::Options::read_only(shown_url(url))
+        .claimer(&args.claimer)
+        .refresh(args.refresh);
+    if let Some(token) = &file_token {
+        options = options.token_for_reads(token.clone());
+    }
+    if let Some(token) = &write_token {
+        options = options.allow_write(token.clone());
+    }
+    if address.ip().is_loopback() {
+        options = options.only_host(address);
+    }
+    let mode = if args.allow_write {
+        "actions allowed to signed-in sessions"
+    } else {
+        "read-only"
+    };
+    println!(
+        "tenure serve: http://{address}/ ({mode}) for {}",
+        shown_url(url)
+    );
+    let _ = std::io::stdout().flush();
+    if let (Some(token), None) = (&write_token, &file_token) {
+        eprintln!(
+            "tenure serve: sign in to act with the token {} (shown only now; --token-file \
+             chooses one)",
+            token.reveal()
+        );
+    }
+    let mut interrupt = Interrupt::listen()
+        .map_err(|error| Failure::Refused(format!("cannot listen for Ctrl-C: {error}")))?;
+    #[cfg(unix)]
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|error| Failure::Refused(format!("cannot listen for SIGTERM: {error}")))?;
+    let shutdown = async move {
+        #[cfg(unix)]
+        tokio::select! {
+            () = interrupt.received() => {}
+            _ = terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        interrupt.received().await;
+    };
+    serve::serve(listener, serve::router(store, options), shutdown)
+        .await
+        .map_err(|error| Failure::Refused(format!("the web server stopped: {error}")))?;
+    eprintln!("tenure serve: stopped");
+    Ok(())
 }
 
 fn print_json<T: serde::Serialize + ?Sized>(value: &T) -> Outcome {

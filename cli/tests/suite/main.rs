@@ -3,6 +3,8 @@
 
 mod backends;
 mod bad_input;
+mod browser;
 mod check_history;
 mod operator;
+mod serve;
 mod support;

@@ -19,6 +19,8 @@ use std::sync::Arc;
 use assert_cmd::Command;
 use futures_util::FutureExt as _;
 
+pub mod browser;
+
 /// The `tenure` binary with `--url url` and `args`, the environment's
 /// `TENURE_URL` removed.
 pub fn tenure(url: &str, args: &[&str]) -> Command {
