@@ -1028,55 +1028,23 @@ async fn purge(store: &dyn Store, args: PurgeArgs) -> Outcome {
 
 /// What `purge` would delete, counted where the stores can list it.
 async fn purge_dry_run(store: &dyn Store, args: PurgeArgs) -> Outcome {
-    // The retentions the real purge refuses, by the stores' own checks.
-    tenure_lease_core::backend::validate::retention(args.older_than)?;
-    tenure_lease_core::backend::validate::job_retention(args.older_than)?;
-    let now = store.now().await?;
-    let cutoff = chrono::TimeDelta::from_std(args.older_than)
-        .ok()
-        .and_then(|age| now.checked_sub_signed(age));
-    // Finished (or interrupted) at or before the cutoff: the stores' rule.
-    let old_enough = |updated_at: Timestamp| cutoff.is_some_and(|cutoff| updated_at <= cutoff);
-
+    let cutoff = operations::purge_cutoff(store, args.older_than).await?;
     let all_leases = store.count_purgeable(args.older_than).await?;
     let mut leases = std::collections::BTreeSet::new();
     for scope in &args.scope {
         for record in store.list_by_scope(scope).await? {
             if (record.status.is_terminal() || record.status == Status::Interrupted)
-                && old_enough(record.updated_at)
+                && operations::old_enough(cutoff, record.updated_at)
             {
                 leases.insert(record.id);
             }
         }
     }
-    // Every queue with a finished job, unless the operator named some.
-    let named = if args.queue.is_empty() {
-        store
-            .count_jobs()
-            .await?
-            .into_iter()
-            .filter(|counts| counts.completed + counts.dead_lettered > 0)
-            .map(|counts| counts.queue)
-            .collect()
-    } else {
-        args.queue.clone()
-    };
-    let mut queues = Vec::new();
-    for queue in &named {
-        let mut count = 0_usize;
-        let mut partial = false;
-        for state in [JobState::Completed, JobState::DeadLettered] {
-            let listed = store
-                .list_jobs(queue, Some(state), tenure::limits::MAX_LIST_LIMIT)
-                .await?;
-            partial |= listed.len() >= tenure::limits::MAX_LIST_LIMIT;
-            count += listed
-                .iter()
-                .filter(|job| old_enough(job.updated_at))
-                .count();
-        }
-        queues.push((queue.clone(), count, partial));
-    }
+    let queues = operations::count_purgeable_jobs(store, &args.queue, cutoff)
+        .await?
+        .into_iter()
+        .map(|counted| (counted.queue, counted.count, counted.at_least))
+        .collect::<Vec<_>>();
 
     let cutoff_text = cutoff.map_or_else(|| "the beginning of time".to_owned(), timestamp);
     if args.json {

@@ -9,10 +9,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tenure::queue::{Job, OperatorRetry};
+use tenure::queue::{Job, JobState, OperatorRetry};
 use tenure::{
     Claim, LeaseRecord, NotTakenReason, Status, StatusChange, Store, Takeover, TakeoverAction,
-    TakeoverRequest, Transition, TransitionRejection,
+    TakeoverRequest, Timestamp, Transition, TransitionRejection,
 };
 
 use crate::Failure;
@@ -192,6 +192,79 @@ pub(crate) async fn purge(store: &dyn Store, older_than: Duration) -> Result<(u6
     let leases = store.purge(older_than).await?;
     let jobs = store.purge_jobs(older_than).await?;
     Ok((leases, jobs))
+}
+
+/// The last update a record or job may have to be purged with retention
+/// `older_than`, by the store's clock (`None`: before the beginning of
+/// time); refuses the retentions `purge` refuses, by the stores' own
+/// checks.
+pub(crate) async fn purge_cutoff(
+    store: &dyn Store,
+    older_than: Duration,
+) -> Result<Option<Timestamp>, Failure> {
+    tenure_lease_core::backend::validate::retention(older_than)?;
+    tenure_lease_core::backend::validate::job_retention(older_than)?;
+    let now = store.now().await?;
+    Ok(chrono::TimeDelta::from_std(older_than)
+        .ok()
+        .and_then(|age| now.checked_sub_signed(age)))
+}
+
+/// Whether something last updated at `updated_at` is old enough for the
+/// purge `cutoff` names (the stores' rule: at or before it).
+pub(crate) fn old_enough(cutoff: Option<Timestamp>, updated_at: Timestamp) -> bool {
+    cutoff.is_some_and(|cutoff| updated_at <= cutoff)
+}
+
+/// A queue's jobs a purge would delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PurgeableJobs {
+    pub(crate) queue: String,
+    pub(crate) count: usize,
+    /// The queue has more finished jobs than one listing returns: the
+    /// count is a lower bound.
+    pub(crate) at_least: bool,
+}
+
+/// The completed and dead-lettered jobs a purge with `cutoff` would
+/// delete, per queue: of each of `queues`, or of every queue holding a
+/// finished job when `queues` is empty.
+pub(crate) async fn count_purgeable_jobs(
+    store: &dyn Store,
+    queues: &[String],
+    cutoff: Option<Timestamp>,
+) -> Result<Vec<PurgeableJobs>, Failure> {
+    let named = if queues.is_empty() {
+        store
+            .count_jobs()
+            .await?
+            .into_iter()
+            .filter(|counts| counts.completed + counts.dead_lettered > 0)
+            .map(|counts| counts.queue)
+            .collect()
+    } else {
+        queues.to_vec()
+    };
+    let mut counted = Vec::with_capacity(named.len());
+    for queue in named {
+        let (mut count, mut at_least) = (0, false);
+        for state in [JobState::Completed, JobState::DeadLettered] {
+            let listed = store
+                .list_jobs(&queue, Some(state), tenure::limits::MAX_LIST_LIMIT)
+                .await?;
+            at_least |= listed.len() >= tenure::limits::MAX_LIST_LIMIT;
+            count += listed
+                .iter()
+                .filter(|job| old_enough(cutoff, job.updated_at))
+                .count();
+        }
+        counted.push(PurgeableJobs {
+            queue,
+            count,
+            at_least,
+        });
+    }
+    Ok(counted)
 }
 
 /// Why a takeover was refused, for a person.

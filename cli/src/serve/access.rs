@@ -87,8 +87,9 @@ const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// The most sessions kept; signing in beyond it ends the oldest.
 const MAX_SESSIONS: usize = 64;
 
-/// A signed-in session, as a page sees it.
-#[derive(Debug, Clone)]
+/// A signed-in session, as a page sees it. Its `Debug` hides the CSRF
+/// token.
+#[derive(Clone)]
 pub(super) struct Session {
     /// Its number since the server started, for the log (its id is a
     /// secret).
@@ -96,6 +97,16 @@ pub(super) struct Session {
     /// The token its forms carry.
     pub(super) csrf: String,
     expires: Instant,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Session")
+            .field("number", &self.number)
+            .field("csrf", &"***")
+            .finish_non_exhaustive()
+    }
 }
 
 impl Session {
@@ -219,6 +230,7 @@ pub(super) async fn guard(State(app): State<Shared>, request: Request, next: Nex
                 .map_or("/", |path| path.as_str());
             Redirect::to(&render::url("/login", &[("next", next)])).into_response()
         } else {
+            super::actions::log("-", request.uri().path(), "-", "refused: not signed in");
             Problem::new(
                 StatusCode::UNAUTHORIZED,
                 "Sign in first",
@@ -296,8 +308,8 @@ pub(super) async fn login_page(
     .into_response()
 }
 
-/// The sign-in form's fields.
-#[derive(Debug, Deserialize)]
+/// The sign-in form's fields (no `Debug`: it holds the offered token).
+#[derive(Deserialize)]
 pub(super) struct LoginForm {
     token: Option<String>,
     next: Option<String>,
@@ -337,7 +349,9 @@ pub(super) async fn login(
     super::actions::log(&number.to_string(), "sign-in", "-", "signed in");
     let cookie = Cookie::build((SESSION_COOKIE, id))
         .http_only(true)
-        .same_site(SameSite::Strict)
+        // Lax: a link from a chat or an alert opens signed in; actions
+        // need a POST carrying the CSRF token all the same.
+        .same_site(SameSite::Lax)
         .path("/")
         .build();
     (
@@ -347,8 +361,8 @@ pub(super) async fn login(
         .into_response()
 }
 
-/// The sign-out form's field.
-#[derive(Debug, Deserialize)]
+/// The sign-out form's field (no `Debug`: it holds the CSRF token).
+#[derive(Deserialize)]
 pub(super) struct LogoutForm {
     csrf: Option<String>,
 }
@@ -364,6 +378,12 @@ pub(super) async fn logout(
         return Redirect::to("/").into_response();
     };
     if !session.accepts(form.csrf.as_deref()) {
+        super::actions::log(
+            &session.number.to_string(),
+            "sign-out",
+            "-",
+            "refused: CSRF token mismatch",
+        );
         return render::bad_csrf().into_response();
     }
     app.access.sign_out(&jar);
@@ -374,7 +394,14 @@ pub(super) async fn logout(
 /// `next` when it is a path on this server, else `/` (no open redirect).
 fn local_path(next: Option<&str>) -> &str {
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+        // Browsers drop tabs and line breaks from a URL: `/\t/host` would
+        // become `//host`. Only printable ASCII, then.
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && path.bytes().all(|byte| byte.is_ascii_graphic()) =>
+        {
             path
         }
         _ => "/",
@@ -407,6 +434,14 @@ mod tests {
         assert_eq!(local_path(Some("//evil.example/")), "/");
         assert_eq!(local_path(Some("https://evil.example/")), "/");
         assert_eq!(local_path(Some("/\\evil.example")), "/");
+        for control in [
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/ /x",
+        ] {
+            assert_eq!(local_path(Some(control)), "/", "{control:?}");
+        }
         assert_eq!(local_path(None), "/");
     }
 }

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -64,11 +65,13 @@ const PURGE_PROPOSAL: &str = "7d";
 /// Dead letters read per page by "retry all".
 const RETRY_PAGE: usize = 500;
 
-/// What an action's target is: a lease or job id, or a queue.
+/// What an action's target is: a lease or job id, a queue, or (for a
+/// purge) the retention to count.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct Target {
     id: Option<String>,
     queue: Option<String>,
+    older_than: Option<String>,
 }
 
 /// `GET /actions/NAME?id=|queue=`: what the action will do, and the form
@@ -87,6 +90,10 @@ pub(super) async fn confirm(
             &[
                 ("id", target.id.as_deref().unwrap_or_default()),
                 ("queue", target.queue.as_deref().unwrap_or_default()),
+                (
+                    "older_than",
+                    target.older_than.as_deref().unwrap_or_default(),
+                ),
             ],
         );
         return Ok(Redirect::to(&url("/login", &[("next", &here)])).into_response());
@@ -126,7 +133,7 @@ pub(super) async fn confirm(
                     html! { (state) p { "Gives the lease up at once under the claim below (owner and fence): written interrupted (failed while pending), its scopes free now. Refused unless the claim still holds it." } },
                     html! {
                         label for="owner" { "Owner" }
-                        input #owner type="text" name="owner" value=(app.options.claimer) required;
+                        input #owner type="text" name="owner" value=[record.owner.as_deref()] required;
                         label for="fence" { "Fence" }
                         input #fence type="number" name="fence" min="1" inputmode="numeric" required;
                         label for="reason" { "Reason" }
@@ -162,12 +169,38 @@ pub(super) async fn confirm(
                 html! {},
             )
         }
-        Action::Purge => (
-            "Purge finished records and jobs?".to_owned(),
-            html! { p { "Deletes the finished and interrupted lease records and the completed and dead-lettered jobs last changed at least this long ago (by the store's clock). Active records and queued or claimed jobs stay. " strong { "This cannot be undone." } } },
-            html! { label for="older_than" { "Older than (30s, 5m, 2h, 7d)" }
-            input #older_than type="text" name="older_than" value=(PURGE_PROPOSAL) required; },
-        ),
+        Action::Purge => {
+            let text = target
+                .older_than
+                .as_deref()
+                .filter(|text| !text.is_empty())
+                .unwrap_or(PURGE_PROPOSAL);
+            let older_than = crate::parse_duration(text)
+                .map_err(|why| Problem::new(StatusCode::BAD_REQUEST, "Not a retention", &why))?;
+            let cutoff = operations::purge_cutoff(store, older_than).await?;
+            let leases = store.count_purgeable(older_than).await?;
+            let jobs = operations::count_purgeable_jobs(store, &[], cutoff).await?;
+            (
+                "Purge finished records and jobs?".to_owned(),
+                html! {
+                    p { "Deletes the finished and interrupted lease records and the completed and dead-lettered jobs last changed at least " strong { (text) } " ago (at or before "
+                        (cutoff.map_or_else(|| "the beginning of time".to_owned(), render::utc)) " by the store's clock). Active records and queued or claimed jobs stay. " strong { "This cannot be undone." } }
+                    ul.counts {
+                        li { strong { (leases) } " lease records" }
+                        @for queue in &jobs {
+                            li { @if queue.at_least { "at least " } strong { (queue.count) } " jobs of queue " code { (queue.queue) } }
+                        }
+                        @if jobs.is_empty() { li { "no job: no queue holds a finished job" } }
+                    }
+                    form.filters method="get" action="/actions/purge" {
+                        label { "Count for another retention (30s, 5m, 2h, 7d) "
+                            input type="text" name="older_than" value=(text) required; }
+                        button type="submit" { "Count" }
+                    }
+                },
+                html! { input type="hidden" name="older_than" value=(text); },
+            )
+        }
     };
     let body = html! {
         h1 { (title) }
@@ -186,8 +219,8 @@ pub(super) async fn confirm(
     Ok(render::page(&app, Some(&session), section(action), &title, body).into_response())
 }
 
-/// An action's form.
-#[derive(Debug, Default, Deserialize)]
+/// An action's form (no `Debug`: it holds the CSRF token).
+#[derive(Default, Deserialize)]
 pub(super) struct ActionForm {
     csrf: Option<String>,
     id: Option<String>,
@@ -204,9 +237,32 @@ pub(super) async fn act(
     State(app): State<Shared>,
     jar: CookieJar,
     Path(name): Path<String>,
-    Form(form): Form<ActionForm>,
+    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Response, Problem> {
-    let action = Action::from_path(&name).ok_or_else(|| no_such_action(&name))?;
+    let Some(action) = Action::from_path(&name) else {
+        log("-", &name, "-", "refused: no such action");
+        return Err(no_such_action(&name));
+    };
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) => {
+            log(
+                "-",
+                action.path(),
+                "-",
+                "refused: the form could not be read",
+            );
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "Not done",
+                &format!(
+                    "The form could not be read ({}); nothing was done. Go back, reload the \
+                     page and confirm again.",
+                    rejection.body_text()
+                ),
+            ));
+        }
+    };
     let target = form
         .id
         .as_deref()
@@ -230,7 +286,7 @@ pub(super) async fn act(
         log(&who, action.path(), &target, "refused: CSRF token mismatch");
         return Err(render::bad_csrf());
     }
-    match perform(&app, action, &form).await {
+    match perform(&app, &who, action, &form).await {
         Ok((done, next)) => {
             log(&who, action.path(), &target, &done);
             let body = html! {
@@ -251,6 +307,7 @@ pub(super) async fn act(
 /// Does the action: what was done, and where to look at it.
 async fn perform(
     app: &Shared,
+    who: &str,
     action: Action,
     form: &ActionForm,
 ) -> Result<(String, String), Failure> {
@@ -313,7 +370,7 @@ async fn perform(
                     .await?;
             Ok((
                 format!(
-                    "Released {:?}: {}, its scopes are free (owner {owner}, fence {}).",
+                    "Released {:?}: {}, its scopes are free (owner {owner:?}, fence {}).",
                     record.id,
                     record.status.as_str(),
                     record.fence
@@ -336,7 +393,7 @@ async fn perform(
                 .await
                 .map_err(|(done, error)| {
                     log(
-                        "-",
+                        who,
                         "retry-all",
                         queue,
                         &format!("requeued {} before the store failed", done.requeued),
@@ -403,5 +460,10 @@ fn back(action: Action, id: &str, queue: &str) -> String {
 /// which action on what, and what came of it.
 pub(super) fn log(session: &str, action: &str, target: &str, outcome: &str) {
     tracing::info!(target: "tenure::serve", session, action, target, outcome, "operator action");
-    eprintln!("tenure serve: session {session}: {action} {target:?}: {outcome}");
+    // Escaped: what an operator typed (a reason, an owner) cannot forge
+    // a line of the log.
+    eprintln!(
+        "tenure serve: session {session}: {action} {target:?}: {}",
+        outcome.escape_debug()
+    );
 }

@@ -166,8 +166,13 @@ pub fn router(store: Arc<dyn Store>, options: Options) -> Router {
         .with_state(app)
 }
 
+/// How long the requests in flight get to finish once shutdown starts:
+/// the watch view's event streams never finish by themselves.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
 /// Serves `router` on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish.
+/// requests in flight finish, for at most [`SHUTDOWN_GRACE`] (open event
+/// streams are cut then).
 ///
 /// # Errors
 ///
@@ -177,9 +182,23 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let (stopping, mut stopped) = tokio::sync::watch::channel(false);
+    let graceful = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    });
+    let grace_over = async move {
+        // An error: the server ended first, which the other branch reports.
+        if stopped.wait_for(|stopping| *stopping).await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = graceful => served,
+        () = grace_over => Ok(()),
+    }
 }
 
 /// Reads a token from `path` (its first line, trimmed).

@@ -148,12 +148,13 @@ pub(super) async fn leases(
                 }
             }
             label { "Scope " input type="text" name="scope" value=[scope] placeholder="any"; }
-            label { "Holder " input type="text" name="holder" value=[holder] placeholder="any"; }
+            label { "Holder contains " input type="text" name="holder" value=[holder] placeholder="any"; }
             label { "Kind " input type="text" name="kind" value=[kind] placeholder="any"; }
             button type="submit" { "Filter" }
         }
         @if let Some(note) = note { p.note { (note) } }
-        p.summary { (records.len()) " records, by the store's clock at " (render::utc(now)) "." }
+        p.summary { (records.len()) " records, by the store's clock at " (render::utc(now)) "."
+            @if shown < records.len() { " The first " (shown) " are shown: narrow the filters to see the others." } }
         (lease_table(&records[..shown], now))
     };
     Ok(page_at(

@@ -186,7 +186,15 @@ async fn operator_in_a_browser(store: Arc<dyn Store>, backend: &str, test: &str)
         .expect("admitted")
         .fence;
     click_link(client, "orphan-run").await;
-    wait_for_text(client, "dd", &before.to_string()).await;
+    wait_for_text(client, "h1", "Lease orphan-run").await;
+    let shown = client
+        .find(Locator::Css("dd.fence"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(shown, before.to_string(), "the page shows the fence");
     browser.screenshot(&shot("lease")).await;
     click_link(client, "Take over…").await;
     wait_for_text(client, "h1", "Sign in").await;
