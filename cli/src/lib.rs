@@ -1381,15 +1381,7 @@ impl Interrupt {
 }
 
 async fn watch_frame(store: &dyn Store) -> Result<String, Failure> {
-    let mut records = store.list_active().await?;
-    let now = store.now().await?;
-    // Soonest expiry first, records without a lease last.
-    records.sort_by(|a, b| match (a.lease_expires_at, b.lease_expires_at) {
-        (Some(a), Some(b)) => a.cmp(&b),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => a.id.cmp(&b.id),
-    });
+    let (records, now) = operations::active_by_expiry(store).await?;
     let ended = records
         .iter()
         .filter(|record| record.lease_expires_at.is_some_and(|at| at <= now))

@@ -267,6 +267,22 @@ pub(crate) async fn count_purgeable_jobs(
     Ok(counted)
 }
 
+/// The active records, soonest lease end first (records without a lease
+/// last), and the store's time: what `watch` shows.
+pub(crate) async fn active_by_expiry(
+    store: &dyn Store,
+) -> Result<(Vec<LeaseRecord>, Timestamp), tenure::Error> {
+    let mut records = store.list_active().await?;
+    let now = store.now().await?;
+    records.sort_by(|a, b| match (a.lease_expires_at, b.lease_expires_at) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.id.cmp(&b.id),
+    });
+    Ok((records, now))
+}
+
 /// Why a takeover was refused, for a person.
 pub(crate) fn not_taken(reason: NotTakenReason) -> String {
     match reason {

@@ -388,14 +388,7 @@ pub(super) async fn watch(State(app): State<Shared>, jar: CookieJar) -> Page {
 
 /// The watch view's live part: a summary and the table.
 async fn watch_frame(store: &dyn Store) -> Result<(Timestamp, Markup), tenure::Error> {
-    let mut records = store.list_active().await?;
-    let now = store.now().await?;
-    records.sort_by(|a, b| match (a.lease_expires_at, b.lease_expires_at) {
-        (Some(a), Some(b)) => a.cmp(&b),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => a.id.cmp(&b.id),
-    });
+    let (records, now) = crate::operations::active_by_expiry(store).await?;
     let ended = records
         .iter()
         .filter(|record| record.lease_expires_at.is_none_or(|at| at <= now))

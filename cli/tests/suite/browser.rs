@@ -72,6 +72,17 @@ fn xpath_literal(text: &str) -> String {
     format!("\"{text}\"")
 }
 
+/// The fence a lease page shows.
+async fn fence_shown(client: &Client) -> String {
+    client
+        .find(Locator::Css("dd.fence"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 async fn click_link(client: &Client, text: &str) {
     client
         .wait()
@@ -187,14 +198,11 @@ async fn operator_in_a_browser(store: Arc<dyn Store>, backend: &str, test: &str)
         .fence;
     click_link(client, "orphan-run").await;
     wait_for_text(client, "h1", "Lease orphan-run").await;
-    let shown = client
-        .find(Locator::Css("dd.fence"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(shown, before.to_string(), "the page shows the fence");
+    assert_eq!(
+        fence_shown(client).await,
+        before.to_string(),
+        "the page shows the fence"
+    );
     browser.screenshot(&shot("lease")).await;
     click_link(client, "Take over…").await;
     wait_for_text(client, "h1", "Sign in").await;
@@ -224,15 +232,8 @@ async fn operator_in_a_browser(store: Arc<dyn Store>, backend: &str, test: &str)
     wait_for_text(client, "p", &format!("fence {}", taken.fence)).await;
     click_link(client, "Back").await;
     wait_for_text(client, "dd", "failed").await;
-    let fence = client
-        .find(Locator::Css("dd.fence"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     assert_eq!(
-        fence,
+        fence_shown(client).await,
         taken.fence.to_string(),
         "the page shows the new fence"
     );
