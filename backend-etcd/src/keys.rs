@@ -116,8 +116,16 @@ impl Keys {
         format!("{}{id}", self.jobs)
     }
 
+    /// The key of the gate of `resource`: the name as it is, unescaped, so
+    /// the gates' keys sort as their names do, byte by byte.
     pub(crate) fn gate(&self, resource: &str) -> String {
         format!("{}{resource}", self.gates)
+    }
+
+    /// The first key past every gate's: the end of [`gates`](Self::gates)'s
+    /// range.
+    pub(crate) fn gates_end(&self) -> Vec<u8> {
+        prefix_end(&self.gates)
     }
 
     /// The liveness key of the lease with `id`.
@@ -136,6 +144,21 @@ impl Keys {
     }
 }
 
+/// The first key past every key starting with `prefix`, as etcd ranges
+/// take it: `prefix` with its last byte below 0xFF raised by one and what
+/// follows it dropped (`"p/g/"` → `"p/g0"`), or `[0]` (every key to the
+/// last) when there is none.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if let Some(raised) = last.checked_add(1) {
+            end.push(raised);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// The limit whose log `name` is (a rate log's key past
 /// [`Keys::rate_logs`]; [`log_name`]'s inverse), or `None` for a name it
 /// never makes.
@@ -147,4 +170,16 @@ pub(crate) fn rate_limit_of(name: &str) -> Option<RateLimit> {
         permits.parse().ok()?,
         Duration::from_millis(millis.parse().ok()?),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_past_every_key_under_it() {
+        assert_eq!(Keys::new("app").gates_end(), b"app/g0");
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80");
+        assert_eq!(prefix_end(""), [0]);
+    }
 }

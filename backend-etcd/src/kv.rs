@@ -172,6 +172,28 @@ impl Cluster {
         }
     }
 
+    /// The keys from `from` (included) to `end` (excluded), at most `limit`
+    /// of them, with their values: one linearizable etcd range read, answered
+    /// in byte order of the keys (etcd's own order, with no sort asked).
+    /// Compares and commits nothing: for a read that needs no transaction.
+    pub(crate) async fn range(
+        &self,
+        from: Vec<u8>,
+        end: Vec<u8>,
+        limit: i64,
+    ) -> Result<Vec<etcd_client::KeyValue>> {
+        let mut response = self
+            .send(|mut member| {
+                let (from, end) = (from.clone(), end.clone());
+                async move {
+                    let options = GetOptions::new().with_range(end).with_limit(limit);
+                    member.kv.get(from, Some(options)).await
+                }
+            })
+            .await?;
+        Ok(response.take_kvs())
+    }
+
     /// Grants an etcd lease of `ttl` seconds (etcd may raise it to its
     /// minimum).
     pub(crate) async fn grant(&self, ttl: i64) -> Result<Granted> {

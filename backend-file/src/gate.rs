@@ -1,14 +1,16 @@
 //! [`GateBackend`] for [`FileStore`]: the gates live in the document beside
 //! the records, judged by the shared [`gate_rules`]; a check and the raise
-//! it answers are one write of the file.
+//! it answers are one write of the file. The gates are a map ordered by
+//! resource, byte by byte, so a listing is one range of it.
 
+use std::ops::Bound;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::{FenceCheck, Result};
+use tenure_lease_core::{FenceCheck, GateRecord, Result};
 
 use crate::document::{self, Document, Gate};
 use crate::FileStore;
@@ -62,6 +64,32 @@ impl GateBackend for FileStore {
                     .is_ok_and(|gate| gate_rules::gate_purgeable(gate.checked_at, unused_for, now))
             });
             Ok((before - document.gates.len()) as u64)
+        })
+        .await
+    }
+
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let after = after.map(|after| after.get().to_owned());
+        let limit = limit.get();
+        self.read(move |document, _| {
+            let start = after.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            document
+                .gates
+                .range::<str, _>((start, Bound::Unbounded))
+                .take(limit)
+                .map(|(resource, value)| {
+                    let gate = document::gate(resource, value)?;
+                    Ok(GateRecord::new(
+                        resource.clone(),
+                        gate.fence,
+                        gate.checked_at,
+                    ))
+                })
+                .collect()
         })
         .await
     }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::{FenceCheck, Result, Timestamp};
+use tenure_lease_core::{FenceCheck, GateRecord, Result, Timestamp};
 
 use crate::MemoryStore;
 
@@ -58,5 +58,23 @@ impl GateBackend for MemoryStore {
             .gates
             .retain(|_, gate| !gate_rules::gate_purgeable(gate.checked_at, unused_for, now));
         Ok((before - state.gates.len()) as u64)
+    }
+
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let after = after.map(Checked::get);
+        let state = self.lock();
+        let mut gates: Vec<GateRecord> = state
+            .gates
+            .iter()
+            .filter(|(resource, _)| after.is_none_or(|after| resource.as_str() > after))
+            .map(|(resource, gate)| GateRecord::new(resource.clone(), gate.fence, gate.checked_at))
+            .collect();
+        gates.sort_unstable_by(|a, b| a.resource.cmp(&b.resource));
+        gates.truncate(limit.get());
+        Ok(gates)
     }
 }

@@ -7,15 +7,21 @@
 //! fence, is left as it is and answers 0 there; it is then read for the
 //! error. No lock outlives the statement, so a
 //! client paused mid-check holds up no other check of the gate.
+//!
+//! A listing is one read of the primary key's range: `resource` is
+//! `VARBINARY`, so the key's order, and `>` on it, are the byte order of
+//! the names the contract lists them in.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
 use tenure_lease_core::backend::checked::Checked;
 use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::clock::micros_rounded_up;
-use tenure_lease_core::{Error, FenceCheck, Result};
+use tenure_lease_core::clock::{self, micros_rounded_up};
+use tenure_lease_core::{Error, FenceCheck, GateRecord, Result};
 use tenure_sql_sessions::server_answered;
 
 use crate::error::store_error;
@@ -38,6 +44,16 @@ fn check_fence_sql() -> String {
 }
 
 const HIGHEST_FENCE: &str = "SELECT fence FROM tenure_fence_gates WHERE resource = ?";
+
+/// The first `?` gates in byte order of their resources (the primary key's
+/// order), each as its resource, fence and `checked_at`.
+const LIST_FENCES: &str = "SELECT resource, fence, checked_at FROM tenure_fence_gates \
+     ORDER BY resource LIMIT ?";
+
+/// As [`LIST_FENCES`], from the first gate whose resource sorts after the
+/// first `?`, byte for byte.
+const LIST_FENCES_AFTER: &str = "SELECT resource, fence, checked_at FROM tenure_fence_gates \
+     WHERE resource > ? ORDER BY resource LIMIT ?";
 
 #[async_trait]
 impl GateBackend for MySqlStore {
@@ -104,4 +120,48 @@ impl GateBackend for MySqlStore {
         .map_err(store_error)?;
         Ok(purged.rows_affected())
     }
+
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let query = match after.map(Checked::get) {
+            Some(after) => sqlx::query(LIST_FENCES_AFTER).bind(after.as_bytes()),
+            None => sqlx::query(LIST_FENCES),
+        };
+        query
+            .bind(u64::try_from(limit.get()).unwrap_or(u64::MAX))
+            .fetch_all(self.runner.pool())
+            .await
+            .map_err(store_error)?
+            .iter()
+            .map(listed_gate)
+            .collect()
+    }
+}
+
+/// The gate a row of [`LIST_FENCES`] holds.
+///
+/// # Errors
+///
+/// `Corrupt` naming the gate when its name is not UTF-8, its fence is out
+/// of range, or its `checked_at` is no instant.
+fn listed_gate(row: &MySqlRow) -> Result<GateRecord> {
+    let name: Vec<u8> = row.try_get(0).map_err(store_error)?;
+    let resource = String::from_utf8(name).map_err(|error| {
+        gate_rules::undecodable_gate(
+            &String::from_utf8_lossy(error.as_bytes()),
+            "its resource is not UTF-8",
+        )
+    })?;
+    let fence = gate_rules::stored_gate_fence(&resource, row.try_get(1).map_err(store_error)?)?;
+    let micros: i64 = row.try_get(2).map_err(store_error)?;
+    let checked_at = clock::from_micros(micros).ok_or_else(|| {
+        gate_rules::undecodable_gate(
+            &resource,
+            &format!("checked_at {micros} µs since 1970 is no instant"),
+        )
+    })?;
+    Ok(GateRecord::new(resource, fence, checked_at))
 }

@@ -9,6 +9,10 @@
 //! upsert that skipped the row (`DO UPDATE ... WHERE`) would have to read
 //! the highest in a second statement, which under `READ COMMITTED` may see
 //! a later fence, or no gate at all after a purge.
+//!
+//! A listing is one read of the primary key's index, from the first name
+//! after `after` on: the key is `COLLATE "C"`, so its order is the byte
+//! order of the names the contract lists in.
 
 use std::time::Duration;
 
@@ -18,8 +22,9 @@ use sqlx::Row;
 use tenure_lease_core::backend::checked::{fence_check, Checked};
 use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::{Error, FenceCheck, Result};
+use tenure_lease_core::{Error, FenceCheck, GateRecord, Result};
 
+use crate::decode;
 use crate::error::store_error;
 use crate::statement::PgQuery;
 use crate::PgStore;
@@ -41,6 +46,13 @@ pub(crate) struct GateStatements {
     highest: String,
     /// `$1` retention → `purged`, the count of deleted gates.
     purge: String,
+    /// `$1` limit → `resource`, `fence`, `checked_at` of the first gates
+    /// in byte order of their names.
+    list: String,
+    /// `$1` after, `$2` limit → [`list`](Self::list) of the gates whose
+    /// names sort after `$1`. Its own statement, not `$1 IS NULL OR ...`
+    /// in one, so that a generic plan still starts the index scan at `$1`.
+    list_after: String,
 }
 
 impl GateStatements {
@@ -66,6 +78,15 @@ impl GateStatements {
                 "WITH purged AS (DELETE FROM {s}.fence_gates \
                    WHERE checked_at <= now() - $1::interval RETURNING 1) \
                  SELECT count(*) AS purged FROM purged"
+            ),
+            list: format!(
+                "SELECT resource, fence, checked_at FROM {s}.fence_gates \
+                 ORDER BY resource COLLATE \"C\" LIMIT $1"
+            ),
+            list_after: format!(
+                "SELECT resource, fence, checked_at FROM {s}.fence_gates \
+                 WHERE resource > $1 COLLATE \"C\" \
+                 ORDER BY resource COLLATE \"C\" LIMIT $2"
             ),
         }
     }
@@ -99,6 +120,18 @@ fn judged(row: Option<&PgRow>, resource: &str, fence: u64) -> Result<FenceCheck>
 /// A stored gate's fence, checked ([`gate_rules::stored_gate_fence`]).
 fn decode_fence(row: &PgRow, resource: &str) -> Result<u64> {
     gate_rules::stored_gate_fence(resource, row.try_get("fence").map_err(store_error)?)
+}
+
+/// A listed gate's row as a [`GateRecord`]: a fence or a stamp it cannot
+/// hold is `Corrupt` naming the resource, as
+/// [`highest_fence`](GateBackend::highest_fence) answers it.
+fn listed_gate(row: &PgRow) -> Result<GateRecord> {
+    let resource: String = row.try_get("resource").map_err(store_error)?;
+    let fence = decode_fence(row, &resource)?;
+    let checked_at = decode::instant(row, "checked_at").map_err(|error| {
+        gate_rules::undecodable_gate(&resource, &format!("checked_at: {error}"))
+    })?;
+    Ok(GateRecord::new(resource, fence, checked_at))
 }
 
 impl PgStore {
@@ -187,5 +220,23 @@ impl GateBackend for PgStore {
         let unused_for = unused_for.get();
         self.purge_older_than(&self.sql.gates.purge, unused_for)
             .await
+    }
+
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let (after, limit) = (after.map(Checked::get), limit.get());
+        // Checked to at most `limits::MAX_LIST_LIMIT`.
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let gates = &self.sql.gates;
+        let rows = self
+            .fetch_all(|| match after {
+                None => sqlx::query(&gates.list).bind(limit),
+                Some(after) => sqlx::query(&gates.list_after).bind(after).bind(limit),
+            })
+            .await?;
+        rows.iter().map(listed_gate).collect()
     }
 }

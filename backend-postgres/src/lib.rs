@@ -113,9 +113,10 @@
 //! * `fence_gates` (migration 0005): one row per fence gate
 //!   ([`FenceStore`](tenure_lease_core::FenceStore)), the highest fence
 //!   accepted and when it last was, indexed by that time for
-//!   `purge_fences`. [`PgStore::check_fence_in`] runs the check inside a
-//!   transaction of the caller's, so a write to the caller's own tables and
-//!   the gate commit together.
+//!   `purge_fences`; its primary key (`COLLATE "C"`) lists them in byte
+//!   order of their names for `list_fences`. [`PgStore::check_fence_in`]
+//!   runs the check inside a transaction of the caller's, so a write to the
+//!   caller's own tables and the gate commit together.
 //!
 //! ## Connecting and its errors
 //!

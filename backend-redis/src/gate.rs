@@ -2,14 +2,29 @@
 //! [`RedisStore::write_fenced`]: one Lua script per operation
 //! (`src/lua/`, with the gate prelude `gate_common.lua`), judging by
 //! [`tenure_lease_core::backend::gate_rules`] before it writes.
+//!
+//! `list_fences` is the exception, and costs O(number of gates): the gate
+//! index is a sorted set scored by the time of each gate's last accepted
+//! check (what `purge_fences` walks), so it cannot answer a range of
+//! names. The listing reads every name in the index (one `ZRANGE`, the
+//! whole index over the wire), keeps those after `after` and orders them
+//! by bytes here (a heap: linear in the gates, then logarithmic per gate
+//! listed; Lua compares strings by the server's locale, not by bytes),
+//! then reads the fences and stamps of the page's gates in one read-only
+//! script (`list_fences.lua`). Two round trips, then, and more only when
+//! gates of the page were purged between them (the next names fill the
+//! page). The page is not read at one instant with the names: a gate
+//! raised or purged meanwhile may or may not be listed.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::FromRedisValue;
 use tenure_lease_core::backend::checked::{self, Checked};
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::{clock, Error, FenceCheck, Result};
+use tenure_lease_core::{clock, Error, FenceCheck, GateRecord, Result};
 
 use crate::scripts::SCRIPTS;
 use crate::{decode, RedisStore, PURGE_BATCH};
@@ -141,5 +156,40 @@ impl GateBackend for RedisStore {
                 return Ok(purged);
             }
         }
+    }
+
+    /// Reads every name in the gate index and orders them here: O(number
+    /// of gates) per call (see the module docs of `src/gate.rs`).
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let (after, limit) = (after.map(Checked::get), limit.get());
+        let mut index = redis::cmd("ZRANGE");
+        index.arg(self.keys.gates()).arg(0).arg(-1);
+        let mut names: Vec<Vec<u8>> = self.command(&index).await?;
+        if let Some(after) = after {
+            names.retain(|name| name.as_slice() > after.as_bytes());
+        }
+        // Byte order, as `str` compares; the smallest name first.
+        let mut names: BinaryHeap<Reverse<Vec<u8>>> = names.into_iter().map(Reverse).collect();
+        let mut gates = Vec::with_capacity(limit.min(names.len()));
+        while gates.len() < limit && !names.is_empty() {
+            let wanted = limit - gates.len();
+            let page: Vec<Vec<u8>> = std::iter::from_fn(|| names.pop().map(|Reverse(name)| name))
+                .take(wanted)
+                .collect();
+            let mut invocation = SCRIPTS.list_fences.prepare_invoke();
+            invocation.key(self.keys.gates()).arg(self.keys.prefix());
+            for name in &page {
+                invocation.arg(name.as_slice());
+            }
+            gates.extend(decode::gates::listed_gates(
+                self.script(&invocation).await?,
+                &page,
+            )?);
+        }
+        Ok(gates)
     }
 }

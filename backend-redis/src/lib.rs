@@ -103,7 +103,10 @@
 //! Fence gates ([`FenceStore`](tenure_lease_core::FenceStore)) are a key
 //! family of the same namespace: per resource a string holding the highest
 //! fence accepted, and a sorted set of resources by the time of their last
-//! accepted check, for `purge_fences` (`src/lua/gate_common.lua`).
+//! accepted check, for `purge_fences` (`src/lua/gate_common.lua`). That
+//! index holds no order of names, so `list_fences` reads every gate's name
+//! and orders them in the client: each page costs O(number of gates), not
+//! O(page) (`src/gate.rs`).
 //! [`RedisStore::write_fenced`] checks a gate and sets a key of the
 //! caller's in one script, so a stale owner's value is never written.
 //!
@@ -260,10 +263,11 @@
 //! type) never panics: point reads and writes on it answer
 //! [`ErrorKind::Corrupt`](tenure_lease_core::ErrorKind::Corrupt) and change nothing; `list_expired` skips it and
 //! reports it in [`ExpiredScan::skipped`](tenure_lease_core::ExpiredScan::skipped), `claim` and `reap` skip it, leave
-//! it as it is and log it; `list_by_scope`, `list_active` and
-//! `list_dead_letters`, which have nowhere to report a skip, answer
-//! `Corrupt`. The scripts check every field they read before their first
-//! write, so a damaged value never leaves an operation half-applied.
+//! it as it is and log it; `list_by_scope`, `list_active`,
+//! `list_dead_letters` and `list_fences`, which have nowhere to report a
+//! skip, answer `Corrupt`. The scripts check every field they read before
+//! their first write, so a damaged value never leaves an operation
+//! half-applied.
 //!
 //! Requires Redis 5 or newer (scripts replicate their effects); tested on
 //! Redis 7. On Redis 7 and newer the operations run as functions, which

@@ -235,6 +235,12 @@ const SOURCES: &[(&str, Family, Access, &str)] = &[
         Access::Write,
         include_str!("lua/purge_fences.lua"),
     ),
+    (
+        "list_fences",
+        Family::Gate,
+        Access::Read,
+        include_str!("lua/list_fences.lua"),
+    ),
 ];
 
 /// One operation, in both forms.
@@ -354,6 +360,7 @@ pub(crate) struct Scripts {
     pub(crate) write_fenced: Op,
     pub(crate) highest_fence: Op,
     pub(crate) purge_fences: Op,
+    pub(crate) list_fences: Op,
     /// The source of the library, for `FUNCTION LOAD`.
     pub(crate) library: String,
 }
@@ -439,6 +446,7 @@ fn build() -> Scripts {
         write_fenced: op("write_fenced"),
         highest_fence: op("highest_fence"),
         purge_fences: op("purge_fences"),
+        list_fences: op("list_fences"),
         library: library(&version),
     }
 }

@@ -4,6 +4,10 @@
 //! Both run [`CHECK_FENCE`], one conditional upsert that raises the gate and
 //! answers the highest fence in the same statement, so the store's own
 //! transaction and the caller's hold exactly the same rule.
+//!
+//! A listing is one range of the primary key ([`LIST_FENCES`],
+//! [`LIST_FENCES_AFTER`]): the resource column compares with SQLite's
+//! `BINARY` collation, byte by byte, the order Rust gives names.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +18,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use tenure_lease_core::backend::checked::{fence_check, Checked};
 use tenure_lease_core::backend::gate_rules;
 use tenure_lease_core::backend::stores::GateBackend;
-use tenure_lease_core::clock::{micros_rounded_up, to_micros};
-use tenure_lease_core::{Clock, Error, FenceCheck, Result, Timestamp};
+use tenure_lease_core::clock::{from_micros, micros_rounded_up, to_micros};
+use tenure_lease_core::{Clock, Error, FenceCheck, GateRecord, Result, Timestamp};
 
 use crate::error::map_sqlite_error;
 use crate::SqliteStore;
@@ -40,6 +44,17 @@ const HIGHEST_FENCE: &str = "SELECT fence FROM fence_gates WHERE resource = ?1";
 
 /// Gates last accepted at or before `?1` (microseconds).
 const PURGE_FENCES: &str = "DELETE FROM fence_gates WHERE checked_at <= ?1";
+
+/// The first `?1` gates by resource (`BINARY`: byte order), columns in the
+/// order [`decode_gate`] reads them.
+const LIST_FENCES: &str =
+    "SELECT resource, fence, checked_at FROM fence_gates ORDER BY resource LIMIT ?1";
+
+/// The first `?2` gates whose resource sorts after `?1`, as [`LIST_FENCES`]:
+/// a range of the primary key. (One statement with `?1 IS NULL OR` would
+/// walk the table from its first gate.)
+const LIST_FENCES_AFTER: &str = "SELECT resource, fence, checked_at FROM fence_gates
+     WHERE resource > ?1 ORDER BY resource LIMIT ?2";
 
 /// Runs [`CHECK_FENCE`] on `connection` at `now`; input already validated.
 fn check(
@@ -74,6 +89,71 @@ fn decode_fence(value: ValueRef<'_>, resource: &str) -> Result<u64> {
         ));
     };
     gate_rules::stored_gate_fence(resource, fence)
+}
+
+/// A row of [`LIST_FENCES`] as a [`GateRecord`]; a gate that cannot be
+/// decoded is `Corrupt` as [`highest_fence`](GateBackend::highest_fence)
+/// answers it (a resource that is not UTF-8 text is named as far as it
+/// reads).
+fn decode_gate(row: &rusqlite::Row<'_>) -> Result<GateRecord> {
+    let resource = match row.get_ref(0).map_err(map_sqlite_error)? {
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes)
+            .map_err(|_| {
+                gate_rules::undecodable_gate(
+                    &String::from_utf8_lossy(bytes),
+                    "the resource is not UTF-8",
+                )
+            })?
+            .to_owned(),
+        ValueRef::Blob(bytes) => {
+            return Err(gate_rules::undecodable_gate(
+                &String::from_utf8_lossy(bytes),
+                "the resource is not text",
+            ))
+        }
+        _ => {
+            return Err(gate_rules::undecodable_gate(
+                "<unreadable resource>",
+                "the resource is not text",
+            ))
+        }
+    };
+    let fence = decode_fence(row.get_ref(1).map_err(map_sqlite_error)?, &resource)?;
+    let ValueRef::Integer(micros) = row.get_ref(2).map_err(map_sqlite_error)? else {
+        return Err(gate_rules::undecodable_gate(
+            &resource,
+            "the check time is not an integer",
+        ));
+    };
+    let checked_at = from_micros(micros).ok_or_else(|| {
+        gate_rules::undecodable_gate(
+            &resource,
+            &format!("the check time, {micros} microseconds, is out of range"),
+        )
+    })?;
+    Ok(GateRecord::new(resource, fence, checked_at))
+}
+
+/// Runs [`LIST_FENCES`], or [`LIST_FENCES_AFTER`] when `after` is given,
+/// on `connection`; input already validated.
+fn list(connection: &Connection, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = if after.is_some() {
+        LIST_FENCES_AFTER
+    } else {
+        LIST_FENCES
+    };
+    let mut statement = connection.prepare_cached(sql).map_err(map_sqlite_error)?;
+    let mut rows = match after {
+        Some(after) => statement.query(params![after, limit]),
+        None => statement.query(params![limit]),
+    }
+    .map_err(map_sqlite_error)?;
+    let mut gates = Vec::new();
+    while let Some(row) = rows.next().map_err(map_sqlite_error)? {
+        gates.push(decode_gate(row)?);
+    }
+    Ok(gates)
 }
 
 #[async_trait]
@@ -124,6 +204,20 @@ impl GateBackend for SqliteStore {
                         .map_err(map_sqlite_error)?;
                     Ok(purged as u64)
                 })
+            })
+            .await
+    }
+
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<GateRecord>> {
+        let after = after.map(|after| after.get().to_owned());
+        let limit = limit.get();
+        self.connection
+            .run(move |session| {
+                session.read(|connection, _| list(connection, after.as_deref(), limit))
             })
             .await
     }

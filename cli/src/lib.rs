@@ -173,6 +173,20 @@ enum Command {
     /// List a queue's jobs, oldest first: all of them, one state, or its
     /// dead letters.
     Jobs(JobsArgs),
+    /// The fence gates the store keeps, by resource: each one's highest
+    /// accepted fence and last accepted check.
+    Gates {
+        /// Only gates whose resource sorts after this one (the last of a
+        /// previous page).
+        #[arg(long, value_name = "RESOURCE")]
+        after: Option<String>,
+        /// At most this many gates.
+        #[arg(long, default_value_t = 1000)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Send a dead-lettered job back to its queue, attempts reset; or
     /// every dead letter of a queue, with --all --queue Q.
     Retry(RetryArgs),
@@ -662,6 +676,7 @@ async fn run(url: &str, command: Command) -> Outcome {
             | Command::Show { .. }
             | Command::Queues { .. }
             | Command::Jobs(_)
+            | Command::Gates { .. }
             | Command::Watch(_)
     );
     let store = if read_only {
@@ -679,6 +694,7 @@ async fn run(url: &str, command: Command) -> Outcome {
         Command::Purge(args) => purge(store, args).await,
         Command::Queues { json } => queues(store, json).await,
         Command::Jobs(args) => jobs(store, args).await,
+        Command::Gates { after, limit, json } => gates(store, after.as_deref(), limit, json).await,
         Command::Retry(args) => match (args.job, args.queue) {
             (Some(job), _) => retry(store, &job).await,
             (None, Some(queue)) => retry_all(store, &queue, args.page_size, args.json).await,
@@ -1155,6 +1171,28 @@ async fn jobs(store: &dyn Store, args: JobsArgs) -> Outcome {
         "{}",
         table.render_or(&format!("no such jobs in queue {queue:?}\n"))
     );
+    Ok(())
+}
+
+async fn gates(store: &dyn Store, after: Option<&str>, limit: usize, json: bool) -> Outcome {
+    let gates = store.list_fences(after, limit).await?;
+    if json {
+        return print_json(&gates);
+    }
+    let mut table = Table::new(["RESOURCE", "FENCE", "LAST ACCEPTED"]);
+    for gate in &gates {
+        table.row([
+            gate.resource.clone(),
+            gate.fence.to_string(),
+            timestamp(gate.checked_at),
+        ]);
+    }
+    print!("{}", table.render_or("no gates\n"));
+    if gates.len() == limit {
+        if let Some(last) = gates.last() {
+            println!("(more may follow: --after {:?})", last.resource);
+        }
+    }
     Ok(())
 }
 

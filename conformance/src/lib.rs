@@ -549,6 +549,10 @@ define_cases! {$
         gate::retention::gate_a_raised_fence_refreshes_the_gate,
         gate::retention::gate_purge_boundary_is_exact_to_the_microsecond,
         gate::input::gate_invalid_input_is_rejected_and_changes_nothing,
+        gate::list::gate_list_names_every_gate_in_name_order,
+        gate::list::gate_list_pages_by_after_and_limit,
+        gate::list::gate_list_leaves_out_purged_gates,
+        gate::list::gate_list_invalid_input_is_rejected,
         random::gate_model::gate_model_based_random_operations,
     ]
     variant: {
@@ -594,6 +598,7 @@ define_cases! {$
             race_gate_checks_leave_the_highest_and_refusals_are_truthful,
             race_gate_climbers_never_land_below_an_accepted_fence,
             gate_resources_are_independent,
+            gate_list_pages_by_after_and_limit,
             gate_model_based_random_operations,
         ]
     }

@@ -22,7 +22,33 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::gate_rules;
+use crate::clock::Timestamp;
 use crate::error::Result;
+
+/// One gate kept by a [`FenceStore`], as
+/// [`list_fences`](FenceStore::list_fences) lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct GateRecord {
+    /// The resource the gate guards.
+    pub resource: String,
+    /// The highest fence it accepted.
+    pub fence: u64,
+    /// When its last accepted check was, by the store's clock (what
+    /// [`purge_fences`](FenceStore::purge_fences) measures from).
+    pub checked_at: Timestamp,
+}
+
+impl GateRecord {
+    /// A gate as a store read it.
+    pub fn new(resource: impl Into<String>, fence: u64, checked_at: Timestamp) -> Self {
+        GateRecord {
+            resource: resource.into(),
+            fence,
+            checked_at,
+        }
+    }
+}
 
 /// A write refused by a gate: its fence is older than one already accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -234,6 +260,25 @@ pub trait FenceStore: Send + Sync {
     /// A dropped purge may have deleted all, none or (Redis) some batches of
     /// what it would have. Retrying is safe: it deletes what is left.
     async fn purge_fences(&self, unused_for: Duration) -> Result<u64>;
+
+    /// The gates kept, in byte order of their resource names: those whose
+    /// name sorts after `after` (every gate when `None`), at most `limit`
+    /// of them. Pass the last name of one page as `after` to read the next.
+    /// Purged gates are gone; a refused check changes nothing listed.
+    ///
+    /// # Errors
+    ///
+    /// * [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    ///   `limit` of 0 or above
+    ///   [`MAX_LIST_LIMIT`](crate::limits::MAX_LIST_LIMIT), or an `after`
+    ///   that is no valid resource name;
+    /// * the [store errors](crate::LeaseStore#store-errors), `Corrupt` when
+    ///   a listed gate cannot be decoded (naming its resource).
+    ///
+    /// # Cancellation
+    ///
+    /// A read: dropping it changes nothing.
+    async fn list_fences(&self, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>>;
 }
 
 macro_rules! forward_fence_store {
@@ -248,6 +293,9 @@ macro_rules! forward_fence_store {
             }
             async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
                 (**self).purge_fences(unused_for).await
+            }
+            async fn list_fences(&self, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>> {
+                (**self).list_fences(after, limit).await
             }
         }
     };
@@ -266,6 +314,9 @@ impl<S: FenceStore + ?Sized> FenceStore for &S {
     }
     async fn purge_fences(&self, unused_for: Duration) -> Result<u64> {
         (**self).purge_fences(unused_for).await
+    }
+    async fn list_fences(&self, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>> {
+        (**self).list_fences(after, limit).await
     }
 }
 

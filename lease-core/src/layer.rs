@@ -56,7 +56,7 @@ use tracing::{field, Instrument};
 
 use crate::clock::Timestamp;
 use crate::error::{Error, ErrorKind, Result};
-use crate::fence::{FenceCheck, FenceStore};
+use crate::fence::{FenceCheck, FenceStore, GateRecord};
 use crate::outcome::{Admission, ExpiredScan, Renewal, Takeover, Transition};
 use crate::queue::{
     ClaimRequest, Claimed, ClaimedJob, Enqueued, FailAction, Job, JobClaim, JobQueue, JobRenewal,
@@ -190,7 +190,8 @@ pub enum Input<'a> {
     Sweep(Duration),
     /// An operation whose name ([`Operation::name`]) and `id` say all:
     /// [`LeaseStore::list_active`], [`LeaseStore::now`],
-    /// [`JobQueue::retry_dead_letter`], [`FenceStore::highest_fence`].
+    /// [`JobQueue::retry_dead_letter`], [`FenceStore::highest_fence`],
+    /// [`FenceStore::list_fences`].
     Plain,
 }
 
@@ -271,7 +272,7 @@ impl<'a> Operation<'a> {
             Input::CheckFence { .. } => FENCES,
             Input::Sweep(_) | Input::Plain => match self.name {
                 "reap" | "purge_jobs" | "retry_dead_letter" | "count_jobs" => JOBS,
-                "purge_fences" | "highest_fence" => FENCES,
+                "purge_fences" | "highest_fence" | "list_fences" => FENCES,
                 _ => LEASES,
             },
         }
@@ -353,6 +354,8 @@ pub enum AnswerView<'a> {
     FenceCheck(&'a FenceCheck),
     /// Of [`FenceStore::highest_fence`].
     HighestFence(Option<u64>),
+    /// Of [`FenceStore::list_fences`].
+    Gates(&'a [GateRecord]),
 }
 
 /// A concern wrapped around every operation of a store; see the
@@ -1152,6 +1155,13 @@ impl<S: FenceStore, H: Hook> FenceStore for Layered<S, H> {
             .call(operation, self.inner.purge_fences(unused_for))
             .await
     }
+
+    async fn list_fences(&self, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>> {
+        let operation = Operation::named("list_fences", Input::Plain);
+        self.hook
+            .call(operation, self.inner.list_fences(after, limit))
+            .await
+    }
 }
 
 macro_rules! answer {
@@ -1226,6 +1236,7 @@ answer! {
     FenceCheck => |answer| answer.label(), view AnswerView::FenceCheck(answer);
     Option<u64> => |answer| if answer.is_some() { "found" } else { "missing" },
         view AnswerView::HighestFence(*answer);
+    Vec<GateRecord> => |_answer| "listed", view AnswerView::Gates(_answer);
     OperatorRetry => |answer| match answer {
         OperatorRetry::Requeued(_) => "requeued",
         OperatorRetry::NotDeadLettered(_) => "not_dead_lettered",

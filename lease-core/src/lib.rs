@@ -47,7 +47,7 @@ pub mod wait;
 
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp, TokioClock};
 pub use error::{Error, ErrorKind, Result};
-pub use fence::{FenceCheck, FenceGate, FenceStore, StaleFence};
+pub use fence::{FenceCheck, FenceGate, FenceStore, GateRecord, StaleFence};
 pub use layer::{Instrumented, LayerExt};
 pub use outcome::{
     Admission, ExpiredScan, LossReason, NotTakenReason, Renewal, SkippedRecord, Takeover,

@@ -132,6 +132,62 @@ async fn a_damaged_gate_is_corrupt_and_contained() {
     }
 }
 
+/// A damaged gate makes a listing that reaches it `Corrupt`, with the very
+/// error `highest_fence` gives for it, naming the gate; a page that ends
+/// before it is served, and the file does not change.
+#[tokio::test]
+async fn a_damaged_gate_is_corrupt_for_a_listing_that_reaches_it() {
+    use tenure_lease_core::FenceStore;
+
+    let damages = [
+        ("fence", json!(0)),
+        ("fence", json!(-3)),
+        ("fence", json!(1_u64 << 60)),
+        ("fence", json!("seven")),
+        ("checked_at", json!("yesterday")),
+        ("checked_at", json!(17)),
+    ];
+    for (field, bad) in damages {
+        let directory = directory();
+        let path = directory.path().join("store.json");
+        let store = FileStore::open(&path).await.expect("a new store");
+        for resource in ["bystander", "victim"] {
+            let check = store.check_fence(resource, 7).await.expect("checked");
+            assert!(check.is_accepted());
+        }
+        let mut document: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the file")).expect("JSON");
+        document["gates"]["victim"][field] = bad.clone();
+        let damaged = serde_json::to_vec(&document).expect("encoded");
+        std::fs::write(&path, &damaged).expect("damaged");
+
+        let listed = store.list_fences(None, 10).await.expect_err("listed");
+        assert_eq!(listed.kind(), ErrorKind::Corrupt, "{bad}: {listed}");
+        assert!(listed.message().contains("\"victim\""), "{bad}: {listed}");
+        let after = store
+            .list_fences(Some("bystander"), 1)
+            .await
+            .expect_err("listed after the bystander");
+        assert_eq!(after.message(), listed.message(), "{bad}");
+        let read = store.highest_fence("victim").await.expect_err("read");
+        assert_eq!(read.message(), listed.message(), "{bad}: as highest_fence");
+        let page = store
+            .list_fences(None, 1)
+            .await
+            .expect("the page before it");
+        let page: Vec<(&str, u64)> = page
+            .iter()
+            .map(|gate| (gate.resource.as_str(), gate.fence))
+            .collect();
+        assert_eq!(page, [("bystander", 7)], "{bad}");
+        assert_eq!(
+            std::fs::read(&path).expect("the file"),
+            damaged,
+            "{bad}: kept"
+        );
+    }
+}
+
 /// A damaged rate log answers `Corrupt` naming it, for an admission and a
 /// claim within its limit, and the file does not change; `purge` drops
 /// logs whose uses all stopped counting and keeps the others, damaged ones

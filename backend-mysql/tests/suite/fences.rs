@@ -92,3 +92,68 @@ async fn a_damaged_gate_is_corrupt_and_left_as_it_was() {
         assert_eq!(stored, damaged, "the check wrote over the damaged gate");
     }
 }
+
+/// A listed gate holding no positive fence, a `checked_at` that is no
+/// instant or a name that is not UTF-8 (damaged by hand) answers `Corrupt`
+/// naming the gate, and the listing leaves every gate as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_gate_listed_is_corrupt_and_left_as_it_was() {
+    use tenure_lease_core::{ErrorKind, FenceCheck, FenceStore};
+    let Some(url) = tenure_test_support::shared::mysql_url_for(
+        "a_damaged_gate_listed_is_corrupt_and_left_as_it_was",
+    ) else {
+        return;
+    };
+    let (store, database) = support::store_in_fresh_database(&url).await;
+    let on_database = support::on_database(&url, &database);
+    let gates = || async {
+        sqlx::query_as::<_, (Vec<u8>, i64, i64)>(
+            "SELECT resource, fence, checked_at FROM tenure_fence_gates ORDER BY resource",
+        )
+        .fetch_all(store.pool())
+        .await
+        .expect("read the gates")
+    };
+    let mut answers = Vec::new();
+    for (damage, named, why) in [
+        ("fence = -5", "\"printer\"", "fence -5 "),
+        ("fence = 0", "\"printer\"", "fence 0 "),
+        (
+            "checked_at = 9223372036854775807",
+            "\"printer\"",
+            "is no instant",
+        ),
+        ("resource = X'FF'", "\"\u{fffd}\"", "not UTF-8"),
+    ] {
+        support::execute(&on_database, "DELETE FROM tenure_fence_gates")
+            .await
+            .expect("clear the gates");
+        for (resource, fence) in [("printer", 7), ("scanner", 3)] {
+            let check = store.check_fence(resource, fence).await.expect("a check");
+            assert_eq!(check, FenceCheck::Accepted, "{resource}");
+        }
+        support::execute(
+            &on_database,
+            &format!("UPDATE tenure_fence_gates SET {damage} WHERE resource = 'printer'"),
+        )
+        .await
+        .expect("damage the gate");
+        let before = gates().await;
+        let listed = store.list_fences(None, 10).await;
+        let after = gates().await;
+        answers.push((damage, [named, why], listed, before, after));
+    }
+    store.close().await;
+    support::drop_database(&url, &database).await.expect("drop");
+    for (damage, [named, why], listed, before, after) in answers {
+        let error = listed.expect_err("a damaged gate");
+        assert_eq!(error.kind(), ErrorKind::Corrupt, "{damage}: {error}");
+        assert!(
+            error.message().contains(&format!("fence gate of {named}"))
+                && error.message().contains(why),
+            "{damage}: {error}"
+        );
+        assert_eq!(before.len(), 2, "{damage}: both gates are kept");
+        assert_eq!(after, before, "{damage}: the listing changed the gates");
+    }
+}

@@ -1,7 +1,8 @@
 //! Fence checks inside the caller's own transaction
 //! (`PgStore::check_fence_in`): the guarded write and the gate commit or
 //! roll back together, a stale check keeps the caller's write out, checks
-//! on one resource take turns, and a damaged gate is `Corrupt`.
+//! on one resource take turns, and a damaged gate is `Corrupt`, checked,
+//! read or listed.
 
 use crate::support;
 
@@ -273,6 +274,58 @@ async fn a_damaged_gate_is_corrupt_and_left_as_it_is() {
             .await
             .expect("read the gate");
             assert_eq!(stored, 9_007_199_254_740_992, "nothing written over it");
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_damaged_gate_listed_is_corrupt_and_left_as_it_is() {
+    with_store(
+        "a_damaged_gate_listed_is_corrupt_and_left_as_it_is",
+        |store, url| async move {
+            for (fence, resource) in (1..).zip(["a", "b", "c"]) {
+                assert!(store
+                    .check_fence(resource, fence)
+                    .await
+                    .unwrap()
+                    .is_accepted());
+            }
+            execute(
+                &url,
+                &store,
+                "UPDATE $schema.fence_gates SET fence = 9007199254740992 WHERE resource = 'a'; \
+                 UPDATE $schema.fence_gates SET checked_at = 'infinity' WHERE resource = 'b'",
+            )
+            .await;
+            let gates = || async {
+                sqlx::query_scalar::<_, String>(&format!(
+                    "SELECT g::text FROM \"{}\".fence_gates g ORDER BY resource",
+                    store.schema()
+                ))
+                .fetch_all(store.pool())
+                .await
+                .expect("read the gates")
+            };
+            let damaged = gates().await;
+            for (after, resource) in [(None, "\"a\""), (Some("a"), "\"b\"")] {
+                let error = store
+                    .list_fences(after, 10)
+                    .await
+                    .expect_err("a listed gate no store can hold");
+                assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+                assert!(error.message().contains(resource), "{error}");
+            }
+            let listed = store.list_fences(Some("b"), 10).await.unwrap();
+            assert_eq!(
+                listed
+                    .iter()
+                    .map(|gate| gate.resource.as_str())
+                    .collect::<Vec<_>>(),
+                ["c"],
+                "a page past the damage lists"
+            );
+            assert_eq!(gates().await, damaged, "nothing written over them");
         },
     )
     .await;

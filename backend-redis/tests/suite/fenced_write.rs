@@ -1,13 +1,17 @@
 //! `RedisStore::write_fenced`: the gate check and the `SET` of the caller's
 //! key in one script, so a stale owner's value is never written; and
-//! damaged gate keys, which answer `Corrupt` and write nothing.
+//! damaged gate keys, which answer `Corrupt` and write nothing (and which
+//! `list_fences` answers `Corrupt` for once a page reaches them).
 
 use crate::scratch;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands as _;
-use tenure_lease_core::{ErrorKind, FenceCheck, FenceStore, StaleFence};
+use tenure_lease_core::limits::MAX_LIST_LIMIT;
+use tenure_lease_core::{ErrorKind, FenceCheck, FenceStore, GateRecord, StaleFence};
 use tokio::sync::Barrier;
 
 use scratch::{with_namespace, Scratch};
@@ -257,6 +261,173 @@ async fn damaged_gates_are_corrupt_and_nothing_is_written() {
                 "no gate raised"
             );
             assert_eq!(value(&scratch, &key).await, None, "nothing written");
+        },
+    )
+    .await;
+}
+
+/// Every key of the namespace with its type and content (strings, sorted
+/// sets with their scores, hashes), to compare.
+async fn gate_snapshot(raw: &mut MultiplexedConnection, prefix: &str) -> BTreeMap<Vec<u8>, String> {
+    let keys: Vec<Vec<u8>> = raw.keys(format!("{prefix}*")).await.expect("KEYS");
+    let mut contents = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(raw)
+            .await
+            .expect("TYPE");
+        let content = match kind.as_str() {
+            "string" => format!("{:?}", raw.get::<_, Vec<u8>>(&key).await.expect("GET")),
+            "zset" => format!(
+                "{:?}",
+                raw.zrange_withscores::<_, Vec<(Vec<u8>, String)>>(&key, 0, -1)
+                    .await
+                    .expect("ZRANGE")
+            ),
+            "hash" => format!(
+                "{:?}",
+                raw.hgetall::<_, BTreeMap<Vec<u8>, Vec<u8>>>(&key)
+                    .await
+                    .expect("HGETALL")
+            ),
+            other => other.to_owned(),
+        };
+        contents.insert(key, content);
+    }
+    contents
+}
+
+fn names(gates: &[GateRecord]) -> Vec<&str> {
+    gates.iter().map(|gate| gate.resource.as_str()).collect()
+}
+
+/// Lists the gates of `scratch`, whose gate "report" is damaged, between
+/// the healthy "audit" and "sales": `Corrupt` once a page reaches it, the
+/// pages before and after it as `healthy` lists them, and nothing changed.
+async fn listed_is_corrupt(scratch: &Scratch, healthy: &[GateRecord], what: &str) {
+    let (store, mut raw) = (&scratch.store, scratch.raw.clone());
+    let before = gate_snapshot(&mut raw, &scratch.prefix).await;
+    let error = store
+        .list_fences(None, MAX_LIST_LIMIT)
+        .await
+        .expect_err(what);
+    assert_eq!(error.kind(), ErrorKind::Corrupt, "{what}: {error}");
+    assert_eq!(
+        store.list_fences(None, 1).await.unwrap(),
+        healthy[..1],
+        "{what}: a page before the damage"
+    );
+    assert_eq!(
+        store.list_fences(Some("report"), 2).await.unwrap(),
+        healthy[2..],
+        "{what}: a page after it"
+    );
+    assert_eq!(
+        gate_snapshot(&mut raw, &scratch.prefix).await,
+        before,
+        "{what}: nothing changed"
+    );
+}
+
+/// A damaged gate a listing reaches (a fence `highest_fence` refuses, a
+/// key of the wrong type, a stamp that is no time in microseconds, a name
+/// that is not UTF-8, an index of the wrong type) answers `Corrupt` and
+/// changes nothing; pages that stop before the damage, or start after it,
+/// are listed as before.
+#[tokio::test]
+async fn a_damaged_gate_listed_is_corrupt_and_changes_nothing() {
+    with_namespace(
+        "a_damaged_gate_listed_is_corrupt_and_changes_nothing",
+        |config| config,
+        |scratch| async move {
+            let store = &scratch.store;
+            let mut raw = scratch.raw.clone();
+            let prefix = scratch.prefix.clone();
+            let gate = format!("{prefix}gate:report");
+            let index = format!("{prefix}gates");
+            for (resource, fence) in [("audit", 3), ("report", 4), ("sales", 5)] {
+                assert!(store
+                    .check_fence(resource, fence)
+                    .await
+                    .unwrap()
+                    .is_accepted());
+            }
+            let healthy = store.list_fences(None, MAX_LIST_LIMIT).await.unwrap();
+            assert_eq!(names(&healthy), ["audit", "report", "sales"]);
+            let stamp: String = raw.zscore(&index, "report").await.expect("ZSCORE");
+
+            for damage in [
+                "garbage",
+                "0",
+                "-3",
+                "1.5",
+                "9007199254740992",
+                "12345678901234567",
+            ] {
+                let _: () = raw.set(&gate, damage).await.expect("damage the gate");
+                let highest = store.highest_fence("report").await.expect_err(damage);
+                assert_eq!(highest.kind(), ErrorKind::Corrupt, "{damage}: {highest}");
+                listed_is_corrupt(&scratch, &healthy, &format!("the fence {damage:?}")).await;
+            }
+            let _: () = raw.del(&gate).await.expect("DEL");
+            let _: () = raw
+                .hset(&gate, "fence", "4")
+                .await
+                .expect("a hash for a gate");
+            listed_is_corrupt(&scratch, &healthy, "a hash for a gate").await;
+            let _: () = raw.del(&gate).await.expect("DEL");
+            let _: () = raw.set(&gate, "4").await.expect("SET");
+
+            for damage in ["1.5", "+inf", "-inf", "1e300"] {
+                let _: () = raw
+                    .zadd(&index, "report", damage)
+                    .await
+                    .expect("damage the stamp");
+                listed_is_corrupt(&scratch, &healthy, &format!("the stamp {damage:?}")).await;
+            }
+            let _: () = raw.zadd(&index, "report", &stamp).await.expect("ZADD");
+            assert_eq!(
+                store.list_fences(None, MAX_LIST_LIMIT).await.unwrap(),
+                healthy,
+                "repaired"
+            );
+
+            // A name that is not UTF-8, listed right after "report".
+            let odd_gate = [gate.as_bytes(), b"\xff"].concat();
+            let _: () = raw.set(&odd_gate, "7").await.expect("SET");
+            let _: () = raw
+                .zadd(&index, &b"report\xff"[..], &stamp)
+                .await
+                .expect("ZADD");
+            let before = gate_snapshot(&mut raw, &prefix).await;
+            let error = store
+                .list_fences(Some("report"), MAX_LIST_LIMIT)
+                .await
+                .expect_err("a name that is not UTF-8");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            assert!(error.to_string().contains("not UTF-8"), "{error}");
+            assert_eq!(
+                store.list_fences(None, 2).await.unwrap(),
+                healthy[..2],
+                "a page before it"
+            );
+            assert_eq!(gate_snapshot(&mut raw, &prefix).await, before);
+            let _: () = raw.del(&odd_gate).await.expect("DEL");
+            let _: () = raw.zrem(&index, &b"report\xff"[..]).await.expect("ZREM");
+
+            let _: () = raw.del(&index).await.expect("DEL");
+            let _: () = raw
+                .set(&index, "not a sorted set")
+                .await
+                .expect("damage the index");
+            let before = gate_snapshot(&mut raw, &prefix).await;
+            let error = store
+                .list_fences(None, MAX_LIST_LIMIT)
+                .await
+                .expect_err("a damaged index");
+            assert_eq!(error.kind(), ErrorKind::Corrupt, "{error}");
+            assert_eq!(gate_snapshot(&mut raw, &prefix).await, before);
         },
     )
     .await;

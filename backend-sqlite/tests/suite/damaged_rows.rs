@@ -4,7 +4,9 @@
 //! cannot represent, in a fresh file, and every read path is called on it.
 //! Point reads and writes that need the row answer `Corrupt`, naming it;
 //! scans skip it (reporting it where their answer can) and serve the other
-//! rows; nothing panics, and neither the damaged row nor any other changes.
+//! rows, but for a listing of gates, which answers `Corrupt` when it reaches
+//! a damaged one; nothing panics, and neither the damaged row nor any other
+//! changes.
 
 use crate::common;
 
@@ -921,4 +923,81 @@ async fn a_damaged_rate_log_is_corrupt_and_purge_drops_only_ended_logs() {
         matches!(refused, Admission::RateLimited { .. }),
         "{refused:?}"
     );
+}
+
+/// Every column of a gate damaged in turn: a listing that reaches it is
+/// `Corrupt`, naming the gate (when its resource reads) and what is wrong,
+/// with the very error `highest_fence` gives for a damaged fence; a page
+/// that ends before it is served, and nothing changes.
+#[tokio::test]
+async fn a_damaged_gate_is_corrupt_for_a_listing_that_reaches_it() {
+    use tenure_lease_core::FenceStore;
+
+    let bad_fences: Vec<&str> = BAD_FENCES
+        .iter()
+        .copied()
+        .chain(["0", "9007199254740992"])
+        .collect();
+    let columns: [(&str, &[&str], &str); 3] = [
+        ("resource", BAD_TEXT, "resource"),
+        ("fence", &bad_fences, "fence"),
+        ("checked_at", BAD_TIMESTAMPS, "check time"),
+    ];
+    for (column, values, reported_as) in columns {
+        for &value in values {
+            let damage = Damage {
+                table: "fence_gates",
+                column,
+                value,
+                filter: "resource = 'victim'",
+                reported_as,
+            };
+            let directory = TempDir::new().expect("a temporary directory");
+            let path = directory.path().join("gates.db");
+            let clock = Arc::new(ManualClock::starting_now());
+            let store = open(&path, &clock).await;
+            for resource in ["bystander", "victim"] {
+                let check = store.check_fence(resource, 7).await.expect("check");
+                assert!(check.is_accepted(), "{resource}");
+            }
+            damage.apply(&path);
+            let damaged = everything(&path, &["fence_gates"]);
+            let names = if column == "resource" {
+                ""
+            } else {
+                "\"victim\""
+            };
+            assert_corrupt(
+                store.list_fences(None, 10).await,
+                &damage,
+                "list_fences",
+                names,
+            );
+            assert_corrupt(
+                store.list_fences(Some("bystander"), 1).await,
+                &damage,
+                "list_fences after the bystander",
+                names,
+            );
+            if column == "fence" {
+                let listed = store.list_fences(None, 10).await.expect_err("listed");
+                let read = store.highest_fence("victim").await.expect_err("read");
+                assert_eq!(listed.message(), read.message(), "{damage:?}");
+            }
+            let page = store
+                .list_fences(None, 1)
+                .await
+                .unwrap_or_else(|error| panic!("{damage:?}: the page before it: {error}"));
+            let page: Vec<(&str, u64)> = page
+                .iter()
+                .map(|gate| (gate.resource.as_str(), gate.fence))
+                .collect();
+            assert_eq!(page, [("bystander", 7)], "{damage:?}");
+            assert_eq!(
+                everything(&path, &["fence_gates"]),
+                damaged,
+                "{damage:?}: nothing changed"
+            );
+        }
+    }
 }

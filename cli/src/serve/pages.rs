@@ -28,8 +28,8 @@ type Page = Result<Response, Problem>;
 
 /// The most records or jobs a list shows.
 const LIST_LIMIT: usize = 500;
-/// The most gates the gates page looks up for the active leases.
-const GATE_LOOKUPS: usize = 200;
+/// The gates a page of the gates view lists.
+const GATE_PAGE: usize = 200;
 /// The most characters of an error or progress a table cell shows.
 const CELL: usize = 80;
 
@@ -652,14 +652,16 @@ pub(super) async fn job(
     .into_response())
 }
 
-/// `?resource=`.
+/// `?resource=&after=`.
 #[derive(Debug, Deserialize)]
 pub(super) struct GateQuery {
     resource: Option<String>,
+    after: Option<String>,
 }
 
-/// `GET /gates?resource=`: the highest fence a resource's gate accepted;
-/// and those of the active leases' ids, scopes and slots.
+/// `GET /gates?resource=&after=`: every gate kept, by resource, a page at
+/// a time, with its highest fence and last accepted check; and one
+/// resource's gate looked up.
 pub(super) async fn gates(
     State(app): State<Shared>,
     jar: CookieJar,
@@ -667,23 +669,23 @@ pub(super) async fn gates(
 ) -> Page {
     let store = &*app.store;
     let resource = given(query.resource.as_ref());
+    let after = given(query.after.as_ref());
     let looked_up = match resource {
         Some(resource) => Some(store.highest_fence(resource).await?),
         None => None,
     };
-    let mut resources = BTreeSet::new();
-    for record in store.list_active().await? {
-        resources.extend(gate_resources(&record));
-    }
-    let resources: Vec<String> = resources.into_iter().take(GATE_LOOKUPS).collect();
-    let seen: Vec<(String, Option<u64>)> = gate_fences(store, &resources)
-        .await?
-        .into_iter()
-        .filter(|(_, fence)| fence.is_some())
-        .collect();
+    let gates = store.list_fences(after, GATE_PAGE).await?;
+    let now = store.now().await?;
+    let next = (gates.len() == GATE_PAGE)
+        .then(|| {
+            gates
+                .last()
+                .map(|gate| url("/gates", &[("after", &gate.resource)]))
+        })
+        .flatten();
     let body = html! {
         h1 { "Fence gates" }
-        p.note { "A gate remembers, per resource, the highest fence it accepted; writes under a lower fence are refused. The stores keep no list of resources: look one up, or see below those of the active leases." }
+        p.note { "A gate remembers, per resource, the highest fence it accepted; writes under a lower fence are refused." }
         form.filters method="get" action="/gates" role="search" {
             label { "Resource " input type="text" name="resource" value=[resource] required; }
             button type="submit" { "Look up" }
@@ -693,15 +695,30 @@ pub(super) async fn gates(
                 @match fence { Some(fence) => { "highest fence accepted " strong.fence { (fence) } }
                     None => { "no gate has accepted a fence for it." } } }
         }
-        h2 { "Gates of the active leases" }
-        @if seen.is_empty() { p.empty { "No gate has seen the active leases' ids, scopes or slots." } }
-        @else { (gate_table(&seen)) }
+        h2 { "Every gate" @if let Some(after) = after { " after " code { (after) } } }
+        @if gates.is_empty() {
+            p.empty { "No gate." }
+        } @else {
+            div.scroll { table {
+                thead { tr {
+                    th scope="col" { "Resource" } th scope="col" { "Highest fence accepted" }
+                    th scope="col" { "Last accepted check" }
+                } }
+                tbody { @for gate in &gates { tr {
+                    td { code { (gate.resource) } }
+                    td.fence { (gate.fence) }
+                    td { (time(gate.checked_at, now)) }
+                } } }
+            } }
+        }
+        @if let Some(next) = next { p { a href=(next) { "Next " (GATE_PAGE) " gates" } } }
     };
-    Ok(render::page(
+    Ok(page_at(
         &app,
         app.access.session(&jar).as_ref(),
         Some(Section::Gates),
         "Gates",
+        Some(now),
         body,
     )
     .into_response())

@@ -10,7 +10,7 @@ use std::time::Duration;
 use predicates::prelude::*;
 use predicates::str::contains;
 use tenure::queue::{ClaimRequest, FailAction, JobState};
-use tenure::{AdmitRequest, JobQueue as _, LeaseStore as _, Status};
+use tenure::{AdmitRequest, FenceStore as _, JobQueue as _, LeaseStore as _, Status};
 
 use support::{json, tenure, with_postgres, with_redis, with_sqlite, Subject};
 
@@ -406,6 +406,71 @@ async fn counted_story(subject: Subject) {
         .collect();
     slots.sort_unstable();
     assert_eq!(slots, [Some(0), Some(1)], "{scoped}");
+}
+
+/// `tenure gates`: every gate by resource, a page at a time.
+async fn gates_story(subject: Subject) {
+    let (url, store) = (subject.url.as_str(), &subject.store);
+    tenure(url, &["gates"])
+        .assert()
+        .success()
+        .stdout(contains("no gates"));
+    for (resource, fence) in [("report.csv", 7), ("accounts/9", 3), ("b\u{e9}", 12)] {
+        assert!(store
+            .check_fence(resource, fence)
+            .await
+            .unwrap()
+            .is_accepted());
+    }
+    tenure(url, &["gates"]).assert().success().stdout(
+        contains("report.csv")
+            .and(contains("accounts/9"))
+            .and(contains("LAST ACCEPTED")),
+    );
+    let listed = json(&mut tenure(url, &["gates", "--json"]));
+    let names: Vec<_> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|gate| {
+            (
+                gate["resource"].as_str().unwrap(),
+                gate["fence"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [("accounts/9", 3), ("b\u{e9}", 12), ("report.csv", 7)]
+    );
+    tenure(url, &["gates", "--limit", "1"])
+        .assert()
+        .success()
+        .stdout(contains("accounts/9").and(contains("--after \"accounts/9\"")));
+    let next = json(&mut tenure(
+        url,
+        &["gates", "--after", "accounts/9", "--limit", "1", "--json"],
+    ));
+    assert_eq!(next[0]["resource"], "b\u{e9}", "{next}");
+    tenure(url, &["gates", "--limit", "0"])
+        .assert()
+        .code(2)
+        .stderr(contains("limit"));
+}
+
+#[tokio::test]
+async fn sqlite_gates() {
+    with_sqlite(gates_story).await;
+}
+
+#[tokio::test]
+async fn postgres_gates() {
+    with_postgres("postgres_gates", gates_story).await;
+}
+
+#[tokio::test]
+async fn redis_gates() {
+    with_redis("redis_gates", gates_story).await;
 }
 
 #[tokio::test]

@@ -364,6 +364,9 @@ async fn pages_show_the_store(subject: Subject) {
     web.get("/gates?resource=account%3A1")
         .await
         .expect(StatusCode::OK, "highest fence accepted");
+    web.get("/gates?after=account%3A1")
+        .await
+        .expect(StatusCode::OK, "No gate.");
     web.get("/gates?resource=never")
         .await
         .expect(StatusCode::OK, "no gate has accepted");

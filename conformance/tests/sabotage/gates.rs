@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use tenure_backend_memory::MemoryStore;
 use tenure_conformance::{run_gate_all, CaseOutcome, ClockControl, Factory, Report, Subject};
 use tenure_lease_core::{
-    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, FenceCheck, FenceStore, LeaseRecord,
-    LeaseStore, ManualClock, Renewal, Result, StaleFence, StatusChange, Takeover, TakeoverRequest,
-    Timestamp, Transition,
+    Admission, AdmitRequest, Claim, ExpiredQuery, ExpiredScan, FenceCheck, FenceStore, GateRecord,
+    LeaseRecord, LeaseStore, ManualClock, Renewal, Result, StaleFence, StatusChange, Takeover,
+    TakeoverRequest, Timestamp, Transition,
 };
 
 /// A gate bug.
@@ -34,6 +34,9 @@ enum Bug {
     /// Stamps a gate when it is created and on an equal fence, not when a
     /// higher one raises it.
     RaisedKeepsItsStamp,
+    /// Lists gates from `after` itself, not after it, and in the order of
+    /// its map.
+    ListsFromAfterUnordered,
 }
 
 /// The longest a [`Bug::TornCheck`] check of an odd fence waits, between
@@ -128,6 +131,37 @@ impl FenceStore for Broken {
                 )
         });
         Ok((before - gates.len()) as u64)
+    }
+
+    async fn list_fences(&self, after: Option<&str>, limit: usize) -> Result<Vec<GateRecord>> {
+        if self.bug != Bug::NoValidation {
+            if let Some(after) = after {
+                tenure_lease_core::backend::validate::resource(after)?;
+            }
+            tenure_lease_core::backend::validate::limit(limit)?;
+        }
+        let sloppy = self.bug == Bug::ListsFromAfterUnordered;
+        let mut gates: Vec<GateRecord> = self
+            .gates()
+            .iter()
+            .filter(|(resource, _)| {
+                after.is_none_or(|after| {
+                    if sloppy {
+                        resource.as_str() >= after
+                    } else {
+                        resource.as_str() > after
+                    }
+                })
+            })
+            .map(|(resource, &(fence, checked_at))| {
+                GateRecord::new(resource.clone(), fence, checked_at)
+            })
+            .collect();
+        if !sloppy {
+            gates.sort_by(|a, b| a.resource.cmp(&b.resource));
+        }
+        gates.truncate(limit);
+        Ok(gates)
     }
 }
 
@@ -283,6 +317,18 @@ async fn a_raised_gate_that_keeps_its_old_stamp_is_caught() {
     assert_caught(
         Bug::RaisedKeepsItsStamp,
         &["gate_a_raised_fence_refreshes_the_gate"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_listing_from_after_itself_out_of_order_is_caught() {
+    assert_caught(
+        Bug::ListsFromAfterUnordered,
+        &[
+            "gate_list_names_every_gate_in_name_order",
+            "gate_list_pages_by_after_and_limit",
+        ],
     )
     .await;
 }

@@ -442,6 +442,17 @@ pub trait GateBackend: Backend {
     ///
     /// As the user trait's.
     async fn purge_fences(&self, unused_for: Checked<Duration>) -> Result<u64>;
+
+    /// [`FenceStore::list_fences`](crate::FenceStore::list_fences).
+    ///
+    /// # Errors
+    ///
+    /// As the user trait's.
+    async fn list_fences(
+        &self,
+        after: Option<Checked<&str>>,
+        limit: Checked<usize>,
+    ) -> Result<Vec<crate::GateRecord>>;
 }
 
 /// Runs one backend operation, `operation` naming it, within the backend's
@@ -1128,6 +1139,28 @@ pub mod front {
         )
         .await
     }
+
+    /// Checks and runs [`GateBackend::list_fences`].
+    ///
+    /// # Errors
+    ///
+    /// As the [module](self) says.
+    pub async fn list_fences<B: GateBackend>(
+        backend: &B,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::GateRecord>> {
+        if let Some(after) = after {
+            validate::resource(after)?;
+        }
+        validate::limit(limit)?;
+        within(
+            backend,
+            "list_fences",
+            backend.list_fences(after.map(Checked::new), Checked::new(limit)),
+        )
+        .await
+    }
 }
 
 /// Implements [`LeaseStore`](crate::LeaseStore) for a type that implements
@@ -1400,6 +1433,13 @@ macro_rules! serve_fence_store {
             }
             async fn purge_fences(&self, unused_for: ::std::time::Duration) -> $crate::Result<u64> {
                 $crate::backend::stores::front::purge_fences(self, unused_for).await
+            }
+            async fn list_fences(
+                &self,
+                after: ::std::option::Option<&str>,
+                limit: usize,
+            ) -> $crate::Result<::std::vec::Vec<$crate::GateRecord>> {
+                $crate::backend::stores::front::list_fences(self, after, limit).await
             }
         }
     };

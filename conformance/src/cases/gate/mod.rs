@@ -6,12 +6,14 @@
 //! again. The cases check the rule itself on fences a store hands out, that
 //! resources do not share gates, that racing checks leave the highest fence
 //! and answer truthfully, that gates outlive the store handle that wrote
-//! them, that retention removes only gates unused past it, and that bad
+//! them, that retention removes only gates unused past it, that a listing
+//! names every gate kept in name order and pages exactly, and that bad
 //! input changes nothing. Every case runs unchanged on manual and on real
 //! (server) clocks; the one exact-instant case is skipped on the latter.
 
 pub mod check;
 pub mod input;
+pub mod list;
 pub mod race;
 pub mod retention;
 
