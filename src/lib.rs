@@ -63,9 +63,9 @@ pub use tenure_keeper as keeper;
 pub use tenure_lease_core::{clock, contract, layer, limits, queue, rate, release, tls, wait};
 pub use tenure_lease_core::{
     generate_id, Admission, AdmitRequest, AdmitStrategy, Claim, Clock, Error, ErrorKind,
-    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, Instrumented, JobQueue, LayerExt,
-    LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal, Result,
-    SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover, TakeoverAction,
+    ExpiredQuery, ExpiredScan, FenceCheck, FenceGate, FenceStore, GateRecord, Instrumented,
+    JobQueue, LayerExt, LeaseRecord, LeaseStore, LossReason, ManualClock, NotTakenReason, Renewal,
+    Result, SkippedRecord, StaleFence, Status, StatusChange, SystemClock, Takeover, TakeoverAction,
     TakeoverRequest, Timestamp, TokioClock, Transition, TransitionRejection, DEFAULT_KIND,
 };
 // The keeper, its answers and its errors (each error converts into

@@ -19,8 +19,8 @@ use tenure::queue::{
 };
 use tenure::rate::RateLimit;
 use tenure::{
-    Admission, CancelOutcome, Claim, ErrorKind, ExpiredScan, FenceCheck, LeaseRecord, LossReason,
-    NotTakenReason, Renewal, SkippedRecord, Status, Takeover, Timestamp, Transition,
+    Admission, CancelOutcome, Claim, ErrorKind, ExpiredScan, FenceCheck, GateRecord, LeaseRecord,
+    LossReason, NotTakenReason, Renewal, SkippedRecord, Status, Takeover, Timestamp, Transition,
     TransitionRejection,
 };
 
@@ -487,6 +487,20 @@ pub(crate) fn operator_retry<'py>(
         OperatorRetry::Missing => make(py, "NotRequeued", args![py, "missing", none(py)]),
         other => Err(unknown_answer("retry_dead_letter", &format!("{other:?}"))),
     }
+}
+
+pub(crate) fn gates<'py>(py: Python<'py>, gates: &[GateRecord]) -> PyResult<Bound<'py, PyAny>> {
+    let items = gates
+        .iter()
+        .map(|gate| {
+            make(
+                py,
+                "GateRecord",
+                args![py, &gate.resource, gate.fence, gate.checked_at],
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyList::new(py, items)?.into_any())
 }
 
 pub(crate) fn queue_counts<'py>(

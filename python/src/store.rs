@@ -833,6 +833,24 @@ impl PyStore {
         )
     }
 
+    /// The gates kept, in byte order of resource: those after `after`, at
+    /// most `limit`, each a `GateRecord`.
+    #[pyo3(signature = (after=None, limit=1000))]
+    fn list_fences<'py>(
+        &self,
+        py: Python<'py>,
+        after: Option<String>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let store = Arc::clone(&self.store);
+        answer(
+            py,
+            &self.url,
+            async move { store.list_fences(after.as_deref(), limit).await },
+            |py, gates: &Vec<_>| convert::gates(py, gates),
+        )
+    }
+
     /// The highest fence `resource`'s gate accepted, or `None`.
     fn highest_fence<'py>(&self, py: Python<'py>, resource: String) -> PyResult<Bound<'py, PyAny>> {
         let store = Arc::clone(&self.store);

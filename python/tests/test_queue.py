@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 import tenure
 from tenure import (
     Accepted,
     ClaimedJob,
+    GateRecord,
     JobClaim,
     JobState,
     Lost,
@@ -298,6 +301,20 @@ async def test_fence_gates(store):
     assert await store.check_fence(resource, 3) == Stale(presented=3, highest_seen=5)
     assert await store.check_fence(resource, 8) == Accepted()
     assert await store.highest_fence(resource) == 8
+    # Listed by resource (byte order), after a name: the gate and a
+    # sibling, in order; a name sorts right after its own prefix.
+    assert await store.check_fence(resource + "/b", 2) == Accepted()
+    listed = await store.list_fences(after=resource[:-1], limit=2)
+    assert [(gate.resource, gate.fence) for gate in listed] == [
+        (resource, 8),
+        (resource + "/b", 2),
+    ]
+    assert all(isinstance(gate, GateRecord) for gate in listed)
+    assert all(isinstance(gate.checked_at, datetime) for gate in listed)
+    page = await store.list_fences(after=resource, limit=1)
+    assert [(gate.resource, gate.fence) for gate in page] == [(resource + "/b", 2)]
+    with pytest.raises(tenure.InvalidInputError):
+        await store.list_fences(limit=0)
     match await store.check_fence(resource, 1):
         case Stale(presented=1, highest_seen=8):
             pass

@@ -140,6 +140,11 @@ impl Access {
         }
     }
 
+    /// Whether every page needs a signed-in session (a token file).
+    pub(super) fn reads_need_session(&self) -> bool {
+        self.token_for_reads
+    }
+
     /// Whether signing in means anything here.
     pub(super) fn has_token(&self) -> bool {
         self.token.is_some()
@@ -261,7 +266,7 @@ pub(super) async fn guard(State(app): State<Shared>, request: Request, next: Nex
 /// Whether this request needs a session it lacks: with a token file, every
 /// page but the sign-in page and the style sheet and script.
 fn needs_sign_in(app: &Shared, request: &Request) -> bool {
-    if !app.access.token_for_reads {
+    if !app.access.reads_need_session() {
         return false;
     }
     let path = request.uri().path();

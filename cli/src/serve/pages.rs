@@ -403,25 +403,32 @@ async fn watch_frame(store: &dyn Store) -> Result<(Timestamp, Markup), tenure::E
     Ok((now, frame))
 }
 
-/// `GET /watch/events`: the watch view's frame, every refresh interval.
+/// `GET /watch/events`: the watch view's frame, every refresh interval;
+/// where every page needs signing in, only while the session lasts (the
+/// stream ends at sign-out or expiry).
 pub(super) async fn watch_events(
     State(app): State<Shared>,
+    jar: CookieJar,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let every = app.options.refresh;
-    let stream = futures_util::stream::unfold((app, true), move |(app, first)| async move {
-        if !first {
-            tokio::time::sleep(every).await;
-        }
-        let data = match watch_frame(&*app.store).await {
-            Ok((_, frame)) => frame.into_string(),
-            Err(error) => html! {
-                p.problem role="alert" { "The store did not answer: " (error.message())
-                    ". The view resumes when it does." }
+    let stream =
+        futures_util::stream::unfold((app, jar, true), move |(app, jar, first)| async move {
+            if !first {
+                tokio::time::sleep(every).await;
             }
-            .into_string(),
-        };
-        Some((Ok(Event::default().data(data)), (app, false)))
-    });
+            if app.access.reads_need_session() && app.access.session(&jar).is_none() {
+                return None;
+            }
+            let data = match watch_frame(&*app.store).await {
+                Ok((_, frame)) => frame.into_string(),
+                Err(error) => html! {
+                    p.problem role="alert" { "The store did not answer: " (error.message())
+                        ". The view resumes when it does." }
+                }
+                .into_string(),
+            };
+            Some((Ok(Event::default().data(data)), (app, jar, false)))
+        });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 

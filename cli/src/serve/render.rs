@@ -74,16 +74,20 @@ pub(super) fn page_at(
                     }
                     div.who {
                         span.store title="The store (its password hidden)" { (app.options.store_label) }
-                        @if !app.options.allow_write {
-                            span.mode { "read-only" }
-                        } @else if let Some(session) = session {
-                            span.mode.write { "signed in: actions allowed" }
+                        @if let Some(session) = session {
+                            @if app.options.allow_write {
+                                span.mode.write { "signed in: actions allowed" }
+                            } @else {
+                                span.mode { "signed in, read-only" }
+                            }
                             form.inline method="post" action="/logout" {
                                 input type="hidden" name="csrf" value=(session.csrf);
                                 button.link type="submit" { "Sign out" }
                             }
-                        } @else {
+                        } @else if app.options.allow_write {
                             a.mode href="/login" { "Sign in to act" }
+                        } @else {
+                            span.mode { "read-only" }
                         }
                     }
                 }

@@ -811,6 +811,44 @@ async fn a_token_file_guards_every_page() {
 }
 
 #[tokio::test]
+async fn with_a_token_file_the_watch_stream_ends_at_sign_out() {
+    let store = tenure::connect("memory:").await.unwrap();
+    let mut web = Web::new(
+        &store,
+        Options::read_only("test-store")
+            .token_for_reads(token())
+            .refresh(Duration::from_millis(100)),
+    );
+    web.sign_in().await;
+    let events = web
+        .router
+        .clone()
+        .oneshot(
+            web.request(Method::GET, "/watch/events")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = events.into_body();
+    let first = body
+        .frame()
+        .await
+        .expect("a first frame")
+        .expect("readable");
+    assert!(first
+        .into_data()
+        .is_ok_and(|data| data.starts_with(b"data: ")));
+    let csrf = web.get("/leases").await.csrf();
+    let out = web.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(
+        body.frame().await.is_none(),
+        "the stream ends once its session is gone"
+    );
+}
+
+#[tokio::test]
 async fn on_loopback_only_the_listening_address_is_answered() {
     let store = tenure::connect("memory:").await.unwrap();
     let web = Web::new(

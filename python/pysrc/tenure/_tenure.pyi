@@ -29,6 +29,7 @@ from ._types import (
     NotRequeued,
     NotTaken,
     NotTakenBack,
+    GateRecord,
     QueueCounts,
     RateLimit,
     RateLimited,
@@ -297,6 +298,11 @@ class Store:
     def check_fence(self, resource: str, fence: int) -> Awaitable[Union[Accepted, Stale]]:
         """The gate of ``resource``: ``Accepted`` when no higher fence wrote
         (this one is then the highest), else ``Stale``."""
+    def list_fences(
+        self, after: Optional[str] = None, limit: int = 1000
+    ) -> Awaitable[List[GateRecord]]:
+        """The gates kept, in byte order of resource, those after `after`, at most `limit`."""
+        ...
     def highest_fence(self, resource: str) -> Awaitable[Optional[int]]:
         """The highest fence ``resource``'s gate accepted."""
     def purge_fences(self, unused_for: Seconds) -> Awaitable[int]:

@@ -477,6 +477,16 @@ class NotRequeued:
 
 
 @dataclass(frozen=True)
+class GateRecord:
+    """One fence gate the store keeps: its resource, the highest fence it
+    accepted, and when its last accepted check was (the store's clock)."""
+
+    resource: str
+    fence: int
+    checked_at: datetime
+
+
+@dataclass(frozen=True)
 class QueueCounts:
     """How many jobs of a queue are in each state."""
 
