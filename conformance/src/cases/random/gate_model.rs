@@ -62,6 +62,9 @@ enum Op {
     Purge(bool),
     /// Purge with exactly the age of an earlier step (clocks the kit moves).
     PurgeSince(Index),
+    /// List the gates after a resource's name (or from the start), at most
+    /// this many.
+    List(Option<usize>, usize),
 }
 
 fn fence_choice() -> impl Strategy<Value = FenceChoice> {
@@ -79,6 +82,8 @@ fn sequence(max_steps: usize, exact_purges: bool) -> impl Strategy<Value = Vec<O
     let op = prop_oneof![
         8 => (0..RESOURCES.len(), fence_choice()).prop_map(|(at, fence)| Op::Check(at, fence)),
         2 => (0..RESOURCES.len()).prop_map(Op::Highest),
+        2 => (proptest::option::of(0..RESOURCES.len()), 1..=RESOURCES.len() + 1)
+            .prop_map(|(after, limit)| Op::List(after, limit)),
         1 => any::<bool>().prop_map(Op::Purge),
         2 => any::<Index>().prop_map(move |step| if exact_purges {
             Op::PurgeSince(step)
@@ -220,6 +225,34 @@ async fn play<S: LeaseStore + FenceStore>(
                 }
             }
             Op::Highest(at) => format!("highest_fence(resource {at}) (read back below)"),
+            Op::List(after, limit) => {
+                let after_name = after.map(|at| names[at].as_str());
+                let listed: Vec<(String, u64)> = ctx
+                    .store
+                    .list_fences(after_name, *limit)
+                    .await
+                    .map_err(|error| failed("list_fences", &error))?
+                    .into_iter()
+                    .map(|gate| (gate.resource, gate.fence))
+                    .collect();
+                let mut expected: Vec<(String, u64)> = gates
+                    .iter()
+                    .map(|(at, gate)| (names[*at].clone(), gate.highest))
+                    .filter(|(name, _)| after_name.is_none_or(|after| name.as_str() > after))
+                    .collect();
+                expected.sort();
+                expected.truncate(*limit);
+                if listed != expected {
+                    return Err(format!(
+                        "{step}: list_fences(after resource {after:?}, {limit}) listed \
+                         {listed:?}; the model expects {expected:?}"
+                    ));
+                }
+                format!(
+                    "list_fences(after resource {after:?}, {limit}) -> {} gates",
+                    listed.len()
+                )
+            }
             Op::Purge(all) => {
                 let retention = if *all { Duration::ZERO } else { LONG_TTL };
                 let purged = ctx
